@@ -1,0 +1,342 @@
+// factum/storage/entity_store.hpp: one entity's SQLite database. The only part of factum that
+// includes <sqlite3.h> (with alarm_index.hpp). Not thread-safe: one owner at a time (the
+// entity's actor, or a storage thread it hands the store to while it waits); never two threads
+// at once.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "factum/storage/entity_key.hpp"
+#include "factum/storage/fact.hpp"
+#include "factum/storage/status.hpp"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace factum {
+
+/// How hard a commit tries to survive failures.
+enum class durability {
+  full,    ///< WAL + synchronous=FULL: a commit survives power loss (one fsync per commit)
+  normal,  ///< WAL + synchronous=NORMAL: a commit survives a process crash, not power loss
+};
+
+/// Parses "full" / "normal".
+result<durability> parse_durability(std::string_view text);
+
+/// A fault-injection seam: called before every SQLite step or exec with a running count of
+/// operations on this store; a non-zero SQLite result code fails that operation with it.
+using fault_hook = std::function<int(uint64_t op_index, std::string_view sql)>;
+
+/// Options for opening an entity store. Every default is the production default.
+struct store_options {
+  /// Root of all entity files (entities/ lives below it). Required.
+  std::filesystem::path data_dir;
+  /// Commit durability. Default: full.
+  durability mode = durability::full;
+  /// Page cache per connection, in KiB (SQLite cache_size = -N). Default 256: thousands of
+  /// entities stay open at once, so the default 2 MiB of SQLite would be too much.
+  int cache_kib = 256;
+  /// How long a write waits for a lock held by another connection, ms. Default 5000.
+  int busy_timeout_ms = 5000;
+  /// Open read-only (SQLite mode=ro): never creates, migrates or writes. Default false.
+  bool read_only = false;
+  /// Create the file (and its directories) when missing. Ignored when read_only. Default true.
+  bool create_if_missing = true;
+  /// Highest schema version to migrate to; 0 means the current one. Tests use it to build
+  /// files of an older schema.
+  int target_schema_version = 0;
+  /// Caps the file size (PRAGMA max_page_count); 0 = no cap. For disk-full tests.
+  int64_t max_page_count = 0;
+  /// Fault injection (tests only); empty in production.
+  fault_hook fault;
+};
+
+/// The schema version this build writes (PRAGMA user_version).
+inline constexpr int current_schema_version = 2;
+
+// -- records ------------------------------------------------------------------------------------
+
+/// Status of an idempotency key as stored.
+enum class key_status { pending, completed, failed };
+std::string_view to_string(key_status s) noexcept;
+
+/// What begin_key found.
+enum class key_outcome {
+  fresh,      ///< unknown (or expired): now pending in the open transaction; run the call
+  in_flight,  ///< pending in this activation: answer 409
+  completed,  ///< completed with the same fingerprint: replay `response`
+  failed,     ///< failed terminally with the same fingerprint: replay the stored error
+  mismatch,   ///< known with a different fingerprint: answer 422
+};
+
+struct idempotency_record {
+  std::string key;
+  key_status status = key_status::pending;
+  std::string fingerprint;
+  std::string response;  ///< stored response (JSON text) for completed/failed
+  int64_t created_at_ms = 0;
+  std::optional<int64_t> expires_at_ms;  ///< empty: kept until purged
+};
+
+struct key_begin_result {
+  key_outcome outcome = key_outcome::fresh;
+  idempotency_record record;  ///< the stored record (for completed/failed/in_flight/mismatch)
+};
+
+struct alarm_record {
+  std::string name;
+  int64_t due_ms = 0;
+  std::string payload = "{}";  ///< JSON text
+  int64_t attempts = 0;        ///< failed handler runs so far
+  int64_t created_at_ms = 0;
+};
+
+/// Dead letter states (seed 004).
+enum class dl_status { pending, scheduled, resolved, discarded, acknowledged };
+std::string_view to_string(dl_status s) noexcept;
+result<dl_status> parse_dl_status(std::string_view text);
+
+struct dead_letter_record {
+  std::string id;         ///< "dl_..."
+  std::string operation;  ///< method or tool operation name
+  std::string payload = "{}";
+  std::string idempotency_key;
+  std::string config_id;
+  int64_t config_version = 0;
+  std::string error_code;
+  std::string error_message;
+  std::string error_category;
+  std::string reason;  ///< failure reason (rate_limit, server_error, timeout, ...)
+  int64_t attempts = 0;
+  int64_t first_attempt_ms = 0;
+  int64_t last_attempt_ms = 0;
+  std::string trace_id;
+  dl_status status = dl_status::pending;
+  std::optional<int64_t> next_retry_ms;
+  std::optional<int64_t> expires_at_ms;
+  int64_t created_at_ms = 0;
+  int64_t updated_at_ms = 0;
+};
+
+struct breaker_record {
+  std::string tool_id;
+  std::string state;  ///< CLOSED, OPEN, HALF_OPEN, FORCED_OPEN, DISABLED
+  std::string data = "{}";  ///< JSON: counters, window, opened_at (owned by the runtime)
+  int64_t updated_at_ms = 0;
+};
+
+struct config_record {
+  std::string config_id;
+  int64_t version = 0;
+  std::string body = "{}";  ///< JSON text; a version is immutable
+  int64_t created_at_ms = 0;
+};
+
+/// What verify() found.
+struct verify_report {
+  bool ok = true;
+  int64_t facts_checked = 0;
+  int64_t first_bad_seq = 0;  ///< 0 when ok or when the problem is not a fact
+  std::string problem;        ///< empty when ok
+};
+
+/// Summary of an entity for listings.
+struct entity_info {
+  entity_key key;
+  std::filesystem::path path;
+  int schema_version = 0;
+  int64_t fact_count = 0;
+  int64_t last_fact_ms = 0;
+  int64_t created_at_ms = 0;
+  uint64_t file_bytes = 0;  ///< the database file plus its -wal
+};
+
+// -- the store ----------------------------------------------------------------------------------
+
+/// One entity's database: facts, idempotency keys, alarms, dead letters, breakers, configs.
+///
+/// Writes join the open batch transaction, opening one when none is open; nothing is durable
+/// until commit(). Inside a batch, begin_turn()/end_turn() bracket one turn with a savepoint so
+/// that a failing turn rolls back its own writes and keeps the others (write coalescing).
+class entity_store {
+public:
+  // -- lifecycle --
+
+  /// Opens (and creates, migrates) the store of `key` under options.data_dir. An open releases
+  /// every key left pending by an activation that is gone.
+  static result<std::unique_ptr<entity_store>> open(const store_options& opts,
+                                                    const entity_key& key);
+
+  /// Opens an existing entity file by path (the inspection tool). The key is read from the file.
+  static result<std::unique_ptr<entity_store>> open_file(const std::filesystem::path& file,
+                                                         const store_options& opts);
+
+  /// Rolls back an uncommitted batch and closes the file.
+  ~entity_store();
+
+  entity_store(const entity_store&) = delete;
+  entity_store& operator=(const entity_store&) = delete;
+
+  const entity_key& key() const noexcept { return key_; }
+  const std::filesystem::path& path() const noexcept { return path_; }
+  int schema_version() const noexcept { return schema_version_; }
+  bool read_only() const noexcept { return opts_.read_only; }
+
+  /// Keys that open() found pending and released (left by a dead activation).
+  int64_t released_on_open() const noexcept { return released_on_open_; }
+
+  // -- transactions --
+
+  /// True while a batch transaction is open.
+  bool in_batch() const noexcept { return in_batch_; }
+  /// True when the open batch holds writes not yet committed.
+  bool dirty() const noexcept { return dirty_; }
+  /// Opens the batch transaction explicitly (writes open it on demand).
+  status begin_batch();
+  /// Commits the open batch (the fsync of durability `full` happens here). A failed commit
+  /// rolls the whole batch back, including the in-memory chain head.
+  status commit();
+  /// Rolls back the open batch.
+  status rollback();
+  /// Starts a turn: a savepoint in the batch (opening the batch when needed). Turns do not nest.
+  status begin_turn();
+  /// Ends the turn: keep (RELEASE) or undo (ROLLBACK TO) its writes.
+  status end_turn(bool keep);
+  bool in_turn() const noexcept { return in_turn_; }
+
+  // -- facts --
+
+  /// Appends one fact to the open batch; returns it with seq, fact_id, prev_hash and hash.
+  result<fact> append(const fact_draft& draft);
+  /// Appends several facts in order (one batch).
+  result<std::vector<fact>> append_many(const std::vector<fact_draft>& drafts);
+  /// Facts matching `filter`, in seq order (or newest first).
+  result<std::vector<fact>> query(const fact_filter& filter);
+  /// One fact by seq or by fact_id; NOT_FOUND when absent.
+  result<fact> get(int64_t seq);
+  result<fact> get(std::string_view fact_id);
+  /// Seq of the newest fact (0 when empty) and its hash (genesis when empty).
+  int64_t last_seq() const noexcept { return last_seq_; }
+  const std::string& head_hash() const noexcept { return head_hash_; }
+  /// Walks the chain: contiguous seq, prev_hash links, recomputed hashes, immutability
+  /// triggers present, schema version.
+  result<verify_report> verify();
+
+  // -- idempotency keys --
+
+  /// Looks `key` up; when unknown or expired, inserts it as pending (in the open batch).
+  /// ttl_ms == 0 keeps the key until purged.
+  result<key_begin_result> begin_key(std::string_view key, std::string_view fingerprint,
+                                     int64_t ttl_ms, int64_t now);
+  /// Marks a pending key completed with its response, in the open batch.
+  status complete_key(std::string_view key, std::string_view response);
+  /// Marks a pending key failed (terminal) with its stored error response.
+  status fail_key(std::string_view key, std::string_view response);
+  /// Removes a pending key (a retryable failure): a retry runs the call again.
+  status release_key(std::string_view key);
+  /// Deletes keys whose expiry is at or before `now`; returns how many.
+  result<int64_t> purge_expired_keys(int64_t now);
+  /// One key, NOT_FOUND when absent.
+  result<idempotency_record> get_key(std::string_view key);
+  /// Keys, newest first.
+  result<std::vector<idempotency_record>> list_keys(int64_t limit);
+  /// The earliest expiry among stored keys, if any.
+  result<std::optional<int64_t>> next_key_expiry();
+
+  // -- alarms --
+
+  /// Sets or replaces the alarm `name`.
+  status set_alarm(const alarm_record& alarm);
+  /// Cancels `name`; ok when absent.
+  status cancel_alarm(std::string_view name);
+  result<std::vector<alarm_record>> list_alarms();
+  /// The alarm due first, if any.
+  result<std::optional<alarm_record>> next_alarm();
+  result<alarm_record> get_alarm(std::string_view name);
+
+  // -- dead letters --
+
+  /// Inserts or replaces a dead letter by id (its moves are recorded as facts by the caller).
+  status put_dead_letter(const dead_letter_record& dl);
+  result<dead_letter_record> get_dead_letter(std::string_view id);
+  /// Dead letters, oldest first; `status` filters when given.
+  result<std::vector<dead_letter_record>> list_dead_letters(std::optional<dl_status> status,
+                                                            int64_t limit);
+  /// Deletes resolved/discarded/acknowledged dead letters whose retention ended.
+  result<int64_t> purge_dead_letters(int64_t now);
+
+  // -- circuit breakers --
+
+  status put_breaker(const breaker_record& b);
+  result<std::vector<breaker_record>> list_breakers();
+
+  // -- versioned configs --
+
+  /// Stores a new version of `config_id` (1 for the first); returns the version.
+  result<int64_t> put_config(std::string_view config_id, std::string_view body_json);
+  /// Version `version` of `config_id`, or the latest when version == 0.
+  result<config_record> get_config(std::string_view config_id, int64_t version = 0);
+  result<std::vector<config_record>> list_configs();
+
+  // -- the tenant's own tables --
+
+  /// Runs tenant SQL on tables whose names start with "u_" (created by the tenant). Anything
+  /// that touches a system table, attaches a file or changes a pragma is refused. Bound
+  /// parameters are JSON scalars. Returns the rows as a JSON array of objects.
+  result<nlohmann::json> tenant_sql(std::string_view sql, const nlohmann::json& params,
+                                    bool read_only);
+
+  // -- summary --
+
+  result<entity_info> info();
+
+private:
+  entity_store(store_options opts, entity_key key, std::filesystem::path path);
+
+  struct stmt_cache;
+  struct chain_mark {
+    int64_t seq;
+    std::string hash;
+  };
+
+  status open_db(bool create);
+  status configure();
+  status migrate();
+  status load_head();
+  status exec(const char* sql);
+  sqlite3_stmt* prepare(const char* sql);
+  status step_done(sqlite3_stmt* st, const char* what);
+  status fail(int rc, std::string_view what);
+  status ensure_batch();
+  status check_writable() const;
+  int fault_check(const char* sql);
+
+  store_options opts_;
+  entity_key key_;
+  std::filesystem::path path_;
+  sqlite3* db_ = nullptr;
+  std::unique_ptr<stmt_cache> stmts_;
+  int schema_version_ = 0;
+  int64_t last_seq_ = 0;
+  std::string head_hash_;
+  chain_mark batch_mark_;
+  chain_mark turn_mark_;
+  bool in_batch_ = false;
+  bool in_turn_ = false;
+  bool dirty_ = false;
+  int64_t released_on_open_ = 0;
+  uint64_t op_index_ = 0;
+};
+
+/// Every entity database file under data_dir (entities/<shard>/<digest>.db), in path order.
+std::vector<std::filesystem::path> list_entity_files(const std::filesystem::path& data_dir);
+
+} // namespace factum

@@ -1,0 +1,16 @@
+// factum/storage/sha256.hpp: SHA-256 as lowercase hex (OpenSSL). Any thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace factum {
+
+/// Lowercase hex SHA-256 of `data` (64 characters).
+std::string sha256_hex(std::string_view data);
+
+/// The prev_hash of the first fact of every entity: 64 zeros.
+inline constexpr std::string_view genesis_hash =
+  "0000000000000000000000000000000000000000000000000000000000000000";
+
+} // namespace factum

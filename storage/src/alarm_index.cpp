@@ -1,0 +1,124 @@
+// alarm_index.cpp: DATA/runtime/alarms.db (see alarm_index.hpp). One owner thread at a time.
+#include "factum/storage/alarm_index.hpp"
+
+#include <sqlite3.h>
+
+namespace fs = std::filesystem;
+
+namespace factum {
+
+namespace {
+
+status sql_error(sqlite3* db, const char* what) {
+  return {errc::io_error, std::string("alarm index: ") + what + ": " + sqlite3_errmsg(db)};
+}
+
+std::string col(sqlite3_stmt* st, int i) {
+  auto p = sqlite3_column_text(st, i);
+  return p ? reinterpret_cast<const char*>(p) : "";
+}
+
+} // namespace
+
+result<std::unique_ptr<alarm_index>> alarm_index::open(const fs::path& data_dir,
+                                                       durability mode) {
+  std::error_code ec;
+  fs::create_directories(data_dir / "runtime", ec);
+  if (ec)
+    return status{errc::io_error, "cannot create " + (data_dir / "runtime").string()};
+  std::unique_ptr<alarm_index> ix(new alarm_index());
+  auto path = data_dir / "runtime" / "alarms.db";
+  if (sqlite3_open_v2(path.c_str(), &ix->db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK)
+    return sql_error(ix->db_, "open");
+  std::string sql = "PRAGMA journal_mode=WAL;PRAGMA busy_timeout=5000;PRAGMA synchronous=";
+  sql += mode == durability::full ? "FULL;" : "NORMAL;";
+  sql += "CREATE TABLE IF NOT EXISTS alarm_index("
+         "  digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, type TEXT NOT NULL, id TEXT NOT NULL,"
+         "  due_at INTEGER NOT NULL) WITHOUT ROWID;"
+         "CREATE INDEX IF NOT EXISTS alarm_index_by_due ON alarm_index(due_at);";
+  if (sqlite3_exec(ix->db_, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
+    return sql_error(ix->db_, "create");
+  return ix;
+}
+
+alarm_index::~alarm_index() {
+  if (db_)
+    sqlite3_close_v2(db_);
+}
+
+status alarm_index::apply(const std::vector<alarm_index_entry>& changes) {
+  if (changes.empty())
+    return status::ok();
+  if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
+    return sql_error(db_, "begin");
+  sqlite3_stmt* up = nullptr;
+  sqlite3_stmt* del = nullptr;
+  sqlite3_prepare_v2(db_,
+                     "INSERT OR REPLACE INTO alarm_index(digest, tenant, type, id, due_at) "
+                     "VALUES (?,?,?,?,?)",
+                     -1, &up, nullptr);
+  sqlite3_prepare_v2(db_, "DELETE FROM alarm_index WHERE digest=?", -1, &del, nullptr);
+  bool ok = up && del;
+  for (auto& c : changes) {
+    if (!ok)
+      break;
+    auto d = c.key.digest();
+    if (c.due_ms < 0) {
+      sqlite3_bind_text(del, 1, d.c_str(), -1, SQLITE_TRANSIENT);
+      ok = sqlite3_step(del) == SQLITE_DONE;
+      sqlite3_reset(del);
+    } else {
+      sqlite3_bind_text(up, 1, d.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(up, 2, c.key.tenant.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(up, 3, c.key.type.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(up, 4, c.key.id.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(up, 5, c.due_ms);
+      ok = sqlite3_step(up) == SQLITE_DONE;
+      sqlite3_reset(up);
+    }
+  }
+  sqlite3_finalize(up);
+  sqlite3_finalize(del);
+  if (!ok || sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    auto st = sql_error(db_, "apply");
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return st;
+  }
+  return status::ok();
+}
+
+result<std::vector<alarm_index_entry>> alarm_index::due(int64_t until_ms, int64_t limit) {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT tenant, type, id, due_at FROM alarm_index WHERE due_at <= ? "
+                         "ORDER BY due_at LIMIT ?",
+                         -1, &st, nullptr) != SQLITE_OK)
+    return sql_error(db_, "due");
+  sqlite3_bind_int64(st, 1, until_ms);
+  sqlite3_bind_int64(st, 2, limit);
+  std::vector<alarm_index_entry> out;
+  while (sqlite3_step(st) == SQLITE_ROW)
+    out.push_back({entity_key{col(st, 0), col(st, 1), col(st, 2)}, sqlite3_column_int64(st, 3)});
+  sqlite3_finalize(st);
+  return out;
+}
+
+result<std::optional<int64_t>> alarm_index::next_due() {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT MIN(due_at) FROM alarm_index", -1, &st, nullptr) !=
+      SQLITE_OK)
+    return sql_error(db_, "next due");
+  std::optional<int64_t> out;
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+    out = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return out;
+}
+
+result<std::vector<alarm_index_entry>> alarm_index::all() {
+  return due(INT64_MAX, INT64_MAX);
+}
+
+} // namespace factum

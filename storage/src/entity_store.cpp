@@ -1,0 +1,1576 @@
+// entity_store.cpp: one entity's SQLite database (see entity_store.hpp). Owned by one thread at
+// a time; no locking inside. The file format is specified in docs/storage-format.md.
+#include "factum/storage/entity_store.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <cstring>
+#include <random>
+#include <system_error>
+#include <unordered_map>
+
+#include <sqlite3.h>
+
+#include "factum/storage/sha256.hpp"
+#include "schema.hpp"
+#include "text.hpp"
+
+namespace fs = std::filesystem;
+
+namespace factum {
+
+// -- enums --------------------------------------------------------------------------------------
+
+result<durability> parse_durability(std::string_view text) {
+  if (text == "full")
+    return durability::full;
+  if (text == "normal")
+    return durability::normal;
+  return status{errc::invalid_argument,
+                "durability must be \"full\" or \"normal\", got \"" + std::string(text) + "\""};
+}
+
+std::string_view to_string(key_status s) noexcept {
+  switch (s) {
+    case key_status::pending: return "pending";
+    case key_status::completed: return "completed";
+    case key_status::failed: return "failed";
+  }
+  return "pending";
+}
+
+static key_status parse_key_status(std::string_view s) {
+  if (s == "completed")
+    return key_status::completed;
+  if (s == "failed")
+    return key_status::failed;
+  return key_status::pending;
+}
+
+std::string_view to_string(dl_status s) noexcept {
+  switch (s) {
+    case dl_status::pending: return "pending";
+    case dl_status::scheduled: return "scheduled";
+    case dl_status::resolved: return "resolved";
+    case dl_status::discarded: return "discarded";
+    case dl_status::acknowledged: return "acknowledged";
+  }
+  return "pending";
+}
+
+result<dl_status> parse_dl_status(std::string_view s) {
+  for (auto v : {dl_status::pending, dl_status::scheduled, dl_status::resolved,
+                 dl_status::discarded, dl_status::acknowledged})
+    if (to_string(v) == s)
+      return v;
+  return status{errc::invalid_argument,
+                "dead letter status must be pending, scheduled, resolved, discarded or "
+                "acknowledged"};
+}
+
+// -- helpers ------------------------------------------------------------------------------------
+
+namespace {
+
+errc map_rc(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_FULL: return errc::full;
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PROTOCOL: return errc::io_error;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: return errc::corruption;
+    case SQLITE_READONLY: return errc::read_only;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return errc::busy;
+    case SQLITE_CONSTRAINT: return errc::conflict;
+    case SQLITE_AUTH:
+    case SQLITE_ERROR: return errc::invalid_argument;
+    default: return errc::internal;
+  }
+}
+
+std::string new_id(std::string_view prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                   (static_cast<uint64_t>(now_ms()) << 20) ^
+                                   reinterpret_cast<uintptr_t>(&rng)};
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out(prefix);
+  uint64_t t = static_cast<uint64_t>(now_ms());
+  for (int i = 11; i >= 0; --i)
+    out.push_back(hex[(t >> (i * 4)) & 0xf]);
+  uint64_t r = rng();
+  for (int i = 15; i >= 0; --i)
+    out.push_back(hex[(r >> (i * 4)) & 0xf]);
+  return out;
+}
+
+// Binding helpers: empty strings and zero optionals become NULL.
+void bind_text(sqlite3_stmt* st, int i, std::string_view s) {
+  sqlite3_bind_text(st, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+}
+void bind_text_or_null(sqlite3_stmt* st, int i, std::string_view s) {
+  if (s.empty())
+    sqlite3_bind_null(st, i);
+  else
+    bind_text(st, i, s);
+}
+void bind_int_or_null(sqlite3_stmt* st, int i, int64_t v) {
+  if (v == 0)
+    sqlite3_bind_null(st, i);
+  else
+    sqlite3_bind_int64(st, i, v);
+}
+void bind_opt(sqlite3_stmt* st, int i, const std::optional<int64_t>& v) {
+  if (v)
+    sqlite3_bind_int64(st, i, *v);
+  else
+    sqlite3_bind_null(st, i);
+}
+std::string col_text(sqlite3_stmt* st, int i) {
+  auto p = sqlite3_column_text(st, i);
+  return p ? std::string(reinterpret_cast<const char*>(p),
+                         static_cast<size_t>(sqlite3_column_bytes(st, i)))
+           : std::string();
+}
+std::optional<int64_t> col_opt(sqlite3_stmt* st, int i) {
+  if (sqlite3_column_type(st, i) == SQLITE_NULL)
+    return std::nullopt;
+  return sqlite3_column_int64(st, i);
+}
+
+// Resets a statement when it leaves scope so that it never holds a read transaction open.
+struct stmt_guard {
+  sqlite3_stmt* st;
+  ~stmt_guard() {
+    if (st) {
+      sqlite3_reset(st);
+      sqlite3_clear_bindings(st);
+    }
+  }
+};
+
+constexpr const char* fact_columns =
+  "seq, fact_id, type, subtype, ts, tool_id, config_id, config_version, trace_id, "
+  "idempotency_key, amount, currency, from_entity, to_entity, data, prev_hash, hash";
+
+fact read_fact(sqlite3_stmt* st, const entity_key& key) {
+  fact f;
+  f.seq = sqlite3_column_int64(st, 0);
+  f.fact_id = col_text(st, 1);
+  f.type = col_text(st, 2);
+  f.subtype = col_text(st, 3);
+  f.timestamp_ms = sqlite3_column_int64(st, 4);
+  f.tenant_id = key.tenant;
+  f.entity_type = key.type;
+  f.entity_id = key.id;
+  f.tool_id = col_text(st, 5);
+  f.config_id = col_text(st, 6);
+  f.config_version = sqlite3_column_int64(st, 7);
+  f.trace_id = col_text(st, 8);
+  f.idempotency_key = col_text(st, 9);
+  f.amount = col_text(st, 10);
+  f.currency = col_text(st, 11);
+  f.from_entity = col_text(st, 12);
+  f.to_entity = col_text(st, 13);
+  f.data = col_text(st, 14);
+  f.prev_hash = col_text(st, 15);
+  f.hash = col_text(st, 16);
+  return f;
+}
+
+status check_text_field(std::string_view v, std::string_view what, size_t max = 1024) {
+  if (v.size() > max)
+    return {errc::invalid_argument,
+            std::string(what) + " is longer than " + std::to_string(max) + " bytes"};
+  if (!valid_utf8(v))
+    return {errc::invalid_argument, std::string(what) + " is not valid UTF-8"};
+  return status::ok();
+}
+
+// fsyncs a directory so that a newly created entry in it survives power loss.
+void sync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+std::once_flag sqlite_global_once;
+
+void sqlite_global_init() {
+  std::call_once(sqlite_global_once, [] {
+    // Memory statistics take a global mutex on every allocation; factum does not read them.
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    sqlite3_initialize();
+  });
+}
+
+} // namespace
+
+// -- statement cache ----------------------------------------------------------------------------
+
+struct entity_store::stmt_cache {
+  std::unordered_map<std::string, sqlite3_stmt*> map;
+  ~stmt_cache() {
+    for (auto& [_, st] : map)
+      sqlite3_finalize(st);
+  }
+};
+
+sqlite3_stmt* entity_store::prepare(const char* sql) {
+  auto it = stmts_->map.find(sql);
+  if (it != stmts_->map.end())
+    return it->second;
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr) != SQLITE_OK)
+    return nullptr;
+  stmts_->map.emplace(sql, st);
+  return st;
+}
+
+// -- lifecycle ----------------------------------------------------------------------------------
+
+entity_store::entity_store(store_options opts, entity_key key, fs::path path)
+  : opts_(std::move(opts)),
+    key_(std::move(key)),
+    path_(std::move(path)),
+    stmts_(std::make_unique<stmt_cache>()),
+    head_hash_(genesis_hash) {}
+
+entity_store::~entity_store() {
+  if (db_) {
+    if (in_batch_)
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    stmts_.reset();
+    sqlite3_close_v2(db_);
+  }
+}
+
+int entity_store::fault_check(const char* sql) {
+  if (!opts_.fault)
+    return SQLITE_OK;
+  return opts_.fault(++op_index_, sql ? std::string_view(sql) : std::string_view());
+}
+
+status entity_store::fail(int rc, std::string_view what) {
+  std::string msg(what);
+  msg += ": ";
+  msg += db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  if (db_ && (rc & 0xff) != (sqlite3_errcode(db_) & 0xff)) // an injected fault
+    msg = std::string(what) + ": " + sqlite3_errstr(rc) + " (injected)";
+  // SQLite rolls a transaction back by itself on some errors (FULL, IOERR, NOMEM, BUSY):
+  // keep the in-memory chain head in step with what the file holds.
+  if (in_batch_ && db_ && sqlite3_get_autocommit(db_)) {
+    in_batch_ = in_turn_ = dirty_ = false;
+    last_seq_ = batch_mark_.seq;
+    head_hash_ = batch_mark_.hash;
+  }
+  return {map_rc(rc), std::move(msg)};
+}
+
+status entity_store::exec(const char* sql) {
+  if (int rc = fault_check(sql); rc != SQLITE_OK)
+    return fail(rc, "exec");
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    std::string msg = err ? err : sqlite3_errstr(rc);
+    sqlite3_free(err);
+    auto st = fail(rc, "exec");
+    return {st.code(), std::string(sql).substr(0, 40) + ": " + msg};
+  }
+  return status::ok();
+}
+
+status entity_store::step_done(sqlite3_stmt* st, const char* what) {
+  if (int rc = fault_check(what); rc != SQLITE_OK)
+    return fail(rc, what);
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    return fail(rc, what);
+  return status::ok();
+}
+
+status entity_store::check_writable() const {
+  if (opts_.read_only)
+    return {errc::read_only, "the store was opened read-only"};
+  return status::ok();
+}
+
+result<std::unique_ptr<entity_store>> entity_store::open(const store_options& opts,
+                                                         const entity_key& key) {
+  if (auto st = validate_key_part(key.tenant, "tenant"); !st)
+    return st;
+  if (auto st = validate_key_part(key.type, "entity type"); !st)
+    return st;
+  if (auto st = validate_key_part(key.id, "entity id"); !st)
+    return st;
+  if (opts.data_dir.empty())
+    return status{errc::invalid_argument, "store_options.data_dir is empty"};
+  auto path = key.file_path(opts.data_dir);
+  std::unique_ptr<entity_store> s(new entity_store(opts, key, path));
+  std::error_code ec;
+  bool exists = fs::exists(path, ec);
+  if (!exists && (opts.read_only || !opts.create_if_missing))
+    return status{errc::not_found, "no entity " + key.to_string() + " in " +
+                                     opts.data_dir.string()};
+  bool created = false;
+  if (!exists) {
+    auto dir = path.parent_path();
+    bool made_dir = !fs::exists(dir, ec);
+    fs::create_directories(dir, ec);
+    if (ec)
+      return status{errc::io_error, "cannot create " + dir.string() + ": " + ec.message()};
+    if (made_dir && opts.mode == durability::full)
+      sync_dir(dir.parent_path());
+    created = true;
+  }
+  if (auto st = s->open_db(created); !st)
+    return st;
+  if (created && opts.mode == durability::full)
+    sync_dir(path.parent_path());
+  return s;
+}
+
+result<std::unique_ptr<entity_store>> entity_store::open_file(const fs::path& file,
+                                                              const store_options& opts) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec))
+    return status{errc::not_found, "no such file: " + file.string()};
+  store_options o = opts;
+  o.create_if_missing = false;
+  std::unique_ptr<entity_store> s(new entity_store(o, entity_key{}, file));
+  if (auto st = s->open_db(false); !st)
+    return st;
+  return s;
+}
+
+status entity_store::open_db(bool create) {
+  sqlite_global_init();
+  int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
+  // A URI so that mode=ro can be asked for; '?', '#' and '%' in the path are percent-encoded
+  // so that no part of a path can add URI parameters.
+  std::string enc = "file:";
+  for (char c : path_.string()) {
+    if (c == '?')
+      enc += "%3f";
+    else if (c == '#')
+      enc += "%23";
+    else if (c == '%')
+      enc += "%25";
+    else
+      enc.push_back(c);
+  }
+  if (opts_.read_only) {
+    flags |= SQLITE_OPEN_READONLY;
+    enc += "?mode=ro";
+  } else {
+    flags |= SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+  }
+  int rc = sqlite3_open_v2(enc.c_str(), &db_, flags, nullptr);
+  if (rc != SQLITE_OK)
+    return fail(rc, "open " + path_.string());
+  sqlite3_extended_result_codes(db_, 1);
+  if (auto st = configure(); !st)
+    return st;
+  return migrate();
+}
+
+status entity_store::configure() {
+  sqlite3_busy_timeout(db_, opts_.busy_timeout_ms);
+  std::string pragmas = "PRAGMA cache_size=-" + std::to_string(opts_.cache_kib) +
+                        ";PRAGMA temp_store=MEMORY;PRAGMA mmap_size=0;";
+  if (!opts_.read_only) {
+    pragmas += "PRAGMA journal_mode=WAL;";
+    pragmas += opts_.mode == durability::full ? "PRAGMA synchronous=FULL;"
+                                              : "PRAGMA synchronous=NORMAL;";
+    if (opts_.max_page_count > 0)
+      pragmas += "PRAGMA max_page_count=" + std::to_string(opts_.max_page_count) + ";";
+  }
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, pragmas.c_str(), nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    std::string msg = err ? err : "";
+    sqlite3_free(err);
+    if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT)
+      return {errc::corruption, path_.string() + " is not a database (" + msg + ")"};
+    return {map_rc(rc), "configure " + path_.string() + ": " + msg};
+  }
+  return status::ok();
+}
+
+status entity_store::migrate() {
+  auto corrupt_or = [&](int rc, const char* what) -> status {
+    if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT)
+      return {errc::corruption, path_.string() + " is not a database or is corrupt"};
+    return fail(rc, what);
+  };
+  int version = 0;
+  {
+    sqlite3_stmt* st = nullptr;
+    int rc = sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &st, nullptr);
+    if (rc != SQLITE_OK)
+      return corrupt_or(rc, "read user_version");
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+      version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW)
+      return corrupt_or(rc, "read user_version");
+  }
+  int target = opts_.target_schema_version > 0 ? opts_.target_schema_version
+                                               : current_schema_version;
+  if (version > current_schema_version)
+    return {errc::newer_schema, path_.string() + " has schema version " + std::to_string(version) +
+                                  "; this factum reads up to " +
+                                  std::to_string(current_schema_version)};
+  // Is this a factum file? A fresh one has no tables at all.
+  int tables = 0;
+  bool has_meta = false;
+  {
+    sqlite3_stmt* st = nullptr;
+    int rc = sqlite3_prepare_v2(
+      db_, "SELECT name FROM sqlite_master WHERE type='table'", -1, &st, nullptr);
+    if (rc != SQLITE_OK)
+      return corrupt_or(rc, "read schema");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      ++tables;
+      if (std::strcmp(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "meta") == 0)
+        has_meta = true;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+      return corrupt_or(rc, "read schema");
+  }
+  if (tables > 0 || version > 0) {
+    std::string format, tenant, type, id;
+    if (has_meta) {
+      sqlite3_stmt* st = nullptr;
+      sqlite3_prepare_v2(db_, "SELECT key, value FROM meta", -1, &st, nullptr);
+      while (st && sqlite3_step(st) == SQLITE_ROW) {
+        auto k = col_text(st, 0);
+        auto v = col_text(st, 1);
+        if (k == "format")
+          format = v;
+        else if (k == "tenant")
+          tenant = v;
+        else if (k == "type")
+          type = v;
+        else if (k == "id")
+          id = v;
+      }
+      sqlite3_finalize(st);
+    }
+    if (format != "factum-entity")
+      return {errc::not_factum_file, path_.string() + " is a SQLite file but not a factum entity"};
+    entity_key stored{tenant, type, id};
+    if (key_.tenant.empty()) {
+      key_ = stored; // open_file: the file names its entity
+    } else if (!(stored == key_)) {
+      return {errc::corruption, path_.string() + " belongs to entity " + stored.to_string() +
+                                  ", not " + key_.to_string()};
+    }
+  } else if (opts_.read_only || key_.tenant.empty()) {
+    return {errc::not_factum_file, path_.string() + " is empty, not a factum entity"};
+  }
+  schema_version_ = version;
+  if (version < target && !opts_.read_only) {
+    if (auto st = exec("BEGIN IMMEDIATE"); !st)
+      return st;
+    for (int v = version; v < target; ++v) {
+      if (auto st = exec(schema::migrations[v]); !st) {
+        (void) exec("ROLLBACK");
+        return {st.code(), "migrate to schema version " + std::to_string(v + 1) + ": " +
+                             st.message()};
+      }
+    }
+    if (version == 0) {
+      sqlite3_stmt* st = nullptr;
+      sqlite3_prepare_v2(db_, "INSERT INTO meta(key, value) VALUES (?, ?)", -1, &st, nullptr);
+      auto put = [&](const char* k, const std::string& v) {
+        sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
+        bind_text(st, 2, v);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        return rc == SQLITE_DONE;
+      };
+      bool ok = put("format", "factum-entity") && put("tenant", key_.tenant) &&
+                put("type", key_.type) && put("id", key_.id) &&
+                put("created_at", std::to_string(now_ms()));
+      sqlite3_finalize(st);
+      if (!ok) {
+        (void) exec("ROLLBACK");
+        return {errc::io_error, "write meta: " + std::string(sqlite3_errmsg(db_))};
+      }
+    }
+    std::string uv = "PRAGMA user_version=" + std::to_string(target);
+    if (auto st = exec(uv.c_str()); !st) {
+      (void) exec("ROLLBACK");
+      return st;
+    }
+    if (auto st = exec("COMMIT"); !st) {
+      (void) exec("ROLLBACK");
+      return st;
+    }
+    schema_version_ = target;
+  } else if (version < current_schema_version && opts_.read_only) {
+    // An older file read as is: the tables of later versions are absent.
+  }
+  if (auto st = load_head(); !st)
+    return st;
+  // Keys pending in the file belong to an activation that is gone (single activation).
+  if (!opts_.read_only) {
+    sqlite3_stmt* st = prepare("SELECT COUNT(*) FROM idempotency_keys WHERE status='pending'");
+    if (!st)
+      return fail(sqlite3_errcode(db_), "count pending keys");
+    stmt_guard g{st};
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) > 0) {
+      released_on_open_ = sqlite3_column_int64(st, 0);
+      sqlite3_reset(st);
+      if (auto s2 = exec("DELETE FROM idempotency_keys WHERE status='pending'"); !s2)
+        return s2;
+    }
+  }
+  return status::ok();
+}
+
+status entity_store::load_head() {
+  sqlite3_stmt* st = prepare("SELECT seq, hash FROM facts ORDER BY seq DESC LIMIT 1");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "read chain head");
+  stmt_guard g{st};
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    last_seq_ = sqlite3_column_int64(st, 0);
+    head_hash_ = col_text(st, 1);
+  } else if (rc == SQLITE_DONE) {
+    last_seq_ = 0;
+    head_hash_ = genesis_hash;
+  } else {
+    return fail(rc, "read chain head");
+  }
+  return status::ok();
+}
+
+// -- transactions -------------------------------------------------------------------------------
+
+status entity_store::begin_batch() {
+  if (in_batch_)
+    return status::ok();
+  if (auto st = check_writable(); !st)
+    return st;
+  if (auto st = exec("BEGIN IMMEDIATE"); !st)
+    return st;
+  in_batch_ = true;
+  dirty_ = false;
+  batch_mark_ = {last_seq_, head_hash_};
+  return status::ok();
+}
+
+status entity_store::ensure_batch() {
+  if (auto st = check_writable(); !st)
+    return st;
+  if (!in_batch_)
+    if (auto st = begin_batch(); !st)
+      return st;
+  dirty_ = true;
+  return status::ok();
+}
+
+status entity_store::commit() {
+  if (!in_batch_)
+    return status::ok();
+  if (in_turn_)
+    return {errc::internal, "commit inside a turn"};
+  auto st = exec("COMMIT");
+  if (!st) {
+    if (in_batch_) { // COMMIT failed but the transaction is still open: undo it whole
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      in_batch_ = dirty_ = false;
+      last_seq_ = batch_mark_.seq;
+      head_hash_ = batch_mark_.hash;
+    }
+    return st;
+  }
+  in_batch_ = dirty_ = false;
+  return status::ok();
+}
+
+status entity_store::rollback() {
+  if (!in_batch_)
+    return status::ok();
+  sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  in_batch_ = in_turn_ = dirty_ = false;
+  last_seq_ = batch_mark_.seq;
+  head_hash_ = batch_mark_.hash;
+  return status::ok();
+}
+
+status entity_store::begin_turn() {
+  if (in_turn_)
+    return {errc::internal, "turns do not nest"};
+  if (auto st = begin_batch(); !st)
+    return st;
+  if (auto st = exec("SAVEPOINT turn"); !st)
+    return st;
+  in_turn_ = true;
+  turn_mark_ = {last_seq_, head_hash_};
+  return status::ok();
+}
+
+status entity_store::end_turn(bool keep) {
+  if (!in_turn_)
+    return status::ok();
+  in_turn_ = false;
+  if (keep) {
+    if (auto st = exec("RELEASE turn"); !st)
+      return st;
+    return status::ok();
+  }
+  auto st = exec("ROLLBACK TO turn");
+  if (st)
+    st = exec("RELEASE turn");
+  last_seq_ = turn_mark_.seq;
+  head_hash_ = turn_mark_.hash;
+  return st;
+}
+
+// -- facts --------------------------------------------------------------------------------------
+
+result<fact> entity_store::append(const fact_draft& d) {
+  if (auto st = validate_fact_token(d.type, "type"); !st)
+    return st;
+  if (!d.subtype.empty())
+    if (auto st = validate_fact_token(d.subtype, "subtype"); !st)
+      return st;
+  if (!d.amount.empty() || !d.currency.empty()) {
+    if (auto st = validate_amount(d.amount); !st)
+      return st;
+    bool cur_ok = d.currency.size() >= 3 && d.currency.size() <= 8;
+    for (char c : d.currency)
+      cur_ok = cur_ok && c >= 'A' && c <= 'Z';
+    if (!cur_ok)
+      return status{errc::invalid_argument, "currency must be 3 to 8 upper-case letters"};
+  }
+  if (d.timestamp_ms < 0)
+    return status{errc::invalid_argument, "timestamp must not be negative"};
+  if (d.config_version < 0)
+    return status{errc::invalid_argument, "config_version must not be negative"};
+  for (auto [v, what] : {std::pair{&d.tool_id, "tool_id"}, {&d.config_id, "config_id"},
+                         {&d.trace_id, "trace_id"}, {&d.idempotency_key, "idempotency_key"},
+                         {&d.from_entity, "from_entity"}, {&d.to_entity, "to_entity"}})
+    if (auto st = check_text_field(*v, what); !st)
+      return st;
+  if (!d.data.is_object())
+    return status{errc::invalid_argument, "fact data must be a JSON object"};
+  fact f;
+  try {
+    f.data = d.data.dump();
+  } catch (const nlohmann::json::exception& e) {
+    return status{errc::invalid_argument, std::string("fact data: ") + e.what()};
+  }
+  if (auto st = ensure_batch(); !st)
+    return st;
+  f.seq = last_seq_ + 1;
+  f.fact_id = new_id("fct_");
+  f.type = d.type;
+  f.subtype = d.subtype;
+  f.timestamp_ms = d.timestamp_ms ? d.timestamp_ms : now_ms();
+  f.tenant_id = key_.tenant;
+  f.entity_type = key_.type;
+  f.entity_id = key_.id;
+  f.tool_id = d.tool_id;
+  f.config_id = d.config_id;
+  f.config_version = d.config_version;
+  f.trace_id = d.trace_id;
+  f.idempotency_key = d.idempotency_key;
+  f.amount = d.amount;
+  f.currency = d.currency;
+  f.from_entity = d.from_entity;
+  f.to_entity = d.to_entity;
+  f.prev_hash = head_hash_;
+  f.hash = compute_hash(f);
+
+  auto st = prepare("INSERT INTO facts(seq, fact_id, type, subtype, ts, tool_id, config_id, "
+                    "config_version, trace_id, idempotency_key, amount, currency, from_entity, "
+                    "to_entity, data, prev_hash, hash) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare fact insert");
+  stmt_guard g{st};
+  sqlite3_bind_int64(st, 1, f.seq);
+  bind_text(st, 2, f.fact_id);
+  bind_text(st, 3, f.type);
+  bind_text_or_null(st, 4, f.subtype);
+  sqlite3_bind_int64(st, 5, f.timestamp_ms);
+  bind_text_or_null(st, 6, f.tool_id);
+  bind_text_or_null(st, 7, f.config_id);
+  bind_int_or_null(st, 8, f.config_version);
+  bind_text_or_null(st, 9, f.trace_id);
+  bind_text_or_null(st, 10, f.idempotency_key);
+  bind_text_or_null(st, 11, f.amount);
+  bind_text_or_null(st, 12, f.currency);
+  bind_text_or_null(st, 13, f.from_entity);
+  bind_text_or_null(st, 14, f.to_entity);
+  bind_text(st, 15, f.data);
+  bind_text(st, 16, f.prev_hash);
+  bind_text(st, 17, f.hash);
+  if (auto s = step_done(st, "append fact"); !s)
+    return s;
+  last_seq_ = f.seq;
+  head_hash_ = f.hash;
+  return f;
+}
+
+result<std::vector<fact>> entity_store::append_many(const std::vector<fact_draft>& drafts) {
+  std::vector<fact> out;
+  out.reserve(drafts.size());
+  bool own_turn = !in_turn_;
+  if (own_turn)
+    if (auto st = begin_turn(); !st)
+      return st;
+  for (auto& d : drafts) {
+    auto r = append(d);
+    if (!r) {
+      if (own_turn)
+        (void) end_turn(false);
+      return r.error();
+    }
+    out.push_back(std::move(r.value()));
+  }
+  if (own_turn)
+    if (auto st = end_turn(true); !st)
+      return st;
+  return out;
+}
+
+result<std::vector<fact>> entity_store::query(const fact_filter& f) {
+  if (auto st = f.validate(); !st)
+    return st;
+  // The SQL text is built only from constant fragments; every value is a bound parameter.
+  std::string sql = "SELECT ";
+  sql += fact_columns;
+  sql += " FROM facts WHERE 1";
+  if (!f.type.empty())
+    sql += " AND type = ?1";
+  if (!f.subtype.empty())
+    sql += " AND subtype = ?2";
+  if (f.since_ms)
+    sql += " AND ts >= ?3";
+  if (f.until_ms)
+    sql += " AND ts < ?4";
+  if (f.after_seq)
+    sql += " AND seq > ?5";
+  if (f.before_seq)
+    sql += " AND seq < ?6";
+  if (!f.trace_id.empty())
+    sql += " AND trace_id = ?7";
+  if (!f.tool_id.empty())
+    sql += " AND tool_id = ?8";
+  if (!f.idempotency_key.empty())
+    sql += " AND idempotency_key = ?9";
+  sql += f.newest_first ? " ORDER BY seq DESC LIMIT ?10" : " ORDER BY seq ASC LIMIT ?10";
+  auto st = prepare(sql.c_str());
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare fact query");
+  stmt_guard g{st};
+  if (!f.type.empty())
+    bind_text(st, 1, f.type);
+  if (!f.subtype.empty())
+    bind_text(st, 2, f.subtype);
+  if (f.since_ms)
+    sqlite3_bind_int64(st, 3, *f.since_ms);
+  if (f.until_ms)
+    sqlite3_bind_int64(st, 4, *f.until_ms);
+  if (f.after_seq)
+    sqlite3_bind_int64(st, 5, *f.after_seq);
+  if (f.before_seq)
+    sqlite3_bind_int64(st, 6, *f.before_seq);
+  if (!f.trace_id.empty())
+    bind_text(st, 7, f.trace_id);
+  if (!f.tool_id.empty())
+    bind_text(st, 8, f.tool_id);
+  if (!f.idempotency_key.empty())
+    bind_text(st, 9, f.idempotency_key);
+  sqlite3_bind_int64(st, 10, f.limit);
+  std::vector<fact> out;
+  int rc;
+  if (int frc = fault_check("query facts"); frc != SQLITE_OK)
+    return fail(frc, "query facts");
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    out.push_back(read_fact(st, key_));
+  if (rc != SQLITE_DONE)
+    return fail(rc, "query facts");
+  return out;
+}
+
+result<fact> entity_store::get(int64_t seq) {
+  static const std::string sql = std::string("SELECT ") + fact_columns + " FROM facts WHERE seq=?";
+  auto st = prepare(sql.c_str());
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare get fact");
+  stmt_guard g{st};
+  sqlite3_bind_int64(st, 1, seq);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    return read_fact(st, key_);
+  if (rc == SQLITE_DONE)
+    return status{errc::not_found, "no fact with seq " + std::to_string(seq)};
+  return fail(rc, "get fact");
+}
+
+result<fact> entity_store::get(std::string_view fact_id) {
+  static const std::string sql =
+    std::string("SELECT ") + fact_columns + " FROM facts WHERE fact_id=?";
+  auto st = prepare(sql.c_str());
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare get fact");
+  stmt_guard g{st};
+  bind_text(st, 1, fact_id);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    return read_fact(st, key_);
+  if (rc == SQLITE_DONE)
+    return status{errc::not_found, "no fact with id " + std::string(fact_id.substr(0, 80))};
+  return fail(rc, "get fact");
+}
+
+result<verify_report> entity_store::verify() {
+  verify_report rep;
+  auto problem = [&](int64_t seq, std::string what) {
+    if (rep.ok) {
+      rep.ok = false;
+      rep.first_bad_seq = seq;
+      rep.problem = std::move(what);
+    }
+  };
+  if (schema_version_ != current_schema_version)
+    problem(0, "schema version " + std::to_string(schema_version_) + ", expected " +
+                 std::to_string(current_schema_version));
+  {
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type='trigger'", -1, &st,
+                       nullptr);
+    bool upd = false, del = false, chain = false;
+    while (st && sqlite3_step(st) == SQLITE_ROW) {
+      auto n = col_text(st, 0);
+      upd |= n == "facts_no_update";
+      del |= n == "facts_no_delete";
+      chain |= n == "facts_chain";
+    }
+    sqlite3_finalize(st);
+    if (!upd)
+      problem(0, "trigger facts_no_update is missing: facts can be edited");
+    if (!del)
+      problem(0, "trigger facts_no_delete is missing: facts can be deleted");
+    if (!chain)
+      problem(0, "trigger facts_chain is missing: the chain is not enforced on insert");
+  }
+  std::string sql = std::string("SELECT ") + fact_columns + " FROM facts ORDER BY seq";
+  sqlite3_stmt* st = nullptr;
+  int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr);
+  if (rc != SQLITE_OK)
+    return fail(rc, "verify");
+  int64_t expect = 1;
+  std::string prev(genesis_hash);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    fact f = read_fact(st, key_);
+    ++rep.facts_checked;
+    if (f.seq != expect)
+      problem(f.seq, "seq " + std::to_string(f.seq) + " follows " + std::to_string(expect - 1) +
+                       ": facts are missing");
+    else if (f.prev_hash != prev)
+      problem(f.seq, "prev_hash of seq " + std::to_string(f.seq) +
+                       " does not equal the hash of the fact before it");
+    else if (compute_hash(f) != f.hash)
+      problem(f.seq, "hash of seq " + std::to_string(f.seq) +
+                       " does not match its contents: the fact was altered");
+    expect = f.seq + 1;
+    prev = f.hash;
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return fail(rc, "verify");
+  return rep;
+}
+
+// -- idempotency keys ---------------------------------------------------------------------------
+
+namespace {
+constexpr const char* key_select =
+  "SELECT key, status, fingerprint, response, created_at, expires_at FROM idempotency_keys ";
+
+idempotency_record read_key(sqlite3_stmt* st) {
+  idempotency_record r;
+  r.key = col_text(st, 0);
+  r.status = parse_key_status(col_text(st, 1));
+  r.fingerprint = col_text(st, 2);
+  r.response = col_text(st, 3);
+  r.created_at_ms = sqlite3_column_int64(st, 4);
+  r.expires_at_ms = col_opt(st, 5);
+  return r;
+}
+} // namespace
+
+result<key_begin_result> entity_store::begin_key(std::string_view key,
+                                                 std::string_view fingerprint, int64_t ttl_ms,
+                                                 int64_t now) {
+  if (key.empty() || key.size() > 255)
+    return status{errc::invalid_argument, "idempotency key must be 1 to 255 characters"};
+  if (ttl_ms < 0)
+    return status{errc::invalid_argument, "idempotency key TTL must not be negative"};
+  key_begin_result out;
+  {
+    static const std::string sql = std::string(key_select) + "WHERE key=?";
+    auto st = prepare(sql.c_str());
+    if (!st)
+      return fail(sqlite3_errcode(db_), "prepare key lookup");
+    stmt_guard g{st};
+    bind_text(st, 1, key);
+    if (int frc = fault_check("key lookup"); frc != SQLITE_OK)
+      return fail(frc, "key lookup");
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+      out.record = read_key(st);
+    } else if (rc != SQLITE_DONE) {
+      return fail(rc, "key lookup");
+    }
+  }
+  if (!out.record.key.empty()) {
+    bool expired = out.record.expires_at_ms && *out.record.expires_at_ms <= now &&
+                   out.record.status != key_status::pending;
+    if (!expired) {
+      if (out.record.fingerprint != fingerprint)
+        out.outcome = key_outcome::mismatch;
+      else if (out.record.status == key_status::pending)
+        out.outcome = key_outcome::in_flight;
+      else if (out.record.status == key_status::completed)
+        out.outcome = key_outcome::completed;
+      else
+        out.outcome = key_outcome::failed;
+      return out;
+    }
+    if (auto st = ensure_batch(); !st)
+      return st;
+    auto del = prepare("DELETE FROM idempotency_keys WHERE key=?");
+    stmt_guard g{del};
+    bind_text(del, 1, key);
+    if (auto st = step_done(del, "delete expired key"); !st)
+      return st;
+  }
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto ins = prepare("INSERT INTO idempotency_keys(key, status, fingerprint, response, created_at, "
+                     "expires_at) VALUES (?, 'pending', ?, NULL, ?, ?)");
+  if (!ins)
+    return fail(sqlite3_errcode(db_), "prepare key insert");
+  stmt_guard g{ins};
+  bind_text(ins, 1, key);
+  bind_text(ins, 2, fingerprint);
+  sqlite3_bind_int64(ins, 3, now);
+  if (ttl_ms > 0)
+    sqlite3_bind_int64(ins, 4, now + ttl_ms);
+  else
+    sqlite3_bind_null(ins, 4);
+  if (auto st = step_done(ins, "insert key"); !st)
+    return st;
+  out.outcome = key_outcome::fresh;
+  out.record = idempotency_record{std::string(key), key_status::pending, std::string(fingerprint),
+                                  "", now,
+                                  ttl_ms > 0 ? std::optional<int64_t>(now + ttl_ms) : std::nullopt};
+  return out;
+}
+
+status entity_store::complete_key(std::string_view key, std::string_view response) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("UPDATE idempotency_keys SET status='completed', response=? "
+                    "WHERE key=? AND status='pending'");
+  stmt_guard g{st};
+  bind_text(st, 1, response);
+  bind_text(st, 2, key);
+  if (auto s = step_done(st, "complete key"); !s)
+    return s;
+  if (sqlite3_changes(db_) != 1)
+    return {errc::conflict, "idempotency key is not pending"};
+  return status::ok();
+}
+
+status entity_store::fail_key(std::string_view key, std::string_view response) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("UPDATE idempotency_keys SET status='failed', response=? "
+                    "WHERE key=? AND status='pending'");
+  stmt_guard g{st};
+  bind_text(st, 1, response);
+  bind_text(st, 2, key);
+  if (auto s = step_done(st, "fail key"); !s)
+    return s;
+  if (sqlite3_changes(db_) != 1)
+    return {errc::conflict, "idempotency key is not pending"};
+  return status::ok();
+}
+
+status entity_store::release_key(std::string_view key) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("DELETE FROM idempotency_keys WHERE key=? AND status='pending'");
+  stmt_guard g{st};
+  bind_text(st, 1, key);
+  return step_done(st, "release key");
+}
+
+result<int64_t> entity_store::purge_expired_keys(int64_t now) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("DELETE FROM idempotency_keys WHERE expires_at IS NOT NULL AND expires_at <= ? "
+                    "AND status <> 'pending'");
+  stmt_guard g{st};
+  sqlite3_bind_int64(st, 1, now);
+  if (auto s = step_done(st, "purge keys"); !s)
+    return s;
+  return static_cast<int64_t>(sqlite3_changes(db_));
+}
+
+result<idempotency_record> entity_store::get_key(std::string_view key) {
+  static const std::string sql = std::string(key_select) + "WHERE key=?";
+  auto st = prepare(sql.c_str());
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare key lookup");
+  stmt_guard g{st};
+  bind_text(st, 1, key);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    return read_key(st);
+  if (rc == SQLITE_DONE)
+    return status{errc::not_found, "no such idempotency key"};
+  return fail(rc, "key lookup");
+}
+
+result<std::vector<idempotency_record>> entity_store::list_keys(int64_t limit) {
+  static const std::string sql = std::string(key_select) + "ORDER BY created_at DESC LIMIT ?";
+  auto st = prepare(sql.c_str());
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare list keys");
+  stmt_guard g{st};
+  sqlite3_bind_int64(st, 1, limit);
+  std::vector<idempotency_record> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    out.push_back(read_key(st));
+  if (rc != SQLITE_DONE)
+    return fail(rc, "list keys");
+  return out;
+}
+
+result<std::optional<int64_t>> entity_store::next_key_expiry() {
+  auto st = prepare("SELECT MIN(expires_at) FROM idempotency_keys WHERE expires_at IS NOT NULL");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare next key expiry");
+  stmt_guard g{st};
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW)
+    return fail(rc, "next key expiry");
+  return col_opt(st, 0);
+}
+
+// -- alarms -------------------------------------------------------------------------------------
+
+namespace {
+constexpr const char* alarm_select = "SELECT name, due_at, payload, attempts, created_at FROM alarms ";
+alarm_record read_alarm(sqlite3_stmt* st) {
+  return alarm_record{col_text(st, 0), sqlite3_column_int64(st, 1), col_text(st, 2),
+                      sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4)};
+}
+} // namespace
+
+status entity_store::set_alarm(const alarm_record& a) {
+  if (a.name.empty() || a.name.size() > 128 || !valid_utf8(a.name))
+    return {errc::invalid_argument, "alarm name must be 1 to 128 bytes of UTF-8"};
+  if (a.due_ms < 0 || a.attempts < 0)
+    return {errc::invalid_argument, "alarm due time and attempts must not be negative"};
+  if (!nlohmann::json::accept(a.payload))
+    return {errc::invalid_argument, "alarm payload must be JSON"};
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("INSERT OR REPLACE INTO alarms(name, due_at, payload, attempts, created_at) "
+                    "VALUES (?,?,?,?,?)");
+  stmt_guard g{st};
+  bind_text(st, 1, a.name);
+  sqlite3_bind_int64(st, 2, a.due_ms);
+  bind_text(st, 3, a.payload);
+  sqlite3_bind_int64(st, 4, a.attempts);
+  sqlite3_bind_int64(st, 5, a.created_at_ms ? a.created_at_ms : now_ms());
+  return step_done(st, "set alarm");
+}
+
+status entity_store::cancel_alarm(std::string_view name) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("DELETE FROM alarms WHERE name=?");
+  stmt_guard g{st};
+  bind_text(st, 1, name);
+  return step_done(st, "cancel alarm");
+}
+
+result<std::vector<alarm_record>> entity_store::list_alarms() {
+  static const std::string sql = std::string(alarm_select) + "ORDER BY due_at, name";
+  auto st = prepare(sql.c_str());
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare list alarms");
+  stmt_guard g{st};
+  std::vector<alarm_record> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    out.push_back(read_alarm(st));
+  if (rc != SQLITE_DONE)
+    return fail(rc, "list alarms");
+  return out;
+}
+
+result<std::optional<alarm_record>> entity_store::next_alarm() {
+  static const std::string sql = std::string(alarm_select) + "ORDER BY due_at, name LIMIT 1";
+  auto st = prepare(sql.c_str());
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare next alarm");
+  stmt_guard g{st};
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    return std::optional<alarm_record>(read_alarm(st));
+  if (rc == SQLITE_DONE)
+    return std::optional<alarm_record>();
+  return fail(rc, "next alarm");
+}
+
+result<alarm_record> entity_store::get_alarm(std::string_view name) {
+  static const std::string sql = std::string(alarm_select) + "WHERE name=?";
+  auto st = prepare(sql.c_str());
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare get alarm");
+  stmt_guard g{st};
+  bind_text(st, 1, name);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    return read_alarm(st);
+  if (rc == SQLITE_DONE)
+    return status{errc::not_found, "no such alarm"};
+  return fail(rc, "get alarm");
+}
+
+// -- dead letters -------------------------------------------------------------------------------
+
+namespace {
+constexpr const char* dl_select =
+  "SELECT id, operation, payload, idempotency_key, config_id, config_version, error_code, "
+  "error_message, error_category, reason, attempts, first_attempt_at, last_attempt_at, trace_id, "
+  "status, next_retry_at, expires_at, created_at, updated_at FROM dead_letters ";
+
+dead_letter_record read_dl(sqlite3_stmt* st) {
+  dead_letter_record d;
+  d.id = col_text(st, 0);
+  d.operation = col_text(st, 1);
+  d.payload = col_text(st, 2);
+  d.idempotency_key = col_text(st, 3);
+  d.config_id = col_text(st, 4);
+  d.config_version = sqlite3_column_int64(st, 5);
+  d.error_code = col_text(st, 6);
+  d.error_message = col_text(st, 7);
+  d.error_category = col_text(st, 8);
+  d.reason = col_text(st, 9);
+  d.attempts = sqlite3_column_int64(st, 10);
+  d.first_attempt_ms = sqlite3_column_int64(st, 11);
+  d.last_attempt_ms = sqlite3_column_int64(st, 12);
+  d.trace_id = col_text(st, 13);
+  auto s = parse_dl_status(col_text(st, 14));
+  d.status = s ? *s : dl_status::pending;
+  d.next_retry_ms = col_opt(st, 15);
+  d.expires_at_ms = col_opt(st, 16);
+  d.created_at_ms = sqlite3_column_int64(st, 17);
+  d.updated_at_ms = sqlite3_column_int64(st, 18);
+  return d;
+}
+} // namespace
+
+status entity_store::put_dead_letter(const dead_letter_record& d) {
+  if (schema_version_ < 2)
+    return {errc::internal, "dead letters need schema version 2"};
+  if (d.id.empty() || d.id.size() > 128)
+    return {errc::invalid_argument, "dead letter id must be 1 to 128 characters"};
+  if (!nlohmann::json::accept(d.payload))
+    return {errc::invalid_argument, "dead letter payload must be JSON"};
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare(
+    "INSERT OR REPLACE INTO dead_letters(id, operation, payload, idempotency_key, config_id, "
+    "config_version, error_code, error_message, error_category, reason, attempts, "
+    "first_attempt_at, last_attempt_at, trace_id, status, next_retry_at, expires_at, created_at, "
+    "updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  stmt_guard g{st};
+  int64_t now = now_ms();
+  bind_text(st, 1, d.id);
+  bind_text(st, 2, d.operation);
+  bind_text(st, 3, d.payload);
+  bind_text_or_null(st, 4, d.idempotency_key);
+  bind_text_or_null(st, 5, d.config_id);
+  bind_int_or_null(st, 6, d.config_version);
+  bind_text(st, 7, d.error_code);
+  bind_text(st, 8, d.error_message);
+  bind_text(st, 9, d.error_category);
+  bind_text(st, 10, d.reason);
+  sqlite3_bind_int64(st, 11, d.attempts);
+  sqlite3_bind_int64(st, 12, d.first_attempt_ms);
+  sqlite3_bind_int64(st, 13, d.last_attempt_ms);
+  bind_text_or_null(st, 14, d.trace_id);
+  bind_text(st, 15, to_string(d.status));
+  bind_opt(st, 16, d.next_retry_ms);
+  bind_opt(st, 17, d.expires_at_ms);
+  sqlite3_bind_int64(st, 18, d.created_at_ms ? d.created_at_ms : now);
+  sqlite3_bind_int64(st, 19, d.updated_at_ms ? d.updated_at_ms : now);
+  return step_done(st, "put dead letter");
+}
+
+result<dead_letter_record> entity_store::get_dead_letter(std::string_view id) {
+  if (schema_version_ < 2)
+    return status{errc::not_found, "no such dead letter"};
+  static const std::string sql = std::string(dl_select) + "WHERE id=?";
+  auto st = prepare(sql.c_str());
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare get dead letter");
+  stmt_guard g{st};
+  bind_text(st, 1, id);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    return read_dl(st);
+  if (rc == SQLITE_DONE)
+    return status{errc::not_found, "no such dead letter"};
+  return fail(rc, "get dead letter");
+}
+
+result<std::vector<dead_letter_record>>
+entity_store::list_dead_letters(std::optional<dl_status> filter, int64_t limit) {
+  std::vector<dead_letter_record> out;
+  if (schema_version_ < 2)
+    return out;
+  static const std::string all = std::string(dl_select) + "ORDER BY created_at, id LIMIT ?2";
+  static const std::string by =
+    std::string(dl_select) + "WHERE status=?1 ORDER BY created_at, id LIMIT ?2";
+  auto st = prepare(filter ? by.c_str() : all.c_str());
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare list dead letters");
+  stmt_guard g{st};
+  if (filter)
+    bind_text(st, 1, to_string(*filter));
+  sqlite3_bind_int64(st, 2, limit);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    out.push_back(read_dl(st));
+  if (rc != SQLITE_DONE)
+    return fail(rc, "list dead letters");
+  return out;
+}
+
+result<int64_t> entity_store::purge_dead_letters(int64_t now) {
+  if (schema_version_ < 2)
+    return int64_t{0};
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("DELETE FROM dead_letters WHERE expires_at IS NOT NULL AND expires_at <= ? "
+                    "AND status IN ('resolved', 'discarded', 'acknowledged')");
+  stmt_guard g{st};
+  sqlite3_bind_int64(st, 1, now);
+  if (auto s = step_done(st, "purge dead letters"); !s)
+    return s;
+  return static_cast<int64_t>(sqlite3_changes(db_));
+}
+
+// -- breakers -----------------------------------------------------------------------------------
+
+status entity_store::put_breaker(const breaker_record& b) {
+  if (schema_version_ < 2)
+    return {errc::internal, "breakers need schema version 2"};
+  if (b.tool_id.empty() || b.tool_id.size() > 128)
+    return {errc::invalid_argument, "tool id must be 1 to 128 characters"};
+  if (!nlohmann::json::accept(b.data))
+    return {errc::invalid_argument, "breaker data must be JSON"};
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("INSERT OR REPLACE INTO breakers(tool_id, state, data, updated_at) "
+                    "VALUES (?,?,?,?)");
+  stmt_guard g{st};
+  bind_text(st, 1, b.tool_id);
+  bind_text(st, 2, b.state);
+  bind_text(st, 3, b.data);
+  sqlite3_bind_int64(st, 4, b.updated_at_ms ? b.updated_at_ms : now_ms());
+  return step_done(st, "put breaker");
+}
+
+result<std::vector<breaker_record>> entity_store::list_breakers() {
+  std::vector<breaker_record> out;
+  if (schema_version_ < 2)
+    return out;
+  auto st = prepare("SELECT tool_id, state, data, updated_at FROM breakers ORDER BY tool_id");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare list breakers");
+  stmt_guard g{st};
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    out.push_back({col_text(st, 0), col_text(st, 1), col_text(st, 2), sqlite3_column_int64(st, 3)});
+  if (rc != SQLITE_DONE)
+    return fail(rc, "list breakers");
+  return out;
+}
+
+// -- configs ------------------------------------------------------------------------------------
+
+result<int64_t> entity_store::put_config(std::string_view config_id, std::string_view body) {
+  if (schema_version_ < 2)
+    return status{errc::internal, "configs need schema version 2"};
+  if (config_id.empty() || config_id.size() > 128 || !valid_utf8(config_id))
+    return status{errc::invalid_argument, "config id must be 1 to 128 bytes of UTF-8"};
+  if (!nlohmann::json::accept(body))
+    return status{errc::invalid_argument, "config body must be JSON"};
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("INSERT INTO configs(config_id, version, body, created_at) "
+                    "SELECT ?1, COALESCE(MAX(version), 0) + 1, ?2, ?3 FROM configs "
+                    "WHERE config_id=?1 RETURNING version");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare put config");
+  stmt_guard g{st};
+  bind_text(st, 1, config_id);
+  bind_text(st, 2, body);
+  sqlite3_bind_int64(st, 3, now_ms());
+  if (int frc = fault_check("put config"); frc != SQLITE_OK)
+    return fail(frc, "put config");
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW)
+    return fail(rc, "put config");
+  int64_t v = sqlite3_column_int64(st, 0);
+  rc = sqlite3_step(st);
+  if (rc != SQLITE_DONE)
+    return fail(rc, "put config");
+  return v;
+}
+
+result<config_record> entity_store::get_config(std::string_view config_id, int64_t version) {
+  if (schema_version_ < 2)
+    return status{errc::not_found, "no such config"};
+  auto st = prepare(version > 0 ? "SELECT config_id, version, body, created_at FROM configs "
+                                  "WHERE config_id=?1 AND version=?2"
+                                : "SELECT config_id, version, body, created_at FROM configs "
+                                  "WHERE config_id=?1 ORDER BY version DESC LIMIT 1");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare get config");
+  stmt_guard g{st};
+  bind_text(st, 1, config_id);
+  if (version > 0)
+    sqlite3_bind_int64(st, 2, version);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    return config_record{col_text(st, 0), sqlite3_column_int64(st, 1), col_text(st, 2),
+                         sqlite3_column_int64(st, 3)};
+  if (rc == SQLITE_DONE)
+    return status{errc::not_found, "no config " + std::string(config_id.substr(0, 128)) +
+                                     (version ? " version " + std::to_string(version) : "")};
+  return fail(rc, "get config");
+}
+
+result<std::vector<config_record>> entity_store::list_configs() {
+  std::vector<config_record> out;
+  if (schema_version_ < 2)
+    return out;
+  auto st = prepare("SELECT config_id, version, body, created_at FROM configs "
+                    "ORDER BY config_id, version");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare list configs");
+  stmt_guard g{st};
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    out.push_back(config_record{col_text(st, 0), sqlite3_column_int64(st, 1), col_text(st, 2),
+                                sqlite3_column_int64(st, 3)});
+  if (rc != SQLITE_DONE)
+    return fail(rc, "list configs");
+  return out;
+}
+
+// -- tenant SQL ---------------------------------------------------------------------------------
+
+namespace {
+
+struct auth_ctx {
+  bool read_only;
+  std::string denied;
+};
+
+bool tenant_table(const char* name) { return name && std::strncmp(name, "u_", 2) == 0; }
+
+int tenant_authorizer(void* p, int action, const char* a1, const char* a2, const char*,
+                      const char*) {
+  auto* ctx = static_cast<auth_ctx*>(p);
+  auto deny = [&](std::string why) {
+    if (ctx->denied.empty())
+      ctx->denied = std::move(why);
+    return SQLITE_DENY;
+  };
+  switch (action) {
+    case SQLITE_SELECT:
+    case SQLITE_READ:
+    case SQLITE_FUNCTION:
+    case SQLITE_RECURSIVE:
+      return SQLITE_OK; // reading any table of its own database is allowed
+    case SQLITE_INSERT:
+    case SQLITE_UPDATE:
+    case SQLITE_DELETE:
+      if (ctx->read_only)
+        return deny("this statement must be read-only");
+      if (tenant_table(a1))
+        return SQLITE_OK;
+      if (a1 && (std::strcmp(a1, "sqlite_master") == 0 || std::strcmp(a1, "sqlite_schema") == 0 ||
+                 std::strcmp(a1, "sqlite_sequence") == 0))
+        return SQLITE_OK; // bookkeeping of CREATE/DROP on u_ tables, authorized below
+      return deny(std::string("writes are allowed only to tables named u_*, not ") +
+                  (a1 ? a1 : "?"));
+    case SQLITE_CREATE_TABLE:
+    case SQLITE_DROP_TABLE:
+      if (ctx->read_only)
+        return deny("this statement must be read-only");
+      return tenant_table(a1) ? SQLITE_OK : deny("tenant tables must be named u_*");
+    case SQLITE_CREATE_INDEX:
+    case SQLITE_DROP_INDEX:
+      if (ctx->read_only)
+        return deny("this statement must be read-only");
+      return tenant_table(a2) ? SQLITE_OK : deny("indexes only on tenant tables u_*");
+    case SQLITE_ALTER_TABLE:
+      if (ctx->read_only)
+        return deny("this statement must be read-only");
+      return tenant_table(a2) ? SQLITE_OK : deny("only tenant tables u_* can be altered");
+    default:
+      return deny("statement kind not allowed in tenant SQL (action " + std::to_string(action) +
+                  ")");
+  }
+}
+
+} // namespace
+
+result<nlohmann::json> entity_store::tenant_sql(std::string_view sql, const nlohmann::json& params,
+                                                bool read_only) {
+  if (!read_only)
+    if (auto st = ensure_batch(); !st)
+      return st;
+  auth_ctx ctx{read_only || opts_.read_only, {}};
+  sqlite3_set_authorizer(db_, tenant_authorizer, &ctx);
+  sqlite3_stmt* st = nullptr;
+  const char* tail = nullptr;
+  int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &st, &tail);
+  sqlite3_set_authorizer(db_, nullptr, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = ctx.denied.empty() ? sqlite3_errmsg(db_) : ctx.denied;
+    sqlite3_finalize(st);
+    return status{errc::invalid_argument, "tenant SQL refused: " + msg};
+  }
+  std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> owner(st, sqlite3_finalize);
+  if (!st)
+    return status{errc::invalid_argument, "tenant SQL is empty"};
+  while (tail && *tail && (*tail == ' ' || *tail == '\n' || *tail == '\t' || *tail == ';'))
+    ++tail;
+  if (tail && *tail && tail < sql.data() + sql.size())
+    return status{errc::invalid_argument, "tenant SQL must be a single statement"};
+  if (ctx.read_only && !sqlite3_stmt_readonly(st))
+    return status{errc::invalid_argument, "tenant SQL must be read-only here"};
+  if (!params.is_null() && !params.is_array())
+    return status{errc::invalid_argument, "tenant SQL parameters must be a JSON array"};
+  int i = 1;
+  for (auto& p : params.is_array() ? params : nlohmann::json::array()) {
+    if (p.is_null())
+      sqlite3_bind_null(st, i);
+    else if (p.is_boolean())
+      sqlite3_bind_int64(st, i, p.get<bool>() ? 1 : 0);
+    else if (p.is_number_integer())
+      sqlite3_bind_int64(st, i, p.get<int64_t>());
+    else if (p.is_number())
+      sqlite3_bind_double(st, i, p.get<double>());
+    else if (p.is_string())
+      bind_text(st, i, p.get_ref<const std::string&>());
+    else
+      return status{errc::invalid_argument, "tenant SQL parameters must be JSON scalars"};
+    ++i;
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  if (int frc = fault_check("tenant sql"); frc != SQLITE_OK)
+    return fail(frc, "tenant sql");
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    nlohmann::json row = nlohmann::json::object();
+    int n = sqlite3_column_count(st);
+    for (int c = 0; c < n; ++c) {
+      const char* name = sqlite3_column_name(st, c);
+      switch (sqlite3_column_type(st, c)) {
+        case SQLITE_INTEGER: row[name] = sqlite3_column_int64(st, c); break;
+        case SQLITE_FLOAT: row[name] = sqlite3_column_double(st, c); break;
+        case SQLITE_NULL: row[name] = nullptr; break;
+        default: row[name] = col_text(st, c);
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE)
+    return fail(rc, "tenant sql");
+  return rows;
+}
+
+// -- summary ------------------------------------------------------------------------------------
+
+result<entity_info> entity_store::info() {
+  entity_info i;
+  i.key = key_;
+  i.path = path_;
+  i.schema_version = schema_version_;
+  i.fact_count = last_seq_;
+  if (last_seq_ > 0) {
+    auto f = get(last_seq_);
+    if (!f)
+      return f.error();
+    i.last_fact_ms = f->timestamp_ms;
+  }
+  auto st = prepare("SELECT value FROM meta WHERE key='created_at'");
+  if (st) {
+    stmt_guard g{st};
+    if (sqlite3_step(st) == SQLITE_ROW)
+      i.created_at_ms = std::atoll(col_text(st, 0).c_str());
+  }
+  std::error_code ec;
+  i.file_bytes = fs::file_size(path_, ec);
+  auto wal = path_;
+  wal += "-wal";
+  auto w = fs::file_size(wal, ec);
+  if (!ec)
+    i.file_bytes += w;
+  return i;
+}
+
+std::vector<fs::path> list_entity_files(const fs::path& data_dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  auto root = data_dir / "entities";
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_directory(ec))
+      continue;
+    for (auto jt = fs::directory_iterator(it->path(), ec); !ec && jt != fs::directory_iterator();
+         jt.increment(ec)) {
+      auto& p = jt->path();
+      if (p.extension() == ".db" && jt->is_regular_file(ec))
+        out.push_back(p);
+    }
+    ec.clear();
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+} // namespace factum

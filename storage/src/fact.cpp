@@ -1,0 +1,165 @@
+// fact.cpp: canonical serialization, hashing and validation of facts. Pure functions; any thread.
+//
+// The canonical serialization is specified in docs/storage-format.md ("Hash chain"); it equals
+// nlohmann::json::dump() of the fact's JSON view without "hash" (keys sorted, no whitespace),
+// which a test checks.
+#include "factum/storage/fact.hpp"
+
+#include <chrono>
+
+#include "factum/storage/sha256.hpp"
+
+namespace factum {
+
+namespace {
+
+void append_escaped(std::string& out, std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out.push_back(hex[c >> 4]);
+          out.push_back(hex[c & 0xf]);
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+// Writes the fields in ascending key order; `with_hash` adds "hash" (which sorts between
+// "from_entity" and "idempotency_key").
+std::string serialize(const fact& f, bool with_hash) {
+  std::string out;
+  out.reserve(320 + f.data.size());
+  bool first = true;
+  auto key = [&](std::string_view k) {
+    out.push_back(first ? '{' : ',');
+    first = false;
+    append_escaped(out, k);
+    out.push_back(':');
+  };
+  auto str = [&](std::string_view k, const std::string& v) {
+    if (!v.empty()) {
+      key(k);
+      append_escaped(out, v);
+    }
+  };
+  auto num = [&](std::string_view k, int64_t v) {
+    key(k);
+    out += std::to_string(v);
+  };
+  str("amount", f.amount);
+  str("config_id", f.config_id);
+  if (f.config_version != 0)
+    num("config_version", f.config_version);
+  str("currency", f.currency);
+  key("data");
+  out += f.data;
+  str("entity_id", f.entity_id);
+  str("entity_type", f.entity_type);
+  str("fact_id", f.fact_id);
+  str("from_entity", f.from_entity);
+  if (with_hash)
+    str("hash", f.hash);
+  str("idempotency_key", f.idempotency_key);
+  str("prev_hash", f.prev_hash);
+  num("seq", f.seq);
+  str("subtype", f.subtype);
+  str("tenant_id", f.tenant_id);
+  num("timestamp", f.timestamp_ms);
+  str("to_entity", f.to_entity);
+  str("tool_id", f.tool_id);
+  str("trace_id", f.trace_id);
+  str("type", f.type);
+  out.push_back('}');
+  return out;
+}
+
+} // namespace
+
+std::string canonical_serialization(const fact& f) { return serialize(f, false); }
+
+std::string compute_hash(const fact& f) { return sha256_hex(serialize(f, false)); }
+
+std::string to_json_text(const fact& f) { return serialize(f, true); }
+
+nlohmann::json to_json(const fact& f) { return nlohmann::json::parse(serialize(f, true)); }
+
+status validate_fact_token(std::string_view token, std::string_view what) {
+  if (token.empty() || token.size() > 64)
+    return {errc::invalid_argument, std::string(what) + " must be 1 to 64 characters"};
+  for (char c : token) {
+    bool okc = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+               c == ':' || c == '-';
+    if (!okc)
+      return {errc::invalid_argument, std::string(what) + " may hold only [a-z0-9_.:-]"};
+  }
+  return status::ok();
+}
+
+status validate_amount(std::string_view a) {
+  auto bad = [&] {
+    return status{errc::invalid_argument,
+                  "amount must be an exact decimal string like \"0.005\" (at most 40 characters)"};
+  };
+  if (a.empty() || a.size() > 40)
+    return bad();
+  size_t i = 0;
+  if (a[0] == '-')
+    ++i;
+  size_t digits = 0;
+  while (i < a.size() && a[i] >= '0' && a[i] <= '9')
+    ++i, ++digits;
+  if (digits == 0)
+    return bad();
+  if (i < a.size()) {
+    if (a[i] != '.')
+      return bad();
+    ++i;
+    size_t frac = 0;
+    while (i < a.size() && a[i] >= '0' && a[i] <= '9')
+      ++i, ++frac;
+    if (frac == 0 || i != a.size())
+      return bad();
+  }
+  return status::ok();
+}
+
+status fact_filter::validate() const {
+  if (limit < 1 || limit > 10000)
+    return {errc::invalid_argument, "limit must be between 1 and 10000"};
+  if (after_seq && *after_seq < 0)
+    return {errc::invalid_argument, "after_seq must not be negative"};
+  if (before_seq && *before_seq < 0)
+    return {errc::invalid_argument, "before_seq must not be negative"};
+  if (since_ms && *since_ms < 0)
+    return {errc::invalid_argument, "since must not be negative"};
+  if (until_ms && *until_ms < 0)
+    return {errc::invalid_argument, "until must not be negative"};
+  if (!type.empty())
+    if (auto st = validate_fact_token(type, "type"); !st)
+      return st;
+  if (!subtype.empty())
+    if (auto st = validate_fact_token(subtype, "subtype"); !st)
+      return st;
+  return status::ok();
+}
+
+int64_t now_ms() noexcept {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+} // namespace factum

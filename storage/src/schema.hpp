@@ -1,0 +1,120 @@
+// schema.hpp (private): the SQL text of every migration, in order. Migration i (1-based) moves
+// a file from user_version i-1 to i. docs/storage-format.md specifies the same tables in prose;
+// keep the two in step.
+#pragma once
+
+namespace factum::schema {
+
+/// Version 1: meta, facts (immutable, chained), idempotency keys, alarms.
+inline constexpr const char* v1 = R"sql(
+CREATE TABLE meta(
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE facts(
+  seq             INTEGER PRIMARY KEY,
+  fact_id         TEXT NOT NULL UNIQUE,
+  type            TEXT NOT NULL,
+  subtype         TEXT,
+  ts              INTEGER NOT NULL,
+  tool_id         TEXT,
+  config_id       TEXT,
+  config_version  INTEGER,
+  trace_id        TEXT,
+  idempotency_key TEXT,
+  amount          TEXT,
+  currency        TEXT,
+  from_entity     TEXT,
+  to_entity       TEXT,
+  data            TEXT NOT NULL,
+  prev_hash       TEXT NOT NULL,
+  hash            TEXT NOT NULL
+);
+CREATE INDEX facts_by_type  ON facts(type, subtype);
+CREATE INDEX facts_by_ts    ON facts(ts);
+CREATE INDEX facts_by_trace ON facts(trace_id) WHERE trace_id IS NOT NULL;
+CREATE INDEX facts_by_tool  ON facts(tool_id) WHERE tool_id IS NOT NULL;
+CREATE INDEX facts_by_key   ON facts(idempotency_key) WHERE idempotency_key IS NOT NULL;
+
+CREATE TRIGGER facts_no_update BEFORE UPDATE ON facts
+BEGIN SELECT RAISE(ABORT, 'facts are immutable: UPDATE refused'); END;
+CREATE TRIGGER facts_no_delete BEFORE DELETE ON facts
+BEGIN SELECT RAISE(ABORT, 'facts are immutable: DELETE refused'); END;
+CREATE TRIGGER facts_chain BEFORE INSERT ON facts
+WHEN NEW.seq IS NOT (SELECT COALESCE(MAX(seq), 0) + 1 FROM facts)
+  OR NEW.prev_hash IS NOT COALESCE((SELECT hash FROM facts WHERE seq = NEW.seq - 1),
+                                   '0000000000000000000000000000000000000000000000000000000000000000')
+BEGIN SELECT RAISE(ABORT, 'facts: seq must follow the last fact and prev_hash must equal its hash'); END;
+
+CREATE TABLE idempotency_keys(
+  key         TEXT PRIMARY KEY,
+  status      TEXT NOT NULL CHECK (status IN ('pending', 'completed', 'failed')),
+  fingerprint TEXT NOT NULL,
+  response    TEXT,
+  created_at  INTEGER NOT NULL,
+  expires_at  INTEGER
+) WITHOUT ROWID;
+CREATE INDEX idempotency_keys_by_expiry ON idempotency_keys(expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX idempotency_keys_pending ON idempotency_keys(key) WHERE status = 'pending';
+
+CREATE TABLE alarms(
+  name       TEXT PRIMARY KEY,
+  due_at     INTEGER NOT NULL,
+  payload    TEXT NOT NULL,
+  attempts   INTEGER NOT NULL DEFAULT 0,
+  created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX alarms_by_due ON alarms(due_at);
+)sql";
+
+/// Version 2: dead letters, circuit breakers, versioned configs.
+inline constexpr const char* v2 = R"sql(
+CREATE TABLE dead_letters(
+  id               TEXT PRIMARY KEY,
+  operation        TEXT NOT NULL,
+  payload          TEXT NOT NULL,
+  idempotency_key  TEXT,
+  config_id        TEXT,
+  config_version   INTEGER,
+  error_code       TEXT NOT NULL,
+  error_message    TEXT NOT NULL,
+  error_category   TEXT NOT NULL,
+  reason           TEXT NOT NULL,
+  attempts         INTEGER NOT NULL,
+  first_attempt_at INTEGER NOT NULL,
+  last_attempt_at  INTEGER NOT NULL,
+  trace_id         TEXT,
+  status           TEXT NOT NULL
+    CHECK (status IN ('pending', 'scheduled', 'resolved', 'discarded', 'acknowledged')),
+  next_retry_at    INTEGER,
+  expires_at       INTEGER,
+  created_at       INTEGER NOT NULL,
+  updated_at       INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX dead_letters_by_status ON dead_letters(status, created_at);
+
+CREATE TABLE breakers(
+  tool_id    TEXT PRIMARY KEY,
+  state      TEXT NOT NULL
+    CHECK (state IN ('CLOSED', 'OPEN', 'HALF_OPEN', 'FORCED_OPEN', 'DISABLED')),
+  data       TEXT NOT NULL,
+  updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE configs(
+  config_id  TEXT NOT NULL,
+  version    INTEGER NOT NULL CHECK (version >= 1),
+  body       TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (config_id, version)
+) WITHOUT ROWID;
+CREATE TRIGGER configs_no_update BEFORE UPDATE ON configs
+BEGIN SELECT RAISE(ABORT, 'config versions are immutable: UPDATE refused'); END;
+CREATE TRIGGER configs_no_delete BEFORE DELETE ON configs
+BEGIN SELECT RAISE(ABORT, 'config versions are immutable: DELETE refused'); END;
+)sql";
+
+inline constexpr const char* migrations[] = {v1, v2};
+
+} // namespace factum::schema

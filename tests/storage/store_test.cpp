@@ -1,0 +1,666 @@
+// store_test.cpp: behaviour of entity_store on real files: facts and the hash chain, keys,
+// alarms, dead letters, breakers, configs, turns, migrations, tenant SQL, faults.
+#include <doctest/doctest.h>
+
+#include <sqlite3.h>
+
+#include <fstream>
+
+#include "factum/storage/alarm_index.hpp"
+#include "factum/storage/entity_store.hpp"
+#include "factum/storage/sha256.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace factum;
+namespace fs = std::filesystem;
+
+namespace {
+
+store_options opts_for(const fs::path& dir) {
+  store_options o;
+  o.data_dir = dir;
+  return o;
+}
+
+entity_key key(std::string id = "a1") { return entity_key{"acme", "ledger", std::move(id)}; }
+
+std::unique_ptr<entity_store> open_ok(const store_options& o, const entity_key& k = key()) {
+  auto r = entity_store::open(o, k);
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  return std::move(r.value());
+}
+
+fact_draft draft(std::string type, nlohmann::json data = nlohmann::json::object()) {
+  fact_draft d;
+  d.type = std::move(type);
+  d.data = std::move(data);
+  return d;
+}
+
+// Runs one SQL statement on the file behind the store's back; returns the SQLite result code.
+int raw_exec(const fs::path& file, const std::string& sql, std::string* err = nullptr) {
+  sqlite3* db = nullptr;
+  sqlite3_open(file.c_str(), &db);
+  char* e = nullptr;
+  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &e);
+  if (err && e)
+    *err = e;
+  sqlite3_free(e);
+  sqlite3_close(db);
+  return rc;
+}
+
+} // namespace
+
+TEST_CASE("entity keys: invalid parts are rejected and create no file") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  std::string nul("a\0b", 3);
+  for (std::string bad : {std::string(".."), std::string("a/b"), std::string("a\\b"), nul,
+                          std::string(""), std::string(129, 'x'), std::string(".hidden"),
+                          std::string("caf\xc3\xa9"), std::string("a b"), std::string("%2e%2e")}) {
+    CAPTURE(bad);
+    CHECK_FALSE(entity_key::make("acme", "ledger", bad).is_ok());
+    CHECK_FALSE(entity_key::make(bad, "ledger", "a1").is_ok());
+    CHECK_FALSE(entity_key::make("acme", bad, "a1").is_ok());
+    auto r = entity_store::open(o, entity_key{"acme", "ledger", bad});
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.error().code() == errc::invalid_argument);
+  }
+  CHECK_FALSE(fs::exists(tmp.path() / "entities"));
+  CHECK(entity_key::make("acme", "ledger", std::string(128, 'x')).is_ok());
+  CHECK(entity_key::make("a", "b", "A-z.0:9_").is_ok());
+}
+
+TEST_CASE("entity keys: the path is a digest under the data directory") {
+  auto k = key();
+  auto p = k.file_path("/data");
+  CHECK(p.parent_path().parent_path() == fs::path("/data/entities"));
+  CHECK(p.filename() == k.digest() + ".db");
+  CHECK(entity_key::parse("acme/ledger/a1").value() == k);
+  CHECK_FALSE(entity_key::parse("acme/ledger").is_ok());
+  CHECK_FALSE(entity_key::parse("acme/ledger/a/b").is_ok());
+  CHECK_FALSE(entity_key::parse("acme/../a1").is_ok());
+}
+
+TEST_CASE("facts: appended with contiguous seq and a valid hash chain") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_for(tmp.path()));
+  CHECK(s->last_seq() == 0);
+  CHECK(s->head_hash() == genesis_hash);
+  std::vector<fact> got;
+  for (int i = 0; i < 10; ++i) {
+    auto d = draft("invocation", {{"i", i}});
+    auto f = s->append(d);
+    REQUIRE(f.is_ok());
+    got.push_back(*f);
+  }
+  REQUIRE(s->commit().is_ok());
+  for (int i = 0; i < 10; ++i) {
+    CHECK(got[i].seq == i + 1);
+    CHECK(got[i].prev_hash == (i == 0 ? std::string(genesis_hash) : got[i - 1].hash));
+    CHECK(got[i].hash == compute_hash(got[i]));
+    CHECK(got[i].fact_id.rfind("fct_", 0) == 0);
+  }
+  auto v = s->verify();
+  REQUIRE(v.is_ok());
+  CHECK(v->ok);
+  CHECK(v->facts_checked == 10);
+  // Reopen: the head is restored from the file.
+  auto head = s->head_hash();
+  s.reset();
+  auto s2 = open_ok(opts_for(tmp.path()));
+  CHECK(s2->last_seq() == 10);
+  CHECK(s2->head_hash() == head);
+}
+
+TEST_CASE("facts: canonical serialization equals sorted-key JSON without the hash") {
+  fact f;
+  f.seq = 3;
+  f.fact_id = "fct_x";
+  f.type = "cost";
+  f.subtype = "tool_usage";
+  f.timestamp_ms = 1705500000000;
+  f.tenant_id = "acme";
+  f.entity_type = "asset";
+  f.entity_id = "a1";
+  f.tool_id = "telephony";
+  f.config_version = 3;
+  f.config_id = "retry";
+  f.amount = "0.005";
+  f.currency = "USD";
+  f.trace_id = "t\"1\n\x01";
+  f.data = nlohmann::json{{"z", 1}, {"a", {{"b", "c"}}}}.dump();
+  f.prev_hash = std::string(genesis_hash);
+  f.hash = compute_hash(f);
+  auto j = nlohmann::json::parse(to_json_text(f));
+  CHECK(j.contains("hash"));
+  j.erase("hash");
+  CHECK(j.dump() == canonical_serialization(f));
+  CHECK(compute_hash(f) == sha256_hex(canonical_serialization(f)));
+  CHECK(j["amount"] == "0.005");
+}
+
+TEST_CASE("facts: validation refuses bad fields and writes nothing") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_for(tmp.path()));
+  auto bad = [&](fact_draft d) {
+    auto r = s->append(d);
+    CHECK_FALSE(r.is_ok());
+    CHECK(r.error().code() == errc::invalid_argument);
+  };
+  bad(draft(""));
+  bad(draft("Bad Type"));
+  bad(draft("ok", nlohmann::json::array()));
+  auto d = draft("cost");
+  d.amount = "0.1e3";
+  d.currency = "USD";
+  bad(d);
+  d.amount = "1.50";
+  d.currency = "usd";
+  bad(d);
+  d.currency = "USD";
+  d.trace_id = "\xff\xfe";
+  bad(d);
+  auto d2 = draft("ok", {{"s", std::string("\xc3\x28")}});
+  bad(d2);
+  CHECK(s->last_seq() == 0);
+  d.trace_id.clear();
+  CHECK(s->append(d).is_ok());
+  CHECK(s->commit().is_ok());
+}
+
+TEST_CASE("facts: queries filter by every field, with limit and order") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_for(tmp.path()));
+  for (int i = 1; i <= 30; ++i) {
+    auto d = draft(i % 3 == 0 ? "error" : "invocation");
+    d.subtype = i % 2 ? "odd" : "even";
+    d.timestamp_ms = 1000 * i;
+    d.trace_id = "tr" + std::to_string(i % 5);
+    d.tool_id = i % 4 == 0 ? "crm" : "";
+    d.idempotency_key = "k" + std::to_string(i);
+    REQUIRE(s->append(d).is_ok());
+  }
+  REQUIRE(s->commit().is_ok());
+  auto count = [&](fact_filter f) {
+    f.limit = 1000;
+    auto r = s->query(f);
+    REQUIRE(r.is_ok());
+    return r->size();
+  };
+  fact_filter f;
+  CHECK(count(f) == 30);
+  f.type = "error";
+  CHECK(count(f) == 10);
+  f.subtype = "odd";
+  CHECK(count(f) == 5);
+  f = {};
+  f.since_ms = 5000;
+  f.until_ms = 10000;
+  CHECK(count(f) == 5);
+  f = {};
+  f.after_seq = 25;
+  CHECK(count(f) == 5);
+  f.before_seq = 28;
+  CHECK(count(f) == 2);
+  f = {};
+  f.trace_id = "tr0";
+  CHECK(count(f) == 6);
+  f = {};
+  f.tool_id = "crm";
+  CHECK(count(f) == 7);
+  f = {};
+  f.idempotency_key = "k17";
+  CHECK(count(f) == 1);
+  f = {};
+  f.limit = 3;
+  f.newest_first = true;
+  auto r = s->query(f);
+  REQUIRE(r.is_ok());
+  REQUIRE(r->size() == 3);
+  CHECK((*r)[0].seq == 30);
+  CHECK((*r)[2].seq == 28);
+  f.limit = 0;
+  CHECK_FALSE(s->query(f).is_ok());
+  f.limit = 10;
+  f.after_seq = -1;
+  CHECK_FALSE(s->query(f).is_ok());
+  f.after_seq.reset();
+  f.type = "x' OR 1=1 --";
+  CHECK_FALSE(s->query(f).is_ok());
+  auto one = s->get(7);
+  REQUIRE(one.is_ok());
+  auto by_id = s->get(one->fact_id);
+  REQUIRE(by_id.is_ok());
+  CHECK(by_id->seq == 7);
+  CHECK(s->get(99).error().code() == errc::not_found);
+}
+
+TEST_CASE("facts: UPDATE and DELETE are refused even through raw SQL") {
+  test::temp_dir tmp;
+  fs::path file;
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    REQUIRE(s->append(draft("invocation")).is_ok());
+    REQUIRE(s->append(draft("outcome")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    file = s->path();
+  }
+  std::string err;
+  CHECK(raw_exec(file, "UPDATE facts SET data='{\"x\":1}' WHERE seq=1", &err) != SQLITE_OK);
+  CHECK(err.find("immutable") != std::string::npos);
+  CHECK(raw_exec(file, "DELETE FROM facts WHERE seq=2", &err) != SQLITE_OK);
+  CHECK(raw_exec(file, "INSERT INTO facts(seq, fact_id, type, ts, data, prev_hash, hash) "
+                       "VALUES (5, 'x', 'a', 1, '{}', 'p', 'h')",
+                 &err) != SQLITE_OK);
+  CHECK(err.find("seq must follow") != std::string::npos);
+  CHECK(raw_exec(file, "UPDATE configs SET body='{}'") == SQLITE_OK); // no rows: nothing to stop
+  auto s = open_ok(opts_for(tmp.path()));
+  REQUIRE(s->put_config("retry", R"({"max":3})").is_ok());
+  REQUIRE(s->commit().is_ok());
+  s.reset();
+  CHECK(raw_exec(file, "UPDATE configs SET body='{}'") != SQLITE_OK);
+  CHECK(raw_exec(file, "DELETE FROM configs") != SQLITE_OK);
+}
+
+TEST_CASE("verify: detects a fact edited behind the store's back, naming its seq") {
+  test::temp_dir tmp;
+  fs::path file;
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    for (int i = 0; i < 5; ++i)
+      REQUIRE(s->append(draft("invocation", {{"n", i}})).is_ok());
+    REQUIRE(s->commit().is_ok());
+    file = s->path();
+  }
+  REQUIRE(raw_exec(file, "DROP TRIGGER facts_no_update") == SQLITE_OK);
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    auto v = s->verify();
+    REQUIRE(v.is_ok());
+    CHECK_FALSE(v->ok);
+    CHECK(v->problem.find("facts_no_update") != std::string::npos);
+  }
+  REQUIRE(raw_exec(file, "UPDATE facts SET data='{\"n\":99}' WHERE seq=3") == SQLITE_OK);
+  REQUIRE(raw_exec(file, "CREATE TRIGGER facts_no_update BEFORE UPDATE ON facts BEGIN SELECT "
+                         "RAISE(ABORT, 'facts are immutable: UPDATE refused'); END") == SQLITE_OK);
+  auto s = open_ok(opts_for(tmp.path()));
+  auto v = s->verify();
+  REQUIRE(v.is_ok());
+  CHECK_FALSE(v->ok);
+  CHECK(v->first_bad_seq == 3);
+  CHECK(v->problem.find("altered") != std::string::npos);
+}
+
+TEST_CASE("turns: a failed turn rolls back its own writes and keeps the others") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_for(tmp.path()));
+  REQUIRE(s->begin_turn().is_ok());
+  REQUIRE(s->append(draft("a")).is_ok());
+  REQUIRE(s->begin_key("k1", "fp", 0, 1).is_ok());
+  REQUIRE(s->complete_key("k1", "{}").is_ok());
+  REQUIRE(s->end_turn(true).is_ok());
+  auto head = s->head_hash();
+  REQUIRE(s->begin_turn().is_ok());
+  REQUIRE(s->append(draft("b")).is_ok());
+  REQUIRE(s->append(draft("c")).is_ok());
+  REQUIRE(s->begin_key("k2", "fp", 0, 1).is_ok());
+  REQUIRE(s->end_turn(false).is_ok());
+  CHECK(s->last_seq() == 1);
+  CHECK(s->head_hash() == head);
+  REQUIRE(s->begin_turn().is_ok());
+  auto d = s->append(draft("d"));
+  REQUIRE(d.is_ok());
+  CHECK(d->seq == 2);
+  CHECK(d->prev_hash == head);
+  REQUIRE(s->end_turn(true).is_ok());
+  REQUIRE(s->commit().is_ok());
+  s.reset();
+  auto s2 = open_ok(opts_for(tmp.path()));
+  CHECK(s2->last_seq() == 2);
+  CHECK(s2->get_key("k1").is_ok());
+  CHECK(s2->get_key("k2").error().code() == errc::not_found);
+  CHECK(s2->verify()->ok);
+}
+
+TEST_CASE("batches: rollback restores the chain head and nothing is durable before commit") {
+  test::temp_dir tmp;
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    REQUIRE(s->append(draft("a")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    REQUIRE(s->append(draft("b")).is_ok());
+    REQUIRE(s->rollback().is_ok());
+    CHECK(s->last_seq() == 1);
+    REQUIRE(s->append(draft("c")).is_ok());
+    // destroyed with an open batch: rolled back
+  }
+  auto s = open_ok(opts_for(tmp.path()));
+  CHECK(s->last_seq() == 1);
+  CHECK(s->get(1)->type == "a");
+}
+
+TEST_CASE("idempotency keys: fresh, in flight, completed, failed, mismatch, release, expiry") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_for(tmp.path()));
+  auto b = s->begin_key("k", "fp1", 1000, 100);
+  REQUIRE(b.is_ok());
+  CHECK(b->outcome == key_outcome::fresh);
+  CHECK(s->begin_key("k", "fp1", 1000, 101)->outcome == key_outcome::in_flight);
+  CHECK(s->begin_key("k", "fp2", 1000, 101)->outcome == key_outcome::mismatch);
+  REQUIRE(s->complete_key("k", R"({"seq":1})").is_ok());
+  auto r = s->begin_key("k", "fp1", 1000, 102);
+  CHECK(r->outcome == key_outcome::completed);
+  CHECK(r->record.response == R"({"seq":1})");
+  CHECK(s->begin_key("k", "fp2", 1000, 102)->outcome == key_outcome::mismatch);
+  CHECK(s->complete_key("k", "{}").code() == errc::conflict);
+  // terminal failure is stored
+  REQUIRE(s->begin_key("f", "fp", 0, 100)->outcome == key_outcome::fresh);
+  REQUIRE(s->fail_key("f", R"({"code":"BAD"})").is_ok());
+  auto f = s->begin_key("f", "fp", 0, 1'000'000'000);
+  CHECK(f->outcome == key_outcome::failed);
+  CHECK(f->record.response == R"({"code":"BAD"})");
+  CHECK_FALSE(f->record.expires_at_ms.has_value());
+  // retryable failure releases
+  REQUIRE(s->begin_key("r", "fp", 1000, 100)->outcome == key_outcome::fresh);
+  REQUIRE(s->release_key("r").is_ok());
+  CHECK(s->begin_key("r", "fp", 1000, 100)->outcome == key_outcome::fresh);
+  REQUIRE(s->complete_key("r", "{}").is_ok());
+  // expiry: k expires at 1100
+  CHECK(s->begin_key("k", "fp1", 1000, 1100)->outcome == key_outcome::fresh);
+  REQUIRE(s->complete_key("k", "{}").is_ok());
+  CHECK(s->next_key_expiry()->value() == 1100); // r expires at 1100 as well
+  auto purged = s->purge_expired_keys(5000);
+  REQUIRE(purged.is_ok());
+  CHECK(*purged == 2);
+  CHECK(s->get_key("f").is_ok()); // ttl 0: kept
+  REQUIRE(s->commit().is_ok());
+  CHECK(s->list_keys(10)->size() == 1);
+}
+
+TEST_CASE("idempotency keys: keys left pending by a dead activation are released on open") {
+  test::temp_dir tmp;
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    REQUIRE(s->begin_key("p1", "fp", 0, 1)->outcome == key_outcome::fresh);
+    REQUIRE(s->begin_key("done", "fp", 0, 1)->outcome == key_outcome::fresh);
+    REQUIRE(s->complete_key("done", "{}").is_ok());
+    REQUIRE(s->commit().is_ok()); // p1 committed as pending (a turn waiting on a tool)
+  }
+  auto s = open_ok(opts_for(tmp.path()));
+  CHECK(s->released_on_open() == 1);
+  CHECK(s->get_key("p1").error().code() == errc::not_found);
+  CHECK(s->begin_key("p1", "fp", 0, 2)->outcome == key_outcome::fresh);
+  CHECK(s->begin_key("done", "fp", 0, 2)->outcome == key_outcome::completed);
+}
+
+TEST_CASE("alarms: set, replace, cancel, list, next") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_for(tmp.path()));
+  REQUIRE(s->set_alarm({"b", 200, R"({"x":1})", 0, 0}).is_ok());
+  REQUIRE(s->set_alarm({"a", 300, "{}", 0, 0}).is_ok());
+  CHECK(s->next_alarm()->value().name == "b");
+  REQUIRE(s->set_alarm({"b", 400, "{}", 2, 0}).is_ok());
+  CHECK(s->next_alarm()->value().name == "a");
+  CHECK(s->get_alarm("b")->attempts == 2);
+  CHECK(s->list_alarms()->size() == 2);
+  REQUIRE(s->cancel_alarm("a").is_ok());
+  REQUIRE(s->cancel_alarm("nope").is_ok());
+  CHECK(s->list_alarms()->size() == 1);
+  CHECK_FALSE(s->set_alarm({"", 1, "{}", 0, 0}).is_ok());
+  CHECK_FALSE(s->set_alarm({"x", 1, "not json", 0, 0}).is_ok());
+  REQUIRE(s->commit().is_ok());
+  s.reset();
+  auto s2 = open_ok(opts_for(tmp.path()));
+  CHECK(s2->next_alarm()->value().due_ms == 400);
+}
+
+TEST_CASE("dead letters, breakers and configs round-trip") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_for(tmp.path()));
+  dead_letter_record d;
+  d.id = "dl_1";
+  d.operation = "deliver";
+  d.payload = R"({"a":1})";
+  d.error_code = "HTTP_503";
+  d.error_message = "unavailable";
+  d.error_category = "transient";
+  d.reason = "server_error";
+  d.attempts = 5;
+  d.first_attempt_ms = 1;
+  d.last_attempt_ms = 2;
+  REQUIRE(s->put_dead_letter(d).is_ok());
+  d.id = "dl_2";
+  d.status = dl_status::scheduled;
+  d.next_retry_ms = 99;
+  REQUIRE(s->put_dead_letter(d).is_ok());
+  CHECK(s->list_dead_letters(std::nullopt, 10)->size() == 2);
+  CHECK(s->list_dead_letters(dl_status::scheduled, 10)->size() == 1);
+  d.status = dl_status::resolved;
+  d.expires_at_ms = 50;
+  REQUIRE(s->put_dead_letter(d).is_ok());
+  CHECK(s->get_dead_letter("dl_2")->status == dl_status::resolved);
+  CHECK(*s->purge_dead_letters(100) == 1);
+  CHECK(s->get_dead_letter("dl_2").error().code() == errc::not_found);
+
+  REQUIRE(s->put_breaker({"crm", "OPEN", R"({"failures":5})", 0}).is_ok());
+  CHECK_FALSE(s->put_breaker({"crm", "WEIRD", "{}", 0}).is_ok());
+  CHECK(s->list_breakers()->at(0).state == "OPEN");
+
+  CHECK(*s->put_config("retry", R"({"max":3})") == 1);
+  CHECK(*s->put_config("retry", R"({"max":5})") == 2);
+  CHECK(*s->put_config("other", "{}") == 1);
+  CHECK(s->get_config("retry")->version == 2);
+  CHECK(s->get_config("retry", 1)->body == R"({"max":3})");
+  CHECK(s->get_config("retry", 9).error().code() == errc::not_found);
+  CHECK(s->list_configs()->size() == 3);
+  REQUIRE(s->commit().is_ok());
+}
+
+TEST_CASE("schema: a version-1 file migrates to the current version and keeps its facts") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.target_schema_version = 1;
+  {
+    auto s = open_ok(o);
+    CHECK(s->schema_version() == 1);
+    REQUIRE(s->append(draft("invocation")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    CHECK_FALSE(s->put_config("x", "{}").is_ok()); // no configs table in v1
+  }
+  auto s = open_ok(opts_for(tmp.path()));
+  CHECK(s->schema_version() == current_schema_version);
+  CHECK(s->last_seq() == 1);
+  CHECK(s->verify()->ok);
+  CHECK(s->put_config("x", "{}").is_ok());
+  REQUIRE(s->commit().is_ok());
+}
+
+TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  fs::path file;
+  {
+    auto s = open_ok(o);
+    file = s->path();
+  }
+  REQUIRE(raw_exec(file, "PRAGMA user_version=99") == SQLITE_OK);
+  auto r = entity_store::open(o, key());
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.error().code() == errc::newer_schema);
+
+  auto foreign = tmp.path() / "foreign.db";
+  REQUIRE(raw_exec(foreign, "CREATE TABLE t(x)") == SQLITE_OK);
+  auto r2 = entity_store::open_file(foreign, o);
+  REQUIRE_FALSE(r2.is_ok());
+  CHECK(r2.error().code() == errc::not_factum_file);
+
+  auto garbage = key("g").file_path(tmp.path());
+  fs::create_directories(garbage.parent_path());
+  std::ofstream(garbage) << std::string(8192, 'Z');
+  auto r3 = entity_store::open(o, key("g"));
+  REQUIRE_FALSE(r3.is_ok());
+  CHECK(r3.error().code() == errc::corruption);
+
+  auto ro = o;
+  ro.read_only = true;
+  auto r4 = entity_store::open(ro, key("never"));
+  REQUIRE_FALSE(r4.is_ok());
+  CHECK(r4.error().code() == errc::not_found);
+  CHECK_FALSE(fs::exists(key("never").file_path(tmp.path())));
+
+  // A file moved to another key's path is refused.
+  auto other = key("b1").file_path(tmp.path());
+  fs::create_directories(other.parent_path());
+  fs::copy_file(key("a1").file_path(tmp.path()), other);
+  REQUIRE(raw_exec(other, "PRAGMA user_version=2") == SQLITE_OK);
+  auto r5 = entity_store::open(o, key("b1"));
+  REQUIRE_FALSE(r5.is_ok());
+  CHECK(r5.error().code() == errc::corruption);
+}
+
+TEST_CASE("read-only stores read and refuse writes") {
+  test::temp_dir tmp;
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    REQUIRE(s->append(draft("invocation")).is_ok());
+    REQUIRE(s->commit().is_ok());
+  }
+  auto o = opts_for(tmp.path());
+  o.read_only = true;
+  auto s = open_ok(o);
+  CHECK(s->last_seq() == 1);
+  CHECK(s->verify()->ok);
+  CHECK(s->append(draft("x")).error().code() == errc::read_only);
+  CHECK(s->begin_key("k", "f", 0, 1).error().code() == errc::read_only);
+  auto files = list_entity_files(tmp.path());
+  REQUIRE(files.size() == 1);
+  auto by_file = entity_store::open_file(files[0], o);
+  REQUIRE(by_file.is_ok());
+  CHECK((*by_file)->key() == key());
+}
+
+TEST_CASE("tenant SQL: own u_* tables, read-only queries, system tables refused") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_for(tmp.path()));
+  using nlohmann::json;
+  REQUIRE(s->tenant_sql("CREATE TABLE u_items(name TEXT, qty INTEGER)", json(), false).is_ok());
+  REQUIRE(s->tenant_sql("INSERT INTO u_items VALUES (?, ?)", json::array({"apple", 3}), false)
+            .is_ok());
+  auto rows = s->tenant_sql("SELECT name, qty FROM u_items", json(), true);
+  REQUIRE(rows.is_ok());
+  CHECK((*rows)[0]["qty"] == 3);
+  REQUIRE(s->append(draft("invocation")).is_ok());
+  CHECK(s->tenant_sql("SELECT COUNT(*) AS n FROM facts", json(), true)->at(0)["n"] == 1);
+  for (const char* bad : {"DELETE FROM facts", "UPDATE idempotency_keys SET status='completed'",
+                          "INSERT INTO alarms VALUES ('x', 1, '{}', 0, 1)",
+                          "CREATE TABLE evil(x)", "DROP TABLE facts", "PRAGMA writable_schema=1",
+                          "ATTACH DATABASE '/tmp/x.db' AS x",
+                          "CREATE TRIGGER u_t AFTER INSERT ON u_items BEGIN DELETE FROM facts; END",
+                          "SELECT 1; DELETE FROM u_items"}) {
+    CAPTURE(bad);
+    auto r = s->tenant_sql(bad, json(), false);
+    CHECK_FALSE(r.is_ok());
+  }
+  CHECK_FALSE(s->tenant_sql("INSERT INTO u_items VALUES ('x', 1)", json(), true).is_ok());
+  REQUIRE(s->commit().is_ok());
+  CHECK(s->verify()->ok);
+}
+
+TEST_CASE("faults: a failed COMMIT rolls the batch back and the store recovers") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  bool armed = false;
+  o.fault = [&](uint64_t, std::string_view sql) {
+    return armed && sql == "COMMIT" ? SQLITE_FULL : SQLITE_OK;
+  };
+  auto s = open_ok(o);
+  REQUIRE(s->append(draft("a")).is_ok());
+  REQUIRE(s->commit().is_ok());
+  auto head = s->head_hash();
+  REQUIRE(s->append(draft("b")).is_ok());
+  REQUIRE(s->begin_key("kb", "fp", 0, 1).is_ok());
+  armed = true;
+  auto st = s->commit();
+  CHECK(st.code() == errc::full);
+  CHECK(st.message().find("injected") != std::string::npos);
+  CHECK_FALSE(s->in_batch());
+  CHECK(s->last_seq() == 1);
+  CHECK(s->head_hash() == head);
+  armed = false;
+  auto c = s->append(draft("c"));
+  REQUIRE(c.is_ok());
+  CHECK(c->seq == 2);
+  CHECK(c->prev_hash == head);
+  REQUIRE(s->commit().is_ok());
+  s.reset();
+  auto s2 = open_ok(opts_for(tmp.path()));
+  CHECK(s2->last_seq() == 2);
+  CHECK(s2->get(2)->type == "c");
+  CHECK(s2->get_key("kb").error().code() == errc::not_found);
+  CHECK(s2->verify()->ok);
+}
+
+TEST_CASE("faults: an injected IOERR on a fact insert fails only that append") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  bool armed = false;
+  o.fault = [&](uint64_t, std::string_view what) {
+    return armed && what == "append fact" ? SQLITE_IOERR_WRITE : SQLITE_OK;
+  };
+  auto s = open_ok(o);
+  REQUIRE(s->append(draft("a")).is_ok());
+  armed = true;
+  auto r = s->append(draft("b"));
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.error().code() == errc::io_error);
+  armed = false;
+  CHECK(s->append(draft("c"))->seq == 2);
+  REQUIRE(s->commit().is_ok());
+  CHECK(s->verify()->ok);
+}
+
+TEST_CASE("faults: a full disk (max_page_count) fails the write and leaves a valid file") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.max_page_count = 64; // 256 KiB
+  auto s = open_ok(o);
+  std::string blob(2000, 'x');
+  status last;
+  int64_t committed = 0;
+  for (int i = 0; i < 1000 && last.is_ok(); ++i) {
+    auto r = s->append(draft("blob", {{"b", blob}}));
+    if (!r) {
+      last = r.error();
+      break;
+    }
+    last = s->commit();
+    if (last)
+      committed = s->last_seq();
+  }
+  CHECK(last.code() == errc::full);
+  CHECK(s->last_seq() == committed);
+  (void) s->rollback();
+  s.reset();
+  auto s2 = open_ok(opts_for(tmp.path()));
+  CHECK(s2->last_seq() == committed);
+  CHECK(s2->verify()->ok);
+}
+
+TEST_CASE("alarm index: due entries, removal, next due, survives reopen") {
+  test::temp_dir tmp;
+  {
+    auto ix = alarm_index::open(tmp.path(), durability::full);
+    REQUIRE(ix.is_ok());
+    REQUIRE((*ix)->apply({{key("a"), 100}, {key("b"), 50}, {key("c"), 300}}).is_ok());
+    REQUIRE((*ix)->apply({{key("c"), -1}}).is_ok());
+  }
+  auto ix = alarm_index::open(tmp.path(), durability::full);
+  REQUIRE(ix.is_ok());
+  CHECK((*ix)->next_due()->value() == 50);
+  auto due = (*ix)->due(100, 10);
+  REQUIRE(due->size() == 2);
+  CHECK(due->at(0).key == key("b"));
+  CHECK((*ix)->all()->size() == 2);
+}
