@@ -117,6 +117,20 @@ result<std::optional<int64_t>> alarm_index::next_due() {
   return out;
 }
 
+result<std::optional<int64_t>> alarm_index::due_of(const entity_key& key) {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT due_at FROM alarm_index WHERE digest=?", -1, &st,
+                         nullptr) != SQLITE_OK)
+    return sql_error(db_, "due_of");
+  auto d = key.digest();
+  sqlite3_bind_text(st, 1, d.c_str(), -1, SQLITE_TRANSIENT);
+  std::optional<int64_t> out;
+  if (sqlite3_step(st) == SQLITE_ROW)
+    out = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return out;
+}
+
 result<std::vector<alarm_index_entry>> alarm_index::all() {
   return due(INT64_MAX, INT64_MAX);
 }

@@ -288,6 +288,14 @@ status entity_store::exec(const char* sql) {
   return status::ok();
 }
 
+status entity_store::exec_cached(const char* sql) {
+  auto st = prepare(sql);
+  if (!st)
+    return fail(sqlite3_errcode(db_), sql);
+  stmt_guard g{st};
+  return step_done(st, sql);
+}
+
 status entity_store::step_done(sqlite3_stmt* st, const char* what) {
   if (int rc = fault_check(what); rc != SQLITE_OK)
     return fail(rc, what);
@@ -481,7 +489,7 @@ status entity_store::migrate() {
   }
   schema_version_ = version;
   if (version < target && !opts_.read_only) {
-    if (auto st = exec("BEGIN IMMEDIATE"); !st)
+    if (auto st = exec_cached("BEGIN IMMEDIATE"); !st)
       return st;
     for (int v = version; v < target; ++v) {
       if (auto st = exec(schema::migrations[v]); !st) {
@@ -514,7 +522,7 @@ status entity_store::migrate() {
       (void) exec("ROLLBACK");
       return st;
     }
-    if (auto st = exec("COMMIT"); !st) {
+    if (auto st = exec_cached("COMMIT"); !st) {
       (void) exec("ROLLBACK");
       return st;
     }
@@ -565,7 +573,7 @@ status entity_store::begin_batch() {
     return status::ok();
   if (auto st = check_writable(); !st)
     return st;
-  if (auto st = exec("BEGIN IMMEDIATE"); !st)
+  if (auto st = exec_cached("BEGIN IMMEDIATE"); !st)
     return st;
   in_batch_ = true;
   dirty_ = false;
@@ -588,7 +596,7 @@ status entity_store::commit() {
     return status::ok();
   if (in_turn_)
     return {errc::internal, "commit inside a turn"};
-  auto st = exec("COMMIT");
+  auto st = exec_cached("COMMIT");
   if (!st) {
     if (in_batch_) { // COMMIT failed but the transaction is still open: undo it whole
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -617,7 +625,7 @@ status entity_store::begin_turn() {
     return {errc::internal, "turns do not nest"};
   if (auto st = begin_batch(); !st)
     return st;
-  if (auto st = exec("SAVEPOINT turn"); !st)
+  if (auto st = exec_cached("SAVEPOINT turn"); !st)
     return st;
   in_turn_ = true;
   turn_mark_ = {last_seq_, head_hash_};
@@ -629,13 +637,13 @@ status entity_store::end_turn(bool keep) {
     return status::ok();
   in_turn_ = false;
   if (keep) {
-    if (auto st = exec("RELEASE turn"); !st)
+    if (auto st = exec_cached("RELEASE turn"); !st)
       return st;
     return status::ok();
   }
-  auto st = exec("ROLLBACK TO turn");
+  auto st = exec_cached("ROLLBACK TO turn");
   if (st)
-    st = exec("RELEASE turn");
+    st = exec_cached("RELEASE turn");
   last_seq_ = turn_mark_.seq;
   head_hash_ = turn_mark_.hash;
   return st;
@@ -917,6 +925,31 @@ idempotency_record read_key(sqlite3_stmt* st) {
   return r;
 }
 } // namespace
+
+result<key_begin_result> entity_store::peek_key(std::string_view key,
+                                                std::string_view fingerprint, int64_t now) {
+  key_begin_result out;
+  auto r = get_key(key);
+  if (!r) {
+    if (r.error().code() != errc::not_found)
+      return r.error();
+    return out;
+  }
+  out.record = std::move(r.value());
+  bool expired = out.record.expires_at_ms && *out.record.expires_at_ms <= now &&
+                 out.record.status != key_status::pending;
+  if (expired)
+    out.outcome = key_outcome::fresh;
+  else if (out.record.fingerprint != fingerprint)
+    out.outcome = key_outcome::mismatch;
+  else if (out.record.status == key_status::pending)
+    out.outcome = key_outcome::in_flight;
+  else if (out.record.status == key_status::completed)
+    out.outcome = key_outcome::completed;
+  else
+    out.outcome = key_outcome::failed;
+  return out;
+}
 
 result<key_begin_result> entity_store::begin_key(std::string_view key,
                                                  std::string_view fingerprint, int64_t ttl_ms,

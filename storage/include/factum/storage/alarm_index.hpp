@@ -44,6 +44,8 @@ public:
   result<std::vector<alarm_index_entry>> due(int64_t until_ms, int64_t limit);
   /// The earliest due time, if any.
   result<std::optional<int64_t>> next_due();
+  /// The due time the index holds for `key`, if any.
+  result<std::optional<int64_t>> due_of(const entity_key& key);
   /// Every entry (tests, inspection).
   result<std::vector<alarm_index_entry>> all();
 

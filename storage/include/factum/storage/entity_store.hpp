@@ -236,6 +236,9 @@ public:
   /// ttl_ms == 0 keeps the key until purged.
   result<key_begin_result> begin_key(std::string_view key, std::string_view fingerprint,
                                      int64_t ttl_ms, int64_t now);
+  /// Classifies `key` like begin_key but writes nothing: fresh means "begin_key would insert".
+  result<key_begin_result> peek_key(std::string_view key, std::string_view fingerprint,
+                                    int64_t now);
   /// Marks a pending key completed with its response, in the open batch.
   status complete_key(std::string_view key, std::string_view response);
   /// Marks a pending key failed (terminal) with its stored error response.
@@ -312,6 +315,7 @@ private:
   status migrate();
   status load_head();
   status exec(const char* sql);
+  status exec_cached(const char* sql);
   sqlite3_stmt* prepare(const char* sql);
   status step_done(sqlite3_stmt* st, const char* what);
   status fail(int rc, std::string_view what);

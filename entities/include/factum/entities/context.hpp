@@ -1,0 +1,159 @@
+// factum/entities/context.hpp: the handler's view of its entity: facts, its own SQL tables,
+// alarms, configs, and asynchronous calls to other entities, tools and timers. Implemented by
+// the runtime. Used only on the entity's actor thread, during a turn.
+#pragma once
+
+#include <chrono>
+#include <coroutine>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "factum/entities/call.hpp"
+#include "factum/storage/entity_key.hpp"
+#include "factum/storage/entity_store.hpp"
+#include "factum/storage/fact.hpp"
+
+namespace factum {
+
+/// What is known about the call a turn runs.
+struct call_info {
+  std::string method;           ///< method name, or "@alarm" / "@activate" for internal turns
+  std::string idempotency_key;  ///< empty when the call has none
+  std::string trace_id;
+};
+
+/// A request to an external tool (resilience issue #4 adds retries and breakers around it).
+struct tool_request {
+  std::string tool;
+  std::string operation;
+  nlohmann::json payload = nlohmann::json::object();
+};
+
+/// What a tool answered.
+struct tool_reply {
+  bool ok = false;
+  int http_status = 0;
+  nlohmann::json body;
+  std::string error_code;
+  std::string error_message;
+  error_category category = error_category::external;
+};
+
+class context;
+
+/// An asynchronous operation a handler awaits. Awaiting it ends the turn's current savepoint and
+/// commits what the entity has written so far (like Durable Objects, an await of I/O is a
+/// commit point); the handler resumes on the entity's actor once the result is there.
+template <class T>
+class async_op {
+public:
+  using starter = std::function<void(std::function<void(T)>)>;
+  async_op(context& ctx, starter s) : ctx_(ctx), start_(std::move(s)) {}
+
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h);
+  T await_resume() { return std::move(**slot_); }
+
+private:
+  context& ctx_;
+  starter start_;
+  std::shared_ptr<std::optional<T>> slot_ = std::make_shared<std::optional<T>>();
+};
+
+/// The handler's context. Storage failures throw call_error (the turn then rolls back).
+class context {
+public:
+  virtual ~context() = default;
+
+  // -- identity --
+  virtual const entity_key& key() const = 0;
+  virtual const call_info& call() const = 0;
+  /// Wall clock in ms since the epoch (injectable by the runtime's clock).
+  virtual int64_t now_ms() const = 0;
+
+  // -- facts --
+  /// Appends a fact in the current turn; trace_id and idempotency_key default to the call's.
+  virtual fact append(fact_draft draft) = 0;
+  virtual std::vector<fact> query(const fact_filter& filter) = 0;
+
+  // -- the entity's own tables (named u_*) --
+  /// Read-only SQL on the entity's database; rows as a JSON array of objects.
+  virtual nlohmann::json sql(std::string_view sql, const nlohmann::json& params = nullptr) = 0;
+  /// SQL that may write the entity's own u_* tables (in the current turn).
+  virtual nlohmann::json sql_write(std::string_view sql,
+                                   const nlohmann::json& params = nullptr) = 0;
+
+  // -- alarms --
+  /// Sets or replaces the alarm `name`, due at `due_ms`; on_alarm runs at or after that time.
+  virtual void set_alarm(std::string name, int64_t due_ms,
+                         nlohmann::json payload = nlohmann::json::object()) = 0;
+  virtual void cancel_alarm(std::string_view name) = 0;
+  virtual std::vector<alarm_record> alarms() = 0;
+
+  // -- configs --
+  /// The latest version of `config_id` (or `version`); nullopt when absent.
+  virtual std::optional<config_record> config(std::string_view config_id,
+                                              int64_t version = 0) = 0;
+  /// Publishes a new version of `config_id`; returns its version.
+  virtual int64_t put_config(std::string_view config_id, const nlohmann::json& body) = 0;
+
+  // -- asynchronous operations --
+  /// Calls a method of another entity of the same tenant.
+  async_op<call_reply> call(const std::string& type, const std::string& id, std::string method,
+                            nlohmann::json args) {
+    // No defaulted class-type argument: GCC 12 miscompiles them inside co_await expressions.
+    return call(type, id, std::move(method), std::move(args), call_options());
+  }
+  /// Calls a method of another entity of the same tenant with options (idempotency key...).
+  async_op<call_reply> call(const std::string& type, const std::string& id, std::string method,
+                            nlohmann::json args, call_options opts) {
+    return async_op<call_reply>(
+      *this, [this, type, id, method = std::move(method), args = args.dump(),
+              opts = std::move(opts)](std::function<void(call_reply)> done) mutable {
+        start_entity_call(type, id, std::move(method), std::move(args), std::move(opts),
+                          std::move(done));
+      });
+  }
+  /// Calls an external tool registered with the runtime.
+  async_op<tool_reply> call_tool(tool_request req) {
+    return async_op<tool_reply>(*this,
+                                [this, req = std::move(req)](std::function<void(tool_reply)> done) {
+                                  start_tool_call(req, std::move(done));
+                                });
+  }
+  /// Waits without blocking a thread.
+  async_op<bool> sleep(std::chrono::milliseconds d) {
+    return async_op<bool>(*this, [this, d](std::function<void(bool)> done) {
+      start_timer(d, std::move(done));
+    });
+  }
+
+  // -- runtime seam (implemented by the runtime; not for handlers) --
+  /// Marks the running turn suspended at `h` (a commit point) and returns the thread-safe
+  /// function that schedules its resumption on the entity's actor.
+  virtual std::function<void()> suspend_turn(std::coroutine_handle<> h) = 0;
+
+protected:
+  virtual void start_entity_call(const std::string& type, const std::string& id,
+                                 std::string method, std::string args_json, call_options opts,
+                                 std::function<void(call_reply)> done) = 0;
+  virtual void start_tool_call(const tool_request& req, std::function<void(tool_reply)> done) = 0;
+  virtual void start_timer(std::chrono::milliseconds d, std::function<void(bool)> done) = 0;
+};
+
+template <class T>
+void async_op<T>::await_suspend(std::coroutine_handle<> h) {
+  auto wake = ctx_.suspend_turn(h);
+  auto slot = slot_;
+  start_([slot, wake = std::move(wake)](T v) mutable {
+    *slot = std::move(v);
+    wake();
+  });
+}
+
+} // namespace factum

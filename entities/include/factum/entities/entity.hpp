@@ -1,0 +1,125 @@
+// factum/entities/entity.hpp: how a tenant defines an entity type: a class derived from
+// `entity`, methods registered by name, hooks for activation and alarms. Registries are built
+// before the runtime starts and read-only afterwards (any thread may read them).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "factum/entities/context.hpp"
+#include "factum/entities/task.hpp"
+
+namespace factum {
+
+/// Base class of every entity. One instance per activation; its methods run one at a time on
+/// the entity's actor. State that must survive belongs in facts or the entity's own tables.
+class entity {
+public:
+  virtual ~entity() = default;
+  /// Runs once per activation, before any call (e.g. rebuild in-memory state from facts).
+  virtual task<void> on_activate(context&) { co_return; }
+  /// Runs when an alarm is due. Throwing retries it with backoff (2 s, doubling, 6 retries),
+  /// then dead-letters it.
+  virtual task<void> on_alarm(context&, const alarm_record&) { co_return; }
+};
+
+using method_fn =
+  std::function<task<nlohmann::json>(entity&, context&, nlohmann::json args)>;
+
+/// How a method may be called.
+struct method_options {
+  /// HTTP answers 400 when a call to this method carries no Idempotency-Key.
+  bool requires_idempotency_key = false;
+};
+
+struct method_def {
+  method_fn fn;
+  method_options options;
+};
+
+/// A registered entity type: a factory and its methods.
+struct entity_type {
+  std::string name;
+  std::function<std::unique_ptr<entity>()> factory;
+  std::map<std::string, method_def, std::less<>> methods;
+
+  const method_def* find(std::string_view method) const {
+    auto it = methods.find(method);
+    return it == methods.end() ? nullptr : &it->second;
+  }
+};
+
+namespace detail {
+template <class E>
+task<nlohmann::json> run_sync(nlohmann::json (E::*fn)(context&, nlohmann::json), entity& e,
+                              context& c, nlohmann::json a) {
+  co_return (static_cast<E&>(e).*fn)(c, std::move(a));
+}
+} // namespace detail
+
+/// Builds an entity_type for class E:
+///   auto t = type_builder<counter>("counter").method("add", &counter::add).build();
+template <class E>
+class type_builder {
+public:
+  explicit type_builder(std::string name) {
+    type_.name = std::move(name);
+    type_.factory = [] { return std::make_unique<E>(); };
+  }
+  /// A coroutine method.
+  type_builder& method(std::string name, task<nlohmann::json> (E::*fn)(context&, nlohmann::json),
+                       method_options opts = {}) {
+    type_.methods[std::move(name)] = method_def{
+      [fn](entity& e, context& c, nlohmann::json a) { return (static_cast<E&>(e).*fn)(c, a); },
+      opts};
+    return *this;
+  }
+  /// A synchronous method.
+  type_builder& method(std::string name, nlohmann::json (E::*fn)(context&, nlohmann::json),
+                       method_options opts = {}) {
+    type_.methods[std::move(name)] = method_def{
+      [fn](entity& e, context& c, nlohmann::json a) {
+        return detail::run_sync<E>(fn, e, c, std::move(a));
+      },
+      opts};
+    return *this;
+  }
+  entity_type build() { return std::move(type_); }
+  operator entity_type() && { return std::move(type_); }
+
+private:
+  entity_type type_;
+};
+
+/// The entity types a runtime hosts, by name.
+class entity_registry {
+public:
+  /// Adds a type; a type of the same name is replaced.
+  void add(entity_type t) {
+    auto name = t.name;
+    types_[name] = std::make_shared<const entity_type>(std::move(t));
+  }
+  const entity_type* find(std::string_view name) const {
+    auto it = types_.find(name);
+    return it == types_.end() ? nullptr : it->second.get();
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (auto& [n, _] : types_)
+      out.push_back(n);
+    return out;
+  }
+
+private:
+  std::map<std::string, std::shared_ptr<const entity_type>, std::less<>> types_;
+};
+
+/// Adds the built-in types (`ledger`; `webhook` comes with the resilience layer).
+void add_builtin_types(entity_registry& registry);
+
+} // namespace factum

@@ -1,0 +1,67 @@
+// factum/entities/errors.hpp: the error taxonomy (BRIEF "Error taxonomy", seed 000) and
+// call_error, the exception a handler throws to fail a call. Plain values; any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace factum {
+
+/// The seven failure categories. Retryability and HTTP status follow from the category.
+enum class error_category {
+  transient,       ///< retried: 429, 503, 504, timeouts, connection reset
+  server,          ///< retried only when the call is idempotent: 500, 502
+  external,        ///< retried with backoff: a tool's own failure
+  client,          ///< never retried: 400, 404, 422
+  data_integrity,  ///< never retried: 409
+  authorization,   ///< never retried: 401, 403
+  budget,          ///< never retried: 402
+};
+
+std::string_view to_string(error_category c) noexcept;
+std::optional<error_category> parse_error_category(std::string_view s) noexcept;
+
+/// Whether a failure of this category may be retried (server: only when idempotent).
+bool retryable(error_category c, bool idempotent = true) noexcept;
+
+/// The HTTP status a failure of this category maps to by default.
+int default_http_status(error_category c) noexcept;
+
+/// A failed call: thrown by handlers, stored for terminal failures, carried to callers.
+class call_error : public std::runtime_error {
+public:
+  call_error(error_category category, std::string code, std::string message, int http_status = 0)
+    : std::runtime_error(message),
+      category_(category),
+      code_(std::move(code)),
+      http_status_(http_status ? http_status : default_http_status(category)) {}
+
+  error_category category() const noexcept { return category_; }
+  const std::string& code() const noexcept { return code_; }
+  int http_status() const noexcept { return http_status_; }
+  /// Whether the runtime releases the idempotency key (a retry runs the call again) rather than
+  /// storing the failure.
+  bool retryable() const noexcept { return factum::retryable(category_); }
+
+  /// Extra members of the problem body (e.g. retry_after_ms).
+  nlohmann::json details = nlohmann::json::object();
+
+private:
+  error_category category_;
+  std::string code_;
+  int http_status_;
+};
+
+/// Shorthands for the common failures.
+call_error client_error(std::string code, std::string message);
+call_error not_found_error(std::string code, std::string message);
+call_error conflict_error(std::string code, std::string message);
+call_error transient_error(std::string code, std::string message);
+call_error external_error(std::string code, std::string message);
+
+} // namespace factum

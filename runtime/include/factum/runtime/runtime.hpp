@@ -1,0 +1,133 @@
+// factum/runtime/runtime.hpp: the runtime facade. start(config) brings up the actor system, the
+// storage threads and the alarm scheduler; call() routes a call to its entity's actor
+// (activating it on first use); stop() drains and closes everything. Every member function is
+// thread-safe; done callbacks run on a CAF worker thread and must not block.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "factum/entities/call.hpp"
+#include "factum/entities/context.hpp"
+#include "factum/entities/entity.hpp"
+#include "factum/storage/entity_key.hpp"
+#include "factum/storage/entity_store.hpp"
+#include "factum/storage/status.hpp"
+
+namespace factum {
+
+/// An external tool as the runtime sees it: an asynchronous callable. It must call `done`
+/// exactly once, from any thread, and must not block the calling thread.
+using tool_fn = std::function<void(const tool_request&, std::function<void(tool_reply)> done)>;
+
+/// Runtime configuration. Every field documents its default.
+struct runtime_config {
+  /// Root directory of every entity file and the runtime's own files. Required.
+  std::filesystem::path data_dir;
+  /// Commit durability (full: survives power loss; normal: survives a process crash). Default
+  /// full.
+  durability mode = durability::full;
+  /// An entity idle this long hibernates: commits, closes its file, ends its actor. Default 60 s.
+  std::chrono::milliseconds idle_timeout{60'000};
+  /// Cap on entities with an open file at once; 0 derives it from RLIMIT_NOFILE (each open
+  /// entity holds 3 descriptors; a quarter of the limit is kept for sockets). Default 0.
+  size_t max_active_entities = 0;
+  /// CAF scheduler worker threads; 0 means the number of cores. Default 0.
+  size_t scheduler_threads = 0;
+  /// Threads that run blocking SQLite work (open, commit with its fsync, close), so that no CAF
+  /// worker ever waits on the disk. Commits of different entities run in parallel on them.
+  /// Default 8.
+  size_t storage_threads = 8;
+  /// Idempotency key lifetime; 0 keeps keys until purged. Default 24 h.
+  std::chrono::milliseconds key_ttl{std::chrono::hours(24)};
+  /// Expired keys of an entity are purged by an alarm at most this often. Default 1 h.
+  std::chrono::milliseconds key_purge_interval{std::chrono::hours(1)};
+  /// First retry delay of a failing alarm handler; doubles per retry. Default 2 s.
+  std::chrono::milliseconds alarm_retry_base{2'000};
+  /// Retries of a failing alarm handler before it becomes a dead letter. Default 6.
+  int alarm_max_retries = 6;
+  /// How often the alarm scheduler looks for due alarms of hibernated entities at the latest.
+  /// Default 1 s.
+  std::chrono::milliseconds alarm_poll{1'000};
+  /// SQLite page cache per open entity, KiB. Default 256.
+  int cache_kib = 256;
+  /// The entity types hosted. Default: the built-in ones are added by the caller
+  /// (add_builtin_types).
+  entity_registry types;
+  /// External tools by name. Default none.
+  std::map<std::string, tool_fn> tools;
+  /// Fault injection for storage tests: applied to every entity store. Default none.
+  fault_hook storage_fault;
+};
+
+/// Counters for /metrics and tests. Monotonic unless said otherwise.
+struct runtime_stats {
+  uint64_t calls = 0;
+  uint64_t call_errors = 0;
+  uint64_t active_entities = 0;  ///< now (gauge)
+  uint64_t peak_active_entities = 0;
+  uint64_t activations = 0;
+  uint64_t hibernations = 0;
+  uint64_t commits = 0;
+  uint64_t facts = 0;            ///< facts committed
+  uint64_t turns_committed = 0;  ///< turns whose writes were committed
+  uint64_t replays = 0;
+  uint64_t key_conflicts = 0;
+  uint64_t key_mismatches = 0;
+  uint64_t keys_released_on_open = 0;
+  uint64_t alarms_fired = 0;
+  uint64_t alarm_retries = 0;
+  uint64_t alarms_dead_lettered = 0;
+  uint64_t alarm_lag_ms_max = 0;  ///< largest delay from due time to firing seen
+  uint64_t alarm_lag_ms_sum = 0;
+};
+
+class runtime {
+public:
+  /// Starts a runtime on config.data_dir.
+  static result<std::unique_ptr<runtime>> start(runtime_config config);
+
+  /// Stops (as stop()) and frees everything.
+  ~runtime();
+
+  /// Graceful stop: refuses new calls (UNAVAILABLE), drains the turns already queued, commits,
+  /// closes every file. Idempotent.
+  void stop();
+
+  /// Calls `method` of the entity `key` with JSON arguments. `done` runs exactly once, on a CAF
+  /// worker, after the reply's facts are committed.
+  void call(const entity_key& key, std::string method, std::string args_json, call_options opts,
+            std::function<void(call_reply)> done);
+
+  /// Blocking variant for tests, tools and embedders. Never call it from a CAF worker.
+  call_reply call_sync(const entity_key& key, std::string method, std::string args_json,
+                       call_options opts = {});
+
+  /// A snapshot of the counters.
+  runtime_stats stats() const;
+
+  const runtime_config& config() const;
+
+  /// Whether stop() has begun.
+  bool stopping() const;
+
+  struct impl;
+
+private:
+  explicit runtime(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+/// A random trace id: 32 lowercase hex characters (W3C trace-id).
+std::string new_trace_id();
+
+/// SHA-256 (hex) of method and args: the default idempotency fingerprint.
+std::string call_fingerprint(std::string_view method, std::string_view args_json);
+
+} // namespace factum

@@ -1,0 +1,986 @@
+// entity_actor.cpp: the actor of one entity, and the context its handlers see.
+//
+// Threads: everything here runs on the entity's actor (one CAF worker at a time), except the
+// jobs posted to the storage pool (open, commit, close), which own the store while they run;
+// the actor does not touch the store while a job is in flight (`committing`, phases).
+//
+// A call's path: (atoms::call) -> queue -> pump() -> run_turn() [savepoint, key, handler] ->
+// finish_turn() [complete key, release savepoint, reply into the batch] -> flush (a message to
+// self, behind everything already queued: write coalescing) -> commit on a storage thread ->
+// on_committed() delivers every reply of the batch (the output gate).
+#include <cmath>
+#include <unordered_set>
+
+#include "factum/storage/sha256.hpp"
+#include "runtime_core.hpp"
+
+namespace factum::detail {
+
+namespace {
+
+using nlohmann::json;
+
+enum class turn_kind { call, activate, alarm };
+
+struct queued {
+  turn_kind kind = turn_kind::call;
+  call_request req;
+  caf::typed_response_promise<call_reply> rp;
+  bool has_rp = false;
+};
+
+/// What storage jobs and the actor share: the store itself, and results of jobs.
+struct entity_core {
+  std::unique_ptr<entity_store> store;
+  std::optional<int64_t> next_alarm;
+  int64_t released_on_open = 0;
+};
+
+class entity_context;
+
+struct turn_state {
+  queued item;
+  call_info info;
+  bool suspended = false;
+  bool woken = false;
+  std::coroutine_handle<> handle;
+  uint64_t token = 0;
+  alarm_record alarm;  // alarm turns
+  std::vector<std::string> alarms_set;
+  int64_t started_ms = 0;
+};
+
+enum class phase { waiting_slot, opening, ready, closing };
+
+struct entity_state {
+  static inline const char* name = "factum.entity";
+  runtime_core* rt = nullptr;
+  entity_key key;
+  std::string key_str;
+  std::shared_ptr<entity_core> core = std::make_shared<entity_core>();
+  const entity_type* type = nullptr;
+  std::unique_ptr<entity> instance;
+  std::unique_ptr<entity_context> ctx;
+  phase ph = phase::waiting_slot;
+  std::deque<queued> queue;
+  std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>> batch;
+  std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>> in_commit;
+  uint64_t batch_turns = 0, commit_facts = 0, commit_turns = 0;
+  int64_t committed_seq = 0;  ///< last seq known durable
+  int64_t commit_seq = 0;     ///< last seq of the commit in flight
+  bool busy = false;
+  bool committing = false;
+  bool flush_scheduled = false;
+  bool alarms_dirty = false;
+  bool idle_fired = false;
+  bool evict_requested = false;
+  bool stopping = false;
+  bool purge_alarm_known = false;
+  std::optional<turn_state> turn;
+  uint64_t next_token = 1;
+  uint64_t alarm_gen = 0;
+  std::unordered_map<uint64_t, std::function<void(bool)>> timers;
+  /// Idempotency keys of calls accepted and not yet answered: a second call with one of them
+  /// gets 409 at once instead of queueing behind the first.
+  std::unordered_set<std::string> keys_in_flight;
+};
+
+using self_ptr = caf::stateful_actor<entity_state>*;
+
+void pump(self_ptr self);
+void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> value);
+void start_commit(self_ptr self);
+
+// -- error mapping ------------------------------------------------------------------------------
+
+call_error storage_error(const status& st) {
+  switch (st.code()) {
+    case errc::invalid_argument:
+      return call_error(error_category::client, "INVALID_ARGUMENT", st.message(), 400);
+    case errc::not_found:
+      return call_error(error_category::client, "NOT_FOUND", st.message(), 404);
+    case errc::conflict:
+      return call_error(error_category::data_integrity, "CONFLICT", st.message(), 409);
+    case errc::corruption:
+    case errc::not_factum_file:
+    case errc::newer_schema:
+      return call_error(error_category::server, "ENTITY_STORAGE_CORRUPT", st.message(), 500);
+    case errc::full:
+      return call_error(error_category::transient, "STORAGE_FULL", st.message(), 503);
+    case errc::read_only:
+      return call_error(error_category::transient, "STORAGE_READ_ONLY", st.message(), 503);
+    case errc::io_error:
+    case errc::busy:
+    case errc::unavailable:
+      return call_error(error_category::transient, "STORAGE_UNAVAILABLE", st.message(), 503);
+    default:
+      return call_error(error_category::server, "INTERNAL", st.message(), 500);
+  }
+}
+
+call_error to_call_error(std::exception_ptr err) {
+  try {
+    std::rethrow_exception(err);
+  } catch (const call_error& e) {
+    return e;
+  } catch (const json::exception& e) {
+    return call_error(error_category::client, "INVALID_ARGUMENT",
+                      std::string("JSON: ") + e.what(), 400);
+  } catch (const std::exception& e) {
+    return call_error(error_category::server, "HANDLER_FAILED", e.what(), 500);
+  } catch (...) {
+    return call_error(error_category::server, "HANDLER_FAILED", "unknown exception", 500);
+  }
+}
+
+call_reply reply_from_stored_failure(const std::string& body) {
+  call_reply r;
+  r.ok = false;
+  r.body = body;
+  auto p = json::parse(body, nullptr, false);
+  if (p.is_object()) {
+    r.code = p.value("code", "FAILED");
+    r.category = p.value("category", "server");
+    r.http_status = p.value("status", 500);
+  }
+  r.retryable = false;
+  return r;
+}
+
+// -- the handler context ------------------------------------------------------------------------
+
+class entity_context final : public context {
+public:
+  explicit entity_context(self_ptr self) : self_(self) {}
+
+  const entity_key& key() const override { return self_->state.key; }
+  const call_info& call() const override {
+    static const call_info none;
+    return self_->state.turn ? self_->state.turn->info : none;
+  }
+  int64_t now_ms() const override { return self_->state.rt->now(); }
+
+  fact append(fact_draft d) override {
+      if (d.trace_id.empty())
+      d.trace_id = call().trace_id;
+    if (d.idempotency_key.empty())
+      d.idempotency_key = call().idempotency_key;
+    auto r = store().append(d);
+    if (!r)
+      throw storage_error(r.error());
+    return std::move(r.value());
+  }
+
+  std::vector<fact> query(const fact_filter& f) override {
+    auto r = store().query(f);
+    if (!r)
+      throw storage_error(r.error());
+    return std::move(r.value());
+  }
+
+  json sql(std::string_view q, const json& params) override {
+    auto r = store().tenant_sql(q, params, true);
+    if (!r)
+      throw storage_error(r.error());
+    return std::move(r.value());
+  }
+
+  json sql_write(std::string_view q, const json& params) override {
+    auto r = store().tenant_sql(q, params, false);
+    if (!r)
+      throw storage_error(r.error());
+    return std::move(r.value());
+  }
+
+  void set_alarm(std::string name, int64_t due_ms, json payload) override {
+    if (name.empty() || name[0] == '@')
+      throw client_error("INVALID_ALARM", "alarm names must be non-empty and not start with '@'");
+    set_alarm_internal(std::move(name), due_ms, payload.dump(), 0);
+  }
+
+  void set_alarm_internal(std::string name, int64_t due_ms, std::string payload, int64_t attempts) {
+    auto& s = self_->state;
+    alarm_record a{name, due_ms, std::move(payload), attempts, now_ms()};
+    if (auto st = store().set_alarm(a); !st)
+      throw storage_error(st);
+    s.alarms_dirty = true;
+    if (s.turn)
+      s.turn->alarms_set.push_back(std::move(name));
+  }
+
+  void cancel_alarm(std::string_view name) override {
+    if (auto st = store().cancel_alarm(name); !st)
+      throw storage_error(st);
+    self_->state.alarms_dirty = true;
+  }
+
+  std::vector<alarm_record> alarms() override {
+    auto r = store().list_alarms();
+    if (!r)
+      throw storage_error(r.error());
+    return std::move(r.value());
+  }
+
+  std::optional<config_record> config(std::string_view id, int64_t version) override {
+    auto r = store().get_config(id, version);
+    if (!r) {
+      if (r.error().code() == errc::not_found)
+        return std::nullopt;
+      throw storage_error(r.error());
+    }
+    return std::move(r.value());
+  }
+
+  int64_t put_config(std::string_view id, const json& body) override {
+    auto r = store().put_config(id, body.dump());
+    if (!r)
+      throw storage_error(r.error());
+    return *r;
+  }
+
+  std::function<void()> suspend_turn(std::coroutine_handle<> h) override {
+    auto& s = self_->state;
+    auto& t = *s.turn;
+    t.suspended = true;
+    t.woken = false;
+    t.handle = h;
+    t.token = s.next_token++;
+    // An await is a commit point: keep the turn's writes so far and let the batch go out.
+    (void) store().end_turn(true);
+    if (store().dirty() && !s.committing)
+      start_commit(self_);
+    auto me = caf::actor_cast<caf::actor>(self_);
+    return [me, token = t.token] { caf::anon_send(me, atoms::resume::value, token); };
+  }
+
+protected:
+  void start_entity_call(const std::string& type, const std::string& id, std::string method,
+                         std::string args_json, call_options opts,
+                         std::function<void(call_reply)> done) override {
+    auto& s = self_->state;
+    auto k = entity_key::make(s.key.tenant, type, id);
+    if (!k) {
+      done(call_reply::failure(error_category::client, "INVALID_ENTITY_KEY",
+                               k.error().message(), 400));
+      return;
+    }
+    call_request req{std::move(method), std::move(args_json), std::move(opts.idempotency_key),
+                     opts.trace_id.empty() ? call().trace_id : std::move(opts.trace_id),
+                     std::move(opts.fingerprint)};
+    if (!req.idempotency_key.empty() && req.fingerprint.empty())
+      req.fingerprint = call_fingerprint(req.method, req.args);
+    s.rt->route(*k, std::move(req), opts.timeout, std::move(done));
+  }
+
+  void start_tool_call(const tool_request& req, std::function<void(tool_reply)> done) override {
+    auto& tools = self_->state.rt->cfg.tools;
+    auto it = tools.find(req.tool);
+    if (it == tools.end()) {
+      tool_reply r;
+      r.error_code = "UNKNOWN_TOOL";
+      r.error_message = "no tool named " + req.tool;
+      r.category = error_category::client;
+      done(std::move(r));
+      return;
+    }
+    it->second(req, std::move(done));
+  }
+
+  void start_timer(std::chrono::milliseconds d, std::function<void(bool)> done) override {
+    auto& s = self_->state;
+    auto tok = s.next_token++;
+    s.timers.emplace(tok, std::move(done));
+    self_->delayed_send(self_, d, atoms::tick::value, tok);
+  }
+
+private:
+  entity_store& store() { return *self_->state.core->store; }
+  self_ptr self_;
+};
+
+// -- replies ------------------------------------------------------------------------------------
+
+void add_reply(self_ptr self, queued& item, call_reply r) {
+  auto& s = self->state;
+  if (item.kind == turn_kind::call && !item.req.idempotency_key.empty())
+    s.keys_in_flight.erase(item.req.idempotency_key);
+  if (!r.ok)
+    s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+  if (item.has_rp)
+    s.batch.emplace_back(std::move(item.rp), std::move(r));
+}
+
+void deliver(std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>>& v) {
+  for (auto& [rp, r] : v)
+    rp.deliver(std::move(r));
+  v.clear();
+}
+
+// -- alarms -------------------------------------------------------------------------------------
+
+void arm_alarm_timer(self_ptr self, std::optional<int64_t> next) {
+  auto& s = self->state;
+  ++s.alarm_gen;
+  if (!next)
+    return;
+  auto delay = std::max<int64_t>(0, *next - s.rt->now());
+  self->delayed_send(self, std::chrono::milliseconds(delay), atoms::alarm::value, s.alarm_gen);
+}
+
+void rearm_from_store(self_ptr self) {
+  auto& s = self->state;
+  auto n = s.core->store->next_alarm();
+  if (n && n->has_value())
+    arm_alarm_timer(self, n->value().due_ms);
+  else
+    arm_alarm_timer(self, std::nullopt);
+}
+
+constexpr const char* purge_alarm = "@purge_keys";
+
+// -- turns --------------------------------------------------------------------------------------
+
+void end_turn_without_writes(self_ptr self, queued& item, call_reply r) {
+  add_reply(self, item, std::move(r));
+}
+
+/// Runs the internal read-only operations that operators reach through the HTTP API.
+json run_internal(self_ptr self, const std::string& method, const json& args) {
+  auto& store = *self->state.core->store;
+  if (method == "@facts") {
+    fact_filter f;
+    f.type = args.value("type", "");
+    f.subtype = args.value("subtype", "");
+    if (args.contains("since"))
+      f.since_ms = args["since"].get<int64_t>();
+    if (args.contains("until"))
+      f.until_ms = args["until"].get<int64_t>();
+    if (args.contains("after_seq"))
+      f.after_seq = args["after_seq"].get<int64_t>();
+    if (args.contains("before_seq"))
+      f.before_seq = args["before_seq"].get<int64_t>();
+    f.trace_id = args.value("trace_id", "");
+    f.tool_id = args.value("tool_id", "");
+    f.idempotency_key = args.value("idempotency_key", "");
+    f.limit = args.value("limit", int64_t{100});
+    f.newest_first = args.value("order", "asc") == "desc";
+    auto r = store.query(f);
+    if (!r)
+      throw storage_error(r.error());
+    json out = json::array();
+    for (auto& fa : *r)
+      out.push_back(to_json(fa));
+    return out;
+  }
+  if (method == "@verify") {
+    auto r = store.verify();
+    if (!r)
+      throw storage_error(r.error());
+    return {{"ok", r->ok},
+            {"facts_checked", r->facts_checked},
+            {"first_bad_seq", r->first_bad_seq},
+            {"problem", r->problem}};
+  }
+  if (method == "@alarms") {
+    auto r = store.list_alarms();
+    if (!r)
+      throw storage_error(r.error());
+    json out = json::array();
+    for (auto& a : *r)
+      out.push_back({{"name", a.name},
+                     {"due_ms", a.due_ms},
+                     {"attempts", a.attempts},
+                     {"payload", json::parse(a.payload, nullptr, false)}});
+    return out;
+  }
+  throw not_found_error("METHOD_NOT_FOUND", "no internal method " + method);
+}
+
+void run_turn(self_ptr self, queued item) {
+  auto& s = self->state;
+  auto& store = *s.core->store;
+  auto& req = item.req;
+  int64_t now = s.rt->now();
+
+  if (item.kind == turn_kind::call && !req.idempotency_key.empty()) {
+    auto p = store.peek_key(req.idempotency_key, req.fingerprint, now);
+    if (!p) {
+      end_turn_without_writes(self, item, call_reply::failure(storage_error(p.error())));
+      return;
+    }
+    switch (p->outcome) {
+      case key_outcome::fresh: break;
+      case key_outcome::in_flight:
+        s.rt->stats.key_conflicts.fetch_add(1, std::memory_order_relaxed);
+        end_turn_without_writes(
+          self, item,
+          call_reply::failure(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
+                              "a call with this idempotency key is still in flight", 409));
+        return;
+      case key_outcome::mismatch:
+        s.rt->stats.key_mismatches.fetch_add(1, std::memory_order_relaxed);
+        end_turn_without_writes(
+          self, item,
+          call_reply::failure(error_category::client, "IDEMPOTENCY_KEY_MISMATCH",
+                              "this idempotency key was used with a different request", 422));
+        return;
+      case key_outcome::completed: {
+        s.rt->stats.replays.fetch_add(1, std::memory_order_relaxed);
+        auto r = call_reply::success(std::move(p->record.response));
+        r.replayed = true;
+        end_turn_without_writes(self, item, std::move(r));
+        return;
+      }
+      case key_outcome::failed: {
+        s.rt->stats.replays.fetch_add(1, std::memory_order_relaxed);
+        auto r = reply_from_stored_failure(p->record.response);
+        r.replayed = true;
+        end_turn_without_writes(self, item, std::move(r));
+        return;
+      }
+    }
+  }
+
+  s.busy = true;
+  s.turn.emplace();
+  auto& t = *s.turn;
+  t.item = std::move(item);
+  t.started_ms = now;
+  t.info.method = t.item.req.method;
+  t.info.idempotency_key = t.item.req.idempotency_key;
+  t.info.trace_id = t.item.req.trace_id;
+  if (auto st = store.begin_turn(); !st) {
+    auto it = std::move(t.item);
+    s.turn.reset();
+    s.busy = false;
+    end_turn_without_writes(self, it, call_reply::failure(storage_error(st)));
+    return;
+  }
+  auto done = [self](std::exception_ptr e, std::optional<json> v) {
+    finish_turn(self, e, std::move(v));
+  };
+  auto done_void = [self](std::exception_ptr e) { finish_turn(self, e, json(nullptr)); };
+
+  try {
+    switch (t.item.kind) {
+      case turn_kind::activate:
+        t.info.method = "@activate";
+        start_task(s.instance->on_activate(*s.ctx), done_void);
+        return;
+      case turn_kind::alarm: {
+        t.info.method = "@alarm";
+        auto due = store.next_alarm();
+        if (!due)
+          throw storage_error(due.error());
+        if (!due->has_value() || due->value().due_ms > now) {
+          finish_turn(self, nullptr, json(nullptr)); // nothing due (a duplicate wake)
+          return;
+        }
+        t.alarm = due->value();
+        t.info.trace_id = new_trace_id();
+        auto lag = static_cast<uint64_t>(std::max<int64_t>(0, now - t.alarm.due_ms));
+        s.rt->stats.alarm_lag_ms_sum.fetch_add(lag, std::memory_order_relaxed);
+        auto prev = s.rt->stats.alarm_lag_ms_max.load(std::memory_order_relaxed);
+        while (lag > prev &&
+               !s.rt->stats.alarm_lag_ms_max.compare_exchange_weak(prev, lag)) {
+        }
+        if (t.alarm.name == purge_alarm) {
+          auto n = store.purge_expired_keys(now);
+          if (!n)
+            throw storage_error(n.error());
+          auto next = store.next_key_expiry();
+          if (next && next->has_value()) {
+            auto when = std::max(next->value(),
+                                 now + static_cast<int64_t>(s.rt->cfg.key_purge_interval.count()));
+            s.ctx->set_alarm_internal(purge_alarm, when, "{}", 0);
+          }
+          finish_turn(self, nullptr, json(nullptr));
+          return;
+        }
+        start_task(s.instance->on_alarm(*s.ctx, t.alarm), done_void);
+        return;
+      }
+      case turn_kind::call: {
+        auto& r = t.item.req;
+        if (!r.idempotency_key.empty()) {
+          auto ttl = static_cast<int64_t>(s.rt->cfg.key_ttl.count());
+          auto b = store.begin_key(r.idempotency_key, r.fingerprint, ttl, now);
+          if (!b)
+            throw storage_error(b.error());
+          if (ttl > 0 && !s.purge_alarm_known) {
+            s.purge_alarm_known = true;
+            if (store.get_alarm(purge_alarm).error().code() == errc::not_found)
+              s.ctx->set_alarm_internal(
+                purge_alarm,
+                now + std::max<int64_t>(ttl, s.rt->cfg.key_purge_interval.count()), "{}", 0);
+          }
+        }
+        json args = r.args.empty() ? json::object() : json::parse(r.args);
+        if (!r.method.empty() && r.method[0] == '@') {
+          finish_turn(self, nullptr, run_internal(self, r.method, args));
+          return;
+        }
+        auto* m = s.type->find(r.method);
+        if (!m)
+          throw not_found_error("METHOD_NOT_FOUND", "entity type " + s.key.type +
+                                                      " has no method " + r.method);
+        start_task(m->fn(*s.instance, *s.ctx, std::move(args)), done);
+        return;
+      }
+    }
+  } catch (...) {
+    finish_turn(self, std::current_exception(), std::nullopt);
+  }
+}
+
+void append_error_fact(self_ptr self, const call_error& ce, const std::string& subtype_override,
+                       json extra) {
+  auto& s = self->state;
+  auto& t = *s.turn;
+  fact_draft d;
+  d.type = "error";
+  d.subtype = subtype_override.empty() ? std::string(to_string(ce.category())) : subtype_override;
+  d.trace_id = t.info.trace_id;
+  d.idempotency_key = t.info.idempotency_key;
+  d.data = {{"error_code", ce.code()},
+            {"error_message", ce.what()},
+            {"category", std::string(to_string(ce.category()))},
+            {"method", t.info.method},
+            {"retryable", ce.retryable()},
+            {"resolved", false}};
+  for (auto& [k, v] : extra.items())
+    d.data[k] = v;
+  auto r = s.core->store->append(d);
+  if (!r)
+    throw storage_error(r.error());
+}
+
+void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> value) {
+  auto& s = self->state;
+  auto& t = *s.turn;
+  auto& store = *s.core->store;
+  call_reply reply;
+  if (!err) {
+    try {
+      switch (t.item.kind) {
+        case turn_kind::call: {
+          auto body = value ? value->dump() : std::string("null");
+          if (!t.info.idempotency_key.empty())
+            if (auto st = store.complete_key(t.info.idempotency_key, body); !st)
+              throw storage_error(st);
+          reply = call_reply::success(std::move(body));
+          break;
+        }
+        case turn_kind::alarm:
+          if (!t.alarm.name.empty()) {
+            s.rt->stats.alarms_fired.fetch_add(1, std::memory_order_relaxed);
+            bool reset = std::find(t.alarms_set.begin(), t.alarms_set.end(), t.alarm.name) !=
+                         t.alarms_set.end();
+            if (!reset) {
+              if (auto st = store.cancel_alarm(t.alarm.name); !st)
+                throw storage_error(st);
+              s.alarms_dirty = true;
+            }
+          }
+          break;
+        case turn_kind::activate: break;
+      }
+      if (auto st = store.end_turn(true); !st)
+        throw storage_error(st);
+      ++s.batch_turns;
+    } catch (...) {
+      err = std::current_exception();
+    }
+  }
+  if (err) {
+    auto ce = to_call_error(err);
+    reply = call_reply::failure(ce);
+    (void) store.end_turn(false); // the turn's own writes go; earlier turns stay
+    try {
+      if (auto st = store.begin_turn(); !st)
+        throw storage_error(st);
+      json extra = json::object();
+      std::string subtype;
+      if (t.item.kind == turn_kind::alarm && !t.alarm.name.empty()) {
+        int64_t attempts = t.alarm.attempts + 1;
+        extra = {{"alarm", t.alarm.name}, {"attempt", attempts}};
+        append_error_fact(self, ce, "alarm_failed", extra);
+        fact_draft life;
+        life.type = "lifecycle";
+        life.trace_id = t.info.trace_id;
+        if (attempts > s.rt->cfg.alarm_max_retries) {
+          s.rt->stats.alarms_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+          int64_t now = s.rt->now();
+          dead_letter_record dl;
+          dl.id = "dl_" + sha256_hex(s.key_str + t.alarm.name + std::to_string(now)).substr(0, 24);
+          dl.operation = "@alarm:" + t.alarm.name;
+          dl.payload = t.alarm.payload;
+          dl.error_code = ce.code();
+          dl.error_message = ce.what();
+          dl.error_category = std::string(to_string(ce.category()));
+          dl.reason = "alarm_retries_exhausted";
+          dl.attempts = attempts;
+          dl.first_attempt_ms = t.alarm.due_ms;
+          dl.last_attempt_ms = now;
+          dl.trace_id = t.info.trace_id;
+          if (auto st = store.put_dead_letter(dl); !st)
+            throw storage_error(st);
+          if (auto st = store.cancel_alarm(t.alarm.name); !st)
+            throw storage_error(st);
+          life.subtype = "alarm_dead_lettered";
+          life.data = {{"alarm", t.alarm.name}, {"attempts", attempts}, {"dead_letter_id", dl.id}};
+          fact_draft e2;
+          e2.type = "error";
+          e2.subtype = "max_retries_exceeded";
+          e2.trace_id = t.info.trace_id;
+          e2.data = {{"error_code", ce.code()},
+                     {"error_message", ce.what()},
+                     {"category", std::string(to_string(ce.category()))},
+                     {"retry_attempt", attempts},
+                     {"max_retries", s.rt->cfg.alarm_max_retries},
+                     {"dead_letter_id", dl.id}};
+          if (!store.append(e2))
+            throw storage_error(status{errc::io_error, "append max_retries_exceeded"});
+        } else {
+          s.rt->stats.alarm_retries.fetch_add(1, std::memory_order_relaxed);
+          auto delay = static_cast<int64_t>(s.rt->cfg.alarm_retry_base.count()) *
+                       (int64_t{1} << std::min<int64_t>(attempts - 1, 30));
+          int64_t due = s.rt->now() + delay;
+          s.ctx->set_alarm_internal(t.alarm.name, due, t.alarm.payload, attempts);
+          life.subtype = "alarm_retry_scheduled";
+          life.data = {{"alarm", t.alarm.name}, {"attempt", attempts}, {"retry_at", due},
+                       {"delay_ms", delay}};
+        }
+        s.alarms_dirty = true;
+        if (!store.append(life))
+          throw storage_error(status{errc::io_error, "append lifecycle fact"});
+      } else {
+        append_error_fact(self, ce, "", extra);
+      }
+      if (t.item.kind == turn_kind::call && !t.info.idempotency_key.empty()) {
+        // The key may have been committed as pending at an await: release it, and store the
+        // failure when it is terminal so that a retry replays it.
+        if (auto st = store.release_key(t.info.idempotency_key); !st)
+          throw storage_error(st);
+        if (!ce.retryable()) {
+          auto b = store.begin_key(t.info.idempotency_key, t.item.req.fingerprint,
+                                   static_cast<int64_t>(s.rt->cfg.key_ttl.count()), s.rt->now());
+          if (!b)
+            throw storage_error(b.error());
+          if (auto st = store.fail_key(t.info.idempotency_key, reply.body); !st)
+            throw storage_error(st);
+        }
+      }
+      if (auto st = store.end_turn(true); !st)
+        throw storage_error(st);
+      ++s.batch_turns;
+    } catch (...) {
+      (void) store.end_turn(false);
+      // The failure could not even be recorded: the store is failing. Answer with that.
+      reply = call_reply::failure(to_call_error(std::current_exception()));
+    }
+  }
+  auto item = std::move(t.item);
+  s.turn.reset();
+  s.busy = false;
+  add_reply(self, item, std::move(reply));
+}
+
+// -- commit (output gate) -----------------------------------------------------------------------
+
+void start_commit(self_ptr self) {
+  auto& s = self->state;
+  s.committing = true;
+  s.in_commit = std::move(s.batch);
+  s.batch.clear();
+  s.commit_seq = s.core->store->last_seq();
+  s.commit_facts = static_cast<uint64_t>(s.commit_seq - s.committed_seq);
+  s.commit_turns = std::exchange(s.batch_turns, 0);
+  bool alarms = std::exchange(s.alarms_dirty, false);
+  auto core = s.core;
+  auto rt = s.rt;
+  auto key = s.key;
+  auto me = caf::actor_cast<caf::actor>(self);
+  rt->pool.post([core, rt, key, me, alarms] {
+    std::optional<int64_t> next;
+    if (alarms) {
+      auto n = core->store->next_alarm();
+      if (n && n->has_value())
+        next = n->value().due_ms;
+      rt->sync_alarm_index(key, next, true);
+    }
+    auto st = core->store->commit();
+    if (st && alarms)
+      rt->sync_alarm_index(key, next, false);
+    caf::anon_send(me, atoms::committed::value, static_cast<int>(st.code()), st.message(),
+                   alarms);
+  });
+}
+
+void maybe_close(self_ptr self);
+
+void pump(self_ptr self) {
+  auto& s = self->state;
+  if (s.ph != phase::ready)
+    return;
+  while (!s.busy && !s.committing && !s.queue.empty()) {
+    auto item = std::move(s.queue.front());
+    s.queue.pop_front();
+    run_turn(self, std::move(item));
+  }
+  if (s.busy || s.committing)
+    return;
+  auto& store = *s.core->store;
+  if (store.dirty()) {
+    if (!s.flush_scheduled) {
+      s.flush_scheduled = true;
+      self->send(self, atoms::flush::value);
+    }
+    return;
+  }
+  if (store.in_batch())
+    (void) store.commit(); // read-only batch: nothing to fsync
+  deliver(s.batch);
+  maybe_close(self);
+}
+
+void on_committed(self_ptr self, int code, const std::string& msg, bool alarms) {
+  auto& s = self->state;
+  s.committing = false;
+  if (code == 0) {
+    s.rt->stats.commits.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.facts.fetch_add(s.commit_facts, std::memory_order_relaxed);
+    s.rt->stats.turns_committed.fetch_add(s.commit_turns, std::memory_order_relaxed);
+    s.committed_seq = s.commit_seq;
+    deliver(s.in_commit);
+  } else {
+    // The batch was rolled back whole: its keys are released, so retries run again.
+    auto ce = storage_error(status{static_cast<errc>(code), "commit failed: " + msg});
+    for (auto& [rp, r] : s.in_commit) {
+      s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+      rp.deliver(call_reply::failure(ce));
+    }
+    s.in_commit.clear();
+    alarms = true;
+  }
+  if (alarms)
+    rearm_from_store(self);
+  if (s.turn && s.turn->suspended && s.turn->woken) {
+    s.turn->suspended = false;
+    (void) s.core->store->begin_turn();
+    s.turn->handle.resume();
+  }
+  pump(self);
+}
+
+// -- activation and hibernation -----------------------------------------------------------------
+
+void start_open(self_ptr self) {
+  auto& s = self->state;
+  s.ph = phase::opening;
+  auto core = s.core;
+  auto rt = s.rt;
+  auto key = s.key;
+  auto me = caf::actor_cast<caf::actor>(self);
+  rt->pool.post([core, rt, key, me] {
+    auto r = entity_store::open(rt->store_opts, key);
+    status st;
+    if (r) {
+      core->store = std::move(r.value());
+      core->released_on_open = core->store->released_on_open();
+      auto n = core->store->next_alarm();
+      core->next_alarm.reset();
+      if (n && n->has_value())
+        core->next_alarm = n->value().due_ms;
+      rt->sync_alarm_index(key, core->next_alarm, false);
+    } else {
+      st = r.error();
+    }
+    caf::anon_send(me, atoms::opened::value, static_cast<int>(st.code()), st.message());
+  });
+}
+
+void on_opened(self_ptr self, int code, const std::string& msg) {
+  auto& s = self->state;
+  if (code != 0) {
+    auto ce = storage_error(status{static_cast<errc>(code), msg});
+    for (auto& q : s.queue)
+      if (q.has_rp) {
+        s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+        q.rp.deliver(call_reply::failure(ce));
+      }
+    s.queue.clear();
+    s.keys_in_flight.clear();
+    s.rt->release_slot(s.key_str);
+    s.rt->unregister(s.key_str, caf::actor_cast<caf::actor>(self));
+    self->quit();
+    return;
+  }
+  s.ph = phase::ready;
+  auto active = s.rt->stats.active.fetch_add(1, std::memory_order_relaxed) + 1;
+  auto peak = s.rt->stats.peak_active.load(std::memory_order_relaxed);
+  while (active > peak && !s.rt->stats.peak_active.compare_exchange_weak(peak, active)) {
+  }
+  s.rt->stats.activations.fetch_add(1, std::memory_order_relaxed);
+  s.rt->stats.keys_released_on_open.fetch_add(
+    static_cast<uint64_t>(s.core->released_on_open), std::memory_order_relaxed);
+  s.purge_alarm_known = false;
+  s.committed_seq = s.core->store->last_seq();
+  s.instance = s.type->factory();
+  queued act;
+  act.kind = turn_kind::activate;
+  s.queue.push_front(std::move(act));
+  arm_alarm_timer(self, s.core->next_alarm);
+  pump(self);
+}
+
+void maybe_close(self_ptr self) {
+  auto& s = self->state;
+  bool wanted = s.stopping || s.evict_requested || s.idle_fired;
+  if (!wanted || s.ph != phase::ready || s.busy || s.committing || s.flush_scheduled ||
+      !s.queue.empty() || !s.batch.empty() || s.core->store->in_batch())
+    return;
+  s.ph = phase::closing;
+  s.instance.reset();
+  ++s.alarm_gen; // local alarm timers are void; the scheduler wakes the entity
+  s.rt->stats.hibernations.fetch_add(1, std::memory_order_relaxed);
+  s.rt->stats.active.fetch_sub(1, std::memory_order_relaxed);
+  auto core = s.core;
+  auto me = caf::actor_cast<caf::actor>(self);
+  s.rt->pool.post([core, me] {
+    core->store.reset(); // closes the file (checkpoints the WAL)
+    caf::anon_send(me, atoms::closed::value);
+  });
+}
+
+void on_closed(self_ptr self) {
+  auto& s = self->state;
+  s.rt->release_slot(s.key_str);
+  s.idle_fired = false;
+  s.evict_requested = false;
+  if (!s.queue.empty()) { // calls arrived while closing: open again
+    s.ph = phase::waiting_slot;
+    if (s.rt->acquire_slot(s.key_str, caf::actor_cast<caf::actor>(self)))
+      start_open(self);
+    return;
+  }
+  s.rt->unregister(s.key_str, caf::actor_cast<caf::actor>(self));
+  self->quit();
+}
+
+caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std::string key_str,
+                           const entity_type* type) {
+  auto& s = self->state;
+  s.rt = rt;
+  s.key = std::move(key);
+  s.key_str = std::move(key_str);
+  s.type = type;
+  s.ctx = std::make_unique<entity_context>(self);
+  if (rt->acquire_slot(s.key_str, caf::actor_cast<caf::actor>(self)))
+    start_open(self);
+  return {
+    [=](atoms::call, call_request& req) -> caf::typed_response_promise<call_reply> {
+      auto& s = self->state;
+      auto rp = self->make_response_promise<call_reply>();
+      s.idle_fired = false;
+      if (req.method == "@wake") { // the alarm scheduler: check alarms, answer at once
+        rp.deliver(call_reply::success("null"));
+        queued q;
+        q.kind = turn_kind::alarm;
+        s.queue.push_back(std::move(q));
+      } else {
+        if (!req.idempotency_key.empty() && !s.keys_in_flight.insert(req.idempotency_key).second) {
+          s.rt->stats.key_conflicts.fetch_add(1, std::memory_order_relaxed);
+          s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+          rp.deliver(call_reply::failure(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
+                                         "a call with this idempotency key is still in flight",
+                                         409));
+          return rp;
+        }
+        queued q;
+        q.req = std::move(req);
+        q.rp = rp;
+        q.has_rp = true;
+        s.queue.push_back(std::move(q));
+      }
+      pump(self);
+      return rp;
+    },
+    [=](atoms::flush) {
+      auto& s = self->state;
+      s.flush_scheduled = false;
+      if (s.ph != phase::ready || s.committing)
+        return;
+      if (s.core->store->dirty())
+        start_commit(self);
+      else
+        pump(self);
+    },
+    [=](atoms::committed, int code, const std::string& msg, bool alarms) {
+      on_committed(self, code, msg, alarms);
+    },
+    [=](atoms::opened, int code, const std::string& msg) { on_opened(self, code, msg); },
+    [=](atoms::closed) { on_closed(self); },
+    [=](atoms::slot) {
+      if (self->state.ph == phase::waiting_slot)
+        start_open(self);
+    },
+    [=](atoms::resume, uint64_t token) {
+      auto& s = self->state;
+      if (!s.turn || !s.turn->suspended || s.turn->token != token)
+        return;
+      s.turn->woken = true;
+      if (s.committing)
+        return; // resumed by on_committed
+      s.turn->suspended = false;
+      (void) s.core->store->begin_turn();
+      s.turn->handle.resume();
+      pump(self);
+    },
+    [=](atoms::tick, uint64_t token) {
+      auto& s = self->state;
+      auto it = s.timers.find(token);
+      if (it == s.timers.end())
+        return;
+      auto fn = std::move(it->second);
+      s.timers.erase(it);
+      fn(true);
+    },
+    [=](atoms::alarm, uint64_t gen) {
+      auto& s = self->state;
+      if (gen != s.alarm_gen || s.ph != phase::ready)
+        return;
+      queued q;
+      q.kind = turn_kind::alarm;
+      s.queue.push_back(std::move(q));
+      pump(self);
+    },
+    [=](atoms::hibernate) {
+      self->state.evict_requested = true;
+      maybe_close(self);
+    },
+    [=](atoms::stop) {
+      self->state.stopping = true;
+      if (self->state.ph == phase::waiting_slot && self->state.queue.empty()) {
+        self->state.rt->unregister(self->state.key_str, caf::actor_cast<caf::actor>(self));
+        self->quit();
+        return;
+      }
+      maybe_close(self);
+    },
+    caf::after(rt->cfg.idle_timeout) >>
+      [=] {
+        self->state.idle_fired = true;
+        maybe_close(self);
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::string& key_str) {
+  const entity_type* type = rt->cfg.types.find(key.type);
+  return rt->sys->spawn<caf::lazy_init>(entity_actor, rt, key, key_str, type);
+}
+
+} // namespace factum::detail

@@ -1,0 +1,467 @@
+// runtime.cpp: the runtime facade (start/stop/call), the activation registry, call routing
+// with bridge actors, and the alarm scheduler.
+//
+// Threads: runtime members are called from any thread; the registry is guarded by its mutex;
+// bridge actors and the scheduler run on CAF (the scheduler detached, on its own thread, because
+// it reads the alarm index with blocking SQLite calls); storage work runs on the storage pool.
+#include "factum/runtime/runtime.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <future>
+#include <random>
+
+#include "factum/storage/sha256.hpp"
+#include "runtime_core.hpp"
+
+namespace factum {
+
+using detail::runtime_core;
+
+std::string new_trace_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                   static_cast<uint64_t>(now_ms()) ^
+                                   reinterpret_cast<uintptr_t>(&rng)};
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out(32, '0');
+  for (int half = 0; half < 2; ++half) {
+    uint64_t r = rng();
+    for (int i = 0; i < 16; ++i)
+      out[half * 16 + i] = hex[(r >> (i * 4)) & 0xf];
+  }
+  return out;
+}
+
+std::string call_fingerprint(std::string_view method, std::string_view args_json) {
+  std::string buf;
+  buf.reserve(method.size() + args_json.size() + 1);
+  buf.append(method).push_back('\n');
+  buf.append(args_json);
+  return sha256_hex(buf);
+}
+
+namespace detail {
+
+// -- registry -----------------------------------------------------------------------------------
+
+caf::actor runtime_core::lookup_or_spawn(const entity_key& key, const std::string& key_str) {
+  std::lock_guard<std::mutex> g(reg.mu);
+  auto it = reg.map.find(key_str);
+  if (it != reg.map.end()) {
+    reg.lru.splice(reg.lru.begin(), reg.lru, it->second.lru);
+    return it->second.actor;
+  }
+  if (reg.stopping)
+    return {};
+  reg.lru.push_front(key_str);
+  auto& e = reg.map[key_str];
+  e.lru = reg.lru.begin();
+  e.actor = spawn_entity(this, key, key_str);
+  return e.actor;
+}
+
+void runtime_core::touch(const std::string& key_str) {
+  std::lock_guard<std::mutex> g(reg.mu);
+  auto it = reg.map.find(key_str);
+  if (it != reg.map.end())
+    reg.lru.splice(reg.lru.begin(), reg.lru, it->second.lru);
+}
+
+bool runtime_core::acquire_slot(const std::string& key_str, const caf::actor& self) {
+  caf::actor victim;
+  {
+    std::lock_guard<std::mutex> g(reg.mu);
+    auto it = reg.map.find(key_str);
+    if (reg.slots_used < reg.cap) {
+      ++reg.slots_used;
+      if (it != reg.map.end())
+        it->second.has_slot = true;
+      return true;
+    }
+    reg.waiters.emplace_back(key_str, self);
+    // Ask the least recently used entity that holds a slot to hibernate.
+    for (auto l = reg.lru.rbegin(); l != reg.lru.rend(); ++l) {
+      auto& e = reg.map[*l];
+      if (e.has_slot && !e.asked_to_hibernate) {
+        e.asked_to_hibernate = true;
+        victim = e.actor;
+        break;
+      }
+    }
+  }
+  if (victim)
+    caf::anon_send(victim, atoms::hibernate::value);
+  return false;
+}
+
+void runtime_core::release_slot(const std::string& key_str) {
+  caf::actor next;
+  {
+    std::lock_guard<std::mutex> g(reg.mu);
+    auto it = reg.map.find(key_str);
+    if (it != reg.map.end()) {
+      it->second.has_slot = false;
+      it->second.asked_to_hibernate = false;
+    }
+    if (!reg.waiters.empty()) {
+      auto [k, a] = std::move(reg.waiters.front());
+      reg.waiters.pop_front();
+      auto jt = reg.map.find(k);
+      if (jt != reg.map.end())
+        jt->second.has_slot = true;
+      next = std::move(a);
+    } else {
+      --reg.slots_used;
+    }
+  }
+  if (next)
+    caf::anon_send(next, atoms::slot::value);
+}
+
+void runtime_core::unregister(const std::string& key_str, const caf::actor& self) {
+  std::lock_guard<std::mutex> g(reg.mu);
+  auto it = reg.map.find(key_str);
+  if (it != reg.map.end() && it->second.actor == self) {
+    reg.lru.erase(it->second.lru);
+    reg.map.erase(it);
+    reg.changed.notify_all();
+  }
+}
+
+// -- routing ------------------------------------------------------------------------------------
+
+namespace {
+
+bool receiver_down(const caf::error& e) {
+  return e.category() == caf::atom("system") &&
+         e.code() == static_cast<uint8_t>(caf::sec::request_receiver_down);
+}
+
+bool timed_out(const caf::error& e) {
+  return e.category() == caf::atom("system") &&
+         e.code() == static_cast<uint8_t>(caf::sec::request_timeout);
+}
+
+struct route_ctx {
+  runtime_core* rt;
+  entity_key key;
+  std::string key_str;
+  call_request req;
+  std::chrono::milliseconds timeout;
+  std::function<void(call_reply)> done;
+  int attempts = 0;
+};
+
+void send_call(caf::event_based_actor* b, std::shared_ptr<route_ctx> c, caf::actor target) {
+  b->request(target, c->timeout, atoms::call::value, c->req)
+    .then([c](call_reply& r) { c->done(std::move(r)); },
+          [b, c](caf::error& e) {
+            if (receiver_down(e) && ++c->attempts < 16) {
+              // The entity hibernated between lookup and delivery; its file is closed, so a
+              // new activation is safe. The call never ran there.
+              auto next = c->rt->lookup_or_spawn(c->key, c->key_str);
+              if (next) {
+                send_call(b, c, next);
+                return;
+              }
+            }
+            c->rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+            if (timed_out(e))
+              c->done(call_reply::failure(error_category::transient, "CALL_TIMEOUT",
+                                          "no reply within " + std::to_string(c->timeout.count()) +
+                                            " ms; retry with the same idempotency key",
+                                          504));
+            else
+              c->done(call_reply::failure(error_category::transient, "UNAVAILABLE",
+                                          "entity unavailable: " + b->system().render(e), 503));
+          });
+}
+
+} // namespace
+
+void runtime_core::route(const entity_key& key, call_request req,
+                         std::chrono::milliseconds timeout, std::function<void(call_reply)> done) {
+  stats.calls.fetch_add(1, std::memory_order_relaxed);
+  if (!cfg.types.find(key.type)) {
+    stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    done(call_reply::failure(error_category::client, "UNKNOWN_ENTITY_TYPE",
+                             "no entity type " + key.type, 404));
+    return;
+  }
+  auto key_str = key.to_string();
+  auto target = lookup_or_spawn(key, key_str);
+  if (!target) {
+    stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    done(call_reply::failure(error_category::transient, "UNAVAILABLE", "the runtime is stopping",
+                             503));
+    return;
+  }
+  auto c = std::make_shared<route_ctx>(
+    route_ctx{this, key, std::move(key_str), std::move(req), timeout, std::move(done)});
+  sys->spawn([c, target](caf::event_based_actor* b) { send_call(b, c, target); });
+}
+
+// -- alarm index --------------------------------------------------------------------------------
+
+void runtime_core::sync_alarm_index(const entity_key& key, std::optional<int64_t> next,
+                                    bool before_commit) {
+  bool kick = false;
+  {
+    std::lock_guard<std::mutex> g(alarms.mu);
+    auto cur = alarms.index->due_of(key);
+    // -1: no entry (GCC 12 warns falsely on std::optional comparisons here)
+    int64_t have = cur && cur->has_value() ? cur->value() : -1;
+    int64_t want = next ? *next : -1;
+    bool earlier = want >= 0 && (have < 0 || want < have);
+    if (before_commit) {
+      if (earlier) {
+        (void) alarms.index->apply({{key, want}});
+        kick = true;
+      }
+    } else if (want != have) {
+      (void) alarms.index->apply({{key, want}});
+      kick = earlier;
+    }
+  }
+  if (kick && scheduler)
+    caf::anon_send(scheduler, atoms::kick::value);
+}
+
+// -- alarm scheduler ----------------------------------------------------------------------------
+
+namespace {
+
+struct scheduler_state {
+  static inline const char* name = "factum.alarm_scheduler";
+  uint64_t gen = 0;
+  std::unordered_map<std::string, std::pair<int64_t, int64_t>> woken;  // key -> (due, at)
+};
+
+void scheduler_scan(caf::stateful_actor<scheduler_state>* self, runtime_core* rt) {
+  auto& s = self->state;
+  int64_t now = rt->now();
+  std::vector<alarm_index_entry> due;
+  std::optional<int64_t> next;
+  {
+    std::lock_guard<std::mutex> g(rt->alarms.mu);
+    auto d = rt->alarms.index->due(now, 512);
+    if (d)
+      due = std::move(*d);
+    auto n = rt->alarms.index->next_due();
+    if (n)
+      next = *n;
+  }
+  for (auto it = s.woken.begin(); it != s.woken.end();)
+    it = now - it->second.second > 5'000 ? s.woken.erase(it) : std::next(it);
+  for (auto& e : due) {
+    auto k = e.key.to_string();
+    auto w = s.woken.find(k);
+    if (w != s.woken.end() && w->second.first == e.due_ms)
+      continue; // woken recently for this very due time
+    s.woken[k] = {e.due_ms, now};
+    rt->route(e.key, call_request{"@wake", "", "", "", ""}, std::chrono::seconds(30),
+              [](call_reply) {});
+  }
+  int64_t poll = rt->cfg.alarm_poll.count();
+  int64_t delay = poll;
+  if (next && *next > now)
+    delay = std::min<int64_t>(poll, *next - now);
+  self->delayed_send(self, std::chrono::milliseconds(std::max<int64_t>(delay, 1)),
+                     atoms::tick::value, ++s.gen);
+}
+
+caf::behavior alarm_scheduler(caf::stateful_actor<scheduler_state>* self, runtime_core* rt) {
+  self->send(self, atoms::kick::value);
+  return {
+    [=](atoms::tick, uint64_t gen) {
+      if (gen == self->state.gen)
+        scheduler_scan(self, rt);
+    },
+    [=](atoms::kick) { scheduler_scan(self, rt); },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_alarm_scheduler(runtime_core* rt) {
+  return rt->sys->spawn<caf::detached>(alarm_scheduler, rt);
+}
+
+} // namespace detail
+
+// -- facade -------------------------------------------------------------------------------------
+
+struct runtime::impl {
+  std::unique_ptr<runtime_core> core;
+  int lock_fd = -1;
+  std::atomic<bool> stopped{false};
+  std::mutex stop_mu;
+};
+
+runtime::runtime(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+runtime::~runtime() {
+  stop();
+  if (impl_->lock_fd >= 0)
+    ::close(impl_->lock_fd);
+}
+
+namespace {
+
+size_t default_max_active() {
+  struct rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    if (rl.rlim_cur < rl.rlim_max) { // raise the soft limit to the hard one
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &rl);
+      getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    auto n = static_cast<size_t>(rl.rlim_cur);
+    if (n == RLIM_INFINITY || n > 1'000'000)
+      n = 1'000'000;
+    return std::max<size_t>(16, (n - n / 4) / 3);
+  }
+  return 1000;
+}
+
+} // namespace
+
+result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
+  namespace fs = std::filesystem;
+  if (config.data_dir.empty())
+    return status{errc::invalid_argument, "runtime_config.data_dir is required"};
+  std::error_code ec;
+  fs::create_directories(config.data_dir / "runtime", ec);
+  if (ec)
+    return status{errc::io_error, "cannot create " + config.data_dir.string() + ": " +
+                                    ec.message()};
+  auto p = std::make_unique<impl>();
+  // One process per data directory: the single-activation guarantee depends on it.
+  auto lock_path = config.data_dir / "runtime" / "LOCK";
+  p->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (p->lock_fd < 0)
+    return status{errc::io_error, "cannot open " + lock_path.string()};
+  if (::flock(p->lock_fd, LOCK_EX | LOCK_NB) != 0)
+    return status{errc::busy, "data directory " + config.data_dir.string() +
+                                " is in use by another factum process"};
+  auto max_active = config.max_active_entities ? config.max_active_entities : default_max_active();
+  p->core = std::make_unique<runtime_core>(std::move(config));
+  auto& c = *p->core;
+  c.reg.cap = max_active;
+  c.store_opts.data_dir = c.cfg.data_dir;
+  c.store_opts.mode = c.cfg.mode;
+  c.store_opts.cache_kib = c.cfg.cache_kib;
+  c.store_opts.fault = c.cfg.storage_fault;
+  auto ix = alarm_index::open(c.cfg.data_dir, c.cfg.mode);
+  if (!ix)
+    return ix.error();
+  c.alarms.index = std::move(ix.value());
+  c.sys_cfg = std::make_unique<caf::actor_system_config>();
+  size_t workers = c.cfg.scheduler_threads ? c.cfg.scheduler_threads
+                                           : std::max(2u, std::thread::hardware_concurrency());
+  c.sys_cfg->set("scheduler.max-threads", workers);
+  c.sys_cfg->set("logger.verbosity", caf::atom("quiet"));
+  c.sys = std::make_unique<caf::actor_system>(*c.sys_cfg);
+  c.scheduler = detail::spawn_alarm_scheduler(&c);
+  return std::unique_ptr<runtime>(new runtime(std::move(p)));
+}
+
+void runtime::stop() {
+  std::lock_guard<std::mutex> once(impl_->stop_mu);
+  if (impl_->stopped.exchange(true))
+    return;
+  auto& c = *impl_->core;
+  std::vector<caf::actor> actors;
+  {
+    std::lock_guard<std::mutex> g(c.reg.mu);
+    c.reg.stopping = true;
+    for (auto& [_, e] : c.reg.map)
+      actors.push_back(e.actor);
+  }
+  for (auto& a : actors)
+    caf::anon_send(a, atoms::stop::value);
+  {
+    std::unique_lock<std::mutex> g(c.reg.mu);
+    c.reg.changed.wait_for(g, std::chrono::seconds(60), [&] { return c.reg.map.empty(); });
+  }
+  caf::anon_send_exit(c.scheduler, caf::exit_reason::user_shutdown);
+  c.scheduler = nullptr;
+  c.sys.reset(); // waits for every actor
+  c.pool.stop();
+  std::lock_guard<std::mutex> g(c.alarms.mu);
+  c.alarms.index.reset();
+}
+
+bool runtime::stopping() const { return impl_->stopped.load(); }
+
+void runtime::call(const entity_key& key, std::string method, std::string args_json,
+                   call_options opts, std::function<void(call_reply)> done) {
+  auto& c = *impl_->core;
+  if (impl_->stopped.load()) {
+    done(call_reply::failure(error_category::transient, "UNAVAILABLE", "the runtime is stopped",
+                             503));
+    return;
+  }
+  if (auto st = validate_key_part(key.tenant, "tenant"); !st) {
+    done(call_reply::failure(error_category::client, "INVALID_ENTITY_KEY", st.message(), 400));
+    return;
+  }
+  if (auto st = validate_key_part(key.type, "entity type"); !st) {
+    done(call_reply::failure(error_category::client, "INVALID_ENTITY_KEY", st.message(), 400));
+    return;
+  }
+  if (auto st = validate_key_part(key.id, "entity id"); !st) {
+    done(call_reply::failure(error_category::client, "INVALID_ENTITY_KEY", st.message(), 400));
+    return;
+  }
+  call_request req;
+  req.method = std::move(method);
+  req.args = std::move(args_json);
+  req.idempotency_key = std::move(opts.idempotency_key);
+  req.trace_id = opts.trace_id.empty() ? new_trace_id() : std::move(opts.trace_id);
+  if (!req.idempotency_key.empty())
+    req.fingerprint = opts.fingerprint.empty() ? call_fingerprint(req.method, req.args)
+                                               : std::move(opts.fingerprint);
+  c.route(key, std::move(req), opts.timeout, std::move(done));
+}
+
+call_reply runtime::call_sync(const entity_key& key, std::string method, std::string args_json,
+                              call_options opts) {
+  auto p = std::make_shared<std::promise<call_reply>>();
+  auto f = p->get_future();
+  call(key, std::move(method), std::move(args_json), std::move(opts),
+       [p](call_reply r) { p->set_value(std::move(r)); });
+  return f.get();
+}
+
+runtime_stats runtime::stats() const {
+  auto& s = impl_->core->stats;
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  runtime_stats r;
+  r.calls = ld(s.calls);
+  r.call_errors = ld(s.call_errors);
+  r.active_entities = ld(s.active);
+  r.peak_active_entities = ld(s.peak_active);
+  r.activations = ld(s.activations);
+  r.hibernations = ld(s.hibernations);
+  r.commits = ld(s.commits);
+  r.facts = ld(s.facts);
+  r.turns_committed = ld(s.turns_committed);
+  r.replays = ld(s.replays);
+  r.key_conflicts = ld(s.key_conflicts);
+  r.key_mismatches = ld(s.key_mismatches);
+  r.keys_released_on_open = ld(s.keys_released_on_open);
+  r.alarms_fired = ld(s.alarms_fired);
+  r.alarm_retries = ld(s.alarm_retries);
+  r.alarms_dead_lettered = ld(s.alarms_dead_lettered);
+  r.alarm_lag_ms_max = ld(s.alarm_lag_ms_max);
+  r.alarm_lag_ms_sum = ld(s.alarm_lag_ms_sum);
+  return r;
+}
+
+const runtime_config& runtime::config() const { return impl_->core->cfg; }
+
+} // namespace factum

@@ -1,0 +1,105 @@
+// runtime_core.hpp (private): state shared by the runtime facade, the entity actors, the storage
+// threads and the alarm scheduler. Each member says which lock or thread guards it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <caf/all.hpp>
+
+#include "factum/runtime/runtime.hpp"
+#include "factum/storage/alarm_index.hpp"
+#include "messages.hpp"
+#include "storage_pool.hpp"
+
+namespace factum::detail {
+
+/// Live activations by entity key, their LRU order and the activation slots (open files).
+/// Everything is guarded by `mu`. Single activation: spawning happens under the lock.
+struct activation_registry {
+  struct entry {
+    caf::actor actor;
+    std::list<std::string>::iterator lru;
+    bool has_slot = false;
+    bool asked_to_hibernate = false;
+  };
+  std::mutex mu;
+  std::condition_variable changed;  ///< notified when an entry leaves (stop waits on it)
+  std::unordered_map<std::string, entry> map;
+  std::list<std::string> lru;  ///< front: most recently used
+  std::deque<std::pair<std::string, caf::actor>> waiters;  ///< actors waiting for a slot
+  size_t cap = 1;
+  size_t slots_used = 0;
+  bool stopping = false;
+};
+
+/// The alarm index behind a mutex: written by storage threads, read by the scheduler.
+struct alarm_directory {
+  std::mutex mu;
+  std::unique_ptr<alarm_index> index;
+};
+
+/// Monotonic counters (relaxed atomics: they are statistics, not synchronisation).
+struct counters {
+  std::atomic<uint64_t> calls{0}, call_errors{0}, active{0}, peak_active{0}, activations{0},
+    hibernations{0}, commits{0}, facts{0}, turns_committed{0}, replays{0}, key_conflicts{0},
+    key_mismatches{0}, keys_released_on_open{0}, alarms_fired{0}, alarm_retries{0},
+    alarms_dead_lettered{0}, alarm_lag_ms_max{0}, alarm_lag_ms_sum{0};
+};
+
+struct runtime_core {
+  explicit runtime_core(runtime_config c) : cfg(std::move(c)), pool(cfg.storage_threads) {}
+
+  runtime_config cfg;
+  store_options store_opts;
+  storage_pool pool;
+  activation_registry reg;
+  alarm_directory alarms;
+  counters stats;
+  std::unique_ptr<caf::actor_system_config> sys_cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor scheduler;
+
+  // -- routing (any thread) --
+
+  /// The live actor of `key`, spawning it when there is none; an invalid handle when stopping.
+  caf::actor lookup_or_spawn(const entity_key& key, const std::string& key_str);
+  /// Sends `req` to `key`'s actor with `timeout`, retrying when the actor hibernated between
+  /// lookup and delivery; `done` runs once on a CAF worker.
+  void route(const entity_key& key, call_request req, std::chrono::milliseconds timeout,
+             std::function<void(call_reply)> done);
+
+  // -- activation slots (entity actors) --
+
+  /// Asks for a slot to open a file; true when granted now, else the actor is queued and gets
+  /// (atoms::slot) later while the least recently used idle entity is asked to hibernate.
+  bool acquire_slot(const std::string& key_str, const caf::actor& self);
+  /// Returns a slot (the file is closed); hands it to the first waiter.
+  void release_slot(const std::string& key_str);
+  /// Removes `key_str` when it still maps to `self`.
+  void unregister(const std::string& key_str, const caf::actor& self);
+  /// Marks `key_str` recently used.
+  void touch(const std::string& key_str);
+
+  // -- alarms (storage threads) --
+
+  /// Makes the index agree with an entity's next due alarm (`next` empty: none). When
+  /// `before_commit`, only moves the entry earlier (never later) and kicks the scheduler.
+  void sync_alarm_index(const entity_key& key, std::optional<int64_t> next, bool before_commit);
+
+  int64_t now() const { return now_ms(); }
+};
+
+/// Spawns the actor of one entity (lazy_init; called under reg.mu).
+caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::string& key_str);
+
+/// Spawns the alarm scheduler (a detached actor: it reads the index with blocking SQLite calls).
+caf::actor spawn_alarm_scheduler(runtime_core* rt);
+
+} // namespace factum::detail

@@ -1,0 +1,122 @@
+// alarm_test.cpp: durable alarms: fire once, wake hibernated entities, survive a restart, retry
+// a failing handler with exponential backoff and then dead-letter it.
+#include <doctest/doctest.h>
+
+#include "factum/runtime/runtime.hpp"
+#include "support/temp_dir.hpp"
+#include "support/test_entities.hpp"
+
+using namespace factum;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+runtime_config alarm_config(const std::filesystem::path& dir) {
+  runtime_config c;
+  c.data_dir = dir;
+  test::add_test_types(c.types);
+  c.storage_threads = 2;
+  c.alarm_poll = 100ms;
+  return c;
+}
+
+std::unique_ptr<runtime> start_ok(runtime_config c) {
+  auto r = runtime::start(std::move(c));
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  return std::move(r.value());
+}
+
+json call_ok(runtime& rt, const entity_key& k, const std::string& m, json args) {
+  auto r = rt.call_sync(k, m, args.dump());
+  REQUIRE_MESSAGE(r.ok, r.body);
+  return r.json();
+}
+
+json facts(runtime& rt, const entity_key& k, json filter) {
+  filter["limit"] = 1000;
+  return call_ok(rt, k, "@facts", filter);
+}
+
+auto& events = test::event_log::get();
+
+} // namespace
+
+TEST_CASE("alarms: an alarm due in 200 ms fires once and is then gone") {
+  test::temp_dir tmp;
+  auto rt = start_ok(alarm_config(tmp.path()));
+  auto k = entity_key{"acme", "alarmer", "once"};
+  auto t0 = std::chrono::steady_clock::now();
+  call_ok(*rt, k, "arm", {{"name", "a"}, {"delay_ms", 200}, {"tag", "once"}});
+  REQUIRE(events.wait_for("alarm:once", 1, 10s));
+  auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(waited >= 190ms);
+  // The alarm row left in the same commit as the handler's fact: it cannot fire again.
+  CHECK(call_ok(*rt, k, "@alarms", json::object()).empty());
+  CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
+  CHECK(events.count("alarm:once") == 1);
+}
+
+TEST_CASE("alarms: an alarm of a hibernated entity wakes it") {
+  test::temp_dir tmp;
+  auto c = alarm_config(tmp.path());
+  c.idle_timeout = 50ms;
+  auto rt = start_ok(std::move(c));
+  auto k = entity_key{"acme", "alarmer", "sleeper"};
+  call_ok(*rt, k, "arm", {{"name", "wake"}, {"delay_ms", 1500}, {"tag", "sleeper"}});
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (rt->stats().hibernations < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms); // waiting for a counter that the runtime bumps
+  REQUIRE(rt->stats().hibernations >= 1);
+  REQUIRE(rt->stats().active_entities == 0);
+  auto activations = rt->stats().activations;
+  REQUIRE(events.wait_for("alarm:sleeper", 1, 10s));
+  CHECK(rt->stats().activations > activations);
+}
+
+TEST_CASE("alarms: an alarm due after a restart fires after the restart") {
+  test::temp_dir tmp;
+  auto k = entity_key{"acme", "alarmer", "restart"};
+  {
+    auto rt = start_ok(alarm_config(tmp.path()));
+    call_ok(*rt, k, "arm", {{"name", "later"}, {"delay_ms", 800}, {"tag", "restart"}});
+  } // stopped before the alarm is due
+  CHECK(events.count("alarm:restart") == 0);
+  auto rt = start_ok(alarm_config(tmp.path()));
+  REQUIRE(events.wait_for("alarm:restart", 1, 10s));
+  CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
+}
+
+TEST_CASE("alarms: a failing handler is retried with exponential backoff, then dead-lettered") {
+  test::temp_dir tmp;
+  auto c = alarm_config(tmp.path());
+  c.alarm_retry_base = 40ms;
+  c.alarm_max_retries = 3;
+  auto rt = start_ok(std::move(c));
+  auto k = entity_key{"acme", "alarmer", "failing"};
+  call_ok(*rt, k, "arm", {{"name", "bad"}, {"delay_ms", 10}, {"fail_times", 100}, {"tag", "bad"}});
+  REQUIRE(events.wait_for("alarm:bad", 4, 20s)); // first run + 3 retries
+  // Wait for the dead letter's commit: its lifecycle fact is queued behind the last run.
+  json dl;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    dl = facts(*rt, k, {{"type", "lifecycle"}, {"subtype", "alarm_dead_lettered"}});
+    if (!dl.empty())
+      break;
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(dl.size() == 1);
+  auto errs = facts(*rt, k, {{"type", "error"}, {"subtype", "alarm_failed"}});
+  REQUIRE(errs.size() == 4);
+  auto retries = facts(*rt, k, {{"type", "lifecycle"}, {"subtype", "alarm_retry_scheduled"}});
+  REQUIRE(retries.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(retries[i]["data"]["delay_ms"] == 40 << i);
+    // each retry ran no earlier than its backoff after the failure before it
+    auto gap = errs[i + 1]["timestamp"].get<int64_t>() - errs[i]["timestamp"].get<int64_t>();
+    CHECK(gap >= (40 << i) - 2);
+  }
+  CHECK(facts(*rt, k, {{"type", "error"}, {"subtype", "max_retries_exceeded"}}).size() == 1);
+  CHECK(call_ok(*rt, k, "@alarms", json::object()).empty());
+  CHECK(events.count("alarm:bad") == 4);
+}

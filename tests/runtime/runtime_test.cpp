@@ -1,0 +1,313 @@
+// runtime_test.cpp: the runtime's guarantees on real files: single activation and turn order,
+// the output gate with coalescing, hibernation under an active cap, alarms, idempotency.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "factum/runtime/runtime.hpp"
+#include "support/temp_dir.hpp"
+#include "support/test_entities.hpp"
+
+using namespace factum;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+runtime_config base_config(const std::filesystem::path& dir) {
+  runtime_config c;
+  c.data_dir = dir;
+  add_builtin_types(c.types);
+  test::add_test_types(c.types);
+  c.storage_threads = 4;
+  return c;
+}
+
+std::unique_ptr<runtime> start_ok(runtime_config c) {
+  auto r = runtime::start(std::move(c));
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  return std::move(r.value());
+}
+
+entity_key ek(std::string type, std::string id) {
+  return entity_key{"acme", std::move(type), std::move(id)};
+}
+
+json facts_of(runtime& rt, const entity_key& k, json filter = json::object()) {
+  filter["limit"] = 10000;
+  auto r = rt.call_sync(k, "@facts", filter.dump());
+  REQUIRE_MESSAGE(r.ok, r.body);
+  return r.json();
+}
+
+} // namespace
+
+TEST_CASE("runtime: 1000 concurrent calls to one entity give 1000 contiguous facts, each reply "
+          "after its commit") {
+  test::temp_dir tmp;
+  auto rt = start_ok(base_config(tmp.path()));
+  auto key = ek("ledger", "one");
+  // A read-only connection sees only committed data.
+  store_options ro;
+  ro.data_dir = tmp.path();
+  ro.read_only = true;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<call_reply> replies;
+  for (int i = 0; i < 1000; ++i)
+    rt->call(key, "append", json{{"type", "invocation"}, {"data", {{"i", i}}}}.dump(), {},
+             [&](call_reply r) {
+               std::lock_guard<std::mutex> g(mu);
+               replies.push_back(std::move(r));
+               cv.notify_one();
+             });
+  std::unique_ptr<entity_store> reader;
+  std::set<int64_t> seqs;
+  for (size_t seen = 0; seen < 1000; ++seen) {
+    call_reply r;
+    {
+      std::unique_lock<std::mutex> g(mu);
+      REQUIRE(cv.wait_for(g, 30s, [&] { return replies.size() > seen; }));
+      r = replies[seen];
+    }
+    REQUIRE_MESSAGE(r.ok, r.body);
+    auto seq = r.json()["seq"].get<int64_t>();
+    seqs.insert(seq);
+    if (!reader) {
+      auto o = entity_store::open(ro, key);
+      REQUIRE(o.is_ok());
+      reader = std::move(o.value());
+    }
+    auto f = reader->get(seq); // committed before the reply left
+    CHECK_MESSAGE(f.is_ok(), "seq " << seq << " replied but not committed");
+  }
+  CHECK(seqs.size() == 1000);
+  CHECK(*seqs.begin() == 1);
+  CHECK(*seqs.rbegin() == 1000);
+  auto st = rt->stats();
+  CHECK(st.facts == 1000);
+  CHECK(st.commits < 1000); // coalesced
+  MESSAGE("1000 calls committed in " << st.commits << " commits");
+  auto v = rt->call_sync(key, "@verify", "{}");
+  CHECK(v.json()["ok"] == true);
+}
+
+TEST_CASE("runtime: calls to one entity run one at a time, also across awaits") {
+  test::temp_dir tmp;
+  auto rt = start_ok(base_config(tmp.path()));
+  auto key = ek("probe", "turns");
+  std::vector<std::future<call_reply>> fs;
+  for (int i = 0; i < 20; ++i) {
+    auto p = std::make_shared<std::promise<call_reply>>();
+    fs.push_back(p->get_future());
+    rt->call(key, "slow_pair", json{{"n", i}, {"ms", 5}}.dump(), {},
+             [p](call_reply r) { p->set_value(std::move(r)); });
+  }
+  for (auto& f : fs)
+    REQUIRE(f.get().ok);
+  auto facts = facts_of(*rt, key);
+  REQUIRE(facts.size() == 40);
+  for (size_t i = 0; i < facts.size(); i += 2) {
+    CHECK(facts[i]["subtype"] == "begin");
+    CHECK(facts[i + 1]["subtype"] == "end");
+    CHECK(facts[i]["data"]["n"] == facts[i + 1]["data"]["n"]);
+  }
+}
+
+TEST_CASE("runtime: a failing call rolls back its own facts, appends an error fact, keeps the "
+          "others") {
+  test::temp_dir tmp;
+  auto rt = start_ok(base_config(tmp.path()));
+  auto key = ek("probe", "fail");
+  auto ok1 = rt->call_sync(key, "append_then", json{{"fail", ""}}.dump());
+  REQUIRE(ok1.ok);
+  auto bad = rt->call_sync(key, "append_then", json{{"fail", "client"}}.dump());
+  CHECK_FALSE(bad.ok);
+  CHECK(bad.http_status == 400);
+  CHECK(bad.code == "PROBE_CLIENT");
+  auto p = bad.json();
+  CHECK(p["status"] == 400);
+  CHECK(p["category"] == "client");
+  auto boom = rt->call_sync(key, "append_then", json{{"fail", "throw"}}.dump());
+  CHECK(boom.http_status == 500);
+  CHECK(boom.code == "HANDLER_FAILED");
+  auto facts = facts_of(*rt, key);
+  REQUIRE(facts.size() == 3);
+  CHECK(facts[0]["type"] == "probe");
+  CHECK(facts[1]["type"] == "error");
+  CHECK(facts[1]["data"]["error_code"] == "PROBE_CLIENT");
+  CHECK(facts[2]["type"] == "error");
+  CHECK(facts[2]["subtype"] == "server");
+  auto nf = rt->call_sync(key, "nope", "{}");
+  CHECK(nf.http_status == 404);
+  CHECK(nf.code == "METHOD_NOT_FOUND");
+  auto nt = rt->call_sync(ek("nosuchtype", "x"), "m", "{}");
+  CHECK(nt.http_status == 404);
+  CHECK(nt.code == "UNKNOWN_ENTITY_TYPE");
+  auto bk = rt->call_sync(entity_key{"acme", "ledger", "../x"}, "append", "{}");
+  CHECK(bk.http_status == 400);
+  CHECK(bk.code == "INVALID_ENTITY_KEY");
+}
+
+TEST_CASE("runtime: entities call each other, and on_activate rebuilds state from facts") {
+  test::temp_dir tmp;
+  {
+    auto rt = start_ok(base_config(tmp.path()));
+    for (int i = 0; i < 3; ++i)
+      REQUIRE(rt->call_sync(ek("counter", "c1"), "add", json{{"by", 2}}.dump()).ok);
+    auto via = rt->call_sync(ek("probe", "caller"), "call_counter",
+                             json{{"id", "c1"}, {"by", 5}}.dump());
+    REQUIRE_MESSAGE(via.ok, via.body);
+    CHECK(via.json()["value"] == 11);
+  }
+  auto rt = start_ok(base_config(tmp.path()));
+  auto v = rt->call_sync(ek("counter", "c1"), "get", "{}");
+  REQUIRE(v.ok);
+  CHECK(v.json()["value"] == 11);
+}
+
+TEST_CASE("runtime: 10,000 entities with at most 500 active all answer, hibernate and come back") {
+  test::temp_dir tmp;
+  auto c = base_config(tmp.path());
+  c.mode = durability::normal;
+  c.max_active_entities = 500;
+  c.idle_timeout = 200ms;
+  auto rt = start_ok(std::move(c));
+  constexpr int n = 10'000;
+  std::atomic<int> ok{0}, failed{0};
+  std::atomic<int> in_flight{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  auto issue = [&](int i, int round) {
+    {
+      std::unique_lock<std::mutex> g(mu);
+      cv.wait(g, [&] { return in_flight.load() < 64; });
+      ++in_flight;
+    }
+    rt->call(ek("counter", "e" + std::to_string(i)), "add", json{{"by", 1}}.dump(),
+             {"k" + std::to_string(round), "", "", 60s}, [&](call_reply r) {
+               (r.ok ? ok : failed)++;
+               if (!r.ok)
+                 MESSAGE(r.body);
+               std::lock_guard<std::mutex> g(mu);
+               --in_flight;
+               cv.notify_all();
+             });
+  };
+  for (int round = 0; round < 2; ++round)
+    for (int i = 0; i < n; ++i)
+      issue(i, round);
+  {
+    std::unique_lock<std::mutex> g(mu);
+    REQUIRE(cv.wait_for(g, 240s, [&] { return in_flight.load() == 0; }));
+  }
+  CHECK(failed.load() == 0);
+  CHECK(ok.load() == 2 * n);
+  auto st = rt->stats();
+  CHECK(st.peak_active_entities <= 500);
+  CHECK(st.hibernations >= static_cast<uint64_t>(n) - 500);
+  CHECK(st.activations > static_cast<uint64_t>(n)); // reactivations happened
+  MESSAGE("activations " << st.activations << ", hibernations " << st.hibernations
+                         << ", peak active " << st.peak_active_entities);
+  // Every entity kept both calls: state restored from SQLite on reactivation.
+  for (int i = 0; i < n; i += 997) {
+    auto v = rt->call_sync(ek("counter", "e" + std::to_string(i)), "get", "{}");
+    REQUIRE(v.ok);
+    CHECK(v.json()["value"] == 2);
+  }
+}
+
+TEST_CASE("runtime: idempotency matrix: replay, in flight, mismatch, terminal stored, "
+          "retryable released") {
+  test::temp_dir tmp;
+  auto rt = start_ok(base_config(tmp.path()));
+  auto key = ek("probe", "idem");
+  call_options o;
+  o.idempotency_key = "key-1";
+  auto a = rt->call_sync(key, "append_then", json{{"fail", ""}}.dump(), o);
+  REQUIRE(a.ok);
+  CHECK_FALSE(a.replayed);
+  auto b = rt->call_sync(key, "append_then", json{{"fail", ""}}.dump(), o);
+  REQUIRE(b.ok);
+  CHECK(b.replayed);
+  CHECK(b.body == a.body);
+  auto m = rt->call_sync(key, "append_then", json{{"fail", ""}, {"x", 1}}.dump(), o);
+  CHECK(m.http_status == 422);
+  CHECK(m.code == "IDEMPOTENCY_KEY_MISMATCH");
+  // in flight: two calls with one key race; one runs, the other gets 409 (never two effects)
+  call_options slow;
+  slow.idempotency_key = "key-slow";
+  auto p1 = std::make_shared<std::promise<call_reply>>();
+  auto p2 = std::make_shared<std::promise<call_reply>>();
+  auto f1st = p1->get_future();
+  auto f2nd = p2->get_future();
+  rt->call(key, "slow_pair", json{{"n", 1}, {"ms", 300}}.dump(), slow,
+           [p1](call_reply r) { p1->set_value(std::move(r)); });
+  rt->call(key, "slow_pair", json{{"n", 1}, {"ms", 300}}.dump(), slow,
+           [p2](call_reply r) { p2->set_value(std::move(r)); });
+  auto first = f1st.get();
+  auto second = f2nd.get();
+  CHECK(first.ok != second.ok);
+  auto& conflict = first.ok ? second : first;
+  CHECK(conflict.http_status == 409);
+  CHECK(conflict.code == "IDEMPOTENCY_KEY_IN_USE");
+  auto third = rt->call_sync(key, "slow_pair", json{{"n", 1}, {"ms", 300}}.dump(), slow);
+  CHECK(third.replayed);
+  CHECK(facts_of(*rt, key, {{"idempotency_key", "key-slow"}}).size() == 2); // begin + end once
+  // terminal failure is stored and replayed without running again
+  call_options t;
+  t.idempotency_key = "key-terminal";
+  auto f1 = rt->call_sync(key, "append_then", json{{"fail", "client"}}.dump(), t);
+  CHECK(f1.http_status == 400);
+  auto f2 = rt->call_sync(key, "append_then", json{{"fail", "client"}}.dump(), t);
+  CHECK(f2.http_status == 400);
+  CHECK(f2.replayed);
+  CHECK(f2.code == "PROBE_CLIENT");
+  // retryable failure releases the key: the retry runs again and can succeed
+  call_options r;
+  r.idempotency_key = "key-retry";
+  auto r1 = rt->call_sync(key, "fail_then_succeed", json{{"times", 1}}.dump(), r);
+  CHECK(r1.http_status == 503);
+  CHECK(r1.retryable);
+  auto r2 = rt->call_sync(key, "fail_then_succeed", json{{"times", 1}}.dump(), r);
+  REQUIRE_MESSAGE(r2.ok, r2.body);
+  CHECK_FALSE(r2.replayed);
+  auto facts = facts_of(*rt, key, {{"idempotency_key", "key-1"}, {"type", "probe"}});
+  CHECK(facts.size() == 1);
+  auto terminal = facts_of(*rt, key, {{"idempotency_key", "key-terminal"}});
+  CHECK(terminal.size() == 1); // the error fact only, once
+}
+
+TEST_CASE("runtime: expired idempotency keys are purged by the built-in alarm") {
+  test::temp_dir tmp;
+  auto c = base_config(tmp.path());
+  c.key_ttl = 100ms;
+  c.key_purge_interval = 100ms;
+  auto rt = start_ok(std::move(c));
+  auto key = ek("ledger", "ttl");
+  call_options o;
+  o.idempotency_key = "short-lived";
+  REQUIRE(rt->call_sync(key, "append", json{{"type", "x"}}.dump(), o).ok);
+  CHECK(rt->call_sync(key, "append", json{{"type", "x"}}.dump(), o).replayed);
+  store_options ro;
+  ro.data_dir = tmp.path();
+  ro.read_only = true;
+  auto s = entity_store::open(ro, key);
+  REQUIRE(s.is_ok());
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  bool purged = false;
+  while (!purged && std::chrono::steady_clock::now() < deadline) {
+    purged = (*s)->get_key("short-lived").error().code() == errc::not_found;
+    if (!purged)
+      std::this_thread::sleep_for(20ms); // polling a file written by another thread
+  }
+  CHECK(purged);
+  auto again = rt->call_sync(key, "append", json{{"type", "x"}}.dump(), o);
+  CHECK_FALSE(again.replayed);
+  CHECK(again.json()["seq"] == 2);
+}
