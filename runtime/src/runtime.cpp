@@ -363,6 +363,10 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   size_t workers = c.cfg.scheduler_threads ? c.cfg.scheduler_threads
                                            : std::max(2u, std::thread::hardware_concurrency());
   c.sys_cfg->set("scheduler.max-threads", workers);
+  // The work-stealing policy parks idle workers in sleeps of up to 10 ms, and every call
+  // crosses threads (caller, actor, storage thread): wake-ups must be immediate. The sharing
+  // policy blocks idle workers on a condition variable instead.
+  c.sys_cfg->set("scheduler.policy", caf::atom("sharing"));
   c.sys_cfg->set("logger.verbosity", caf::atom("quiet"));
   c.sys = std::make_unique<caf::actor_system>(*c.sys_cfg);
   c.scheduler = detail::spawn_alarm_scheduler(&c);
