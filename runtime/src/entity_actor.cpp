@@ -9,6 +9,7 @@
 // self, behind everything already queued: write coalescing) -> commit on a storage thread ->
 // on_committed() delivers every reply of the batch (the output gate).
 #include <cmath>
+#include <tuple>
 #include <unordered_set>
 
 #include "factum/storage/sha256.hpp"
@@ -48,6 +49,7 @@ struct turn_state {
   alarm_record alarm;  // alarm turns
   std::vector<std::string> alarms_set;
   int64_t started_ms = 0;
+  bool key_on_disk = false;  ///< a pending row was written (the turn awaited something)
 };
 
 enum class phase { waiting_slot, opening, ready, closing };
@@ -68,6 +70,12 @@ struct entity_state {
   uint64_t batch_turns = 0, commit_facts = 0, commit_turns = 0;
   int64_t committed_seq = 0;  ///< last seq known durable
   int64_t commit_seq = 0;     ///< last seq of the commit in flight
+  /// Replies of committed batches waiting for their WAL sync, with the batch generation.
+  std::deque<std::tuple<uint64_t, caf::typed_response_promise<call_reply>, call_reply>>
+    awaiting_sync;
+  uint64_t commit_gen = 0;  ///< generation of the last commit
+  uint64_t synced_gen = 0;  ///< every commit up to this generation is durable
+  bool sync_in_flight = false;
   bool busy = false;
   bool committing = false;
   bool flush_scheduled = false;
@@ -245,7 +253,13 @@ public:
     t.woken = false;
     t.handle = h;
     t.token = s.next_token++;
-    // An await is a commit point: keep the turn's writes so far and let the batch go out.
+    // An await is a commit point: keep the turn's writes so far and let the batch go out. The
+    // key becomes a pending row, released on reopen if this activation dies while waiting.
+    if (!t.info.idempotency_key.empty() && !t.key_on_disk) {
+      auto b = store().begin_key(t.info.idempotency_key, t.item.req.fingerprint,
+                                 static_cast<int64_t>(s.rt->cfg.key_ttl.count()), now_ms());
+      t.key_on_disk = b.is_ok();
+    }
     (void) store().end_turn(true);
     if (store().dirty() && !s.committing)
       start_commit(self_);
@@ -503,10 +517,9 @@ void run_turn(self_ptr self, queued item) {
       case turn_kind::call: {
         auto& r = t.item.req;
         if (!r.idempotency_key.empty()) {
+          // No pending row yet: the key is recorded finished in the turn's own transaction; a
+          // duplicate meanwhile is refused from keys_in_flight.
           auto ttl = static_cast<int64_t>(s.rt->cfg.key_ttl.count());
-          auto b = store.begin_key(r.idempotency_key, r.fingerprint, ttl, now);
-          if (!b)
-            throw storage_error(b.error());
           if (ttl > 0 && !s.purge_alarm_known) {
             s.purge_alarm_known = true;
             if (store.get_alarm(purge_alarm).error().code() == errc::not_found)
@@ -565,9 +578,16 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
       switch (t.item.kind) {
         case turn_kind::call: {
           auto body = value ? value->dump() : std::string("null");
-          if (!t.info.idempotency_key.empty())
-            if (auto st = store.complete_key(t.info.idempotency_key, body); !st)
+          if (!t.info.idempotency_key.empty()) {
+            auto st = t.key_on_disk
+                        ? store.complete_key(t.info.idempotency_key, body)
+                        : store.record_key(t.info.idempotency_key, key_status::completed,
+                                           t.item.req.fingerprint, body,
+                                           static_cast<int64_t>(s.rt->cfg.key_ttl.count()),
+                                           s.rt->now());
+            if (!st)
               throw storage_error(st);
+          }
           reply = call_reply::success(std::move(body));
           break;
         }
@@ -660,16 +680,16 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
       if (t.item.kind == turn_kind::call && !t.info.idempotency_key.empty()) {
         // The key may have been committed as pending at an await: release it, and store the
         // failure when it is terminal so that a retry replays it.
-        if (auto st = store.release_key(t.info.idempotency_key); !st)
-          throw storage_error(st);
-        if (!ce.retryable()) {
-          auto b = store.begin_key(t.info.idempotency_key, t.item.req.fingerprint,
-                                   static_cast<int64_t>(s.rt->cfg.key_ttl.count()), s.rt->now());
-          if (!b)
-            throw storage_error(b.error());
-          if (auto st = store.fail_key(t.info.idempotency_key, reply.body); !st)
+        if (t.key_on_disk)
+          if (auto st = store.release_key(t.info.idempotency_key); !st)
             throw storage_error(st);
-        }
+        if (!ce.retryable())
+          if (auto st = store.record_key(t.info.idempotency_key, key_status::failed,
+                                         t.item.req.fingerprint, reply.body,
+                                         static_cast<int64_t>(s.rt->cfg.key_ttl.count()),
+                                         s.rt->now());
+              !st)
+            throw storage_error(st);
       }
       if (auto st = store.end_turn(true); !st)
         throw storage_error(st);
@@ -688,12 +708,61 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
 
 // -- commit (output gate) -----------------------------------------------------------------------
 
+void request_sync(self_ptr self);
+
+/// Moves `v` behind the last commit's sync: nothing leaves before what it may reveal is durable.
+void hold_until_synced(self_ptr self,
+                       std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>>& v) {
+  auto& s = self->state;
+  if (s.synced_gen >= s.commit_gen) {
+    deliver(v);
+    return;
+  }
+  for (auto& [rp, r] : v)
+    s.awaiting_sync.emplace_back(s.commit_gen, std::move(rp), std::move(r));
+  v.clear();
+}
+
 void start_commit(self_ptr self) {
   auto& s = self->state;
+  auto& store = *s.core->store;
+  bool deferred = s.rt->store_opts.defer_sync && s.rt->cfg.mode == durability::full;
+  if (!s.alarms_dirty && (deferred || s.rt->cfg.mode == durability::normal)) {
+    // Fast path: the commit writes the WAL on this thread (no fsync); the fsync runs on a
+    // storage thread while the next batch executes here (pipelined group commit).
+    auto seq = store.last_seq();
+    auto facts = static_cast<uint64_t>(seq - s.committed_seq);
+    auto turns = std::exchange(s.batch_turns, 0);
+    auto st = store.commit();
+    if (!st) {
+      auto ce = storage_error(st);
+      for (auto& [rp, r] : s.batch) {
+        s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+        rp.deliver(call_reply::failure(ce));
+      }
+      s.batch.clear();
+      return;
+    }
+    s.committed_seq = seq;
+    ++s.commit_gen;
+    s.rt->stats.commits.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.facts.fetch_add(facts, std::memory_order_relaxed);
+    s.rt->stats.turns_committed.fetch_add(turns, std::memory_order_relaxed);
+    if (deferred) {
+      hold_until_synced(self, s.batch);
+      request_sync(self);
+    } else {
+      s.synced_gen = s.commit_gen;
+      deliver(s.batch);
+    }
+    return;
+  }
+  // Slow path (the batch moved alarms, or durability is at-commit): the whole commit runs on a
+  // storage thread, with the alarm index written before it.
   s.committing = true;
   s.in_commit = std::move(s.batch);
   s.batch.clear();
-  s.commit_seq = s.core->store->last_seq();
+  s.commit_seq = store.last_seq();
   s.commit_facts = static_cast<uint64_t>(s.commit_seq - s.committed_seq);
   s.commit_turns = std::exchange(s.batch_turns, 0);
   bool alarms = std::exchange(s.alarms_dirty, false);
@@ -710,11 +779,61 @@ void start_commit(self_ptr self) {
       rt->sync_alarm_index(key, next, true);
     }
     auto st = core->store->commit();
+    if (st)
+      st = core->store->sync(); // deferred mode: this commit must be durable before replies
     if (st && alarms)
       rt->sync_alarm_index(key, next, false);
     caf::anon_send(me, atoms::committed::value, static_cast<int>(st.code()), st.message(),
                    alarms);
   });
+}
+
+void request_sync(self_ptr self) {
+  auto& s = self->state;
+  if (s.sync_in_flight || s.synced_gen >= s.commit_gen)
+    return;
+  s.sync_in_flight = true;
+  auto target = s.commit_gen;
+  auto core = s.core;
+  auto me = caf::actor_cast<caf::actor>(self);
+  s.rt->pool.post([core, me, target] {
+    auto st = core->store->sync();
+    caf::anon_send(me, atoms::synced::value, target, static_cast<int>(st.code()), st.message());
+  });
+}
+
+void pump(self_ptr self);
+
+void release_synced(self_ptr self);
+
+void on_synced(self_ptr self, uint64_t gen, int code, const std::string& msg) {
+  auto& s = self->state;
+  s.sync_in_flight = false;
+  if (code != 0) {
+    // Committed but not known durable: say so. A retry with the same key replays the result.
+    auto ce = storage_error(status{static_cast<errc>(code), msg});
+    while (!s.awaiting_sync.empty() && std::get<0>(s.awaiting_sync.front()) <= gen) {
+      s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+      std::get<1>(s.awaiting_sync.front()).deliver(call_reply::failure(ce));
+      s.awaiting_sync.pop_front();
+    }
+  }
+  s.synced_gen = std::max(s.synced_gen, gen);
+  release_synced(self);
+  request_sync(self);
+  // Keep the WAL short: checkpoint on a storage thread while the actor holds off.
+  if (!s.busy && !s.committing && !s.sync_in_flight && s.core->store &&
+      s.core->store->wal_frames() > 4000 && !s.core->store->in_batch()) {
+    s.committing = true;
+    auto core = s.core;
+    auto me = caf::actor_cast<caf::actor>(self);
+    s.rt->pool.post([core, me] {
+      (void) core->store->checkpoint(); // a failed checkpoint only leaves the WAL longer
+      caf::anon_send(me, atoms::checkpointed::value);
+    });
+    return;
+  }
+  pump(self);
 }
 
 void maybe_close(self_ptr self);
@@ -740,10 +859,20 @@ void pump(self_ptr self) {
   }
   if (store.in_batch())
     (void) store.commit(); // read-only batch: nothing to fsync
-  deliver(s.batch);
+  hold_until_synced(self, s.batch);
   maybe_close(self);
 }
 
+void release_synced(self_ptr self) {
+  auto& s = self->state;
+  while (!s.awaiting_sync.empty() && std::get<0>(s.awaiting_sync.front()) <= s.synced_gen) {
+    auto& [g, rp, r] = s.awaiting_sync.front();
+    rp.deliver(std::move(r));
+    s.awaiting_sync.pop_front();
+  }
+}
+
+/// A commit that ran whole on a storage thread (commit + WAL sync) is done.
 void on_committed(self_ptr self, int code, const std::string& msg, bool alarms) {
   auto& s = self->state;
   s.committing = false;
@@ -752,6 +881,9 @@ void on_committed(self_ptr self, int code, const std::string& msg, bool alarms) 
     s.rt->stats.facts.fetch_add(s.commit_facts, std::memory_order_relaxed);
     s.rt->stats.turns_committed.fetch_add(s.commit_turns, std::memory_order_relaxed);
     s.committed_seq = s.commit_seq;
+    // Its sync covered every earlier commit of this file too.
+    s.synced_gen = ++s.commit_gen;
+    release_synced(self);
     deliver(s.in_commit);
   } else {
     // The batch was rolled back whole: its keys are released, so retries run again.
@@ -765,6 +897,18 @@ void on_committed(self_ptr self, int code, const std::string& msg, bool alarms) 
   }
   if (alarms)
     rearm_from_store(self);
+  if (s.turn && s.turn->suspended && s.turn->woken) {
+    s.turn->suspended = false;
+    (void) s.core->store->begin_turn();
+    s.turn->handle.resume();
+  }
+  pump(self);
+}
+
+/// A checkpoint on a storage thread is done; the actor may use its store again.
+void on_checkpointed(self_ptr self) {
+  auto& s = self->state;
+  s.committing = false;
   if (s.turn && s.turn->suspended && s.turn->woken) {
     s.turn->suspended = false;
     (void) s.core->store->begin_turn();
@@ -838,7 +982,8 @@ void maybe_close(self_ptr self) {
   auto& s = self->state;
   bool wanted = s.stopping || s.evict_requested || s.idle_fired;
   if (!wanted || s.ph != phase::ready || s.busy || s.committing || s.flush_scheduled ||
-      !s.queue.empty() || !s.batch.empty() || s.core->store->in_batch())
+      s.sync_in_flight || !s.awaiting_sync.empty() || !s.queue.empty() || !s.batch.empty() ||
+      s.core->store->in_batch())
     return;
   s.ph = phase::closing;
   s.instance.reset();
@@ -920,6 +1065,10 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
       on_committed(self, code, msg, alarms);
     },
     [=](atoms::opened, int code, const std::string& msg) { on_opened(self, code, msg); },
+    [=](atoms::synced, uint64_t gen, int code, const std::string& msg) {
+      on_synced(self, gen, code, msg);
+    },
+    [=](atoms::checkpointed) { on_checkpointed(self); },
     [=](atoms::closed) { on_closed(self); },
     [=](atoms::slot) {
       if (self->state.ph == phase::waiting_slot)

@@ -355,6 +355,7 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   c.store_opts.mode = c.cfg.mode;
   c.store_opts.cache_kib = c.cfg.cache_kib;
   c.store_opts.fault = c.cfg.storage_fault;
+  c.store_opts.defer_sync = true; // pipelined group commit (entity_actor.cpp, start_commit)
   auto ix = alarm_index::open(c.cfg.data_dir, c.cfg.mode);
   if (!ix)
     return ix.error();

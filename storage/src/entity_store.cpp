@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <cerrno>
 #include <cstring>
 #include <random>
 #include <system_error>
@@ -213,6 +214,54 @@ void sqlite_global_init() {
 
 } // namespace
 
+// -- deferred sync ------------------------------------------------------------------------------
+
+/// The descriptor that sync() fdatasyncs: our own, on the -wal file, opened on first use.
+struct entity_store::sync_state {
+  std::mutex mu;
+  int fd = -1;
+  ~sync_state() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+status entity_store::sync() {
+  if (!opts_.defer_sync || opts_.mode != durability::full)
+    return status::ok();
+  std::lock_guard<std::mutex> g(sync_->mu);
+  auto wal = path_;
+  wal += "-wal";
+  if (sync_->fd < 0) {
+    sync_->fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
+    if (sync_->fd < 0)
+      return {errc::io_error, "open " + wal.string() + " for sync: " + std::strerror(errno)};
+    // The -wal file may be new: its directory entry must be durable too.
+    sync_dir(path_.parent_path());
+  }
+  if (int frc = opts_.fault ? opts_.fault(0, "sync") : 0; frc != 0)
+    return {map_rc(frc), "sync " + wal.string() + ": " + sqlite3_errstr(frc) + " (injected)"};
+  if (::fdatasync(sync_->fd) != 0)
+    return {errc::io_error, "fdatasync " + wal.string() + ": " + std::strerror(errno)};
+  return status::ok();
+}
+
+status entity_store::checkpoint() {
+  int log = 0, done = 0;
+  int rc = sqlite3_wal_checkpoint_v2(db_, "main", SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+  if (rc != SQLITE_OK)
+    return fail(rc, "checkpoint");
+  wal_frames_ = log - done;
+  return status::ok();
+}
+
+namespace {
+int wal_hook(void* p, sqlite3*, const char*, int frames) {
+  *static_cast<int*>(p) = frames;
+  return SQLITE_OK;
+}
+} // namespace
+
 // -- statement cache ----------------------------------------------------------------------------
 
 struct entity_store::stmt_cache {
@@ -241,7 +290,8 @@ entity_store::entity_store(store_options opts, entity_key key, fs::path path)
     key_(std::move(key)),
     path_(std::move(path)),
     stmts_(std::make_unique<stmt_cache>()),
-    head_hash_(genesis_hash) {}
+    head_hash_(genesis_hash),
+    sync_(std::make_unique<sync_state>()) {}
 
 entity_store::~entity_store() {
   if (db_) {
@@ -387,6 +437,10 @@ status entity_store::open_db(bool create) {
   sqlite3_extended_result_codes(db_, 1);
   if (auto st = configure(); !st)
     return st;
+  // The WAL hook replaces SQLite's automatic-checkpoint hook (set it after the pragmas, which
+  // would reset it): with deferred sync the runtime checkpoints on a storage thread instead.
+  if (opts_.defer_sync && opts_.mode == durability::full && !opts_.read_only)
+    sqlite3_wal_hook(db_, wal_hook, &wal_frames_);
   return migrate();
 }
 
@@ -396,8 +450,9 @@ status entity_store::configure() {
                         ";PRAGMA temp_store=MEMORY;PRAGMA mmap_size=0;";
   if (!opts_.read_only) {
     pragmas += "PRAGMA journal_mode=WAL;";
-    pragmas += opts_.mode == durability::full ? "PRAGMA synchronous=FULL;"
-                                              : "PRAGMA synchronous=NORMAL;";
+    bool deferred = opts_.defer_sync && opts_.mode == durability::full;
+    pragmas += opts_.mode == durability::full && !deferred ? "PRAGMA synchronous=FULL;"
+                                                           : "PRAGMA synchronous=NORMAL;";
     if (opts_.max_page_count > 0)
       pragmas += "PRAGMA max_page_count=" + std::to_string(opts_.max_page_count) + ";";
   }
@@ -1018,6 +1073,31 @@ result<key_begin_result> entity_store::begin_key(std::string_view key,
                                   "", now,
                                   ttl_ms > 0 ? std::optional<int64_t>(now + ttl_ms) : std::nullopt};
   return out;
+}
+
+status entity_store::record_key(std::string_view key, key_status st_, std::string_view fingerprint,
+                                std::string_view response, int64_t ttl_ms, int64_t now) {
+  if (key.empty() || key.size() > 255)
+    return {errc::invalid_argument, "idempotency key must be 1 to 255 characters"};
+  if (st_ == key_status::pending || ttl_ms < 0)
+    return {errc::invalid_argument, "record_key stores completed or failed keys"};
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("INSERT OR REPLACE INTO idempotency_keys(key, status, fingerprint, response, "
+                    "created_at, expires_at) VALUES (?,?,?,?,?,?)");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare record key");
+  stmt_guard g{st};
+  bind_text(st, 1, key);
+  bind_text(st, 2, to_string(st_));
+  bind_text(st, 3, fingerprint);
+  bind_text(st, 4, response);
+  sqlite3_bind_int64(st, 5, now);
+  if (ttl_ms > 0)
+    sqlite3_bind_int64(st, 6, now + ttl_ms);
+  else
+    sqlite3_bind_null(st, 6);
+  return step_done(st, "record key");
 }
 
 status entity_store::complete_key(std::string_view key, std::string_view response) {

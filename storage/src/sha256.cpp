@@ -1,16 +1,43 @@
-// sha256.cpp: SHA-256 through OpenSSL's one-shot SHA256(). Any thread.
+// sha256.cpp: SHA-256 through OpenSSL's EVP interface. Any thread.
+//
+// The digest is fetched once (OpenSSL 3 would otherwise look the algorithm up on every one-shot
+// call) and each thread reuses one EVP_MD_CTX.
 #include "factum/storage/sha256.hpp"
 
-#include <openssl/sha.h>
+#include <openssl/evp.h>
+
+#include <cstdlib>
+#include <memory>
 
 namespace factum {
 
+namespace {
+
+const EVP_MD* sha256_md() {
+  static const EVP_MD* md = [] {
+    const EVP_MD* m = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    return m ? m : EVP_sha256();
+  }();
+  return md;
+}
+
+struct ctx_deleter {
+  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+};
+
+} // namespace
+
 std::string sha256_hex(std::string_view data) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  thread_local std::unique_ptr<EVP_MD_CTX, ctx_deleter> ctx(EVP_MD_CTX_new());
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), sha256_md(), nullptr) != 1 ||
+      EVP_DigestUpdate(ctx.get(), data.data(), data.size()) != 1 ||
+      EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1 || len != 32)
+    std::abort(); // no SHA-256 means no hash chain: refuse to write anything
   static constexpr char hex[] = "0123456789abcdef";
-  std::string out(2 * SHA256_DIGEST_LENGTH, '0');
-  for (int i = 0; i < SHA256_DIGEST_LENGTH; ++i) {
+  std::string out(64, '0');
+  for (unsigned i = 0; i < 32; ++i) {
     out[2 * i] = hex[digest[i] >> 4];
     out[2 * i + 1] = hex[digest[i] & 0xf];
   }

@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <fstream>
+#include <thread>
 
 #include "factum/storage/alarm_index.hpp"
 #include "factum/storage/entity_store.hpp"
@@ -663,4 +664,70 @@ TEST_CASE("alarm index: due entries, removal, next due, survives reopen") {
   REQUIRE(due->size() == 2);
   CHECK(due->at(0).key == key("b"));
   CHECK((*ix)->all()->size() == 2);
+}
+
+TEST_CASE("idempotency keys: record_key stores a finished key in one statement") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_for(tmp.path()));
+  REQUIRE(s->record_key("done", key_status::completed, "fp", R"({"ok":1})", 1000, 100).is_ok());
+  auto r = s->peek_key("done", "fp", 200);
+  REQUIRE(r.is_ok());
+  CHECK(r->outcome == key_outcome::completed);
+  CHECK(r->record.response == R"({"ok":1})");
+  CHECK(r->record.expires_at_ms.value() == 1100);
+  CHECK(s->peek_key("done", "other", 200)->outcome == key_outcome::mismatch);
+  CHECK(s->peek_key("done", "fp", 1100)->outcome == key_outcome::fresh); // expired
+  CHECK(s->peek_key("never", "fp", 200)->outcome == key_outcome::fresh);
+  // a pending row (a turn that awaited) is replaced by the finished record
+  REQUIRE(s->begin_key("p", "fp", 0, 1)->outcome == key_outcome::fresh);
+  CHECK(s->peek_key("p", "fp", 2)->outcome == key_outcome::in_flight);
+  REQUIRE(s->record_key("p", key_status::failed, "fp", R"({"code":"X"})", 0, 2).is_ok());
+  CHECK(s->peek_key("p", "fp", 3)->outcome == key_outcome::failed);
+  CHECK_FALSE(s->record_key("q", key_status::pending, "fp", "{}", 0, 1).is_ok());
+  CHECK_FALSE(s->record_key("", key_status::completed, "fp", "{}", 0, 1).is_ok());
+  REQUIRE(s->commit().is_ok());
+}
+
+TEST_CASE("deferred sync: commit without fsync, sync() from another thread, checkpoint") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.defer_sync = true;
+  int syncs = 0;
+  o.fault = [&](uint64_t, std::string_view what) {
+    syncs += what == "sync";
+    return SQLITE_OK;
+  };
+  auto s = open_ok(o);
+  for (int i = 0; i < 50; ++i) {
+    REQUIRE(s->append(draft("a", {{"i", i}})).is_ok());
+    REQUIRE(s->commit().is_ok());
+  }
+  CHECK(s->wal_frames() > 0);
+  // sync runs on another thread while the owner keeps writing
+  std::thread t([&] { CHECK(s->sync().is_ok()); });
+  REQUIRE(s->append(draft("b")).is_ok());
+  t.join();
+  REQUIRE(s->commit().is_ok());
+  CHECK(s->sync().is_ok());
+  CHECK(syncs == 2);
+  REQUIRE(s->checkpoint().is_ok());
+  CHECK(s->wal_frames() == 0);
+  s.reset();
+  auto s2 = open_ok(opts_for(tmp.path()));
+  CHECK(s2->last_seq() == 51);
+  CHECK(s2->verify()->ok);
+}
+
+TEST_CASE("deferred sync: an injected fsync failure is reported") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.defer_sync = true;
+  o.fault = [](uint64_t, std::string_view what) {
+    return what == "sync" ? SQLITE_IOERR_FSYNC : SQLITE_OK;
+  };
+  auto s = open_ok(o);
+  REQUIRE(s->append(draft("a")).is_ok());
+  REQUIRE(s->commit().is_ok());
+  auto st = s->sync();
+  CHECK(st.code() == errc::io_error);
 }

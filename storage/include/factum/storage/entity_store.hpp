@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,6 +54,12 @@ struct store_options {
   /// Highest schema version to migrate to; 0 means the current one. Tests use it to build
   /// files of an older schema.
   int target_schema_version = 0;
+  /// Deferred sync (durability full only): commit() writes the WAL without fsync and sync()
+  /// (callable from another thread) makes every earlier commit durable, so that a caller can
+  /// run the next transaction while the previous one is being synced (pipelined group
+  /// commit). Automatic checkpoints are off; call checkpoint() when wal_frames() grows.
+  /// Default false: commit() itself is durable.
+  bool defer_sync = false;
   /// Caps the file size (PRAGMA max_page_count); 0 = no cap. For disk-full tests.
   int64_t max_page_count = 0;
   /// Fault injection (tests only); empty in production.
@@ -206,6 +213,14 @@ public:
   status commit();
   /// Rolls back the open batch.
   status rollback();
+  /// With defer_sync: fdatasyncs the WAL so that every commit() that returned before this call
+  /// began is durable. Thread-safe against the owner using the store at the same time (it
+  /// touches only its own descriptor). Without defer_sync: nothing to do.
+  status sync();
+  /// Frames in the WAL after the last commit (0 after a checkpoint that reset it).
+  int wal_frames() const noexcept { return wal_frames_; }
+  /// Copies the WAL into the database file (PASSIVE) so the WAL can restart from its beginning.
+  status checkpoint();
   /// Starts a turn: a savepoint in the batch (opening the batch when needed). Turns do not nest.
   status begin_turn();
   /// Ends the turn: keep (RELEASE) or undo (ROLLBACK TO) its writes.
@@ -239,6 +254,10 @@ public:
   /// Classifies `key` like begin_key but writes nothing: fresh means "begin_key would insert".
   result<key_begin_result> peek_key(std::string_view key, std::string_view fingerprint,
                                     int64_t now);
+  /// Stores a finished key (completed or failed) in one statement, replacing a pending row:
+  /// the fast path of a call that never waited, so never needed a pending row on disk.
+  status record_key(std::string_view key, key_status status, std::string_view fingerprint,
+                    std::string_view response, int64_t ttl_ms, int64_t now);
   /// Marks a pending key completed with its response, in the open batch.
   status complete_key(std::string_view key, std::string_view response);
   /// Marks a pending key failed (terminal) with its stored error response.
@@ -338,6 +357,9 @@ private:
   bool dirty_ = false;
   int64_t released_on_open_ = 0;
   uint64_t op_index_ = 0;
+  int wal_frames_ = 0;
+  struct sync_state;
+  std::unique_ptr<sync_state> sync_;
 };
 
 /// Every entity database file under data_dir (entities/<shard>/<digest>.db), in path order.

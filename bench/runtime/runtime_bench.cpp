@@ -1,0 +1,303 @@
+// runtime_bench.cpp: in-process benchmark of the entity runtime (issue #3), in the manner of
+// leveldb's db_bench: named workloads, medians over runs. No HTTP. Closed loop with a fixed
+// number of concurrent callers; each call appends one fact to a `ledger` entity with a unique
+// idempotency key, exactly the hot path of `POST .../ledger/{id}/append`.
+//
+//   runtime_bench --benchmarks=append1,append1000,replay,cold,rss --runs=3
+//
+// Threads: the main thread issues calls and waits on a condition variable; completions run on
+// CAF workers. (Google Benchmark is installed, but whole-runtime workloads with their own
+// concurrency and percentiles fit a db_bench-style driver better.)
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "factum/runtime/runtime.hpp"
+
+using namespace factum;
+using clk = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct args_t {
+  std::vector<std::string> benchmarks{"append1", "append1000", "replay", "cold", "rss"};
+  int runs = 3;
+  int num = 20'000;
+  int concurrency = 64;
+  int rss_entities = 10'000;
+  std::string durability_mode = "full";
+};
+
+struct run_result {
+  double ops_per_s = 0;
+  double p50_us = 0, p99_us = 0;
+  double extra = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+fs::path fresh_dir() {
+  auto p = fs::temp_directory_path() / ("factum-rtbench-" + std::to_string(getpid()) + "-" +
+                                        std::to_string(clk::now().time_since_epoch().count()));
+  fs::create_directories(p);
+  return p;
+}
+
+long rss_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::atol(line.c_str() + 6);
+  return 0;
+}
+
+std::unique_ptr<runtime> start(const fs::path& dir, const args_t& a, size_t max_active = 0) {
+  runtime_config c;
+  c.data_dir = dir;
+  c.mode = *parse_durability(a.durability_mode);
+  c.max_active_entities = max_active;
+  c.idle_timeout = std::chrono::minutes(10);
+  add_builtin_types(c.types);
+  auto r = runtime::start(std::move(c));
+  if (!r) {
+    std::fprintf(stderr, "start: %s\n", r.error().to_string().c_str());
+    std::exit(1);
+  }
+  return std::move(r.value());
+}
+
+/// Issues `n` calls with at most `conc` in flight; `make(i)` names the entity and key of call i.
+template <class Make>
+run_result closed_loop(runtime& rt, int n, int conc, Make make, bool expect_replay = false) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0, failed = 0, wrong = 0;
+  std::vector<double> lat(n);
+  static const std::string body =
+    R"({"type":"invocation","data":{"payload":"0123456789012345678901234567890123456789"}})";
+  auto t0 = clk::now();
+  for (int i = 0; i < n; ++i) {
+    {
+      std::unique_lock<std::mutex> g(mu);
+      cv.wait(g, [&] { return in_flight < conc; });
+      ++in_flight;
+    }
+    auto [key, idem] = make(i);
+    call_options o;
+    o.idempotency_key = std::move(idem);
+    auto start = clk::now();
+    rt.call(key, "append", body, std::move(o), [&, i, start](call_reply r) {
+      lat[i] = std::chrono::duration<double, std::micro>(clk::now() - start).count();
+      std::lock_guard<std::mutex> g(mu);
+      failed += !r.ok;
+      wrong += r.replayed != expect_replay;
+      --in_flight;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> g(mu);
+  cv.wait(g, [&] { return in_flight == 0; });
+  double secs = std::chrono::duration<double>(clk::now() - t0).count();
+  if (failed || wrong)
+    std::fprintf(stderr, "  %d calls failed, %d had an unexpected replay flag\n", failed, wrong);
+  std::sort(lat.begin(), lat.end());
+  return {n / secs, lat[n / 2], lat[std::min<size_t>(n - 1, n * 99 / 100)], 0};
+}
+
+run_result bench_append(const args_t& a, int entities) {
+  auto dir = fresh_dir();
+  run_result r;
+  {
+    auto rt = start(dir, a);
+    // warm: activate the entities first so the figure is steady-state appends
+    closed_loop(*rt, entities, a.concurrency, [&](int i) {
+      return std::pair{entity_key{"bench", "ledger", "e" + std::to_string(i % entities)},
+                       "warm-" + std::to_string(i)};
+    });
+    r = closed_loop(*rt, a.num, a.concurrency, [&](int i) {
+      return std::pair{entity_key{"bench", "ledger", "e" + std::to_string(i % entities)},
+                       "k-" + std::to_string(i)};
+    });
+    auto st = rt->stats();
+    r.extra = st.commits ? double(st.facts) / double(st.commits) : 0;
+  }
+  fs::remove_all(dir);
+  return r;
+}
+
+run_result bench_replay(const args_t& a) {
+  auto dir = fresh_dir();
+  run_result r;
+  {
+    auto rt = start(dir, a);
+    int keys = std::min(a.num, 5000);
+    auto mk = [&](int i) {
+      return std::pair{entity_key{"bench", "ledger", "e" + std::to_string(i % 10)},
+                       "k-" + std::to_string(i % keys)};
+    };
+    closed_loop(*rt, keys, a.concurrency, mk);
+    r = closed_loop(*rt, a.num, a.concurrency, mk, true);
+  }
+  fs::remove_all(dir);
+  return r;
+}
+
+run_result bench_cold(const args_t& a) {
+  // Activations of entities whose files exist (hibernated): the steady state of a big fleet.
+  auto dir = fresh_dir();
+  int n = std::min(a.num, 5000);
+  run_result r;
+  {
+    auto rt = start(dir, a);
+    closed_loop(*rt, n, a.concurrency, [&](int i) {
+      return std::pair{entity_key{"bench", "ledger", "c" + std::to_string(i)},
+                       "create-" + std::to_string(i)};
+    });
+  }
+  {
+    auto rt = start(dir, a);
+    r = closed_loop(*rt, n, a.concurrency, [&](int i) {
+      return std::pair{entity_key{"bench", "ledger", "c" + std::to_string(i)},
+                       "create-" + std::to_string(i)};
+    }, true);
+  }
+  // And creations of brand-new entities (file created, schema migrated, first fact).
+  {
+    auto rt = start(dir, a);
+    auto c = closed_loop(*rt, n, a.concurrency, [&](int i) {
+      return std::pair{entity_key{"bench", "ledger", "n" + std::to_string(i)},
+                       "first-" + std::to_string(i)};
+    });
+    r.extra = c.ops_per_s;
+  }
+  fs::remove_all(dir);
+  return r;
+}
+
+run_result bench_rss(const args_t& a) {
+  auto dir = fresh_dir();
+  run_result r;
+  {
+    auto rt = start(dir, a, a.rss_entities + 100);
+    // one entity to warm up everything shared (CAF, SQLite globals)
+    closed_loop(*rt, 1, 1, [&](int) {
+      return std::pair{entity_key{"bench", "ledger", "warm"}, std::string("w")};
+    });
+    long before = rss_kib();
+    closed_loop(*rt, a.rss_entities, a.concurrency, [&](int i) {
+      return std::pair{entity_key{"bench", "ledger", "r" + std::to_string(i)},
+                       "r-" + std::to_string(i)};
+    });
+    long after = rss_kib();
+    auto st = rt->stats();
+    r.extra = double(after - before) / double(st.active_entities ? st.active_entities - 1 : 1);
+    r.ops_per_s = double(st.active_entities);
+  }
+  fs::remove_all(dir);
+  return r;
+}
+
+void print(const char* name, std::vector<run_result>& rs, const char* unit, const char* extra_name,
+           double bar, bool higher_is_better, bool bar_on_extra) {
+  std::vector<double> ops, p50, p99, ex;
+  for (auto& r : rs) {
+    ops.push_back(r.ops_per_s);
+    p50.push_back(r.p50_us);
+    p99.push_back(r.p99_us);
+    ex.push_back(r.extra);
+  }
+  double v = bar_on_extra ? median(ex) : median(ops);
+  bool pass = higher_is_better ? v >= bar : v <= bar;
+  std::printf("%-12s %12.0f %-10s p50 %8.0f us  p99 %8.0f us  %s %8.1f  [min %.0f max %.0f]  "
+              "bar %s %.0f: %s\n",
+              name, median(ops), unit, median(p50), median(p99), extra_name, median(ex),
+              *std::min_element(ops.begin(), ops.end()), *std::max_element(ops.begin(), ops.end()),
+              higher_is_better ? ">=" : "<=", bar, pass ? "PASS" : "MISS");
+  std::fflush(stdout);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  args_t a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto val = [&](const char* p) { return s.substr(std::strlen(p)); };
+    if (s.rfind("--benchmarks=", 0) == 0) {
+      a.benchmarks.clear();
+      std::string list = val("--benchmarks="), item;
+      for (char c : list + ",")
+        if (c == ',') {
+          if (!item.empty())
+            a.benchmarks.push_back(item);
+          item.clear();
+        } else {
+          item.push_back(c);
+        }
+    } else if (s.rfind("--runs=", 0) == 0) {
+      a.runs = std::stoi(val("--runs="));
+    } else if (s.rfind("--num=", 0) == 0) {
+      a.num = std::stoi(val("--num="));
+    } else if (s.rfind("--concurrency=", 0) == 0) {
+      a.concurrency = std::stoi(val("--concurrency="));
+    } else if (s.rfind("--rss_entities=", 0) == 0) {
+      a.rss_entities = std::stoi(val("--rss_entities="));
+    } else if (s.rfind("--durability=", 0) == 0) {
+      a.durability_mode = val("--durability=");
+    } else {
+      std::fprintf(stderr,
+                   "usage: runtime_bench [--benchmarks=append1,append1000,replay,cold,rss] "
+                   "[--runs=N] [--num=N] [--concurrency=N] [--rss_entities=N] "
+                   "[--durability=full|normal]\n");
+      return 2;
+    }
+  }
+  std::printf("runtime_bench: durability %s, %d callers, %d calls per run, %d runs, %ld cores\n",
+              a.durability_mode.c_str(), a.concurrency, a.num, a.runs, sysconf(_SC_NPROCESSORS_ONLN));
+  for (auto& b : a.benchmarks) {
+    std::vector<run_result> rs;
+    for (int r = 0; r < a.runs; ++r) {
+      if (b == "append1")
+        rs.push_back(bench_append(a, 1));
+      else if (b == "append1000")
+        rs.push_back(bench_append(a, 1000));
+      else if (b == "replay")
+        rs.push_back(bench_replay(a));
+      else if (b == "cold")
+        rs.push_back(bench_cold(a));
+      else if (b == "rss")
+        rs.push_back(bench_rss(a));
+      else {
+        std::fprintf(stderr, "unknown benchmark %s\n", b.c_str());
+        return 2;
+      }
+    }
+    if (b == "append1")
+      print("append1", rs, "facts/s", "facts/commit", 100'000, true, false);
+    else if (b == "append1000")
+      print("append1000", rs, "facts/s", "facts/commit", 20'000, true, false);
+    else if (b == "replay")
+      print("replay", rs, "calls/s", "-", 0, true, false);
+    else if (b == "cold")
+      print("cold", rs, "act/s", "creates/s", 5'000, true, false);
+    else if (b == "rss")
+      print("rss", rs, "active", "KiB/entity", 200, false, true);
+  }
+  return 0;
+}
