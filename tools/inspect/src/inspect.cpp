@@ -1,11 +1,312 @@
-// inspect.cpp: placeholder registration until the inspection tool lands.
+// inspect.cpp: registers `factum inspect` and its subcommands with CLI11 and runs the chosen
+// one. Registration and the run happen on the thread that builds and parses the command line.
 #include "factum/tools/inspect.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "commands.hpp"
+#include "factum/storage/fact.hpp"
 
 namespace factum::tools {
 
+namespace {
+
+struct shared_state {
+  inspect_io io;
+  int* exit_code = nullptr;
+};
+
+void add_output_options(CLI::App* sub, common_options& c) {
+  sub->add_flag("--json", c.json, "JSON lines (the default when stdout is not a terminal)");
+  sub->add_flag("--table", c.table, "An aligned table even when stdout is not a terminal");
+  sub->add_flag("--no-color", c.no_color, "No ANSI colours (also NO_COLOR=1)");
+  sub->add_flag("--local", c.local_time, "Times in local time instead of UTC");
+}
+
+void add_data_option(CLI::App* sub, common_options& c) {
+  sub->add_option("--data", c.data, "Data directory of the entities (read-only)")
+    ->type_name("DIR");
+}
+
+void add_server_options(CLI::App* sub, common_options& c) {
+  sub->add_option("--server", c.server,
+                  "Read through the HTTP API of a running server instead of --data "
+                  "(plain http to a loopback address, e.g. http://127.0.0.1:8080)")
+    ->type_name("URL");
+  sub->add_option("--api-key", c.api_key, "API key of the tenant, for --server")
+    ->type_name("KEY")
+    ->envname("FACTUM_API_KEY");
+  sub->add_option("--http-timeout", c.http_timeout_s, "Seconds per HTTP request (default 10)")
+    ->type_name("SECONDS")
+    ->check(CLI::PositiveNumber);
+}
+
+void add_entity_arg(CLI::App* sub, std::string& entity) {
+  sub->add_option("entity", entity, "The entity, as tenant/type/id")
+    ->type_name("TENANT/TYPE/ID")
+    ->required();
+}
+
+void add_scope_arg(CLI::App* sub, std::string& scope, const char* what) {
+  sub->add_option("scope", scope, what)->type_name("TENANT[/TYPE[/ID]]");
+}
+
+void add_fact_filters(CLI::App* sub, fact_options& o) {
+  sub->add_option("--type", o.type, "Only facts of this type (invocation, error, cost, ...)");
+  sub->add_option("--subtype", o.subtype, "Only facts of this subtype");
+  sub->add_option("--since", o.since,
+                  "Only facts at or after this time: ISO 8601 (2024-01-17T14:00:00Z), epoch ms "
+                  "or an age (15m, 2h, 7d)")
+    ->type_name("TIME");
+  sub->add_option("--until", o.until, "Only facts before this time (same forms as --since)")
+    ->type_name("TIME");
+  sub->add_option("--after-seq", o.after_seq, "Only facts with a seq greater than this")
+    ->type_name("SEQ");
+  sub->add_option("--before-seq", o.before_seq, "Only facts with a seq less than this")
+    ->type_name("SEQ");
+  sub->add_option("--trace", o.trace, "Only facts of this trace id")->type_name("TRACE_ID");
+  sub->add_option("--tool", o.tool, "Only facts of this tool id")->type_name("TOOL_ID");
+  sub->add_option("--key", o.key, "Only facts of this idempotency key")->type_name("KEY");
+}
+
+void add_follow_options(CLI::App* sub, fact_options& o) {
+  sub->add_option("--max-facts", o.max_facts, "Stop after this many new facts (default: no bound)")
+    ->type_name("N")
+    ->check(CLI::NonNegativeNumber);
+  sub->add_option("--timeout", o.timeout_s, "Stop after this many seconds (default: no bound)")
+    ->type_name("SECONDS")
+    ->check(CLI::NonNegativeNumber);
+  sub->add_option("--interval", o.interval_ms, "Poll period in milliseconds (default 200)")
+    ->type_name("MS")
+    ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}));
+}
+
+/// Builds the run context of one run from the process surroundings and --json/--table/...
+bool make_ctx(const shared_state& s, const common_options& c, std::unique_ptr<run_ctx>& out) {
+  std::ostream& o = s.io.out ? *s.io.out : std::cout;
+  std::ostream& e = s.io.err ? *s.io.err : std::cerr;
+  bool tty = s.io.out_is_tty ? *s.io.out_is_tty : ::isatty(STDOUT_FILENO) == 1;
+  out = std::make_unique<run_ctx>(o, e);
+  out->clock = s.io.clock ? s.io.clock : [] { return now_ms(); };
+  out->on_poll = s.io.on_poll;
+  if (c.json && c.table) {
+    *s.exit_code = out->fail(exit_usage, "--json and --table exclude each other");
+    return false;
+  }
+  out->json = c.json || (!c.table && !tty);
+  const char* no_color = std::getenv("NO_COLOR");
+  const char* term = std::getenv("TERM");
+  out->color = tty && !out->json && !c.no_color && !(no_color && *no_color) &&
+               !(term && std::string_view(term) == "dumb");
+  out->local_time = c.local_time;
+  return true;
+}
+
+/// Registers a subcommand whose options live in a `T` owned by the callback.
+template <class T, class Setup, class Run>
+CLI::App* subcommand(CLI::App* parent, std::shared_ptr<shared_state> s, const char* name,
+                     const char* description, Setup setup, Run run) {
+  auto* sub = parent->add_subcommand(name, description);
+  auto opts = std::make_shared<T>();
+  setup(sub, *opts);
+  sub->callback([s, opts, run] {
+    std::unique_ptr<run_ctx> ctx;
+    if (!make_ctx(*s, opts->common, ctx))
+      return;
+    *s->exit_code = run(*ctx, *opts);
+  });
+  return sub;
+}
+
+struct entity_cmd {
+  common_options common;
+  std::string entity;
+};
+struct scope_cmd {
+  common_options common;
+  std::string scope;
+  std::string since, until;
+};
+struct facts_cmd {
+  common_options common;
+  std::string entity;
+  fact_options facts;
+};
+struct show_cmd {
+  common_options common;
+  std::string entity, which;
+};
+struct list_cmd {
+  common_options common;
+  std::string entity, status;
+  int64_t limit = 100;
+};
+
+} // namespace
+
 void add_inspect_command(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("inspect", "Inspect entity databases (read-only)");
-  cmd->callback([exit_code] { *exit_code = 0; });
+  add_inspect_command(app, exit_code, inspect_io{});
+}
+
+void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
+  auto s = std::make_shared<shared_state>();
+  s->io = std::move(io);
+  s->exit_code = exit_code;
+  auto* inspect = app.add_subcommand(
+    "inspect", "Inspect entity databases read-only: entities, facts, keys, alarms, breakers, "
+               "dead letters, economics, verify");
+  inspect->require_subcommand(1);
+  // Parse errors inside `factum inspect` carry the tool's prefix like its other messages.
+  app.failure_message([inspect](const CLI::App* a, const CLI::Error& e) {
+    auto msg = CLI::FailureMessage::simple(a, e);
+    return inspect->parsed() ? "factum inspect: " + msg : msg;
+  });
+
+  subcommand<scope_cmd>(
+    inspect, s, "entities", "List entities (tenant, type, id) with fact counts, sizes, activity",
+    [](CLI::App* sub, scope_cmd& o) {
+      add_data_option(sub, o.common);
+      add_output_options(sub, o.common);
+      add_scope_arg(sub, o.scope, "Only entities of this tenant, tenant/type or tenant/type/id");
+    },
+    [](const run_ctx& ctx, scope_cmd& o) { return run_entities(ctx, o.common, o.scope); });
+
+  subcommand<facts_cmd>(
+    inspect, s, "facts", "List the facts of an entity, filtered, oldest or newest first",
+    [](CLI::App* sub, facts_cmd& o) {
+      add_data_option(sub, o.common);
+      add_server_options(sub, o.common);
+      add_output_options(sub, o.common);
+      add_entity_arg(sub, o.entity);
+      add_fact_filters(sub, o.facts);
+      sub->add_option("--limit", o.facts.limit, "At most this many facts (default 100; 0: all)")
+        ->type_name("N")
+        ->check(CLI::NonNegativeNumber);
+      sub->add_flag("--newest", o.facts.newest, "Newest first (default: oldest first)");
+      sub->add_flag("--follow,-f", o.facts.follow,
+                    "Then print new facts as they commit (like tail)");
+      add_follow_options(sub, o.facts);
+    },
+    [](const run_ctx& ctx, facts_cmd& o) {
+      return run_facts(ctx, o.common, o.entity, o.facts, false);
+    });
+
+  subcommand<facts_cmd>(
+    inspect, s, "tail", "Print the last facts of an entity, then new ones as they commit",
+    [](CLI::App* sub, facts_cmd& o) {
+      add_data_option(sub, o.common);
+      add_server_options(sub, o.common);
+      add_output_options(sub, o.common);
+      add_entity_arg(sub, o.entity);
+      add_fact_filters(sub, o.facts);
+      sub->add_option("--lines,-n", o.facts.lines,
+                      "Print the last N matching facts first (default 10; ignored with "
+                      "--after-seq, which prints all facts after it)")
+        ->type_name("N")
+        ->check(CLI::NonNegativeNumber);
+      add_follow_options(sub, o.facts);
+    },
+    [](const run_ctx& ctx, facts_cmd& o) {
+      return run_facts(ctx, o.common, o.entity, o.facts, true);
+    });
+
+  subcommand<show_cmd>(
+    inspect, s, "show", "Show one fact in full, by seq or fact_id, and check its hash",
+    [](CLI::App* sub, show_cmd& o) {
+      add_data_option(sub, o.common);
+      add_output_options(sub, o.common);
+      add_entity_arg(sub, o.entity);
+      sub->add_option("fact", o.which, "The fact's seq (a number) or fact_id (fct_...)")
+        ->type_name("SEQ|FACT_ID")
+        ->required();
+    },
+    [](const run_ctx& ctx, show_cmd& o) {
+      return run_show(ctx, o.common, o.entity, o.which);
+    });
+
+  subcommand<list_cmd>(
+    inspect, s, "keys", "List idempotency keys: status, creation, expiry, stored response",
+    [](CLI::App* sub, list_cmd& o) {
+      add_data_option(sub, o.common);
+      add_output_options(sub, o.common);
+      add_entity_arg(sub, o.entity);
+      sub->add_option("--status", o.status, "Only keys in this status")
+        ->type_name("pending|completed|failed");
+      sub->add_option("--limit", o.limit, "At most this many keys, newest first (0: all)")
+        ->type_name("N")
+        ->check(CLI::NonNegativeNumber);
+    },
+    [](const run_ctx& ctx, list_cmd& o) {
+      return run_keys(ctx, o.common, o.entity, o.status, o.limit);
+    });
+
+  subcommand<entity_cmd>(
+    inspect, s, "alarms", "List the entity's alarms, earliest due first",
+    [](CLI::App* sub, entity_cmd& o) {
+      add_data_option(sub, o.common);
+      add_output_options(sub, o.common);
+      add_entity_arg(sub, o.entity);
+    },
+    [](const run_ctx& ctx, entity_cmd& o) { return run_alarms(ctx, o.common, o.entity); });
+
+  subcommand<entity_cmd>(
+    inspect, s, "breakers", "List the entity's circuit breakers and their states",
+    [](CLI::App* sub, entity_cmd& o) {
+      add_data_option(sub, o.common);
+      add_server_options(sub, o.common);
+      add_output_options(sub, o.common);
+      add_entity_arg(sub, o.entity);
+    },
+    [](const run_ctx& ctx, entity_cmd& o) { return run_breakers(ctx, o.common, o.entity); });
+
+  subcommand<list_cmd>(
+    inspect, s, "dead-letters", "List the entity's dead letters, oldest first",
+    [](CLI::App* sub, list_cmd& o) {
+      add_data_option(sub, o.common);
+      add_server_options(sub, o.common);
+      add_output_options(sub, o.common);
+      add_entity_arg(sub, o.entity);
+      sub->add_option("--status", o.status, "Only dead letters in this status")
+        ->type_name("pending|scheduled|resolved|discarded|acknowledged");
+      sub->add_option("--limit", o.limit, "At most this many (default 100; 0: all)")
+        ->type_name("N")
+        ->check(CLI::NonNegativeNumber);
+    },
+    [](const run_ctx& ctx, list_cmd& o) {
+      return run_dead_letters(ctx, o.common, o.entity, o.status, o.limit);
+    });
+
+  subcommand<scope_cmd>(
+    inspect, s, "economics",
+    "Costs by tool, currency and subtype (failed vs succeeded) and error rates by category",
+    [](CLI::App* sub, scope_cmd& o) {
+      add_data_option(sub, o.common);
+      add_output_options(sub, o.common);
+      add_scope_arg(sub, o.scope,
+                    "An entity (tenant/type/id), a tenant or tenant/type; default: all");
+      sub->add_option("--since", o.since, "Window start: ISO 8601, epoch ms or an age (24h)")
+        ->type_name("TIME");
+      sub->add_option("--until", o.until, "Window end (exclusive), same forms")
+        ->type_name("TIME");
+    },
+    [](const run_ctx& ctx, scope_cmd& o) {
+      return run_economics(ctx, o.common, o.scope, o.since, o.until);
+    });
+
+  subcommand<scope_cmd>(
+    inspect, s, "verify",
+    "Check hash chains, immutability triggers and schema versions (exit 1 on a problem)",
+    [](CLI::App* sub, scope_cmd& o) {
+      add_data_option(sub, o.common);
+      add_output_options(sub, o.common);
+      add_scope_arg(sub, o.scope,
+                    "An entity (tenant/type/id), a tenant or tenant/type; default: all");
+    },
+    [](const run_ctx& ctx, scope_cmd& o) { return run_verify(ctx, o.common, o.scope); });
 }
 
 } // namespace factum::tools

@@ -1,0 +1,136 @@
+// follow_test.cpp: `tail` and `facts --follow` pick up facts that another process commits
+// while they poll. The writer is a forked child that starts when the follower's first poll
+// is done (a pipe, no sleeps); the follower stops after --max-facts (bounded by --timeout).
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace factum;
+using namespace factum::test::inspect;
+
+namespace {
+
+/// Forks a child that waits for one byte on a pipe, then appends `n` "tick" facts to
+/// acme/ledger/a1, each in its own commit, and exits 0 (non-zero on any failure).
+struct writer_child {
+  pid_t pid = -1;
+  int go = -1;
+
+  writer_child(const fs::path& dir, int n) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(fds[1]);
+      char c;
+      if (::read(fds[0], &c, 1) != 1)
+        _exit(10);
+      auto s = entity_store::open(opts_for(dir), entity_key{"acme", "ledger", "a1"});
+      if (!s)
+        _exit(11);
+      for (int i = 0; i < n; ++i) {
+        fact_draft d;
+        d.type = "tick";
+        d.timestamp_ms = t0 + 100'000 + i;
+        d.data = {{"i", i}};
+        if (!(*s)->append(d).is_ok() || !(*s)->commit().is_ok())
+          _exit(12);
+      }
+      _exit(0);
+    }
+    ::close(fds[0]);
+    go = fds[1];
+  }
+
+  void start() {
+    if (go >= 0) {
+      REQUIRE(::write(go, "g", 1) == 1);
+      ::close(go);
+      go = -1;
+    }
+  }
+
+  int wait() {
+    start(); // never leave the child blocked
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+  }
+};
+
+} // namespace
+
+TEST_CASE("follow: tail prints the last facts, then facts another process commits") {
+  test::temp_dir tmp;
+  fill_fixture(tmp.path());
+  writer_child child(tmp.path(), 5);
+  tools::inspect_io io;
+  int64_t polls = 0;
+  io.on_poll = [&](int64_t) {
+    ++polls;
+    child.start(); // the follower has read the file once: now let the writer go
+  };
+  auto r = run_cli({"inspect", "tail", "--data", tmp.path().string(), "acme/ledger/a1", "--lines",
+                    "2", "--max-facts", "5", "--timeout", "60", "--interval", "20"},
+                   io);
+  CHECK(child.wait() == 0);
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  std::vector<int64_t> seqs;
+  std::vector<int> ticks;
+  for (auto& l : lines(r.out)) {
+    auto j = nlohmann::json::parse(l);
+    seqs.push_back(j["seq"]);
+    if (j["type"] == "tick")
+      ticks.push_back(j["data"]["i"]);
+  }
+  CHECK(seqs == std::vector<int64_t>{11, 12, 13, 14, 15, 16, 17});
+  CHECK(ticks == std::vector<int>{0, 1, 2, 3, 4});
+  CHECK(polls >= 1);
+}
+
+TEST_CASE("follow: facts --follow with a filter prints only new matching facts, as a table") {
+  test::temp_dir tmp;
+  fill_fixture(tmp.path());
+  writer_child child(tmp.path(), 4);
+  tools::inspect_io io;
+  io.on_poll = [&](int64_t) { child.start(); };
+  auto r = run_cli({"inspect", "facts", "--data", tmp.path().string(), "acme/ledger/a1", "--type",
+                    "tick", "--follow", "--max-facts", "4", "--timeout", "60", "--interval", "20",
+                    "--table"},
+                   io);
+  CHECK(child.wait() == 0);
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  auto ls = lines(r.out);
+  REQUIRE(ls.size() == 5); // header + 4 ticks
+  CHECK(ls[0].rfind("   SEQ  TIME", 0) == 0);
+  CHECK(ls[1].rfind("    13  2024-01-17T14:01:40.000Z  tick", 0) == 0);
+  CHECK(ls[4].rfind("    16  2024-01-17T14:01:40.003Z  tick", 0) == 0);
+}
+
+TEST_CASE("follow: with nothing new it ends at --timeout, and --max-facts 0 means no bound") {
+  test::temp_dir tmp;
+  fill_fixture(tmp.path());
+  int64_t polls = 0;
+  tools::inspect_io io;
+  io.on_poll = [&](int64_t) { ++polls; };
+  auto r = run_cli({"inspect", "tail", "--data", tmp.path().string(), "acme/ledger/a1", "--lines",
+                    "1", "--timeout", "0.1", "--interval", "10"},
+                   io);
+  CHECK(r.code == 0);
+  CHECK(lines(r.out).size() == 1);
+  CHECK(polls >= 1);
+  CHECK(polls <= 11);
+  // --after-seq replays everything after it, then follows.
+  auto after = run_cli({"inspect", "tail", "--data", tmp.path().string(), "acme/ledger/a1",
+                        "--after-seq", "9", "--timeout", "0.05", "--interval", "10"});
+  CHECK(after.code == 0);
+  CHECK(lines(after.out).size() == 3);
+  CHECK(run_cli({"inspect", "facts", "--data", tmp.path().string(), "acme/ledger/a1", "--follow",
+                 "--newest"})
+          .code == 2);
+}

@@ -1,0 +1,91 @@
+// commands.hpp (private to factum_inspect): the options each subcommand parses and the
+// functions that run them, plus helpers the command files share. Every run_* function runs on
+// the thread that parses the command line and returns the process exit code.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "entity_reader.hpp"
+#include "factum/storage/entity_key.hpp"
+#include "factum/storage/fact.hpp"
+#include "output.hpp"
+
+namespace factum::tools {
+
+/// Options every subcommand takes.
+struct common_options {
+  std::string data;          ///< --data DIR (local mode)
+  bool json = false;         ///< --json
+  bool table = false;        ///< --table
+  bool no_color = false;     ///< --no-color
+  bool local_time = false;   ///< --local
+  std::string server;        ///< --server URL (facts, tail, dead-letters, breakers)
+  std::string api_key;       ///< --api-key KEY / FACTUM_API_KEY
+  double http_timeout_s = 10;
+};
+
+/// Fact filters and the listing/follow options of `facts` and `tail`.
+struct fact_options {
+  std::string type, subtype, since, until, trace, tool, key;
+  std::string after_seq, before_seq;  ///< empty: absent
+  int64_t limit = 100;                ///< facts: 0 = all
+  bool newest = false;
+  bool follow = false;
+  int64_t lines = 10;                 ///< tail: backlog size
+  int64_t max_facts = 0;              ///< follow: stop after this many new facts (0: no bound)
+  double timeout_s = 0;               ///< follow: stop after this many seconds (0: no bound)
+  int64_t interval_ms = 200;          ///< follow: poll period
+};
+
+/// A subset of entities named on the command line: "" (all), "tenant", "tenant/type" or
+/// "tenant/type/id".
+struct entity_scope {
+  std::string tenant, type, id;
+  bool all() const { return tenant.empty(); }
+  bool single() const { return !id.empty(); }
+  bool contains(const entity_key& k) const {
+    return (tenant.empty() || k.tenant == tenant) && (type.empty() || k.type == type) &&
+           (id.empty() || k.id == id);
+  }
+  std::string to_string() const;
+};
+result<entity_scope> parse_scope(std::string_view text);
+
+/// Parses the entity argument (INVALID_ARGUMENT -> exit 2).
+result<entity_key> parse_entity(std::string_view text);
+
+/// Checks that --data was given (and --server was not); an exit code, or 0.
+int require_local(const run_ctx& ctx, const common_options& c, const char* command);
+
+/// Builds the store filter from the options (times and seqs parsed); INVALID_ARGUMENT on a bad
+/// value. `limit` is left to the caller.
+result<fact_filter> make_filter(const run_ctx& ctx, const fact_options& o);
+
+/// Every entity file under `data_dir` inside `scope`, in file order: `fn` gets each readable
+/// one; `on_error` each file that cannot be read (its key is unknown). NOT_FOUND when the
+/// data directory does not exist.
+status for_each_entity(const std::filesystem::path& data_dir, const entity_scope& scope,
+                       const std::function<void(entity_reader&)>& fn,
+                       const std::function<void(const std::filesystem::path&, const status&)>&
+                         on_error);
+
+int run_entities(const run_ctx& ctx, const common_options& c, const std::string& scope);
+int run_facts(const run_ctx& ctx, const common_options& c, const std::string& entity,
+              const fact_options& o, bool tail);
+int run_show(const run_ctx& ctx, const common_options& c, const std::string& entity,
+             const std::string& which);
+int run_keys(const run_ctx& ctx, const common_options& c, const std::string& entity,
+             const std::string& status, int64_t limit);
+int run_alarms(const run_ctx& ctx, const common_options& c, const std::string& entity);
+int run_breakers(const run_ctx& ctx, const common_options& c, const std::string& entity);
+int run_dead_letters(const run_ctx& ctx, const common_options& c, const std::string& entity,
+                     const std::string& status, int64_t limit);
+int run_economics(const run_ctx& ctx, const common_options& c, const std::string& scope,
+                  const std::string& since, const std::string& until);
+int run_verify(const run_ctx& ctx, const common_options& c, const std::string& scope);
+
+} // namespace factum::tools

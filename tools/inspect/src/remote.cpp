@@ -1,0 +1,141 @@
+// remote.cpp: the HTTP API reader of `factum inspect --server` (see remote.hpp). Used by the
+// one thread that runs a subcommand.
+#include "remote.hpp"
+
+#include "records.hpp"
+
+namespace factum::tools {
+
+using nlohmann::json;
+
+std::string url_encode(std::string_view s) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '-' || c == '.' || c == '_' || c == '~';
+    if (keep) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 0xf]);
+    }
+  }
+  return out;
+}
+
+std::string facts_query(const fact_filter& f) {
+  std::string q;
+  auto add = [&](const char* name, const std::string& value) {
+    q += q.empty() ? '?' : '&';
+    q += name;
+    q += '=';
+    q += url_encode(value);
+  };
+  if (!f.type.empty())
+    add("type", f.type);
+  if (!f.subtype.empty())
+    add("subtype", f.subtype);
+  if (f.since_ms)
+    add("since", std::to_string(*f.since_ms));
+  if (f.until_ms)
+    add("until", std::to_string(*f.until_ms));
+  if (f.after_seq)
+    add("after_seq", std::to_string(*f.after_seq));
+  if (!f.trace_id.empty())
+    add("trace_id", f.trace_id);
+  add("limit", std::to_string(f.limit));
+  return q;
+}
+
+result<remote_api> remote_api::make(std::string_view url, std::string api_key,
+                                    std::chrono::milliseconds timeout) {
+  auto ep = parse_http_url(url);
+  if (!ep)
+    return ep.error();
+  if (api_key.empty())
+    return status{errc::invalid_argument,
+                  "--server needs an API key: --api-key KEY or FACTUM_API_KEY"};
+  return remote_api(std::move(*ep), std::move(api_key), timeout);
+}
+
+std::string remote_api::entity_path(const entity_key& key, const char* what) const {
+  return "/v1/entities/" + url_encode(key.type) + "/" + url_encode(key.id) + "/" + what;
+}
+
+result<json> remote_api::get_json(const std::string& target) const {
+  auto r = http_get(ep_, target, {{"X-API-Key", api_key_}}, timeout_);
+  if (!r)
+    return r.error();
+  auto& res = *r;
+  auto body = json::parse(res.body, nullptr, false);
+  if (res.status < 200 || res.status > 299) {
+    std::string msg = "server answered " + std::to_string(res.status) +
+                      (res.reason.empty() ? "" : " " + res.reason) + " for GET " + target;
+    if (body.is_object()) { // application/problem+json
+      for (auto* k : {"title", "detail"})
+        if (body.contains(k) && body[k].is_string())
+          msg += ": " + body[k].get<std::string>();
+      if (body.contains("code") && body["code"].is_string())
+        msg += " [" + body["code"].get<std::string>() + "]";
+    }
+    return status{res.status == 404 ? errc::not_found : errc::unavailable, msg};
+  }
+  if (body.is_discarded())
+    return status{errc::unavailable, "server sent a body that is not JSON for GET " + target};
+  return body;
+}
+
+result<std::vector<fact>> remote_api::facts(const entity_key& key, const fact_filter& f) const {
+  auto body = get_json(entity_path(key, "facts") + facts_query(f));
+  if (!body)
+    return body.error();
+  auto list = json_list(*body, "facts");
+  if (!list)
+    return list.error();
+  std::vector<fact> out;
+  for (auto& j : *list) {
+    auto one = fact_from_json(j);
+    if (!one)
+      return one.error();
+    out.push_back(std::move(*one));
+  }
+  return out;
+}
+
+result<std::vector<dead_letter_record>> remote_api::dead_letters(const entity_key& key) const {
+  auto body = get_json(entity_path(key, "dead-letters"));
+  if (!body)
+    return body.error();
+  auto list = json_list(*body, "dead_letters");
+  if (!list)
+    return list.error();
+  std::vector<dead_letter_record> out;
+  for (auto& j : *list) {
+    auto one = dead_letter_from_json(j);
+    if (!one)
+      return one.error();
+    out.push_back(std::move(*one));
+  }
+  return out;
+}
+
+result<std::vector<breaker_record>> remote_api::breakers(const entity_key& key) const {
+  auto body = get_json(entity_path(key, "breakers"));
+  if (!body)
+    return body.error();
+  auto list = json_list(*body, "breakers");
+  if (!list)
+    return list.error();
+  std::vector<breaker_record> out;
+  for (auto& j : *list) {
+    auto one = breaker_from_json(j);
+    if (!one)
+      return one.error();
+    out.push_back(std::move(*one));
+  }
+  return out;
+}
+
+} // namespace factum::tools

@@ -1,0 +1,53 @@
+// remote.hpp (private to factum_inspect): reads facts, dead letters and breakers of an entity
+// through the HTTP API of a running `factum serve` (BRIEF "HTTP API"; the tenant comes from the
+// API key). Used by the one thread that runs a subcommand.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "factum/storage/entity_key.hpp"
+#include "factum/storage/entity_store.hpp"
+#include "factum/storage/fact.hpp"
+#include "factum/storage/status.hpp"
+#include "http_client.hpp"
+
+namespace factum::tools {
+
+/// Percent-encodes a query value or path segment (RFC 3986 unreserved characters kept).
+std::string url_encode(std::string_view s);
+
+/// The query string (with '?', or "") for the facts route: type, subtype, since, until,
+/// after_seq, trace_id, limit. The API has no filter for tool, idempotency key or before_seq,
+/// and no order: those are applied by the caller.
+std::string facts_query(const fact_filter& f);
+
+class remote_api {
+public:
+  /// Checks the URL (plain http only) and keeps the key. INVALID_ARGUMENT on a bad URL.
+  static result<remote_api> make(std::string_view url, std::string api_key,
+                                 std::chrono::milliseconds timeout);
+
+  /// One page of facts, oldest first (GET .../facts?...).
+  result<std::vector<fact>> facts(const entity_key& key, const fact_filter& f) const;
+  /// GET .../dead-letters.
+  result<std::vector<dead_letter_record>> dead_letters(const entity_key& key) const;
+  /// GET .../breakers.
+  result<std::vector<breaker_record>> breakers(const entity_key& key) const;
+
+private:
+  remote_api(http_endpoint ep, std::string api_key, std::chrono::milliseconds timeout)
+    : ep_(std::move(ep)), api_key_(std::move(api_key)), timeout_(timeout) {}
+  std::string entity_path(const entity_key& key, const char* what) const;
+  /// GET `target`; a 2xx JSON body, else NOT_FOUND (404) or UNAVAILABLE naming the problem.
+  result<nlohmann::json> get_json(const std::string& target) const;
+
+  http_endpoint ep_;
+  std::string api_key_;
+  std::chrono::milliseconds timeout_;
+};
+
+} // namespace factum::tools

@@ -1,0 +1,225 @@
+// state_cmd.cpp: `keys`, `alarms`, `breakers` and `dead-letters`: the entity's state besides
+// its facts (breakers and dead letters also through the HTTP API). Runs on the thread that
+// parses the command line.
+#include <ostream>
+
+#include "commands.hpp"
+#include "records.hpp"
+#include "remote.hpp"
+
+namespace factum::tools {
+
+namespace {
+
+/// Opens the entity named by `entity` under --data, or fails with the exit code.
+struct local_entity {
+  std::unique_ptr<entity_reader> reader;
+  int rc = 0;
+};
+
+local_entity open_entity(const run_ctx& ctx, const common_options& c, const std::string& entity,
+                         const char* command) {
+  local_entity out;
+  if ((out.rc = require_local(ctx, c, command)))
+    return out;
+  auto key = parse_entity(entity);
+  if (!key) {
+    out.rc = ctx.fail(key.error());
+    return out;
+  }
+  auto r = entity_reader::open(c.data, *key);
+  if (!r) {
+    out.rc = ctx.fail(r.error());
+    return out;
+  }
+  out.reader = std::move(*r);
+  return out;
+}
+
+std::optional<remote_api> open_remote(const run_ctx& ctx, const common_options& c, int& rc) {
+  if (!c.data.empty()) {
+    rc = ctx.fail(exit_usage, "--data and --server exclude each other");
+    return std::nullopt;
+  }
+  auto a = remote_api::make(
+    c.server, c.api_key,
+    std::chrono::milliseconds(static_cast<int64_t>(c.http_timeout_s * 1000)));
+  if (!a) {
+    rc = ctx.fail(a.error());
+    return std::nullopt;
+  }
+  return std::move(*a);
+}
+
+std::string compact(const std::string& json_text, size_t max) {
+  auto j = nlohmann::json::parse(json_text, nullptr, false);
+  return ellipsize(j.is_discarded() ? json_text : j.dump(), max);
+}
+
+std::string opt_time(const run_ctx& ctx, const std::optional<int64_t>& ms, const char* none) {
+  return ms ? ctx.time(*ms) : none;
+}
+
+} // namespace
+
+int run_keys(const run_ctx& ctx, const common_options& c, const std::string& entity,
+             const std::string& status_filter, int64_t limit) {
+  if (limit < 0)
+    return ctx.fail(exit_usage, "--limit must not be negative");
+  if (!status_filter.empty() && status_filter != "pending" && status_filter != "completed" &&
+      status_filter != "failed")
+    return ctx.fail(exit_usage, "--status must be pending, completed or failed");
+  auto e = open_entity(ctx, c, entity, "keys");
+  if (e.rc)
+    return e.rc;
+  auto keys = e.reader->store().list_keys(status_filter.empty() && limit > 0 ? limit : -1);
+  if (!keys)
+    return ctx.fail(keys.error());
+  int64_t now = ctx.now();
+  text_table t({{"KEY"}, {"STATUS"}, {"CREATED"}, {"EXPIRES"}, {"EXPIRED"}, {"RESPONSE"}});
+  int64_t shown = 0;
+  for (auto& k : *keys) {
+    if (!status_filter.empty() && to_string(k.status) != status_filter)
+      continue;
+    if (limit > 0 && shown >= limit)
+      break;
+    ++shown;
+    if (ctx.json) {
+      ctx.json_line(key_json(k, now));
+      continue;
+    }
+    bool expired = k.expires_at_ms && *k.expires_at_ms <= now;
+    std::string st(to_string(k.status));
+    t.add({k.key, st, ctx.time(k.created_at_ms), opt_time(ctx, k.expires_at_ms, "never"),
+           expired ? "yes" : "no", or_dash(compact(k.response, 60))},
+          {"", k.status == key_status::failed ? ctx.red(st) : st});
+  }
+  if (!ctx.json)
+    t.print(ctx);
+  return exit_ok;
+}
+
+int run_alarms(const run_ctx& ctx, const common_options& c, const std::string& entity) {
+  auto e = open_entity(ctx, c, entity, "alarms");
+  if (e.rc)
+    return e.rc;
+  auto alarms = e.reader->store().list_alarms();
+  if (!alarms)
+    return ctx.fail(alarms.error());
+  int64_t now = ctx.now();
+  text_table t({{"NAME"}, {"DUE"}, {"OVERDUE"}, {"ATTEMPTS", true}, {"CREATED"}, {"PAYLOAD"}});
+  for (auto& a : *alarms) {
+    if (ctx.json)
+      ctx.json_line(alarm_json(a, now));
+    else
+      t.add({a.name, ctx.time(a.due_ms), a.due_ms <= now ? "yes" : "no",
+             std::to_string(a.attempts), ctx.time(a.created_at_ms), compact(a.payload, 60)});
+  }
+  if (!ctx.json)
+    t.print(ctx);
+  return exit_ok;
+}
+
+int run_breakers(const run_ctx& ctx, const common_options& c, const std::string& entity) {
+  result<std::vector<breaker_record>> list = std::vector<breaker_record>{};
+  std::unique_ptr<entity_reader> reader;
+  if (!c.server.empty()) {
+    int rc = 0;
+    auto api = open_remote(ctx, c, rc);
+    if (!api)
+      return rc;
+    auto key = parse_entity(entity);
+    if (!key)
+      return ctx.fail(key.error());
+    list = api->breakers(*key);
+  } else {
+    auto e = open_entity(ctx, c, entity, "breakers");
+    if (e.rc)
+      return e.rc;
+    reader = std::move(e.reader);
+    list = reader->store().list_breakers();
+  }
+  if (!list)
+    return ctx.fail(list.error());
+  text_table t({{"TOOL"}, {"STATE"}, {"UPDATED"}, {"DATA"}});
+  for (auto& b : *list) {
+    if (ctx.json) {
+      ctx.json_line(breaker_json(b));
+      continue;
+    }
+    bool open = b.state == "OPEN" || b.state == "FORCED_OPEN";
+    bool closed = b.state == "CLOSED";
+    t.add({b.tool_id, b.state, b.updated_at_ms ? ctx.time(b.updated_at_ms) : "-",
+           compact(b.data, 70)},
+          {"", open ? ctx.red(b.state) : closed ? ctx.green(b.state) : b.state});
+  }
+  if (!ctx.json)
+    t.print(ctx);
+  return exit_ok;
+}
+
+int run_dead_letters(const run_ctx& ctx, const common_options& c, const std::string& entity,
+                     const std::string& status_filter, int64_t limit) {
+  if (limit < 0)
+    return ctx.fail(exit_usage, "--limit must not be negative");
+  std::optional<dl_status> filter;
+  if (!status_filter.empty()) {
+    auto s = parse_dl_status(status_filter);
+    if (!s)
+      return ctx.fail(exit_usage, "--status: " + s.error().message());
+    filter = *s;
+  }
+  result<std::vector<dead_letter_record>> list = std::vector<dead_letter_record>{};
+  std::unique_ptr<entity_reader> reader;
+  if (!c.server.empty()) {
+    int rc = 0;
+    auto api = open_remote(ctx, c, rc);
+    if (!api)
+      return rc;
+    auto key = parse_entity(entity);
+    if (!key)
+      return ctx.fail(key.error());
+    list = api->dead_letters(*key);
+  } else {
+    auto e = open_entity(ctx, c, entity, "dead-letters");
+    if (e.rc)
+      return e.rc;
+    reader = std::move(e.reader);
+    list = reader->store().list_dead_letters(filter, limit > 0 ? limit : -1);
+  }
+  if (!list)
+    return ctx.fail(list.error());
+  text_table t({{"ID"},
+                {"STATUS"},
+                {"OPERATION"},
+                {"CATEGORY"},
+                {"CODE"},
+                {"REASON"},
+                {"ATTEMPTS", true},
+                {"LAST_ATTEMPT"},
+                {"NEXT_RETRY"},
+                {"TRACE"},
+                {"MESSAGE"}});
+  int64_t shown = 0;
+  for (auto& d : *list) {
+    if (filter && d.status != *filter) // the HTTP API lists every status
+      continue;
+    if (limit > 0 && shown >= limit)
+      break;
+    ++shown;
+    if (ctx.json) {
+      ctx.json_line(dead_letter_json(d));
+      continue;
+    }
+    t.add({d.id, std::string(to_string(d.status)), d.operation, or_dash(d.error_category),
+           or_dash(d.error_code), or_dash(d.reason), std::to_string(d.attempts),
+           d.last_attempt_ms ? ctx.time(d.last_attempt_ms) : "-",
+           opt_time(ctx, d.next_retry_ms, "-"), or_dash(ellipsize(d.trace_id, 24)),
+           or_dash(ellipsize(d.error_message, 50))});
+  }
+  if (!ctx.json)
+    t.print(ctx);
+  return exit_ok;
+}
+
+} // namespace factum::tools
