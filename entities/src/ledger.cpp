@@ -56,7 +56,10 @@ public:
 
 } // namespace
 
+void add_webhook_type(entity_registry& registry);
+
 void add_builtin_types(entity_registry& registry) {
+  add_webhook_type(registry);
   registry.add(type_builder<ledger>("ledger")
                  .method("append", &ledger::append)
                  .method("recent", &ledger::recent)

@@ -14,6 +14,7 @@
 
 #include "factum/storage/sha256.hpp"
 #include "runtime_core.hpp"
+#include "tool_call.hpp"
 
 namespace factum::detail {
 
@@ -47,6 +48,7 @@ struct turn_state {
   std::coroutine_handle<> handle;
   uint64_t token = 0;
   alarm_record alarm;  // alarm turns
+  std::string dead_letter_id;  // a turn that retries a dead letter
   std::vector<std::string> alarms_set;
   int64_t started_ms = 0;
   bool key_on_disk = false;  ///< a pending row was written (the turn awaited something)
@@ -91,6 +93,9 @@ struct entity_state {
   /// Idempotency keys of calls accepted and not yet answered: a second call with one of them
   /// gets 409 at once instead of queueing behind the first.
   std::unordered_set<std::string> keys_in_flight;
+  /// Breakers and retry budgets of this activation (breakers are loaded from the store).
+  std::map<std::string, resilience::circuit_breaker> breakers;
+  std::map<std::string, resilience::retry_budget> budgets;
 };
 
 using self_ptr = caf::stateful_actor<entity_state>*;
@@ -157,9 +162,41 @@ call_reply reply_from_stored_failure(const std::string& body) {
 
 // -- the handler context ------------------------------------------------------------------------
 
-class entity_context final : public context {
+class entity_context final : public context, public tool_host {
 public:
-  explicit entity_context(self_ptr self) : self_(self) {}
+  explicit entity_context(self_ptr self)
+    : self_(self), rng_(std::random_device{}() ^ static_cast<uint64_t>(factum::now_ms())) {}
+
+  // -- tool_host --
+  context& ctx() override { return *this; }
+  entity_store& store() override { return *self_->state.core->store; }
+  const runtime_config& config() override { return self_->state.rt->cfg; }
+  counters& stats() override { return self_->state.rt->stats; }
+  std::mt19937_64& rng() override { return rng_; }
+  std::map<std::string, resilience::circuit_breaker>& breakers() override {
+    return self_->state.breakers;
+  }
+  std::map<std::string, resilience::retry_budget>& budgets() override {
+    return self_->state.budgets;
+  }
+  const resilience::classifier& classify() override { return self_->state.rt->classifier; }
+  const resilience::dead_letter_rules& dl_rules() override { return self_->state.rt->dl_rules; }
+  std::string retrying_dead_letter() override {
+    return self_->state.turn ? self_->state.turn->dead_letter_id : std::string();
+  }
+  void set_internal_alarm(const std::string& name, int64_t due_ms) override {
+    set_alarm_internal(name, due_ms, "{}", 0);
+  }
+  void cancel_internal_alarm(const std::string& name) override { cancel_alarm(name); }
+
+  task<tool_reply> call_tool(tool_request req) override {
+    auto inner = resilient_tool_call(*this, std::move(req));
+    tool_reply r = co_await inner;
+    // The attempts' error, cost and dead-letter records stay even if the handler fails later.
+    (void) store().end_turn(true);
+    (void) store().begin_turn();
+    co_return r;
+  }
 
   const entity_key& key() const override { return self_->state.key; }
   const call_info& call() const override {
@@ -308,8 +345,8 @@ protected:
   }
 
 private:
-  entity_store& store() { return *self_->state.core->store; }
   self_ptr self_;
+  std::mt19937_64 rng_;
 };
 
 // -- replies ------------------------------------------------------------------------------------
@@ -407,6 +444,15 @@ json run_internal(self_ptr self, const std::string& method, const json& args) {
                      {"payload", json::parse(a.payload, nullptr, false)}});
     return out;
   }
+  auto& host = *self->state.ctx;
+  if (method == "@dead_letters")
+    return list_dead_letters(host, args);
+  if (method == "@dead_letter")
+    return act_on_dead_letter(host, args);
+  if (method == "@breakers")
+    return list_breakers(host);
+  if (method == "@breaker")
+    return act_on_breaker(host, args);
   throw not_found_error("METHOD_NOT_FOUND", "no internal method " + method);
 }
 
@@ -463,6 +509,7 @@ void run_turn(self_ptr self, queued item) {
   t.info.method = t.item.req.method;
   t.info.idempotency_key = t.item.req.idempotency_key;
   t.info.trace_id = t.item.req.trace_id;
+  t.info.args_json = t.item.req.args;
   if (auto st = store.begin_turn(); !st) {
     auto it = std::move(t.item);
     s.turn.reset();
@@ -497,6 +544,29 @@ void run_turn(self_ptr self, queued item) {
         auto prev = s.rt->stats.alarm_lag_ms_max.load(std::memory_order_relaxed);
         while (lag > prev &&
                !s.rt->stats.alarm_lag_ms_max.compare_exchange_weak(prev, lag)) {
+        }
+        if (t.alarm.name.rfind("@dl:", 0) == 0) {
+          auto dl = store.get_dead_letter(t.alarm.name.substr(4));
+          if (!dl || dl->status != dl_status::scheduled) {
+            finish_turn(self, nullptr, json(nullptr)); // resolved or discarded meanwhile
+            return;
+          }
+          t.dead_letter_id = dl->id;
+          auto payload = json::parse(dl->payload, nullptr, false);
+          const method_def* m = s.type->find(dl->operation);
+          if (!m || !payload.is_object())
+            throw not_found_error("METHOD_NOT_FOUND",
+                                  "dead letter " + dl->id + " names no method of " + s.key.type);
+          // Re-run the original call with its idempotency key (its config version stays
+          // locked in the dead letter and in the tool's config rows).
+          t.info.method = dl->operation;
+          t.info.idempotency_key = dl->idempotency_key;
+          t.info.trace_id = dl->trace_id.empty() ? new_trace_id() : dl->trace_id;
+          auto args = payload.value("args", json::object());
+          t.info.args_json = args.dump();
+          t.item.req.fingerprint.clear();
+          start_task(m->fn(*s.instance, *s.ctx, std::move(args)), done);
+          return;
         }
         if (t.alarm.name == purge_alarm) {
           auto n = store.purge_expired_keys(now);
@@ -592,6 +662,36 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
           break;
         }
         case turn_kind::alarm:
+          if (!t.dead_letter_id.empty()) {
+            auto dl = store.get_dead_letter(t.dead_letter_id);
+            if (!dl)
+              throw storage_error(dl.error());
+            auto body = value ? value->dump() : std::string("null");
+            if (!t.info.idempotency_key.empty())
+              if (auto st = store.record_key(t.info.idempotency_key, key_status::completed,
+                                             call_fingerprint(t.info.method, t.info.args_json),
+                                             body,
+                                             static_cast<int64_t>(s.rt->cfg.key_ttl.count()),
+                                             s.rt->now());
+                  !st)
+                throw storage_error(st);
+            auto from = dl->status;
+            dl->status = dl_status::resolved;
+            dl->updated_at_ms = s.rt->now();
+            dl->next_retry_ms.reset();
+            if (auto st = store.put_dead_letter(*dl); !st)
+              throw storage_error(st);
+            fact_draft life;
+            life.type = "lifecycle";
+            life.subtype = "dead_letter_resolved";
+            life.trace_id = t.info.trace_id;
+            life.data = {{"dead_letter_id", dl->id},
+                         {"previous_status", std::string(to_string(from))},
+                         {"new_status", "resolved"},
+                         {"result", json::parse(body, nullptr, false)}};
+            if (!store.append(life))
+              throw storage_error(status{errc::io_error, "append lifecycle fact"});
+          }
           if (!t.alarm.name.empty()) {
             s.rt->stats.alarms_fired.fetch_add(1, std::memory_order_relaxed);
             bool reset = std::find(t.alarms_set.begin(), t.alarms_set.end(), t.alarm.name) !=
@@ -621,7 +721,24 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
         throw storage_error(st);
       json extra = json::object();
       std::string subtype;
-      if (t.item.kind == turn_kind::alarm && !t.alarm.name.empty()) {
+      if (t.item.kind == turn_kind::alarm && !t.dead_letter_id.empty()) {
+        append_error_fact(self, ce, "", json{{"dead_letter_id", t.dead_letter_id}});
+        auto dl = store.get_dead_letter(t.dead_letter_id);
+        if (dl && dl->updated_at_ms < t.started_ms) { // the tool did not reschedule it
+          dl->status = dl_status::pending;
+          dl->updated_at_ms = s.rt->now();
+          dl->next_retry_ms.reset();
+          dl->error_code = ce.code();
+          dl->error_message = ce.what();
+          if (auto st = store.put_dead_letter(*dl); !st)
+            throw storage_error(st);
+        }
+        bool reset = std::find(t.alarms_set.begin(), t.alarms_set.end(), t.alarm.name) !=
+                     t.alarms_set.end();
+        if (!reset)
+          (void) store.cancel_alarm(t.alarm.name);
+        s.alarms_dirty = true;
+      } else if (t.item.kind == turn_kind::alarm && !t.alarm.name.empty()) {
         int64_t attempts = t.alarm.attempts + 1;
         extra = {{"alarm", t.alarm.name}, {"attempt", attempts}};
         append_error_fact(self, ce, "alarm_failed", extra);

@@ -356,6 +356,12 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   c.store_opts.cache_kib = c.cfg.cache_kib;
   c.store_opts.fault = c.cfg.storage_fault;
   c.store_opts.defer_sync = true; // pipelined group commit (entity_actor.cpp, start_commit)
+  if (!c.cfg.dead_letter_rules.is_null()) {
+    auto rules = resilience::dead_letter_rules::from_json(c.cfg.dead_letter_rules);
+    if (!rules)
+      return rules.error();
+    c.dl_rules = std::move(rules.value());
+  }
   auto ix = alarm_index::open(c.cfg.data_dir, c.cfg.mode);
   if (!ix)
     return ix.error();
@@ -464,6 +470,12 @@ runtime_stats runtime::stats() const {
   r.alarms_dead_lettered = ld(s.alarms_dead_lettered);
   r.alarm_lag_ms_max = ld(s.alarm_lag_ms_max);
   r.alarm_lag_ms_sum = ld(s.alarm_lag_ms_sum);
+  r.tool_calls = ld(s.tool_calls);
+  r.tool_retries = ld(s.tool_retries);
+  r.tool_failures = ld(s.tool_failures);
+  r.breaker_transitions = ld(s.breaker_transitions);
+  r.breaker_fast_fails = ld(s.breaker_fast_fails);
+  r.dead_letters = ld(s.dead_letters);
   return r;
 }
 

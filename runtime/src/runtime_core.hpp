@@ -15,6 +15,9 @@
 
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/alarm_index.hpp"
+#include "counters.hpp"
+#include "factum/resilience/classifier.hpp"
+#include "factum/resilience/dead_letter_rules.hpp"
 #include "messages.hpp"
 #include "storage_pool.hpp"
 
@@ -45,14 +48,6 @@ struct alarm_directory {
   std::unique_ptr<alarm_index> index;
 };
 
-/// Monotonic counters (relaxed atomics: they are statistics, not synchronisation).
-struct counters {
-  std::atomic<uint64_t> calls{0}, call_errors{0}, active{0}, peak_active{0}, activations{0},
-    hibernations{0}, commits{0}, facts{0}, turns_committed{0}, replays{0}, key_conflicts{0},
-    key_mismatches{0}, keys_released_on_open{0}, alarms_fired{0}, alarm_retries{0},
-    alarms_dead_lettered{0}, alarm_lag_ms_max{0}, alarm_lag_ms_sum{0};
-};
-
 struct runtime_core {
   explicit runtime_core(runtime_config c) : cfg(std::move(c)), pool(cfg.storage_threads) {}
 
@@ -62,6 +57,8 @@ struct runtime_core {
   activation_registry reg;
   alarm_directory alarms;
   counters stats;
+  resilience::classifier classifier;       ///< read-only after start
+  resilience::dead_letter_rules dl_rules;  ///< read-only after start
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor scheduler;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "factum/entities/call.hpp"
+#include "factum/entities/task.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/fact.hpp"
@@ -25,6 +26,7 @@ struct call_info {
   std::string method;           ///< method name, or "@alarm" / "@activate" for internal turns
   std::string idempotency_key;  ///< empty when the call has none
   std::string trace_id;
+  std::string args_json;        ///< the call's arguments (kept for dead letters)
 };
 
 /// A request to an external tool (resilience issue #4 adds retries and breakers around it).
@@ -34,7 +36,9 @@ struct tool_request {
   nlohmann::json payload = nlohmann::json::object();
 };
 
-/// What a tool answered.
+/// What a tool answered. Transports set http_status for HTTP answers, or error_code to a
+/// transport error name ("timeout", "connection_reset", "connection_refused", "dns_failure")
+/// when there was no answer.
 struct tool_reply {
   bool ok = false;
   int http_status = 0;
@@ -42,6 +46,10 @@ struct tool_reply {
   std::string error_code;
   std::string error_message;
   error_category category = error_category::external;
+  std::optional<int64_t> retry_after_ms;  ///< the tool's Retry-After, converted to ms
+  std::string cost_amount;  ///< what the vendor reports it charged (exact decimal), if it does
+  int attempts = 0;         ///< attempts made (filled by the runtime's resilient call)
+  std::string dead_letter_id;  ///< set when the call ended as a dead letter
 };
 
 class context;
@@ -119,8 +127,13 @@ public:
                           std::move(done));
       });
   }
-  /// Calls an external tool registered with the runtime.
-  async_op<tool_reply> call_tool(tool_request req) {
+  /// Calls an external tool registered with the runtime, with its retry policy, circuit
+  /// breaker, retry budget and price (config version locked at the first attempt). Every failed
+  /// attempt appends an error fact, every charge a cost fact; exhausted retries end as a dead
+  /// letter. The reply is the last attempt's (or the fallback's while the breaker is open).
+  virtual task<tool_reply> call_tool(tool_request req) = 0;
+  /// One attempt at the tool, without any policy (the transport).
+  async_op<tool_reply> call_tool_once(tool_request req) {
     return async_op<tool_reply>(*this,
                                 [this, req = std::move(req)](std::function<void(tool_reply)> done) {
                                   start_tool_call(req, std::move(done));

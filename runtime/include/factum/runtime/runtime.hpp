@@ -26,6 +26,34 @@ namespace factum {
 /// exactly once, from any thread, and must not block the calling thread.
 using tool_fn = std::function<void(const tool_request&, std::function<void(tool_reply)> done)>;
 
+/// How an entity calls one tool: the defaults of its versioned config (`tool.<name>`, version 1
+/// is written from these on first use; later versions are published with put_config), its
+/// fallback and its idempotency.
+struct tool_policy {
+  /// retry_policy JSON (factum/resilience/retry_policy.hpp); null: 5 attempts, 1 s base,
+  /// exponential x2 to 60 s, ratio jitter 0.5, Retry-After honoured up to 5 min.
+  nlohmann::json retry;
+  /// breaker_config JSON (factum/resilience/circuit_breaker.hpp); null: 5 failures in 10 calls
+  /// or 10 in 60 s, 30 s cooldown.
+  nlohmann::json breaker;
+  /// retry_budget_config JSON; null: retries at most 20% of calls plus 10 per minute.
+  nlohmann::json budget;
+  /// Price per call (exact decimal) and currency; "0": free. Default "0" USD.
+  std::string price = "0";
+  std::string currency = "USD";
+  /// Whether the vendor charges for failed calls too (e.g. telephony). Default false.
+  bool charge_on_failure = false;
+  /// to_entity of cost facts. Default "vendor_<tool>".
+  std::string vendor;
+  /// Whether repeating a call is safe (server errors 500/502 are retried only then). Default true.
+  bool idempotent = true;
+  /// Backoff waits up to this long are timers inside the turn; a longer one ends the call as a
+  /// scheduled dead letter retried by an alarm (the entity is not held). Default 5 s.
+  int64_t max_inline_delay_ms = 5'000;
+  /// Answers in place of the tool while its breaker is open. Default none.
+  tool_fn fallback;
+};
+
 /// Runtime configuration. Every field documents its default.
 struct runtime_config {
   /// Root directory of every entity file and the runtime's own files. Required.
@@ -60,8 +88,12 @@ struct runtime_config {
   /// The entity types hosted. Default: the built-in ones are added by the caller
   /// (add_builtin_types).
   entity_registry types;
-  /// External tools by name. Default none.
+  /// External tools by name: the transports (HTTP client or in-process callable). Default none.
   std::map<std::string, tool_fn> tools;
+  /// Resilience policy per tool name; a tool without one gets tool_policy{}. Default none.
+  std::map<std::string, tool_policy> tool_policies;
+  /// Dead-letter rules by failure reason (dead_letter_rules JSON); null: seed 003's table.
+  nlohmann::json dead_letter_rules;
   /// Fault injection for storage tests: applied to every entity store. Default none.
   fault_hook storage_fault;
 };
@@ -86,6 +118,12 @@ struct runtime_stats {
   uint64_t alarms_dead_lettered = 0;
   uint64_t alarm_lag_ms_max = 0;  ///< largest delay from due time to firing seen
   uint64_t alarm_lag_ms_sum = 0;
+  uint64_t tool_calls = 0;
+  uint64_t tool_retries = 0;
+  uint64_t tool_failures = 0;
+  uint64_t breaker_transitions = 0;
+  uint64_t breaker_fast_fails = 0;
+  uint64_t dead_letters = 0;  ///< dead letters created
 };
 
 class runtime {

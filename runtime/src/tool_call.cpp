@@ -1,0 +1,517 @@
+// tool_call.cpp: the resilient tool call and the operator actions on dead letters and breakers
+// (see tool_call.hpp). Runs on the entity's actor thread, inside a turn; every write joins the
+// turn's transaction.
+//
+// GCC 12 miscompiles some temporaries inside co_await expressions (string literals, defaulted
+// class arguments): every awaited operation here is first bound to a named variable.
+#include "tool_call.hpp"
+
+#include "factum/resilience/money.hpp"
+#include "factum/storage/sha256.hpp"
+
+namespace factum::detail {
+
+using nlohmann::json;
+using namespace factum::resilience;
+
+namespace {
+
+call_error storage_failure(const status& st) {
+  return call_error(error_category::transient, "STORAGE_UNAVAILABLE", st.message(), 503);
+}
+
+bool nonzero(const std::string& amount) {
+  auto d = decimal::parse(amount);
+  return d && !(d.value() == decimal::parse("0").value());
+}
+
+struct locked_config {
+  std::string id;
+  int64_t version = 0;
+  json body;
+};
+
+/// The config version in force for `tool` now (writing version 1 from the runtime's policy on
+/// first use). A call keeps it for all of its attempts.
+locked_config lock_config(tool_host& h, const std::string& tool) {
+  locked_config c;
+  c.id = "tool." + tool;
+  // A dead letter's retry runs with the version its operation started with.
+  auto retrying = h.retrying_dead_letter();
+  std::optional<config_record> cur;
+  if (!retrying.empty())
+    if (auto dl = h.store().get_dead_letter(retrying); dl && dl->config_id == c.id)
+      cur = h.ctx().config(c.id, dl->config_version);
+  if (!cur)
+    cur = h.ctx().config(c.id);
+  if (!cur) {
+    c.body = default_tool_config(h.config(), tool);
+    c.version = h.ctx().put_config(c.id, c.body);
+    return c;
+  }
+  c.version = cur->version;
+  c.body = json::parse(cur->body, nullptr, false);
+  if (!c.body.is_object())
+    c.body = default_tool_config(h.config(), tool);
+  return c;
+}
+
+const tool_policy& policy_of(const runtime_config& cfg, const std::string& tool) {
+  static const tool_policy none;
+  auto it = cfg.tool_policies.find(tool);
+  return it == cfg.tool_policies.end() ? none : it->second;
+}
+
+retry_budget& budget_for(tool_host& h, const std::string& tool, const json& budget_json) {
+  auto& m = h.budgets();
+  auto it = m.find(tool);
+  if (it != m.end())
+    return it->second;
+  retry_budget_config bc;
+  if (budget_json.is_object())
+    if (auto p = retry_budget_config::from_json(budget_json))
+      bc = *p;
+  return m.emplace(tool, retry_budget(bc)).first->second;
+}
+
+fact append_or_throw(tool_host& h, fact_draft d) { return h.ctx().append(std::move(d)); }
+
+classification classify_reply(tool_host& h, const std::string& tool, const tool_reply& r,
+                              bool idempotent) {
+  if (r.http_status == 0)
+    if (auto te = parse_transport_error(r.error_code))
+      return h.classify().classify_transport(*te);
+  return h.classify().classify(tool, r, idempotent);
+}
+
+std::string new_dead_letter_id(tool_host& h) {
+  auto& rng = h.rng();
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string id = "dl_";
+  uint64_t a = rng(), b = rng();
+  for (int i = 0; i < 16; ++i)
+    id.push_back(hex[(a >> (i * 4)) & 0xf]);
+  for (int i = 0; i < 8; ++i)
+    id.push_back(hex[(b >> (i * 4)) & 0xf]);
+  return id;
+}
+
+} // namespace
+
+std::string dead_letter_alarm(const std::string& id) { return "@dl:" + id; }
+
+json default_tool_config(const runtime_config& cfg, const std::string& tool) {
+  const auto& p = policy_of(cfg, tool);
+  retry_policy rp;
+  if (p.retry.is_object())
+    if (auto r = retry_policy::from_json(p.retry))
+      rp = *r;
+  breaker_config bc;
+  if (p.breaker.is_object())
+    if (auto b = breaker_config::from_json(p.breaker))
+      bc = *b;
+  retry_budget_config bu;
+  if (p.budget.is_object())
+    if (auto b = retry_budget_config::from_json(p.budget))
+      bu = *b;
+  return {{"retry", rp.to_json()},
+          {"breaker", bc.to_json()},
+          {"budget", bu.to_json()},
+          {"price", {{"amount", p.price.empty() ? "0" : p.price},
+                     {"currency", p.currency},
+                     {"charge_on_failure", p.charge_on_failure},
+                     {"vendor", p.vendor.empty() ? "vendor_" + tool : p.vendor}}},
+          {"idempotent", p.idempotent},
+          {"max_inline_delay_ms", p.max_inline_delay_ms}};
+}
+
+circuit_breaker& breaker_for(tool_host& h, const std::string& tool, const json& breaker_json) {
+  auto& m = h.breakers();
+  auto it = m.find(tool);
+  if (it != m.end())
+    return it->second;
+  // State survives hibernation and restart: it lives in the entity's breakers table.
+  auto stored = h.store().list_breakers();
+  if (stored)
+    for (auto& b : *stored)
+      if (b.tool_id == tool) {
+        auto j = json::parse(b.data, nullptr, false);
+        if (auto cb = circuit_breaker::from_json(j))
+          return m.emplace(tool, std::move(cb.value())).first->second;
+      }
+  breaker_config bc;
+  if (breaker_json.is_object())
+    if (auto p = breaker_config::from_json(breaker_json))
+      bc = *p;
+  return m.emplace(tool, circuit_breaker(tool, bc, h.ctx().now_ms())).first->second;
+}
+
+void record_breaker(tool_host& h, const std::string& tool,
+                    const std::optional<breaker_transition>& t) {
+  auto& br = h.breakers().at(tool);
+  if (t) {
+    h.stats().breaker_transitions.fetch_add(1, std::memory_order_relaxed);
+    fact_draft d;
+    d.type = "lifecycle";
+    d.subtype = "circuit_breaker_state_changed";
+    d.tool_id = tool;
+    d.data = t->fact_data();
+    append_or_throw(h, std::move(d));
+  }
+  breaker_record rec{tool, std::string(to_string(br.state())), br.to_json().dump(),
+                     h.ctx().now_ms()};
+  if (auto st = h.store().put_breaker(rec); !st)
+    throw storage_failure(st);
+}
+
+task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
+  auto& ctx = h.ctx();
+  h.stats().tool_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto& pol = policy_of(h.config(), req.tool);
+  auto cfg = lock_config(h, req.tool);
+  retry_policy rp;
+  if (auto r = retry_policy::from_json(cfg.body.value("retry", json::object())))
+    rp = *r;
+  auto price = cfg.body.value("price", json::object());
+  std::string amount = price.value("amount", "0");
+  std::string currency = price.value("currency", "USD");
+  bool charge_on_failure = price.value("charge_on_failure", false);
+  std::string vendor = price.value("vendor", "vendor_" + req.tool);
+  bool idempotent = cfg.body.value("idempotent", true);
+  int64_t max_inline = cfg.body.value("max_inline_delay_ms", int64_t{5000});
+  auto& br = breaker_for(h, req.tool, cfg.body.value("breaker", json::object()));
+  auto& budget = budget_for(h, req.tool, cfg.body.value("budget", json::object()));
+  int64_t first_attempt = ctx.now_ms();
+  budget.on_call(first_attempt);
+
+  auto base_fact = [&](std::string type, std::string subtype) {
+    fact_draft d;
+    d.type = std::move(type);
+    d.subtype = std::move(subtype);
+    d.tool_id = req.tool;
+    d.config_id = cfg.id;
+    d.config_version = cfg.version;
+    return d;
+  };
+  auto cost_fact = [&](const std::string& charged, bool failed, const std::string& error_fact_id) {
+    auto d = base_fact("cost", "tool_usage");
+    d.amount = charged;
+    d.currency = currency;
+    d.from_entity = ctx.key().tenant;
+    d.to_entity = vendor;
+    d.data = {{"operation", req.operation}, {"failed", failed}};
+    if (!error_fact_id.empty())
+      d.data["error_fact_id"] = error_fact_id;
+    append_or_throw(h, std::move(d));
+  };
+
+  std::vector<std::string> error_fact_ids;
+  std::optional<int64_t> prev_delay;
+  tool_reply last;
+  for (int attempt = 1;; ++attempt) {
+    int64_t now = ctx.now_ms();
+    auto decision = br.allow(now);
+    if (decision.transition)
+      record_breaker(h, req.tool, decision.transition);
+    if (!decision.allowed) {
+      h.stats().breaker_fast_fails.fetch_add(1, std::memory_order_relaxed);
+      auto d = base_fact("error", "external");
+      d.data = {{"error_code", "CIRCUIT_OPEN"},
+                {"error_message", "the circuit breaker of " + req.tool + " is " +
+                                    std::string(to_string(decision.state))},
+                {"category", "transient"},
+                {"circuit_state", std::string(to_string(decision.state))},
+                {"retry_attempt", attempt - 1},
+                {"max_retries", rp.max_attempts - 1},
+                {"cost_incurred", "0"},
+                {"resolved", false}};
+      append_or_throw(h, std::move(d));
+      record_breaker(h, req.tool, std::nullopt);
+      if (pol.fallback) {
+        auto fb_op = async_op<tool_reply>(ctx, [&pol, req](std::function<void(tool_reply)> done) {
+          pol.fallback(req, std::move(done));
+        });
+        tool_reply fb = co_await fb_op;
+        fb.attempts = attempt - 1;
+        if (fb.body.is_object())
+          fb.body["fallback"] = true;
+        co_return fb;
+      }
+      tool_reply r;
+      r.ok = false;
+      r.http_status = 503;
+      r.error_code = "CIRCUIT_OPEN";
+      r.error_message = "circuit breaker open for " + req.tool;
+      r.category = error_category::transient;
+      r.retry_after_ms = decision.retry_after_ms;
+      r.attempts = attempt - 1;
+      co_return r;
+    }
+    auto op = ctx.call_tool_once(req);
+    tool_reply r = co_await op;
+    r.attempts = attempt;
+    now = ctx.now_ms();
+    std::string charged = !r.cost_amount.empty()                ? r.cost_amount
+                          : (r.ok || charge_on_failure) ? amount
+                                                        : std::string("0");
+    if (r.ok) {
+      record_breaker(h, req.tool, br.on_success(now));
+      if (!error_fact_ids.empty()) {
+        auto d = base_fact("outcome", "resolved_after_retry");
+        d.data = {{"operation", req.operation},
+                  {"attempts", attempt},
+                  {"resolves", error_fact_ids}};
+        append_or_throw(h, std::move(d));
+      }
+      if (nonzero(charged))
+        cost_fact(charged, false, "");
+      co_return r;
+    }
+    h.stats().tool_failures.fetch_add(1, std::memory_order_relaxed);
+    auto cls = classify_reply(h, req.tool, r, idempotent);
+    r.category = cls.category;
+    auto ed = base_fact("error", std::string(to_string(cls.category)));
+    ed.data = {{"error_code", cls.code},
+               {"error_message", r.error_message},
+               {"category", std::string(to_string(cls.category))},
+               {"http_status", r.http_status},
+               {"retry_attempt", attempt},
+               {"max_retries", rp.max_attempts - 1},
+               {"retryable", cls.retryable},
+               {"cost_incurred", charged},
+               {"currency", currency},
+               {"resolved", false}};
+    auto ef = append_or_throw(h, std::move(ed));
+    error_fact_ids.push_back(ef.fact_id);
+    if (nonzero(charged))
+      cost_fact(charged, true, ef.fact_id);
+    record_breaker(h, req.tool, br.on_failure(now, cls.category));
+    if (r.error_code.empty())
+      r.error_code = cls.code;
+    last = r;
+    if (!cls.retryable)
+      co_return r;
+    auto delay = rp.next_delay(attempt, prev_delay, r.retry_after_ms, h.rng());
+    if (delay && !budget.try_spend(now)) {
+      auto d = base_fact("error", "budget");
+      d.data = {{"error_code", "RETRY_BUDGET_EXHAUSTED"},
+                {"error_message", "the retry budget of " + req.tool + " is spent"},
+                {"category", "budget"},
+                {"retry_attempt", attempt},
+                {"resolved", false}};
+      append_or_throw(h, std::move(d));
+      r.error_code = "RETRY_BUDGET_EXHAUSTED";
+      co_return r;
+    }
+    if (!delay || *delay > max_inline) {
+      // Exhausted, or a wait too long to hold the entity: a dead letter (retried by an alarm
+      // when its reason retries automatically).
+      if (!delay) {
+        auto d = base_fact("error", "max_retries_exceeded");
+        d.data = {{"error_code", cls.code},
+                  {"error_message", r.error_message},
+                  {"category", std::string(to_string(cls.category))},
+                  {"retry_attempt", attempt},
+                  {"max_retries", rp.max_attempts - 1},
+                  {"resolved", false}};
+        append_or_throw(h, std::move(d));
+      }
+      auto& rules = h.dl_rules();
+      dead_letter_record dl;
+      auto retrying = h.retrying_dead_letter();
+      int64_t auto_retries_done = 0;
+      if (!retrying.empty()) {
+        auto old = h.store().get_dead_letter(retrying);
+        if (old) {
+          dl = std::move(old.value());
+          auto_retries_done = 1;
+        }
+      }
+      bool is_new = dl.id.empty();
+      if (is_new) {
+        dl.id = new_dead_letter_id(h);
+        dl.operation = ctx.call().method;
+        dl.payload = json{{"args", json::parse(ctx.call().args_json, nullptr, false)},
+                          {"tool", req.tool},
+                          {"tool_operation", req.operation},
+                          {"tool_payload", req.payload}}
+                       .dump();
+        dl.idempotency_key = ctx.call().idempotency_key;
+        dl.config_id = cfg.id;
+        dl.config_version = cfg.version;
+        dl.first_attempt_ms = first_attempt;
+        dl.created_at_ms = now;
+        dl.trace_id = ctx.call().trace_id;
+        dl.attempts = 0;
+      }
+      dl.error_code = cls.code;
+      dl.error_message = r.error_message;
+      dl.error_category = std::string(to_string(cls.category));
+      dl.reason = std::string(to_string(cls.reason));
+      dl.attempts += attempt;
+      dl.last_attempt_ms = now;
+      dl.updated_at_ms = now;
+      dl.status = rules.initial_status(cls.reason);
+      dl.next_retry_ms.reset();
+      if (dl.status == dl_status::scheduled)
+        dl.next_retry_ms = delay && is_new
+                             ? std::optional<int64_t>(now + *delay)
+                             : rules.next_retry_at(cls.reason, now, auto_retries_done,
+                                                   r.retry_after_ms);
+      if (dl.status == dl_status::scheduled && !dl.next_retry_ms)
+        dl.status = dl_status::pending;
+      dl.expires_at_ms = rules.expires_at(cls.reason, now);
+      if (auto st = h.store().put_dead_letter(dl); !st)
+        throw storage_failure(st);
+      if (dl.next_retry_ms)
+        h.set_internal_alarm(dead_letter_alarm(dl.id), *dl.next_retry_ms);
+      if (is_new)
+        h.stats().dead_letters.fetch_add(1, std::memory_order_relaxed);
+      auto life = base_fact("lifecycle", is_new ? "dead_letter_created" : "dead_letter_retry_failed");
+      life.data = {{"dead_letter_id", dl.id},
+                   {"status", std::string(to_string(dl.status))},
+                   {"reason", dl.reason},
+                   {"attempts", dl.attempts}};
+      if (dl.next_retry_ms)
+        life.data["next_retry_at"] = *dl.next_retry_ms;
+      append_or_throw(h, std::move(life));
+      r.dead_letter_id = dl.id;
+      co_return r;
+    }
+    h.stats().tool_retries.fetch_add(1, std::memory_order_relaxed);
+    prev_delay = delay;
+    auto wait = ctx.sleep(std::chrono::milliseconds(*delay));
+    co_await wait;
+  }
+}
+
+// -- operator actions ---------------------------------------------------------------------------
+
+json to_json(const dead_letter_record& d) {
+  json j = {{"id", d.id},
+            {"operation", d.operation},
+            {"payload", json::parse(d.payload, nullptr, false)},
+            {"error_code", d.error_code},
+            {"error_message", d.error_message},
+            {"error_category", d.error_category},
+            {"reason", d.reason},
+            {"attempts", d.attempts},
+            {"first_attempt_at", d.first_attempt_ms},
+            {"last_attempt_at", d.last_attempt_ms},
+            {"status", std::string(to_string(d.status))},
+            {"created_at", d.created_at_ms},
+            {"updated_at", d.updated_at_ms}};
+  if (!d.idempotency_key.empty())
+    j["idempotency_key"] = d.idempotency_key;
+  if (!d.trace_id.empty())
+    j["trace_id"] = d.trace_id;
+  if (!d.config_id.empty()) {
+    j["config_id"] = d.config_id;
+    j["config_version"] = d.config_version;
+  }
+  if (d.next_retry_ms)
+    j["next_retry_at"] = *d.next_retry_ms;
+  if (d.expires_at_ms)
+    j["expires_at"] = *d.expires_at_ms;
+  return j;
+}
+
+json list_dead_letters(tool_host& h, const json& args) {
+  std::optional<dl_status> filter;
+  if (args.contains("status")) {
+    auto s = parse_dl_status(args.value("status", ""));
+    if (!s)
+      throw client_error("INVALID_QUERY", s.error().message());
+    filter = *s;
+  }
+  int64_t limit = args.value("limit", int64_t{100});
+  if (limit < 1 || limit > 10000)
+    throw client_error("INVALID_QUERY", "limit must be between 1 and 10000");
+  auto r = h.store().list_dead_letters(filter, limit);
+  if (!r)
+    throw storage_failure(r.error());
+  json out = json::array();
+  for (auto& d : *r)
+    out.push_back(to_json(d));
+  return out;
+}
+
+json act_on_dead_letter(tool_host& h, const json& args) {
+  auto id = args.value("id", "");
+  auto action = parse_dl_action(args.value("action", ""));
+  if (!action)
+    throw client_error("INVALID_ACTION", "action must be retry, discard or acknowledge");
+  auto r = h.store().get_dead_letter(id);
+  if (!r) {
+    if (r.error().code() == errc::not_found)
+      throw not_found_error("DEAD_LETTER_NOT_FOUND", "no dead letter " + id.substr(0, 128));
+    throw storage_failure(r.error());
+  }
+  auto dl = std::move(r.value());
+  auto next = apply_action(dl.status, *action);
+  if (!next)
+    throw conflict_error("INVALID_DEAD_LETTER_TRANSITION", next.error().message());
+  auto from = dl.status;
+  int64_t now = h.ctx().now_ms();
+  dl.status = *next;
+  dl.updated_at_ms = now;
+  if (*action == dl_action::retry) {
+    dl.next_retry_ms = now;
+    h.set_internal_alarm(dead_letter_alarm(dl.id), now);
+  } else {
+    dl.next_retry_ms.reset();
+    h.cancel_internal_alarm(dead_letter_alarm(dl.id));
+  }
+  if (auto st = h.store().put_dead_letter(dl); !st)
+    throw storage_failure(st);
+  fact_draft d;
+  d.type = "lifecycle";
+  d.subtype = "dead_letter_" + std::string(to_string(*action));
+  d.data = {{"dead_letter_id", dl.id},
+            {"previous_status", std::string(to_string(from))},
+            {"new_status", std::string(to_string(dl.status))},
+            {"actor", "operator"}};
+  h.ctx().append(std::move(d));
+  return to_json(dl);
+}
+
+json list_breakers(tool_host& h) {
+  auto r = h.store().list_breakers();
+  if (!r)
+    throw storage_failure(r.error());
+  json out = json::array();
+  int64_t now = h.ctx().now_ms();
+  for (auto& b : *r) {
+    json j = {{"tool", b.tool_id}, {"state", b.state}, {"updated_at", b.updated_at_ms}};
+    auto cb = circuit_breaker::from_json(json::parse(b.data, nullptr, false));
+    if (cb) {
+      auto c = cb->window_counters(now);
+      j["failure_count"] = c.failure_count;
+      j["success_count"] = c.success_count;
+      j["request_count"] = c.request_count;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+json act_on_breaker(tool_host& h, const json& args) {
+  auto tool = args.value("tool", "");
+  auto action = args.value("action", "");
+  if (tool.empty() || tool.size() > 128)
+    throw client_error("INVALID_ARGUMENT", "tool must be 1 to 128 characters");
+  auto cfg = default_tool_config(h.config(), tool);
+  auto& br = breaker_for(h, tool, cfg["breaker"]);
+  int64_t now = h.ctx().now_ms();
+  std::optional<breaker_transition> t;
+  if (action == "force-open")
+    t = br.force_open(now, "forced_open_by_operator");
+  else if (action == "reset")
+    t = br.reset(now, "reset_by_operator");
+  else
+    throw client_error("INVALID_ACTION", "action must be force-open or reset");
+  record_breaker(h, tool, t);
+  return {{"tool", tool}, {"state", std::string(to_string(br.state()))}};
+}
+
+} // namespace factum::detail

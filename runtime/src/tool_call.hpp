@@ -1,0 +1,72 @@
+// tool_call.hpp (private): the resilient tool call (retries, breaker, budget, failure and cost
+// facts, dead letters) and the operator actions on dead letters and breakers. No CAF here: the
+// entity actor implements tool_host. Runs on the entity's actor thread, inside a turn.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "counters.hpp"
+#include "factum/entities/context.hpp"
+#include "factum/resilience/circuit_breaker.hpp"
+#include "factum/resilience/classifier.hpp"
+#include "factum/resilience/dead_letter_rules.hpp"
+#include "factum/resilience/retry_budget.hpp"
+#include "factum/resilience/retry_policy.hpp"
+#include "factum/runtime/runtime.hpp"
+
+namespace factum::detail {
+
+/// What the resilient call needs from its entity (implemented by the entity actor's context).
+class tool_host {
+public:
+  virtual ~tool_host() = default;
+  virtual context& ctx() = 0;
+  virtual entity_store& store() = 0;
+  virtual const runtime_config& config() = 0;
+  virtual counters& stats() = 0;
+  virtual std::mt19937_64& rng() = 0;
+  /// The breakers and budgets of this activation, loaded from the store on first use.
+  virtual std::map<std::string, resilience::circuit_breaker>& breakers() = 0;
+  virtual std::map<std::string, resilience::retry_budget>& budgets() = 0;
+  virtual const resilience::classifier& classify() = 0;
+  virtual const resilience::dead_letter_rules& dl_rules() = 0;
+  /// The dead letter this turn is retrying (empty when none): exhausting again updates it
+  /// instead of creating another.
+  virtual std::string retrying_dead_letter() = 0;
+  /// Sets / cancels a runtime-owned alarm (names start with '@'), keeping the alarm index and
+  /// the entity's timer in step.
+  virtual void set_internal_alarm(const std::string& name, int64_t due_ms) = 0;
+  virtual void cancel_internal_alarm(const std::string& name) = 0;
+};
+
+/// ctx.call_tool(): see context::call_tool.
+task<tool_reply> resilient_tool_call(tool_host& h, tool_request req);
+
+/// The policy of `tool` as JSON body of config version 1 (`tool.<name>`).
+nlohmann::json default_tool_config(const runtime_config& cfg, const std::string& tool);
+
+/// The breaker of `tool`, loaded from the store (or created from `breaker_json`).
+resilience::circuit_breaker& breaker_for(tool_host& h, const std::string& tool,
+                             const nlohmann::json& breaker_json);
+
+/// Appends the lifecycle fact of a breaker transition and persists the breaker.
+void record_breaker(tool_host& h, const std::string& tool,
+                    const std::optional<resilience::breaker_transition>& t);
+
+/// Operator actions behind the HTTP API (internal methods @dead_letters, @dead_letter,
+/// @breakers, @breaker). Each move is a fact. Throw call_error on bad input.
+nlohmann::json list_dead_letters(tool_host& h, const nlohmann::json& args);
+nlohmann::json act_on_dead_letter(tool_host& h, const nlohmann::json& args);
+nlohmann::json list_breakers(tool_host& h);
+nlohmann::json act_on_breaker(tool_host& h, const nlohmann::json& args);
+
+/// JSON view of a dead letter.
+nlohmann::json to_json(const dead_letter_record& d);
+
+/// Name of the alarm that retries dead letter `id`.
+std::string dead_letter_alarm(const std::string& id);
+
+} // namespace factum::detail
