@@ -427,7 +427,7 @@ status entity_store::open_db(bool create) {
   }
   if (opts_.read_only) {
     flags |= SQLITE_OPEN_READONLY;
-    enc += "?mode=ro";
+    enc += opts_.immutable ? "?mode=ro&immutable=1" : "?mode=ro";
   } else {
     flags |= SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
   }
@@ -906,12 +906,20 @@ result<fact> entity_store::get(std::string_view fact_id) {
 
 result<verify_report> entity_store::verify() {
   verify_report rep;
+  // Every check runs: a missing trigger must not hide an edited row.
+  bool chain_bad = false;
   auto problem = [&](int64_t seq, std::string what) {
+    if (seq > 0) {
+      if (chain_bad)
+        return; // report the first bad fact only
+      chain_bad = true;
+      rep.first_bad_seq = seq;
+    }
     if (rep.ok) {
       rep.ok = false;
-      rep.first_bad_seq = seq;
-      rep.problem = std::move(what);
+      rep.problem = what;
     }
+    rep.problems.push_back(std::move(what));
   };
   if (schema_version_ != current_schema_version)
     problem(0, "schema version " + std::to_string(schema_version_) + ", expected " +

@@ -282,6 +282,16 @@ TEST_CASE("verify: detects a fact edited behind the store's back, naming its seq
     REQUIRE(v.is_ok());
     CHECK_FALSE(v->ok);
     CHECK(v->problem.find("facts_no_update") != std::string::npos);
+    CHECK(v->first_bad_seq == 0);
+  }
+  // With the trigger still missing, an edited row is found too.
+  REQUIRE(raw_exec(file, "UPDATE facts SET data='{\"n\":77}' WHERE seq=2") == SQLITE_OK);
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    auto v = s->verify();
+    REQUIRE(v.is_ok());
+    CHECK(v->first_bad_seq == 2);
+    CHECK(v->problems.size() == 2);
   }
   REQUIRE(raw_exec(file, "UPDATE facts SET data='{\"n\":99}' WHERE seq=3") == SQLITE_OK);
   REQUIRE(raw_exec(file, "CREATE TRIGGER facts_no_update BEFORE UPDATE ON facts BEGIN SELECT "
@@ -290,7 +300,7 @@ TEST_CASE("verify: detects a fact edited behind the store's back, naming its seq
   auto v = s->verify();
   REQUIRE(v.is_ok());
   CHECK_FALSE(v->ok);
-  CHECK(v->first_bad_seq == 3);
+  CHECK(v->first_bad_seq == 2); // seq 2 was edited while the trigger was gone
   CHECK(v->problem.find("altered") != std::string::npos);
 }
 
@@ -519,6 +529,28 @@ TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") 
   auto r5 = entity_store::open(o, key("b1"));
   REQUIRE_FALSE(r5.is_ok());
   CHECK(r5.error().code() == errc::corruption);
+}
+
+TEST_CASE("read-only stores: immutable mode leaves no -wal or -shm behind") {
+  test::temp_dir tmp;
+  fs::path file;
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    REQUIRE(s->append(draft("invocation")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    file = s->path();
+  }
+  REQUIRE_FALSE(fs::exists(file.string() + "-wal"));
+  auto o = opts_for(tmp.path());
+  o.read_only = true;
+  o.immutable = true;
+  {
+    auto s = open_ok(o);
+    CHECK(s->last_seq() == 1);
+    CHECK(s->verify()->ok);
+  }
+  CHECK_FALSE(fs::exists(file.string() + "-wal"));
+  CHECK_FALSE(fs::exists(file.string() + "-shm"));
 }
 
 TEST_CASE("read-only stores read and refuse writes") {

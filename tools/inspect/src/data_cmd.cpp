@@ -51,40 +51,6 @@ status scan_facts(entity_store& store, fact_filter spec, const std::function<voi
   }
 }
 
-/// The first fact that breaks the chain (seq contiguity, prev_hash links, recomputed hashes),
-/// walked here because entity_store::verify() names only its first problem: a missing trigger
-/// hides an altered row behind it.
-struct chain_walk {
-  int64_t first_bad_seq = 0;
-  std::string problem;
-};
-
-result<chain_walk> walk_chain(entity_store& store) {
-  chain_walk out;
-  int64_t expect = 1;
-  std::string prev(genesis_hash);
-  auto st = scan_facts(store, fact_filter{}, [&](fact& f) {
-    if (out.first_bad_seq)
-      return;
-    if (f.seq != expect)
-      out.problem = "seq " + std::to_string(f.seq) + " follows " + std::to_string(expect - 1) +
-                    ": facts are missing";
-    else if (f.prev_hash != prev)
-      out.problem = "prev_hash of seq " + std::to_string(f.seq) +
-                    " does not equal the hash of the fact before it";
-    else if (compute_hash(f) != f.hash)
-      out.problem = "hash of seq " + std::to_string(f.seq) +
-                    " does not match its contents: the fact was altered";
-    if (!out.problem.empty())
-      out.first_bad_seq = f.seq;
-    expect = f.seq + 1;
-    prev = f.hash;
-  });
-  if (!st)
-    return st;
-  return out;
-}
-
 } // namespace
 
 // -- entities -----------------------------------------------------------------------------------
@@ -372,16 +338,9 @@ int run_verify(const run_ctx& ctx, const common_options& c, const std::string& s
         w.ok = v->ok;
         w.facts = v->facts_checked;
         w.first_bad_seq = v->first_bad_seq;
-        w.problem = v->problem;
-        if (!v->ok && v->first_bad_seq == 0) { // a trigger or schema problem: any bad row too?
-          auto walk = walk_chain(r.store());
-          if (!walk) {
-            w.problem += "; " + walk.error().message();
-          } else if (walk->first_bad_seq) {
-            w.first_bad_seq = walk->first_bad_seq;
-            w.problem += "; " + walk->problem;
-          }
-        }
+        // verify() runs every check: a missing trigger does not hide an altered row.
+        for (auto& p : v->problems)
+          w.problem += (w.problem.empty() ? "" : "; ") + p;
       }
       rows.push_back(std::move(w));
     },

@@ -49,6 +49,10 @@ struct store_options {
   int busy_timeout_ms = 5000;
   /// Open read-only (SQLite mode=ro): never creates, migrates or writes. Default false.
   bool read_only = false;
+  /// With read_only: open with SQLite immutable=1 (no locks, no -wal/-shm created). Only for a
+  /// file that no process writes (no -wal beside it), e.g. inspecting a stopped server's data.
+  /// Default false.
+  bool immutable = false;
   /// Create the file (and its directories) when missing. Ignored when read_only. Default true.
   bool create_if_missing = true;
   /// Highest schema version to migrate to; 0 means the current one. Tests use it to build
@@ -151,8 +155,9 @@ struct config_record {
 struct verify_report {
   bool ok = true;
   int64_t facts_checked = 0;
-  int64_t first_bad_seq = 0;  ///< 0 when ok or when the problem is not a fact
-  std::string problem;        ///< empty when ok
+  int64_t first_bad_seq = 0;  ///< first fact that fails the chain; 0 when none does
+  std::string problem;        ///< the first problem; empty when ok
+  std::vector<std::string> problems;  ///< every problem found (schema, triggers, first bad fact)
 };
 
 /// Summary of an entity for listings.
