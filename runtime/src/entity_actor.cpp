@@ -572,6 +572,10 @@ void run_turn(self_ptr self, queued item) {
           auto n = store.purge_expired_keys(now);
           if (!n)
             throw storage_error(n.error());
+          // Dead letters whose retention ended (final or acknowledged ones only) go too.
+          auto d = store.purge_dead_letters(now);
+          if (!d)
+            throw storage_error(d.error());
           auto next = store.next_key_expiry();
           if (next && next->has_value()) {
             auto when = std::max(next->value(),
