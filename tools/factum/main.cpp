@@ -3,12 +3,14 @@
 #include <CLI/CLI.hpp>
 
 #include "factum/tools/inspect.hpp"
+#include "factum/tools/serve.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"factum: durable entities on actors, one SQLite database per entity"};
   app.require_subcommand(1);
   int exit_code = 0;
   factum::tools::add_inspect_command(app, &exit_code);
+  factum::tools::add_serve_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,109 @@
+// factum/runtime/http_server.hpp: the HTTP/1.1 gateway of `factum serve` (BRIEF "HTTP API").
+// It owns its Asio I/O threads; requests go to the runtime with runtime::call and come back on
+// the connection's strand, so no I/O thread ever waits on an actor. Every public member
+// function is thread-safe. Boost.Beast stays behind this header (runtime/src/http/).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "factum/runtime/runtime.hpp"
+#include "factum/storage/status.hpp"
+
+namespace factum {
+
+/// One tenant and the API keys that authenticate it.
+struct http_tenant {
+  /// The tenant part of every entity key this tenant reaches (a valid key part).
+  std::string name;
+  /// SHA-256 digests (64 lowercase hex characters) of the tenant's API keys.
+  std::vector<std::string> key_sha256;
+};
+
+/// Request and connection limits. Every field documents its default.
+struct http_limits {
+  /// Largest request body; a larger one answers 413. Default 1 MiB.
+  size_t max_body_bytes = 1024 * 1024;
+  /// Deepest JSON nesting accepted in a body; deeper answers 400 JSON_TOO_DEEP. Default 64.
+  int max_json_depth = 64;
+  /// Largest request line plus headers; larger answers 431 and closes. Default 16 KiB.
+  size_t max_header_bytes = 16 * 1024;
+  /// Time to receive one whole request (headers and body); a request still incomplete then
+  /// answers 408 and the connection closes. An idle keep-alive connection is closed after it.
+  /// Default 30 s.
+  std::chrono::milliseconds request_timeout{30'000};
+  /// Open connections at once; one more is answered 503 and closed. Default 10,000.
+  size_t max_connections = 10'000;
+};
+
+/// Configuration of the gateway. Every field documents its default.
+struct http_server_config {
+  /// Address to bind (IPv4 or IPv6 literal, or a host name resolved once). Default 127.0.0.1.
+  std::string host = "127.0.0.1";
+  /// Port to bind; 0 picks a free one (see http_server::port()). Default 8080.
+  uint16_t port = 8080;
+  /// Asio I/O threads (separate from CAF's workers). Default 1.
+  size_t io_threads = 1;
+  /// How long a call may take before the caller gets 504 CALL_TIMEOUT (the call itself is not
+  /// cancelled; retry with the same Idempotency-Key). Default 30 s.
+  std::chrono::milliseconds call_timeout{30'000};
+  http_limits limits;
+  /// The tenants. A request without a known X-API-Key answers 401. Default none.
+  std::vector<http_tenant> tenants;
+  /// Overrides of method_options::requires_idempotency_key: type -> method -> required. The
+  /// method "*" applies to every method of the type that is not named. Default none.
+  std::map<std::string, std::map<std::string, bool>> require_idempotency_key;
+  /// Receives each structured log line (one JSON object, no newline). Default: stderr.
+  std::function<void(std::string_view)> log;
+};
+
+/// The HTTP gateway: POST /v1/entities/{type}/{id}/{method} and friends, /healthz, /metrics.
+class http_server {
+public:
+  /// Binds, starts the I/O threads and begins accepting. Stop the server (begin_shutdown,
+  /// wait_idle, stop) before runtime::stop(): the runtime must outlive the server's traffic, and
+  /// CAF 0.17's actor system waits, when it is destroyed, for every thread that ever called into
+  /// it (the I/O threads do, through runtime::call) to end.
+  static result<std::unique_ptr<http_server>> start(runtime& rt, http_server_config config);
+
+  /// Closes every connection and joins the I/O threads (as stop()).
+  ~http_server();
+
+  http_server(const http_server&) = delete;
+  http_server& operator=(const http_server&) = delete;
+
+  /// The bound port (the real one when the configuration asked for 0).
+  uint16_t port() const;
+
+  /// Stops accepting; requests that arrive from now on answer 503 UNAVAILABLE and close their
+  /// connection, /healthz answers 503. Requests already handed to the runtime go on. Does not
+  /// block. Idempotent.
+  void begin_shutdown();
+
+  /// Waits until no request is in flight (every accepted request has its response written);
+  /// false when `timeout` passed first.
+  bool wait_idle(std::chrono::milliseconds timeout);
+
+  /// Closes every connection and joins the I/O threads. Idempotent.
+  void stop();
+
+  /// The Prometheus text exposition that GET /metrics serves.
+  std::string metrics_text() const;
+
+  struct impl;
+
+private:
+  explicit http_server(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> impl_;
+};
+
+/// SHA-256 (hex) of an API key: the form http_tenant::key_sha256 holds.
+std::string api_key_sha256(std::string_view api_key);
+
+} // namespace factum

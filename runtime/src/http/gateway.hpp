@@ -1,0 +1,88 @@
+// http/gateway.hpp: the HTTP API's semantics without the transport: routing, authentication,
+// validation, the runtime call, the mapping of call_reply to a response, metrics and the error
+// log. handle() runs on an I/O thread and never blocks; its `done` runs on that thread or on a
+// CAF worker (the transport posts the response back to the connection's strand).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "factum/runtime/http_server.hpp"
+#include "http/metrics.hpp"
+
+namespace factum::http {
+
+/// A request as the transport read it: the parts the API looks at.
+struct http_request {
+  std::string verb;    ///< "GET", "POST", ...
+  std::string target;  ///< origin-form: path and query, still encoded
+  std::string content_type;
+  bool has_content_type = false;
+  std::string api_key;
+  bool has_api_key = false;
+  std::string idempotency_key;
+  int idempotency_key_count = 0;  ///< how many Idempotency-Key headers came
+  std::string traceparent;
+  std::string x_trace_id;
+  std::string body;
+};
+
+/// A response for the transport to write.
+struct http_response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::string trace_id;       ///< echoed as X-Trace-Id
+  bool replayed = false;      ///< adds Idempotent-Replayed: true
+  std::string allow;          ///< 405: the Allow header
+  bool close = false;         ///< close the connection after writing
+};
+
+/// The HTTP API over one runtime.
+class gateway {
+public:
+  gateway(runtime& rt, http_server_config cfg);
+
+  /// Answers one request; `done` runs exactly once.
+  void handle(http_request req, std::function<void(http_response)> done);
+
+  /// A transport-level refusal (408, 413, 431, 400 unparsable, 503 connection limit), counted
+  /// and logged like every other error. `verb` and `target` may be empty when unknown.
+  http_response reject(int status, std::string_view code, std::string detail,
+                       std::string_view verb, std::string_view target,
+                       std::string_view traceparent = {}, std::string_view x_trace_id = {});
+
+  /// Logs one structured line (adds "ts").
+  void log(nlohmann::json line) const;
+
+  /// From now on, requests answer 503 UNAVAILABLE and /healthz answers 503.
+  void begin_shutdown() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+
+  const http_server_config& config() const { return cfg_; }
+  http_metrics& metrics() { return metrics_; }
+  const http_metrics& metrics() const { return metrics_; }
+  runtime& rt() { return rt_; }
+
+private:
+  struct exchange;
+
+  void finish(exchange& x, http_response r, const std::function<void(http_response)>& done);
+  http_response problem(exchange& x, int status, std::string_view code, std::string detail);
+  const http_tenant* authenticate(const http_request& req) const;
+  bool requires_key(const std::string& type, const std::string& method,
+                    const method_def& def) const;
+
+  runtime& rt_;
+  http_server_config cfg_;
+  http_metrics metrics_;
+  std::atomic<bool> draining_{false};
+};
+
+} // namespace factum::http

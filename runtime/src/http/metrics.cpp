@@ -1,0 +1,155 @@
+// http/metrics.cpp: Prometheus text exposition (format 0.0.4) of the gateway's counters and of
+// runtime_stats. Any thread.
+#include "http/metrics.hpp"
+
+#include <cstdio>
+
+namespace factum::http {
+
+namespace {
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+void sample(std::string& out, const char* name, uint64_t v) {
+  out += name;
+  out += ' ';
+  out += std::to_string(v);
+  out += '\n';
+}
+
+void metric(std::string& out, const char* name, const char* type, const char* help, uint64_t v) {
+  header(out, name, type, help);
+  sample(out, name, v);
+}
+
+std::string fmt_double(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+} // namespace
+
+void http_metrics::count_request(std::string_view route, int status) {
+  std::pair<std::string, int> key(std::string(route), status);
+  std::lock_guard<std::mutex> g(mu_);
+  ++requests_[key];
+}
+
+void http_metrics::observe_call(std::chrono::nanoseconds d) {
+  double s = std::chrono::duration<double>(d).count();
+  size_t i = 0;
+  while (i < bounds.size() && s > bounds[i])
+    ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  call_count_.fetch_add(1, std::memory_order_relaxed);
+  call_ns_sum_.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, d.count())),
+                         std::memory_order_relaxed);
+}
+
+std::string http_metrics::render(const runtime_stats& rt) const {
+  std::string out;
+  out.reserve(8192);
+  // -- HTTP --
+  header(out, "factum_http_requests_total", "counter",
+         "HTTP requests answered, by route and status.");
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [k, v] : requests_) {
+      out += "factum_http_requests_total{route=\"";
+      out += k.first;
+      out += "\",status=\"";
+      out += std::to_string(k.second);
+      out += "\"} ";
+      out += std::to_string(v);
+      out += '\n';
+    }
+  }
+  header(out, "factum_http_call_duration_seconds", "histogram",
+         "Time from handing a request to the runtime to its reply (after its commit).");
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    out += "factum_http_call_duration_seconds_bucket{le=\"";
+    out += i < bounds.size() ? fmt_double(bounds[i]) : std::string("+Inf");
+    out += "\"} ";
+    out += std::to_string(cumulative);
+    out += '\n';
+  }
+  out += "factum_http_call_duration_seconds_sum " +
+         fmt_double(static_cast<double>(call_ns_sum_.load(std::memory_order_relaxed)) / 1e9) +
+         '\n';
+  out += "factum_http_call_duration_seconds_count " +
+         std::to_string(call_count_.load(std::memory_order_relaxed)) + '\n';
+  metric(out, "factum_http_connections", "gauge", "Open HTTP connections.",
+         static_cast<uint64_t>(std::max<int64_t>(0, connections.load())));
+  metric(out, "factum_http_connections_total", "counter", "HTTP connections accepted.",
+         connections_total.load());
+  metric(out, "factum_http_connections_refused_total", "counter",
+         "HTTP connections refused at max_connections.", connections_refused.load());
+  metric(out, "factum_http_in_flight_requests", "gauge", "HTTP requests read and not yet answered.",
+         static_cast<uint64_t>(std::max<int64_t>(0, in_flight.load())));
+  // -- runtime --
+  metric(out, "factum_calls_total", "counter", "Calls routed to entities.", rt.calls);
+  metric(out, "factum_call_errors_total", "counter", "Calls that failed before reaching an entity.",
+         rt.call_errors);
+  metric(out, "factum_active_entities", "gauge", "Entities with a live actor and an open file.",
+         rt.active_entities);
+  metric(out, "factum_peak_active_entities", "gauge", "Most entities active at once.",
+         rt.peak_active_entities);
+  metric(out, "factum_activations_total", "counter", "Entity activations.", rt.activations);
+  metric(out, "factum_hibernations_total", "counter", "Entity hibernations.", rt.hibernations);
+  metric(out, "factum_commits_total", "counter", "SQLite commits (each one fsync in full mode).",
+         rt.commits);
+  metric(out, "factum_facts_total", "counter", "Facts committed.", rt.facts);
+  metric(out, "factum_turns_committed_total", "counter", "Turns whose writes were committed.",
+         rt.turns_committed);
+  header(out, "factum_facts_per_commit", "gauge",
+         "facts_total / commits_total: how much write coalescing saves.");
+  out += "factum_facts_per_commit " +
+         fmt_double(rt.commits ? static_cast<double>(rt.facts) / static_cast<double>(rt.commits)
+                               : 0.0) +
+         '\n';
+  metric(out, "factum_idempotency_replays_total", "counter",
+         "Calls answered from a stored idempotency record.", rt.replays);
+  metric(out, "factum_idempotency_conflicts_total", "counter",
+         "Calls refused because their key was in flight (409).", rt.key_conflicts);
+  metric(out, "factum_idempotency_mismatches_total", "counter",
+         "Calls refused because their key was used with another request (422).",
+         rt.key_mismatches);
+  metric(out, "factum_idempotency_keys_released_on_open_total", "counter",
+         "Pending keys released when an entity reopened after a crash.",
+         rt.keys_released_on_open);
+  metric(out, "factum_alarms_fired_total", "counter", "Alarm handlers that ran.", rt.alarms_fired);
+  metric(out, "factum_alarm_retries_total", "counter", "Failed alarms scheduled again.",
+         rt.alarm_retries);
+  metric(out, "factum_alarms_dead_lettered_total", "counter",
+         "Alarms that exhausted their retries.", rt.alarms_dead_lettered);
+  metric(out, "factum_alarm_lag_ms_max", "gauge", "Largest delay from due time to firing, ms.",
+         rt.alarm_lag_ms_max);
+  metric(out, "factum_alarm_lag_ms_sum", "counter", "Sum of delays from due time to firing, ms.",
+         rt.alarm_lag_ms_sum);
+  metric(out, "factum_tool_calls_total", "counter", "Resilient tool calls started.",
+         rt.tool_calls);
+  metric(out, "factum_tool_retries_total", "counter", "Tool call retries.", rt.tool_retries);
+  metric(out, "factum_tool_failures_total", "counter", "Tool calls that failed in the end.",
+         rt.tool_failures);
+  metric(out, "factum_breaker_transitions_total", "counter", "Circuit breaker state changes.",
+         rt.breaker_transitions);
+  metric(out, "factum_breaker_fast_fails_total", "counter",
+         "Tool calls refused by an open circuit breaker.", rt.breaker_fast_fails);
+  metric(out, "factum_dead_letters_total", "counter", "Dead letters created.", rt.dead_letters);
+  return out;
+}
+
+} // namespace factum::http

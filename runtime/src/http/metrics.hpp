@@ -1,0 +1,54 @@
+// http/metrics.hpp: the gateway's counters (requests by route and status, call latency
+// histogram, connections) and the Prometheus text rendering of them plus runtime_stats.
+// Updated from I/O threads and CAF workers alike: every member function is thread-safe.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "factum/runtime/runtime.hpp"
+
+namespace factum::http {
+
+/// Counters of the HTTP gateway.
+class http_metrics {
+public:
+  /// Upper bounds (seconds) of the call latency histogram's buckets; +Inf is implicit.
+  static constexpr std::array<double, 14> bounds = {0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                    0.025,  0.05,  0.1,    0.25,  0.5,
+                                                    1,      2.5,   5,      10};
+
+  /// Counts one answered request.
+  void count_request(std::string_view route, int status);
+
+  /// Records the latency of one runtime call (request handed over to reply received).
+  void observe_call(std::chrono::nanoseconds d);
+
+  /// Open connections (gauge).
+  std::atomic<int64_t> connections{0};
+  /// Connections accepted since start.
+  std::atomic<uint64_t> connections_total{0};
+  /// Connections refused because max_connections was reached.
+  std::atomic<uint64_t> connections_refused{0};
+  /// Requests read and not yet answered (gauge).
+  std::atomic<int64_t> in_flight{0};
+
+  /// The whole exposition: gateway counters plus the runtime's.
+  std::string render(const runtime_stats& rt) const;
+
+private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::array<std::atomic<uint64_t>, bounds.size() + 1> buckets_{};
+  std::atomic<uint64_t> call_count_{0};
+  std::atomic<uint64_t> call_ns_sum_{0};
+};
+
+} // namespace factum::http

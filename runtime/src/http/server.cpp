@@ -1,0 +1,511 @@
+// http/server.cpp: the HTTP/1.1 transport of the gateway (Boost.Beast): the acceptor, one
+// session per connection on its own strand, request deadlines (408), body and header limits
+// (413, 431), keep-alive, lingering close and graceful shutdown. The only translation unit of
+// factum_http that includes Beast. Runs on the server's Asio threads; runtime replies arrive on
+// CAF workers and are posted back to the connection's strand, so no Asio thread ever waits.
+#include "factum/runtime/http_server.hpp"
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "http/gateway.hpp"
+
+namespace factum {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+class session;
+
+/// Most bytes read and discarded after a refusal before the connection is closed.
+constexpr size_t linger_cap = 64 * 1024 * 1024;
+/// Longest wait for the peer to finish sending after a refusal.
+constexpr std::chrono::milliseconds linger_time{2'000};
+/// How long stop() waits for connections to close before it stops the I/O threads anyway.
+constexpr std::chrono::milliseconds close_grace{5'000};
+
+bool iequals(beast::string_view a, beast::string_view b) { return beast::iequals(a, b); }
+
+} // namespace
+
+struct http_server::impl {
+  impl(runtime& rt, http_server_config cfg)
+    : gw(rt, std::move(cfg)),
+      acceptor(net::make_strand(ioc)),
+      accept_retry(acceptor.get_executor()) {}
+
+  // Declared first: destroyed last, after every I/O object bound to it.
+  net::io_context ioc;
+  http::gateway gw;
+  tcp::acceptor acceptor;
+  net::steady_timer accept_retry;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::vector<std::thread> threads;
+  uint16_t port = 0;
+  std::atomic<bool> closing{false};
+  std::atomic<bool> stopped{false};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unordered_map<session*, std::weak_ptr<session>> sessions;  // guarded by mu
+  int64_t in_flight = 0;                                            // guarded by mu
+
+  void do_accept();
+  void on_accept(beast::error_code ec, tcp::socket s, const std::shared_ptr<impl>& self);
+  void close_acceptor() {
+    net::post(acceptor.get_executor(), [this] {
+      beast::error_code ec;
+      acceptor.close(ec);
+      accept_retry.cancel();
+    });
+  }
+
+  void request_started() {
+    std::lock_guard<std::mutex> g(mu);
+    ++in_flight;
+    gw.metrics().in_flight.fetch_add(1);
+  }
+  void request_done() {
+    std::lock_guard<std::mutex> g(mu);
+    --in_flight;
+    gw.metrics().in_flight.fetch_sub(1);
+    if (in_flight == 0)
+      cv.notify_all();
+  }
+  void session_gone(session* s) {
+    std::lock_guard<std::mutex> g(mu);
+    sessions.erase(s);
+    gw.metrics().connections.fetch_sub(1);
+    if (sessions.empty())
+      cv.notify_all();
+  }
+  void run_thread() {
+    for (;;) {
+      try {
+        ioc.run();
+        return;
+      } catch (const std::exception& e) {
+        gw.log({{"level", "error"}, {"event", "io_thread_exception"}, {"detail", e.what()}});
+      }
+    }
+  }
+
+  std::weak_ptr<impl> weak_self;
+};
+
+namespace {
+
+/// One connection. Every member function runs on the connection's strand.
+class session : public std::enable_shared_from_this<session> {
+public:
+  session(tcp::socket&& s, std::shared_ptr<http_server::impl> srv)
+    : stream_(std::move(s)), srv_(std::move(srv)), deadline_(stream_.get_executor()) {}
+
+  ~session() { srv_->session_gone(this); }
+
+  /// Starts reading requests, or answers 503 and closes when `refuse`.
+  void start(bool refuse) {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this(), refuse] {
+      if (refuse)
+        self->refuse(503, "TOO_MANY_CONNECTIONS",
+                     "the server has reached its connection limit; retry later");
+      else
+        self->read_request();
+    });
+  }
+
+  /// Closes the socket; a pending call's response is dropped when it arrives.
+  void close() {
+    if (closed_)
+      return;
+    closed_ = true;
+    ++deadline_gen_;
+    deadline_.cancel();
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+  }
+
+  net::any_io_executor executor() { return stream_.get_executor(); }
+
+private:
+  const http_limits& limits() const { return srv_->gw.config().limits; }
+
+  void arm_deadline(std::chrono::milliseconds d) {
+    auto gen = ++deadline_gen_;
+    timed_out_ = false;
+    deadline_.expires_after(d);
+    deadline_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+      if (ec || gen != self->deadline_gen_ || self->closed_)
+        return;
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
+  }
+
+  void disarm_deadline() {
+    ++deadline_gen_;
+    deadline_.cancel();
+  }
+
+  void read_request() {
+    if (closed_)
+      return;
+    if (srv_->closing.load())
+      return close();
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(
+      std::min<size_t>(limits().max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+    parser_->body_limit(static_cast<std::uint64_t>(limits().max_body_bytes));
+    arm_deadline(limits().request_timeout);
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = shared_from_this()](beast::error_code ec, size_t) {
+                               self->on_header(ec);
+                             });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec)
+      return on_read_error(ec);
+    auto& h = parser_->get();
+    if (auto cl = parser_->content_length(); cl && *cl > limits().max_body_bytes)
+      return refuse(413, "BODY_TOO_LARGE",
+                    "the body has " + std::to_string(*cl) + " bytes; the limit is " +
+                      std::to_string(limits().max_body_bytes));
+    if (parser_->is_done())
+      return dispatch_request();
+    if (iequals(h[bhttp::field::expect], "100-continue")) {
+      continue_ = {};
+      continue_.version(11);
+      continue_.result(bhttp::status::continue_);
+      bhttp::async_write(stream_, continue_,
+                         [self = shared_from_this()](beast::error_code ec, size_t) {
+                           if (ec)
+                             return self->on_read_error(ec);
+                           self->read_body();
+                         });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = shared_from_this()](beast::error_code ec, size_t) {
+                        if (ec)
+                          return self->on_read_error(ec);
+                        self->dispatch_request();
+                      });
+  }
+
+  void on_read_error(beast::error_code ec) {
+    bool timed_out = timed_out_;
+    disarm_deadline();
+    if (closed_)
+      return;
+    if (timed_out) {
+      if ((parser_ && parser_->got_some()) || buffer_.size() > 0)
+        return refuse(408, "REQUEST_TIMEOUT",
+                      "the request was not received within " +
+                        std::to_string(limits().request_timeout.count()) + " ms");
+      return close(); // an idle keep-alive connection
+    }
+    if (ec == bhttp::error::body_limit)
+      return refuse(413, "BODY_TOO_LARGE",
+                    "the body exceeds the limit of " + std::to_string(limits().max_body_bytes) +
+                      " bytes");
+    if (ec == bhttp::error::header_limit)
+      return refuse(431, "HEADERS_TOO_LARGE",
+                    "the request line and headers exceed " +
+                      std::to_string(limits().max_header_bytes) + " bytes");
+    if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+        ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message)
+      return refuse(400, "BAD_REQUEST", "malformed HTTP request: " + ec.message());
+    close(); // end of stream, reset, or aborted by stop()
+  }
+
+  void dispatch_request() {
+    disarm_deadline();
+    auto msg = parser_->release();
+    parser_.reset();
+    http::http_request r;
+    r.verb = std::string(msg.method_string());
+    r.target = std::string(msg.target());
+    if (auto it = msg.find(bhttp::field::content_type); it != msg.end()) {
+      r.has_content_type = true;
+      r.content_type = std::string(it->value());
+    }
+    if (auto it = msg.find("X-API-Key"); it != msg.end()) {
+      r.has_api_key = true;
+      r.api_key = std::string(it->value());
+    }
+    r.idempotency_key_count = static_cast<int>(msg.count("Idempotency-Key"));
+    if (auto it = msg.find("Idempotency-Key"); it != msg.end())
+      r.idempotency_key = std::string(it->value());
+    if (auto it = msg.find("traceparent"); it != msg.end())
+      r.traceparent = std::string(it->value());
+    if (auto it = msg.find("X-Trace-Id"); it != msg.end())
+      r.x_trace_id = std::string(it->value());
+    r.body = std::move(msg.body());
+    keep_alive_ = msg.keep_alive();
+    version_ = msg.version();
+    srv_->request_started();
+    auto ex = stream_.get_executor();
+    srv_->gw.handle(std::move(r), [self = shared_from_this(), ex](http::http_response res) {
+      net::post(ex, [self, res = std::move(res)]() mutable { self->write(std::move(res), true); });
+    });
+  }
+
+  /// Answers a request that is not read to its end (or not at all), then closes.
+  void refuse(int status, std::string_view code, std::string detail) {
+    std::string verb, target, tp, xt;
+    if (parser_ && parser_->is_header_done()) {
+      auto& h = parser_->get();
+      verb = std::string(h.method_string());
+      target = std::string(h.target());
+      tp = std::string(h["traceparent"]);
+      xt = std::string(h["X-Trace-Id"]);
+      version_ = h.version();
+    }
+    auto r = srv_->gw.reject(status, code, std::move(detail), verb, target, tp, xt);
+    keep_alive_ = false;
+    write(std::move(r), false);
+  }
+
+  void write(http::http_response r, bool counted) {
+    if (closed_) {
+      if (counted)
+        srv_->request_done();
+      return;
+    }
+    res_ = {};
+    res_.version(version_ == 10 ? 10 : 11);
+    res_.result(static_cast<unsigned>(r.status));
+    res_.set(bhttp::field::server, "factum");
+    res_.set(bhttp::field::content_type, r.content_type);
+    if (!r.trace_id.empty())
+      res_.set("X-Trace-Id", r.trace_id);
+    if (r.replayed)
+      res_.set("Idempotent-Replayed", "true");
+    if (!r.allow.empty())
+      res_.set(bhttp::field::allow, r.allow);
+    bool keep = keep_alive_ && !r.close && !srv_->gw.draining() && !srv_->closing.load();
+    res_.keep_alive(keep);
+    res_.body() = std::move(r.body);
+    res_.prepare_payload();
+    stream_.expires_after(limits().request_timeout);
+    bhttp::async_write(stream_, res_,
+                       [self = shared_from_this(), counted, keep](beast::error_code ec, size_t) {
+                         self->on_write(ec, counted, keep);
+                       });
+  }
+
+  void on_write(beast::error_code ec, bool counted, bool keep) {
+    stream_.expires_never();
+    if (counted)
+      srv_->request_done();
+    if (ec)
+      return close();
+    if (!keep)
+      return linger();
+    read_request();
+  }
+
+  /// Half-closes, then reads and drops what the peer still sends (bounded in bytes and time),
+  /// so that closing with unread data does not reset the connection before the peer has read
+  /// the response.
+  void linger() {
+    if (closed_)
+      return;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec)
+      return close();
+    drained_ = buffer_.size();
+    buffer_.consume(buffer_.size());
+    arm_deadline(std::min(linger_time, limits().request_timeout));
+    drain();
+  }
+
+  void drain() {
+    stream_.socket().async_read_some(
+      net::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+        self->drained_ += n;
+        if (ec || self->drained_ > linger_cap || self->srv_->closing.load())
+          return self->close();
+        self->drain();
+      });
+  }
+
+  beast::tcp_stream stream_;
+  std::shared_ptr<http_server::impl> srv_;
+  net::steady_timer deadline_;
+  uint64_t deadline_gen_ = 0;
+  bool timed_out_ = false;
+  bool closed_ = false;
+  bool keep_alive_ = true;
+  unsigned version_ = 11;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  bhttp::response<bhttp::string_body> res_;
+  bhttp::response<bhttp::empty_body> continue_;
+  std::array<char, 16 * 1024> drain_buf_{};
+  size_t drained_ = 0;
+};
+
+} // namespace
+
+void http_server::impl::do_accept() {
+  acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
+    auto self = weak_self.lock();
+    if (!self)
+      return;
+    on_accept(ec, std::move(s), self);
+  });
+}
+
+void http_server::impl::on_accept(beast::error_code ec, tcp::socket s,
+                                  const std::shared_ptr<impl>& self) {
+  if (ec == net::error::operation_aborted || !acceptor.is_open())
+    return;
+  if (ec) {
+    // e.g. EMFILE: back off instead of spinning, then accept again.
+    gw.log({{"level", "error"}, {"event", "accept_failed"}, {"detail", ec.message()}});
+    accept_retry.expires_after(std::chrono::milliseconds(100));
+    accept_retry.async_wait([this](beast::error_code e) {
+      if (!e && acceptor.is_open())
+        do_accept();
+    });
+    return;
+  }
+  if (closing.load() || gw.draining()) {
+    beast::error_code ignored;
+    s.close(ignored);
+  } else {
+    beast::error_code ignored;
+    s.set_option(tcp::no_delay(true), ignored);
+    bool refuse;
+    std::shared_ptr<session> sess;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      refuse = sessions.size() >= gw.config().limits.max_connections;
+      sess = std::make_shared<session>(std::move(s), self);
+      sessions.emplace(sess.get(), sess);
+    }
+    gw.metrics().connections.fetch_add(1);
+    gw.metrics().connections_total.fetch_add(1);
+    if (refuse)
+      gw.metrics().connections_refused.fetch_add(1);
+    sess->start(refuse);
+  }
+  do_accept();
+}
+
+result<std::unique_ptr<http_server>> http_server::start(runtime& rt, http_server_config config) {
+  auto p = std::make_shared<impl>(rt, std::move(config));
+  p->weak_self = p;
+  const auto& cfg = p->gw.config();
+  beast::error_code ec;
+  std::string host = cfg.host;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  tcp::endpoint ep;
+  auto addr = net::ip::make_address(host, ec);
+  if (!ec) {
+    ep = tcp::endpoint(addr, cfg.port);
+  } else {
+    tcp::resolver resolver(p->ioc);
+    auto found = resolver.resolve(host, std::to_string(cfg.port), ec);
+    if (ec || found.empty())
+      return status{errc::invalid_argument,
+                    "cannot resolve listen host '" + cfg.host + "': " + ec.message()};
+    ep = found.begin()->endpoint();
+  }
+  auto where = cfg.host + ":" + std::to_string(cfg.port);
+  p->acceptor.open(ep.protocol(), ec);
+  if (!ec)
+    p->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec)
+    p->acceptor.bind(ep, ec);
+  if (!ec)
+    p->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return status{errc::unavailable, "cannot listen on " + where + ": " + ec.message()};
+  p->port = p->acceptor.local_endpoint(ec).port();
+  p->work.emplace(net::make_work_guard(p->ioc));
+  net::post(p->acceptor.get_executor(), [raw = p.get()] { raw->do_accept(); });
+  size_t n = std::max<size_t>(1, cfg.io_threads);
+  for (size_t i = 0; i < n; ++i)
+    p->threads.emplace_back([raw = p.get()] { raw->run_thread(); });
+  return std::unique_ptr<http_server>(new http_server(std::move(p)));
+}
+
+http_server::http_server(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
+
+http_server::~http_server() { stop(); }
+
+uint16_t http_server::port() const { return impl_->port; }
+
+void http_server::begin_shutdown() {
+  if (impl_->gw.draining())
+    return;
+  impl_->gw.begin_shutdown();
+  impl_->close_acceptor();
+}
+
+bool http_server::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> g(impl_->mu);
+  return impl_->cv.wait_for(g, timeout, [&] { return impl_->in_flight == 0; });
+}
+
+void http_server::stop() {
+  auto& p = *impl_;
+  if (p.stopped.exchange(true))
+    return;
+  p.closing.store(true);
+  p.gw.begin_shutdown();
+  p.close_acceptor();
+  std::vector<std::shared_ptr<session>> open;
+  {
+    std::lock_guard<std::mutex> g(p.mu);
+    for (auto& [_, w] : p.sessions)
+      if (auto s = w.lock())
+        open.push_back(std::move(s));
+  }
+  for (auto& s : open)
+    net::post(s->executor(), [s] { s->close(); });
+  open.clear();
+  {
+    std::unique_lock<std::mutex> g(p.mu);
+    p.cv.wait_for(g, close_grace, [&] { return p.sessions.empty(); });
+  }
+  p.work.reset();
+  p.ioc.stop();
+  for (auto& t : p.threads)
+    if (t.joinable())
+      t.join();
+}
+
+std::string http_server::metrics_text() const {
+  return impl_->gw.metrics().render(impl_->gw.rt().stats());
+}
+
+} // namespace factum

@@ -1,0 +1,99 @@
+// operator_test.cpp: the operator routes over HTTP against the runtime's resilience layer: a
+// webhook delivery whose tool always fails becomes a dead letter that is listed, filtered and
+// moved (discard, an invalid move, an unknown id), and the tool's breaker is listed, forced open
+// (deliveries then fast-fail with CIRCUIT_OPEN) and reset. Runs on the test thread.
+#include <doctest/doctest.h>
+
+#include "http/fixture.hpp"
+
+using namespace factum;
+using namespace factum::test;
+using nlohmann::json;
+
+namespace {
+
+/// A tool that always answers 503.
+void add_failing_vendor(runtime_config& rc) {
+  rc.tools["vendor"] = [](const tool_request&, std::function<void(tool_reply)> done) {
+    tool_reply r;
+    r.ok = false;
+    r.http_status = 503;
+    r.error_message = "vendor unavailable";
+    r.body = json{{"status", 503}};
+    done(std::move(r));
+  };
+  tool_policy p;
+  p.retry = {{"base_delay_ms", 5}, {"max_delay_ms", 10}, {"max_attempts", 2}, {"jitter", "none"}};
+  rc.tool_policies["vendor"] = std::move(p);
+}
+
+} // namespace
+
+TEST_CASE("operator routes: dead letters are listed, filtered and moved over HTTP") {
+  gateway_fixture f([](runtime_config& rc, http_server_config&) { add_failing_vendor(rc); });
+  http_client c(f.port());
+  auto auth = header_list{{"X-API-Key", acme_key}};
+  auto failed = c.request("POST", "/v1/entities/webhook/w1/deliver", json_headers(acme_key, "d-1"),
+                          json{{"tool", "vendor"}, {"payload", {{"order", 1}}}}.dump());
+  REQUIRE_MESSAGE(failed.status == 503, failed.body);
+  MESSAGE("POST deliver: " << failed.body);
+  auto dl_id = failed.json().value("dead_letter_id", "");
+  REQUIRE_FALSE(dl_id.empty());
+  auto list = c.request("GET", "/v1/entities/webhook/w1/dead-letters", auth);
+  REQUIRE(list.status == 200);
+  REQUIRE(list.json().size() == 1);
+  MESSAGE("GET dead-letters: " << list.body);
+  CHECK(list.json()[0]["id"] == dl_id);
+  CHECK(list.json()[0]["idempotency_key"] == "d-1");
+  auto status = list.json()[0]["status"].get<std::string>();
+  CHECK(c.request("GET", "/v1/entities/webhook/w1/dead-letters?status=" + status + "&limit=5", auth)
+          .json()
+          .size() == 1);
+  CHECK(c.request("GET", "/v1/entities/webhook/w1/dead-letters?status=discarded", auth).json() ==
+        json::array());
+  // Another tenant sees none of it.
+  CHECK(c.request("GET", "/v1/entities/webhook/w1/dead-letters", {{"X-API-Key", globex_key}})
+          .json() == json::array());
+  auto discard = c.request("POST", "/v1/entities/webhook/w1/dead-letters/" + dl_id + "/discard",
+                           auth);
+  REQUIRE_MESSAGE(discard.status == 200, discard.body);
+  MESSAGE("POST discard: " << discard.body);
+  CHECK(discard.json()["status"] == "discarded");
+  auto again = c.request("POST", "/v1/entities/webhook/w1/dead-letters/" + dl_id + "/retry", auth);
+  CHECK(again.status == 409);
+  CHECK(again.code() == "INVALID_DEAD_LETTER_TRANSITION");
+  auto unknown = c.request("POST", "/v1/entities/webhook/w1/dead-letters/dl_nope/acknowledge",
+                           auth);
+  CHECK(unknown.status == 404);
+  CHECK(unknown.code() == "DEAD_LETTER_NOT_FOUND");
+  auto moves = f.facts("acme", "webhook", "w1", {{"type", "lifecycle"},
+                                                 {"subtype", "dead_letter_discard"}});
+  CHECK(moves.size() == 1);
+}
+
+TEST_CASE("operator routes: a breaker is listed, forced open and reset over HTTP") {
+  gateway_fixture f([](runtime_config& rc, http_server_config&) { add_failing_vendor(rc); });
+  http_client c(f.port());
+  auto auth = header_list{{"X-API-Key", acme_key}};
+  REQUIRE(c.request("POST", "/v1/entities/webhook/w2/deliver", json_headers(acme_key, "b-1"),
+                    json{{"tool", "vendor"}}.dump())
+            .status == 503);
+  auto list = c.request("GET", "/v1/entities/webhook/w2/breakers", auth);
+  REQUIRE(list.status == 200);
+  REQUIRE(list.json().size() == 1);
+  CHECK(list.json()[0]["tool"] == "vendor");
+  auto forced = c.request("POST", "/v1/entities/webhook/w2/breakers/vendor/force-open", auth);
+  REQUIRE_MESSAGE(forced.status == 200, forced.body);
+  CHECK(forced.json()["state"] == "FORCED_OPEN");
+  auto fast = c.request("POST", "/v1/entities/webhook/w2/deliver", json_headers(acme_key, "b-2"),
+                        json{{"tool", "vendor"}}.dump());
+  CHECK(fast.status == 503);
+  CHECK(fast.code() == "CIRCUIT_OPEN");
+  auto reset = c.request("POST", "/v1/entities/webhook/w2/breakers/vendor/reset", auth);
+  REQUIRE(reset.status == 200);
+  CHECK(reset.json()["state"] == "CLOSED");
+  auto after = c.request("GET", "/v1/entities/webhook/w2/breakers", auth).json();
+  REQUIRE(after.size() == 1);
+  CHECK(after[0]["state"] == "CLOSED");
+  CHECK(f.facts("acme", "webhook", "w2", {{"type", "lifecycle"}}).size() >= 2);
+}

@@ -1,0 +1,388 @@
+// config.cpp: the JSON configuration of `factum serve`: every key, its default and its
+// validation (docs/configuration.md is the user's view of this file). Runs once, on the thread
+// that starts the server.
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "factum/examples/examples.hpp"
+#include "factum/storage/entity_key.hpp"
+#include "factum/tools/serve.hpp"
+
+namespace factum::tools {
+
+using nlohmann::json;
+
+namespace {
+
+status bad(const std::string& key, const std::string& why) {
+  return status{errc::invalid_argument, key + ": " + why};
+}
+
+/// Reads an optional integer member into `out`, checking [lo, hi].
+status read_int(const json& obj, const char* name, const std::string& path, int64_t lo,
+                int64_t hi, int64_t& out) {
+  auto it = obj.find(name);
+  if (it == obj.end())
+    return status::ok();
+  if (!it->is_number_integer())
+    return bad(path + name, "must be an integer between " + std::to_string(lo) + " and " +
+                              std::to_string(hi));
+  int64_t v;
+  if (it->is_number_unsigned()) {
+    auto u = it->get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return bad(path + name, "must be at most " + std::to_string(hi));
+    v = static_cast<int64_t>(u);
+  } else {
+    v = it->get<int64_t>();
+  }
+  if (v < lo || v > hi)
+    return bad(path + name, "must be between " + std::to_string(lo) + " and " +
+                              std::to_string(hi) + " (got " + std::to_string(v) + ")");
+  out = v;
+  return status::ok();
+}
+
+bool is_comment(const std::string& key) { return key.rfind("//", 0) == 0; }
+
+status check_keys(const json& obj, const std::string& path,
+                  std::initializer_list<const char*> known) {
+  for (auto& [k, _] : obj.items()) {
+    if (is_comment(k))
+      continue;
+    bool ok = false;
+    for (auto* n : known)
+      ok = ok || k == n;
+    if (!ok) {
+      std::string list;
+      for (auto* n : known)
+        list += std::string(list.empty() ? "" : ", ") + n;
+      return bad(path + k, "unknown key (known: " + list + ")");
+    }
+  }
+  return status::ok();
+}
+
+bool is_hex64(std::string_view s) {
+  if (s.size() != 64)
+    return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
+      return false;
+  return true;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s)
+    if (c >= 'A' && c <= 'Z')
+      c = static_cast<char>(c - 'A' + 'a');
+  return s;
+}
+
+/// Every type `factum serve` can host: the built-in ones and the examples.
+entity_registry available_types() {
+  entity_registry r;
+  add_builtin_types(r);
+  examples::add_example_types(r);
+  return r;
+}
+
+status parse_tenants(const json& doc, serve_config& cfg) {
+  auto it = doc.find("tenants");
+  if (it == doc.end())
+    return bad("tenants", "required: at least one tenant with its API keys");
+  if (!it->is_object() || it->empty())
+    return bad("tenants", "must be an object of tenant name -> {\"api_keys\": [...]}");
+  std::set<std::string> seen_keys;
+  for (auto& [name, t] : it->items()) {
+    std::string path = "tenants." + name;
+    if (auto st = validate_key_part(name, "tenant name"); !st)
+      return bad(path, st.message());
+    if (!t.is_object())
+      return bad(path, "must be an object {\"api_keys\": [...]}");
+    if (auto st = check_keys(t, path + ".", {"api_keys"}); !st)
+      return st;
+    auto keys = t.find("api_keys");
+    if (keys == t.end() || !keys->is_array() || keys->empty())
+      return bad(path + ".api_keys", "must be a non-empty array of API keys");
+    http_tenant tenant;
+    tenant.name = name;
+    for (size_t i = 0; i < keys->size(); ++i) {
+      auto& k = (*keys)[i];
+      std::string kpath = path + ".api_keys[" + std::to_string(i) + "]";
+      if (!k.is_string() || k.get<std::string>().empty())
+        return bad(kpath, "must be a non-empty string");
+      auto s = k.get<std::string>();
+      std::string digest;
+      if (s.rfind("sha256:", 0) == 0) {
+        digest = s.substr(7);
+        if (!is_hex64(digest))
+          return bad(kpath, "a hashed key is \"sha256:\" and 64 hex digits (printf %s KEY | "
+                            "sha256sum)");
+        digest = lower(digest);
+      } else {
+        if (!cfg.dev)
+          return bad(kpath, "plain-text API keys are allowed only with \"dev\": true; store "
+                            "\"sha256:<hex>\" instead (printf %s KEY | sha256sum)");
+        digest = api_key_sha256(s);
+      }
+      if (!seen_keys.insert(digest).second)
+        return bad(kpath, "this API key is configured twice (each key names one tenant)");
+      tenant.key_sha256.push_back(std::move(digest));
+    }
+    cfg.http.tenants.push_back(std::move(tenant));
+  }
+  return status::ok();
+}
+
+status parse_types(const json& doc, serve_config& cfg, const entity_registry& all) {
+  auto known = all.names();
+  std::string list;
+  for (auto& n : known)
+    list += (list.empty() ? "" : ", ") + n;
+  auto it = doc.find("types");
+  if (it == doc.end()) {
+    cfg.type_names = known;
+  } else {
+    if (!it->is_array() || it->empty())
+      return bad("types", "must be a non-empty array of type names (available: " + list + ")");
+    for (size_t i = 0; i < it->size(); ++i) {
+      auto& t = (*it)[i];
+      std::string path = "types[" + std::to_string(i) + "]";
+      if (!t.is_string())
+        return bad(path, "must be a string");
+      auto name = t.get<std::string>();
+      if (!all.find(name))
+        return bad(path, "unknown entity type '" + name + "' (available: " + list + ")");
+      for (auto& n : cfg.type_names)
+        if (n == name)
+          return bad(path, "type '" + name + "' is listed twice");
+      cfg.type_names.push_back(name);
+    }
+  }
+  for (auto& n : cfg.type_names)
+    cfg.runtime.types.add(*all.find(n));
+  return status::ok();
+}
+
+status parse_idempotency(const json& doc, serve_config& cfg) {
+  auto& req = cfg.http.require_idempotency_key;
+  auto it = doc.find("idempotency");
+  if (it != doc.end()) {
+    if (!it->is_object())
+      return bad("idempotency", "must be an object: type -> method (or \"*\") -> "
+                                "{\"require_key\": bool}");
+    for (auto& [type, methods] : it->items()) {
+      if (is_comment(type))
+        continue;
+      std::string path = "idempotency." + type;
+      const auto* et = cfg.runtime.types.find(type);
+      if (!et)
+        return bad(path, "type '" + type + "' is not hosted (see \"types\")");
+      if (!methods.is_object())
+        return bad(path, "must be an object: method (or \"*\") -> {\"require_key\": bool}");
+      for (auto& [method, opts] : methods.items()) {
+        if (is_comment(method))
+          continue;
+        std::string mpath = path + "." + method;
+        if (method != "*" && !et->find(method))
+          return bad(mpath, "type '" + type + "' has no method '" + method + "'");
+        if (!opts.is_object())
+          return bad(mpath, "must be an object {\"require_key\": bool}");
+        if (auto st = check_keys(opts, mpath + ".", {"require_key"}); !st)
+          return st;
+        auto rk = opts.find("require_key");
+        if (rk == opts.end() || !rk->is_boolean())
+          return bad(mpath + ".require_key", "must be true or false");
+        req[type][method] = rk->get<bool>();
+      }
+    }
+  }
+  // serve's default: every ledger append names its key, so a retried append never doubles.
+  if (cfg.runtime.types.find("ledger")) {
+    auto& l = req["ledger"];
+    if (!l.count("append") && !l.count("*"))
+      l["append"] = true;
+  }
+  return status::ok();
+}
+
+status parse_limits(const json& doc, serve_config& cfg) {
+  auto it = doc.find("limits");
+  if (it == doc.end())
+    return status::ok();
+  if (!it->is_object())
+    return bad("limits", "must be an object");
+  auto& l = *it;
+  if (auto st = check_keys(l, "limits.",
+                           {"max_body_bytes", "max_json_depth", "max_header_bytes",
+                            "request_timeout_ms", "max_connections"});
+      !st)
+    return st;
+  auto& out = cfg.http.limits;
+  int64_t v = static_cast<int64_t>(out.max_body_bytes);
+  if (auto st = read_int(l, "max_body_bytes", "limits.", 1, int64_t{1} << 30, v); !st)
+    return st;
+  out.max_body_bytes = static_cast<size_t>(v);
+  v = out.max_json_depth;
+  if (auto st = read_int(l, "max_json_depth", "limits.", 1, 100'000, v); !st)
+    return st;
+  out.max_json_depth = static_cast<int>(v);
+  v = static_cast<int64_t>(out.max_header_bytes);
+  if (auto st = read_int(l, "max_header_bytes", "limits.", 1024, 1 << 20, v); !st)
+    return st;
+  out.max_header_bytes = static_cast<size_t>(v);
+  v = out.request_timeout.count();
+  if (auto st = read_int(l, "request_timeout_ms", "limits.", 1, 3'600'000, v); !st)
+    return st;
+  out.request_timeout = std::chrono::milliseconds(v);
+  v = static_cast<int64_t>(out.max_connections);
+  if (auto st = read_int(l, "max_connections", "limits.", 1, 1'000'000, v); !st)
+    return st;
+  out.max_connections = static_cast<size_t>(v);
+  return status::ok();
+}
+
+} // namespace
+
+status apply_listen(serve_config& cfg, std::string_view listen) {
+  auto fail = [&](const std::string& why) {
+    return bad("listen", "\"" + std::string(listen.substr(0, 200)) + "\": " + why +
+                           " (expected host:port, e.g. 127.0.0.1:8080 or [::1]:8080)");
+  };
+  std::string_view host, port;
+  if (!listen.empty() && listen.front() == '[') {
+    auto close = listen.find(']');
+    if (close == std::string_view::npos || close + 1 >= listen.size() || listen[close + 1] != ':')
+      return fail("bad IPv6 form");
+    host = listen.substr(1, close - 1);
+    port = listen.substr(close + 2);
+  } else {
+    auto colon = listen.rfind(':');
+    if (colon == std::string_view::npos)
+      return fail("no port");
+    host = listen.substr(0, colon);
+    port = listen.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos)
+      return fail("an IPv6 address needs brackets");
+  }
+  if (host.empty())
+    return fail("no host");
+  if (port.empty() || port.size() > 5)
+    return fail("bad port");
+  uint32_t p = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9')
+      return fail("bad port");
+    p = p * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (p > 65535)
+    return fail("port out of range");
+  cfg.http.host = std::string(host);
+  cfg.http.port = static_cast<uint16_t>(p);
+  return status::ok();
+}
+
+result<serve_config> parse_serve_config(const json& doc) {
+  if (!doc.is_object())
+    return status{errc::invalid_argument, "the configuration must be a JSON object"};
+  if (auto st = check_keys(doc, "",
+                           {"listen", "data_dir", "durability", "idle_timeout_ms",
+                            "max_active_entities", "storage_threads", "scheduler_threads",
+                            "http_threads", "key_ttl_ms", "call_timeout_ms",
+                            "shutdown_timeout_ms", "dev", "tenants", "types", "idempotency",
+                            "limits", "tools"});
+      !st)
+    return st;
+  serve_config cfg;
+  if (auto it = doc.find("dev"); it != doc.end()) {
+    if (!it->is_boolean())
+      return bad("dev", "must be true or false");
+    cfg.dev = it->get<bool>();
+  }
+  if (auto it = doc.find("listen"); it != doc.end()) {
+    if (!it->is_string())
+      return bad("listen", "must be a string host:port");
+    if (auto st = apply_listen(cfg, it->get<std::string>()); !st)
+      return st;
+  }
+  if (auto it = doc.find("data_dir"); it != doc.end()) {
+    if (!it->is_string() || it->get<std::string>().empty())
+      return bad("data_dir", "must be a non-empty path");
+    cfg.runtime.data_dir = it->get<std::string>();
+  }
+  if (auto it = doc.find("durability"); it != doc.end()) {
+    if (!it->is_string() || (*it != "full" && *it != "normal"))
+      return bad("durability", "must be \"full\" or \"normal\"");
+    cfg.runtime.mode = *it == "full" ? durability::full : durability::normal;
+  }
+  int64_t v = cfg.runtime.idle_timeout.count();
+  if (auto st = read_int(doc, "idle_timeout_ms", "", 1, int64_t{1} << 40, v); !st)
+    return st;
+  cfg.runtime.idle_timeout = std::chrono::milliseconds(v);
+  v = static_cast<int64_t>(cfg.runtime.max_active_entities);
+  if (auto st = read_int(doc, "max_active_entities", "", 0, 100'000'000, v); !st)
+    return st;
+  cfg.runtime.max_active_entities = static_cast<size_t>(v);
+  v = static_cast<int64_t>(cfg.runtime.storage_threads);
+  if (auto st = read_int(doc, "storage_threads", "", 1, 1024, v); !st)
+    return st;
+  cfg.runtime.storage_threads = static_cast<size_t>(v);
+  v = static_cast<int64_t>(cfg.runtime.scheduler_threads);
+  if (auto st = read_int(doc, "scheduler_threads", "", 0, 1024, v); !st)
+    return st;
+  cfg.runtime.scheduler_threads = static_cast<size_t>(v);
+  v = static_cast<int64_t>(cfg.http.io_threads);
+  if (auto st = read_int(doc, "http_threads", "", 1, 64, v); !st)
+    return st;
+  cfg.http.io_threads = static_cast<size_t>(v);
+  v = cfg.runtime.key_ttl.count();
+  if (auto st = read_int(doc, "key_ttl_ms", "", 0, int64_t{1} << 45, v); !st)
+    return st;
+  cfg.runtime.key_ttl = std::chrono::milliseconds(v);
+  v = cfg.http.call_timeout.count();
+  if (auto st = read_int(doc, "call_timeout_ms", "", 1, 3'600'000, v); !st)
+    return st;
+  cfg.http.call_timeout = std::chrono::milliseconds(v);
+  v = cfg.shutdown_timeout.count();
+  if (auto st = read_int(doc, "shutdown_timeout_ms", "", 1, 3'600'000, v); !st)
+    return st;
+  cfg.shutdown_timeout = std::chrono::milliseconds(v);
+  if (auto st = parse_tenants(doc, cfg); !st)
+    return st;
+  auto all = available_types();
+  if (auto st = parse_types(doc, cfg, all); !st)
+    return st;
+  if (auto st = parse_idempotency(doc, cfg); !st)
+    return st;
+  if (auto st = parse_limits(doc, cfg); !st)
+    return st;
+  if (auto it = doc.find("tools"); it != doc.end()) {
+    if (!it->is_object())
+      return bad("tools", "must be an object of tool name -> settings");
+    cfg.tools = *it;
+  }
+  return cfg;
+}
+
+result<serve_config> load_serve_config(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    return status{errc::not_found, "cannot read " + file.string()};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json doc;
+  try {
+    doc = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    return status{errc::invalid_argument, file.string() + ": not valid JSON: " + e.what()};
+  }
+  auto cfg = parse_serve_config(doc);
+  if (!cfg)
+    return status{cfg.error().code(), file.string() + ": " + cfg.error().message()};
+  return cfg;
+}
+
+} // namespace factum::tools

@@ -1,0 +1,170 @@
+// serve.cpp: `factum serve`: loads the configuration, starts the runtime and the HTTP gateway,
+// waits for SIGTERM/SIGINT with sigwait (the signals are blocked in every thread, so no handler
+// runs asynchronously), then stops gracefully: no new connections, in-flight requests finish,
+// the runtime drains and commits, exit 0. Runs on the thread that calls CLI::App::parse.
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <thread>
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include "factum/tools/serve.hpp"
+
+namespace factum::tools {
+
+using nlohmann::json;
+
+namespace {
+
+std::string iso_now() {
+  auto now = std::chrono::system_clock::now();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms % 1000));
+  return buf;
+}
+
+/// One structured log line on stderr, in the gateway's format.
+void log_line(json fields) {
+  json out = {{"ts", iso_now()}};
+  for (auto& [k, v] : fields.items())
+    out[k] = std::move(v);
+  auto s = out.dump(-1, ' ', false, json::error_handler_t::replace);
+  s.push_back('\n');
+  std::fwrite(s.data(), 1, s.size(), stderr);
+  std::fflush(stderr);
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    default: return "signal";
+  }
+}
+
+} // namespace
+
+int run_serve(serve_config cfg) {
+  // Block the stop signals before any thread exists, so every thread inherits the mask and
+  // only sigwait below sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto listen = (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]"
+                                                                : cfg.http.host) +
+                ":" + std::to_string(cfg.http.port);
+  auto data_dir = cfg.runtime.data_dir.string();
+  auto durability_name = cfg.runtime.mode == durability::full ? "full" : "normal";
+  json tenants = json::array();
+  for (auto& t : cfg.http.tenants)
+    tenants.push_back(t.name);
+  auto rt = runtime::start(std::move(cfg.runtime));
+  if (!rt) {
+    log_line({{"level", "error"},
+              {"event", "start_failed"},
+              {"detail", "runtime: " + rt.error().to_string()}});
+    return 1;
+  }
+  auto srv = http_server::start(**rt, cfg.http);
+  if (!srv) {
+    log_line({{"level", "error"},
+              {"event", "start_failed"},
+              {"detail", srv.error().message()}});
+    (*rt)->stop();
+    return 1;
+  }
+  log_line({{"level", "info"},
+            {"event", "start"},
+            {"listen", listen},
+            {"port", (*srv)->port()},
+            {"url", "http://" + (cfg.http.host.find(':') != std::string::npos
+                                   ? "[" + cfg.http.host + "]"
+                                   : cfg.http.host) +
+                      ":" + std::to_string((*srv)->port())},
+            {"data_dir", data_dir},
+            {"durability", durability_name},
+            {"types", cfg.type_names},
+            {"tenants", tenants},
+            {"dev", cfg.dev},
+            {"pid", static_cast<int64_t>(::getpid())}});
+
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  log_line({{"level", "info"}, {"event", "stopping"}, {"signal", signal_name(sig)}});
+  // A second signal while draining ends the process at once.
+  std::thread([stop_signals] {
+    int again = 0;
+    while (sigwait(&stop_signals, &again) != 0) {
+    }
+    static const char msg[] = "{\"level\":\"error\",\"event\":\"forced_exit\"}\n";
+    (void) !::write(STDERR_FILENO, msg, sizeof msg - 1);
+    std::_Exit(1);
+  }).detach();
+
+  auto t0 = std::chrono::steady_clock::now();
+  (*srv)->begin_shutdown();
+  bool drained = (*srv)->wait_idle(cfg.shutdown_timeout);
+  // The I/O threads end before the runtime stops: a thread that called into CAF keeps CAF's
+  // logger alive, and the actor system's destructor waits for it.
+  (*srv)->stop();
+  (*rt)->stop();
+  auto st = (*rt)->stats();
+  log_line({{"level", drained ? "info" : "warn"},
+            {"event", "stopped"},
+            {"drained", drained},
+            {"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - t0)
+                              .count()},
+            {"calls", st.calls},
+            {"commits", st.commits},
+            {"facts", st.facts}});
+  srv->reset();
+  rt->reset();
+  return 0;
+}
+
+void add_serve_command(CLI::App& app, int* exit_code) {
+  struct options {
+    std::string config;
+    std::string listen;
+    std::string data;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = app.add_subcommand("serve", "Run the HTTP API server (docs/http-api.md)");
+  cmd->add_option("--config", o->config, "JSON configuration file (docs/configuration.md)")
+    ->required();
+  cmd->add_option("--listen", o->listen, "HOST:PORT to listen on (overrides \"listen\")");
+  cmd->add_option("--data", o->data, "data directory (overrides \"data_dir\")");
+  cmd->callback([o, exit_code] {
+    auto fail = [&](const std::string& msg) {
+      std::fprintf(stderr, "factum serve: bad configuration: %s\n", msg.c_str());
+      *exit_code = 2;
+    };
+    auto cfg = load_serve_config(o->config);
+    if (!cfg)
+      return fail(cfg.error().message());
+    if (!o->listen.empty())
+      if (auto st = apply_listen(*cfg, o->listen); !st)
+        return fail("--listen: " + st.message());
+    if (!o->data.empty())
+      cfg->runtime.data_dir = o->data;
+    if (cfg->runtime.data_dir.empty())
+      return fail("data_dir: required (in the configuration or as --data DIR)");
+    *exit_code = run_serve(std::move(*cfg));
+  });
+}
+
+} // namespace factum::tools
