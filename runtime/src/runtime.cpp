@@ -202,6 +202,10 @@ void runtime_core::route(const entity_key& key, call_request req,
   auto c = std::make_shared<route_ctx>(
     route_ctx{this, key, std::move(key_str), std::move(req), timeout, std::move(done)});
   sys->spawn([c, target](caf::event_based_actor* b) { send_call(b, c, target); });
+  // CAF 0.17 remembers the actor system in a thread-local after a spawn, and the system's
+  // destructor waits for every such thread: a caller thread (HTTP, tests) must not keep it, or
+  // stop() hangs until that thread exits. Spawns set it again each time.
+  caf::logger::set_current_actor_system(nullptr);
 }
 
 // -- alarm index --------------------------------------------------------------------------------
@@ -322,7 +326,9 @@ size_t default_max_active() {
     auto n = static_cast<size_t>(rl.rlim_cur);
     if (n == RLIM_INFINITY || n > 1'000'000)
       n = 1'000'000;
-    return std::max<size_t>(16, (n - n / 4) / 3);
+    // An open entity holds 4 descriptors: the database, -wal, -shm (SQLite's) and the -wal
+    // descriptor that deferred sync fdatasyncs. A quarter of the limit stays for sockets.
+    return std::max<size_t>(16, (n - n / 4) / 4);
   }
   return 1000;
 }

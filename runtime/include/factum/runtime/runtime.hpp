@@ -64,7 +64,7 @@ struct runtime_config {
   /// An entity idle this long hibernates: commits, closes its file, ends its actor. Default 60 s.
   std::chrono::milliseconds idle_timeout{60'000};
   /// Cap on entities with an open file at once; 0 derives it from RLIMIT_NOFILE (each open
-  /// entity holds 3 descriptors; a quarter of the limit is kept for sockets). Default 0.
+  /// entity holds 4 descriptors; a quarter of the limit is kept for sockets). Default 0.
   size_t max_active_entities = 0;
   /// CAF scheduler worker threads; 0 means the number of cores. Default 0.
   size_t scheduler_threads = 0;
