@@ -63,13 +63,6 @@ caf::actor runtime_core::lookup_or_spawn(const entity_key& key, const std::strin
   return e.actor;
 }
 
-void runtime_core::touch(const std::string& key_str) {
-  std::lock_guard<std::mutex> g(reg.mu);
-  auto it = reg.map.find(key_str);
-  if (it != reg.map.end())
-    reg.lru.splice(reg.lru.begin(), reg.lru, it->second.lru);
-}
-
 bool runtime_core::acquire_slot(const std::string& key_str, const caf::actor& self) {
   caf::actor victim;
   {

@@ -81,8 +81,6 @@ struct runtime_core {
   void release_slot(const std::string& key_str);
   /// Removes `key_str` when it still maps to `self`.
   void unregister(const std::string& key_str, const caf::actor& self);
-  /// Marks `key_str` recently used.
-  void touch(const std::string& key_str);
 
   // -- alarms (storage threads) --
 

@@ -582,9 +582,7 @@ status entity_store::migrate() {
       return st;
     }
     schema_version_ = target;
-  } else if (version < current_schema_version && opts_.read_only) {
-    // An older file read as is: the tables of later versions are absent.
-  }
+  } // an older file opened read-only is read as is: later versions' tables are absent
   if (auto st = load_head(); !st)
     return st;
   // Keys pending in the file belong to an activation that is gone (single activation).
@@ -989,6 +987,17 @@ idempotency_record read_key(sqlite3_stmt* st) {
 }
 } // namespace
 
+status entity_store::release_expired_key(std::string_view key) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto del = prepare("DELETE FROM idempotency_keys WHERE key=?");
+  if (!del)
+    return fail(sqlite3_errcode(db_), "prepare delete key");
+  stmt_guard g{del};
+  bind_text(del, 1, key);
+  return step_done(del, "delete expired key");
+}
+
 result<key_begin_result> entity_store::peek_key(std::string_view key,
                                                 std::string_view fingerprint, int64_t now) {
   key_begin_result out;
@@ -1021,45 +1030,16 @@ result<key_begin_result> entity_store::begin_key(std::string_view key,
     return status{errc::invalid_argument, "idempotency key must be 1 to 255 characters"};
   if (ttl_ms < 0)
     return status{errc::invalid_argument, "idempotency key TTL must not be negative"};
+  auto peek = peek_key(key, fingerprint, now);
+  if (!peek)
+    return peek;
+  if (peek->outcome != key_outcome::fresh)
+    return peek;
+  if (!peek->record.key.empty()) { // expired: the old record goes
+    if (auto st = release_expired_key(key); !st)
+      return st;
+  }
   key_begin_result out;
-  {
-    static const std::string sql = std::string(key_select) + "WHERE key=?";
-    auto st = prepare(sql.c_str());
-    if (!st)
-      return fail(sqlite3_errcode(db_), "prepare key lookup");
-    stmt_guard g{st};
-    bind_text(st, 1, key);
-    if (int frc = fault_check("key lookup"); frc != SQLITE_OK)
-      return fail(frc, "key lookup");
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-      out.record = read_key(st);
-    } else if (rc != SQLITE_DONE) {
-      return fail(rc, "key lookup");
-    }
-  }
-  if (!out.record.key.empty()) {
-    bool expired = out.record.expires_at_ms && *out.record.expires_at_ms <= now &&
-                   out.record.status != key_status::pending;
-    if (!expired) {
-      if (out.record.fingerprint != fingerprint)
-        out.outcome = key_outcome::mismatch;
-      else if (out.record.status == key_status::pending)
-        out.outcome = key_outcome::in_flight;
-      else if (out.record.status == key_status::completed)
-        out.outcome = key_outcome::completed;
-      else
-        out.outcome = key_outcome::failed;
-      return out;
-    }
-    if (auto st = ensure_batch(); !st)
-      return st;
-    auto del = prepare("DELETE FROM idempotency_keys WHERE key=?");
-    stmt_guard g{del};
-    bind_text(del, 1, key);
-    if (auto st = step_done(del, "delete expired key"); !st)
-      return st;
-  }
   if (auto st = ensure_batch(); !st)
     return st;
   auto ins = prepare("INSERT INTO idempotency_keys(key, status, fingerprint, response, created_at, "
@@ -1166,6 +1146,8 @@ result<idempotency_record> entity_store::get_key(std::string_view key) {
     return fail(sqlite3_errcode(db_), "prepare key lookup");
   stmt_guard g{st};
   bind_text(st, 1, key);
+  if (int frc = fault_check("key lookup"); frc != SQLITE_OK)
+    return fail(frc, "key lookup");
   int rc = sqlite3_step(st);
   if (rc == SQLITE_ROW)
     return read_key(st);

@@ -6,6 +6,8 @@
 #include "factum/storage/fact.hpp"
 
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 
 #include "factum/storage/sha256.hpp"
 
@@ -158,6 +160,17 @@ status fact_filter::validate() const {
     if (auto st = validate_fact_token(subtype, "subtype"); !st)
       return st;
   return status::ok();
+}
+
+std::string format_utc_ms(int64_t ms) {
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms % 1000));
+  return buf;
 }
 
 int64_t now_ms() noexcept {

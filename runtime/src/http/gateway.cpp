@@ -62,19 +62,6 @@ std::string problem_body(int status, std::string_view code, const std::string& d
   return p.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string iso_now() {
-  auto now = std::chrono::system_clock::now();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
-  return buf;
-}
-
 /// A key part as the HTTP API accepts it: validate_key_part, and no '..' anywhere.
 status check_key_part(const std::string& part, std::string_view what) {
   if (part.find("..") != std::string::npos)
@@ -164,7 +151,7 @@ gateway::gateway(runtime& rt, http_server_config cfg) : rt_(rt), cfg_(std::move(
 }
 
 void gateway::log(json line) const {
-  json out = {{"ts", iso_now()}};
+  json out = {{"ts", format_utc_ms(now_ms())}};
   for (auto& [k, v] : line.items())
     out[k] = std::move(v);
   cfg_.log(out.dump(-1, ' ', false, json::error_handler_t::replace));

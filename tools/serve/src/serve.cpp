@@ -18,22 +18,9 @@ using nlohmann::json;
 
 namespace {
 
-std::string iso_now() {
-  auto now = std::chrono::system_clock::now();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
-  return buf;
-}
-
 /// One structured log line on stderr, in the gateway's format.
 void log_line(json fields) {
-  json out = {{"ts", iso_now()}};
+  json out = {{"ts", format_utc_ms(now_ms())}};
   for (auto& [k, v] : fields.items())
     out[k] = std::move(v);
   auto s = out.dump(-1, ' ', false, json::error_handler_t::replace);

@@ -96,4 +96,7 @@ status validate_amount(std::string_view amount);
 /// Current wall-clock time in milliseconds since the Unix epoch.
 int64_t now_ms() noexcept;
 
+/// `ms` since the epoch as UTC ISO 8601 with milliseconds: "2026-11-22T04:05:06.789Z".
+std::string format_utc_ms(int64_t ms);
+
 } // namespace factum
