@@ -22,53 +22,34 @@ constexpr std::string_view problem_type = "application/problem+json";
 
 std::string_view title_of(int status) {
   switch (status) {
-  case 400:
-    return "Bad Request";
-  case 401:
-    return "Unauthorized";
-  case 403:
-    return "Forbidden";
-  case 404:
-    return "Not Found";
-  case 405:
-    return "Method Not Allowed";
-  case 408:
-    return "Request Timeout";
-  case 409:
-    return "Conflict";
-  case 413:
-    return "Content Too Large";
-  case 415:
-    return "Unsupported Media Type";
-  case 422:
-    return "Unprocessable Content";
-  case 431:
-    return "Request Header Fields Too Large";
-  case 500:
-    return "Internal Server Error";
-  case 503:
-    return "Service Unavailable";
-  case 504:
-    return "Gateway Timeout";
-  default:
-    return "Error";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 413: return "Content Too Large";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Content";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Error";
   }
 }
 
 std::string_view category_of(int status) {
   switch (status) {
-  case 401:
-  case 403:
-    return "authorization";
-  case 408:
-  case 429:
-  case 503:
-  case 504:
-    return "transient";
-  case 409:
-    return "data_integrity";
-  default:
-    return status >= 500 ? "server" : "client";
+    case 401:
+    case 403: return "authorization";
+    case 408:
+    case 429:
+    case 503:
+    case 504: return "transient";
+    case 409: return "data_integrity";
+    default: return status >= 500 ? "server" : "client";
   }
 }
 
@@ -108,7 +89,8 @@ query_result parse_query(std::string_view query, std::initializer_list<std::stri
   }
   auto in = [](std::string_view n, std::initializer_list<std::string_view> set) {
     for (auto s : set)
-      if (s == n) return true;
+      if (s == n)
+        return true;
     return false;
   };
   for (auto& p : *params) {
@@ -187,7 +169,8 @@ http_response gateway::problem(exchange& x, int status, std::string_view code, s
   return r;
 }
 
-void gateway::finish(exchange& x, http_response r, const std::function<void(http_response)>& done) {
+void gateway::finish(exchange& x, http_response r,
+                     const std::function<void(http_response)>& done) {
   metrics_.count_request(x.route, r.status);
   if (r.status >= 400) {
     if (x.code.empty() || x.detail.empty()) {
@@ -224,7 +207,8 @@ http_response gateway::reject(int status, std::string_view code, std::string det
   x.verb = std::string(clip(verb, 16));
   x.path = std::string(clip(target.substr(0, target.find('?')), 256));
   x.trace_id = incoming_trace_id(traceparent, x_trace_id);
-  if (x.trace_id.empty()) x.trace_id = new_trace_id();
+  if (x.trace_id.empty())
+    x.trace_id = new_trace_id();
   auto r = problem(x, status, code, std::move(detail));
   r.close = true;
   http_response out;
@@ -233,13 +217,15 @@ http_response gateway::reject(int status, std::string_view code, std::string det
 }
 
 const http_tenant* gateway::authenticate(const http_request& req) const {
-  if (!req.has_api_key || req.api_key.empty()) return nullptr;
+  if (!req.has_api_key || req.api_key.empty())
+    return nullptr;
   auto digest = sha256_hex(req.api_key);
   const http_tenant* found = nullptr;
   // Every configured digest is compared, in constant time, whatever matched before.
   for (auto& t : cfg_.tenants)
     for (auto& k : t.key_sha256)
-      if (constant_time_equal(digest, k)) found = &t;
+      if (constant_time_equal(digest, k))
+        found = &t;
   return found;
 }
 
@@ -247,8 +233,10 @@ bool gateway::requires_key(const std::string& type, const std::string& method,
                            const method_def& def) const {
   auto it = cfg_.require_idempotency_key.find(type);
   if (it != cfg_.require_idempotency_key.end()) {
-    if (auto m = it->second.find(method); m != it->second.end()) return m->second;
-    if (auto all = it->second.find("*"); all != it->second.end()) return all->second;
+    if (auto m = it->second.find(method); m != it->second.end())
+      return m->second;
+    if (auto all = it->second.find("*"); all != it->second.end())
+      return all->second;
   }
   return def.options.requires_idempotency_key;
 }
@@ -257,19 +245,20 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   auto x = std::make_shared<exchange>();
   x->verb = std::string(clip(req.verb, 16));
   x->trace_id = incoming_trace_id(req.traceparent, req.x_trace_id);
-  if (x->trace_id.empty()) x->trace_id = new_trace_id();
+  if (x->trace_id.empty())
+    x->trace_id = new_trace_id();
   std::string_view target = req.target;
   auto qpos = target.find('?');
   std::string_view path = target.substr(0, qpos);
-  std::string_view query =
-      qpos == std::string_view::npos ? std::string_view{} : target.substr(qpos + 1);
+  std::string_view query = qpos == std::string_view::npos ? std::string_view{}
+                                                          : target.substr(qpos + 1);
   x->path = std::string(clip(path, 256));
   auto fail = [&](int status, std::string_view code, std::string detail) {
     finish(*x, problem(*x, status, code, std::move(detail)), done);
   };
   auto not_allowed = [&](std::string allow) {
-    auto r =
-        problem(*x, 405, "METHOD_NOT_ALLOWED", req.verb + " is not allowed here; use " + allow);
+    auto r = problem(*x, 405, "METHOD_NOT_ALLOWED",
+                     req.verb + " is not allowed here; use " + allow);
     r.allow = std::move(allow);
     finish(*x, std::move(r), done);
   };
@@ -280,8 +269,10 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   // -- operational routes --
   if (raw.size() == 1 && (raw[0] == "healthz" || raw[0] == "metrics")) {
     x->route = std::string(raw[0]);
-    if (req.verb != "GET") return not_allowed("GET");
-    if (!query.empty()) return fail(400, "INVALID_QUERY", "this route takes no query parameters");
+    if (req.verb != "GET")
+      return not_allowed("GET");
+    if (!query.empty())
+      return fail(400, "INVALID_QUERY", "this route takes no query parameters");
     http_response r;
     r.trace_id = x->trace_id;
     if (raw[0] == "metrics") {
@@ -289,7 +280,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
       r.body = metrics_.render(rt_.stats());
       return finish(*x, std::move(r), done);
     }
-    if (draining() || rt_.stopping()) return fail(503, "UNAVAILABLE", "the server is stopping");
+    if (draining() || rt_.stopping())
+      return fail(503, "UNAVAILABLE", "the server is stopping");
     r.body = R"({"status":"ok"})";
     return finish(*x, std::move(r), done);
   }
@@ -300,7 +292,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   std::vector<std::string> seg;
   for (auto s : raw) {
     auto d = percent_decode(s);
-    if (!d) return fail(400, "INVALID_PATH", "malformed percent-encoding in the path");
+    if (!d)
+      return fail(400, "INVALID_PATH", "malformed percent-encoding in the path");
     seg.push_back(std::move(*d));
   }
   enum class kind { call, facts, dead_letters, breakers, dead_letter_action, breaker_action };
@@ -328,7 +321,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
       return fail(404, "ROUTE_NOT_FOUND",
                   dl ? "a dead letter's action is retry, discard or acknowledge"
                      : "a breaker's action is force-open or reset");
-    if (req.verb != "POST") return not_allowed("POST");
+    if (req.verb != "POST")
+      return not_allowed("POST");
   } else {
     return fail(404, "ROUTE_NOT_FOUND", "no route for " + std::string(clip(path, 200)));
   }
@@ -342,7 +336,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   // -- tenant: only from X-API-Key --
   // Two keys (a proxy adding one, a client sending two tenants' keys) are ambiguous: refused
   // rather than "the first one wins".
-  if (req.api_key_count > 1) return fail(401, "UNAUTHORIZED", "send exactly one X-API-Key header");
+  if (req.api_key_count > 1)
+    return fail(401, "UNAUTHORIZED", "send exactly one X-API-Key header");
   auto* tenant = authenticate(req);
   if (!tenant)
     return fail(401, "UNAUTHORIZED",
@@ -357,7 +352,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   if (auto st = check_key_part(id, "entity id"); !st)
     return fail(400, "INVALID_ENTITY_KEY", st.message());
   const auto* et = rt_.config().types.find(type);
-  if (!et) return fail(404, "UNKNOWN_ENTITY_TYPE", "no entity type " + type);
+  if (!et)
+    return fail(404, "UNKNOWN_ENTITY_TYPE", "no entity type " + type);
 
   std::string method;
   std::string args;
@@ -369,8 +365,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   if (k == kind::call) {
     method = seg[4];
     if (method.empty() || method.front() == '@' || !validate_key_part(method, "method"))
-      return fail(404, "METHOD_NOT_FOUND",
-                  "entity type " + type + " has no method " + std::string(clip(method, 128)));
+      return fail(404, "METHOD_NOT_FOUND", "entity type " + type + " has no method " +
+                                             std::string(clip(method, 128)));
     def = et->find(method);
     if (!def)
       return fail(404, "METHOD_NOT_FOUND", "entity type " + type + " has no method " + method);
@@ -378,9 +374,11 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
 
   // -- query --
   if (k == kind::facts) {
-    auto q = parse_query(query, {"type", "subtype", "trace_id", "tool_id", "idempotency_key"},
+    auto q = parse_query(query,
+                         {"type", "subtype", "trace_id", "tool_id", "idempotency_key"},
                          {"since", "until", "after_seq", "before_seq"}, true, true);
-    if (!q.error.empty()) return fail(400, "INVALID_QUERY", q.error);
+    if (!q.error.empty())
+      return fail(400, "INVALID_QUERY", q.error);
     // Type filters are fact tokens: refused here, so that a bad filter never reaches the
     // entity (where a failed call would be recorded as an error fact).
     for (const char* name : {"type", "subtype"})
@@ -391,7 +389,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
     args = q.args.dump();
   } else if (k == kind::dead_letters) {
     auto q = parse_query(query, {"status"}, {}, true, false);
-    if (!q.error.empty()) return fail(400, "INVALID_QUERY", q.error);
+    if (!q.error.empty())
+      return fail(400, "INVALID_QUERY", q.error);
     if (q.args.contains("status")) {
       auto s = q.args["status"].get<std::string>();
       if (s != "pending" && s != "scheduled" && s != "resolved" && s != "discarded" &&
@@ -426,8 +425,10 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
         return fail(415, "UNSUPPORTED_MEDIA_TYPE",
                     "the body must be sent as Content-Type: application/json");
       auto c = check_json(req.body, cfg_.limits.max_json_depth);
-      if (c.verdict == json_verdict::too_deep) return fail(400, "JSON_TOO_DEEP", c.message);
-      if (c.verdict == json_verdict::invalid) return fail(400, "INVALID_JSON", c.message);
+      if (c.verdict == json_verdict::too_deep)
+        return fail(400, "JSON_TOO_DEEP", c.message);
+      if (c.verdict == json_verdict::invalid)
+        return fail(400, "INVALID_JSON", c.message);
     }
     std::string canonical = "/v1/entities/" + type + "/" + id + "/" + seg[4];
     if (k == kind::call) {
@@ -443,7 +444,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
         return fail(400, "INVALID_ARGUMENT", st.message());
       if (!req.body.empty()) {
         auto b = json::parse(req.body, nullptr, false);
-        if (b.is_object()) extra = std::move(b);
+        if (b.is_object())
+          extra = std::move(b);
       }
       extra[dl ? "id" : "tool"] = name;
       extra["action"] = seg[6];
@@ -484,8 +486,6 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
 
 namespace factum {
 
-std::string api_key_sha256(std::string_view api_key) {
-  return sha256_hex(api_key);
-}
+std::string api_key_sha256(std::string_view api_key) { return sha256_hex(api_key); }
 
 } // namespace factum

@@ -41,16 +41,15 @@ constexpr std::chrono::milliseconds linger_time{2'000};
 /// How long stop() waits for connections to close before it stops the I/O threads anyway.
 constexpr std::chrono::milliseconds close_grace{5'000};
 
-bool iequals(beast::string_view a, beast::string_view b) {
-  return beast::iequals(a, b);
-}
+bool iequals(beast::string_view a, beast::string_view b) { return beast::iequals(a, b); }
 
 } // namespace
 
 struct http_server::impl {
   impl(runtime& rt, http_server_config cfg)
-      : gw(rt, std::move(cfg)), acceptor(net::make_strand(ioc)),
-        accept_retry(acceptor.get_executor()) {}
+    : gw(rt, std::move(cfg)),
+      acceptor(net::make_strand(ioc)),
+      accept_retry(acceptor.get_executor()) {}
 
   // Declared first: destroyed last, after every I/O object bound to it.
   net::io_context ioc;
@@ -65,8 +64,8 @@ struct http_server::impl {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::unordered_map<session*, std::weak_ptr<session>> sessions; // guarded by mu
-  int64_t in_flight = 0;                                         // guarded by mu
+  std::unordered_map<session*, std::weak_ptr<session>> sessions;  // guarded by mu
+  int64_t in_flight = 0;                                            // guarded by mu
 
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket s, const std::shared_ptr<impl>& self);
@@ -87,13 +86,15 @@ struct http_server::impl {
     std::lock_guard<std::mutex> g(mu);
     --in_flight;
     gw.metrics().in_flight.fetch_sub(1);
-    if (in_flight == 0) cv.notify_all();
+    if (in_flight == 0)
+      cv.notify_all();
   }
   void session_gone(session* s) {
     std::lock_guard<std::mutex> g(mu);
     sessions.erase(s);
     gw.metrics().connections.fetch_sub(1);
-    if (sessions.empty()) cv.notify_all();
+    if (sessions.empty())
+      cv.notify_all();
   }
   void run_thread() {
     for (;;) {
@@ -113,9 +114,9 @@ namespace {
 
 /// One connection. Every member function runs on the connection's strand.
 class session : public std::enable_shared_from_this<session> {
- public:
+public:
   session(tcp::socket&& s, std::shared_ptr<http_server::impl> srv)
-      : stream_(std::move(s)), srv_(std::move(srv)), deadline_(stream_.get_executor()) {}
+    : stream_(std::move(s)), srv_(std::move(srv)), deadline_(stream_.get_executor()) {}
 
   ~session() { srv_->session_gone(this); }
 
@@ -132,7 +133,8 @@ class session : public std::enable_shared_from_this<session> {
 
   /// Closes the socket; a pending call's response is dropped when it arrives.
   void close() {
-    if (closed_) return;
+    if (closed_)
+      return;
     closed_ = true;
     ++deadline_gen_;
     deadline_.cancel();
@@ -143,7 +145,7 @@ class session : public std::enable_shared_from_this<session> {
 
   net::any_io_executor executor() { return stream_.get_executor(); }
 
- private:
+private:
   const http_limits& limits() const { return srv_->gw.config().limits; }
 
   void arm_deadline(std::chrono::milliseconds d) {
@@ -151,7 +153,8 @@ class session : public std::enable_shared_from_this<session> {
     timed_out_ = false;
     deadline_.expires_after(d);
     deadline_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
-      if (ec || gen != self->deadline_gen_ || self->closed_) return;
+      if (ec || gen != self->deadline_gen_ || self->closed_)
+        return;
       self->timed_out_ = true;
       beast::error_code ignored;
       self->stream_.socket().cancel(ignored);
@@ -164,33 +167,39 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   void read_request() {
-    if (closed_) return;
-    if (srv_->closing.load()) return close();
+    if (closed_)
+      return;
+    if (srv_->closing.load())
+      return close();
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(
-        std::min<size_t>(limits().max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+      std::min<size_t>(limits().max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
     parser_->body_limit(static_cast<std::uint64_t>(limits().max_body_bytes));
     arm_deadline(limits().request_timeout);
-    bhttp::async_read_header(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = shared_from_this()](beast::error_code ec, size_t) {
+                               self->on_header(ec);
+                             });
   }
 
   void on_header(beast::error_code ec) {
-    if (ec) return on_read_error(ec);
+    if (ec)
+      return on_read_error(ec);
     auto& h = parser_->get();
     if (auto cl = parser_->content_length(); cl && *cl > limits().max_body_bytes)
       return refuse(413, "BODY_TOO_LARGE",
                     "the body has " + std::to_string(*cl) + " bytes; the limit is " +
-                        std::to_string(limits().max_body_bytes));
-    if (parser_->is_done()) return dispatch_request();
+                      std::to_string(limits().max_body_bytes));
+    if (parser_->is_done())
+      return dispatch_request();
     if (iequals(h[bhttp::field::expect], "100-continue")) {
       continue_ = {};
       continue_.version(11);
       continue_.result(bhttp::status::continue_);
       bhttp::async_write(stream_, continue_,
                          [self = shared_from_this()](beast::error_code ec, size_t) {
-                           if (ec) return self->on_read_error(ec);
+                           if (ec)
+                             return self->on_read_error(ec);
                            self->read_body();
                          });
       return;
@@ -201,7 +210,8 @@ class session : public std::enable_shared_from_this<session> {
   void read_body() {
     bhttp::async_read(stream_, buffer_, *parser_,
                       [self = shared_from_this()](beast::error_code ec, size_t) {
-                        if (ec) return self->on_read_error(ec);
+                        if (ec)
+                          return self->on_read_error(ec);
                         self->dispatch_request();
                       });
   }
@@ -209,22 +219,23 @@ class session : public std::enable_shared_from_this<session> {
   void on_read_error(beast::error_code ec) {
     bool timed_out = timed_out_;
     disarm_deadline();
-    if (closed_) return;
+    if (closed_)
+      return;
     if (timed_out) {
       if ((parser_ && parser_->got_some()) || buffer_.size() > 0)
         return refuse(408, "REQUEST_TIMEOUT",
                       "the request was not received within " +
-                          std::to_string(limits().request_timeout.count()) + " ms");
+                        std::to_string(limits().request_timeout.count()) + " ms");
       return close(); // an idle keep-alive connection
     }
     if (ec == bhttp::error::body_limit)
       return refuse(413, "BODY_TOO_LARGE",
                     "the body exceeds the limit of " + std::to_string(limits().max_body_bytes) +
-                        " bytes");
+                      " bytes");
     if (ec == bhttp::error::header_limit)
       return refuse(431, "HEADERS_TOO_LARGE",
                     "the request line and headers exceed " +
-                        std::to_string(limits().max_header_bytes) + " bytes");
+                      std::to_string(limits().max_header_bytes) + " bytes");
     if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
         ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message)
       return refuse(400, "BAD_REQUEST", "malformed HTTP request: " + ec.message());
@@ -253,7 +264,8 @@ class session : public std::enable_shared_from_this<session> {
       r.idempotency_key = std::string(it->value());
     if (auto it = msg.find("traceparent"); it != msg.end())
       r.traceparent = std::string(it->value());
-    if (auto it = msg.find("X-Trace-Id"); it != msg.end()) r.x_trace_id = std::string(it->value());
+    if (auto it = msg.find("X-Trace-Id"); it != msg.end())
+      r.x_trace_id = std::string(it->value());
     r.body = std::move(msg.body());
     keep_alive_ = msg.keep_alive();
     version_ = msg.version();
@@ -282,7 +294,8 @@ class session : public std::enable_shared_from_this<session> {
 
   void write(http::http_response r, bool counted) {
     if (closed_) {
-      if (counted) srv_->request_done();
+      if (counted)
+        srv_->request_done();
       return;
     }
     res_ = {};
@@ -290,9 +303,12 @@ class session : public std::enable_shared_from_this<session> {
     res_.result(static_cast<unsigned>(r.status));
     res_.set(bhttp::field::server, "factum");
     res_.set(bhttp::field::content_type, r.content_type);
-    if (!r.trace_id.empty()) res_.set("X-Trace-Id", r.trace_id);
-    if (r.replayed) res_.set("Idempotent-Replayed", "true");
-    if (!r.allow.empty()) res_.set(bhttp::field::allow, r.allow);
+    if (!r.trace_id.empty())
+      res_.set("X-Trace-Id", r.trace_id);
+    if (r.replayed)
+      res_.set("Idempotent-Replayed", "true");
+    if (!r.allow.empty())
+      res_.set(bhttp::field::allow, r.allow);
     bool keep = keep_alive_ && !r.close && !srv_->gw.draining() && !srv_->closing.load();
     res_.keep_alive(keep);
     res_.body() = std::move(r.body);
@@ -306,9 +322,12 @@ class session : public std::enable_shared_from_this<session> {
 
   void on_write(beast::error_code ec, bool counted, bool keep) {
     stream_.expires_never();
-    if (counted) srv_->request_done();
-    if (ec) return close();
-    if (!keep) return linger();
+    if (counted)
+      srv_->request_done();
+    if (ec)
+      return close();
+    if (!keep)
+      return linger();
     read_request();
   }
 
@@ -316,10 +335,12 @@ class session : public std::enable_shared_from_this<session> {
   /// so that closing with unread data does not reset the connection before the peer has read
   /// the response.
   void linger() {
-    if (closed_) return;
+    if (closed_)
+      return;
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    if (ec) return close();
+    if (ec)
+      return close();
     drained_ = buffer_.size();
     buffer_.consume(buffer_.size());
     arm_deadline(std::min(linger_time, limits().request_timeout));
@@ -328,11 +349,12 @@ class session : public std::enable_shared_from_this<session> {
 
   void drain() {
     stream_.socket().async_read_some(
-        net::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
-          self->drained_ += n;
-          if (ec || self->drained_ > linger_cap || self->srv_->closing.load()) return self->close();
-          self->drain();
-        });
+      net::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+        self->drained_ += n;
+        if (ec || self->drained_ > linger_cap || self->srv_->closing.load())
+          return self->close();
+        self->drain();
+      });
   }
 
   beast::tcp_stream stream_;
@@ -356,20 +378,23 @@ class session : public std::enable_shared_from_this<session> {
 void http_server::impl::do_accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
     auto self = weak_self.lock();
-    if (!self) return;
+    if (!self)
+      return;
     on_accept(ec, std::move(s), self);
   });
 }
 
 void http_server::impl::on_accept(beast::error_code ec, tcp::socket s,
                                   const std::shared_ptr<impl>& self) {
-  if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+  if (ec == net::error::operation_aborted || !acceptor.is_open())
+    return;
   if (ec) {
     // e.g. EMFILE: back off instead of spinning, then accept again.
     gw.log({{"level", "error"}, {"event", "accept_failed"}, {"detail", ec.message()}});
     accept_retry.expires_after(std::chrono::milliseconds(100));
     accept_retry.async_wait([this](beast::error_code e) {
-      if (!e && acceptor.is_open()) do_accept();
+      if (!e && acceptor.is_open())
+        do_accept();
     });
     return;
   }
@@ -389,7 +414,8 @@ void http_server::impl::on_accept(beast::error_code ec, tcp::socket s,
     }
     gw.metrics().connections.fetch_add(1);
     gw.metrics().connections_total.fetch_add(1);
-    if (refuse) gw.metrics().connections_refused.fetch_add(1);
+    if (refuse)
+      gw.metrics().connections_refused.fetch_add(1);
     sess->start(refuse);
   }
   do_accept();
@@ -417,10 +443,14 @@ result<std::unique_ptr<http_server>> http_server::start(runtime& rt, http_server
   }
   auto where = cfg.host + ":" + std::to_string(cfg.port);
   p->acceptor.open(ep.protocol(), ec);
-  if (!ec) p->acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) p->acceptor.bind(ep, ec);
-  if (!ec) p->acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) return status{errc::unavailable, "cannot listen on " + where + ": " + ec.message()};
+  if (!ec)
+    p->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec)
+    p->acceptor.bind(ep, ec);
+  if (!ec)
+    p->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return status{errc::unavailable, "cannot listen on " + where + ": " + ec.message()};
   p->port = p->acceptor.local_endpoint(ec).port();
   p->work.emplace(net::make_work_guard(p->ioc));
   net::post(p->acceptor.get_executor(), [raw = p.get()] { raw->do_accept(); });
@@ -432,16 +462,13 @@ result<std::unique_ptr<http_server>> http_server::start(runtime& rt, http_server
 
 http_server::http_server(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
 
-http_server::~http_server() {
-  stop();
-}
+http_server::~http_server() { stop(); }
 
-uint16_t http_server::port() const {
-  return impl_->port;
-}
+uint16_t http_server::port() const { return impl_->port; }
 
 void http_server::begin_shutdown() {
-  if (impl_->gw.draining()) return;
+  if (impl_->gw.draining())
+    return;
   impl_->gw.begin_shutdown();
   impl_->close_acceptor();
 }
@@ -453,7 +480,8 @@ bool http_server::wait_idle(std::chrono::milliseconds timeout) {
 
 void http_server::stop() {
   auto& p = *impl_;
-  if (p.stopped.exchange(true)) return;
+  if (p.stopped.exchange(true))
+    return;
   p.closing.store(true);
   p.gw.begin_shutdown();
   p.close_acceptor();
@@ -461,7 +489,8 @@ void http_server::stop() {
   {
     std::lock_guard<std::mutex> g(p.mu);
     for (auto& [_, w] : p.sessions)
-      if (auto s = w.lock()) open.push_back(std::move(s));
+      if (auto s = w.lock())
+        open.push_back(std::move(s));
   }
   for (auto& s : open)
     net::post(s->executor(), [s] { s->close(); });
@@ -473,7 +502,8 @@ void http_server::stop() {
   p.work.reset();
   p.ioc.stop();
   for (auto& t : p.threads)
-    if (t.joinable()) t.join();
+    if (t.joinable())
+      t.join();
 }
 
 std::string http_server::metrics_text() const {
