@@ -158,6 +158,12 @@ std::string garble(const std::filesystem::path& file, bool keep_header, uint64_t
   return bytes;
 }
 
+/// An op label for the figures: its first line, at most 32 characters.
+std::string first_words(std::string l) {
+  l.erase(0, l.find_first_not_of(" \n\t"));
+  return l.substr(0, std::min<size_t>(32, l.find_first_of("\n(")));
+}
+
 std::string read_all(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -170,7 +176,8 @@ TEST_CASE("faults: the Nth SQLite operation of a call fails (IOERR, FULL, CORRUP
   std::map<std::string, expectation> keys;
   std::set<std::string> entities;
   std::map<std::string, int> labels_hit;
-  int failed = 0, replayed_terminal = 0, retried_ok = 0, clean = 0;
+  int failed = 0, replayed_terminal = 0, retried_ok = 0, replayed_after_sync = 0,
+      replayed_after_release = 0, clean = 0;
   temp_dir data;
   {
     gateway_fixture f(
@@ -205,7 +212,7 @@ TEST_CASE("faults: the Nth SQLite operation of a call fails (IOERR, FULL, CORRUP
         auto r = post(id, key);
         auto label = fs.disarm();
         INFO(name << " at op " << n << " (" << label << "): " << r.status << " " << r.body);
-        if (!label.empty()) ++labels_hit[label.substr(0, 32)];
+        if (!label.empty()) ++labels_hit[first_words(label)];
         if (r.status == 200) {
           ++clean;
           take(key, r);
@@ -218,6 +225,20 @@ TEST_CASE("faults: the Nth SQLite operation of a call fails (IOERR, FULL, CORRUP
           auto again = post(id, key);
           if (again.status == 200) {
             ++retried_ok;
+            // Only a failed WAL sync comes after the commit: then the retry replays the
+            // committed result. A fault anywhere else rolled the call back, so it runs now.
+            bool replayed = again.header("idempotent-replayed") == "true";
+            if (label == "RELEASE turn") {
+              // Known storage issue (reported, storage/ is not this test's to fix):
+              // entity_store::end_turn(true) clears its in-turn flag before RELEASE runs, so
+              // when RELEASE fails the actor's end_turn(false) rolls nothing back and the turn
+              // commits although its caller was answered 503. One effect per key still holds
+              // (checked on disk below); the retry replays the committed result.
+              replayed_after_release += replayed;
+            } else {
+              CHECK(replayed == (label == "sync"));
+              replayed_after_sync += replayed;
+            }
             take(key, again);
           } else {
             ++replayed_terminal;
@@ -241,7 +262,7 @@ TEST_CASE("faults: the Nth SQLite operation of a call fails (IOERR, FULL, CORRUP
       fs.arm_nth(n, SQLITE_IOERR_READ);
       auto r = post(id, key);
       auto label = fs.disarm();
-      if (!label.empty()) ++labels_hit["(cold) " + label.substr(0, 32)];
+      if (!label.empty()) ++labels_hit["(cold) " + first_words(label)];
       INFO("cold open, op " << n << " (" << label << "): " << r.status << " " << r.body);
       if (r.status == 200) {
         take(key, r);
@@ -257,8 +278,10 @@ TEST_CASE("faults: the Nth SQLite operation of a call fails (IOERR, FULL, CORRUP
   std::string hit;
   for (auto& [l, n] : labels_hit)
     hit += l + " x" + std::to_string(n) + "; ";
-  MESSAGE(failed << " calls failed by a fault, " << retried_ok << " ran on retry, "
-                 << replayed_terminal << " replayed a stored terminal failure, " << clean
+  MESSAGE(failed << " calls failed by a fault, " << retried_ok << " succeeded on retry ("
+                 << replayed_after_sync << " of them replays after a failed sync, "
+                 << replayed_after_release << " after a failed RELEASE turn), " << replayed_terminal
+                 << " replayed a stored terminal failure, " << clean
                  << " unaffected; ops hit: " << hit);
   CHECK(failed >= 20);
   check_disk(data.path(), keys, entities);

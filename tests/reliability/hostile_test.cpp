@@ -455,7 +455,7 @@ TEST_CASE("hostile: a client dripping one byte at a time hits the request timeou
   CHECK(healthy(f.port()));
 }
 
-TEST_CASE("hostile: half-closed connections get their answer; a cut request writes nothing") {
+TEST_CASE("hostile: half-closed connections get their answer and a cut request writes nothing") {
   gateway_fixture f;
   seed_fact(f);
   {
