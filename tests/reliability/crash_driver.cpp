@@ -1,8 +1,9 @@
 // crash_driver.cpp: crash rounds over HTTP against the real `factum serve` binary (issue #9).
-// Each round starts the server on one data directory, retries every request of the previous
-// round that got no response (same Idempotency-Key, same body), then runs a bounded load with
-// unique keys over several connections and ledger entities, and SIGKILLs the server at a seeded
-// random moment (after a random number of acknowledged calls, while others are in flight).
+// Each round starts the server on one data directory and runs a bounded load over several
+// connections and ledger entities: first the retries of every earlier request that got no
+// response (same Idempotency-Key, same body), then new requests with unique keys; it SIGKILLs
+// the server at a seeded random moment (after a random number of acknowledged calls, while
+// others are in flight; one round in four almost at once, among the retries).
 // After the last round the server is started once more, every unanswered call is retried, the
 // server is stopped with SIGTERM, and the files are opened read-only with the storage library:
 // one fact per key, every acknowledged (seq, fact_id) present, every hash chain valid.
@@ -59,6 +60,7 @@ struct figures {
   int64_t unanswered = 0;
   int64_t retried = 0;
   int64_t retried_replayed = 0;
+  int64_t retries_cut = 0; ///< retries that a kill cut off again
   int64_t kills = 0;
   int64_t facts = 0;
 };
@@ -238,14 +240,18 @@ void retry_unanswered(std::vector<call_record>& calls, uint16_t port, figures& f
   }
 }
 
-/// Runs the load of one round; SIGKILLs the server after `kill_after` acknowledgements (or ends
-/// the load after `max_calls` calls when kill_after is 0) and returns the calls it made.
+/// Runs one round: first the retries of `pending` (calls of earlier rounds that got no response:
+/// same key, same body), then new calls with unique keys, over `o.connections` connections;
+/// SIGKILLs the server after `kill_after` acknowledgements, so a kill may also land among the
+/// retries. Returns the new calls; `pending` is updated in place.
 std::vector<call_record> load(server& srv, int round, const options& o, std::mt19937_64& rng,
-                              int64_t kill_after, int64_t max_calls, figures& fig) {
+                              int64_t kill_after, std::vector<call_record>& pending, figures& fig) {
+  const int64_t max_calls = 100000;
   std::mutex mu;
   std::vector<call_record> calls;
   std::atomic<int64_t> acks{0};
   std::atomic<int64_t> issued{0};
+  std::atomic<size_t> next_pending{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> workers;
   std::vector<uint64_t> seeds;
@@ -255,16 +261,24 @@ std::vector<call_record> load(server& srv, int round, const options& o, std::mt1
     workers.emplace_back([&, w] {
       std::mt19937_64 wr(seeds[w]);
       factum::test::http_client client(srv.port(), 10s);
-      for (int n = 0; !stop.load(); ++n) {
-        if (issued.fetch_add(1) >= max_calls) break;
+      for (int n = 0; !stop.load();) {
+        size_t pi = next_pending.fetch_add(1);
+        bool retry = pi < pending.size();
         call_record c;
-        c.key = "r" + std::to_string(round) + "-w" + std::to_string(w) + "-n" + std::to_string(n);
-        c.entity = static_cast<int>(wr() % static_cast<uint64_t>(o.entities));
-        c.body =
-            json{{"type", "invocation"},
-                 {"subtype", "crash"},
-                 {"data", {{"k", c.key}, {"round", round}, {"pad", std::string(wr() % 200, 'p')}}}}
-                .dump();
+        if (retry) {
+          std::lock_guard<std::mutex> g(mu);
+          c = pending[pi];
+        } else {
+          if (issued.fetch_add(1) >= max_calls) break;
+          c.key =
+              "r" + std::to_string(round) + "-w" + std::to_string(w) + "-n" + std::to_string(n++);
+          c.entity = static_cast<int>(wr() % static_cast<uint64_t>(o.entities));
+          c.body = json{{"type", "invocation"},
+                        {"subtype", "crash"},
+                        {"data",
+                         {{"k", c.key}, {"round", round}, {"pad", std::string(wr() % 200, 'p')}}}}
+                       .dump();
+        }
         auto r = client.request("POST", target_of(c), headers_of(c), c.body);
         if (r.status == 200) {
           take_ack(c, r);
@@ -275,20 +289,25 @@ std::vector<call_record> load(server& srv, int round, const options& o, std::mt1
         bool dead = r.status == 0;
         {
           std::lock_guard<std::mutex> g(mu);
-          calls.push_back(std::move(c));
+          if (retry) {
+            ++fig.retried;
+            fig.retried_replayed += r.status == 200 && r.header("idempotent-replayed") == "true";
+            fig.retries_cut += dead;
+            pending[pi] = std::move(c);
+          } else {
+            calls.push_back(std::move(c));
+          }
         }
         if (dead) break; // the server is gone; this connection's call stays unanswered
       }
     });
   }
-  if (kill_after > 0) {
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (acks.load() < kill_after && std::chrono::steady_clock::now() < deadline &&
-           issued.load() < max_calls)
-      std::this_thread::sleep_for(200us);
-    srv.kill_now();
-    ++fig.kills;
-  }
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (acks.load() < kill_after && std::chrono::steady_clock::now() < deadline &&
+         issued.load() < max_calls)
+    std::this_thread::sleep_for(200us);
+  srv.kill_now();
+  ++fig.kills;
   stop.store(true);
   for (auto& t : workers)
     t.join();
@@ -401,7 +420,7 @@ int main(int argc, char** argv) {
   factum::test::temp_dir tmp;
   figures fig;
   std::vector<call_record> all;
-  std::vector<size_t> unanswered; // indexes into `all`
+  std::vector<call_record> pending; // no response yet: retried in the next round
   auto t0 = std::chrono::steady_clock::now();
   for (int round = 1; round <= o.rounds + 1 && failures == 0; ++round) {
     bool last = round == o.rounds + 1;
@@ -409,31 +428,34 @@ int main(int argc, char** argv) {
     std::string durability = round % 2 ? "full" : "normal";
     server srv(o, tmp.path());
     if (!srv.start(round, durability)) break;
-    {
-      std::vector<call_record> pending;
-      for (auto i : unanswered)
-        pending.push_back(all[i]);
-      retry_unanswered(pending, srv.port(), fig);
-      size_t j = 0;
-      for (auto i : unanswered)
-        all[i] = pending[j++];
-      unanswered.clear();
-    }
     if (last) {
+      retry_unanswered(pending, srv.port(), fig);
       srv.stop();
       break;
     }
-    auto kill_after = static_cast<int64_t>(20 + rng() % 400);
-    auto calls = load(srv, round, o, rng, kill_after, 100000, fig);
-    size_t acked = 0;
-    for (auto& c : calls) {
-      if (!c.acked) unanswered.push_back(all.size());
-      acked += c.acked;
-      all.push_back(std::move(c));
+    // Mostly a kill after some hundred acknowledgements; one round in four kills almost at once,
+    // while the previous round's calls are being retried.
+    auto kill_after = static_cast<int64_t>(rng() % 4 == 0 ? 1 + rng() % 8 : 20 + rng() % 400);
+    size_t retrying = pending.size();
+    auto calls = load(srv, round, o, rng, kill_after, pending, fig);
+    std::vector<call_record> next;
+    size_t acked = 0, retried_ok = 0;
+    for (auto& c : pending) {
+      retried_ok += c.acked;
+      (c.acked ? all : next).push_back(std::move(c));
     }
-    std::cout << "round " << round << " (" << durability << "): killed after " << acked
-              << " acknowledged calls, " << unanswered.size() << " without a response" << std::endl;
+    for (auto& c : calls) {
+      acked += c.acked;
+      (c.acked ? all : next).push_back(std::move(c));
+    }
+    pending = std::move(next);
+    std::cout << "round " << round << " (" << durability << "): " << retried_ok << "/" << retrying
+              << " earlier calls answered on retry, killed after " << acked
+              << " new acknowledged calls, " << pending.size() << " without a response"
+              << std::endl;
   }
+  for (auto& c : pending)
+    all.push_back(std::move(c));
   for (auto& c : all)
     if (!c.acked) fail("key " + c.key + " never got a response");
   if (failures == 0) check_on_disk(tmp.path() / "data", all, o, fig);
@@ -441,9 +463,9 @@ int main(int argc, char** argv) {
   std::cout << "reliability_crash: " << (failures ? "FAILED" : "ok") << ": seed " << o.seed
             << ", rounds " << o.rounds << ", kills " << fig.kills << ", calls " << fig.sent
             << ", acknowledged at once " << fig.acked << ", unanswered at the kill "
-            << fig.unanswered << ", retried " << fig.retried << " (replayed "
-            << fig.retried_replayed << "), facts on disk " << fig.facts << ", " << secs << " s"
-            << std::endl;
+            << fig.unanswered << ", retries " << fig.retried << " (replayed "
+            << fig.retried_replayed << ", cut by a kill " << fig.retries_cut << "), facts on disk "
+            << fig.facts << ", " << secs << " s" << std::endl;
   if (o.keep) {
     auto keep = std::filesystem::temp_directory_path() / "factum-crash-kept";
     std::error_code ec;
