@@ -55,6 +55,14 @@ class raw_socket {
     return true;
   }
 
+  /// Bounds every blocking send (SO_SNDTIMEO): a send that cannot progress then fails.
+  void set_send_timeout(std::chrono::milliseconds t) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(t.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((t.count() % 1000) * 1000);
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+
   /// Half-closes: no more bytes from this side; the server may still answer.
   void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
 
