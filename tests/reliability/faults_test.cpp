@@ -412,3 +412,32 @@ TEST_CASE("faults: an entity file overwritten with garbage while the entity is h
   CHECK(healthy(f.port()));
   CHECK(read_all(file_of(data.path(), "sleeper")) == bytes);
 }
+
+TEST_CASE("faults: a garbage alarm index stops the start with a clear error, nothing else") {
+  temp_dir data;
+  {
+    gateway_fixture f({}, data.path());
+    http_client c(f.port());
+    REQUIRE(c.request("POST", "/v1/entities/ledger/keep/append", json_headers(acme_key, "k1"),
+                      append_body("k1"))
+                .status == 200);
+  }
+  auto index = data.path() / "runtime" / "alarms.db";
+  REQUIRE(std::filesystem::exists(index));
+  garble(index, false, 3);
+  runtime_config rc;
+  rc.data_dir = data.path();
+  add_builtin_types(rc.types);
+  auto r = runtime::start(std::move(rc));
+  REQUIRE_FALSE(r.is_ok());
+  MESSAGE("start on a garbage alarm index: " << r.error().to_string());
+  CHECK(r.error().message().find("alarm index") != std::string::npos);
+  // The entity files are untouched by the refused start.
+  store_options o;
+  o.data_dir = data.path();
+  o.read_only = true;
+  auto s = entity_store::open(o, entity_key{"acme", "ledger", "keep"});
+  REQUIRE(s.is_ok());
+  CHECK((*s)->last_seq() == 1);
+  CHECK((*s)->verify()->ok);
+}
