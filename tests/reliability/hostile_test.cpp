@@ -511,7 +511,7 @@ TEST_CASE("hostile: 2,000 idle connections against a cap of 1,000") {
   REQUIRE_MESSAGE(rl.rlim_cur > 2 * total + 512, "RLIMIT_NOFILE is " << rl.rlim_cur);
   gateway_fixture f([&](runtime_config&, http_server_config& h) {
     h.limits.max_connections = cap;
-    h.limits.request_timeout = std::chrono::milliseconds(4000);
+    h.limits.request_timeout = std::chrono::milliseconds(6000);
   });
   seed_fact(f);
   auto before = count_on_disk(f.data_dir());
