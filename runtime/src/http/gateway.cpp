@@ -6,6 +6,7 @@
 
 #include <ctime>
 
+#include "factum/storage/fact.hpp"
 #include "factum/storage/sha256.hpp"
 #include "http/http_util.hpp"
 
@@ -333,6 +334,10 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   }
 
   // -- tenant: only from X-API-Key --
+  // Two keys (a proxy adding one, a client sending two tenants' keys) are ambiguous: refused
+  // rather than "the first one wins".
+  if (req.api_key_count > 1)
+    return fail(401, "UNAUTHORIZED", "send exactly one X-API-Key header");
   auto* tenant = authenticate(req);
   if (!tenant)
     return fail(401, "UNAUTHORIZED",
@@ -374,6 +379,12 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
                          {"since", "until", "after_seq", "before_seq"}, true, true);
     if (!q.error.empty())
       return fail(400, "INVALID_QUERY", q.error);
+    // Type filters are fact tokens: refused here, so that a bad filter never reaches the
+    // entity (where a failed call would be recorded as an error fact).
+    for (const char* name : {"type", "subtype"})
+      if (q.args.contains(name))
+        if (auto st = validate_fact_token(q.args[name].get<std::string>(), name); !st)
+          return fail(400, "INVALID_QUERY", st.message());
     method = "@facts";
     args = q.args.dump();
   } else if (k == kind::dead_letters) {
@@ -409,7 +420,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
     }
     json extra = json::object();
     if (!req.body.empty()) {
-      if (!req.has_content_type || !is_json_content_type(req.content_type))
+      if (!req.has_content_type || req.content_type_count > 1 ||
+          !is_json_content_type(req.content_type))
         return fail(415, "UNSUPPORTED_MEDIA_TYPE",
                     "the body must be sent as Content-Type: application/json");
       auto c = check_json(req.body, cfg_.limits.max_json_depth);

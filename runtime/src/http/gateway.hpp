@@ -24,8 +24,10 @@ struct http_request {
   std::string target;  ///< origin-form: path and query, still encoded
   std::string content_type;
   bool has_content_type = false;
+  int content_type_count = 0;  ///< how many Content-Type headers came
   std::string api_key;
   bool has_api_key = false;
+  int api_key_count = 0;  ///< how many X-API-Key headers came
   std::string idempotency_key;
   int idempotency_key_count = 0;  ///< how many Idempotency-Key headers came
   std::string traceparent;

@@ -253,10 +253,12 @@ private:
       r.has_content_type = true;
       r.content_type = std::string(it->value());
     }
+    r.content_type_count = static_cast<int>(msg.count(bhttp::field::content_type));
     if (auto it = msg.find("X-API-Key"); it != msg.end()) {
       r.has_api_key = true;
       r.api_key = std::string(it->value());
     }
+    r.api_key_count = static_cast<int>(msg.count("X-API-Key"));
     r.idempotency_key_count = static_cast<int>(msg.count("Idempotency-Key"));
     if (auto it = msg.find("Idempotency-Key"); it != msg.end())
       r.idempotency_key = std::string(it->value());

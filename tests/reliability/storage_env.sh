@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# storage_env.sh: the real `factum serve` on a real small filesystem (a 2 MiB tmpfs): the disk
+# fills up under appends (503 STORAGE_FULL, nothing acknowledged lost, the refused key runs
+# once after the filesystem grows), then the data directory turns read-only under the running
+# server (a read-only bind mount: a new entity answers 503, /healthz still answers), a start on
+# a read-only data directory fails with a clear message, and after remounting read-write every
+# hash chain verifies and every acknowledged fact is there once.
+# Needs root and permission to mount (a tmpfs); without them it exits 77, which ctest reports
+# as skipped. Root ignores file permissions, so a chmod'ed directory would prove nothing.
+# Usage: storage_env.sh PATH/TO/factum
+set -euo pipefail
+factum=${1:?usage: storage_env.sh PATH/TO/factum}
+if [ "$(id -u)" != 0 ]; then
+  echo "storage_env: skipped: needs root to mount a tmpfs"
+  exit 77
+fi
+tmp=$(mktemp -d)
+mnt=$tmp/mnt
+mkdir -p "$mnt"
+if ! mount -t tmpfs -o size=2m tmpfs "$mnt" 2> "$tmp/mount.err"; then
+  echo "storage_env: skipped: cannot mount a tmpfs: $(cat "$tmp/mount.err")"
+  rm -rf "$tmp"
+  exit 77
+fi
+pid=""
+bound=0
+cleanup() {
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  [ "$bound" = 1 ] && umount "$mnt/data" 2>/dev/null
+  umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "storage_env: FAIL: $*" >&2
+  echo "--- server log:" >&2
+  tail -20 "$tmp/err.log" >&2 || true
+  exit 1
+}
+
+key_hash=$(printf %s env-key | sha256sum | cut -d' ' -f1)
+cat > "$tmp/serve.json" <<JSON
+{
+  "listen": "127.0.0.1:0",
+  "data_dir": "$mnt/data",
+  "tenants": {"acme": {"api_keys": ["sha256:$key_hash"]}},
+  "types": ["ledger"]
+}
+JSON
+
+start() {
+  : > "$tmp/err.log"
+  "$factum" serve --config "$tmp/serve.json" 2> "$tmp/err.log" &
+  pid=$!
+  port=""
+  for _ in $(seq 1 300); do
+    port=$(grep -o '"port":[0-9]*' "$tmp/err.log" 2>/dev/null | head -1 | cut -d: -f2 || true)
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || fail "server exited early"
+    sleep 0.05
+  done
+  [ -n "$port" ] || fail "no start line within 15 s"
+  base="http://127.0.0.1:$port"
+}
+stop() {
+  kill -TERM "$pid"
+  set +e
+  wait "$pid"
+  stop_rc=$?
+  set -e
+  pid=""
+}
+pad=$(head -c 24000 /dev/zero | tr '\0' 'p')
+post() { # entity key -> sets code, body
+  printf '{"type":"invocation","data":{"k":"%s","pad":"%s"}}' "$2" "$pad" > "$tmp/req"
+  code=$(curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' -X POST \
+    "$base/v1/entities/ledger/$1/append" -H 'X-API-Key: env-key' \
+    -H 'Content-Type: application/json' -H "Idempotency-Key: $2" --data-binary @"$tmp/req")
+  body=$(cat "$tmp/body")
+}
+healthz() { curl -s -o /dev/null -w '%{http_code}' "$base/healthz"; }
+
+# -- 1. the disk fills up --
+start
+acked=()
+refused=""
+for i in $(seq 1 300); do
+  post fill "f$i"
+  if [ "$code" = 200 ]; then
+    acked+=("f$i")
+  else
+    refused="f$i"
+    break
+  fi
+done
+[ -n "$refused" ] || fail "a 2 MiB filesystem never filled up"
+[ "$code" = 503 ] || fail "full disk answered $code: $body"
+echo "$body" | grep -q '"code":"STORAGE_FULL"' || fail "full disk: $body"
+grep -qi '^content-type: application/problem+json' "$tmp/headers" || fail "not problem+json"
+echo "storage_env: disk full after ${#acked[@]} appends: $code $(echo "$body" | grep -o '"code":"[A-Z_]*"')"
+[ "$(healthz)" = 200 ] || fail "healthz with a full disk"
+# The refused key is still refused while the disk is full (released, not stored).
+post fill "$refused"
+[ "$code" = 503 ] || fail "retry on a full disk answered $code: $body"
+# The filesystem grows: the refused key runs now, once, without a server restart.
+mount -o remount,size=16m "$mnt"
+post fill "$refused"
+[ "$code" = 200 ] || fail "retry after growing answered $code: $body"
+grep -qi '^idempotent-replayed' "$tmp/headers" && fail "the refused key was replayed"
+acked+=("$refused")
+post fill after-grow
+[ "$code" = 200 ] || fail "append after growing answered $code"
+acked+=(after-grow)
+
+# -- 2. the data directory turns read-only under the running server --
+# (A remount of the whole filesystem read-only is refused, EBUSY, while the server holds files
+# open for writing; a read-only bind mount over the data directory applies to every file opened
+# from now on, while files already open keep their descriptors.)
+post other o1
+[ "$code" = 200 ] || fail "other entity answered $code"
+acked_other=(o1)
+mount --bind -o ro "$mnt/data" "$mnt/data" || fail "read-only bind mount"
+bound=1
+post newent n1
+[ "$code" = 503 ] || fail "a new entity on a read-only data dir answered $code: $body"
+echo "$body" | grep -Eq '"code":"STORAGE_(READ_ONLY|UNAVAILABLE)"' || fail "read-only: $body"
+echo "storage_env: new entity on a read-only data dir: $code $(echo "$body" | grep -o '"code":"[A-Z_]*"'): $(echo "$body" | grep -o '"detail":"[^"]*"')"
+[ "$(healthz)" = 200 ] || fail "healthz on a read-only data dir"
+post other o2 # already open before: its descriptor is still writable
+echo "storage_env: an entity opened before: $code"
+[ "$code" = 200 ] && acked_other+=(o2)
+umount "$mnt/data"
+bound=0
+post newent n1
+[ "$code" = 200 ] || fail "the key refused on a read-only data dir answered $code: $body"
+grep -qi '^idempotent-replayed' "$tmp/headers" && fail "the refused key was replayed"
+stop
+[ "$stop_rc" = 0 ] || fail "exit $stop_rc after SIGTERM"
+
+# -- 3. starting on a read-only data directory: a clear error, at once --
+mount -o remount,ro "$mnt"
+set +e
+timeout 20 "$factum" serve --config "$tmp/serve.json" 2> "$tmp/ro.log"
+ro_rc=$?
+set -e
+[ "$ro_rc" != 0 ] && [ "$ro_rc" != 124 ] || fail "start on a read-only data dir exited $ro_rc"
+grep -q '"event":"start_failed"' "$tmp/ro.log" || fail "no start_failed line: $(cat "$tmp/ro.log")"
+echo "storage_env: start on a read-only data dir: exit $ro_rc: $(grep -o '"detail":"[^"]*"' "$tmp/ro.log")"
+
+# -- 4. read-write again: everything acknowledged is there once, chains verify --
+mount -o remount,rw "$mnt"
+start
+post fill after-ro
+[ "$code" = 200 ] || fail "append after read-write again answered $code: $body"
+acked+=(after-ro)
+stop
+[ "$stop_rc" = 0 ] || fail "exit $stop_rc after SIGTERM"
+"$factum" inspect verify --data "$mnt/data" > "$tmp/verify" 2>&1 || fail "verify: $(cat "$tmp/verify")"
+"$factum" inspect facts --data "$mnt/data" acme/ledger/fill --type invocation --json --limit 0 \
+  > "$tmp/fill.jsonl" 2> "$tmp/inspect.err" || fail "inspect: $(cat "$tmp/inspect.err")"
+for k in "${acked[@]}"; do
+  n=$(grep -c "\"idempotency_key\":\"$k\"" "$tmp/fill.jsonl" || true)
+  [ "$n" = 1 ] || fail "key $k has $n facts"
+done
+total=$(wc -l < "$tmp/fill.jsonl")
+[ "$total" = "${#acked[@]}" ] || fail "$total invocation facts for ${#acked[@]} acknowledged keys"
+"$factum" inspect facts --data "$mnt/data" acme/ledger/other --type invocation --json --limit 0 \
+  > "$tmp/other.jsonl" || fail "inspect other"
+[ "$(wc -l < "$tmp/other.jsonl")" = "${#acked_other[@]}" ] || fail "other: $(cat "$tmp/other.jsonl")"
+echo "storage_env: ok: ${#acked[@]} + ${#acked_other[@]} acknowledged facts present once, chains verify"
