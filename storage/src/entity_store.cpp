@@ -780,12 +780,15 @@ status entity_store::begin_turn() {
 status entity_store::end_turn(bool keep) {
   if (!in_turn_)
     return status::ok();
-  in_turn_ = false;
   if (keep) {
+    // A failed RELEASE leaves the turn open, so that the caller's end_turn(false) rolls it
+    // back: its facts and key must not commit with a later batch after the call was failed.
     if (auto st = exec_cached("RELEASE turn"); !st)
       return st;
+    in_turn_ = false;
     return status::ok();
   }
+  in_turn_ = false;
   auto st = exec_cached("ROLLBACK TO turn");
   if (st)
     st = exec_cached("RELEASE turn");

@@ -706,6 +706,31 @@ TEST_CASE("faults: a failed COMMIT rolls the batch back and the store recovers")
   CHECK(s2->verify()->ok);
 }
 
+TEST_CASE("faults: a failed RELEASE of a turn leaves it to be rolled back, facts and key too") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  bool armed = false;
+  o.fault = [&](uint64_t, std::string_view what) {
+    return armed && what == "RELEASE turn" ? SQLITE_IOERR_WRITE : SQLITE_OK;
+  };
+  auto s = open_ok(o);
+  REQUIRE(s->append(draft("a")).is_ok());
+  REQUIRE(s->begin_turn().is_ok());
+  REQUIRE(s->begin_key("k1", "fp", 0, now_ms()).is_ok());
+  REQUIRE(s->append(draft("b")).is_ok());
+  REQUIRE(s->complete_key("k1", "{}").is_ok());
+  armed = true;
+  CHECK_FALSE(s->end_turn(true).is_ok());
+  armed = false;
+  REQUIRE(s->end_turn(false).is_ok()); // what the runtime does with a turn that failed
+  REQUIRE(s->commit().is_ok());
+  CHECK(s->last_seq() == 1);
+  CHECK(s->get_key("k1").error().code() == errc::not_found);
+  CHECK(s->append(draft("c"))->seq == 2);
+  REQUIRE(s->commit().is_ok());
+  CHECK(s->verify()->ok);
+}
+
 TEST_CASE("faults: an injected IOERR on a fact insert fails only that append") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
