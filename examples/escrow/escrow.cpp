@@ -368,8 +368,9 @@ class escrow_entity final : public entity {
             {"amount", state_.amount},
             {"currency", state_.currency}},
            ctx);
-    auto transfer_key =
-        "payout-" + ctx.key().id + "-" + command + "-" + std::to_string(state_.last_seq);
+    // One key per escrow and kind: a retried release (after a compensation, or from its dead
+    // letter) asks the provider for the same transfer, so it can never pay twice.
+    auto transfer_key = "payout-" + ctx.key().id + "-" + command;
     tool_request req;
     req.tool = "payout";
     req.operation = "transfer";

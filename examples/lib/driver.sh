@@ -152,8 +152,8 @@ ex_get() {
 }
 
 ex_body() { cat "$EX_TMP/body"; }
-# ex_jq FILTER: jq -r over the last body.
-ex_jq() { jq -r "$1" "$EX_TMP/body"; }
+# ex_jq [OPTIONS] FILTER: jq -r over the last body.
+ex_jq() { jq -r "$@" "$EX_TMP/body"; }
 
 # ex_expect CODE WHAT: the last answer had status CODE.
 ex_expect() { [ "$EX_CODE" = "$1" ] || ex_fail "$2: expected HTTP $1, got $EX_CODE"; }
