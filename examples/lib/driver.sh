@@ -27,9 +27,15 @@ ex_setup() {
     EX_DATA=$EX_TMP/data
     EX_KEEP_DATA=0
   else
-    rm -rf "$EX_DATA"
+    # Emptied first, but only a directory an earlier run made (it carries a marker file).
+    if [ -d "$EX_DATA" ] && [ -n "$(ls -A "$EX_DATA")" ]; then
+      [ -f "$EX_DATA/.factum-example" ] ||
+        { echo "$EX_NAME: $EX_DATA is not empty and not an example's data; not touching it" >&2; exit 2; }
+      rm -rf "$EX_DATA"
+    fi
     mkdir -p "$EX_DATA"
     EX_DATA=$(cd "$EX_DATA" && pwd)
+    echo "$EX_NAME" > "$EX_DATA/.factum-example"
   fi
   SERVE_PID="" VENDOR_PID=""
   EX_KEY=example-key
