@@ -167,6 +167,18 @@ void record_breaker(tool_host& h, const std::string& tool,
 task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
   auto& ctx = h.ctx();
   h.stats().tool_calls.fetch_add(1, std::memory_order_relaxed);
+  // What the transport sends as X-Trace-Id and Idempotency-Key: the key is the same for every
+  // attempt of this logical call (and for a dead letter's retries, which re-run the call with
+  // its key), so a vendor can de-duplicate (docs/tools.md).
+  if (req.trace_id.empty())
+    req.trace_id = ctx.call().trace_id;
+  if (req.idempotency_key.empty())
+    req.idempotency_key =
+      ctx.call().idempotency_key.empty()
+        ? "fk_" + new_trace_id()
+        : "fk_" + sha256_hex(ctx.key().to_string() + "\n" + ctx.call().idempotency_key + "\n" +
+                             req.tool + "\n" + req.operation + "\n" + req.payload.dump())
+                    .substr(0, 40);
   const auto& pol = policy_of(h.config(), req.tool);
   auto cfg = lock_config(h, req.tool);
   retry_policy rp;

@@ -99,9 +99,12 @@ result<std::vector<alarm_index_entry>> alarm_index::due(int64_t until_ms, int64_
   sqlite3_bind_int64(st, 1, until_ms);
   sqlite3_bind_int64(st, 2, limit);
   std::vector<alarm_index_entry> out;
-  while (sqlite3_step(st) == SQLITE_ROW)
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
     out.push_back({entity_key{col(st, 0), col(st, 1), col(st, 2)}, sqlite3_column_int64(st, 3)});
   sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) // an I/O error is not the end of the results
+    return sql_error(db_, "due");
   return out;
 }
 
@@ -111,9 +114,12 @@ result<std::optional<int64_t>> alarm_index::next_due() {
       SQLITE_OK)
     return sql_error(db_, "next due");
   std::optional<int64_t> out;
-  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
     out = sqlite3_column_int64(st, 0);
   sqlite3_finalize(st);
+  if (rc != SQLITE_ROW)
+    return sql_error(db_, "next due");
   return out;
 }
 
@@ -125,9 +131,12 @@ result<std::optional<int64_t>> alarm_index::due_of(const entity_key& key) {
   auto d = key.digest();
   sqlite3_bind_text(st, 1, d.c_str(), -1, SQLITE_TRANSIENT);
   std::optional<int64_t> out;
-  if (sqlite3_step(st) == SQLITE_ROW)
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
     out = sqlite3_column_int64(st, 0);
   sqlite3_finalize(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return sql_error(db_, "due_of");
   return out;
 }
 

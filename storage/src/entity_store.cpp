@@ -9,10 +9,12 @@
 #include <atomic>
 #include <mutex>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <system_error>
 #include <unordered_map>
+#include <vector>
 
 #include <sqlite3.h>
 
@@ -202,6 +204,73 @@ void sync_dir(const fs::path& dir) {
   }
 }
 
+// Builds a new entity file at `tmp`: the whole current schema, meta and user_version in one
+// transaction without a journal and without syncs (nobody else can see the file yet), then
+// WAL mode, then one fdatasync. The caller renames it into place. A failure leaves no file.
+status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(tmp.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
+                             SQLITE_OPEN_EXCLUSIVE,
+                           nullptr);
+  auto fail_with = [&](const std::string& what) {
+    status st{errc::io_error, "create " + tmp.string() + ": " + what + ": " +
+                                (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc))};
+    sqlite3_close(db);
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    return st;
+  };
+  if (rc != SQLITE_OK)
+    return fail_with("open");
+  std::string sql = "PRAGMA journal_mode=OFF;PRAGMA synchronous=OFF;BEGIN;";
+  for (const char* m : schema::migrations)
+    sql += m;
+  sql += "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), ('tenant', ?), "
+         "('type', ?), ('id', ?), ('created_at', ?);";
+  // Split: the meta INSERT needs bound parameters, everything else runs as one script.
+  auto meta_at = sql.rfind("INSERT INTO meta");
+  std::string script = sql.substr(0, meta_at);
+  char* err = nullptr;
+  if (sqlite3_exec(db, script.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string m = err ? err : "";
+    sqlite3_free(err);
+    return fail_with("schema (" + m + ")");
+  }
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str() + meta_at, -1, &st, nullptr) != SQLITE_OK)
+    return fail_with("prepare meta");
+  bind_text(st, 1, key.tenant);
+  bind_text(st, 2, key.type);
+  bind_text(st, 3, key.id);
+  sqlite3_bind_int64(st, 4, now);
+  rc = sqlite3_step(st);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return fail_with("write meta");
+  std::string tail = "PRAGMA user_version=" + std::to_string(current_schema_version) +
+                     ";COMMIT;PRAGMA journal_mode=WAL;";
+  if (sqlite3_exec(db, tail.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string m = err ? err : "";
+    sqlite3_free(err);
+    return fail_with("finish (" + m + ")");
+  }
+  if (sqlite3_close(db) != SQLITE_OK)
+    return fail_with("close");
+  db = nullptr;
+  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fdatasync(fd) != 0) {
+    std::string m = std::strerror(errno);
+    if (fd >= 0)
+      ::close(fd);
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    return {errc::io_error, "sync " + tmp.string() + ": " + m};
+  }
+  ::close(fd);
+  return status::ok();
+}
+
 std::once_flag sqlite_global_once;
 
 void sqlite_global_init() {
@@ -380,14 +449,37 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
                                      opts.data_dir.string()};
   bool created = false;
   if (!exists) {
+    // Every directory made here is fsynced into its parent (top-down), so that the file's
+    // path survives power loss in durability full.
     auto dir = path.parent_path();
-    bool made_dir = !fs::exists(dir, ec);
+    std::vector<fs::path> made;
+    for (auto d = dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path())
+      made.push_back(d);
     fs::create_directories(dir, ec);
     if (ec)
       return status{errc::io_error, "cannot create " + dir.string() + ": " + ec.message()};
-    if (made_dir && opts.mode == durability::full)
-      sync_dir(dir.parent_path());
-    created = true;
+    if (opts.mode == durability::full)
+      for (auto it = made.rbegin(); it != made.rend(); ++it)
+        sync_dir(it->parent_path());
+    if (opts.target_schema_version == 0 || opts.target_schema_version == current_schema_version) {
+      // Built aside and renamed into place: 1 fsync (2 in full) instead of ~10 for creating the
+      // schema in place through WAL. RENAME_NOREPLACE: a file another process created in the
+      // meantime wins, and is opened below like any existing file.
+      auto tmp = path;
+      tmp += ".tmp-" + new_id("");
+      if (auto st = build_entity_file(tmp, key, now_ms()); !st)
+        return st;
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
+        int e = errno;
+        fs::remove(tmp, ec);
+        if (e != EEXIST)
+          return status{errc::io_error, "rename into " + path.string() + ": " + std::strerror(e)};
+      } else if (opts.mode == durability::full) {
+        sync_dir(dir);
+      }
+    } else {
+      created = true; // an older schema for migration tests: created in place
+    }
   }
   if (auto st = s->open_db(created); !st)
     return st;
@@ -926,20 +1018,17 @@ result<verify_report> entity_store::verify() {
     sqlite3_stmt* st = nullptr;
     sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type='trigger'", -1, &st,
                        nullptr);
-    bool upd = false, del = false, chain = false;
+    bool upd = false, del = false;
     while (st && sqlite3_step(st) == SQLITE_ROW) {
       auto n = col_text(st, 0);
       upd |= n == "facts_no_update";
       del |= n == "facts_no_delete";
-      chain |= n == "facts_chain";
     }
     sqlite3_finalize(st);
     if (!upd)
       problem(0, "trigger facts_no_update is missing: facts can be edited");
     if (!del)
       problem(0, "trigger facts_no_delete is missing: facts can be deleted");
-    if (!chain)
-      problem(0, "trigger facts_chain is missing: the chain is not enforced on insert");
   }
   std::string sql = std::string("SELECT ") + fact_columns + " FROM facts ORDER BY seq";
   sqlite3_stmt* st = nullptr;

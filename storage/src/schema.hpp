@@ -115,6 +115,17 @@ CREATE TRIGGER configs_no_delete BEFORE DELETE ON configs
 BEGIN SELECT RAISE(ABORT, 'config versions are immutable: DELETE refused'); END;
 )sql";
 
-inline constexpr const char* migrations[] = {v1, v2};
+/// Version 3: the chain is enforced by the store and checked by verify(), not by an INSERT
+/// trigger (any INSERT trigger makes SQLite keep a statement journal for every insert: ~2 us
+/// per fact); facts_by_type becomes (type) so that a query by type walks it in seq order and
+/// stops at its limit, and (type, subtype) moves to a partial index.
+inline constexpr const char* v3 = R"sql(
+DROP TRIGGER IF EXISTS facts_chain;
+DROP INDEX IF EXISTS facts_by_type;
+CREATE INDEX facts_by_type    ON facts(type);
+CREATE INDEX facts_by_subtype ON facts(type, subtype) WHERE subtype IS NOT NULL;
+)sql";
+
+inline constexpr const char* migrations[] = {v1, v2, v3};
 
 } // namespace factum::schema

@@ -252,10 +252,6 @@ TEST_CASE("facts: UPDATE and DELETE are refused even through raw SQL") {
   CHECK(raw_exec(file, "UPDATE facts SET data='{\"x\":1}' WHERE seq=1", &err) != SQLITE_OK);
   CHECK(err.find("immutable") != std::string::npos);
   CHECK(raw_exec(file, "DELETE FROM facts WHERE seq=2", &err) != SQLITE_OK);
-  CHECK(raw_exec(file, "INSERT INTO facts(seq, fact_id, type, ts, data, prev_hash, hash) "
-                       "VALUES (5, 'x', 'a', 1, '{}', 'p', 'h')",
-                 &err) != SQLITE_OK);
-  CHECK(err.find("seq must follow") != std::string::npos);
   CHECK(raw_exec(file, "UPDATE configs SET body='{}'") == SQLITE_OK); // no rows: nothing to stop
   auto s = open_ok(opts_for(tmp.path()));
   REQUIRE(s->put_config("retry", R"({"max":3})").is_ok());
@@ -263,6 +259,63 @@ TEST_CASE("facts: UPDATE and DELETE are refused even through raw SQL") {
   s.reset();
   CHECK(raw_exec(file, "UPDATE configs SET body='{}'") != SQLITE_OK);
   CHECK(raw_exec(file, "DELETE FROM configs") != SQLITE_OK);
+}
+
+TEST_CASE("verify: a fact inserted behind the store's back breaks the chain at its seq") {
+  // Since schema v3 no INSERT trigger guards the chain (the store computes it on append);
+  // a raw INSERT that skips a seq or forges prev_hash is found by verify().
+  test::temp_dir tmp;
+  fs::path file;
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    REQUIRE(s->append(draft("invocation")).is_ok());
+    REQUIRE(s->append(draft("outcome")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    file = s->path();
+  }
+  REQUIRE(raw_exec(file, "INSERT INTO facts(seq, fact_id, type, ts, data, prev_hash, hash) "
+                         "VALUES (3, 'fct_forged', 'a', 1, '{}', 'p', 'h')") == SQLITE_OK);
+  auto s = open_ok(opts_for(tmp.path()));
+  auto v = s->verify();
+  REQUIRE(v.is_ok());
+  CHECK_FALSE(v->ok);
+  CHECK(v->first_bad_seq == 3);
+  CHECK(v->problem.find("prev_hash of seq 3") != std::string::npos);
+  // The store's own appends continue the chain from the last row on disk; verify still reports
+  // the forged fact, and only it.
+  REQUIRE(s->append(draft("invocation")).is_ok());
+  REQUIRE(s->commit().is_ok());
+  CHECK(s->last_seq() == 4);
+  CHECK(s->verify()->first_bad_seq == 3);
+}
+
+TEST_CASE("schema: queries by type and subtype are served by indexes, in seq order, no sort") {
+  test::temp_dir tmp;
+  fs::path file;
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    file = s->path();
+  }
+  auto plan = [&](const char* where) {
+    std::string out;
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+    std::string sql = std::string("EXPLAIN QUERY PLAN SELECT * FROM facts WHERE ") + where +
+                      " ORDER BY seq ASC LIMIT 100";
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW)
+      out += std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 3))) + "; ";
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return out;
+  };
+  auto by_type = plan("type = 'x' AND seq > 10");
+  CHECK(by_type.find("facts_by_type") != std::string::npos);
+  CHECK(by_type.find("TEMP B-TREE") == std::string::npos);
+  auto by_subtype = plan("type = 'x' AND subtype = 'y'");
+  CHECK(by_subtype.find("facts_by_subtype") != std::string::npos);
+  CHECK(by_subtype.find("TEMP B-TREE") == std::string::npos);
 }
 
 TEST_CASE("verify: detects a fact edited behind the store's back, naming its seq") {
@@ -485,7 +538,25 @@ TEST_CASE("schema: a version-1 file migrates to the current version and keeps it
   CHECK(s->last_seq() == 1);
   CHECK(s->verify()->ok);
   CHECK(s->put_config("x", "{}").is_ok());
+  REQUIRE(s->append(draft("outcome")).is_ok());
   REQUIRE(s->commit().is_ok());
+  CHECK(s->verify()->ok);
+  // v3: no INSERT trigger on facts, the type indexes rebuilt.
+  auto file = s->path();
+  s.reset();
+  std::string names;
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db,
+                             "SELECT name FROM sqlite_master WHERE name IN ('facts_chain', "
+                             "'facts_by_type', 'facts_by_subtype') ORDER BY name",
+                             -1, &st, nullptr) == SQLITE_OK);
+  while (sqlite3_step(st) == SQLITE_ROW)
+    names += std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) + " ";
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  CHECK(names == "facts_by_subtype facts_by_type ");
 }
 
 TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") {

@@ -31,13 +31,26 @@ void log_line(json fields) {
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    default: return "signal";
+  case SIGTERM:
+    return "SIGTERM";
+  case SIGINT:
+    return "SIGINT";
+  default:
+    return "signal";
   }
 }
 
 } // namespace
+
+tool_fn static_fallback(json body) {
+  return [body = std::move(body)](const tool_request&, std::function<void(tool_reply)> done) {
+    tool_reply r;
+    r.ok = true;
+    r.http_status = 200;
+    r.body = body;
+    done(std::move(r));
+  };
+}
 
 int run_serve(serve_config cfg) {
   // Block the stop signals before any thread exists, so every thread inherits the mask and
@@ -49,14 +62,32 @@ int run_serve(serve_config cfg) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  auto listen = (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]"
-                                                                : cfg.http.host) +
-                ":" + std::to_string(cfg.http.port);
+  auto listen =
+      (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]" : cfg.http.host) +
+      ":" + std::to_string(cfg.http.port);
   auto data_dir = cfg.runtime.data_dir.string();
   auto durability_name = cfg.runtime.mode == durability::full ? "full" : "normal";
   json tenants = json::array();
   for (auto& t : cfg.http.tenants)
     tenants.push_back(t.name);
+  // The HTTP transport of the configured tools (its own I/O thread). It outlives the runtime:
+  // the runtime's last turns may still call tools while it drains.
+  auto tool_client = std::make_unique<http_tool_client>();
+  json tool_names = json::array();
+  for (auto& t : cfg.tool_specs) {
+    auto fn = tool_client->make_tool(t.name, t.http);
+    if (!fn) {
+      log_line({{"level", "error"},
+                {"event", "start_failed"},
+                {"detail", "tools." + t.name + ": " + fn.error().message()}});
+      return 1;
+    }
+    cfg.runtime.tools[t.name] = std::move(fn.value());
+    auto pol = t.policy;
+    if (t.fallback_body) pol.fallback = static_fallback(*t.fallback_body);
+    cfg.runtime.tool_policies[t.name] = std::move(pol);
+    tool_names.push_back(t.name);
+  }
   auto rt = runtime::start(std::move(cfg.runtime));
   if (!rt) {
     log_line({{"level", "error"},
@@ -66,9 +97,7 @@ int run_serve(serve_config cfg) {
   }
   auto srv = http_server::start(**rt, cfg.http);
   if (!srv) {
-    log_line({{"level", "error"},
-              {"event", "start_failed"},
-              {"detail", srv.error().message()}});
+    log_line({{"level", "error"}, {"event", "start_failed"}, {"detail", srv.error().message()}});
     (*rt)->stop();
     return 1;
   }
@@ -76,14 +105,15 @@ int run_serve(serve_config cfg) {
             {"event", "start"},
             {"listen", listen},
             {"port", (*srv)->port()},
-            {"url", "http://" + (cfg.http.host.find(':') != std::string::npos
-                                   ? "[" + cfg.http.host + "]"
-                                   : cfg.http.host) +
-                      ":" + std::to_string((*srv)->port())},
+            {"url", "http://" +
+                        (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]"
+                                                                      : cfg.http.host) +
+                        ":" + std::to_string((*srv)->port())},
             {"data_dir", data_dir},
             {"durability", durability_name},
             {"types", cfg.type_names},
             {"tenants", tenants},
+            {"tools", tool_names},
             {"dev", cfg.dev},
             {"pid", static_cast<int64_t>(::getpid())}});
 
@@ -97,7 +127,7 @@ int run_serve(serve_config cfg) {
     while (sigwait(&stop_signals, &again) != 0) {
     }
     static const char msg[] = "{\"level\":\"error\",\"event\":\"forced_exit\"}\n";
-    (void) !::write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
     std::_Exit(1);
   }).detach();
 
@@ -108,13 +138,14 @@ int run_serve(serve_config cfg) {
   // logger alive, and the actor system's destructor waits for it.
   (*srv)->stop();
   (*rt)->stop();
+  tool_client->stop();
   auto st = (*rt)->stats();
   log_line({{"level", drained ? "info" : "warn"},
             {"event", "stopped"},
             {"drained", drained},
             {"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::steady_clock::now() - t0)
-                              .count()},
+                                std::chrono::steady_clock::now() - t0)
+                                .count()},
             {"calls", st.calls},
             {"commits", st.commits},
             {"facts", st.facts}});
@@ -132,7 +163,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<options>();
   auto* cmd = app.add_subcommand("serve", "Run the HTTP API server (docs/http-api.md)");
   cmd->add_option("--config", o->config, "JSON configuration file (docs/configuration.md)")
-    ->required();
+      ->required();
   cmd->add_option("--listen", o->listen, "HOST:PORT to listen on (overrides \"listen\")");
   cmd->add_option("--data", o->data, "data directory (overrides \"data_dir\")");
   cmd->callback([o, exit_code] {
@@ -141,13 +172,10 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       *exit_code = 2;
     };
     auto cfg = load_serve_config(o->config);
-    if (!cfg)
-      return fail(cfg.error().message());
+    if (!cfg) return fail(cfg.error().message());
     if (!o->listen.empty())
-      if (auto st = apply_listen(*cfg, o->listen); !st)
-        return fail("--listen: " + st.message());
-    if (!o->data.empty())
-      cfg->runtime.data_dir = o->data;
+      if (auto st = apply_listen(*cfg, o->listen); !st) return fail("--listen: " + st.message());
+    if (!o->data.empty()) cfg->runtime.data_dir = o->data;
     if (cfg->runtime.data_dir.empty())
       return fail("data_dir: required (in the configuration or as --data DIR)");
     *exit_code = run_serve(std::move(*cfg));

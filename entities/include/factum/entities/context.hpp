@@ -34,6 +34,12 @@ struct tool_request {
   std::string tool;
   std::string operation;
   nlohmann::json payload = nlohmann::json::object();
+  /// The calling turn's trace id (the HTTP transport sends it as X-Trace-Id). Filled by the
+  /// runtime's resilient call when empty.
+  std::string trace_id;
+  /// Sent as Idempotency-Key so the vendor can de-duplicate; the same for every attempt of one
+  /// logical call. The runtime's resilient call fills it when empty (docs/tools.md).
+  std::string idempotency_key;
 };
 
 /// What a tool answered. Transports set http_status for HTTP answers, or error_code to a

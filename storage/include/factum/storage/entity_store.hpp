@@ -71,7 +71,7 @@ struct store_options {
 };
 
 /// The schema version this build writes (PRAGMA user_version).
-inline constexpr int current_schema_version = 2;
+inline constexpr int current_schema_version = 3;
 
 // -- records ------------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,10 +14,22 @@
 #include <nlohmann/json.hpp>
 
 #include "factum/runtime/http_server.hpp"
+#include "factum/runtime/http_tool.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/status.hpp"
 
 namespace factum::tools {
+
+/// One entry of the "tools" object, validated (docs/configuration.md, "tools").
+struct serve_tool {
+  std::string name;
+  /// The HTTP transport (url, timeouts, pool, headers).
+  http_tool_options http;
+  /// Retry, breaker, budget, price, idempotency; `fallback` stays empty (see fallback_body).
+  tool_policy policy;
+  /// The static answer while the breaker is open ("fallback": {"body": ...}); none if unset.
+  std::optional<nlohmann::json> fallback_body;
+};
 
 /// Everything `factum serve` runs with, after validation (docs/configuration.md).
 struct serve_config {
@@ -24,8 +37,10 @@ struct serve_config {
   http_server_config http;
   /// The hosted entity types, in the order the configuration named them.
   std::vector<std::string> type_names;
-  /// The "tools" object, passed through as JSON for the resilience layer. Default {}.
+  /// The "tools" object as written (validated). Default {}.
   nlohmann::json tools = nlohmann::json::object();
+  /// The tools, parsed: run_serve gives each an HTTP transport and its policy. Default none.
+  std::vector<serve_tool> tool_specs;
   /// Whether plain-text API keys are allowed ("dev": true). Default false.
   bool dev = false;
   /// How long a graceful stop waits for in-flight requests. Default 30 s.
@@ -40,6 +55,9 @@ result<serve_config> load_serve_config(const std::filesystem::path& file);
 
 /// Applies a `--listen host:port` override; INVALID_ARGUMENT when it does not parse.
 status apply_listen(serve_config& cfg, std::string_view listen);
+
+/// The runtime's tool_fn for a static fallback answer: ok, status 200, `body`.
+tool_fn static_fallback(nlohmann::json body);
 
 /// Runs the server until SIGTERM or SIGINT, then stops gracefully. Returns the exit code
 /// (0 after a graceful stop, 1 when the runtime or the listener could not start).

@@ -1,0 +1,99 @@
+// factum/runtime/http_tool.hpp: the HTTP transport of external tools (issue #4). An
+// http_tool_client owns its own Asio I/O thread and a keep-alive connection pool per tool; it
+// turns http_tool_options into tool_fn callables for runtime_config::tools. A tool_fn never
+// blocks its caller (a CAF worker): the request is posted to the client's thread, and `done`
+// runs there exactly once. Every public member function is thread-safe. Boost.Beast stays
+// behind this header (runtime/src/http/tool_client.cpp). Wire protocol: docs/tools.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "factum/runtime/runtime.hpp"
+#include "factum/storage/status.hpp"
+
+namespace factum {
+
+/// How one HTTP tool is reached. Every field documents its default.
+struct http_tool_options {
+  /// Base URL, `http://host[:port][/path]` (plain http only; port default 80). A call with
+  /// operation `op` is `POST <url>/<op>`, or `POST <url>` when the operation is empty.
+  /// Required.
+  std::string url;
+  /// Longest wait for a TCP connection (resolve + connect); then error_code "timeout".
+  /// Default 2 s.
+  std::chrono::milliseconds connect_timeout{2'000};
+  /// Longest wait for the answer once connected (write + read); then error_code "timeout".
+  /// Default 10 s.
+  std::chrono::milliseconds request_timeout{10'000};
+  /// Connections to this tool at once (kept alive and reused). Default 16.
+  size_t max_connections = 16;
+  /// Requests waiting for a connection when all are busy; one more fails at once with
+  /// error_code "POOL_EXHAUSTED" (category transient). Default 1024.
+  size_t max_queued = 1'024;
+  /// Extra request headers (e.g. Authorization). Default none.
+  std::map<std::string, std::string> headers;
+};
+
+/// A parsed tool URL.
+struct http_tool_url {
+  std::string host;
+  uint16_t port = 80;
+  std::string path; ///< without a trailing '/'; empty for the root
+};
+
+/// Parses `http://host[:port][/path]`; INVALID_ARGUMENT says why not (https is refused: TLS is
+/// not supported by this transport).
+result<http_tool_url> parse_http_tool_url(std::string_view url);
+
+/// Checks `opts` as make_tool does (URL form, timeouts, pool sizes, header names and values, the
+/// host resolves now); INVALID_ARGUMENT names the field ("url: ...", "headers.X: ..."). Blocks
+/// for the name resolution.
+status validate_http_tool_options(const http_tool_options& opts);
+
+/// Counters of one tool's pool (for tests and metrics).
+struct http_tool_stats {
+  uint64_t requests = 0;           ///< tool_fn invocations
+  uint64_t connections_opened = 0; ///< TCP connections established
+  uint64_t reused = 0;             ///< requests sent on a kept-alive connection
+  uint64_t stale_retries = 0;      ///< requests re-sent once after a stale keep-alive
+  uint64_t queued = 0;             ///< requests that waited for a connection
+  uint64_t rejected = 0;           ///< requests refused with POOL_EXHAUSTED
+  uint64_t open_connections = 0;   ///< now (gauge)
+};
+
+/// An HTTP client for tools: one Asio I/O thread, one connection pool per tool.
+class http_tool_client {
+ public:
+  /// Starts the I/O thread.
+  http_tool_client();
+  /// Stops (as stop()).
+  ~http_tool_client();
+
+  http_tool_client(const http_tool_client&) = delete;
+  http_tool_client& operator=(const http_tool_client&) = delete;
+
+  /// Validates `opts` (URL form, timeouts, the host resolves now) and returns the tool's
+  /// transport. The callable keeps the client's internals alive; after stop() it answers at
+  /// once with error_code "CANCELLED" (category transient). Blocks for the name resolution.
+  result<tool_fn> make_tool(std::string name, http_tool_options opts);
+
+  /// Counters of `name`'s pool (zeros for an unknown tool).
+  http_tool_stats stats(std::string_view name) const;
+
+  /// Cancels every in-flight and queued request (each `done` runs exactly once, with
+  /// error_code "CANCELLED"), closes the connections and joins the I/O thread. Idempotent. Do
+  /// not call it from the client's own thread (i.e. from inside a `done`).
+  void stop();
+
+  struct impl;
+
+ private:
+  std::shared_ptr<impl> impl_;
+};
+
+} // namespace factum
