@@ -370,7 +370,7 @@ class escrow_entity final : public entity {
            ctx);
     // One key per escrow and kind: a retried release (after a compensation, or from its dead
     // letter) asks the provider for the same transfer, so it can never pay twice.
-    auto transfer_key = "payout-" + ctx.key().id + "-" + command;
+    auto transfer_key = "payout-" + ctx.key().tenant + "-" + ctx.key().id + "-" + command;
     tool_request req;
     req.tool = "payout";
     req.operation = "transfer";
@@ -380,6 +380,7 @@ class escrow_entity final : public entity {
                    {"amount", state_.amount},
                    {"currency", state_.currency},
                    {"idempotency_key", transfer_key}};
+    req.idempotency_key = transfer_key; // the provider de-duplicates transfers by it
     stale_ = true;
     auto op = ctx.call_tool(std::move(req));
     tool_reply r = co_await op;

@@ -185,7 +185,7 @@ TEST_CASE("escrow: a dispute is refunded by the arbiter only") {
         "INVALID_TRANSITION");
 }
 
-TEST_CASE("escrow: a poison event is retried, then becomes a dead letter; others go through") {
+TEST_CASE("escrow: a poison event is retried, then becomes a dead letter while others go through") {
   escrow_fixture f;
   f.alarm_retry_base = 20ms;
   f.alarm_max_retries = 2;

@@ -84,7 +84,7 @@ TEST_CASE("workflow: every step retries with its own policy (fixed, exponential,
   CHECK(perr[0]["config_id"] == "tool.payments");
 }
 
-TEST_CASE("workflow: an exhausted step is a dead letter; an operator retry resumes the "
+TEST_CASE("workflow: an exhausted step is a dead letter whose operator retry resumes the "
           "execution") {
   workflow_fixture f;
   f.start();
@@ -150,7 +150,7 @@ TEST_CASE("workflow: dead letters can be discarded or acknowledged, and final on
   CHECK(bad.http_status == 409);
 }
 
-TEST_CASE("workflow: one idempotency key is one execution; bad input is not retried") {
+TEST_CASE("workflow: one idempotency key is one execution and bad input is not retried") {
   workflow_fixture f;
   f.start();
   auto first = f.execute("ORD-5", "order-ORD-5");
