@@ -59,6 +59,4 @@ void add_counter_type(entity_registry& registry) {
                  .build());
 }
 
-void add_example_types(entity_registry& registry) { add_counter_type(registry); }
-
 } // namespace factum::examples
