@@ -510,6 +510,7 @@ void run_turn(self_ptr self, queued item) {
   t.info.idempotency_key = t.item.req.idempotency_key;
   t.info.trace_id = t.item.req.trace_id;
   t.info.args_json = t.item.req.args;
+  t.info.fingerprint = t.item.req.fingerprint;
   if (auto st = store.begin_turn(); !st) {
     auto it = std::move(t.item);
     s.turn.reset();
@@ -564,7 +565,12 @@ void run_turn(self_ptr self, queued item) {
           t.info.trace_id = dl->trace_id.empty() ? new_trace_id() : dl->trace_id;
           auto args = payload.value("args", json::object());
           t.info.args_json = args.dump();
-          t.item.req.fingerprint.clear();
+          // The fingerprint the client's key was taken with (older dead letters have none:
+          // the runtime's own form then).
+          t.item.req.fingerprint = payload.value("fingerprint", std::string());
+          if (t.item.req.fingerprint.empty())
+            t.item.req.fingerprint = call_fingerprint(t.info.method, t.info.args_json);
+          t.info.fingerprint = t.item.req.fingerprint;
           start_task(m->fn(*s.instance, *s.ctx, std::move(args)), done);
           return;
         }
@@ -673,7 +679,7 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
             auto body = value ? value->dump() : std::string("null");
             if (!t.info.idempotency_key.empty())
               if (auto st = store.record_key(t.info.idempotency_key, key_status::completed,
-                                             call_fingerprint(t.info.method, t.info.args_json),
+                                             t.item.req.fingerprint,
                                              body,
                                              static_cast<int64_t>(s.rt->cfg.key_ttl.count()),
                                              s.rt->now());

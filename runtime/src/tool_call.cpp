@@ -346,7 +346,8 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
         dl.payload = json{{"args", json::parse(ctx.call().args_json, nullptr, false)},
                           {"tool", req.tool},
                           {"tool_operation", req.operation},
-                          {"tool_payload", req.payload}}
+                          {"tool_payload", req.payload},
+                          {"fingerprint", ctx.call().fingerprint}}
                        .dump();
         dl.idempotency_key = ctx.call().idempotency_key;
         dl.config_id = cfg.id;

@@ -4,6 +4,9 @@
 // (deliveries then fast-fail with CIRCUIT_OPEN) and reset. Runs on the test thread.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <memory>
+
 #include "http/fixture.hpp"
 
 using namespace factum;
@@ -96,4 +99,54 @@ TEST_CASE("operator routes: a breaker is listed, forced open and reset over HTTP
   REQUIRE(after.size() == 1);
   CHECK(after[0]["state"] == "CLOSED");
   CHECK(f.facts("acme", "webhook", "w2", {{"type", "lifecycle"}}).size() >= 2);
+}
+
+TEST_CASE("operator routes: after an operator retry resolved a dead letter, the client's own "
+          "retry with its key replays the result (same fingerprint as over HTTP)") {
+  auto healthy = std::make_shared<std::atomic<bool>>(false);
+  gateway_fixture f([healthy](runtime_config& rc, http_server_config&) {
+    rc.tools["vendor"] = [healthy](const tool_request&, std::function<void(tool_reply)> done) {
+      tool_reply r;
+      r.ok = healthy->load();
+      r.http_status = r.ok ? 200 : 503;
+      r.body = json{{"delivered", r.ok}};
+      if (!r.ok)
+        r.error_message = "vendor unavailable";
+      done(std::move(r));
+    };
+    tool_policy p;
+    p.retry = {{"base_delay_ms", 5}, {"max_delay_ms", 10}, {"max_attempts", 2}, {"jitter", "none"}};
+    rc.tool_policies["vendor"] = std::move(p);
+  });
+  http_client c(f.port());
+  auto auth = header_list{{"X-API-Key", acme_key}};
+  auto body = json{{"tool", "vendor"}, {"payload", {{"order", 7}}}}.dump();
+  auto failed = c.request("POST", "/v1/entities/webhook/w2/deliver", json_headers(acme_key, "d-7"),
+                          body);
+  REQUIRE_MESSAGE(failed.status == 503, failed.body);
+  auto dl_id = failed.json().value("dead_letter_id", "");
+  REQUIRE_FALSE(dl_id.empty());
+  healthy->store(true);
+  auto retry = c.request("POST", "/v1/entities/webhook/w2/dead-letters/" + dl_id + "/retry", auth);
+  REQUIRE_MESSAGE(retry.status == 200, retry.body);
+  // The retry runs from an alarm: wait (bounded) until the dead letter is resolved.
+  std::string status;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto l = c.request("GET", "/v1/entities/webhook/w2/dead-letters", auth);
+    REQUIRE(l.status == 200);
+    status = l.json().at(0).value("status", "");
+    if (status == "resolved")
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(status == "resolved");
+  auto again = c.request("POST", "/v1/entities/webhook/w2/deliver", json_headers(acme_key, "d-7"),
+                         body);
+  CHECK_MESSAGE(again.status == 200, again.body);
+  CHECK(again.header("idempotent-replayed") == "true");
+  // A different body under the same key is still a mismatch.
+  auto other = c.request("POST", "/v1/entities/webhook/w2/deliver", json_headers(acme_key, "d-7"),
+                         json{{"tool", "vendor"}, {"payload", {{"order", 8}}}}.dump());
+  CHECK(other.status == 422);
 }
