@@ -47,6 +47,8 @@ struct action {
   int status = 200;
   json body;
   std::optional<int64_t> retry_after_s;
+  std::map<std::string, std::string> headers; ///< extra answer headers (scripted)
+  std::optional<std::string> raw_body;        ///< a body sent as is (scripted)
   int64_t delay_ms = 0;
   int64_t hold_ms = max_hold_ms;
 };
@@ -259,8 +261,10 @@ class session : public std::enable_shared_from_this<session> {
                 {"ok", a.status >= 200 && a.status < 300}, {"path", path}, {"call", v_.calls}};
             auto in = json::parse(req_.body(), nullptr, false);
             if (!in.is_discarded()) a.body["received"] = std::move(in);
+            if (!key.empty()) a.body["idempotency_key"] = key;
+            if (auto t = req_["X-Trace-Id"]; !t.empty()) a.body["trace_id"] = std::string(t);
           }
-          body = a.body.dump();
+          body = a.raw_body ? *a.raw_body : a.body.dump();
           bool ok = a.status >= 200 && a.status < 300;
           if (m.price) {
             bool charged = ok || m.charge_failed;
@@ -294,7 +298,7 @@ class session : public std::enable_shared_from_this<session> {
           end_call();
           close();
         });
-      std::map<std::string, std::string> headers;
+      std::map<std::string, std::string> headers = a.headers;
       if (cost) headers["X-Cost"] = *cost;
       if (a.retry_after_s) headers["Retry-After"] = std::to_string(*a.retry_after_s);
       if (replay) headers["Idempotent-Replayed"] = "true";
@@ -435,7 +439,8 @@ std::string vendor::impl::apply_script(const json& body) {
     std::string where = "responses[" + std::to_string(i) + "].";
     if (!r.is_object()) return where.substr(0, where.size() - 1) + " must be an object";
     if (!known_keys(r,
-                    {"status", "body", "delay_ms", "retry_after_s", "reset", "timeout", "hold_ms"},
+                    {"status", "body", "raw_body", "headers", "delay_ms", "retry_after_s", "reset",
+                     "timeout", "hold_ms"},
                     err, where))
       return err;
     action a;
@@ -452,6 +457,20 @@ std::string vendor::impl::apply_script(const json& body) {
       a.retry_after_s = ra;
     }
     if (r.contains("body")) a.body = r["body"].is_null() ? json::object() : r["body"];
+    if (auto it = r.find("raw_body"); it != r.end()) {
+      if (!it->is_string()) return where + "raw_body must be a string";
+      a.raw_body = it->get<std::string>();
+    }
+    if (auto it = r.find("headers"); it != r.end()) {
+      if (!it->is_object()) return where + "headers must be an object of name -> string";
+      for (auto& [k, hv] : it->items()) {
+        bool name_ok = !k.empty() && k.find_first_of(" :\r\n\t") == std::string::npos;
+        if (!name_ok || !hv.is_string() ||
+            hv.get<std::string>().find_first_of("\r\n") != std::string::npos)
+          return where + "headers." + k + " must be a valid header with a string value";
+        a.headers[k] = hv.get<std::string>();
+      }
+    }
     for (const char* flag : {"reset", "timeout"})
       if (auto it = r.find(flag); it != r.end()) {
         if (!it->is_boolean()) return where + flag + " must be true or false";

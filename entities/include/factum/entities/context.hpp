@@ -25,7 +25,7 @@ namespace factum {
 struct call_info {
   std::string method;           ///< method name, or "@alarm" / "@activate" for internal turns
   std::string idempotency_key;  ///< empty when the call has none
-  std::string trace_id;
+  std::string trace_id = {};
   std::string args_json;        ///< the call's arguments (kept for dead letters)
   /// The idempotency fingerprint the key was taken with (the gateway's covers HTTP method,
   /// path and body); kept with dead letters so that their retry stores the key under it.
@@ -39,10 +39,10 @@ struct tool_request {
   nlohmann::json payload = nlohmann::json::object();
   /// The calling turn's trace id (the HTTP transport sends it as X-Trace-Id). Filled by the
   /// runtime's resilient call when empty.
-  std::string trace_id;
+  std::string trace_id = {};
   /// Sent as Idempotency-Key so the vendor can de-duplicate; the same for every attempt of one
   /// logical call. The runtime's resilient call fills it when empty (docs/tools.md).
-  std::string idempotency_key;
+  std::string idempotency_key = {};
 };
 
 /// What a tool answered. Transports set http_status for HTTP answers, or error_code to a

@@ -82,7 +82,8 @@ class http_tool_client {
   /// once with error_code "CANCELLED" (category transient). Blocks for the name resolution.
   result<tool_fn> make_tool(std::string name, http_tool_options opts);
 
-  /// Counters of `name`'s pool (zeros for an unknown tool).
+  /// Counters of `name`'s pool (zeros for an unknown tool). Waits for the I/O thread (for the
+  /// open-connection gauge): do not call it from inside a `done`.
   http_tool_stats stats(std::string_view name) const;
 
   /// Cancels every in-flight and queued request (each `done` runs exactly once, with

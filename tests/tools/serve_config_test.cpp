@@ -1,0 +1,120 @@
+// serve_config_test.cpp: the "tools" object of `factum serve`'s configuration: a complete tool
+// parsed into transport options and policy, defaults, and one clear error per bad key (unknown
+// keys at every level, bad URL, name, price, currency, fallback). Pure parsing on the test
+// thread (the URL hosts are loopback literals, so resolving them needs no network).
+#include <doctest/doctest.h>
+
+#include "factum/tools/serve.hpp"
+
+using namespace factum;
+using namespace factum::tools;
+using nlohmann::json;
+
+namespace {
+
+json base() {
+  return {{"data_dir", "/tmp/unused"},
+          {"tenants", {{"acme", {{"api_keys", {"sha256:" + std::string(64, 'a')}}}}}}};
+}
+
+std::string error_of(json tools) {
+  auto doc = base();
+  doc["tools"] = std::move(tools);
+  auto r = parse_serve_config(doc);
+  REQUIRE_FALSE(r.is_ok());
+  return r.error().message();
+}
+
+} // namespace
+
+TEST_CASE("serve config: parses a complete tool into transport and policy") {
+  auto doc = base();
+  doc["tools"] = {{"telephony",
+                   {{"url", "http://127.0.0.1:9100/telephony"},
+                    {"connect_timeout_ms", 500},
+                    {"request_timeout_ms", 3000},
+                    {"max_connections", 4},
+                    {"max_queued", 8},
+                    {"headers", {{"Authorization", "Bearer x"}}},
+                    {"retry", {{"max_attempts", 3}, {"base_delay_ms", 100}}},
+                    {"breaker", {{"cooldown_ms", 5000}, {"count_window", {{"size", 20}}}}},
+                    {"budget", {{"ratio", 0.5}}},
+                    {"price", "0.0130"},
+                    {"currency", "EUR"},
+                    {"charge_on_failure", true},
+                    {"vendor", "acme_telco"},
+                    {"idempotent", false},
+                    {"max_inline_delay_ms", 100},
+                    {"fallback", {{"body", {{"queued", true}}}}}}},
+                  {"plain", {{"url", "http://127.0.0.1:9"}}}};
+  auto r = parse_serve_config(doc);
+  REQUIRE_MESSAGE(r.is_ok(), r.error().message());
+  auto& specs = r.value().tool_specs;
+  REQUIRE(specs.size() == 2);
+  auto& t = specs[0].name == "telephony" ? specs[0] : specs[1];
+  auto& p = specs[0].name == "plain" ? specs[0] : specs[1];
+  CHECK(t.http.url == "http://127.0.0.1:9100/telephony");
+  CHECK(t.http.connect_timeout.count() == 500);
+  CHECK(t.http.request_timeout.count() == 3000);
+  CHECK(t.http.max_connections == 4);
+  CHECK(t.http.max_queued == 8);
+  CHECK(t.http.headers.at("Authorization") == "Bearer x");
+  CHECK(t.policy.retry["max_attempts"] == 3);
+  CHECK(t.policy.retry["base_delay_ms"] == 100);
+  CHECK(t.policy.breaker["cooldown_ms"] == 5000);
+  CHECK(t.policy.breaker["count_window"]["size"] == 20);
+  CHECK(t.policy.budget["ratio"] == 0.5);
+  CHECK(t.policy.price == "0.013");
+  CHECK(t.policy.currency == "EUR");
+  CHECK(t.policy.charge_on_failure);
+  CHECK(t.policy.vendor == "acme_telco");
+  CHECK_FALSE(t.policy.idempotent);
+  CHECK(t.policy.max_inline_delay_ms == 100);
+  REQUIRE(t.fallback_body.has_value());
+  CHECK((*t.fallback_body)["queued"] == true);
+  // defaults
+  CHECK(p.http.connect_timeout.count() == 2000);
+  CHECK(p.http.request_timeout.count() == 10000);
+  CHECK(p.http.max_connections == 16);
+  CHECK(p.policy.price == "0");
+  CHECK(p.policy.currency == "USD");
+  CHECK(p.policy.retry.is_null());
+  CHECK_FALSE(p.fallback_body.has_value());
+  // the static fallback answers ok with its body
+  tool_reply got;
+  static_fallback(json{{"a", 1}})(tool_request{}, [&](tool_reply x) { got = std::move(x); });
+  CHECK(got.ok);
+  CHECK(got.body == json{{"a", 1}});
+}
+
+TEST_CASE("serve config: names the bad key of a tool") {
+  auto u = json{{"url", "http://127.0.0.1:9/x"}};
+  auto with = [&](const char* k, json v) {
+    auto t = u;
+    t[k] = std::move(v);
+    return json{{"t", t}};
+  };
+  CHECK(error_of(json::array()).find("tools:") == 0);
+  CHECK(error_of({{"bad/name", u}}).find("tools.bad/name:") == 0);
+  CHECK(error_of({{std::string(65, 'a'), u}}).find("1 to 64") != std::string::npos);
+  CHECK(error_of({{"t", json::object()}}).find("tools.t.url: required") == 0);
+  CHECK(error_of({{"t", {{"url", "https://127.0.0.1/"}}}}).find("tools.t.url:") == 0);
+  CHECK(error_of({{"t", {{"url", "http://127.0.0.1:0/"}}}}).find("tools.t.url:") == 0);
+  CHECK(error_of(with("bogus", 1)).find("tools.t.bogus: unknown key") == 0);
+  CHECK(error_of(with("request_timeout_ms", 0)).find("tools.t.request_timeout_ms") == 0);
+  CHECK(error_of(with("max_connections", "4")).find("tools.t.max_connections") == 0);
+  CHECK(error_of(with("headers", {{"Host", "x"}})).find("tools.t.headers.Host") == 0);
+  CHECK(error_of(with("headers", {{"X-A", 1}})).find("tools.t.headers.X-A") == 0);
+  CHECK(error_of(with("retry", {{"bogus", 1}})).find("tools.t.retry.bogus: unknown key") == 0);
+  CHECK(error_of(with("retry", {{"max_attempts", 0}})).find("tools.t.retry:") == 0);
+  CHECK(error_of(with("breaker", {{"count_window", {{"sise", 3}}}}))
+            .find("tools.t.breaker.count_window.sise") == 0);
+  CHECK(error_of(with("budget", json::array())).find("tools.t.budget") == 0);
+  CHECK(error_of(with("price", 0.013)).find("tools.t.price") == 0);
+  CHECK(error_of(with("price", "-1")).find("tools.t.price") == 0);
+  CHECK(error_of(with("currency", "usd")).find("tools.t.currency") == 0);
+  CHECK(error_of(with("charge_on_failure", "yes")).find("tools.t.charge_on_failure") == 0);
+  CHECK(error_of(with("vendor", "a/b")).find("tools.t.vendor") == 0);
+  CHECK(error_of(with("fallback", {{"status", 200}})).find("tools.t.fallback.status") == 0);
+  CHECK(error_of(with("fallback", json::object())).find("tools.t.fallback.body") == 0);
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# serve_tools.sh: the real `factum serve` with a tool pointing at a real `factum-fake-vendor`
+# process on loopback: a webhook delivered over HTTP is retried through a 503 and a 429 and
+# then delivered; the entity's error and cost facts match what the vendor saw and charged, every
+# attempt carried the same Idempotency-Key; a bad tools config exits 2. Both processes are
+# started here (free ports) and stopped by pid.
+# Usage: serve_tools.sh PATH/TO/factum PATH/TO/factum-fake-vendor
+set -euo pipefail
+factum=${1:?usage: serve_tools.sh FACTUM FAKE_VENDOR}
+vendor=${2:?usage: serve_tools.sh FACTUM FAKE_VENDOR}
+tmp=$(mktemp -d)
+pid=""
+vpid=""
+cleanup() {
+  for p in "$pid" "$vpid"; do
+    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then kill -KILL "$p" 2>/dev/null || true; fi
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "serve_tools: FAIL: $*" >&2
+  echo "--- server log:" >&2
+  cat "$tmp/err.log" >&2 || true
+  exit 1
+}
+
+"$vendor" --listen 127.0.0.1:0 --port-file "$tmp/vendor.port" > "$tmp/vendor.out" &
+vpid=$!
+for _ in $(seq 1 200); do
+  [ -s "$tmp/vendor.port" ] && break
+  kill -0 "$vpid" 2>/dev/null || fail "vendor exited early"
+  sleep 0.05
+done
+[ -s "$tmp/vendor.port" ] || fail "no vendor port within 10 s"
+vport=$(cat "$tmp/vendor.port")
+[ "$(cat "$tmp/vendor.out")" = "$vport" ] || fail "vendor printed '$(cat "$tmp/vendor.out")'"
+v="http://127.0.0.1:$vport"
+
+# A bad tools section: exit 2 and the offending key named.
+cat > "$tmp/bad.json" <<JSON
+{"data_dir": "$tmp/unused", "dev": true, "tenants": {"acme": {"api_keys": ["k"]}},
+ "tools": {"hook": {"url": "https://127.0.0.1:$vport/hooks"}}}
+JSON
+set +e
+"$factum" serve --config "$tmp/bad.json" 2> "$tmp/bad.err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "bad tools config exited $rc, expected 2"
+grep -q "bad configuration: .*tools.hook.url: " "$tmp/bad.err" || fail "message: $(cat "$tmp/bad.err")"
+
+cat > "$tmp/serve.json" <<JSON
+{
+  "listen": "127.0.0.1:0",
+  "data_dir": "$tmp/data",
+  "dev": true,
+  "tenants": {"acme": {"api_keys": ["tools-key"]}},
+  "types": ["webhook"],
+  "tools": {
+    "hook": {
+      "url": "$v/hooks",
+      "request_timeout_ms": 3000,
+      "retry": {"base_delay_ms": 10, "max_delay_ms": 50, "max_attempts": 4, "jitter": "none"},
+      "price": "0.013",
+      "charge_on_failure": true
+    }
+  }
+}
+JSON
+"$factum" serve --config "$tmp/serve.json" 2> "$tmp/err.log" &
+pid=$!
+port=""
+for _ in $(seq 1 200); do
+  port=$(grep -o '"port":[0-9]*' "$tmp/err.log" 2>/dev/null | head -1 | cut -d: -f2 || true)
+  [ -n "$port" ] && break
+  kill -0 "$pid" 2>/dev/null || fail "server exited early"
+  sleep 0.05
+done
+[ -n "$port" ] || fail "no start line within 10 s"
+base="http://127.0.0.1:$port"
+grep -q '"tools":\["hook"\]' "$tmp/err.log" || fail "start line does not list the tool"
+
+ctl() { curl -s -f -X POST "$v/_vendor/$1" -d "$2" > /dev/null || fail "vendor control $1"; }
+ctl mode '{"price": "0.013", "charge_failed": true}'
+ctl script '{"responses": [{"status": 503}, {"status": 429, "retry_after_s": 0}]}'
+
+code=$(curl -s -o "$tmp/body" -w '%{http_code}' -X POST "$base/v1/entities/webhook/w1/deliver" \
+  -H 'X-API-Key: tools-key' -H 'Content-Type: application/json' -H 'Idempotency-Key: d-1' \
+  -d '{"tool": "hook", "payload": {"to": "+15550100"}}')
+[ "$code" = 200 ] || fail "deliver answered $code: $(cat "$tmp/body")"
+grep -q '"attempts":3' "$tmp/body" || fail "deliver body $(cat "$tmp/body")"
+grep -q '"delivered":true' "$tmp/body" || fail "deliver body $(cat "$tmp/body")"
+
+facts() {
+  curl -s -f -H 'X-API-Key: tools-key' "$base/v1/entities/webhook/w1/facts?$1&limit=100" \
+    || fail "facts $1"
+}
+errors=$(facts "type=error" | grep -o '"error_code":"[A-Z_0-9]*"' | tr '\n' ' ')
+[ "$errors" = '"error_code":"HTTP_503" "error_code":"RATE_LIMITED" ' ] || fail "errors: $errors"
+costs=$(facts "type=cost" | grep -o '"amount":"[0-9.]*"' | tr '\n' ' ')
+[ "$costs" = '"amount":"0.013" "amount":"0.013" "amount":"0.013" ' ] || fail "costs: $costs"
+
+stats=$(curl -s -f "$v/_vendor/stats") || fail "vendor stats"
+echo "$stats" | grep -q '"calls":3' || fail "vendor stats $stats"
+echo "$stats" | grep -q '"charged_total":"0.039"' || fail "vendor stats $stats"
+keys=$(echo "$stats" | grep -o '"idempotency_key":"[^"]*"' | sort -u)
+[ "$(echo "$keys" | wc -l)" -eq 1 ] || fail "attempts used different keys: $keys"
+echo "$keys" | grep -q '"idempotency_key":"fk_' || fail "key $keys"
+
+kill -TERM "$pid"
+set +e
+wait "$pid"
+rc=$?
+set -e
+pid=""
+[ "$rc" -eq 0 ] || fail "serve exit code after SIGTERM was $rc"
+kill -TERM "$vpid"
+set +e
+wait "$vpid"
+rc=$?
+set -e
+vpid=""
+[ "$rc" -eq 0 ] || fail "vendor exit code after SIGTERM was $rc"
+echo "serve_tools: ok (serve $port, vendor $vport)"
