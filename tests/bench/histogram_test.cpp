@@ -24,7 +24,7 @@ TEST_CASE("histogram: buckets tile the value range without gaps or overlaps") {
   CHECK(histogram::index_of(~0ull) == histogram::bucket_count - 1);
 }
 
-TEST_CASE("histogram: small values are exact; empty reads zero") {
+TEST_CASE("histogram: small values are exact, empty reads zero") {
   histogram h;
   CHECK(h.count() == 0);
   CHECK(h.percentile(99) == 0);
@@ -64,7 +64,7 @@ TEST_CASE("histogram: percentiles of a wide distribution are within 0.8% of the 
   CHECK(h.percentile(100) == vs.back());
 }
 
-TEST_CASE("histogram: merge adds counts; reset forgets them") {
+TEST_CASE("histogram: merge adds counts, reset forgets them") {
   histogram a, b;
   for (uint64_t v = 0; v < 1000; ++v)
     (v % 2 ? a : b).record(v * 1000);
