@@ -14,8 +14,8 @@ using factum::tools::histogram;
 TEST_CASE("histogram: buckets tile the value range without gaps or overlaps") {
   for (size_t i = 1; i < 5000; ++i)
     CHECK(histogram::lowest_of(i) == histogram::highest_of(i - 1) + 1);
-  for (uint64_t v : {0ull, 1ull, 255ull, 256ull, 257ull, 1000ull, 123456789ull,
-                     (1ull << 40) + 12345, ~0ull}) {
+  for (uint64_t v :
+       {0ull, 1ull, 255ull, 256ull, 257ull, 1000ull, 123456789ull, (1ull << 40) + 12345, ~0ull}) {
     auto i = histogram::index_of(v);
     CHECK(i < histogram::bucket_count);
     CHECK(histogram::lowest_of(i) <= v);
@@ -45,7 +45,7 @@ TEST_CASE("histogram: small values are exact, empty reads zero") {
 TEST_CASE("histogram: percentiles of a wide distribution are within 0.8% of the exact ones") {
   histogram h;
   std::mt19937_64 rng(42);
-  std::lognormal_distribution<double> d(13.0, 1.5);  // ~0.4 ms median in ns, long tail
+  std::lognormal_distribution<double> d(13.0, 1.5); // ~0.4 ms median in ns, long tail
   std::vector<uint64_t> vs;
   for (int i = 0; i < 200'000; ++i) {
     auto v = uint64_t(d(rng));

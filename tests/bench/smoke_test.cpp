@@ -180,7 +180,7 @@ TEST_CASE("bench smoke: the verification catches a missing and a mismatched ackn
   CHECK(v.chains_ok == 2);
   CHECK(v.extra == 20);
   auto strict = verify_local(dir.string(), "bench", prefix, {}, "bench", {}, 0);
-  CHECK_FALSE(strict.ok);  // 20 facts on disk that nobody acknowledged
+  CHECK_FALSE(strict.ok); // 20 facts on disk that nobody acknowledged
   auto alarms = verify_local(dir.string(), "bench", prefix, {}, "bench", {"a0"}, 1000);
   CHECK_FALSE(alarms.ok);
   CHECK(alarms.alarms_found == 0);

@@ -26,7 +26,7 @@ uint64_t mix64(uint64_t x) {
 /// `arm {"due_ms": T}` sets the alarm "bench" due at T; its firing appends an `alarm_fired`
 /// fact and reports due and firing time to the bench.
 class bench_alarm final : public entity {
-public:
+ public:
   bench_alarm() = default;
   explicit bench_alarm(alarm_sink* sink) : sink_(sink) {}
 
@@ -44,19 +44,18 @@ public:
     d.type = "alarm_fired";
     d.data = {{"due_ms", a.due_ms}, {"fired_ms", fired}};
     ctx.append(std::move(d));
-    if (sink_)
-      sink_->fired(ctx.key().id, a.due_ms, fired);
+    if (sink_) sink_->fired(ctx.key().id, a.due_ms, fired);
     co_return;
   }
 
-private:
+ private:
   alarm_sink* sink_ = nullptr;
 };
 
 class inproc final : public inproc_target {
-public:
+ public:
   inproc(const bench_options& o, std::string dir, int64_t max_active, alarm_sink* sink)
-    : opts_(o), dir_(std::move(dir)), max_active_(max_active), sink_(sink) {}
+      : opts_(o), dir_(std::move(dir)), max_active_(max_active), sink_(sink) {}
 
   bool start(std::string& error) {
     runtime_config c;
@@ -71,7 +70,8 @@ public:
     c.idle_timeout = std::chrono::minutes(10);
     add_builtin_types(c.types);
     auto* sink = sink_;
-    entity_type alarm_type = type_builder<bench_alarm>("bench_alarm").method("arm", &bench_alarm::arm).build();
+    entity_type alarm_type =
+        type_builder<bench_alarm>("bench_alarm").method("arm", &bench_alarm::arm).build();
     alarm_type.factory = [sink] { return std::make_unique<bench_alarm>(sink); };
     c.types.add(std::move(alarm_type));
     // The fake vendor: answers at once, failing a seeded share of attempts with 503.
@@ -79,7 +79,7 @@ public:
     auto fail_per_mille = static_cast<uint64_t>(opts_.fail_rate * 1000.0 + 0.5);
     auto counter = std::make_shared<std::atomic<uint64_t>>(0);
     c.tools[opts_.tool] = [seed, fail_per_mille, counter](const tool_request&,
-                                                         std::function<void(tool_reply)> done) {
+                                                          std::function<void(tool_reply)> done) {
       auto n = counter->fetch_add(1, std::memory_order_relaxed);
       tool_reply r;
       bool fail = mix64(seed ^ (n * 0x2545f4914f6cdd1dULL)) % 1000 < fail_per_mille;
@@ -146,8 +146,7 @@ public:
 
   target_counters counters() override {
     target_counters t;
-    if (!rt_)
-      return t;
+    if (!rt_) return t;
     auto s = rt_->stats();
     t.known = true;
     t.activations = s.activations + base_.activations;
@@ -167,8 +166,7 @@ public:
     base_ = counters();
     rt_.reset();
     std::string error;
-    if (!start(error))
-      throw std::runtime_error(error);
+    if (!start(error)) throw std::runtime_error(error);
   }
 
   void stop() override {
@@ -179,43 +177,41 @@ public:
     }
   }
 
-private:
+ private:
   bench_options opts_;
   std::string dir_;
   int64_t max_active_;
   alarm_sink* sink_;
   std::unique_ptr<runtime> rt_;
-  target_counters base_;  ///< counters of earlier runtimes on the same directory
+  target_counters base_; ///< counters of earlier runtimes on the same directory
 };
 
 } // namespace
 
 std::unique_ptr<inproc_target> make_inproc_target(const bench_options& opts,
-                                                  const std::string& data_dir,
-                                                  int64_t max_active, alarm_sink* alarms,
-                                                  std::string& error) {
+                                                  const std::string& data_dir, int64_t max_active,
+                                                  alarm_sink* alarms, std::string& error) {
   auto t = std::make_unique<inproc>(opts, data_dir, max_active, alarms);
-  if (!t->start(error))
-    return nullptr;
+  if (!t->start(error)) return nullptr;
   return t;
 }
 
 verify_result verify_local(const std::string& data_dir, const std::string& tenant,
-                           const std::string& key_prefix, const std::vector<ack>& acks, const std::string& fact_type,
-                           const std::vector<std::string>& alarm_ids, int64_t allowed_extra) {
+                           const std::string& key_prefix, const std::vector<ack>& acks,
+                           const std::string& fact_type, const std::vector<std::string>& alarm_ids,
+                           int64_t allowed_extra) {
   verify_result v;
   v.ran = true;
   auto problem = [&](std::string p) {
     v.ok = false;
-    if (v.problems.size() < 10)
-      v.problems.push_back(std::move(p));
+    if (v.problems.size() < 10) v.problems.push_back(std::move(p));
   };
   struct found_fact {
     std::string id;
     int64_t seq;
     std::string fact_id;
   };
-  std::map<std::string, found_fact> by_key;  // idempotency key -> the fact carrying it
+  std::map<std::string, found_fact> by_key; // idempotency key -> the fact carrying it
   std::set<std::string> alarm_fired;
   store_options so;
   so.data_dir = data_dir;
@@ -227,14 +223,13 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
       continue;
     }
     auto& s = *st.value();
-    if (s.key().tenant != tenant)
-      continue;
+    if (s.key().tenant != tenant) continue;
     ++v.entities_checked;
     auto rep = s.verify();
     if (!rep || !rep.value().ok) {
       ++v.chains_bad;
-      problem(s.key().to_string() + ": chain: " +
-              (rep ? rep.value().problem : rep.error().to_string()));
+      problem(s.key().to_string() +
+              ": chain: " + (rep ? rep.value().problem : rep.error().to_string()));
     } else {
       ++v.chains_ok;
     }
@@ -250,12 +245,10 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
       }
       for (auto& fa : page.value()) {
         after = fa.seq;
-        if (fa.type == "alarm_fired")
-          alarm_fired.insert(fa.entity_id);
-        if (fa.type != fact_type || fa.idempotency_key.rfind(key_prefix, 0) != 0)
-          continue;
-        auto [it, fresh] = by_key.emplace(fa.idempotency_key,
-                                          found_fact{fa.entity_id, fa.seq, fa.fact_id});
+        if (fa.type == "alarm_fired") alarm_fired.insert(fa.entity_id);
+        if (fa.type != fact_type || fa.idempotency_key.rfind(key_prefix, 0) != 0) continue;
+        auto [it, fresh] =
+            by_key.emplace(fa.idempotency_key, found_fact{fa.entity_id, fa.seq, fa.fact_id});
         if (!fresh) {
           ++v.duplicates;
           problem("key " + fa.idempotency_key + " appended twice (" + it->second.id + " seq " +
@@ -263,8 +256,7 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
                   std::to_string(fa.seq) + ")");
         }
       }
-      if (page.value().size() < size_t(f.limit))
-        break;
+      if (page.value().size() < size_t(f.limit)) break;
     }
   }
   v.acked = static_cast<int64_t>(acks.size());
@@ -285,8 +277,8 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
     if (it->second.id != a.id || it->second.seq != a.seq || it->second.fact_id != a.fact_id) {
       ++v.mismatched;
       problem("key " + a.key + ": acknowledged " + a.id + " seq " + std::to_string(a.seq) + " " +
-              a.fact_id + ", on disk " + it->second.id + " seq " +
-              std::to_string(it->second.seq) + " " + it->second.fact_id);
+              a.fact_id + ", on disk " + it->second.id + " seq " + std::to_string(it->second.seq) +
+              " " + it->second.fact_id);
     }
   }
   v.extra = static_cast<int64_t>(by_key.size()) - v.found;

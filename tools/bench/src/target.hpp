@@ -16,13 +16,13 @@ namespace factum::tools::bench_detail {
 
 /// One request: a call of `method` on entity `type`/`id`, or (read) a fact query.
 struct request {
-  bool read = false;        ///< a fact query (GET .../facts, in-process ledger.recent)
-  std::string type;         ///< entity type
-  std::string id;           ///< entity id
-  std::string method;       ///< method (calls)
-  std::string body;         ///< JSON arguments (calls)
+  bool read = false;  ///< a fact query (GET .../facts, in-process ledger.recent)
+  std::string type;   ///< entity type
+  std::string id;     ///< entity id
+  std::string method; ///< method (calls)
+  std::string body;   ///< JSON arguments (calls)
   std::string idempotency_key;
-  std::string query;        ///< read: query string without '?', e.g. "limit=10&order=desc"
+  std::string query; ///< read: query string without '?', e.g. "limit=10&order=desc"
 };
 
 /// One answer.
@@ -37,20 +37,19 @@ struct response {
 /// Resource use of the server process.
 struct server_usage {
   bool known = false;
-  double cpu_s = 0;          ///< user + system CPU seconds so far
-  int64_t peak_rss_kib = 0;  ///< VmHWM / ru_maxrss
+  double cpu_s = 0;         ///< user + system CPU seconds so far
+  int64_t peak_rss_kib = 0; ///< VmHWM / ru_maxrss
 };
 
 /// Runtime counters that some workloads report (in-process only).
 struct target_counters {
   bool known = false;
   uint64_t activations = 0, hibernations = 0, commits = 0, facts = 0, peak_active = 0;
-  uint64_t alarms_fired = 0, tool_calls = 0, tool_retries = 0, fast_fails = 0,
-           dead_letters = 0;
+  uint64_t alarms_fired = 0, tool_calls = 0, tool_retries = 0, fast_fails = 0, dead_letters = 0;
 };
 
 class target {
-public:
+ public:
   virtual ~target() = default;
   virtual void send(request r, std::function<void(response)> done) = 0;
   virtual server_usage usage() = 0;
@@ -66,15 +65,14 @@ struct alarm_sink {
 /// The embedded runtime on a data directory, with the built-in types plus `bench_alarm`, and the
 /// fake vendor tool `opts.tool` (fails opts.fail_rate of attempts with 503).
 class inproc_target : public target {
-public:
-  virtual void restart() = 0;  ///< stop and start on the same directory (everything hibernated)
-  virtual void stop() = 0;     ///< graceful stop (drains); send() answers errors afterwards
+ public:
+  virtual void restart() = 0; ///< stop and start on the same directory (everything hibernated)
+  virtual void stop() = 0;    ///< graceful stop (drains); send() answers errors afterwards
 };
 
 std::unique_ptr<inproc_target> make_inproc_target(const bench_options& opts,
-                                                  const std::string& data_dir,
-                                                  int64_t max_active, alarm_sink* alarms,
-                                                  std::string& error);
+                                                  const std::string& data_dir, int64_t max_active,
+                                                  alarm_sink* alarms, std::string& error);
 
 /// A keep-alive HTTP/1.1 client with opts.concurrency connections on one io_context thread.
 std::unique_ptr<target> make_http_target(const bench_options& opts, std::string& error);
@@ -95,7 +93,7 @@ struct verify_result {
   int64_t chains_ok = 0, chains_bad = 0;
   int64_t acked = 0, found = 0, missing = 0, mismatched = 0, duplicates = 0, extra = 0;
   int64_t alarms_expected = 0, alarms_found = 0;
-  std::vector<std::string> problems;  ///< the first few problems, for the report
+  std::vector<std::string> problems; ///< the first few problems, for the report
 };
 
 /// Verifies a stopped runtime's data directory against the acknowledgements: every ack's key
@@ -103,7 +101,8 @@ struct verify_result {
 /// every hash chain intact; `alarm_ids` entities each hold an alarm_fired fact. Only keys starting
 /// with `key_prefix` (this run's) count. Reads read-only.
 verify_result verify_local(const std::string& data_dir, const std::string& tenant,
-                           const std::string& key_prefix, const std::vector<ack>& acks, const std::string& fact_type,
-                           const std::vector<std::string>& alarm_ids, int64_t allowed_extra);
+                           const std::string& key_prefix, const std::vector<ack>& acks,
+                           const std::string& fact_type, const std::vector<std::string>& alarm_ids,
+                           int64_t allowed_extra);
 
 } // namespace factum::tools::bench_detail

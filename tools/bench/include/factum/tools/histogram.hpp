@@ -14,7 +14,7 @@ namespace factum::tools {
 
 /// A thread-safe log-linear histogram of non-negative integers (the bench records nanoseconds).
 class histogram {
-public:
+ public:
   /// Values below 2^sub_bits are counted exactly.
   static constexpr int sub_bits = 8;
   static constexpr uint64_t sub_count = uint64_t{1} << sub_bits;
@@ -50,7 +50,7 @@ public:
   static uint64_t lowest_of(size_t index) noexcept;
   static uint64_t highest_of(size_t index) noexcept;
 
-private:
+ private:
   std::unique_ptr<std::atomic<uint64_t>[]> counts_;
   std::atomic<uint64_t> total_{0};
   std::atomic<uint64_t> sum_{0};
