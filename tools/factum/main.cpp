@@ -2,6 +2,7 @@
 // subcommand family lives in its own module and registers itself here.
 #include <CLI/CLI.hpp>
 
+#include "factum/tools/bench.hpp"
 #include "factum/tools/inspect.hpp"
 #include "factum/tools/serve.hpp"
 
@@ -11,6 +12,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   factum::tools::add_inspect_command(app, &exit_code);
   factum::tools::add_serve_command(app, &exit_code);
+  factum::tools::add_bench_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

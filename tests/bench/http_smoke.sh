@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# http_smoke.sh: `factum bench` in http mode against a real `factum serve` started here on a free
+# port (listen port 0; the port is read from the start log line) with a temp data dir: append
+# (closed loop), replay and an open-loop append, each with --json, --server-pid and the
+# verification over the facts route; then SIGTERM by pid and `factum inspect verify` on the
+# stopped server's data. Usage: http_smoke.sh PATH/TO/factum
+set -euo pipefail
+factum=${1:?usage: http_smoke.sh PATH/TO/factum}
+tmp=$(mktemp -d)
+pid=""
+cleanup() {
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "http_smoke: FAIL: $*" >&2
+  echo "--- server log:" >&2
+  tail -20 "$tmp/err.log" >&2 || true
+  exit 1
+}
+
+cat > "$tmp/serve.json" <<JSON
+{
+  "dev": true,
+  "durability": "normal",
+  "tenants": {"bench": {"api_keys": ["bench-key"]}},
+  "types": ["ledger"]
+}
+JSON
+"$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" \
+  2> "$tmp/err.log" &
+pid=$!
+port=""
+for _ in $(seq 1 200); do
+  port=$(grep -o '"port":[0-9]*' "$tmp/err.log" 2>/dev/null | head -1 | cut -d: -f2 || true)
+  [ -n "$port" ] && break
+  kill -0 "$pid" 2>/dev/null || fail "server exited early"
+  sleep 0.05
+done
+[ -n "$port" ] || fail "no start line within 10 s"
+url="http://127.0.0.1:$port"
+
+bench() {
+  "$factum" bench "$@" --mode http --url "$url" --api-key bench-key --server-pid "$pid" --json \
+    --no-progress > "$tmp/out.json" 2> "$tmp/bench.err" ||
+    fail "bench $* exited $?: $(cat "$tmp/bench.err") $(cat "$tmp/out.json")"
+}
+check() {  # check JQ_EXPRESSION: must be true on the last report
+  jq -e "$1" "$tmp/out.json" > /dev/null || fail "expected $1 in $(cat "$tmp/out.json")"
+}
+
+bench append --entities 4 --count 300 --concurrency 4
+check '.ok == 300 and .errors == 0 and .verify.ok == true and .verify.found == 300'
+check '.verify.duplicates == 0 and .latency_us.p99 > 0 and .server.peak_rss_kib > 0'
+check '.server.cpu_s >= 0 and .server.includes_client == false'
+
+bench replay --entities 2 --keys 20 --count 200 --concurrency 4
+check '.ok == 200 and .replayed == 200 and .verify.ok == true and .verify.acked == 20'
+
+bench append --entities 2 --count 100 --rate 500 --concurrency 2
+check '.loop == "open" and .ok == 100 and .verify.ok == true and .duration_s >= 0.19'
+
+# A wrong API key: every request fails, the bench says so and exits 1.
+set +e
+"$factum" bench append --mode http --url "$url" --api-key wrong --count 5 --json --no-progress \
+  > "$tmp/out.json" 2>/dev/null
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || fail "a bench with a wrong key exited $rc, expected 1"
+check '.errors == 5 and .codes.UNAUTHORIZED == 5'
+
+kill -TERM "$pid"
+set +e
+wait "$pid"
+rc=$?
+set -e
+pid=""
+[ "$rc" -eq 0 ] || fail "server exit code after SIGTERM was $rc"
+"$factum" inspect verify --data "$tmp/data" > "$tmp/verify.out" 2>&1 ||
+  fail "inspect verify: $(cat "$tmp/verify.out")"
+echo "http_smoke: ok (port $port)"
