@@ -26,8 +26,13 @@ struct query_param {
   std::string value;
 };
 
-/// Splits and decodes "a=1&b=2"; nullopt on a malformed escape. "a" alone has an empty value.
+/// Splits and decodes "a=1&b=2"; nullopt on a malformed escape or on a decoded name or value
+/// that is not valid UTF-8 (it could never match stored text, and JSON cannot carry it). "a"
+/// alone has an empty value.
 std::optional<std::vector<query_param>> split_query(std::string_view query);
+
+/// Whether `s` is well-formed UTF-8 (no overlongs, no surrogates, at most U+10FFFF).
+bool valid_utf8(std::string_view s);
 
 /// Parses a non-negative decimal integer that fits int64 (digits only, no sign, no blanks).
 std::optional<int64_t> parse_non_negative(std::string_view s);
