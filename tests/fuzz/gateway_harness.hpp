@@ -43,10 +43,13 @@ inline constexpr std::string_view stub_result = R"({"stub":true})";
 /// The one API key the harness's tenant "acme" has.
 inline constexpr std::string_view api_key = "fuzz-key-1";
 
+/// The API key of the second tenant, "globex".
+inline constexpr std::string_view other_key = "other-key";
+
 /// How deep the JSON a call of `orders` may nest in the small-limit harness.
 inline constexpr int small_depth = 4;
 
-/// A gateway over the stub runtime: tenant acme (key fuzz-key-1); types `ledger` (append,
+/// A gateway over the stub runtime: tenants acme (key fuzz-key-1) and globex (other-key); types `ledger` (append,
 /// query) and `orders` (place requires an Idempotency-Key; cancel is overridden to need one by
 /// the server config).
 class gateway_harness {
@@ -69,7 +72,7 @@ public:
     rt_ = std::move(*started);
     http_server_config hc;
     hc.tenants.push_back({"acme", {api_key_sha256(api_key)}});
-    hc.tenants.push_back({"globex", {api_key_sha256("other-key")}});
+    hc.tenants.push_back({"globex", {api_key_sha256(other_key)}});
     hc.require_idempotency_key["orders"]["cancel"] = true;
     hc.limits.max_json_depth = max_json_depth;
     hc.log = [this](std::string_view line) {
@@ -167,9 +170,10 @@ private:
     // Reached the runtime: the stub's answer, unchanged.
     FUZZ_CHECK(r.status == 200 && r.body == stub_result, r.body);
     const auto& c = *o.call;
-    // Only an authenticated tenant, from X-API-Key.
-    FUZZ_CHECK(req.has_api_key && req.api_key == api_key, req.api_key);
-    FUZZ_CHECK(c.key.tenant == "acme", c.key.tenant);
+    // Only an authenticated tenant, from X-API-Key: acme's key reaches acme, globex's globex.
+    FUZZ_CHECK(req.has_api_key && (req.api_key == api_key || req.api_key == other_key),
+               req.api_key);
+    FUZZ_CHECK(c.key.tenant == (req.api_key == api_key ? "acme" : "globex"), c.key.tenant);
     // A valid entity key, never with "..".
     auto k = entity_key::make(c.key.tenant, c.key.type, c.key.id);
     FUZZ_CHECK(k.is_ok(), c.key.to_string());
