@@ -64,8 +64,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   req.body = body;
   auto o = h.run(req);
 
-  // The oracle: valid JSON per nlohmann's DOM parser, nesting per a bracket scan.
-  bool valid = nlohmann::json::accept(body);
+  // The oracle: valid JSON per nlohmann's DOM parser (and no NUL), nesting per a bracket scan.
+  // nlohmann stops at a NUL byte as if the input ended there; a raw NUL is never valid JSON.
+  bool valid = body.find('\0') == std::string::npos && nlohmann::json::accept(body);
   int depth = valid ? bracket_depth(body) : 0;
   auto verdict = http::check_json(body, limit);
   if (!body.empty()) {

@@ -1,7 +1,8 @@
 // http_util_test.cpp: regression tests for what fuzzing (tests/fuzz) found in the gateway's
 // pure helpers and routes. A query value that is not UTF-8 once escaped gateway::handle as an
 // uncaught nlohmann::json type_error (the facts arguments are dumped as JSON): the I/O thread
-// logged it and the request never got an answer. Runs on the test thread plus the fixture's.
+// logged it and the request never got an answer. A body with a NUL byte passed check_json
+// (nlohmann stops at NUL) with anything after it unchecked. Runs on the test thread plus the fixture's.
 #include <doctest/doctest.h>
 
 #include "http/fixture.hpp"
@@ -51,4 +52,23 @@ TEST_CASE("GET facts with a query value that is not UTF-8: 400 INVALID_QUERY, an
   auto fine = c.request("GET", "/v1/entities/ledger/u/facts?tool_id=%C3%A9",
                         {{"X-API-Key", acme_key}});
   CHECK(fine.status == 200);
+}
+
+TEST_CASE("check_json: a NUL byte anywhere is invalid JSON, also after a complete value") {
+  using namespace std::string_literals;
+  CHECK(http::check_json("1"s, 64).verdict == http::json_verdict::ok);
+  CHECK(http::check_json("1\0[[[[[[garbage"s, 2).verdict == http::json_verdict::invalid);
+  CHECK(http::check_json("{\"a\":1}\0"s, 64).verdict == http::json_verdict::invalid);
+  CHECK(http::check_json("\0"s, 64).verdict == http::json_verdict::invalid);
+}
+
+TEST_CASE("POST with a NUL byte in the JSON body: 400 INVALID_JSON, nothing appended") {
+  using namespace std::string_literals;
+  gateway_fixture f;
+  http_client c(f.port());
+  auto r = c.request("POST", "/v1/entities/ledger/nul/append", json_headers(acme_key, "nul-1"),
+                     "{\"type\":\"note\"}\0\xff\xfe"s);
+  CHECK_MESSAGE(r.status == 400, r.status << " " << r.body);
+  CHECK(r.code() == "INVALID_JSON");
+  CHECK(f.facts("acme", "ledger", "nul", {{"type", "note"}}).empty());
 }

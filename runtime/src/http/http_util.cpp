@@ -201,6 +201,11 @@ std::optional<int64_t> parse_non_negative(std::string_view s) {
 }
 
 json_check check_json(std::string_view text, int max_depth) {
+  // nlohmann's lexer takes a NUL byte for the end of input, so "1\0<anything>" would pass as
+  // the number 1 with the rest unchecked (found by json_call_fuzz). A raw NUL is never valid
+  // JSON (RFC 8259: control characters only escaped, inside strings).
+  if (text.find('\0') != std::string_view::npos)
+    return {json_verdict::invalid, "JSON text must not contain a NUL byte"};
   depth_counter sax(max_depth);
   bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
   if (!ok && sax.result.verdict == json_verdict::ok) {

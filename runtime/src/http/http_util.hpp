@@ -48,7 +48,7 @@ struct json_check {
 
 /// Validates JSON text (syntax and UTF-8) with nlohmann's SAX parser and a depth counter, so
 /// no DOM is built and arbitrarily deep input costs no stack: deeper than `max_depth` nested
-/// arrays/objects is too_deep.
+/// arrays/objects is too_deep. A NUL byte anywhere is invalid (nlohmann would stop there).
 json_check check_json(std::string_view text, int max_depth);
 
 /// Whether `key` is a valid Idempotency-Key: 1..255 printable ASCII characters (0x20..0x7e).
