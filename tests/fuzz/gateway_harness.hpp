@@ -49,11 +49,11 @@ inline constexpr std::string_view other_key = "other-key";
 /// How deep the JSON a call of `orders` may nest in the small-limit harness.
 inline constexpr int small_depth = 4;
 
-/// A gateway over the stub runtime: tenants acme (key fuzz-key-1) and globex (other-key); types `ledger` (append,
-/// query) and `orders` (place requires an Idempotency-Key; cancel is overridden to need one by
-/// the server config).
+/// A gateway over the stub runtime: tenants acme (key fuzz-key-1) and globex (other-key); types
+/// `ledger` (append, query) and `orders` (place requires an Idempotency-Key; cancel is overridden
+/// to need one by the server config).
 class gateway_harness {
-public:
+ public:
   explicit gateway_harness(int max_json_depth = 64) {
     runtime_config rc;
     rc.data_dir = "/nonexistent-fuzz";
@@ -101,8 +101,7 @@ public:
     FUZZ_CHECK(answers == 1, "done ran " + std::to_string(answers) + " times");
     auto& calls = recorded_calls();
     FUZZ_CHECK(calls.size() <= 1, "more than one runtime call for one request");
-    if (!calls.empty())
-      out.call = std::move(calls.front());
+    if (!calls.empty()) out.call = std::move(calls.front());
     check(req, out);
     return out;
   }
@@ -133,14 +132,13 @@ public:
     FUZZ_CHECK(p.value("type", "") == "urn:factum:problem:" + code, r.body);
     FUZZ_CHECK(p.contains("title") && p["title"].is_string(), r.body);
     FUZZ_CHECK(p.contains("detail") && p["detail"].is_string(), r.body);
-    if (r.status == 405)
-      FUZZ_CHECK(!r.allow.empty(), "405 without Allow");
+    if (r.status == 405) FUZZ_CHECK(!r.allow.empty(), "405 without Allow");
   }
 
-private:
+ private:
   static bool is_trace_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == ':' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
   }
 
   void check(const http::http_request& req, const outcome& o) {
@@ -162,8 +160,7 @@ private:
     if (!o.call) {
       // Refused before the runtime: always a problem.
       check_problem(r);
-      if (r.status < 500)
-        return;
+      if (r.status < 500) return;
       // Only 503 (draining) may be a 5xx without a call; the harness never drains.
       FUZZ_CHECK(false, "5xx without a runtime call: " + r.body);
     }
@@ -178,7 +175,7 @@ private:
     auto k = entity_key::make(c.key.tenant, c.key.type, c.key.id);
     FUZZ_CHECK(k.is_ok(), c.key.to_string());
     FUZZ_CHECK(c.key.type.find("..") == std::string::npos &&
-                 c.key.id.find("..") == std::string::npos,
+                   c.key.id.find("..") == std::string::npos,
                c.key.to_string());
     FUZZ_CHECK(!c.method.empty(), "empty method");
     // Arguments are always a JSON document the runtime can parse.

@@ -26,18 +26,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ec = {};
       break;
     }
-    if (n == 0 && !ec)
-      break;
+    if (n == 0 && !ec) break;
   }
-  if (!ec && !p.is_done())
-    p.put_eof(ec);
+  if (!ec && !p.is_done()) p.put_eof(ec);
   if (ec || !p.is_done()) {
     std::string verb, target;
     if (p.is_header_done()) {
       verb = std::string(p.get().method_string());
       target = std::string(p.get().target());
     }
-    int status = ec == bhttp::error::body_limit ? 413 : ec == bhttp::error::header_limit ? 431 : 400;
+    int status = ec == bhttp::error::body_limit     ? 413
+                 : ec == bhttp::error::header_limit ? 431
+                                                    : 400;
     h.reject(status, "BAD_REQUEST", "malformed HTTP request: " + ec.message(), verb, target);
     return 0;
   }

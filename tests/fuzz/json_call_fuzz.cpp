@@ -40,14 +40,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace factum;
   static fuzz::gateway_harness deep(64);
   static fuzz::gateway_harness shallow(fuzz::small_depth);
-  if (size == 0)
-    return 0;
+  if (size == 0) return 0;
   uint8_t sel = data[0];
   std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   auto& h = (sel & 1) ? shallow : deep;
   int limit = (sel & 1) ? fuzz::small_depth : 64;
-  static constexpr const char* targets[] = {"ledger/j1/append", "orders/j1/place",
-                                            "orders/j1/peek", "ledger/j1/query"};
+  static constexpr const char* targets[] = {"ledger/j1/append", "orders/j1/place", "orders/j1/peek",
+                                            "ledger/j1/query"};
   std::string path = std::string("/v1/entities/") + targets[(sel >> 1) & 3];
   http::http_request req;
   req.verb = "POST";
@@ -72,8 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!body.empty()) {
     if (valid && depth <= limit)
       FUZZ_CHECK(verdict.verdict == http::json_verdict::ok, verdict.message);
-    if (!valid)
-      FUZZ_CHECK(verdict.verdict != http::json_verdict::ok, "invalid JSON accepted");
+    if (!valid) FUZZ_CHECK(verdict.verdict != http::json_verdict::ok, "invalid JSON accepted");
     if (valid && depth > limit)
       FUZZ_CHECK(verdict.verdict == http::json_verdict::too_deep, verdict.message);
   }
@@ -88,10 +86,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     auto code = nlohmann::json::parse(o.response.body).value("code", "");
     if (!body.empty() && !valid) // a too-deep prefix is refused before the syntax error
-      FUZZ_CHECK(o.response.status == 400 &&
-                   (code == "INVALID_JSON" ||
-                    (code == "JSON_TOO_DEEP" && bracket_depth(body) > limit)),
-                 o.response.body);
+      FUZZ_CHECK(
+          o.response.status == 400 &&
+              (code == "INVALID_JSON" || (code == "JSON_TOO_DEEP" && bracket_depth(body) > limit)),
+          o.response.body);
     else if (!body.empty() && depth > limit)
       FUZZ_CHECK(o.response.status == 400 && code == "JSON_TOO_DEEP", o.response.body);
     else

@@ -22,7 +22,9 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   return std::unique_ptr<runtime>(new runtime(std::move(p)));
 }
 
-void runtime::stop() { impl_->stopping = true; }
+void runtime::stop() {
+  impl_->stopping = true;
+}
 
 void runtime::call(const entity_key& key, std::string method, std::string args_json,
                    call_options opts, std::function<void(call_reply)> done) {
@@ -35,13 +37,21 @@ call_reply runtime::call_sync(const entity_key&, std::string, std::string, call_
   return call_reply::failure(error_category::server, "INTERNAL", "not in the fuzz stub", 500);
 }
 
-runtime_stats runtime::stats() const { return {}; }
+runtime_stats runtime::stats() const {
+  return {};
+}
 
-const runtime_config& runtime::config() const { return impl_->cfg; }
+const runtime_config& runtime::config() const {
+  return impl_->cfg;
+}
 
-bool runtime::stopping() const { return impl_->stopping; }
+bool runtime::stopping() const {
+  return impl_->stopping;
+}
 
-std::string new_trace_id() { return "0123456789abcdef0123456789abcdef"; }
+std::string new_trace_id() {
+  return "0123456789abcdef0123456789abcdef";
+}
 
 std::string call_fingerprint(std::string_view method, std::string_view args_json) {
   std::string buf(method);

@@ -2,7 +2,8 @@
 // pure helpers and routes. A query value that is not UTF-8 once escaped gateway::handle as an
 // uncaught nlohmann::json type_error (the facts arguments are dumped as JSON): the I/O thread
 // logged it and the request never got an answer. A body with a NUL byte passed check_json
-// (nlohmann stops at NUL) with anything after it unchecked. Runs on the test thread plus the fixture's.
+// (nlohmann stops at NUL) with anything after it unchecked. Runs on the test thread plus the
+// fixture's.
 #include <doctest/doctest.h>
 
 #include "http/fixture.hpp"
@@ -42,15 +43,15 @@ TEST_CASE("GET facts with a query value that is not UTF-8: 400 INVALID_QUERY, an
   http_client c(f.port());
   for (auto q : {"?tool_id=%FF", "?type=%C3%28", "?trace_id=a%80b", "?%FF=1"}) {
     CAPTURE(q);
-    auto r = c.request("GET", std::string("/v1/entities/ledger/u/facts") + q,
-                       {{"X-API-Key", acme_key}});
+    auto r =
+        c.request("GET", std::string("/v1/entities/ledger/u/facts") + q, {{"X-API-Key", acme_key}});
     check_invalid_query(r);
   }
-  auto r = c.request("GET", "/v1/entities/ledger/u/dead-letters?status=%FE",
-                     {{"X-API-Key", acme_key}});
+  auto r =
+      c.request("GET", "/v1/entities/ledger/u/dead-letters?status=%FE", {{"X-API-Key", acme_key}});
   check_invalid_query(r);
-  auto fine = c.request("GET", "/v1/entities/ledger/u/facts?tool_id=%C3%A9",
-                        {{"X-API-Key", acme_key}});
+  auto fine =
+      c.request("GET", "/v1/entities/ledger/u/facts?tool_id=%C3%A9", {{"X-API-Key", acme_key}});
   CHECK(fine.status == 200);
 }
 
