@@ -147,3 +147,15 @@ TEST_CASE("entity reader: a closed file is read through a copy, a live one in pl
   REQUIRE_FALSE(wrong.is_ok());
   CHECK(wrong.error().code() == errc::corruption);
 }
+
+TEST_CASE("times: an age too large for 64-bit milliseconds is refused, not overflowed") {
+  // Found by tests/fuzz/fact_filter_fuzz: 999999999999w overflowed int64 (UB) in parse_time_arg.
+  using test::inspect::t0;
+  for (auto* big : {"999999999999w", "999999999999d", "106751991168d"}) {
+    CAPTURE(big);
+    CHECK_FALSE(parse_time_arg(big, t0, false).is_ok());
+  }
+  auto r = parse_time_arg("106751991167d", t0, false); // the largest age in days that fits
+  REQUIRE(r.is_ok());
+  CHECK(*r == t0 - 106751991167LL * 86'400'000LL);
+}

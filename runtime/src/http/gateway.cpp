@@ -84,7 +84,7 @@ query_result parse_query(std::string_view query, std::initializer_list<std::stri
   query_result out;
   auto params = split_query(query);
   if (!params) {
-    out.error = "malformed percent-encoding in the query";
+    out.error = "malformed percent-encoding or invalid UTF-8 in the query";
     return out;
   }
   auto in = [](std::string_view n, std::initializer_list<std::string_view> set) {

@@ -35,6 +35,35 @@ struct http_request {
   std::string body;
 };
 
+/// Copies the parts the API looks at out of a parsed request. `Message` is a Beast request
+/// (templated so that this header stays free of Beast); the transport and the fuzz targets
+/// (tests/fuzz) share it.
+template <class Message>
+http_request to_http_request(Message& msg) {
+  http_request r;
+  r.verb = std::string(msg.method_string());
+  r.target = std::string(msg.target());
+  if (auto it = msg.find("Content-Type"); it != msg.end()) {
+    r.has_content_type = true;
+    r.content_type = std::string(it->value());
+  }
+  r.content_type_count = static_cast<int>(msg.count("Content-Type"));
+  if (auto it = msg.find("X-API-Key"); it != msg.end()) {
+    r.has_api_key = true;
+    r.api_key = std::string(it->value());
+  }
+  r.api_key_count = static_cast<int>(msg.count("X-API-Key"));
+  r.idempotency_key_count = static_cast<int>(msg.count("Idempotency-Key"));
+  if (auto it = msg.find("Idempotency-Key"); it != msg.end())
+    r.idempotency_key = std::string(it->value());
+  if (auto it = msg.find("traceparent"); it != msg.end())
+    r.traceparent = std::string(it->value());
+  if (auto it = msg.find("X-Trace-Id"); it != msg.end())
+    r.x_trace_id = std::string(it->value());
+  r.body = std::move(msg.body());
+  return r;
+}
+
 /// A response for the transport to write.
 struct http_response {
   int status = 200;

@@ -141,11 +141,49 @@ std::optional<std::vector<query_param>> split_query(std::string_view query) {
     auto value = percent_decode(eq == std::string_view::npos ? std::string_view{}
                                                               : part.substr(eq + 1),
                                 true);
-    if (!name || !value)
+    if (!name || !value || !valid_utf8(*name) || !valid_utf8(*value))
       return std::nullopt;
     out.push_back({std::move(*name), std::move(*value)});
   }
   return out;
+}
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0, n = s.size();
+  while (i < n) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    unsigned cp;
+    if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1fu;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0fu;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07u;
+    } else {
+      return false;
+    }
+    if (i + len > n)
+      return false;
+    for (size_t k = 1; k < len; ++k) {
+      auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80)
+        return false;
+      cp = (cp << 6) | (cc & 0x3fu);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return false;
+    i += len;
+  }
+  return true;
 }
 
 std::optional<int64_t> parse_non_negative(std::string_view s) {
@@ -163,6 +201,11 @@ std::optional<int64_t> parse_non_negative(std::string_view s) {
 }
 
 json_check check_json(std::string_view text, int max_depth) {
+  // nlohmann's lexer takes a NUL byte for the end of input, so "1\0<anything>" would pass as
+  // the number 1 with the rest unchecked (found by json_call_fuzz). A raw NUL is never valid
+  // JSON (RFC 8259: control characters only escaped, inside strings).
+  if (text.find('\0') != std::string_view::npos)
+    return {json_verdict::invalid, "JSON text must not contain a NUL byte"};
   depth_counter sax(max_depth);
   bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
   if (!ok && sax.result.verdict == json_verdict::ok) {

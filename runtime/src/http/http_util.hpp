@@ -26,8 +26,13 @@ struct query_param {
   std::string value;
 };
 
-/// Splits and decodes "a=1&b=2"; nullopt on a malformed escape. "a" alone has an empty value.
+/// Splits and decodes "a=1&b=2"; nullopt on a malformed escape or on a decoded name or value
+/// that is not valid UTF-8 (it could never match stored text, and JSON cannot carry it). "a"
+/// alone has an empty value.
 std::optional<std::vector<query_param>> split_query(std::string_view query);
+
+/// Whether `s` is well-formed UTF-8 (no overlongs, no surrogates, at most U+10FFFF).
+bool valid_utf8(std::string_view s);
 
 /// Parses a non-negative decimal integer that fits int64 (digits only, no sign, no blanks).
 std::optional<int64_t> parse_non_negative(std::string_view s);
@@ -43,7 +48,7 @@ struct json_check {
 
 /// Validates JSON text (syntax and UTF-8) with nlohmann's SAX parser and a depth counter, so
 /// no DOM is built and arbitrarily deep input costs no stack: deeper than `max_depth` nested
-/// arrays/objects is too_deep.
+/// arrays/objects is too_deep. A NUL byte anywhere is invalid (nlohmann would stop there).
 json_check check_json(std::string_view text, int max_depth);
 
 /// Whether `key` is a valid Idempotency-Key: 1..255 printable ASCII characters (0x20..0x7e).

@@ -246,27 +246,7 @@ private:
     disarm_deadline();
     auto msg = parser_->release();
     parser_.reset();
-    http::http_request r;
-    r.verb = std::string(msg.method_string());
-    r.target = std::string(msg.target());
-    if (auto it = msg.find(bhttp::field::content_type); it != msg.end()) {
-      r.has_content_type = true;
-      r.content_type = std::string(it->value());
-    }
-    r.content_type_count = static_cast<int>(msg.count(bhttp::field::content_type));
-    if (auto it = msg.find("X-API-Key"); it != msg.end()) {
-      r.has_api_key = true;
-      r.api_key = std::string(it->value());
-    }
-    r.api_key_count = static_cast<int>(msg.count("X-API-Key"));
-    r.idempotency_key_count = static_cast<int>(msg.count("Idempotency-Key"));
-    if (auto it = msg.find("Idempotency-Key"); it != msg.end())
-      r.idempotency_key = std::string(it->value());
-    if (auto it = msg.find("traceparent"); it != msg.end())
-      r.traceparent = std::string(it->value());
-    if (auto it = msg.find("X-Trace-Id"); it != msg.end())
-      r.x_trace_id = std::string(it->value());
-    r.body = std::move(msg.body());
+    auto r = http::to_http_request(msg);
     keep_alive_ = msg.keep_alive();
     version_ = msg.version();
     srv_->request_started();

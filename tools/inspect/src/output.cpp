@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <limits>
 #include <ostream>
 
 namespace factum::tools {
@@ -138,7 +139,7 @@ result<int64_t> parse_time_arg(std::string_view text, int64_t now_ms, bool local
       mult = 7 * 86'400'000LL;
     if (mult) {
       auto n = parse_count(text.substr(0, digits), "age");
-      if (!n)
+      if (!n || *n > std::numeric_limits<int64_t>::max() / mult) // found by fact_filter_fuzz
         return bad();
       return now_ms - *n * mult;
     }

@@ -1,0 +1,63 @@
+// tests/fuzz/stub_runtime.cpp: a link-time stand-in for factum::runtime, so that the gateway's
+// routing, authentication and validation (runtime/src/http/gateway.cpp) run in a fuzz target
+// without actors, threads or files. The fuzz binaries link this file instead of
+// runtime/src/runtime.cpp. call() records what the gateway handed to the runtime and answers at
+// once; the harness (gateway_harness.hpp) checks it. Single-threaded (the fuzzer's thread).
+#include "gateway_harness.hpp"
+
+namespace factum {
+
+struct runtime::impl {
+  runtime_config cfg;
+  bool stopping = false;
+};
+
+runtime::runtime(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+runtime::~runtime() = default;
+
+result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
+  auto p = std::make_unique<impl>();
+  p->cfg = std::move(config);
+  return std::unique_ptr<runtime>(new runtime(std::move(p)));
+}
+
+void runtime::stop() {
+  impl_->stopping = true;
+}
+
+void runtime::call(const entity_key& key, std::string method, std::string args_json,
+                   call_options opts, std::function<void(call_reply)> done) {
+  auto& calls = fuzz::recorded_calls();
+  calls.push_back({key, std::move(method), std::move(args_json), std::move(opts)});
+  done(call_reply::success(std::string(fuzz::stub_result)));
+}
+
+call_reply runtime::call_sync(const entity_key&, std::string, std::string, call_options) {
+  return call_reply::failure(error_category::server, "INTERNAL", "not in the fuzz stub", 500);
+}
+
+runtime_stats runtime::stats() const {
+  return {};
+}
+
+const runtime_config& runtime::config() const {
+  return impl_->cfg;
+}
+
+bool runtime::stopping() const {
+  return impl_->stopping;
+}
+
+std::string new_trace_id() {
+  return "0123456789abcdef0123456789abcdef";
+}
+
+std::string call_fingerprint(std::string_view method, std::string_view args_json) {
+  std::string buf(method);
+  buf.push_back('\n');
+  buf.append(args_json);
+  return sha256_hex(buf);
+}
+
+} // namespace factum
