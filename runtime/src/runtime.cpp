@@ -64,7 +64,7 @@ caf::actor runtime_core::lookup_or_spawn(const entity_key& key, const std::strin
 }
 
 bool runtime_core::acquire_slot(const std::string& key_str, const caf::actor& self) {
-  caf::actor victim;
+  std::vector<caf::actor> victims;
   {
     std::lock_guard<std::mutex> g(reg.mu);
     auto it = reg.map.find(key_str);
@@ -75,41 +75,45 @@ bool runtime_core::acquire_slot(const std::string& key_str, const caf::actor& se
       return true;
     }
     reg.waiters.emplace_back(key_str, self);
-    // Ask the least recently used entity that holds a slot to hibernate.
-    for (auto l = reg.lru.rbegin(); l != reg.lru.rend(); ++l) {
-      auto& e = reg.map[*l];
-      if (e.has_slot && !e.asked_to_hibernate) {
-        e.asked_to_hibernate = true;
-        victim = e.actor;
-        break;
-      }
-    }
+    // Ask least recently used slot holders to hibernate: one per waiter.
+    victims = reg.ask_victims_locked();
   }
-  if (victim)
-    caf::anon_send(victim, atoms::hibernate::value);
+  for (auto& v : victims)
+    caf::anon_send(v, atoms::hibernate::value);
   return false;
 }
 
 void runtime_core::release_slot(const std::string& key_str) {
   caf::actor next;
+  std::vector<caf::actor> victims;
   {
     std::lock_guard<std::mutex> g(reg.mu);
     auto it = reg.map.find(key_str);
     if (it != reg.map.end()) {
       it->second.has_slot = false;
+      if (it->second.asked_to_hibernate && reg.asked > 0)
+        --reg.asked;
       it->second.asked_to_hibernate = false;
     }
-    if (!reg.waiters.empty()) {
+    // The slot passes to the first waiter that is still the live activation of its key (a
+    // waiter that ended meanwhile, e.g. at stop, must not take a slot with it).
+    while (!reg.waiters.empty() && !next) {
       auto [k, a] = std::move(reg.waiters.front());
       reg.waiters.pop_front();
       auto jt = reg.map.find(k);
-      if (jt != reg.map.end())
-        jt->second.has_slot = true;
+      if (jt == reg.map.end() || jt->second.actor != a)
+        continue;
+      jt->second.has_slot = true;
       next = std::move(a);
-    } else {
-      --reg.slots_used;
     }
+    if (!next)
+      --reg.slots_used;
+    // Waiters left beyond the holders already asked: ask more (a holder granted a slot just now
+    // may be one of them, once it is the least recently used).
+    victims = reg.ask_victims_locked();
   }
+  for (auto& v : victims)
+    caf::anon_send(v, atoms::hibernate::value);
   if (next)
     caf::anon_send(next, atoms::slot::value);
 }

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <caf/all.hpp>
 
@@ -39,7 +40,26 @@ struct activation_registry {
   std::deque<std::pair<std::string, caf::actor>> waiters;  ///< actors waiting for a slot
   size_t cap = 1;
   size_t slots_used = 0;
+  /// Slot holders asked to hibernate that have not released yet. Kept >= waiters.size() when
+  /// enough holders exist, so that every waiter has a release coming (no waiter is left until
+  /// an idle timeout).
+  size_t asked = 0;
   bool stopping = false;
+
+  /// Asks least recently used slot holders to hibernate until as many are asked as actors wait.
+  /// Call with `mu` held; send atoms::hibernate to the returned actors after unlocking.
+  std::vector<caf::actor> ask_victims_locked() {
+    std::vector<caf::actor> out;
+    for (auto l = lru.rbegin(); l != lru.rend() && asked < waiters.size(); ++l) {
+      auto& e = map[*l];
+      if (e.has_slot && !e.asked_to_hibernate) {
+        e.asked_to_hibernate = true;
+        ++asked;
+        out.push_back(e.actor);
+      }
+    }
+    return out;
+  }
 };
 
 /// The alarm index behind a mutex: written by storage threads, read by the scheduler.
