@@ -106,19 +106,6 @@ using nlohmann::json;
 using resilience::decimal;
 namespace es = escrow;
 
-std::vector<fact> all_facts(context& ctx) {
-  std::vector<fact> out;
-  fact_filter f;
-  f.limit = 1000;
-  for (;;) {
-    auto batch = ctx.query(f);
-    for (auto& x : batch)
-      out.push_back(std::move(x));
-    if (batch.size() < static_cast<size_t>(f.limit)) break;
-    f.after_seq = out.back().seq;
-  }
-  return out;
-}
 
 bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||

@@ -24,19 +24,6 @@ bool valid_number(const std::string& s) {
   return true;
 }
 
-/// Every fact of the entity matching `f`, oldest first, in pages.
-std::vector<fact> all_facts(context& ctx, fact_filter f) {
-  std::vector<fact> out;
-  f.limit = 1000;
-  for (;;) {
-    auto batch = ctx.query(f);
-    for (auto& x : batch)
-      out.push_back(std::move(x));
-    if (batch.size() < static_cast<size_t>(f.limit)) break;
-    f.after_seq = out.back().seq;
-  }
-  return out;
-}
 
 class asset final : public entity {
  public:

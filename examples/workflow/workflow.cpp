@@ -30,19 +30,10 @@ constexpr std::array<step_def, 3> steps{{
 }};
 
 std::vector<fact> facts_of(context& ctx, std::string type, const std::string& key) {
-  std::vector<fact> out;
   fact_filter f;
   f.type = std::move(type);
   f.idempotency_key = key;
-  f.limit = 1000;
-  for (;;) {
-    auto batch = ctx.query(f);
-    for (auto& x : batch)
-      out.push_back(std::move(x));
-    if (batch.size() < static_cast<size_t>(f.limit)) break;
-    f.after_seq = out.back().seq;
-  }
-  return out;
+  return all_facts(ctx, std::move(f));
 }
 
 json data_of(const fact& f) {

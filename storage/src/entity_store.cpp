@@ -20,7 +20,7 @@
 
 #include "factum/storage/sha256.hpp"
 #include "schema.hpp"
-#include "text.hpp"
+#include "factum/storage/utf8.hpp"
 
 namespace fs = std::filesystem;
 

@@ -11,7 +11,7 @@
 #include "factum/storage/fact.hpp"
 #include "factum/storage/sha256.hpp"
 #include "fuzz_check.hpp"
-#include "text.hpp"
+#include "factum/storage/utf8.hpp"
 
 namespace {
 

@@ -148,43 +148,6 @@ std::optional<std::vector<query_param>> split_query(std::string_view query) {
   return out;
 }
 
-bool valid_utf8(std::string_view s) {
-  size_t i = 0, n = s.size();
-  while (i < n) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    unsigned cp;
-    if ((c & 0xe0) == 0xc0) {
-      len = 2;
-      cp = c & 0x1fu;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3;
-      cp = c & 0x0fu;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4;
-      cp = c & 0x07u;
-    } else {
-      return false;
-    }
-    if (i + len > n)
-      return false;
-    for (size_t k = 1; k < len; ++k) {
-      auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xc0) != 0x80)
-        return false;
-      cp = (cp << 6) | (cc & 0x3fu);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-      return false;
-    i += len;
-  }
-  return true;
-}
 
 std::optional<int64_t> parse_non_negative(std::string_view s) {
   if (s.empty() || s.size() > 19)

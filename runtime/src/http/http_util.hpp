@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "factum/storage/utf8.hpp"
+
 namespace factum::http {
 
 /// Decodes %XX escapes (and '+' as a space when `plus_is_space`); nullopt on a malformed
@@ -31,8 +33,8 @@ struct query_param {
 /// alone has an empty value.
 std::optional<std::vector<query_param>> split_query(std::string_view query);
 
-/// Whether `s` is well-formed UTF-8 (no overlongs, no surrogates, at most U+10FFFF).
-bool valid_utf8(std::string_view s);
+/// Whether `s` is well-formed UTF-8 (the store's check: factum/storage/utf8.hpp).
+using factum::valid_utf8;
 
 /// Parses a non-negative decimal integer that fits int64 (digits only, no sign, no blanks).
 std::optional<int64_t> parse_non_negative(std::string_view s);

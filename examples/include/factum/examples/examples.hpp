@@ -3,9 +3,27 @@
 // the runtime starts (any single thread).
 #pragma once
 
+#include <vector>
+
 #include "factum/entities/entity.hpp"
 
 namespace factum::examples {
+
+/// Every fact of the calling entity that matches `f` (its limit is ignored), oldest first, read
+/// in pages of 1000. Runs inside a handler, on the entity's actor.
+inline std::vector<fact> all_facts(context& ctx, fact_filter f = {}) {
+  std::vector<fact> out;
+  f.limit = 1000;
+  for (;;) {
+    auto batch = ctx.query(f);
+    for (auto& x : batch)
+      out.push_back(std::move(x));
+    if (batch.size() < static_cast<size_t>(f.limit))
+      break;
+    f.after_seq = out.back().seq;
+  }
+  return out;
+}
 
 /// Adds every example type: counter, and the example applications `asset` (telephony),
 /// `escrow` and `order_workflow`.

@@ -1,4 +1,5 @@
-// text.hpp (private): UTF-8 validation. Pure function; any thread.
+// factum/storage/utf8.hpp: UTF-8 validation, shared by the store and the HTTP gateway. Pure
+// function; any thread.
 #pragma once
 
 #include <string_view>
