@@ -122,7 +122,16 @@ poison_retrying() {
 ex_wait "the poison event's retry" 10 poison_retrying
 ex_facts escrow/e4 "type=error&subtype=alarm_failed"
 ex_check '.[0].data.error_code == "MALFORMED_EVENT"' "the poison event's failure is a fact"
-ex_say "   evt-1 funded e4 once; evt-bad failed ($(ex_jq '.[0].data.error_code')) and is retried with backoff until it becomes a dead letter"
+# serve.json sets alarm_retry_base_ms 100 and alarm_max_retries 2: after 3 failed runs the
+# poison event is a dead letter, and only it.
+poison_dead() {
+  ex_get /v1/entities/escrow/e4/dead-letters
+  [ "$(ex_jq 'map(select(.operation == "@alarm:event:evt-bad")) | length')" = 1 ]
+}
+ex_wait "the poison event's dead letter" 10 poison_dead
+ex_check 'length == 1 and .[0].error_code == "MALFORMED_EVENT" and .[0].attempts == 3' \
+  "the poison event is the entity's only dead letter, after 3 attempts"
+ex_say "   evt-1 funded e4 once; evt-bad failed 3 times (MALFORMED_EVENT) and became dead letter $(ex_jq -r '.[0].id')"
 
 ex_step "7. The state is the fold of the facts: restart the server and compare"
 for e in e1 e2 e3 e4; do

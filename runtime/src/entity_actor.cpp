@@ -1183,10 +1183,16 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
       s.flush_scheduled = false;
       if (s.ph != phase::ready || s.committing)
         return;
-      if (s.core->store->dirty())
+      if (s.core->store->dirty()) {
         start_commit(self);
-      else
+        // Durability normal commits inline and answers at once: nothing will come back to
+        // pump, so run what queued meanwhile and let an entity asked to hibernate close now
+        // (it waited for its idle timeout before, and so did the calls waiting for its slot).
+        if (!s.committing && !s.sync_in_flight && s.synced_gen >= s.commit_gen)
+          pump(self);
+      } else {
         pump(self);
+      }
     },
     [=](atoms::committed, int code, const std::string& msg, bool alarms) {
       on_committed(self, code, msg, alarms);

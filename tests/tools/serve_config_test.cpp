@@ -118,3 +118,37 @@ TEST_CASE("serve config: names the bad key of a tool") {
   CHECK(error_of(with("fallback", {{"status", 200}})).find("tools.t.fallback.status") == 0);
   CHECK(error_of(with("fallback", json::object())).find("tools.t.fallback.body") == 0);
 }
+
+TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the runtime") {
+  auto doc = base();
+  doc["alarm_retry_base_ms"] = 50;
+  doc["alarm_max_retries"] = 2;
+  doc["alarm_poll_ms"] = 100;
+  doc["dead_letter_rules"] = {{"server_error", {{"auto_retry_after_ms", nullptr}}}};
+  auto r = parse_serve_config(doc);
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  CHECK(r->runtime.alarm_retry_base == std::chrono::milliseconds(50));
+  CHECK(r->runtime.alarm_max_retries == 2);
+  CHECK(r->runtime.alarm_poll == std::chrono::milliseconds(100));
+  CHECK(r->runtime.dead_letter_rules == doc["dead_letter_rules"]);
+  // Defaults when absent.
+  auto d = parse_serve_config(base());
+  REQUIRE(d.is_ok());
+  CHECK(d->runtime.alarm_max_retries == 6);
+  CHECK(d->runtime.dead_letter_rules.is_null());
+  // Each bad value names its key.
+  auto err = [](const char* key, json v) {
+    auto doc = base();
+    doc[key] = std::move(v);
+    auto r = parse_serve_config(doc);
+    REQUIRE_FALSE(r.is_ok());
+    return r.error().message();
+  };
+  CHECK(err("alarm_retry_base_ms", 0).find("alarm_retry_base_ms") != std::string::npos);
+  CHECK(err("alarm_max_retries", 101).find("alarm_max_retries") != std::string::npos);
+  CHECK(err("alarm_poll_ms", "fast").find("alarm_poll_ms") != std::string::npos);
+  CHECK(err("dead_letter_rules", json{{"no_such_reason", json::object()}})
+          .find("dead_letter_rules") != std::string::npos);
+  CHECK(err("dead_letter_rules", json{{"timeout", {{"retention_ms", "x"}}}})
+          .find("dead_letter_rules") != std::string::npos);
+}

@@ -8,6 +8,7 @@
 
 #include "factum/examples/examples.hpp"
 #include "factum/resilience/circuit_breaker.hpp"
+#include "factum/resilience/dead_letter_rules.hpp"
 #include "factum/resilience/money.hpp"
 #include "factum/resilience/retry_budget.hpp"
 #include "factum/resilience/retry_policy.hpp"
@@ -424,7 +425,9 @@ result<serve_config> parse_serve_config(const json& doc) {
                            {"listen", "data_dir", "durability", "idle_timeout_ms",
                             "max_active_entities", "storage_threads", "scheduler_threads",
                             "http_threads", "key_ttl_ms", "call_timeout_ms", "shutdown_timeout_ms",
-                            "dev", "tenants", "types", "idempotency", "limits", "tools"});
+                            "alarm_retry_base_ms", "alarm_max_retries", "alarm_poll_ms",
+                            "dead_letter_rules", "dev", "tenants", "types", "idempotency", "limits",
+                            "tools"});
       !st)
     return st;
   serve_config cfg;
@@ -467,6 +470,20 @@ result<serve_config> parse_serve_config(const json& doc) {
   v = cfg.http.call_timeout.count();
   if (auto st = read_int(doc, "call_timeout_ms", "", 1, 3'600'000, v); !st) return st;
   cfg.http.call_timeout = std::chrono::milliseconds(v);
+  v = cfg.runtime.alarm_retry_base.count();
+  if (auto st = read_int(doc, "alarm_retry_base_ms", "", 1, 86'400'000, v); !st) return st;
+  cfg.runtime.alarm_retry_base = std::chrono::milliseconds(v);
+  v = cfg.runtime.alarm_max_retries;
+  if (auto st = read_int(doc, "alarm_max_retries", "", 0, 100, v); !st) return st;
+  cfg.runtime.alarm_max_retries = static_cast<int>(v);
+  v = cfg.runtime.alarm_poll.count();
+  if (auto st = read_int(doc, "alarm_poll_ms", "", 10, 3'600'000, v); !st) return st;
+  cfg.runtime.alarm_poll = std::chrono::milliseconds(v);
+  if (auto it = doc.find("dead_letter_rules"); it != doc.end()) {
+    auto rules = resilience::dead_letter_rules::from_json(*it);
+    if (!rules) return bad("dead_letter_rules", rules.error().message());
+    cfg.runtime.dead_letter_rules = *it;
+  }
   v = cfg.shutdown_timeout.count();
   if (auto st = read_int(doc, "shutdown_timeout_ms", "", 1, 3'600'000, v); !st) return st;
   cfg.shutdown_timeout = std::chrono::milliseconds(v);
