@@ -868,6 +868,7 @@ void start_commit(self_ptr self) {
         rp.deliver(call_reply::failure(ce));
       }
       s.batch.clear();
+      pump(self); // nothing comes back to resume this entity (see below)
       return;
     }
     s.committed_seq = seq;
@@ -882,6 +883,11 @@ void start_commit(self_ptr self) {
       s.synced_gen = s.commit_gen;
       deliver(s.batch);
     }
+    // A sync in flight resumes the entity when it returns (on_synced pumps). Without one (an
+    // inline commit in durability normal) nothing comes back: run what queued meanwhile and
+    // let an entity asked to hibernate close now. Within a suspended turn pump does nothing.
+    if (!s.sync_in_flight)
+      pump(self);
     return;
   }
   // Slow path (the batch moved alarms, or durability is at-commit): the whole commit runs on a
@@ -1183,16 +1189,10 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
       s.flush_scheduled = false;
       if (s.ph != phase::ready || s.committing)
         return;
-      if (s.core->store->dirty()) {
+      if (s.core->store->dirty())
         start_commit(self);
-        // Durability normal commits inline and answers at once: nothing will come back to
-        // pump, so run what queued meanwhile and let an entity asked to hibernate close now
-        // (it waited for its idle timeout before, and so did the calls waiting for its slot).
-        if (!s.committing && !s.sync_in_flight && s.synced_gen >= s.commit_gen)
-          pump(self);
-      } else {
+      else
         pump(self);
-      }
     },
     [=](atoms::committed, int code, const std::string& msg, bool alarms) {
       on_committed(self, code, msg, alarms);

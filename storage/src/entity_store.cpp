@@ -204,10 +204,11 @@ void sync_dir(const fs::path& dir) {
   }
 }
 
-// Builds a new entity file at `tmp`: the whole current schema, meta and user_version in one
-// transaction without a journal and without syncs (nobody else can see the file yet), then
-// WAL mode, then one fdatasync. The caller renames it into place. A failure leaves no file.
-status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now) {
+// Builds a new entity file at `tmp`: the schema up to `version` (the current one; tests ask for
+// older ones), meta and user_version in one transaction without a journal and without syncs
+// (nobody else can see the file yet), then WAL mode, then one fdatasync. The caller renames it
+// into place. A failure leaves no file.
+status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now, int version) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(tmp.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
@@ -223,14 +224,9 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
   };
   if (rc != SQLITE_OK)
     return fail_with("open");
-  std::string sql = "PRAGMA journal_mode=OFF;PRAGMA synchronous=OFF;BEGIN;";
-  for (const char* m : schema::migrations)
-    sql += m;
-  sql += "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), ('tenant', ?), "
-         "('type', ?), ('id', ?), ('created_at', ?);";
-  // Split: the meta INSERT needs bound parameters, everything else runs as one script.
-  auto meta_at = sql.rfind("INSERT INTO meta");
-  std::string script = sql.substr(0, meta_at);
+  std::string script = "PRAGMA journal_mode=OFF;PRAGMA synchronous=OFF;BEGIN;";
+  for (int v = 0; v < version; ++v)
+    script += schema::migrations[v];
   char* err = nullptr;
   if (sqlite3_exec(db, script.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
     std::string m = err ? err : "";
@@ -238,7 +234,10 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
     return fail_with("schema (" + m + ")");
   }
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db, sql.c_str() + meta_at, -1, &st, nullptr) != SQLITE_OK)
+  if (sqlite3_prepare_v2(db,
+                         "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), "
+                         "('tenant', ?), ('type', ?), ('id', ?), ('created_at', ?)",
+                         -1, &st, nullptr) != SQLITE_OK)
     return fail_with("prepare meta");
   bind_text(st, 1, key.tenant);
   bind_text(st, 2, key.type);
@@ -248,7 +247,7 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
     return fail_with("write meta");
-  std::string tail = "PRAGMA user_version=" + std::to_string(current_schema_version) +
+  std::string tail = "PRAGMA user_version=" + std::to_string(version) +
                      ";COMMIT;PRAGMA journal_mode=WAL;";
   if (sqlite3_exec(db, tail.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
     std::string m = err ? err : "";
@@ -447,7 +446,6 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
   if (!exists && (opts.read_only || !opts.create_if_missing))
     return status{errc::not_found, "no entity " + key.to_string() + " in " +
                                      opts.data_dir.string()};
-  bool created = false;
   if (!exists) {
     // Every directory made here is fsynced into its parent (top-down), so that the file's
     // path survives power loss in durability full.
@@ -461,30 +459,26 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     if (opts.mode == durability::full)
       for (auto it = made.rbegin(); it != made.rend(); ++it)
         sync_dir(it->parent_path());
-    if (opts.target_schema_version == 0 || opts.target_schema_version == current_schema_version) {
-      // Built aside and renamed into place: 1 fsync (2 in full) instead of ~10 for creating the
-      // schema in place through WAL. RENAME_NOREPLACE: a file another process created in the
-      // meantime wins, and is opened below like any existing file.
-      auto tmp = path;
-      tmp += ".tmp-" + new_id("");
-      if (auto st = build_entity_file(tmp, key, now_ms()); !st)
-        return st;
-      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
-        int e = errno;
-        fs::remove(tmp, ec);
-        if (e != EEXIST)
-          return status{errc::io_error, "rename into " + path.string() + ": " + std::strerror(e)};
-      } else if (opts.mode == durability::full) {
-        sync_dir(dir);
-      }
-    } else {
-      created = true; // an older schema for migration tests: created in place
+    // Built aside and renamed into place: 1 fsync (2 in full) instead of ~10 for creating the
+    // schema in place through WAL. RENAME_NOREPLACE: a file another process created in the
+    // meantime wins, and is opened below like any existing file.
+    auto tmp = path;
+    tmp += ".tmp-" + new_id("");
+    int version = opts.target_schema_version > 0 ? opts.target_schema_version
+                                                 : current_schema_version;
+    if (auto st = build_entity_file(tmp, key, now_ms(), version); !st)
+      return st;
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
+      int e = errno;
+      fs::remove(tmp, ec);
+      if (e != EEXIST)
+        return status{errc::io_error, "rename into " + path.string() + ": " + std::strerror(e)};
+    } else if (opts.mode == durability::full) {
+      sync_dir(dir);
     }
   }
-  if (auto st = s->open_db(created); !st)
+  if (auto st = s->open_db(); !st)
     return st;
-  if (created && opts.mode == durability::full)
-    sync_dir(path.parent_path());
   return s;
 }
 
@@ -496,12 +490,12 @@ result<std::unique_ptr<entity_store>> entity_store::open_file(const fs::path& fi
   store_options o = opts;
   o.create_if_missing = false;
   std::unique_ptr<entity_store> s(new entity_store(o, entity_key{}, file));
-  if (auto st = s->open_db(false); !st)
+  if (auto st = s->open_db(); !st)
     return st;
   return s;
 }
 
-status entity_store::open_db(bool create) {
+status entity_store::open_db() {
   sqlite_global_init();
   int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
   // A URI so that mode=ro can be asked for; '?', '#' and '%' in the path are percent-encoded
@@ -521,7 +515,7 @@ status entity_store::open_db(bool create) {
     flags |= SQLITE_OPEN_READONLY;
     enc += opts_.immutable ? "?mode=ro&immutable=1" : "?mode=ro";
   } else {
-    flags |= SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+    flags |= SQLITE_OPEN_READWRITE; // files are created by build_entity_file only
   }
   int rc = sqlite3_open_v2(enc.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK)
@@ -1079,17 +1073,6 @@ idempotency_record read_key(sqlite3_stmt* st) {
 }
 } // namespace
 
-status entity_store::release_expired_key(std::string_view key) {
-  if (auto st = ensure_batch(); !st)
-    return st;
-  auto del = prepare("DELETE FROM idempotency_keys WHERE key=?");
-  if (!del)
-    return fail(sqlite3_errcode(db_), "prepare delete key");
-  stmt_guard g{del};
-  bind_text(del, 1, key);
-  return step_done(del, "delete expired key");
-}
-
 result<key_begin_result> entity_store::peek_key(std::string_view key,
                                                 std::string_view fingerprint, int64_t now) {
   key_begin_result out;
@@ -1127,15 +1110,12 @@ result<key_begin_result> entity_store::begin_key(std::string_view key,
     return peek;
   if (peek->outcome != key_outcome::fresh)
     return peek;
-  if (!peek->record.key.empty()) { // expired: the old record goes
-    if (auto st = release_expired_key(key); !st)
-      return st;
-  }
   key_begin_result out;
   if (auto st = ensure_batch(); !st)
     return st;
-  auto ins = prepare("INSERT INTO idempotency_keys(key, status, fingerprint, response, created_at, "
-                     "expires_at) VALUES (?, 'pending', ?, NULL, ?, ?)");
+  // Fresh means no record or an expired settled one: REPLACE drops the expired record.
+  auto ins = prepare("INSERT OR REPLACE INTO idempotency_keys(key, status, fingerprint, response, "
+                     "created_at, expires_at) VALUES (?, 'pending', ?, NULL, ?, ?)");
   if (!ins)
     return fail(sqlite3_errcode(db_), "prepare key insert");
   stmt_guard g{ins};

@@ -163,13 +163,14 @@ status fact_filter::validate() const {
 }
 
 std::string format_utc_ms(int64_t ms) {
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  int64_t secs = ms / 1000 - (ms % 1000 < 0 ? 1 : 0); // floor, also before 1970
+  auto t = static_cast<std::time_t>(secs);
   std::tm tm{};
-  gmtime_r(&secs, &tm);
+  gmtime_r(&t, &tm);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
+                static_cast<int>(ms - secs * 1000));
   return buf;
 }
 

@@ -7,6 +7,8 @@
 #include <limits>
 #include <ostream>
 
+#include "factum/storage/fact.hpp"
+
 namespace factum::tools {
 
 int exit_code_for(errc code) noexcept {
@@ -78,19 +80,16 @@ int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 
 } // namespace
 
 std::string format_time(int64_t ms, bool local) {
+  if (!local)
+    return format_utc_ms(ms);
   time_t secs = static_cast<time_t>(floor_div(ms, 1000));
   int milli = static_cast<int>(ms - static_cast<int64_t>(secs) * 1000);
   std::tm t{};
-  if (local)
-    localtime_r(&secs, &t);
-  else
-    gmtime_r(&secs, &t);
+  localtime_r(&secs, &t);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03d", t.tm_year + 1900,
                 t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, milli);
   std::string out = buf;
-  if (!local)
-    return out + "Z";
   long off = t.tm_gmtoff / 60;
   char sign = off < 0 ? '-' : '+';
   if (off < 0)

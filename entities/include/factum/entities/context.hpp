@@ -25,7 +25,7 @@ namespace factum {
 struct call_info {
   std::string method;           ///< method name, or "@alarm" / "@activate" for internal turns
   std::string idempotency_key;  ///< empty when the call has none
-  std::string trace_id = {};
+  std::string trace_id;
   std::string args_json;        ///< the call's arguments (kept for dead letters)
   /// The idempotency fingerprint the key was taken with (the gateway's covers HTTP method,
   /// path and body); kept with dead letters so that their retry stores the key under it.

@@ -334,13 +334,12 @@ private:
     std::string hash;
   };
 
-  status open_db(bool create);
+  status open_db();
   status configure();
   status migrate();
   status load_head();
   status exec(const char* sql);
   status exec_cached(const char* sql);
-  status release_expired_key(std::string_view key);
   sqlite3_stmt* prepare(const char* sql);
   status step_done(sqlite3_stmt* st, const char* what);
   status fail(int rc, std::string_view what);
