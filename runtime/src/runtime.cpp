@@ -300,6 +300,7 @@ struct runtime::impl {
   int lock_fd = -1;
   std::atomic<bool> stopped{false};
   std::mutex stop_mu;
+  std::vector<std::string> start_notes;
 };
 
 runtime::runtime(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -350,7 +351,17 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   if (::flock(p->lock_fd, LOCK_EX | LOCK_NB) != 0)
     return status{errc::busy, "data directory " + config.data_dir.string() +
                                 " is in use by another factum process"};
-  auto max_active = config.max_active_entities ? config.max_active_entities : default_max_active();
+  // Every open entity holds descriptors: a cap above what the limit allows would turn into
+  // failed activations (EMFILE) under load, so it is lowered, and the start says so.
+  auto budget = default_max_active();
+  auto max_active = config.max_active_entities ? config.max_active_entities : budget;
+  if (max_active > budget) {
+    p->start_notes.push_back("max_active_entities " + std::to_string(max_active) +
+                             " lowered to " + std::to_string(budget) +
+                             ": each open entity holds 4 file descriptors and RLIMIT_NOFILE "
+                             "allows that many (raise the hard limit to allow more)");
+    max_active = budget;
+  }
   p->core = std::make_unique<runtime_core>(std::move(config));
   auto& c = *p->core;
   c.reg.cap = max_active;
@@ -366,6 +377,26 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
     c.dl_rules = std::move(rules.value());
   }
   auto ix = alarm_index::open(c.cfg.data_dir, c.cfg.mode);
+  if (!ix && ix.error().code() == errc::corruption) {
+    // The index is derived data (the entity files hold the alarms): keep the damaged file for a
+    // post-mortem, start a fresh one and refill it before any entity can run.
+    auto damage = ix.error().message();
+    auto aside = alarm_index::set_aside(c.cfg.data_dir);
+    if (!aside)
+      return aside.error();
+    ix = alarm_index::open(c.cfg.data_dir, c.cfg.mode);
+    if (!ix)
+      return ix.error();
+    auto rep = (*ix)->rebuild(c.cfg.data_dir);
+    if (!rep)
+      return rep.error();
+    c.stats.alarm_index_rebuilds.fetch_add(1, std::memory_order_relaxed);
+    p->start_notes.push_back(
+      "the alarm index was damaged (" + damage + "); moved to " +
+      aside->string() + " and rebuilt from " + std::to_string(rep->entity_files) +
+      " entity files: " + std::to_string(rep->entries) + " entities with alarms, " +
+      std::to_string(rep->unreadable) + " files unreadable");
+  }
   if (!ix)
     return ix.error();
   c.alarms.index = std::move(ix.value());
@@ -410,6 +441,8 @@ void runtime::stop() {
 }
 
 bool runtime::stopping() const { return impl_->stopped.load(); }
+
+const std::vector<std::string>& runtime::start_notes() const { return impl_->start_notes; }
 
 void runtime::call(const entity_key& key, std::string method, std::string args_json,
                    call_options opts, std::function<void(call_reply)> done) {
@@ -468,6 +501,7 @@ runtime_stats runtime::stats() const {
   r.key_conflicts = ld(s.key_conflicts);
   r.key_mismatches = ld(s.key_mismatches);
   r.keys_released_on_open = ld(s.keys_released_on_open);
+  r.alarm_index_rebuilds = ld(s.alarm_index_rebuilds);
   r.alarms_fired = ld(s.alarms_fired);
   r.alarm_retries = ld(s.alarm_retries);
   r.alarms_dead_lettered = ld(s.alarms_dead_lettered);

@@ -3,6 +3,10 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
+
+#include "sqlite_global.hpp"
+
 namespace fs = std::filesystem;
 
 namespace factum {
@@ -10,7 +14,9 @@ namespace factum {
 namespace {
 
 status sql_error(sqlite3* db, const char* what) {
-  return {errc::io_error, std::string("alarm index: ") + what + ": " + sqlite3_errmsg(db)};
+  int rc = sqlite3_errcode(db) & 0xff;
+  errc code = rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT ? errc::corruption : errc::io_error;
+  return {code, std::string("alarm index: ") + what + ": " + sqlite3_errmsg(db)};
 }
 
 std::string col(sqlite3_stmt* st, int i) {
@@ -26,6 +32,7 @@ result<std::unique_ptr<alarm_index>> alarm_index::open(const fs::path& data_dir,
   fs::create_directories(data_dir / "runtime", ec);
   if (ec)
     return status{errc::io_error, "cannot create " + (data_dir / "runtime").string()};
+  detail::sqlite_global_init();
   std::unique_ptr<alarm_index> ix(new alarm_index());
   auto path = data_dir / "runtime" / "alarms.db";
   if (sqlite3_open_v2(path.c_str(), &ix->db_,
@@ -142,6 +149,68 @@ result<std::optional<int64_t>> alarm_index::due_of(const entity_key& key) {
 
 result<std::vector<alarm_index_entry>> alarm_index::all() {
   return due(INT64_MAX, INT64_MAX);
+}
+
+result<fs::path> alarm_index::set_aside(const fs::path& data_dir) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count();
+  auto base = data_dir / "runtime" / "alarms.db";
+  auto aside = base;
+  aside += ".corrupt-" + std::to_string(ms);
+  // The -wal and -shm first: a database renamed without its WAL cannot pick up the WAL of a
+  // fresh index by accident.
+  for (const char* suffix : {"-wal", "-shm", ""}) {
+    auto from = base;
+    from += suffix;
+    auto to = aside;
+    to += suffix;
+    std::error_code ec;
+    if (!fs::exists(from, ec))
+      continue;
+    fs::rename(from, to, ec);
+    if (ec)
+      return status{errc::io_error, "alarm index: cannot move " + from.string() + " aside: " +
+                                      ec.message()};
+  }
+  return aside;
+}
+
+result<alarm_index_rebuild_report> alarm_index::rebuild(const fs::path& data_dir) {
+  alarm_index_rebuild_report report;
+  store_options o;
+  o.data_dir = data_dir;
+  o.read_only = true;
+  std::vector<alarm_index_entry> batch;
+  auto flush = [&]() -> status {
+    auto st = apply(batch);
+    report.entries += static_cast<int64_t>(batch.size());
+    batch.clear();
+    return st;
+  };
+  for (auto& file : list_entity_files(data_dir)) {
+    ++report.entity_files;
+    auto s = entity_store::open_file(file, o);
+    if (!s) {
+      ++report.unreadable;
+      continue;
+    }
+    auto next = (*s)->next_alarm();
+    // A file whose meta names another path's entity would never be opened by the runtime.
+    if (!next || (*s)->key().file_path(data_dir) != file) {
+      ++report.unreadable;
+      continue;
+    }
+    if (!next->has_value())
+      continue;
+    batch.push_back({(*s)->key(), (*next)->due_ms});
+    if (batch.size() >= 1000)
+      if (auto st = flush(); !st)
+        return st;
+  }
+  if (auto st = flush(); !st)
+    return st;
+  return report;
 }
 
 } // namespace factum

@@ -2,6 +2,8 @@
 // a failing handler with exponential backoff and then dead-letter it.
 #include <doctest/doctest.h>
 
+#include <fstream>
+
 #include "factum/runtime/runtime.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
@@ -85,6 +87,32 @@ TEST_CASE("alarms: an alarm due after a restart fires after the restart") {
   auto rt = start_ok(alarm_config(tmp.path()));
   REQUIRE(events.wait_for("alarm:restart", 1, 10s));
   CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
+}
+
+TEST_CASE("alarms: a damaged alarm index is rebuilt at start and the alarms still fire") {
+  test::temp_dir tmp;
+  auto k = entity_key{"acme", "alarmer", "index-lost"};
+  {
+    auto rt = start_ok(alarm_config(tmp.path()));
+    call_ok(*rt, k, "arm", {{"name", "later"}, {"delay_ms", 800}, {"tag", "index-lost"}});
+    CHECK(rt->start_notes().empty());
+  }
+  auto index = tmp.path() / "runtime" / "alarms.db";
+  for (const char* suffix : {"-wal", "-shm"})
+    std::filesystem::remove(index.string() + suffix);
+  { std::ofstream(index, std::ios::binary | std::ios::trunc) << std::string(4096, 'Z'); }
+  auto rt = start_ok(alarm_config(tmp.path()));
+  REQUIRE(rt->start_notes().size() == 1);
+  MESSAGE(rt->start_notes()[0]);
+  CHECK(rt->start_notes()[0].find("rebuilt from 1 entity files: 1 entities with alarms") !=
+        std::string::npos);
+  CHECK(rt->stats().alarm_index_rebuilds == 1);
+  REQUIRE(events.wait_for("alarm:index-lost", 1, 10s));
+  CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
+  int aside = 0;
+  for (auto& e : std::filesystem::directory_iterator(tmp.path() / "runtime"))
+    aside += e.path().filename().string().starts_with("alarms.db.corrupt-");
+  CHECK(aside == 1);
 }
 
 TEST_CASE("alarms: a failing handler is retried with exponential backoff, then dead-lettered") {

@@ -97,6 +97,21 @@ TEST_CASE("runtime: 1000 concurrent calls to one entity give 1000 contiguous fac
   CHECK(v.json()["ok"] == true);
 }
 
+TEST_CASE("runtime: a max_active_entities above the descriptor limit is lowered, and said so") {
+  test::temp_dir tmp;
+  auto c = base_config(tmp.path());
+  c.max_active_entities = 100'000'000; // 400 million descriptors: no machine allows that
+  auto rt = start_ok(std::move(c));
+  REQUIRE(rt->start_notes().size() == 1);
+  CHECK(rt->start_notes()[0].find("max_active_entities 100000000 lowered to") != std::string::npos);
+  auto ok = rt->call_sync(ek("counter", "c1"), "add", json{{"by", 1}}.dump());
+  CHECK_MESSAGE(ok.ok, ok.body);
+  auto c2 = base_config(tmp.path() / "other");
+  c2.max_active_entities = 16;
+  auto rt2 = start_ok(std::move(c2));
+  CHECK(rt2->start_notes().empty());
+}
+
 TEST_CASE("runtime: calls to one entity run one at a time, also across awaits") {
   test::temp_dir tmp;
   auto rt = start_ok(base_config(tmp.path()));

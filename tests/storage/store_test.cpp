@@ -794,6 +794,58 @@ TEST_CASE("alarm index: due entries, removal, next due, survives reopen") {
   CHECK((*ix)->all()->size() == 2);
 }
 
+TEST_CASE("alarm index: a damaged index is set aside and rebuilt from the entity files") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  {
+    auto a = open_ok(o, key("a"));  // two alarms: the index holds the earliest
+    REQUIRE(a->set_alarm({"late", 9000, "{}", 0, 0}).is_ok());
+    REQUIRE(a->set_alarm({"early", 700, "{}", 0, 0}).is_ok());
+    REQUIRE(a->commit().is_ok());
+    auto b = open_ok(o, key("b"));  // no alarm: no entry
+    REQUIRE(b->append(draft("x")).is_ok());
+    REQUIRE(b->commit().is_ok());
+    auto c = open_ok(o, key("c"));  // unreadable below
+    REQUIRE(c->set_alarm({"x", 5, "{}", 0, 0}).is_ok());
+    REQUIRE(c->commit().is_ok());
+  }
+  {
+    std::ofstream(key("c").file_path(tmp.path()), std::ios::binary | std::ios::trunc)
+      << std::string(8192, 'Z');
+  }
+  auto db = tmp.path() / "runtime" / "alarms.db";
+  {
+    auto ix = alarm_index::open(tmp.path(), durability::full);
+    REQUIRE(ix.is_ok());
+    REQUIRE((*ix)->apply({{key("stale"), 1}}).is_ok());
+  }
+  {
+    std::ofstream(db, std::ios::binary | std::ios::trunc) << std::string(4096, '\x5a');
+  }
+  auto bad = alarm_index::open(tmp.path(), durability::full);
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.error().code() == errc::corruption);
+
+  auto aside = alarm_index::set_aside(tmp.path());
+  REQUIRE(aside.is_ok());
+  CHECK_FALSE(fs::exists(db));
+  CHECK(fs::file_size(*aside) == 4096); // kept as it was, for a post-mortem
+  auto ix = alarm_index::open(tmp.path(), durability::full);
+  REQUIRE(ix.is_ok());
+  auto rep = (*ix)->rebuild(tmp.path());
+  REQUIRE(rep.is_ok());
+  CHECK(rep->entity_files == 3);
+  CHECK(rep->entries == 1);
+  CHECK(rep->unreadable == 1);
+  auto all = (*ix)->all();
+  REQUIRE(all->size() == 1);
+  CHECK(all->at(0).key == key("a"));
+  CHECK(all->at(0).due_ms == 700);
+  // The entity files were only read.
+  auto a = open_ok(o, key("a"));
+  CHECK(a->list_alarms()->size() == 2);
+}
+
 TEST_CASE("idempotency keys: record_key stores a finished key in one statement") {
   test::temp_dir tmp;
   auto s = open_ok(opts_for(tmp.path()));

@@ -423,7 +423,7 @@ result<serve_config> parse_serve_config(const json& doc) {
     return status{errc::invalid_argument, "the configuration must be a JSON object"};
   if (auto st = check_keys(doc, "",
                            {"listen", "data_dir", "durability", "idle_timeout_ms",
-                            "max_active_entities", "storage_threads", "scheduler_threads",
+                            "max_active_entities", "storage_threads", "scheduler_threads", "cache_kib",
                             "http_threads", "key_ttl_ms", "call_timeout_ms", "shutdown_timeout_ms",
                             "alarm_retry_base_ms", "alarm_max_retries", "alarm_poll_ms",
                             "dead_letter_rules", "dev", "tenants", "types", "idempotency", "limits",
@@ -458,6 +458,9 @@ result<serve_config> parse_serve_config(const json& doc) {
   v = static_cast<int64_t>(cfg.runtime.storage_threads);
   if (auto st = read_int(doc, "storage_threads", "", 1, 1024, v); !st) return st;
   cfg.runtime.storage_threads = static_cast<size_t>(v);
+  v = cfg.runtime.cache_kib;
+  if (auto st = read_int(doc, "cache_kib", "", 16, 1 << 20, v); !st) return st;
+  cfg.runtime.cache_kib = static_cast<int>(v);
   v = static_cast<int64_t>(cfg.runtime.scheduler_threads);
   if (auto st = read_int(doc, "scheduler_threads", "", 0, 1024, v); !st) return st;
   cfg.runtime.scheduler_threads = static_cast<size_t>(v);

@@ -95,6 +95,8 @@ int run_serve(serve_config cfg) {
               {"detail", "runtime: " + rt.error().to_string()}});
     return 1;
   }
+  for (auto& note : (*rt)->start_notes())
+    log_line({{"level", "warn"}, {"event", "start_note"}, {"detail", note}});
   auto srv = http_server::start(**rt, cfg.http);
   if (!srv) {
     log_line({{"level", "error"}, {"event", "start_failed"}, {"detail", srv.error().message()}});

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "factum/entities/call.hpp"
 #include "factum/entities/context.hpp"
@@ -83,8 +84,11 @@ struct runtime_config {
   /// How often the alarm scheduler looks for due alarms of hibernated entities at the latest.
   /// Default 1 s.
   std::chrono::milliseconds alarm_poll{1'000};
-  /// SQLite page cache per open entity, KiB. Default 256.
-  int cache_kib = 256;
+  /// SQLite page cache per open entity, KiB: an upper bound (pages are allocated as an entity's
+  /// working set needs them, so idle entities use a few). Default 4096: a hot entity keeps its
+  /// random-key index pages (idempotency keys, fact ids, trace ids) in memory instead of
+  /// re-reading them at every call. Worst case memory: max_active_entities x cache_kib.
+  int cache_kib = 4096;
   /// The entity types hosted. Default: the built-in ones are added by the caller
   /// (add_builtin_types).
   entity_registry types;
@@ -124,6 +128,7 @@ struct runtime_stats {
   uint64_t breaker_transitions = 0;
   uint64_t breaker_fast_fails = 0;
   uint64_t dead_letters = 0;  ///< dead letters created
+  uint64_t alarm_index_rebuilds = 0;  ///< damaged alarm indexes rebuilt at start (0 or 1)
 };
 
 class runtime {
@@ -149,6 +154,10 @@ public:
 
   /// A snapshot of the counters.
   runtime_stats stats() const;
+
+  /// What start() found and repaired, one sentence each (for the operator's log): for instance a
+  /// damaged alarm index set aside and rebuilt from the entity files. Empty normally.
+  const std::vector<std::string>& start_notes() const;
 
   const runtime_config& config() const;
 

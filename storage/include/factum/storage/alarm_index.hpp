@@ -6,7 +6,9 @@
 // The entity file is the truth. The index may say an entity is due earlier than it is (the
 // entity then reports its real next due time); it must never say later. So the runtime writes an
 // earlier due time into the index before the entity commits its alarm, and removes or delays an
-// entry only after the entity has committed.
+// entry only after the entity has committed. Because the index is derived data, a damaged index
+// is not fatal: set_aside() moves it out of the way and rebuild() refills a fresh one from the
+// alarms tables of the entity files.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +30,22 @@ struct alarm_index_entry {
   int64_t due_ms = 0;
 };
 
+/// What rebuild() found in the entity files.
+struct alarm_index_rebuild_report {
+  int64_t entity_files = 0;  ///< entity files looked at
+  int64_t entries = 0;       ///< entities with a pending alarm, now in the index
+  int64_t unreadable = 0;    ///< files that could not be read (corrupt, unreadable): skipped
+};
+
 class alarm_index {
 public:
-  /// Opens (creating) DATA/runtime/alarms.db.
+  /// Opens (creating) DATA/runtime/alarms.db. A file that is not a database or is corrupt
+  /// answers errc::corruption (see set_aside()).
   static result<std::unique_ptr<alarm_index>> open(const std::filesystem::path& data_dir,
                                                    durability mode);
+  /// Renames DATA/runtime/alarms.db and its -wal and -shm to `alarms.db.corrupt-<ms>*` (kept for
+  /// a post-mortem) so that open() starts a fresh index. Answers the new name of the database.
+  static result<std::filesystem::path> set_aside(const std::filesystem::path& data_dir);
   ~alarm_index();
   alarm_index(const alarm_index&) = delete;
   alarm_index& operator=(const alarm_index&) = delete;
@@ -48,6 +61,10 @@ public:
   result<std::optional<int64_t>> due_of(const entity_key& key);
   /// Every entry (tests, inspection).
   result<std::vector<alarm_index_entry>> all();
+  /// Sets the entry of every entity file under `data_dir` that has an alarm to its earliest due
+  /// time (entity files opened read-only, one at a time; files that cannot be read are counted
+  /// and skipped). For an index that set_aside() has just replaced; no entity may be active.
+  result<alarm_index_rebuild_report> rebuild(const std::filesystem::path& data_dir);
 
 private:
   alarm_index() = default;
