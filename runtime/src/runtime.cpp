@@ -11,6 +11,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <future>
 #include <random>
 
@@ -346,8 +348,11 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   // One process per data directory: the single-activation guarantee depends on it.
   auto lock_path = config.data_dir / "runtime" / "LOCK";
   p->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (p->lock_fd < 0)
-    return status{errc::io_error, "cannot open " + lock_path.string()};
+  if (p->lock_fd < 0) {
+    int e = errno;
+    return status{e == EROFS ? errc::read_only : errc::io_error,
+                  "cannot open " + lock_path.string() + ": " + std::strerror(e)};
+  }
   if (::flock(p->lock_fd, LOCK_EX | LOCK_NB) != 0)
     return status{errc::busy, "data directory " + config.data_dir.string() +
                                 " is in use by another factum process"};

@@ -209,6 +209,11 @@ void sync_dir(const fs::path& dir) {
 // older ones), meta and user_version in one transaction without a journal and without syncs
 // (nobody else can see the file yet), then WAL mode, then one fdatasync. The caller renames it
 // into place. A failure leaves no file.
+// The code for an operating-system error: a read-only file system and a full disk are named.
+errc errno_code(int e) {
+  return e == EROFS ? errc::read_only : e == ENOSPC || e == EDQUOT ? errc::full : errc::io_error;
+}
+
 status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now, int version) {
   detail::sqlite_global_init();
   sqlite3* db = nullptr;
@@ -217,8 +222,9 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
                              SQLITE_OPEN_EXCLUSIVE,
                            nullptr);
   auto fail_with = [&](const std::string& what) {
-    status st{errc::io_error, "create " + tmp.string() + ": " + what + ": " +
-                                (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc))};
+    status st{db ? errno_code(sqlite3_system_errno(db)) : errc::io_error,
+              "create " + tmp.string() + ": " + what + ": " +
+                (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc))};
     sqlite3_close(db);
     std::error_code ec;
     fs::remove(tmp, ec);
@@ -464,7 +470,7 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
       made.push_back(d);
     fs::create_directories(dir, ec);
     if (ec)
-      return status{errc::io_error, "cannot create " + dir.string() + ": " + ec.message()};
+      return status{errno_code(ec.value()), "cannot create " + dir.string() + ": " + ec.message()};
     if (opts.mode == durability::full)
       for (auto it = made.rbegin(); it != made.rend(); ++it)
         sync_dir(it->parent_path());
@@ -481,7 +487,7 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
       int e = errno;
       fs::remove(tmp, ec);
       if (e != EEXIST)
-        return status{errc::io_error, "rename into " + path.string() + ": " + std::strerror(e)};
+        return status{errno_code(e), "rename into " + path.string() + ": " + std::strerror(e)};
     } else if (opts.mode == durability::full) {
       sync_dir(dir);
     }

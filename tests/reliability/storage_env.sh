@@ -123,7 +123,7 @@ mount --bind -o ro "$mnt/data" "$mnt/data" || fail "read-only bind mount"
 bound=1
 post newent n1
 [ "$code" = 503 ] || fail "a new entity on a read-only data dir answered $code: $body"
-echo "$body" | grep -Eq '"code":"STORAGE_(READ_ONLY|UNAVAILABLE)"' || fail "read-only: $body"
+echo "$body" | grep -q '"code":"STORAGE_READ_ONLY"' || fail "read-only: $body"
 echo "storage_env: new entity on a read-only data dir: $code $(echo "$body" | grep -o '"code":"[A-Z_]*"'): $(echo "$body" | grep -o '"detail":"[^"]*"')"
 [ "$(healthz)" = 200 ] || fail "healthz on a read-only data dir"
 post other o2 # already open before: its descriptor is still writable
@@ -145,6 +145,7 @@ ro_rc=$?
 set -e
 [ "$ro_rc" != 0 ] && [ "$ro_rc" != 124 ] || fail "start on a read-only data dir exited $ro_rc"
 grep -q '"event":"start_failed"' "$tmp/ro.log" || fail "no start_failed line: $(cat "$tmp/ro.log")"
+grep -q 'READ_ONLY: .*Read-only file system' "$tmp/ro.log" || fail "start failure without its reason: $(cat "$tmp/ro.log")"
 echo "storage_env: start on a read-only data dir: exit $ro_rc: $(grep -o '"detail":"[^"]*"' "$tmp/ro.log")"
 
 # -- 4. read-write again: everything acknowledged is there once, chains verify --
