@@ -56,20 +56,20 @@ double us_since(clock_type::time_point t0) {
 
 /// Command-line options (db_bench style: --name=value; "--name value" is accepted too).
 struct bench_options {
-  std::vector<std::string> benchmarks;  ///< empty: every workload, in table order
-  int64_t num = 0;                      ///< 0: each workload's own default
+  std::vector<std::string> benchmarks; ///< empty: every workload, in table order
+  int64_t num = 0;                     ///< 0: each workload's own default
   int runs = 5;
-  fs::path data;                        ///< empty: a fresh temp dir, removed at exit
+  fs::path data; ///< empty: a fresh temp dir, removed at exit
 };
 
 // -- results --------------------------------------------------------------------------------
 
 /// What one run of a workload measured.
 struct run_result {
-  double seconds = 0;       ///< wall time of the timed part
-  int64_t items = 0;        ///< facts, rows, queries or creates (the primary unit)
-  int64_t txns = 0;         ///< commits (or queries): the secondary unit; 0 = none
-  std::vector<double> lat_us;  ///< latency of each transaction / query / create
+  double seconds = 0;         ///< wall time of the timed part
+  int64_t items = 0;          ///< facts, rows, queries or creates (the primary unit)
+  int64_t txns = 0;           ///< commits (or queries): the secondary unit; 0 = none
+  std::vector<double> lat_us; ///< latency of each transaction / query / create
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -80,16 +80,18 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
-double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+double median(std::vector<double> v) {
+  return percentile(std::move(v), 0.5);
+}
 
 /// Summary of one workload over its runs.
 struct summary {
   std::string name;
-  double rate_med = 0, rate_min = 0, rate_max = 0;  ///< items/s
-  double txn_rate_med = 0;                           ///< txns/s
-  double p50_us = 0, p99_us = 0;                     ///< medians over runs of per-run p50/p99
+  double rate_med = 0, rate_min = 0, rate_max = 0; ///< items/s
+  double txn_rate_med = 0;                         ///< txns/s
+  double p50_us = 0, p99_us = 0;                   ///< medians over runs of per-run p50/p99
   int64_t items_per_run = 0;
-  std::vector<double> rates;                         ///< items/s of each run (round order)
+  std::vector<double> rates; ///< items/s of each run (round order)
 };
 
 // -- workload context -------------------------------------------------------------------------
@@ -128,7 +130,7 @@ nlohmann::json fact_data(int64_t i) {
   std::snprintf(req, sizeof req, "req-%010" PRId64, i);
   std::snprintf(acct, sizeof acct, "acct-%06" PRId64, i % 1000000);
   return nlohmann::json{{"method", "append"}, {"request_id", req}, {"account", acct},
-                        {"amount", "12.50"}, {"attempt", 1}, {"note", "bench"}};
+                        {"amount", "12.50"},  {"attempt", 1},      {"note", "bench"}};
 }
 
 /// `n` drafts of type "invocation" (the append workloads' facts).
@@ -223,12 +225,12 @@ run_result idem_workload(const context& c, std::string_view name, durability mod
     auto f = store->append(draft);
     if (!f)
       die("append: " + f.error().to_string());
-    std::string response = "{\"seq\":" + std::to_string(f->seq) + ",\"fact_id\":\"" + f->fact_id +
-                           "\"}";
+    std::string response =
+      "{\"seq\":" + std::to_string(f->seq) + ",\"fact_id\":\"" + f->fact_id + "\"}";
     if (fast)
-      check(store->record_key(key, factum::key_status::completed, fingerprint, response, ttl_ms,
-                              now),
-            "record_key");
+      check(
+        store->record_key(key, factum::key_status::completed, fingerprint, response, ttl_ms, now),
+        "record_key");
     else
       check(store->complete_key(key, response), "complete_key");
     check(store->end_turn(true), "end_turn");
@@ -346,8 +348,8 @@ enum class raw_target {
 /// The same rows as append<N>_<mode> written by plain SQLite: one prepared INSERT, the same row
 /// content (the same data text, 32-character fact ids, 64-character hashes that are not
 /// computed: a counter, so that each row links to the one before it).
-run_result raw_workload(const context& c, std::string_view name, int64_t per_txn,
-                        durability mode, raw_target target) {
+run_result raw_workload(const context& c, std::string_view name, int64_t per_txn, durability mode,
+                        raw_target target) {
   fs::path path;
   std::string setup = "PRAGMA journal_mode=WAL;";
   if (target == raw_target::twin) {
@@ -387,7 +389,7 @@ run_result raw_workload(const context& c, std::string_view name, int64_t per_txn
     data.push_back(d.data.dump());
   const std::string type = "invocation";
   char hash[2][72];
-  std::snprintf(hash[0], sizeof hash[0], "%064d", 0);  // the genesis hash
+  std::snprintf(hash[0], sizeof hash[0], "%064d", 0); // the genesis hash
   char fact_id[40];
   int64_t txns = (c.num + per_txn - 1) / per_txn;
   int64_t seq = 0;
@@ -464,18 +466,18 @@ run_result fsync_workload(const context& c) {
 
 struct workload {
   std::string name;
-  const char* unit;      ///< primary unit (per second)
-  const char* txn_unit;  ///< secondary unit, or nullptr
-  int64_t default_num;   ///< items per run (rounded up to whole transactions)
+  const char* unit;     ///< primary unit (per second)
+  const char* txn_unit; ///< secondary unit, or nullptr
+  int64_t default_num;  ///< items per run (rounded up to whole transactions)
   std::function<run_result(const context&)> run;
 };
 
 std::vector<workload> all_workloads() {
   std::vector<workload> w;
-  w.push_back({"fsync4k", "fsyncs", nullptr, 2000,
-               [](const context& c) { return fsync_workload(c); }});
-  for (auto [mode, suffix] : {std::pair{durability::full, "_full"},
-                              std::pair{durability::normal, "_normal"}}) {
+  w.push_back(
+    {"fsync4k", "fsyncs", nullptr, 2000, [](const context& c) { return fsync_workload(c); }});
+  for (auto [mode, suffix] :
+       {std::pair{durability::full, "_full"}, std::pair{durability::normal, "_normal"}}) {
     for (int64_t n : {1, 100, 1000}) {
       auto name = "append" + std::to_string(n) + suffix;
       int64_t def = n == 1 ? (mode == durability::full ? 3000 : 20000) : 200 * n;
@@ -493,18 +495,17 @@ std::vector<workload> all_workloads() {
                  [name = std::string(name), mode = mode, fast = fast](const context& c) {
                    return idem_workload(c, name, mode, fast);
                  }});
-  w.push_back({"query_type", "facts", "queries", 2000,
-               [](const context& c) { return query_workload(c); }});
-  for (auto [mode, name] : {std::pair{durability::full, "create_full"},
-                            std::pair{durability::normal, "create_normal"}})
-    w.push_back({name, "creates", nullptr, 500,
-                 [name = std::string(name), mode = mode](const context& c) {
-                   return create_workload(c, name, mode);
-                 }});
-  for (auto [n, mode, name] :
-       {std::tuple{int64_t{1000}, durability::full, "raw_twin1000_full"},
-        std::tuple{int64_t{1000}, durability::normal, "raw_twin1000_normal"},
-        std::tuple{int64_t{1}, durability::full, "raw_twin1_full"}}) {
+  w.push_back(
+    {"query_type", "facts", "queries", 2000, [](const context& c) { return query_workload(c); }});
+  for (auto [mode, name] :
+       {std::pair{durability::full, "create_full"}, std::pair{durability::normal, "create_normal"}})
+    w.push_back(
+      {name, "creates", nullptr, 500, [name = std::string(name), mode = mode](const context& c) {
+         return create_workload(c, name, mode);
+       }});
+  for (auto [n, mode, name] : {std::tuple{int64_t{1000}, durability::full, "raw_twin1000_full"},
+                               std::tuple{int64_t{1000}, durability::normal, "raw_twin1000_normal"},
+                               std::tuple{int64_t{1}, durability::full, "raw_twin1_full"}}) {
     int64_t def = n == 1 ? 3000 : 200000;
     w.push_back({name, "rows", "commits", def,
                  [name = std::string(name), n = n, mode = mode](const context& c) {
@@ -513,19 +514,18 @@ std::vector<workload> all_workloads() {
   }
   for (auto [mode, name] : {std::pair{durability::full, "raw_schema1000_full"},
                             std::pair{durability::normal, "raw_schema1000_normal"}})
-    w.push_back({name, "rows", "commits", 200000,
-                 [name = std::string(name), mode = mode](const context& c) {
-                   return raw_workload(c, name, 1000, mode, raw_target::schema);
-                 }});
+    w.push_back(
+      {name, "rows", "commits", 200000, [name = std::string(name), mode = mode](const context& c) {
+         return raw_workload(c, name, 1000, mode, raw_target::schema);
+       }});
   return w;
 }
 
 // -- driver -----------------------------------------------------------------------------------
 
 void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: store_bench [--benchmarks=a,b,c] [--num=N] [--runs=R] [--data=DIR]\n"
-               "  --benchmarks  comma-separated workloads (default: all, in this order):\n");
+  std::fprintf(out, "usage: store_bench [--benchmarks=a,b,c] [--num=N] [--runs=R] [--data=DIR]\n"
+                    "  --benchmarks  comma-separated workloads (default: all, in this order):\n");
   for (auto& w : all_workloads())
     std::fprintf(out, "                  %-22s default --num %" PRId64 " %s\n", w.name.c_str(),
                  w.default_num, w.unit);
@@ -638,7 +638,7 @@ void print_bars(const std::map<std::string, summary>& done) {
     if (a == done.end() || t == done.end())
       continue;
     head();
-    std::vector<double> ratios;  // one per round: the two runs were made side by side
+    std::vector<double> ratios; // one per round: the two runs were made side by side
     for (size_t i = 0; i < a->second.rates.size(); ++i)
       ratios.push_back(a->second.rates[i] / t->second.rates[i]);
     double ratio = median(ratios);
@@ -655,7 +655,7 @@ void print_bars(const std::map<std::string, summary>& done) {
     if (a == done.end() || t == done.end() || r == done.end())
       continue;
     head();
-    std::vector<double> ua, ut, ur;  // us per fact of each round
+    std::vector<double> ua, ut, ur; // us per fact of each round
     for (size_t i = 0; i < a->second.rates.size(); ++i) {
       ua.push_back(1e6 / a->second.rates[i]);
       ut.push_back(1e6 / t->second.rates[i]);
@@ -675,8 +675,8 @@ void print_bars(const std::map<std::string, summary>& done) {
     if (c == done.end())
       continue;
     head();
-    std::printf("  %-14s median %.1f us per create (bar <= 1000 us) %s\n", name,
-                c->second.p50_us, c->second.p50_us <= 1000 ? "PASS" : "MISS");
+    std::printf("  %-14s median %.1f us per create (bar <= 1000 us) %s\n", name, c->second.p50_us,
+                c->second.p50_us <= 1000 ? "PASS" : "MISS");
   }
 }
 
@@ -691,8 +691,8 @@ int main(int argc, char** argv) {
       chosen.push_back(&w);
   } else {
     for (auto& name : opts.benchmarks) {
-      auto it = std::find_if(table.begin(), table.end(),
-                             [&](const workload& w) { return w.name == name; });
+      auto it =
+        std::find_if(table.begin(), table.end(), [&](const workload& w) { return w.name == name; });
       if (it == table.end()) {
         usage(stderr);
         die("unknown benchmark " + name);

@@ -38,7 +38,7 @@ struct args_t {
   int concurrency = 64;
   int rss_entities = 10'000;
   std::string durability_mode = "full";
-  int cache_kib = 0;  // 0: the runtime's default
+  int cache_kib = 0; // 0: the runtime's default
 };
 
 struct run_result {
@@ -118,7 +118,8 @@ run_result closed_loop(runtime& rt, int n, int conc, Make make, bool expect_repl
   cv.wait(g, [&] { return in_flight == 0; });
   double secs = std::chrono::duration<double>(clk::now() - t0).count();
   if (failed || wrong) { // a run with failed calls measures nothing: no figure, no verdict
-    std::fprintf(stderr, "runtime_bench: %d calls failed, %d had an unexpected replay flag: run invalid\n",
+    std::fprintf(stderr,
+                 "runtime_bench: %d calls failed, %d had an unexpected replay flag: run invalid\n",
                  failed, wrong);
     std::exit(1);
   }
@@ -178,10 +179,13 @@ run_result bench_cold(const args_t& a) {
   }
   {
     auto rt = start(dir, a);
-    r = closed_loop(*rt, n, a.concurrency, [&](int i) {
-      return std::pair{entity_key{"bench", "ledger", "c" + std::to_string(i)},
-                       "create-" + std::to_string(i)};
-    }, true);
+    r = closed_loop(
+      *rt, n, a.concurrency,
+      [&](int i) {
+        return std::pair{entity_key{"bench", "ledger", "c" + std::to_string(i)},
+                         "create-" + std::to_string(i)};
+      },
+      true);
   }
   // And creations of brand-new entities (file created, schema migrated, first fact).
   {
@@ -269,15 +273,15 @@ int main(int argc, char** argv) {
     } else if (s.rfind("--cache_kib=", 0) == 0) {
       a.cache_kib = std::stoi(val("--cache_kib="));
     } else {
-      std::fprintf(stderr,
-                   "usage: runtime_bench [--benchmarks=append1,append1000,replay,cold,rss] "
-                   "[--runs=N] [--num=N] [--concurrency=N] [--rss_entities=N] "
-                   "[--durability=full|normal] [--cache_kib=N]\n");
+      std::fprintf(stderr, "usage: runtime_bench [--benchmarks=append1,append1000,replay,cold,rss] "
+                           "[--runs=N] [--num=N] [--concurrency=N] [--rss_entities=N] "
+                           "[--durability=full|normal] [--cache_kib=N]\n");
       return 2;
     }
   }
   std::printf("runtime_bench: durability %s, %d callers, %d calls per run, %d runs, %ld cores\n",
-              a.durability_mode.c_str(), a.concurrency, a.num, a.runs, sysconf(_SC_NPROCESSORS_ONLN));
+              a.durability_mode.c_str(), a.concurrency, a.num, a.runs,
+              sysconf(_SC_NPROCESSORS_ONLN));
   for (auto& b : a.benchmarks) {
     std::vector<run_result> rs;
     for (int r = 0; r < a.runs; ++r) {

@@ -1,18 +1,18 @@
 // errors.cpp: the error taxonomy's names, statuses and retry rules. Pure functions; any thread.
-#include "factum/entities/call.hpp"
 #include "factum/entities/errors.hpp"
+#include "factum/entities/call.hpp"
 
 namespace factum {
 
 std::string_view to_string(error_category c) noexcept {
   switch (c) {
-    case error_category::transient: return "transient";
-    case error_category::server: return "server";
-    case error_category::external: return "external";
-    case error_category::client: return "client";
-    case error_category::data_integrity: return "data_integrity";
-    case error_category::authorization: return "authorization";
-    case error_category::budget: return "budget";
+  case error_category::transient: return "transient";
+  case error_category::server: return "server";
+  case error_category::external: return "external";
+  case error_category::client: return "client";
+  case error_category::data_integrity: return "data_integrity";
+  case error_category::authorization: return "authorization";
+  case error_category::budget: return "budget";
   }
   return "server";
 }
@@ -28,22 +28,22 @@ std::optional<error_category> parse_error_category(std::string_view s) noexcept 
 
 bool retryable(error_category c, bool idempotent) noexcept {
   switch (c) {
-    case error_category::transient:
-    case error_category::external: return true;
-    case error_category::server: return idempotent;
-    default: return false;
+  case error_category::transient:
+  case error_category::external: return true;
+  case error_category::server: return idempotent;
+  default: return false;
   }
 }
 
 int default_http_status(error_category c) noexcept {
   switch (c) {
-    case error_category::transient: return 503;
-    case error_category::server: return 500;
-    case error_category::external: return 502;
-    case error_category::client: return 400;
-    case error_category::data_integrity: return 409;
-    case error_category::authorization: return 403;
-    case error_category::budget: return 402;
+  case error_category::transient: return 503;
+  case error_category::server: return 500;
+  case error_category::external: return 502;
+  case error_category::client: return 400;
+  case error_category::data_integrity: return 409;
+  case error_category::authorization: return 403;
+  case error_category::budget: return 402;
   }
   return 500;
 }
@@ -67,22 +67,22 @@ call_error external_error(std::string code, std::string message) {
 namespace {
 std::string title_for(int status) {
   switch (status) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 402: return "Payment Required";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 413: return "Content Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Content";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Error";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 402: return "Payment Required";
+  case 403: return "Forbidden";
+  case 404: return "Not Found";
+  case 408: return "Request Timeout";
+  case 409: return "Conflict";
+  case 413: return "Content Too Large";
+  case 415: return "Unsupported Media Type";
+  case 422: return "Unprocessable Content";
+  case 429: return "Too Many Requests";
+  case 500: return "Internal Server Error";
+  case 502: return "Bad Gateway";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  default: return "Error";
   }
 }
 } // namespace

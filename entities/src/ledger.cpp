@@ -17,7 +17,7 @@ std::string opt_string(const nlohmann::json& args, const char* name) {
 
 /// A generic fact log: `append` appends one fact and answers its seq and fact_id.
 class ledger final : public entity {
-public:
+ public:
   nlohmann::json append(context& ctx, nlohmann::json args) {
     if (!args.is_object())
       throw client_error("INVALID_ARGUMENT", "the body must be a JSON object");

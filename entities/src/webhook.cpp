@@ -9,7 +9,7 @@ namespace factum {
 namespace {
 
 class webhook final : public entity {
-public:
+ public:
   /// {"tool": "name", "payload": {...}} -> {"delivered": true, "status": 200, "attempts": N}
   task<nlohmann::json> deliver(context& ctx, nlohmann::json args) {
     if (!args.is_object() || !args.contains("tool") || !args["tool"].is_string())

@@ -9,7 +9,7 @@ namespace factum::examples {
 namespace {
 
 class counter final : public entity {
-public:
+ public:
   task<void> on_activate(context& ctx) override {
     // Rebuild from the log: the facts are the state.
     value_ = 0;
@@ -46,7 +46,7 @@ public:
   /// {} -> {"value": V}
   nlohmann::json get(context&, nlohmann::json) { return {{"value", value_}}; }
 
-private:
+ private:
   int64_t value_ = 0;
 };
 

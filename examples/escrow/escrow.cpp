@@ -29,35 +29,49 @@ json state::to_json() const {
     j["amount"] = amount;
     j["currency"] = currency;
   }
-  if (!payout_ref.empty()) j["payout_ref"] = payout_ref;
+  if (!payout_ref.empty())
+    j["payout_ref"] = payout_ref;
   return j;
 }
 
 std::string_view next_status(std::string_view from, std::string_view command) {
-  if (command == "open") return from.empty() ? await_funds : "";
-  if (command == "fund") return from == await_funds ? funded : "";
-  if (command == "deliver") return from == funded ? delivered : "";
-  if (command == "dispute") return from == funded || from == delivered ? disputed : "";
-  if (command == "release") return from == delivered || from == disputed ? released : "";
-  if (command == "refund") return from == disputed ? refunded : "";
+  if (command == "open")
+    return from.empty() ? await_funds : "";
+  if (command == "fund")
+    return from == await_funds ? funded : "";
+  if (command == "deliver")
+    return from == funded ? delivered : "";
+  if (command == "dispute")
+    return from == funded || from == delivered ? disputed : "";
+  if (command == "release")
+    return from == delivered || from == disputed ? released : "";
+  if (command == "refund")
+    return from == disputed ? refunded : "";
   return "";
 }
 
 bool actor_allowed(const state& s, std::string_view command, std::string_view actor) {
-  if (command == "open") return true;
-  if (command == "fund") return actor == s.buyer || actor == "payment_provider";
-  if (command == "deliver") return actor == s.seller;
-  if (command == "dispute") return actor == s.buyer || actor == s.seller;
+  if (command == "open")
+    return true;
+  if (command == "fund")
+    return actor == s.buyer || actor == "payment_provider";
+  if (command == "deliver")
+    return actor == s.seller;
+  if (command == "dispute")
+    return actor == s.buyer || actor == s.seller;
   if (command == "release")
     return s.status == disputed ? actor == s.arbiter : actor == s.buyer || actor == s.arbiter;
-  if (command == "refund") return actor == s.arbiter;
+  if (command == "refund")
+    return actor == s.arbiter;
   return false;
 }
 
 void apply(state& s, const fact& f) {
-  if (f.type.rfind("escrow.", 0) != 0) return;
+  if (f.type.rfind("escrow.", 0) != 0)
+    return;
   auto d = json::parse(f.data, nullptr, false);
-  if (!d.is_object()) return;
+  if (!d.is_object())
+    return;
   auto kind = std::string_view(f.type).substr(7);
   bool changed = true;
   if (kind == "opened") {
@@ -106,7 +120,6 @@ using nlohmann::json;
 using resilience::decimal;
 namespace es = escrow;
 
-
 bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
          c == '_' || c == ':' || c == '-' || c == '@';
@@ -122,7 +135,7 @@ std::string name_arg(const json& args, const char* member) {
     ok = ok && name_char(c);
   if (!ok)
     throw client_error("INVALID_ARGUMENT", std::string("'") + member +
-                                               "' must be 1 to 64 characters of [A-Za-z0-9._:@-]");
+                                             "' must be 1 to 64 characters of [A-Za-z0-9._:@-]");
   return s;
 }
 
@@ -243,8 +256,9 @@ class escrow_entity final : public entity {
     if (type != "PaymentSucceeded")
       throw client_error("UNKNOWN_EVENT_TYPE", "only PaymentSucceeded events are handled");
     auto seen =
-        ctx.sql("SELECT event_id FROM u_events WHERE event_id = ?", json::array({event_id}));
-    if (!seen.empty()) return {{"event_id", event_id}, {"duplicate", true}};
+      ctx.sql("SELECT event_id FROM u_events WHERE event_id = ?", json::array({event_id}));
+    if (!seen.empty())
+      return {{"event_id", event_id}, {"duplicate", true}};
     ctx.sql_write("INSERT INTO u_events(event_id, type, received_at) VALUES (?, ?, ?)",
                   json::array({event_id, type, ctx.now_ms()}));
     json event = {{"event_id", event_id},
@@ -259,7 +273,8 @@ class escrow_entity final : public entity {
   /// and, once its retries are spent, turn it into a dead letter (the poison path).
   task<void> on_alarm(context& ctx, const alarm_record& a) override {
     fresh(ctx);
-    if (a.name.rfind("event:", 0) != 0) co_return;
+    if (a.name.rfind("event:", 0) != 0)
+      co_return;
     auto event = json::parse(a.payload, nullptr, false);
     auto payload = event.is_object() ? event.value("payload", json()) : json();
     auto event_id = event.is_object() ? event.value("event_id", "") : std::string();
@@ -276,7 +291,7 @@ class escrow_entity final : public entity {
     if (amount != decimal::parse(state_.amount).value())
       throw call_error(error_category::client, "AMOUNT_MISMATCH",
                        "event " + event_id + " pays " + amount.to_string() + ", the escrow holds " +
-                           state_.amount,
+                         state_.amount,
                        422);
     record("escrow.funded",
            {{"actor", "payment_provider"}, {"amount", state_.amount}, {"event_id", event_id}}, ctx);
@@ -299,12 +314,14 @@ class escrow_entity final : public entity {
 
  private:
   static void require_object(const json& args) {
-    if (!args.is_object()) throw client_error("INVALID_ARGUMENT", "the body must be a JSON object");
+    if (!args.is_object())
+      throw client_error("INVALID_ARGUMENT", "the body must be a JSON object");
   }
 
   /// Replays the log when a failed turn may have left state_ ahead of it.
   void fresh(context& ctx) {
-    if (stale_) state_ = es::replay(all_facts(ctx));
+    if (stale_)
+      state_ = es::replay(all_facts(ctx));
     stale_ = true; // until the turn reaches a consistent end (see settled())
   }
   void settled() { stale_ = false; }
@@ -385,11 +402,10 @@ class escrow_entity final : public entity {
       out["payout_attempts"] = r.attempts;
       co_return out;
     }
-    json comp = {{"kind", command},
-                 {"back_to", from},
-                 {"error_code", r.error_code},
-                 {"attempts", r.attempts}};
-    if (!r.dead_letter_id.empty()) comp["dead_letter_id"] = r.dead_letter_id;
+    json comp = {
+      {"kind", command}, {"back_to", from}, {"error_code", r.error_code}, {"attempts", r.attempts}};
+    if (!r.dead_letter_id.empty())
+      comp["dead_letter_id"] = r.dead_letter_id;
     record("escrow.payout_compensated", std::move(comp), ctx);
     // The compensation must outlive the failure answered below (a throw rolls back the writes
     // since the last await): awaiting a zero timer is a commit point.
@@ -404,7 +420,8 @@ class escrow_entity final : public entity {
     e.details["escrow_status"] = from;
     e.details["payout_error"] = r.error_code;
     e.details["attempts"] = r.attempts;
-    if (!r.dead_letter_id.empty()) e.details["dead_letter_id"] = r.dead_letter_id;
+    if (!r.dead_letter_id.empty())
+      e.details["dead_letter_id"] = r.dead_letter_id;
     throw e;
   }
 
@@ -417,16 +434,16 @@ class escrow_entity final : public entity {
 void add_escrow_type(entity_registry& registry) {
   method_options keyed{.requires_idempotency_key = true};
   registry.add(type_builder<escrow_entity>("escrow")
-                   .method("open", &escrow_entity::open, keyed)
-                   .method("fund", &escrow_entity::fund, keyed)
-                   .method("deliver", &escrow_entity::deliver, keyed)
-                   .method("dispute", &escrow_entity::dispute, keyed)
-                   .method("release", &escrow_entity::release, keyed)
-                   .method("refund", &escrow_entity::refund, keyed)
-                   .method("ingest", &escrow_entity::ingest, keyed)
-                   .method("state", &escrow_entity::get)
-                   .method("rebuild", &escrow_entity::rebuild)
-                   .build());
+                 .method("open", &escrow_entity::open, keyed)
+                 .method("fund", &escrow_entity::fund, keyed)
+                 .method("deliver", &escrow_entity::deliver, keyed)
+                 .method("dispute", &escrow_entity::dispute, keyed)
+                 .method("release", &escrow_entity::release, keyed)
+                 .method("refund", &escrow_entity::refund, keyed)
+                 .method("ingest", &escrow_entity::ingest, keyed)
+                 .method("state", &escrow_entity::get)
+                 .method("rebuild", &escrow_entity::rebuild)
+                 .build());
 }
 
 } // namespace factum::examples

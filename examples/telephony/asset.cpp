@@ -18,12 +18,13 @@ using resilience::decimal;
 
 /// A phone number as the example accepts it: '+' and 4 to 15 digits (E.164).
 bool valid_number(const std::string& s) {
-  if (s.size() < 5 || s.size() > 16 || s[0] != '+') return false;
+  if (s.size() < 5 || s.size() > 16 || s[0] != '+')
+    return false;
   for (size_t i = 1; i < s.size(); ++i)
-    if (s[i] < '0' || s[i] > '9') return false;
+    if (s[i] < '0' || s[i] > '9')
+      return false;
   return true;
 }
-
 
 class asset final : public entity {
  public:
@@ -71,8 +72,10 @@ class asset final : public entity {
                    r.error_message.empty() ? "the call could not be placed" : r.error_message,
                    r.error_code == "CIRCUIT_OPEN" ? 503 : 0);
       e.details["attempts"] = r.attempts;
-      if (r.http_status) e.details["tool_status"] = r.http_status;
-      if (!r.dead_letter_id.empty()) e.details["dead_letter_id"] = r.dead_letter_id;
+      if (r.http_status)
+        e.details["tool_status"] = r.http_status;
+      if (!r.dead_letter_id.empty())
+        e.details["dead_letter_id"] = r.dead_letter_id;
       throw e;
     }
     std::string call_id;
@@ -87,10 +90,12 @@ class asset final : public entity {
     out.subtype = "call_placed";
     out.tool_id = "telephony";
     out.data = {{"to", to}, {"attempts", r.attempts}};
-    if (!call_id.empty()) out.data["call_id"] = call_id;
+    if (!call_id.empty())
+      out.data["call_id"] = call_id;
     ctx.append(std::move(out));
     json res = {{"status", "placed"}, {"to", to}, {"attempts", r.attempts}};
-    if (!call_id.empty()) res["call_id"] = call_id;
+    if (!call_id.empty())
+      res["call_id"] = call_id;
     co_return res;
   }
 
@@ -118,7 +123,8 @@ class asset final : public entity {
           ++errors_by_code[data.value("error_code", "UNKNOWN")];
       } else if (f.type == "cost" && !f.amount.empty()) {
         auto amount = decimal::parse(f.amount);
-        if (!amount) continue;
+        if (!amount)
+          continue;
         ++cost_facts;
         total.add(f.currency, *amount);
         if (data.value("failed", false)) {
@@ -134,19 +140,17 @@ class asset final : public entity {
                                {"reason", data.value("reason", "")}});
       }
     }
-    return {{"calls",
-             {{"requested", requested},
-              {"placed", placed},
-              {"deferred", deferred},
-              {"failed", failed}}},
-            {"errors_by_code", errors_by_code},
-            {"breaker_transitions", transitions},
-            {"costs",
-             {{"facts", cost_facts},
-              {"failed_call_facts", failed_cost_facts},
-              {"total", total.to_json()},
-              {"on_failure", on_failure.to_json()},
-              {"on_success", on_success.to_json()}}}};
+    return {
+      {"calls",
+       {{"requested", requested}, {"placed", placed}, {"deferred", deferred}, {"failed", failed}}},
+      {"errors_by_code", errors_by_code},
+      {"breaker_transitions", transitions},
+      {"costs",
+       {{"facts", cost_facts},
+        {"failed_call_facts", failed_cost_facts},
+        {"total", total.to_json()},
+        {"on_failure", on_failure.to_json()},
+        {"on_success", on_success.to_json()}}}};
   }
 };
 
@@ -154,9 +158,9 @@ class asset final : public entity {
 
 void add_telephony_types(entity_registry& registry) {
   registry.add(type_builder<asset>("asset")
-                   .method("place_call", &asset::place_call, {.requires_idempotency_key = true})
-                   .method("summary", &asset::summary)
-                   .build());
+                 .method("place_call", &asset::place_call, {.requires_idempotency_key = true})
+                 .method("summary", &asset::summary)
+                 .build());
 }
 
 } // namespace factum::examples

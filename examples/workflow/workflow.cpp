@@ -24,9 +24,9 @@ struct step_def {
 
 /// The order process: reserve stock, charge the card, ship.
 constexpr std::array<step_def, 3> steps{{
-    {"reserve_inventory", "inventory", "reserve"},
-    {"charge_payment", "payments", "charge"},
-    {"ship_order", "shipping", "ship"},
+  {"reserve_inventory", "inventory", "reserve"},
+  {"charge_payment", "payments", "charge"},
+  {"ship_order", "shipping", "ship"},
 }};
 
 std::vector<fact> facts_of(context& ctx, std::string type, const std::string& key) {
@@ -101,12 +101,13 @@ class order_workflow final : public entity {
       if (!r.ok) {
         call_error e(r.category, "STEP_FAILED",
                      std::string("step ") + s.name + " failed: " +
-                         (r.error_code.empty() ? std::string("unknown error") : r.error_code));
+                       (r.error_code.empty() ? std::string("unknown error") : r.error_code));
         e.details["execution_id"] = execution_id;
         e.details["step"] = s.name;
         e.details["step_error"] = r.error_code;
         e.details["attempts"] = r.attempts;
-        if (!r.dead_letter_id.empty()) e.details["dead_letter_id"] = r.dead_letter_id;
+        if (!r.dead_letter_id.empty())
+          e.details["dead_letter_id"] = r.dead_letter_id;
         throw e;
       }
       json entry = {{"step", s.name}, {"tool", s.tool}, {"attempts", r.attempts}};
@@ -142,7 +143,8 @@ class order_workflow final : public entity {
   /// steps done so far).
   json execution(context& ctx, json args) {
     auto id = args.is_object() ? args.value("execution_id", std::string()) : std::string();
-    if (id.empty()) throw client_error("INVALID_REQUEST", "Missing required field 'execution_id'");
+    if (id.empty())
+      throw client_error("INVALID_REQUEST", "Missing required field 'execution_id'");
     int64_t seq = 0;
     if (id.rfind("exec-", 0) == 0 && id.size() > 5 && id.size() < 24 &&
         id.find_first_not_of("0123456789", 5) == std::string::npos)
@@ -155,14 +157,17 @@ class order_workflow final : public entity {
       throw not_found_error("EXECUTION_NOT_FOUND", "no execution " + id.substr(0, 64));
     const auto& key = first[0].idempotency_key;
     json out = {{"execution_id", id}, {"status", "incomplete"}, {"completed_steps", json::array()}};
-    if (!key.empty()) out["idempotency_key"] = key;
+    if (!key.empty())
+      out["idempotency_key"] = key;
     fact_filter g;
     g.after_seq = seq;
     g.limit = 10000;
     for (auto& x : ctx.query(g)) {
-      if (x.type.rfind("workflow.", 0) != 0) continue;
+      if (x.type.rfind("workflow.", 0) != 0)
+        continue;
       auto d = data_of(x);
-      if (d.value("execution_id", "") != id) continue;
+      if (d.value("execution_id", "") != id)
+        continue;
       if (x.type == "workflow.step_completed")
         out["completed_steps"].push_back(d.value("step", ""));
       else if (x.type == "workflow.execution_completed")
@@ -176,9 +181,9 @@ class order_workflow final : public entity {
 
 void add_workflow_type(entity_registry& registry) {
   registry.add(type_builder<order_workflow>("order_workflow")
-                   .method("execute", &order_workflow::execute)
-                   .method("execution", &order_workflow::execution)
-                   .build());
+                 .method("execute", &order_workflow::execute)
+                 .method("execution", &order_workflow::execution)
+                 .build());
 }
 
 } // namespace factum::examples

@@ -47,11 +47,11 @@ struct turn_state {
   bool woken = false;
   std::coroutine_handle<> handle;
   uint64_t token = 0;
-  alarm_record alarm;  // alarm turns
-  std::string dead_letter_id;  // a turn that retries a dead letter
+  alarm_record alarm;         // alarm turns
+  std::string dead_letter_id; // a turn that retries a dead letter
   std::vector<std::string> alarms_set;
   int64_t started_ms = 0;
-  bool key_on_disk = false;  ///< a pending row was written (the turn awaited something)
+  bool key_on_disk = false; ///< a pending row was written (the turn awaited something)
 };
 
 enum class phase { waiting_slot, opening, ready, closing };
@@ -70,13 +70,13 @@ struct entity_state {
   std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>> batch;
   std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>> in_commit;
   uint64_t batch_turns = 0, commit_facts = 0, commit_turns = 0;
-  int64_t committed_seq = 0;  ///< last seq known durable
-  int64_t commit_seq = 0;     ///< last seq of the commit in flight
+  int64_t committed_seq = 0; ///< last seq known durable
+  int64_t commit_seq = 0;    ///< last seq of the commit in flight
   /// Replies of committed batches waiting for their WAL sync, with the batch generation.
   std::deque<std::tuple<uint64_t, caf::typed_response_promise<call_reply>, call_reply>>
     awaiting_sync;
-  uint64_t commit_gen = 0;  ///< generation of the last commit
-  uint64_t synced_gen = 0;  ///< every commit up to this generation is durable
+  uint64_t commit_gen = 0; ///< generation of the last commit
+  uint64_t synced_gen = 0; ///< every commit up to this generation is durable
   bool sync_in_flight = false;
   bool busy = false;
   bool committing = false;
@@ -108,26 +108,23 @@ void start_commit(self_ptr self);
 
 call_error storage_error(const status& st) {
   switch (st.code()) {
-    case errc::invalid_argument:
-      return call_error(error_category::client, "INVALID_ARGUMENT", st.message(), 400);
-    case errc::not_found:
-      return call_error(error_category::client, "NOT_FOUND", st.message(), 404);
-    case errc::conflict:
-      return call_error(error_category::data_integrity, "CONFLICT", st.message(), 409);
-    case errc::corruption:
-    case errc::not_factum_file:
-    case errc::newer_schema:
-      return call_error(error_category::server, "ENTITY_STORAGE_CORRUPT", st.message(), 500);
-    case errc::full:
-      return call_error(error_category::transient, "STORAGE_FULL", st.message(), 503);
-    case errc::read_only:
-      return call_error(error_category::transient, "STORAGE_READ_ONLY", st.message(), 503);
-    case errc::io_error:
-    case errc::busy:
-    case errc::unavailable:
-      return call_error(error_category::transient, "STORAGE_UNAVAILABLE", st.message(), 503);
-    default:
-      return call_error(error_category::server, "INTERNAL", st.message(), 500);
+  case errc::invalid_argument:
+    return call_error(error_category::client, "INVALID_ARGUMENT", st.message(), 400);
+  case errc::not_found: return call_error(error_category::client, "NOT_FOUND", st.message(), 404);
+  case errc::conflict:
+    return call_error(error_category::data_integrity, "CONFLICT", st.message(), 409);
+  case errc::corruption:
+  case errc::not_factum_file:
+  case errc::newer_schema:
+    return call_error(error_category::server, "ENTITY_STORAGE_CORRUPT", st.message(), 500);
+  case errc::full: return call_error(error_category::transient, "STORAGE_FULL", st.message(), 503);
+  case errc::read_only:
+    return call_error(error_category::transient, "STORAGE_READ_ONLY", st.message(), 503);
+  case errc::io_error:
+  case errc::busy:
+  case errc::unavailable:
+    return call_error(error_category::transient, "STORAGE_UNAVAILABLE", st.message(), 503);
+  default: return call_error(error_category::server, "INTERNAL", st.message(), 500);
   }
 }
 
@@ -137,8 +134,8 @@ call_error to_call_error(std::exception_ptr err) {
   } catch (const call_error& e) {
     return e;
   } catch (const json::exception& e) {
-    return call_error(error_category::client, "INVALID_ARGUMENT",
-                      std::string("JSON: ") + e.what(), 400);
+    return call_error(error_category::client, "INVALID_ARGUMENT", std::string("JSON: ") + e.what(),
+                      400);
   } catch (const std::exception& e) {
     return call_error(error_category::server, "HANDLER_FAILED", e.what(), 500);
   } catch (...) {
@@ -163,9 +160,9 @@ call_reply reply_from_stored_failure(const std::string& body) {
 // -- the handler context ------------------------------------------------------------------------
 
 class entity_context final : public context, public tool_host {
-public:
+ public:
   explicit entity_context(self_ptr self)
-    : self_(self), rng_(std::random_device{}() ^ static_cast<uint64_t>(factum::now_ms())) {}
+      : self_(self), rng_(std::random_device{}() ^ static_cast<uint64_t>(factum::now_ms())) {}
 
   // -- tool_host --
   context& ctx() override { return *this; }
@@ -193,8 +190,8 @@ public:
     auto inner = resilient_tool_call(*this, std::move(req));
     tool_reply r = co_await inner;
     // The attempts' error, cost and dead-letter records stay even if the handler fails later.
-    (void) store().end_turn(true);
-    (void) store().begin_turn();
+    (void)store().end_turn(true);
+    (void)store().begin_turn();
     co_return r;
   }
 
@@ -206,7 +203,7 @@ public:
   int64_t now_ms() const override { return self_->state.rt->now(); }
 
   fact append(fact_draft d) override {
-      if (d.trace_id.empty())
+    if (d.trace_id.empty())
       d.trace_id = call().trace_id;
     if (d.idempotency_key.empty())
       d.idempotency_key = call().idempotency_key;
@@ -297,22 +294,22 @@ public:
                                  static_cast<int64_t>(s.rt->cfg.key_ttl.count()), now_ms());
       t.key_on_disk = b.is_ok();
     }
-    (void) store().end_turn(true);
+    (void)store().end_turn(true);
     if (store().dirty() && !s.committing)
       start_commit(self_);
     auto me = caf::actor_cast<caf::actor>(self_);
     return [me, token = t.token] { caf::anon_send(me, atoms::resume::value, token); };
   }
 
-protected:
+ protected:
   void start_entity_call(const std::string& type, const std::string& id, std::string method,
                          std::string args_json, call_options opts,
                          std::function<void(call_reply)> done) override {
     auto& s = self_->state;
     auto k = entity_key::make(s.key.tenant, type, id);
     if (!k) {
-      done(call_reply::failure(error_category::client, "INVALID_ENTITY_KEY",
-                               k.error().message(), 400));
+      done(call_reply::failure(error_category::client, "INVALID_ENTITY_KEY", k.error().message(),
+                               400));
       return;
     }
     call_request req{std::move(method), std::move(args_json), std::move(opts.idempotency_key),
@@ -344,7 +341,7 @@ protected:
     self_->delayed_send(self_, d, atoms::tick::value, tok);
   }
 
-private:
+ private:
   self_ptr self_;
   std::mt19937_64 rng_;
 };
@@ -469,35 +466,35 @@ void run_turn(self_ptr self, queued item) {
       return;
     }
     switch (p->outcome) {
-      case key_outcome::fresh: break;
-      case key_outcome::in_flight:
-        s.rt->stats.key_conflicts.fetch_add(1, std::memory_order_relaxed);
-        end_turn_without_writes(
-          self, item,
-          call_reply::failure(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
-                              "a call with this idempotency key is still in flight", 409));
-        return;
-      case key_outcome::mismatch:
-        s.rt->stats.key_mismatches.fetch_add(1, std::memory_order_relaxed);
-        end_turn_without_writes(
-          self, item,
-          call_reply::failure(error_category::client, "IDEMPOTENCY_KEY_MISMATCH",
-                              "this idempotency key was used with a different request", 422));
-        return;
-      case key_outcome::completed: {
-        s.rt->stats.replays.fetch_add(1, std::memory_order_relaxed);
-        auto r = call_reply::success(std::move(p->record.response));
-        r.replayed = true;
-        end_turn_without_writes(self, item, std::move(r));
-        return;
-      }
-      case key_outcome::failed: {
-        s.rt->stats.replays.fetch_add(1, std::memory_order_relaxed);
-        auto r = reply_from_stored_failure(p->record.response);
-        r.replayed = true;
-        end_turn_without_writes(self, item, std::move(r));
-        return;
-      }
+    case key_outcome::fresh: break;
+    case key_outcome::in_flight:
+      s.rt->stats.key_conflicts.fetch_add(1, std::memory_order_relaxed);
+      end_turn_without_writes(
+        self, item,
+        call_reply::failure(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
+                            "a call with this idempotency key is still in flight", 409));
+      return;
+    case key_outcome::mismatch:
+      s.rt->stats.key_mismatches.fetch_add(1, std::memory_order_relaxed);
+      end_turn_without_writes(
+        self, item,
+        call_reply::failure(error_category::client, "IDEMPOTENCY_KEY_MISMATCH",
+                            "this idempotency key was used with a different request", 422));
+      return;
+    case key_outcome::completed: {
+      s.rt->stats.replays.fetch_add(1, std::memory_order_relaxed);
+      auto r = call_reply::success(std::move(p->record.response));
+      r.replayed = true;
+      end_turn_without_writes(self, item, std::move(r));
+      return;
+    }
+    case key_outcome::failed: {
+      s.rt->stats.replays.fetch_add(1, std::memory_order_relaxed);
+      auto r = reply_from_stored_failure(p->record.response);
+      r.replayed = true;
+      end_turn_without_writes(self, item, std::move(r));
+      return;
+    }
     }
   }
 
@@ -525,101 +522,100 @@ void run_turn(self_ptr self, queued item) {
 
   try {
     switch (t.item.kind) {
-      case turn_kind::activate:
-        t.info.method = "@activate";
-        start_task(s.instance->on_activate(*s.ctx), done_void);
-        return;
-      case turn_kind::alarm: {
-        t.info.method = "@alarm";
-        auto due = store.next_alarm();
-        if (!due)
-          throw storage_error(due.error());
-        if (!due->has_value() || due->value().due_ms > now) {
-          finish_turn(self, nullptr, json(nullptr)); // nothing due (a duplicate wake)
-          return;
-        }
-        t.alarm = due->value();
-        t.info.trace_id = new_trace_id();
-        auto lag = static_cast<uint64_t>(std::max<int64_t>(0, now - t.alarm.due_ms));
-        s.rt->stats.alarm_lag_ms_sum.fetch_add(lag, std::memory_order_relaxed);
-        auto prev = s.rt->stats.alarm_lag_ms_max.load(std::memory_order_relaxed);
-        while (lag > prev &&
-               !s.rt->stats.alarm_lag_ms_max.compare_exchange_weak(prev, lag)) {
-        }
-        if (t.alarm.name.rfind("@dl:", 0) == 0) {
-          auto dl = store.get_dead_letter(t.alarm.name.substr(4));
-          if (!dl || dl->status != dl_status::scheduled) {
-            finish_turn(self, nullptr, json(nullptr)); // resolved or discarded meanwhile
-            return;
-          }
-          t.dead_letter_id = dl->id;
-          auto payload = json::parse(dl->payload, nullptr, false);
-          const method_def* m = s.type->find(dl->operation);
-          if (!m || !payload.is_object())
-            throw not_found_error("METHOD_NOT_FOUND",
-                                  "dead letter " + dl->id + " names no method of " + s.key.type);
-          // Re-run the original call with its idempotency key (its config version stays
-          // locked in the dead letter and in the tool's config rows).
-          t.info.method = dl->operation;
-          t.info.idempotency_key = dl->idempotency_key;
-          t.info.trace_id = dl->trace_id.empty() ? new_trace_id() : dl->trace_id;
-          auto args = payload.value("args", json::object());
-          t.info.args_json = args.dump();
-          // The fingerprint the client's key was taken with (older dead letters have none:
-          // the runtime's own form then).
-          t.item.req.fingerprint = payload.value("fingerprint", std::string());
-          if (t.item.req.fingerprint.empty())
-            t.item.req.fingerprint = call_fingerprint(t.info.method, t.info.args_json);
-          t.info.fingerprint = t.item.req.fingerprint;
-          start_task(m->fn(*s.instance, *s.ctx, std::move(args)), done);
-          return;
-        }
-        if (t.alarm.name == purge_alarm) {
-          auto n = store.purge_expired_keys(now);
-          if (!n)
-            throw storage_error(n.error());
-          // Dead letters whose retention ended (final or acknowledged ones only) go too.
-          auto d = store.purge_dead_letters(now);
-          if (!d)
-            throw storage_error(d.error());
-          auto next = store.next_key_expiry();
-          if (next && next->has_value()) {
-            auto when = std::max(next->value(),
-                                 now + static_cast<int64_t>(s.rt->cfg.key_purge_interval.count()));
-            s.ctx->set_alarm_internal(purge_alarm, when, "{}", 0);
-          }
-          finish_turn(self, nullptr, json(nullptr));
-          return;
-        }
-        start_task(s.instance->on_alarm(*s.ctx, t.alarm), done_void);
+    case turn_kind::activate:
+      t.info.method = "@activate";
+      start_task(s.instance->on_activate(*s.ctx), done_void);
+      return;
+    case turn_kind::alarm: {
+      t.info.method = "@alarm";
+      auto due = store.next_alarm();
+      if (!due)
+        throw storage_error(due.error());
+      if (!due->has_value() || due->value().due_ms > now) {
+        finish_turn(self, nullptr, json(nullptr)); // nothing due (a duplicate wake)
         return;
       }
-      case turn_kind::call: {
-        auto& r = t.item.req;
-        if (!r.idempotency_key.empty()) {
-          // No pending row yet: the key is recorded finished in the turn's own transaction; a
-          // duplicate meanwhile is refused from keys_in_flight.
-          auto ttl = static_cast<int64_t>(s.rt->cfg.key_ttl.count());
-          if (ttl > 0 && !s.purge_alarm_known) {
-            s.purge_alarm_known = true;
-            if (store.get_alarm(purge_alarm).error().code() == errc::not_found)
-              s.ctx->set_alarm_internal(
-                purge_alarm,
-                now + std::max<int64_t>(ttl, s.rt->cfg.key_purge_interval.count()), "{}", 0);
-          }
-        }
-        json args = r.args.empty() ? json::object() : json::parse(r.args);
-        if (!r.method.empty() && r.method[0] == '@') {
-          finish_turn(self, nullptr, run_internal(self, r.method, args));
+      t.alarm = due->value();
+      t.info.trace_id = new_trace_id();
+      auto lag = static_cast<uint64_t>(std::max<int64_t>(0, now - t.alarm.due_ms));
+      s.rt->stats.alarm_lag_ms_sum.fetch_add(lag, std::memory_order_relaxed);
+      auto prev = s.rt->stats.alarm_lag_ms_max.load(std::memory_order_relaxed);
+      while (lag > prev && !s.rt->stats.alarm_lag_ms_max.compare_exchange_weak(prev, lag)) {
+      }
+      if (t.alarm.name.rfind("@dl:", 0) == 0) {
+        auto dl = store.get_dead_letter(t.alarm.name.substr(4));
+        if (!dl || dl->status != dl_status::scheduled) {
+          finish_turn(self, nullptr, json(nullptr)); // resolved or discarded meanwhile
           return;
         }
-        auto* m = s.type->find(r.method);
-        if (!m)
-          throw not_found_error("METHOD_NOT_FOUND", "entity type " + s.key.type +
-                                                      " has no method " + r.method);
+        t.dead_letter_id = dl->id;
+        auto payload = json::parse(dl->payload, nullptr, false);
+        const method_def* m = s.type->find(dl->operation);
+        if (!m || !payload.is_object())
+          throw not_found_error("METHOD_NOT_FOUND",
+                                "dead letter " + dl->id + " names no method of " + s.key.type);
+        // Re-run the original call with its idempotency key (its config version stays
+        // locked in the dead letter and in the tool's config rows).
+        t.info.method = dl->operation;
+        t.info.idempotency_key = dl->idempotency_key;
+        t.info.trace_id = dl->trace_id.empty() ? new_trace_id() : dl->trace_id;
+        auto args = payload.value("args", json::object());
+        t.info.args_json = args.dump();
+        // The fingerprint the client's key was taken with (older dead letters have none:
+        // the runtime's own form then).
+        t.item.req.fingerprint = payload.value("fingerprint", std::string());
+        if (t.item.req.fingerprint.empty())
+          t.item.req.fingerprint = call_fingerprint(t.info.method, t.info.args_json);
+        t.info.fingerprint = t.item.req.fingerprint;
         start_task(m->fn(*s.instance, *s.ctx, std::move(args)), done);
         return;
       }
+      if (t.alarm.name == purge_alarm) {
+        auto n = store.purge_expired_keys(now);
+        if (!n)
+          throw storage_error(n.error());
+        // Dead letters whose retention ended (final or acknowledged ones only) go too.
+        auto d = store.purge_dead_letters(now);
+        if (!d)
+          throw storage_error(d.error());
+        auto next = store.next_key_expiry();
+        if (next && next->has_value()) {
+          auto when = std::max(next->value(),
+                               now + static_cast<int64_t>(s.rt->cfg.key_purge_interval.count()));
+          s.ctx->set_alarm_internal(purge_alarm, when, "{}", 0);
+        }
+        finish_turn(self, nullptr, json(nullptr));
+        return;
+      }
+      start_task(s.instance->on_alarm(*s.ctx, t.alarm), done_void);
+      return;
+    }
+    case turn_kind::call: {
+      auto& r = t.item.req;
+      if (!r.idempotency_key.empty()) {
+        // No pending row yet: the key is recorded finished in the turn's own transaction; a
+        // duplicate meanwhile is refused from keys_in_flight.
+        auto ttl = static_cast<int64_t>(s.rt->cfg.key_ttl.count());
+        if (ttl > 0 && !s.purge_alarm_known) {
+          s.purge_alarm_known = true;
+          if (store.get_alarm(purge_alarm).error().code() == errc::not_found)
+            s.ctx->set_alarm_internal(
+              purge_alarm, now + std::max<int64_t>(ttl, s.rt->cfg.key_purge_interval.count()), "{}",
+              0);
+        }
+      }
+      json args = r.args.empty() ? json::object() : json::parse(r.args);
+      if (!r.method.empty() && r.method[0] == '@') {
+        finish_turn(self, nullptr, run_internal(self, r.method, args));
+        return;
+      }
+      auto* m = s.type->find(r.method);
+      if (!m)
+        throw not_found_error("METHOD_NOT_FOUND",
+                              "entity type " + s.key.type + " has no method " + r.method);
+      start_task(m->fn(*s.instance, *s.ctx, std::move(args)), done);
+      return;
+    }
     }
   } catch (...) {
     finish_turn(self, std::current_exception(), std::nullopt);
@@ -656,64 +652,61 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
   if (!err) {
     try {
       switch (t.item.kind) {
-        case turn_kind::call: {
-          auto body = value ? value->dump() : std::string("null");
-          if (!t.info.idempotency_key.empty()) {
-            auto st = t.key_on_disk
-                        ? store.complete_key(t.info.idempotency_key, body)
-                        : store.record_key(t.info.idempotency_key, key_status::completed,
-                                           t.item.req.fingerprint, body,
-                                           static_cast<int64_t>(s.rt->cfg.key_ttl.count()),
-                                           s.rt->now());
-            if (!st)
-              throw storage_error(st);
-          }
-          reply = call_reply::success(std::move(body));
-          break;
+      case turn_kind::call: {
+        auto body = value ? value->dump() : std::string("null");
+        if (!t.info.idempotency_key.empty()) {
+          auto st = t.key_on_disk
+                      ? store.complete_key(t.info.idempotency_key, body)
+                      : store.record_key(
+                          t.info.idempotency_key, key_status::completed, t.item.req.fingerprint,
+                          body, static_cast<int64_t>(s.rt->cfg.key_ttl.count()), s.rt->now());
+          if (!st)
+            throw storage_error(st);
         }
-        case turn_kind::alarm:
-          if (!t.dead_letter_id.empty()) {
-            auto dl = store.get_dead_letter(t.dead_letter_id);
-            if (!dl)
-              throw storage_error(dl.error());
-            auto body = value ? value->dump() : std::string("null");
-            if (!t.info.idempotency_key.empty())
-              if (auto st = store.record_key(t.info.idempotency_key, key_status::completed,
-                                             t.item.req.fingerprint,
-                                             body,
-                                             static_cast<int64_t>(s.rt->cfg.key_ttl.count()),
-                                             s.rt->now());
-                  !st)
-                throw storage_error(st);
-            auto from = dl->status;
-            dl->status = dl_status::resolved;
-            dl->updated_at_ms = s.rt->now();
-            dl->next_retry_ms.reset();
-            if (auto st = store.put_dead_letter(*dl); !st)
+        reply = call_reply::success(std::move(body));
+        break;
+      }
+      case turn_kind::alarm:
+        if (!t.dead_letter_id.empty()) {
+          auto dl = store.get_dead_letter(t.dead_letter_id);
+          if (!dl)
+            throw storage_error(dl.error());
+          auto body = value ? value->dump() : std::string("null");
+          if (!t.info.idempotency_key.empty())
+            if (auto st = store.record_key(
+                  t.info.idempotency_key, key_status::completed, t.item.req.fingerprint, body,
+                  static_cast<int64_t>(s.rt->cfg.key_ttl.count()), s.rt->now());
+                !st)
               throw storage_error(st);
-            fact_draft life;
-            life.type = "lifecycle";
-            life.subtype = "dead_letter_resolved";
-            life.trace_id = t.info.trace_id;
-            life.data = {{"dead_letter_id", dl->id},
-                         {"previous_status", std::string(to_string(from))},
-                         {"new_status", "resolved"},
-                         {"result", json::parse(body, nullptr, false)}};
-            if (!store.append(life))
-              throw storage_error(status{errc::io_error, "append lifecycle fact"});
+          auto from = dl->status;
+          dl->status = dl_status::resolved;
+          dl->updated_at_ms = s.rt->now();
+          dl->next_retry_ms.reset();
+          if (auto st = store.put_dead_letter(*dl); !st)
+            throw storage_error(st);
+          fact_draft life;
+          life.type = "lifecycle";
+          life.subtype = "dead_letter_resolved";
+          life.trace_id = t.info.trace_id;
+          life.data = {{"dead_letter_id", dl->id},
+                       {"previous_status", std::string(to_string(from))},
+                       {"new_status", "resolved"},
+                       {"result", json::parse(body, nullptr, false)}};
+          if (!store.append(life))
+            throw storage_error(status{errc::io_error, "append lifecycle fact"});
+        }
+        if (!t.alarm.name.empty()) {
+          s.rt->stats.alarms_fired.fetch_add(1, std::memory_order_relaxed);
+          bool reset =
+            std::find(t.alarms_set.begin(), t.alarms_set.end(), t.alarm.name) != t.alarms_set.end();
+          if (!reset) {
+            if (auto st = store.cancel_alarm(t.alarm.name); !st)
+              throw storage_error(st);
+            s.alarms_dirty = true;
           }
-          if (!t.alarm.name.empty()) {
-            s.rt->stats.alarms_fired.fetch_add(1, std::memory_order_relaxed);
-            bool reset = std::find(t.alarms_set.begin(), t.alarms_set.end(), t.alarm.name) !=
-                         t.alarms_set.end();
-            if (!reset) {
-              if (auto st = store.cancel_alarm(t.alarm.name); !st)
-                throw storage_error(st);
-              s.alarms_dirty = true;
-            }
-          }
-          break;
-        case turn_kind::activate: break;
+        }
+        break;
+      case turn_kind::activate: break;
       }
       if (auto st = store.end_turn(true); !st)
         throw storage_error(st);
@@ -725,7 +718,7 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
   if (err) {
     auto ce = to_call_error(err);
     reply = call_reply::failure(ce);
-    (void) store.end_turn(false); // the turn's own writes go; earlier turns stay
+    (void)store.end_turn(false); // the turn's own writes go; earlier turns stay
     try {
       if (auto st = store.begin_turn(); !st)
         throw storage_error(st);
@@ -743,10 +736,10 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
           if (auto st = store.put_dead_letter(*dl); !st)
             throw storage_error(st);
         }
-        bool reset = std::find(t.alarms_set.begin(), t.alarms_set.end(), t.alarm.name) !=
-                     t.alarms_set.end();
+        bool reset =
+          std::find(t.alarms_set.begin(), t.alarms_set.end(), t.alarm.name) != t.alarms_set.end();
         if (!reset)
-          (void) store.cancel_alarm(t.alarm.name);
+          (void)store.cancel_alarm(t.alarm.name);
         s.alarms_dirty = true;
       } else if (t.item.kind == turn_kind::alarm && !t.alarm.name.empty()) {
         int64_t attempts = t.alarm.attempts + 1;
@@ -795,8 +788,8 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
           int64_t due = s.rt->now() + delay;
           s.ctx->set_alarm_internal(t.alarm.name, due, t.alarm.payload, attempts);
           life.subtype = "alarm_retry_scheduled";
-          life.data = {{"alarm", t.alarm.name}, {"attempt", attempts}, {"retry_at", due},
-                       {"delay_ms", delay}};
+          life.data = {
+            {"alarm", t.alarm.name}, {"attempt", attempts}, {"retry_at", due}, {"delay_ms", delay}};
         }
         s.alarms_dirty = true;
         if (!store.append(life))
@@ -811,10 +804,9 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
           if (auto st = store.release_key(t.info.idempotency_key); !st)
             throw storage_error(st);
         if (!ce.retryable())
-          if (auto st = store.record_key(t.info.idempotency_key, key_status::failed,
-                                         t.item.req.fingerprint, reply.body,
-                                         static_cast<int64_t>(s.rt->cfg.key_ttl.count()),
-                                         s.rt->now());
+          if (auto st = store.record_key(
+                t.info.idempotency_key, key_status::failed, t.item.req.fingerprint, reply.body,
+                static_cast<int64_t>(s.rt->cfg.key_ttl.count()), s.rt->now());
               !st)
             throw storage_error(st);
       }
@@ -822,7 +814,7 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
         throw storage_error(st);
       ++s.batch_turns;
     } catch (...) {
-      (void) store.end_turn(false);
+      (void)store.end_turn(false);
       // The failure could not even be recorded: the store is failing. Answer with that.
       reply = call_reply::failure(to_call_error(std::current_exception()));
     }
@@ -838,8 +830,8 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
 void request_sync(self_ptr self);
 
 /// Moves `v` behind the last commit's sync: nothing leaves before what it may reveal is durable.
-void hold_until_synced(self_ptr self,
-                       std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>>& v) {
+void hold_until_synced(
+  self_ptr self, std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>>& v) {
   auto& s = self->state;
   if (s.synced_gen >= s.commit_gen) {
     deliver(v);
@@ -916,8 +908,7 @@ void start_commit(self_ptr self) {
       st = core->store->sync(); // deferred mode: this commit must be durable before replies
     if (st && alarms)
       rt->sync_alarm_index(key, next, false);
-    caf::anon_send(me, atoms::committed::value, static_cast<int>(st.code()), st.message(),
-                   alarms);
+    caf::anon_send(me, atoms::committed::value, static_cast<int>(st.code()), st.message(), alarms);
   });
 }
 
@@ -961,7 +952,7 @@ void on_synced(self_ptr self, uint64_t gen, int code, const std::string& msg) {
     auto core = s.core;
     auto me = caf::actor_cast<caf::actor>(self);
     s.rt->pool.post([core, me] {
-      (void) core->store->checkpoint(); // a failed checkpoint only leaves the WAL longer
+      (void)core->store->checkpoint(); // a failed checkpoint only leaves the WAL longer
       caf::anon_send(me, atoms::checkpointed::value);
     });
     return;
@@ -991,7 +982,7 @@ void pump(self_ptr self) {
     return;
   }
   if (store.in_batch())
-    (void) store.commit(); // read-only batch: nothing to fsync
+    (void)store.commit(); // read-only batch: nothing to fsync
   hold_until_synced(self, s.batch);
   maybe_close(self);
 }
@@ -1032,7 +1023,7 @@ void on_committed(self_ptr self, int code, const std::string& msg, bool alarms) 
     rearm_from_store(self);
   if (s.turn && s.turn->suspended && s.turn->woken) {
     s.turn->suspended = false;
-    (void) s.core->store->begin_turn();
+    (void)s.core->store->begin_turn();
     s.turn->handle.resume();
   }
   pump(self);
@@ -1044,7 +1035,7 @@ void on_checkpointed(self_ptr self) {
   s.committing = false;
   if (s.turn && s.turn->suspended && s.turn->woken) {
     s.turn->suspended = false;
-    (void) s.core->store->begin_turn();
+    (void)s.core->store->begin_turn();
     s.turn->handle.resume();
   }
   pump(self);
@@ -1099,8 +1090,8 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
   while (active > peak && !s.rt->stats.peak_active.compare_exchange_weak(peak, active)) {
   }
   s.rt->stats.activations.fetch_add(1, std::memory_order_relaxed);
-  s.rt->stats.keys_released_on_open.fetch_add(
-    static_cast<uint64_t>(s.core->released_on_open), std::memory_order_relaxed);
+  s.rt->stats.keys_released_on_open.fetch_add(static_cast<uint64_t>(s.core->released_on_open),
+                                              std::memory_order_relaxed);
   s.purge_alarm_known = false;
   s.committed_seq = s.core->store->last_seq();
   s.instance = s.type->factory();
@@ -1215,7 +1206,7 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
       if (s.committing)
         return; // resumed by on_committed
       s.turn->suspended = false;
-      (void) s.core->store->begin_turn();
+      (void)s.core->store->begin_turn();
       s.turn->handle.resume();
       pump(self);
     },

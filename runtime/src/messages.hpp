@@ -14,20 +14,18 @@ namespace factum {
 /// A call as it travels to an entity actor.
 struct call_request {
   std::string method;
-  std::string args;  ///< JSON text
+  std::string args; ///< JSON text
   std::string idempotency_key;
   std::string trace_id;
   std::string fingerprint;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, call_request& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, call_request& x) {
   return f(caf::meta::type_name("factum.call_request"), x.method, x.args, x.idempotency_key,
            x.trace_id, x.fingerprint);
 }
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, call_reply& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, call_reply& x) {
   return f(caf::meta::type_name("factum.call_reply"), x.ok, x.body, x.code, x.category,
            x.http_status, x.retryable, x.replayed);
 }

@@ -24,8 +24,7 @@ namespace factum {
 using detail::runtime_core;
 
 std::string new_trace_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}() ^
-                                   static_cast<uint64_t>(now_ms()) ^
+  thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(now_ms()) ^
                                    reinterpret_cast<uintptr_t>(&rng)};
   static constexpr char hex[] = "0123456789abcdef";
   std::string out(32, '0');
@@ -181,8 +180,8 @@ void send_call(caf::event_based_actor* b, std::shared_ptr<route_ctx> c, caf::act
 
 } // namespace
 
-void runtime_core::route(const entity_key& key, call_request req,
-                         std::chrono::milliseconds timeout, std::function<void(call_reply)> done) {
+void runtime_core::route(const entity_key& key, call_request req, std::chrono::milliseconds timeout,
+                         std::function<void(call_reply)> done) {
   stats.calls.fetch_add(1, std::memory_order_relaxed);
   if (!cfg.types.find(key.type)) {
     stats.call_errors.fetch_add(1, std::memory_order_relaxed);
@@ -221,11 +220,11 @@ void runtime_core::sync_alarm_index(const entity_key& key, std::optional<int64_t
     bool earlier = want >= 0 && (have < 0 || want < have);
     if (before_commit) {
       if (earlier) {
-        (void) alarms.index->apply({{key, want}});
+        (void)alarms.index->apply({{key, want}});
         kick = true;
       }
     } else if (want != have) {
-      (void) alarms.index->apply({{key, want}});
+      (void)alarms.index->apply({{key, want}});
       kick = earlier;
     }
   }
@@ -240,7 +239,7 @@ namespace {
 struct scheduler_state {
   static inline const char* name = "factum.alarm_scheduler";
   uint64_t gen = 0;
-  std::unordered_map<std::string, std::pair<int64_t, int64_t>> woken;  // key -> (due, at)
+  std::unordered_map<std::string, std::pair<int64_t, int64_t>> woken; // key -> (due, at)
 };
 
 void scheduler_scan(caf::stateful_actor<scheduler_state>* self, runtime_core* rt) {
@@ -316,7 +315,7 @@ runtime::~runtime() {
 namespace {
 
 size_t default_max_active() {
-  struct rlimit rl{};
+  struct rlimit rl {};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
     if (rl.rlim_cur < rl.rlim_max) { // raise the soft limit to the hard one
       rl.rlim_cur = rl.rlim_max;
@@ -342,8 +341,8 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   std::error_code ec;
   fs::create_directories(config.data_dir / "runtime", ec);
   if (ec)
-    return status{errc::io_error, "cannot create " + config.data_dir.string() + ": " +
-                                    ec.message()};
+    return status{errc::io_error,
+                  "cannot create " + config.data_dir.string() + ": " + ec.message()};
   auto p = std::make_unique<impl>();
   // One process per data directory: the single-activation guarantee depends on it.
   auto lock_path = config.data_dir / "runtime" / "LOCK";
@@ -361,8 +360,8 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   auto budget = default_max_active();
   auto max_active = config.max_active_entities ? config.max_active_entities : budget;
   if (max_active > budget) {
-    p->start_notes.push_back("max_active_entities " + std::to_string(max_active) +
-                             " lowered to " + std::to_string(budget) +
+    p->start_notes.push_back("max_active_entities " + std::to_string(max_active) + " lowered to " +
+                             std::to_string(budget) +
                              ": each open entity holds 4 file descriptors and RLIMIT_NOFILE "
                              "allows that many (raise the hard limit to allow more)");
     max_active = budget;
@@ -397,8 +396,8 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
       return rep.error();
     c.stats.alarm_index_rebuilds.fetch_add(1, std::memory_order_relaxed);
     p->start_notes.push_back(
-      "the alarm index was damaged (" + damage + "); moved to " +
-      aside->string() + " and rebuilt from " + std::to_string(rep->entity_files) +
+      "the alarm index was damaged (" + damage + "); moved to " + aside->string() +
+      " and rebuilt from " + std::to_string(rep->entity_files) +
       " entity files: " + std::to_string(rep->entries) + " entities with alarms, " +
       std::to_string(rep->unreadable) + " files unreadable");
   }
@@ -445,16 +444,20 @@ void runtime::stop() {
   c.alarms.index.reset();
 }
 
-bool runtime::stopping() const { return impl_->stopped.load(); }
+bool runtime::stopping() const {
+  return impl_->stopped.load();
+}
 
-const std::vector<std::string>& runtime::start_notes() const { return impl_->start_notes; }
+const std::vector<std::string>& runtime::start_notes() const {
+  return impl_->start_notes;
+}
 
 void runtime::call(const entity_key& key, std::string method, std::string args_json,
                    call_options opts, std::function<void(call_reply)> done) {
   auto& c = *impl_->core;
   if (impl_->stopped.load()) {
-    done(call_reply::failure(error_category::transient, "UNAVAILABLE", "the runtime is stopped",
-                             503));
+    done(
+      call_reply::failure(error_category::transient, "UNAVAILABLE", "the runtime is stopped", 503));
     return;
   }
   if (auto st = validate_key_part(key.tenant, "tenant"); !st) {
@@ -521,6 +524,8 @@ runtime_stats runtime::stats() const {
   return r;
 }
 
-const runtime_config& runtime::config() const { return impl_->core->cfg; }
+const runtime_config& runtime::config() const {
+  return impl_->core->cfg;
+}
 
 } // namespace factum

@@ -14,11 +14,11 @@
 
 #include <caf/all.hpp>
 
-#include "factum/runtime/runtime.hpp"
-#include "factum/storage/alarm_index.hpp"
 #include "counters.hpp"
 #include "factum/resilience/classifier.hpp"
 #include "factum/resilience/dead_letter_rules.hpp"
+#include "factum/runtime/runtime.hpp"
+#include "factum/storage/alarm_index.hpp"
 #include "messages.hpp"
 #include "storage_pool.hpp"
 
@@ -34,10 +34,10 @@ struct activation_registry {
     bool asked_to_hibernate = false;
   };
   std::mutex mu;
-  std::condition_variable changed;  ///< notified when an entry leaves (stop waits on it)
+  std::condition_variable changed; ///< notified when an entry leaves (stop waits on it)
   std::unordered_map<std::string, entry> map;
-  std::list<std::string> lru;  ///< front: most recently used
-  std::deque<std::pair<std::string, caf::actor>> waiters;  ///< actors waiting for a slot
+  std::list<std::string> lru;                             ///< front: most recently used
+  std::deque<std::pair<std::string, caf::actor>> waiters; ///< actors waiting for a slot
   size_t cap = 1;
   size_t slots_used = 0;
   /// Slot holders asked to hibernate that have not released yet. Kept >= waiters.size() when
@@ -77,8 +77,8 @@ struct runtime_core {
   activation_registry reg;
   alarm_directory alarms;
   counters stats;
-  resilience::classifier classifier;       ///< read-only after start
-  resilience::dead_letter_rules dl_rules;  ///< read-only after start
+  resilience::classifier classifier;      ///< read-only after start
+  resilience::dead_letter_rules dl_rules; ///< read-only after start
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor scheduler;

@@ -13,7 +13,7 @@
 namespace factum::detail {
 
 class storage_pool {
-public:
+ public:
   explicit storage_pool(size_t threads) {
     for (size_t i = 0; i < (threads ? threads : 1); ++i)
       threads_.emplace_back([this] { run(); });
@@ -46,7 +46,7 @@ public:
       t.join();
   }
 
-private:
+ private:
   void run() {
     for (;;) {
       std::function<void()> job;

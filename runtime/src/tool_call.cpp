@@ -74,7 +74,9 @@ retry_budget& budget_for(tool_host& h, const std::string& tool, const json& budg
   return m.emplace(tool, retry_budget(bc)).first->second;
 }
 
-fact append_or_throw(tool_host& h, fact_draft d) { return h.ctx().append(std::move(d)); }
+fact append_or_throw(tool_host& h, fact_draft d) {
+  return h.ctx().append(std::move(d));
+}
 
 classification classify_reply(tool_host& h, const std::string& tool, const tool_reply& r,
                               bool idempotent) {
@@ -98,7 +100,9 @@ std::string new_dead_letter_id(tool_host& h) {
 
 } // namespace
 
-std::string dead_letter_alarm(const std::string& id) { return "@dl:" + id; }
+std::string dead_letter_alarm(const std::string& id) {
+  return "@dl:" + id;
+}
 
 json default_tool_config(const runtime_config& cfg, const std::string& tool) {
   const auto& p = policy_of(cfg, tool);
@@ -117,10 +121,11 @@ json default_tool_config(const runtime_config& cfg, const std::string& tool) {
   return {{"retry", rp.to_json()},
           {"breaker", bc.to_json()},
           {"budget", bu.to_json()},
-          {"price", {{"amount", p.price.empty() ? "0" : p.price},
-                     {"currency", p.currency},
-                     {"charge_on_failure", p.charge_on_failure},
-                     {"vendor", p.vendor.empty() ? "vendor_" + tool : p.vendor}}},
+          {"price",
+           {{"amount", p.price.empty() ? "0" : p.price},
+            {"currency", p.currency},
+            {"charge_on_failure", p.charge_on_failure},
+            {"vendor", p.vendor.empty() ? "vendor_" + tool : p.vendor}}},
           {"idempotent", p.idempotent},
           {"max_inline_delay_ms", p.max_inline_delay_ms}};
 }
@@ -263,16 +268,15 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
     tool_reply r = co_await op;
     r.attempts = attempt;
     now = ctx.now_ms();
-    std::string charged = !r.cost_amount.empty()                ? r.cost_amount
+    std::string charged = !r.cost_amount.empty()        ? r.cost_amount
                           : (r.ok || charge_on_failure) ? amount
                                                         : std::string("0");
     if (r.ok) {
       record_breaker(h, req.tool, br.on_success(now));
       if (!error_fact_ids.empty()) {
         auto d = base_fact("outcome", "resolved_after_retry");
-        d.data = {{"operation", req.operation},
-                  {"attempts", attempt},
-                  {"resolves", error_fact_ids}};
+        d.data = {
+          {"operation", req.operation}, {"attempts", attempt}, {"resolves", error_fact_ids}};
         append_or_throw(h, std::move(d));
       }
       if (nonzero(charged))
@@ -367,10 +371,9 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
       dl.status = rules.initial_status(cls.reason);
       dl.next_retry_ms.reset();
       if (dl.status == dl_status::scheduled)
-        dl.next_retry_ms = delay && is_new
-                             ? std::optional<int64_t>(now + *delay)
-                             : rules.next_retry_at(cls.reason, now, auto_retries_done,
-                                                   r.retry_after_ms);
+        dl.next_retry_ms = delay && is_new ? std::optional<int64_t>(now + *delay)
+                                           : rules.next_retry_at(cls.reason, now, auto_retries_done,
+                                                                 r.retry_after_ms);
       if (dl.status == dl_status::scheduled && !dl.next_retry_ms)
         dl.status = dl_status::pending;
       dl.expires_at_ms = rules.expires_at(cls.reason, now);
@@ -380,7 +383,8 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
         h.set_internal_alarm(dead_letter_alarm(dl.id), *dl.next_retry_ms);
       if (is_new)
         h.stats().dead_letters.fetch_add(1, std::memory_order_relaxed);
-      auto life = base_fact("lifecycle", is_new ? "dead_letter_created" : "dead_letter_retry_failed");
+      auto life =
+        base_fact("lifecycle", is_new ? "dead_letter_created" : "dead_letter_retry_failed");
       life.data = {{"dead_letter_id", dl.id},
                    {"status", std::string(to_string(dl.status))},
                    {"reason", dl.reason},

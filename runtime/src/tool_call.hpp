@@ -21,7 +21,7 @@ namespace factum::detail {
 
 /// What the resilient call needs from its entity (implemented by the entity actor's context).
 class tool_host {
-public:
+ public:
   virtual ~tool_host() = default;
   virtual context& ctx() = 0;
   virtual entity_store& store() = 0;
@@ -50,7 +50,7 @@ nlohmann::json default_tool_config(const runtime_config& cfg, const std::string&
 
 /// The breaker of `tool`, loaded from the store (or created from `breaker_json`).
 resilience::circuit_breaker& breaker_for(tool_host& h, const std::string& tool,
-                             const nlohmann::json& breaker_json);
+                                         const nlohmann::json& breaker_json);
 
 /// Appends the lifecycle fact of a breaker transition and persists the breaker.
 void record_breaker(tool_host& h, const std::string& tool,

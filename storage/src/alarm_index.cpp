@@ -26,8 +26,7 @@ std::string col(sqlite3_stmt* st, int i) {
 
 } // namespace
 
-result<std::unique_ptr<alarm_index>> alarm_index::open(const fs::path& data_dir,
-                                                       durability mode) {
+result<std::unique_ptr<alarm_index>> alarm_index::open(const fs::path& data_dir, durability mode) {
   std::error_code ec;
   fs::create_directories(data_dir / "runtime", ec);
   if (ec)
@@ -117,8 +116,7 @@ result<std::vector<alarm_index_entry>> alarm_index::due(int64_t until_ms, int64_
 
 result<std::optional<int64_t>> alarm_index::next_due() {
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT MIN(due_at) FROM alarm_index", -1, &st, nullptr) !=
-      SQLITE_OK)
+  if (sqlite3_prepare_v2(db_, "SELECT MIN(due_at) FROM alarm_index", -1, &st, nullptr) != SQLITE_OK)
     return sql_error(db_, "next due");
   std::optional<int64_t> out;
   int rc = sqlite3_step(st);
@@ -132,8 +130,8 @@ result<std::optional<int64_t>> alarm_index::next_due() {
 
 result<std::optional<int64_t>> alarm_index::due_of(const entity_key& key) {
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT due_at FROM alarm_index WHERE digest=?", -1, &st,
-                         nullptr) != SQLITE_OK)
+  if (sqlite3_prepare_v2(db_, "SELECT due_at FROM alarm_index WHERE digest=?", -1, &st, nullptr) !=
+      SQLITE_OK)
     return sql_error(db_, "due_of");
   auto d = key.digest();
   sqlite3_bind_text(st, 1, d.c_str(), -1, SQLITE_TRANSIENT);
@@ -170,8 +168,8 @@ result<fs::path> alarm_index::set_aside(const fs::path& data_dir) {
       continue;
     fs::rename(from, to, ec);
     if (ec)
-      return status{errc::io_error, "alarm index: cannot move " + from.string() + " aside: " +
-                                      ec.message()};
+      return status{errc::io_error,
+                    "alarm index: cannot move " + from.string() + " aside: " + ec.message()};
   }
   return aside;
 }

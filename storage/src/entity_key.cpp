@@ -52,7 +52,9 @@ result<entity_key> entity_key::parse(std::string_view text) {
   return make(text.substr(0, a), text.substr(a + 1, b - a - 1), text.substr(b + 1));
 }
 
-std::string entity_key::to_string() const { return tenant + "/" + type + "/" + id; }
+std::string entity_key::to_string() const {
+  return tenant + "/" + type + "/" + id;
+}
 
 std::string entity_key::digest() const {
   std::string buf;

@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <system_error>
 #include <unordered_map>
@@ -19,9 +19,9 @@
 #include <sqlite3.h>
 
 #include "factum/storage/sha256.hpp"
+#include "factum/storage/utf8.hpp"
 #include "schema.hpp"
 #include "sqlite_global.hpp"
-#include "factum/storage/utf8.hpp"
 
 namespace fs = std::filesystem;
 
@@ -40,9 +40,9 @@ result<durability> parse_durability(std::string_view text) {
 
 std::string_view to_string(key_status s) noexcept {
   switch (s) {
-    case key_status::pending: return "pending";
-    case key_status::completed: return "completed";
-    case key_status::failed: return "failed";
+  case key_status::pending: return "pending";
+  case key_status::completed: return "completed";
+  case key_status::failed: return "failed";
   }
   return "pending";
 }
@@ -57,11 +57,11 @@ static key_status parse_key_status(std::string_view s) {
 
 std::string_view to_string(dl_status s) noexcept {
   switch (s) {
-    case dl_status::pending: return "pending";
-    case dl_status::scheduled: return "scheduled";
-    case dl_status::resolved: return "resolved";
-    case dl_status::discarded: return "discarded";
-    case dl_status::acknowledged: return "acknowledged";
+  case dl_status::pending: return "pending";
+  case dl_status::scheduled: return "scheduled";
+  case dl_status::resolved: return "resolved";
+  case dl_status::discarded: return "discarded";
+  case dl_status::acknowledged: return "acknowledged";
   }
   return "pending";
 }
@@ -82,19 +82,19 @@ namespace {
 
 errc map_rc(int rc) {
   switch (rc & 0xff) {
-    case SQLITE_FULL: return errc::full;
-    case SQLITE_IOERR:
-    case SQLITE_CANTOPEN:
-    case SQLITE_PROTOCOL: return errc::io_error;
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: return errc::corruption;
-    case SQLITE_READONLY: return errc::read_only;
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED: return errc::busy;
-    case SQLITE_CONSTRAINT: return errc::conflict;
-    case SQLITE_AUTH:
-    case SQLITE_ERROR: return errc::invalid_argument;
-    default: return errc::internal;
+  case SQLITE_FULL: return errc::full;
+  case SQLITE_IOERR:
+  case SQLITE_CANTOPEN:
+  case SQLITE_PROTOCOL: return errc::io_error;
+  case SQLITE_CORRUPT:
+  case SQLITE_NOTADB: return errc::corruption;
+  case SQLITE_READONLY: return errc::read_only;
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED: return errc::busy;
+  case SQLITE_CONSTRAINT: return errc::conflict;
+  case SQLITE_AUTH:
+  case SQLITE_ERROR: return errc::invalid_argument;
+  default: return errc::internal;
   }
 }
 
@@ -255,8 +255,8 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
     return fail_with("write meta");
-  std::string tail = "PRAGMA user_version=" + std::to_string(version) +
-                     ";COMMIT;PRAGMA journal_mode=WAL;";
+  std::string tail =
+    "PRAGMA user_version=" + std::to_string(version) + ";COMMIT;PRAGMA journal_mode=WAL;";
   if (sqlite3_exec(db, tail.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
     std::string m = err ? err : "";
     sqlite3_free(err);
@@ -369,12 +369,9 @@ sqlite3_stmt* entity_store::prepare(const char* sql) {
 // -- lifecycle ----------------------------------------------------------------------------------
 
 entity_store::entity_store(store_options opts, entity_key key, fs::path path)
-  : opts_(std::move(opts)),
-    key_(std::move(key)),
-    path_(std::move(path)),
-    stmts_(std::make_unique<stmt_cache>()),
-    head_hash_(genesis_hash),
-    sync_(std::make_unique<sync_state>()) {}
+    : opts_(std::move(opts)), key_(std::move(key)), path_(std::move(path)),
+      stmts_(std::make_unique<stmt_cache>()), head_hash_(genesis_hash),
+      sync_(std::make_unique<sync_state>()) {}
 
 entity_store::~entity_store() {
   if (db_) {
@@ -459,8 +456,8 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
   std::error_code ec;
   bool exists = fs::exists(path, ec);
   if (!exists && (opts.read_only || !opts.create_if_missing))
-    return status{errc::not_found, "no entity " + key.to_string() + " in " +
-                                     opts.data_dir.string()};
+    return status{errc::not_found,
+                  "no entity " + key.to_string() + " in " + opts.data_dir.string()};
   if (!exists) {
     // Every directory made here is fsynced into its parent (top-down), so that the file's
     // path survives power loss in durability full.
@@ -479,8 +476,8 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     // meantime wins, and is opened below like any existing file.
     auto tmp = path;
     tmp += ".tmp-" + new_id("");
-    int version = opts.target_schema_version > 0 ? opts.target_schema_version
-                                                 : current_schema_version;
+    int version =
+      opts.target_schema_version > 0 ? opts.target_schema_version : current_schema_version;
     if (auto st = build_entity_file(tmp, key, now_ms(), version); !st)
       return st;
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
@@ -588,8 +585,8 @@ status entity_store::migrate() {
     if (rc != SQLITE_ROW)
       return corrupt_or(rc, "read user_version");
   }
-  int target = opts_.target_schema_version > 0 ? opts_.target_schema_version
-                                               : current_schema_version;
+  int target =
+    opts_.target_schema_version > 0 ? opts_.target_schema_version : current_schema_version;
   if (version > current_schema_version)
     return {errc::newer_schema, path_.string() + " has schema version " + std::to_string(version) +
                                   "; this factum reads up to " +
@@ -599,8 +596,8 @@ status entity_store::migrate() {
   bool has_meta = false;
   {
     sqlite3_stmt* st = nullptr;
-    int rc = sqlite3_prepare_v2(
-      db_, "SELECT name FROM sqlite_master WHERE type='table'", -1, &st, nullptr);
+    int rc = sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type='table'", -1, &st,
+                                nullptr);
     if (rc != SQLITE_OK)
       return corrupt_or(rc, "read schema");
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -649,9 +646,9 @@ status entity_store::migrate() {
       return st;
     for (int v = version; v < target; ++v) {
       if (auto st = exec(schema::migrations[v]); !st) {
-        (void) exec("ROLLBACK");
-        return {st.code(), "migrate to schema version " + std::to_string(v + 1) + ": " +
-                             st.message()};
+        (void)exec("ROLLBACK");
+        return {st.code(),
+                "migrate to schema version " + std::to_string(v + 1) + ": " + st.message()};
       }
     }
     if (version == 0) {
@@ -669,17 +666,17 @@ status entity_store::migrate() {
                 put("created_at", std::to_string(now_ms()));
       sqlite3_finalize(st);
       if (!ok) {
-        (void) exec("ROLLBACK");
+        (void)exec("ROLLBACK");
         return {errc::io_error, "write meta: " + std::string(sqlite3_errmsg(db_))};
       }
     }
     std::string uv = "PRAGMA user_version=" + std::to_string(target);
     if (auto st = exec(uv.c_str()); !st) {
-      (void) exec("ROLLBACK");
+      (void)exec("ROLLBACK");
       return st;
     }
     if (auto st = exec_cached("COMMIT"); !st) {
-      (void) exec("ROLLBACK");
+      (void)exec("ROLLBACK");
       return st;
     }
     schema_version_ = target;
@@ -827,9 +824,12 @@ result<fact> entity_store::append(const fact_draft& d) {
     return status{errc::invalid_argument, "timestamp must not be negative"};
   if (d.config_version < 0)
     return status{errc::invalid_argument, "config_version must not be negative"};
-  for (auto [v, what] : {std::pair{&d.tool_id, "tool_id"}, {&d.config_id, "config_id"},
-                         {&d.trace_id, "trace_id"}, {&d.idempotency_key, "idempotency_key"},
-                         {&d.from_entity, "from_entity"}, {&d.to_entity, "to_entity"}})
+  for (auto [v, what] : {std::pair{&d.tool_id, "tool_id"},
+                         {&d.config_id, "config_id"},
+                         {&d.trace_id, "trace_id"},
+                         {&d.idempotency_key, "idempotency_key"},
+                         {&d.from_entity, "from_entity"},
+                         {&d.to_entity, "to_entity"}})
     if (auto st = check_text_field(*v, what); !st)
       return st;
   if (!d.data.is_object())
@@ -904,7 +904,7 @@ result<std::vector<fact>> entity_store::append_many(const std::vector<fact_draft
     auto r = append(d);
     if (!r) {
       if (own_turn)
-        (void) end_turn(false);
+        (void)end_turn(false);
       return r.error();
     }
     out.push_back(std::move(r.value()));
@@ -1088,8 +1088,8 @@ idempotency_record read_key(sqlite3_stmt* st) {
 }
 } // namespace
 
-result<key_begin_result> entity_store::peek_key(std::string_view key,
-                                                std::string_view fingerprint, int64_t now) {
+result<key_begin_result> entity_store::peek_key(std::string_view key, std::string_view fingerprint,
+                                                int64_t now) {
   key_begin_result out;
   auto r = get_key(key);
   if (!r) {
@@ -1113,9 +1113,8 @@ result<key_begin_result> entity_store::peek_key(std::string_view key,
   return out;
 }
 
-result<key_begin_result> entity_store::begin_key(std::string_view key,
-                                                 std::string_view fingerprint, int64_t ttl_ms,
-                                                 int64_t now) {
+result<key_begin_result> entity_store::begin_key(std::string_view key, std::string_view fingerprint,
+                                                 int64_t ttl_ms, int64_t now) {
   if (key.empty() || key.size() > 255)
     return status{errc::invalid_argument, "idempotency key must be 1 to 255 characters"};
   if (ttl_ms < 0)
@@ -1144,8 +1143,11 @@ result<key_begin_result> entity_store::begin_key(std::string_view key,
   if (auto st = step_done(ins, "insert key"); !st)
     return st;
   out.outcome = key_outcome::fresh;
-  out.record = idempotency_record{std::string(key), key_status::pending, std::string(fingerprint),
-                                  "", now,
+  out.record = idempotency_record{std::string(key),
+                                  key_status::pending,
+                                  std::string(fingerprint),
+                                  "",
+                                  now,
                                   ttl_ms > 0 ? std::optional<int64_t>(now + ttl_ms) : std::nullopt};
   return out;
 }
@@ -1273,7 +1275,8 @@ result<std::optional<int64_t>> entity_store::next_key_expiry() {
 // -- alarms -------------------------------------------------------------------------------------
 
 namespace {
-constexpr const char* alarm_select = "SELECT name, due_at, payload, attempts, created_at FROM alarms ";
+constexpr const char* alarm_select =
+  "SELECT name, due_at, payload, attempts, created_at FROM alarms ";
 alarm_record read_alarm(sqlite3_stmt* st) {
   return alarm_record{col_text(st, 0), sqlite3_column_int64(st, 1), col_text(st, 2),
                       sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4)};
@@ -1598,7 +1601,9 @@ struct auth_ctx {
   std::string denied;
 };
 
-bool tenant_table(const char* name) { return name && std::strncmp(name, "u_", 2) == 0; }
+bool tenant_table(const char* name) {
+  return name && std::strncmp(name, "u_", 2) == 0;
+}
 
 int tenant_authorizer(void* p, int action, const char* a1, const char* a2, const char*,
                       const char*) {
@@ -1609,40 +1614,37 @@ int tenant_authorizer(void* p, int action, const char* a1, const char* a2, const
     return SQLITE_DENY;
   };
   switch (action) {
-    case SQLITE_SELECT:
-    case SQLITE_READ:
-    case SQLITE_FUNCTION:
-    case SQLITE_RECURSIVE:
-      return SQLITE_OK; // reading any table of its own database is allowed
-    case SQLITE_INSERT:
-    case SQLITE_UPDATE:
-    case SQLITE_DELETE:
-      if (ctx->read_only)
-        return deny("this statement must be read-only");
-      if (tenant_table(a1))
-        return SQLITE_OK;
-      if (a1 && (std::strcmp(a1, "sqlite_master") == 0 || std::strcmp(a1, "sqlite_schema") == 0 ||
-                 std::strcmp(a1, "sqlite_sequence") == 0))
-        return SQLITE_OK; // bookkeeping of CREATE/DROP on u_ tables, authorized below
-      return deny(std::string("writes are allowed only to tables named u_*, not ") +
-                  (a1 ? a1 : "?"));
-    case SQLITE_CREATE_TABLE:
-    case SQLITE_DROP_TABLE:
-      if (ctx->read_only)
-        return deny("this statement must be read-only");
-      return tenant_table(a1) ? SQLITE_OK : deny("tenant tables must be named u_*");
-    case SQLITE_CREATE_INDEX:
-    case SQLITE_DROP_INDEX:
-      if (ctx->read_only)
-        return deny("this statement must be read-only");
-      return tenant_table(a2) ? SQLITE_OK : deny("indexes only on tenant tables u_*");
-    case SQLITE_ALTER_TABLE:
-      if (ctx->read_only)
-        return deny("this statement must be read-only");
-      return tenant_table(a2) ? SQLITE_OK : deny("only tenant tables u_* can be altered");
-    default:
-      return deny("statement kind not allowed in tenant SQL (action " + std::to_string(action) +
-                  ")");
+  case SQLITE_SELECT:
+  case SQLITE_READ:
+  case SQLITE_FUNCTION:
+  case SQLITE_RECURSIVE: return SQLITE_OK; // reading any table of its own database is allowed
+  case SQLITE_INSERT:
+  case SQLITE_UPDATE:
+  case SQLITE_DELETE:
+    if (ctx->read_only)
+      return deny("this statement must be read-only");
+    if (tenant_table(a1))
+      return SQLITE_OK;
+    if (a1 && (std::strcmp(a1, "sqlite_master") == 0 || std::strcmp(a1, "sqlite_schema") == 0 ||
+               std::strcmp(a1, "sqlite_sequence") == 0))
+      return SQLITE_OK; // bookkeeping of CREATE/DROP on u_ tables, authorized below
+    return deny(std::string("writes are allowed only to tables named u_*, not ") + (a1 ? a1 : "?"));
+  case SQLITE_CREATE_TABLE:
+  case SQLITE_DROP_TABLE:
+    if (ctx->read_only)
+      return deny("this statement must be read-only");
+    return tenant_table(a1) ? SQLITE_OK : deny("tenant tables must be named u_*");
+  case SQLITE_CREATE_INDEX:
+  case SQLITE_DROP_INDEX:
+    if (ctx->read_only)
+      return deny("this statement must be read-only");
+    return tenant_table(a2) ? SQLITE_OK : deny("indexes only on tenant tables u_*");
+  case SQLITE_ALTER_TABLE:
+    if (ctx->read_only)
+      return deny("this statement must be read-only");
+    return tenant_table(a2) ? SQLITE_OK : deny("only tenant tables u_* can be altered");
+  default:
+    return deny("statement kind not allowed in tenant SQL (action " + std::to_string(action) + ")");
   }
 }
 
@@ -1700,10 +1702,10 @@ result<nlohmann::json> entity_store::tenant_sql(std::string_view sql, const nloh
     for (int c = 0; c < n; ++c) {
       const char* name = sqlite3_column_name(st, c);
       switch (sqlite3_column_type(st, c)) {
-        case SQLITE_INTEGER: row[name] = sqlite3_column_int64(st, c); break;
-        case SQLITE_FLOAT: row[name] = sqlite3_column_double(st, c); break;
-        case SQLITE_NULL: row[name] = nullptr; break;
-        default: row[name] = col_text(st, c);
+      case SQLITE_INTEGER: row[name] = sqlite3_column_int64(st, c); break;
+      case SQLITE_FLOAT: row[name] = sqlite3_column_double(st, c); break;
+      case SQLITE_NULL: row[name] = nullptr; break;
+      default: row[name] = col_text(st, c);
       }
     }
     rows.push_back(std::move(row));

@@ -26,17 +26,17 @@ void append_escaped(std::string& out, std::string_view s) {
     out.append(s.data() + run, i - run);
     run = i + 1;
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        out += "\\u00";
-        out.push_back(hex[c >> 4]);
-        out.push_back(hex[c & 0xf]);
+    case '"': out += "\\\""; break;
+    case '\\': out += "\\\\"; break;
+    case '\b': out += "\\b"; break;
+    case '\f': out += "\\f"; break;
+    case '\n': out += "\\n"; break;
+    case '\r': out += "\\r"; break;
+    case '\t': out += "\\t"; break;
+    default:
+      out += "\\u00";
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 0xf]);
     }
   }
   out.append(s.data() + run, s.size() - run);
@@ -94,13 +94,21 @@ std::string serialize(const fact& f, bool with_hash) {
 
 } // namespace
 
-std::string canonical_serialization(const fact& f) { return serialize(f, false); }
+std::string canonical_serialization(const fact& f) {
+  return serialize(f, false);
+}
 
-std::string compute_hash(const fact& f) { return sha256_hex(serialize(f, false)); }
+std::string compute_hash(const fact& f) {
+  return sha256_hex(serialize(f, false));
+}
 
-std::string to_json_text(const fact& f) { return serialize(f, true); }
+std::string to_json_text(const fact& f) {
+  return serialize(f, true);
+}
 
-nlohmann::json to_json(const fact& f) { return nlohmann::json::parse(serialize(f, true)); }
+nlohmann::json to_json(const fact& f) {
+  return nlohmann::json::parse(serialize(f, true));
+}
 
 status validate_fact_token(std::string_view token, std::string_view what) {
   if (token.empty() || token.size() > 64)

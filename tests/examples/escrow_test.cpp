@@ -116,11 +116,11 @@ TEST_CASE("escrow: commands and events are de-duplicated") {
   REQUIRE(a.ok);
   // the same event delivered twice (a webhook retried by the provider) funds once
   json ev = {
-      {"event_id", "evt-1"}, {"type", "PaymentSucceeded"}, {"payload", {{"amount", "250.00"}}}};
+    {"event_id", "evt-1"}, {"type", "PaymentSucceeded"}, {"payload", {{"amount", "250.00"}}}};
   CHECK(f.cmd("e3", "ingest", ev, "deliv-1")["accepted"] == true);
   CHECK(f.cmd("e3", "ingest", ev, "deliv-2")["duplicate"] == true);
   CHECK(example_fixture::eventually(
-      [&] { return f.ok("escrow", "e3", "state", json::object())["status"] == "FUNDED"; }));
+    [&] { return f.ok("escrow", "e3", "state", json::object())["status"] == "FUNDED"; }));
   CHECK(f.facts("escrow", "e3", {{"type", "escrow.funded"}}).size() == 1);
   CHECK(f.facts("escrow", "e3", {{"type", "escrow.opened"}}).size() == 1);
 }
@@ -144,7 +144,8 @@ TEST_CASE("escrow: a failed payout is compensated, dead-lettered, and an operato
   auto log = f.facts("escrow", "e4");
   std::vector<std::string> kinds;
   for (auto& x : log)
-    if (x["type"].get<std::string>().rfind("escrow.", 0) == 0) kinds.push_back(x["type"]);
+    if (x["type"].get<std::string>().rfind("escrow.", 0) == 0)
+      kinds.push_back(x["type"]);
   CHECK(kinds == std::vector<std::string>{"escrow.opened", "escrow.funded", "escrow.delivered",
                                           "escrow.released", "escrow.payout_compensated"});
   CHECK(f.ok("escrow", "e4", "state", json::object())["status"] == "DELIVERED");
@@ -156,7 +157,7 @@ TEST_CASE("escrow: a failed payout is compensated, dead-lettered, and an operato
   auto moved = f.ok("escrow", "e4", "@dead_letter", {{"id", id}, {"action", "retry"}});
   CHECK(moved["status"] == "scheduled");
   CHECK(example_fixture::eventually(
-      [&] { return f.dead_letters("escrow", "e4")[0]["status"] == "resolved"; }));
+    [&] { return f.dead_letters("escrow", "e4")[0]["status"] == "resolved"; }));
   auto st = f.ok("escrow", "e4", "state", json::object());
   CHECK(st["status"] == "RELEASED");
   CHECK(st["compensations"] == 1);
@@ -194,12 +195,13 @@ TEST_CASE("escrow: a poison event is retried, then becomes a dead letter while o
   json poison = {{"event_id", "evt-bad"}, {"type", "PaymentSucceeded"}, {"payload", "%%garbage"}};
   CHECK(f.cmd("e6", "ingest", poison, "in-1")["accepted"] == true);
   json good = {
-      {"event_id", "evt-ok"}, {"type", "PaymentSucceeded"}, {"payload", {{"amount", "250.00"}}}};
+    {"event_id", "evt-ok"}, {"type", "PaymentSucceeded"}, {"payload", {{"amount", "250.00"}}}};
   CHECK(f.cmd("e6", "ingest", good, "in-2")["accepted"] == true);
   json dl;
   CHECK(example_fixture::eventually([&] {
     auto l = f.dead_letters("escrow", "e6");
-    if (l.empty()) return false;
+    if (l.empty())
+      return false;
     dl = l[0];
     return true;
   }));
@@ -209,8 +211,8 @@ TEST_CASE("escrow: a poison event is retried, then becomes a dead letter while o
   CHECK(dl["payload"]["event_id"] == "evt-bad");
   CHECK(f.facts("escrow", "e6", {{"type", "error"}, {"subtype", "alarm_failed"}}).size() == 3);
   CHECK(
-      f.facts("escrow", "e6", {{"type", "lifecycle"}, {"subtype", "alarm_dead_lettered"}}).size() ==
-      1);
+    f.facts("escrow", "e6", {{"type", "lifecycle"}, {"subtype", "alarm_dead_lettered"}}).size() ==
+    1);
   CHECK(f.ok("escrow", "e6", "state", json::object())["status"] == "FUNDED");
   // an operator acknowledges it (reviewed: the provider will resend a correct event)
   auto ack = f.ok("escrow", "e6", "@dead_letter", {{"id", dl["id"]}, {"action", "acknowledge"}});

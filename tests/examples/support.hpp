@@ -159,7 +159,8 @@ struct example_fixture {
                          std::chrono::milliseconds limit = std::chrono::seconds(10)) {
     auto deadline = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < deadline) {
-      if (cond()) return true;
+      if (cond())
+        return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return cond();

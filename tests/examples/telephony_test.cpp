@@ -79,13 +79,13 @@ TEST_CASE("telephony: retries, breaker open/half-open/closed, fallback, and clos
   int n = 4;
   json placed;
   CHECK(example_fixture::eventually(
-      [&] {
-        placed = place(f, n++);
-        return placed["status"] == "placed";
-      },
-      5s));
+    [&] {
+      placed = place(f, n++);
+      return placed["status"] == "placed";
+    },
+    5s));
   auto states =
-      f.facts("asset", "a1", {{"type", "lifecycle"}, {"subtype", "circuit_breaker_state_changed"}});
+    f.facts("asset", "a1", {{"type", "lifecycle"}, {"subtype", "circuit_breaker_state_changed"}});
   REQUIRE(states.size() == 3);
   CHECK(states[0]["data"]["new_state"] == "OPEN");
   CHECK(states[1]["data"]["new_state"] == "HALF_OPEN");
@@ -102,7 +102,8 @@ TEST_CASE("telephony: retries, breaker open/half-open/closed, fallback, and clos
   CHECK(s["errors_by_code"]["CIRCUIT_OPEN"].get<int>() >= 2);
   CHECK(s["breaker_transitions"].size() == 3);
   for (auto& c : f.facts("asset", "a1", {{"type", "cost"}}))
-    if (c["data"]["failed"].get<bool>()) CHECK(c["data"].contains("error_fact_id"));
+    if (c["data"]["failed"].get<bool>())
+      CHECK(c["data"].contains("error_fact_id"));
   // a 429 was not charged: no cost fact points at the RATE_LIMITED error
   for (auto& c : f.facts("asset", "a1", {{"type", "cost"}}))
     CHECK(c["data"].value("error_fact_id", "") != errs[1]["fact_id"].get<std::string>());

@@ -79,7 +79,7 @@ TEST_CASE("workflow: every step retries with its own policy (fixed, exponential,
   MESSAGE("gaps fixed " << json(gi) << " exponential " << json(gp) << " linear " << json(gs));
   // each step's retries are error facts of its own tool, under its own config
   auto perr =
-      f.facts("order_workflow", "order-process", {{"type", "error"}, {"tool_id", "payments"}});
+    f.facts("order_workflow", "order-process", {{"type", "error"}, {"tool_id", "payments"}});
   CHECK(perr.size() == 3);
   CHECK(perr[0]["config_id"] == "tool.payments");
 }
@@ -111,9 +111,8 @@ TEST_CASE("workflow: an exhausted step is a dead letter whose operator retry res
   auto moved = f.ok("order_workflow", "order-process", "@dead_letter",
                     {{"id", p["dead_letter_id"]}, {"action", "retry"}});
   CHECK(moved["status"] == "scheduled");
-  CHECK(example_fixture::eventually([&] {
-    return f.dead_letters("order_workflow", "order-process")[0]["status"] == "resolved";
-  }));
+  CHECK(example_fixture::eventually(
+    [&] { return f.dead_letters("order_workflow", "order-process")[0]["status"] == "resolved"; }));
   ex = f.ok("order_workflow", "order-process", "execution", {{"execution_id", exec_id}});
   CHECK(ex["status"] == "completed");
   CHECK(f.inventory.calls() == 1); // the completed step was not run again
@@ -121,10 +120,10 @@ TEST_CASE("workflow: an exhausted step is a dead letter whose operator retry res
   // every move of the dead letter is a fact
   CHECK(f.facts("order_workflow", "order-process",
                 {{"type", "lifecycle"}, {"subtype", "dead_letter_retry"}})
-            .size() == 1);
+          .size() == 1);
   CHECK(f.facts("order_workflow", "order-process",
                 {{"type", "lifecycle"}, {"subtype", "dead_letter_resolved"}})
-            .size() == 1);
+          .size() == 1);
   // the key now answers the resumed execution's result
   auto again = f.execute("ORD-2", "order-ORD-2");
   REQUIRE_MESSAGE(again.ok, again.body);
@@ -167,8 +166,8 @@ TEST_CASE("workflow: one idempotency key is one execution and bad input is not r
   REQUIRE(other.ok);
   CHECK(other.json()["execution_id"] != first.json()["execution_id"]);
   // a request without order_id is a client error: answered at once, stored, no step runs
-  auto bad = f.call("order_workflow", "order-process", "execute", {{"input", json::object()}},
-                    "order-bad");
+  auto bad =
+    f.call("order_workflow", "order-process", "execute", {{"input", json::object()}}, "order-bad");
   CHECK(bad.http_status == 400);
   CHECK(bad.code == "INVALID_REQUEST");
   CHECK(f.inventory.calls() == 2);

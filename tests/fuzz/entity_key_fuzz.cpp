@@ -15,9 +15,10 @@ namespace {
 
 /// The BRIEF's rule, written independently of validate_key_part.
 bool oracle_part(std::string_view s) {
-  if (s.empty() || s.size() > 128 || s[0] == '.') return false;
+  if (s.empty() || s.size() > 128 || s[0] == '.')
+    return false;
   static constexpr std::string_view alphabet =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-";
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-";
   return s.find_first_not_of(alphabet) == std::string_view::npos;
 }
 

@@ -10,8 +10,8 @@
 
 #include "factum/storage/fact.hpp"
 #include "factum/storage/sha256.hpp"
-#include "fuzz_check.hpp"
 #include "factum/storage/utf8.hpp"
+#include "fuzz_check.hpp"
 
 namespace {
 
@@ -34,10 +34,13 @@ std::vector<std::pair<const char*, std::string fact::*>> text_fields() {
 json expected_view(const fact& f, bool with_hash) {
   json j = json::object();
   for (auto& [name, member] : text_fields()) {
-    if (std::string_view(name) == "hash" && !with_hash) continue;
-    if (!(f.*member).empty()) j[name] = f.*member;
+    if (std::string_view(name) == "hash" && !with_hash)
+      continue;
+    if (!(f.*member).empty())
+      j[name] = f.*member;
   }
-  if (f.config_version != 0) j["config_version"] = f.config_version;
+  if (f.config_version != 0)
+    j["config_version"] = f.config_version;
   j["seq"] = f.seq;
   j["timestamp"] = f.timestamp_ms;
   j["data"] = json::parse(f.data);
@@ -58,7 +61,8 @@ fact from_view(const json& j) {
 
 bool same(const fact& a, const fact& b) {
   for (auto& [name, member] : text_fields())
-    if (a.*member != b.*member) return false;
+    if (a.*member != b.*member)
+      return false;
   return a.seq == b.seq && a.timestamp_ms == b.timestamp_ms &&
          a.config_version == b.config_version && a.data == b.data;
 }
@@ -73,11 +77,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   f.timestamp_ms = in.ConsumeIntegral<int64_t>();
   f.config_version = in.ConsumeBool() ? 0 : in.ConsumeIntegral<int64_t>();
   for (auto& [name, member] : text_fields()) {
-    if (in.ConsumeBool()) f.*member = in.ConsumeRandomLengthString(80);
-    if (!valid_utf8(f.*member)) return 0; // outside the store's domain
+    if (in.ConsumeBool())
+      f.*member = in.ConsumeRandomLengthString(80);
+    if (!valid_utf8(f.*member))
+      return 0; // outside the store's domain
   }
   auto data = json::parse(in.ConsumeRemainingBytesAsString(), nullptr, false);
-  if (data.is_discarded() || !data.is_object()) data = json::object({{"n", f.seq}});
+  if (data.is_discarded() || !data.is_object())
+    data = json::object({{"n", f.seq}});
   f.data = data.dump(); // what entity_store::append stores
 
   // canonical form == nlohmann's sorted compact dump of the same fields.

@@ -45,7 +45,8 @@ void check_listing(factum::fuzz::gateway_harness& h, std::string_view route, std
   for (auto& [name, v] : args.items()) {
     std::string given;
     for (auto& p : *params)
-      if (p.name == name) given = p.value;
+      if (p.name == name)
+        given = p.value;
     if (strings.count(name)) {
       FUZZ_CHECK(v.is_string(), name);
       auto s = v.get<std::string>();
@@ -54,25 +55,31 @@ void check_listing(factum::fuzz::gateway_harness& h, std::string_view route, std
       FUZZ_CHECK(v.is_number_integer(), name);
       auto n = v.get<int64_t>();
       FUZZ_CHECK(n >= 0 && std::to_string(n) ==
-                               given.substr(given.find_first_not_of('0') == std::string::npos
-                                                ? given.size() - 1
-                                                : given.find_first_not_of('0')),
+                             given.substr(given.find_first_not_of('0') == std::string::npos
+                                            ? given.size() - 1
+                                            : given.find_first_not_of('0')),
                  name + "=" + given);
-      if (name == "limit") FUZZ_CHECK(n >= 1 && n <= 10000, given);
+      if (name == "limit")
+        FUZZ_CHECK(n >= 1 && n <= 10000, given);
     } else {
       FUZZ_CHECK(has_order && name == "order", name);
       FUZZ_CHECK(v == "asc" || v == "desc", given);
     }
   }
-  if (route != "facts") return;
+  if (route != "facts")
+    return;
   // The store's filter, built as the entity actor builds it (runtime/src/entity_actor.cpp).
   fact_filter f;
   f.type = args.value("type", "");
   f.subtype = args.value("subtype", "");
-  if (args.contains("since")) f.since_ms = args["since"].get<int64_t>();
-  if (args.contains("until")) f.until_ms = args["until"].get<int64_t>();
-  if (args.contains("after_seq")) f.after_seq = args["after_seq"].get<int64_t>();
-  if (args.contains("before_seq")) f.before_seq = args["before_seq"].get<int64_t>();
+  if (args.contains("since"))
+    f.since_ms = args["since"].get<int64_t>();
+  if (args.contains("until"))
+    f.until_ms = args["until"].get<int64_t>();
+  if (args.contains("after_seq"))
+    f.after_seq = args["after_seq"].get<int64_t>();
+  if (args.contains("before_seq"))
+    f.before_seq = args["before_seq"].get<int64_t>();
   f.trace_id = args.value("trace_id", "");
   f.tool_id = args.value("tool_id", "");
   f.idempotency_key = args.value("idempotency_key", "");
@@ -82,7 +89,8 @@ void check_listing(factum::fuzz::gateway_harness& h, std::string_view route, std
   bool tokens_ok = (f.type.empty() || validate_fact_token(f.type, "type")) &&
                    (f.subtype.empty() || validate_fact_token(f.subtype, "subtype"));
   FUZZ_CHECK(st.is_ok() == tokens_ok, st.to_string());
-  if (!st) FUZZ_CHECK(st.code() == errc::invalid_argument, st.to_string());
+  if (!st)
+    FUZZ_CHECK(st.code() == errc::invalid_argument, st.to_string());
 }
 
 } // namespace
@@ -103,11 +111,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!text.empty() && text.size() <= 18 &&
         text.find_first_not_of("0123456789") == std::string_view::npos) {
       FUZZ_CHECK(t.is_ok() && std::to_string(*t) ==
-                                  std::string(text).erase(
-                                      0, std::min(text.find_first_not_of('0'), text.size() - 1)),
+                                std::string(text).erase(
+                                  0, std::min(text.find_first_not_of('0'), text.size() - 1)),
                  std::string(text));
     }
-    if (!t) FUZZ_CHECK(t.error().code() == errc::invalid_argument, t.error().to_string());
+    if (!t)
+      FUZZ_CHECK(t.error().code() == errc::invalid_argument, t.error().to_string());
   }
   return 0;
 }

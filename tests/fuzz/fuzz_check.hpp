@@ -22,5 +22,6 @@ namespace factum::fuzz {
 /// Asserts a property of the code under test; `detail` (a string) says what was seen.
 #define FUZZ_CHECK(cond, detail)                                                                   \
   do {                                                                                             \
-    if (!(cond)) ::factum::fuzz::fail(__FILE__, __LINE__, #cond, (detail));                        \
+    if (!(cond))                                                                                   \
+      ::factum::fuzz::fail(__FILE__, __LINE__, #cond, (detail));                                   \
   } while (false)

@@ -101,7 +101,8 @@ class gateway_harness {
     FUZZ_CHECK(answers == 1, "done ran " + std::to_string(answers) + " times");
     auto& calls = recorded_calls();
     FUZZ_CHECK(calls.size() <= 1, "more than one runtime call for one request");
-    if (!calls.empty()) out.call = std::move(calls.front());
+    if (!calls.empty())
+      out.call = std::move(calls.front());
     check(req, out);
     return out;
   }
@@ -132,7 +133,8 @@ class gateway_harness {
     FUZZ_CHECK(p.value("type", "") == "urn:factum:problem:" + code, r.body);
     FUZZ_CHECK(p.contains("title") && p["title"].is_string(), r.body);
     FUZZ_CHECK(p.contains("detail") && p["detail"].is_string(), r.body);
-    if (r.status == 405) FUZZ_CHECK(!r.allow.empty(), "405 without Allow");
+    if (r.status == 405)
+      FUZZ_CHECK(!r.allow.empty(), "405 without Allow");
   }
 
  private:
@@ -160,7 +162,8 @@ class gateway_harness {
     if (!o.call) {
       // Refused before the runtime: always a problem.
       check_problem(r);
-      if (r.status < 500) return;
+      if (r.status < 500)
+        return;
       // Only 503 (draining) may be a 5xx without a call; the harness never drains.
       FUZZ_CHECK(false, "5xx without a runtime call: " + r.body);
     }
@@ -175,7 +178,7 @@ class gateway_harness {
     auto k = entity_key::make(c.key.tenant, c.key.type, c.key.id);
     FUZZ_CHECK(k.is_ok(), c.key.to_string());
     FUZZ_CHECK(c.key.type.find("..") == std::string::npos &&
-                   c.key.id.find("..") == std::string::npos,
+                 c.key.id.find("..") == std::string::npos,
                c.key.to_string());
     FUZZ_CHECK(!c.method.empty(), "empty method");
     // Arguments are always a JSON document the runtime can parse.

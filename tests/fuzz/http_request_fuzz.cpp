@@ -26,9 +26,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ec = {};
       break;
     }
-    if (n == 0 && !ec) break;
+    if (n == 0 && !ec)
+      break;
   }
-  if (!ec && !p.is_done()) p.put_eof(ec);
+  if (!ec && !p.is_done())
+    p.put_eof(ec);
   if (ec || !p.is_done()) {
     std::string verb, target;
     if (p.is_header_done()) {

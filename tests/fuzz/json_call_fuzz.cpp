@@ -40,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace factum;
   static fuzz::gateway_harness deep(64);
   static fuzz::gateway_harness shallow(fuzz::small_depth);
-  if (size == 0) return 0;
+  if (size == 0)
+    return 0;
   uint8_t sel = data[0];
   std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   auto& h = (sel & 1) ? shallow : deep;
@@ -71,7 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!body.empty()) {
     if (valid && depth <= limit)
       FUZZ_CHECK(verdict.verdict == http::json_verdict::ok, verdict.message);
-    if (!valid) FUZZ_CHECK(verdict.verdict != http::json_verdict::ok, "invalid JSON accepted");
+    if (!valid)
+      FUZZ_CHECK(verdict.verdict != http::json_verdict::ok, "invalid JSON accepted");
     if (valid && depth > limit)
       FUZZ_CHECK(verdict.verdict == http::json_verdict::too_deep, verdict.message);
   }
@@ -87,9 +89,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto code = nlohmann::json::parse(o.response.body).value("code", "");
     if (!body.empty() && !valid) // a too-deep prefix is refused before the syntax error
       FUZZ_CHECK(
-          o.response.status == 400 &&
-              (code == "INVALID_JSON" || (code == "JSON_TOO_DEEP" && bracket_depth(body) > limit)),
-          o.response.body);
+        o.response.status == 400 &&
+          (code == "INVALID_JSON" || (code == "JSON_TOO_DEEP" && bracket_depth(body) > limit)),
+        o.response.body);
     else if (!body.empty() && depth > limit)
       FUZZ_CHECK(o.response.status == 400 && code == "JSON_TOO_DEEP", o.response.body);
     else

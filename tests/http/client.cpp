@@ -100,16 +100,22 @@ struct http_client::impl {
 };
 
 http_client::http_client(uint16_t port, std::chrono::milliseconds timeout)
-  : impl_(std::make_unique<impl>()) {
+    : impl_(std::make_unique<impl>()) {
   impl_->port = port;
   impl_->timeout = timeout;
 }
 
-http_client::~http_client() { impl_->close(); }
+http_client::~http_client() {
+  impl_->close();
+}
 
-bool http_client::connect() { return !impl_->connect(); }
+bool http_client::connect() {
+  return !impl_->connect();
+}
 
-void http_client::close() { impl_->close(); }
+void http_client::close() {
+  impl_->close();
+}
 
 http_reply http_client::request(const std::string& verb, const std::string& target,
                                 const header_list& headers, const std::string& body) {

@@ -17,9 +17,9 @@ namespace factum::test {
 
 /// A response, or the transport error that prevented one.
 struct http_reply {
-  int status = 0;  ///< 0: no response (error says why)
+  int status = 0; ///< 0: no response (error says why)
   std::string error;
-  std::map<std::string, std::string> headers;  ///< names in lower case
+  std::map<std::string, std::string> headers; ///< names in lower case
   std::string body;
 
   /// A header's value, or "" when absent.
@@ -41,9 +41,8 @@ using header_list = std::vector<std::pair<std::string, std::string>>;
 
 /// One keep-alive connection to 127.0.0.1:port; reconnects when the server closed it.
 class http_client {
-public:
-  explicit http_client(uint16_t port,
-                       std::chrono::milliseconds timeout = std::chrono::seconds(15));
+ public:
+  explicit http_client(uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(15));
   ~http_client();
   http_client(const http_client&) = delete;
   http_client& operator=(const http_client&) = delete;
@@ -64,7 +63,7 @@ public:
 
   void close();
 
-private:
+ private:
   struct impl;
   std::unique_ptr<impl> impl_;
 };

@@ -63,8 +63,10 @@ TEST_CASE("config: every key is read") {
   doc["tenants"]["globex"] = {{"api_keys", {"plain-dev-key"}}};
   doc["types"] = {"ledger"};
   doc["idempotency"] = {{"ledger", {{"append", {{"require_key", false}}}}}};
-  doc["limits"] = {{"max_body_bytes", 2048}, {"max_json_depth", 8},
-                   {"max_header_bytes", 4096}, {"request_timeout_ms", 100},
+  doc["limits"] = {{"max_body_bytes", 2048},
+                   {"max_json_depth", 8},
+                   {"max_header_bytes", 4096},
+                   {"request_timeout_ms", 100},
                    {"max_connections", 10}};
   doc["tools"] = {{"telephony", {{"url", "http://127.0.0.1:9/"}}}};
   auto r = parse_serve_config(doc);
@@ -137,11 +139,11 @@ TEST_CASE("config: errors name the offending key") {
   CHECK(error_of(with("tenants", {{"a", {{"api_keys", json::array()}}}})).find("tenants.a") == 0);
   // Upper-case hex is accepted and normalised.
   auto up = with("tenants", {{"a", {{"api_keys", {"sha256:" + [] {
-                                                     auto h = api_key_sha256("k");
-                                                     for (auto& c : h)
-                                                       c = static_cast<char>(std::toupper(c));
-                                                     return h;
-                                                   }()}}}}});
+                                       auto h = api_key_sha256("k");
+                                       for (auto& c : h)
+                                         c = static_cast<char>(std::toupper(c));
+                                       return h;
+                                     }()}}}}});
   auto r = parse_serve_config(up);
   REQUIRE(r.is_ok());
   CHECK(r->http.tenants[0].key_sha256[0] == api_key_sha256("k"));

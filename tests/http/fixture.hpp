@@ -27,7 +27,7 @@ inline constexpr const char* globex_key = "key-globex";
 
 /// A runtime plus a gateway on 127.0.0.1:<free port>.
 class gateway_fixture {
-public:
+ public:
   using tweak = std::function<void(runtime_config&, http_server_config&)>;
 
   explicit gateway_fixture(tweak t = {}, std::filesystem::path data = {}) {
@@ -114,7 +114,7 @@ public:
     return n;
   }
 
-private:
+ private:
   temp_dir dir_;
   std::unique_ptr<runtime> rt_;
   std::unique_ptr<http_server> srv_;

@@ -44,14 +44,14 @@ TEST_CASE("GET facts with a query value that is not UTF-8: 400 INVALID_QUERY, an
   for (auto q : {"?tool_id=%FF", "?type=%C3%28", "?trace_id=a%80b", "?%FF=1"}) {
     CAPTURE(q);
     auto r =
-        c.request("GET", std::string("/v1/entities/ledger/u/facts") + q, {{"X-API-Key", acme_key}});
+      c.request("GET", std::string("/v1/entities/ledger/u/facts") + q, {{"X-API-Key", acme_key}});
     check_invalid_query(r);
   }
   auto r =
-      c.request("GET", "/v1/entities/ledger/u/dead-letters?status=%FE", {{"X-API-Key", acme_key}});
+    c.request("GET", "/v1/entities/ledger/u/dead-letters?status=%FE", {{"X-API-Key", acme_key}});
   check_invalid_query(r);
   auto fine =
-      c.request("GET", "/v1/entities/ledger/u/facts?tool_id=%C3%A9", {{"X-API-Key", acme_key}});
+    c.request("GET", "/v1/entities/ledger/u/facts?tool_id=%C3%A9", {{"X-API-Key", acme_key}});
   CHECK(fine.status == 200);
 }
 

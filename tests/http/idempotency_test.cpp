@@ -40,13 +40,13 @@ TEST_CASE("idempotency: a replay answers the stored result with Idempotent-Repla
   gateway_fixture f;
   http_client c(f.port());
   auto body = json{{"type", "payment"}, {"amount", "10.00"}, {"currency", "USD"}}.dump();
-  auto first = c.request("POST", "/v1/entities/ledger/i1/append", json_headers(acme_key, "pay-1"),
-                         body);
+  auto first =
+    c.request("POST", "/v1/entities/ledger/i1/append", json_headers(acme_key, "pay-1"), body);
   REQUIRE(first.status == 200);
   CHECK(first.header("idempotent-replayed").empty());
   for (int i = 0; i < 3; ++i) {
-    auto again = c.request("POST", "/v1/entities/ledger/i1/append",
-                           json_headers(acme_key, "pay-1"), body);
+    auto again =
+      c.request("POST", "/v1/entities/ledger/i1/append", json_headers(acme_key, "pay-1"), body);
     CHECK(again.status == 200);
     CHECK(again.header("idempotent-replayed") == "true");
     CHECK(again.body == first.body);
@@ -59,8 +59,9 @@ TEST_CASE("idempotency: the same key with another request answers 422 IDEMPOTENC
   http_client c(f.port());
   auto one = json{{"type", "payment"}, {"amount", "10.00"}, {"currency", "USD"}}.dump();
   auto other = json{{"type", "payment"}, {"amount", "99.00"}, {"currency", "USD"}}.dump();
-  REQUIRE(c.request("POST", "/v1/entities/ledger/i2/append", json_headers(acme_key, "k"), one)
-            .status == 200);
+  REQUIRE(
+    c.request("POST", "/v1/entities/ledger/i2/append", json_headers(acme_key, "k"), one).status ==
+    200);
   auto r = c.request("POST", "/v1/entities/ledger/i2/append", json_headers(acme_key, "k"), other);
   CHECK(r.status == 422);
   CHECK(r.code() == "IDEMPOTENCY_KEY_MISMATCH");
@@ -111,15 +112,15 @@ TEST_CASE("idempotency: 409 IDEMPOTENCY_KEY_IN_USE while the first request is in
     return committed(f.data_dir(), entity_key{"acme", "probe", "slow"}, "slow-1", "begin");
   }));
   http_client c(f.port());
-  auto second = c.request("POST", "/v1/entities/probe/slow/slow_pair",
-                          json_headers(acme_key, "slow-1"), body);
+  auto second =
+    c.request("POST", "/v1/entities/probe/slow/slow_pair", json_headers(acme_key, "slow-1"), body);
   CHECK(second.status == 409);
   CHECK(second.code() == "IDEMPOTENCY_KEY_IN_USE");
   REQUIRE(first.wait_for(20s) == std::future_status::ready);
   auto r1 = first.get();
   REQUIRE_MESSAGE(r1.status == 200, r1.body);
-  auto third = c.request("POST", "/v1/entities/probe/slow/slow_pair",
-                         json_headers(acme_key, "slow-1"), body);
+  auto third =
+    c.request("POST", "/v1/entities/probe/slow/slow_pair", json_headers(acme_key, "slow-1"), body);
   CHECK(third.status == 200);
   CHECK(third.header("idempotent-replayed") == "true");
   CHECK(third.body == r1.body);
@@ -143,8 +144,8 @@ TEST_CASE("idempotency: two concurrent requests with one key never cause two eff
     auto ra = a.get(), rb = b.get();
     CAPTURE(ra.body);
     CAPTURE(rb.body);
-    bool one_conflict = (ra.status == 200 && rb.status == 409) ||
-                        (ra.status == 409 && rb.status == 200);
+    bool one_conflict =
+      (ra.status == 200 && rb.status == 409) || (ra.status == 409 && rb.status == 200);
     bool same_result = ra.status == 200 && rb.status == 200 && ra.body == rb.body;
     CHECK((one_conflict || same_result));
     // begin + end of exactly one run
@@ -157,12 +158,12 @@ TEST_CASE("idempotency: a terminal failure is stored and replayed, a retryable o
   gateway_fixture f;
   http_client c(f.port());
   auto fail = json{{"fail", "client"}}.dump();
-  auto r1 = c.request("POST", "/v1/entities/probe/t/append_then", json_headers(acme_key, "term"),
-                      fail);
+  auto r1 =
+    c.request("POST", "/v1/entities/probe/t/append_then", json_headers(acme_key, "term"), fail);
   CHECK(r1.status == 400);
   CHECK(r1.code() == "PROBE_CLIENT");
-  auto r2 = c.request("POST", "/v1/entities/probe/t/append_then", json_headers(acme_key, "term"),
-                      fail);
+  auto r2 =
+    c.request("POST", "/v1/entities/probe/t/append_then", json_headers(acme_key, "term"), fail);
   CHECK(r2.status == 400);
   CHECK(r2.header("idempotent-replayed") == "true");
   CHECK(r2.body == r1.body);

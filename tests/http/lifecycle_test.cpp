@@ -54,7 +54,7 @@ TEST_CASE("stopping: new requests answer 503 UNAVAILABLE and close, in-flight on
 TEST_CASE("a graceful stop under load loses nothing acknowledged") {
   test::temp_dir data;
   std::mutex mu;
-  std::vector<std::tuple<std::string, int64_t, std::string>> acked;  // id, seq, key
+  std::vector<std::tuple<std::string, int64_t, std::string>> acked; // id, seq, key
   std::atomic<int> acks{0};
   std::atomic<bool> stop_clients{false};
   {
@@ -67,9 +67,9 @@ TEST_CASE("a graceful stop under load loses nothing acknowledged") {
         auto id = "load" + std::to_string(w % 4);
         for (int i = 0; i < 20'000 && !stop_clients.load(); ++i) {
           auto key = "w" + std::to_string(w) + "-" + std::to_string(i);
-          auto r = c.request("POST", "/v1/entities/ledger/" + id + "/append",
-                             json_headers(acme_key, key),
-                             json{{"type", "load"}, {"data", {{"key", key}}}}.dump());
+          auto r =
+            c.request("POST", "/v1/entities/ledger/" + id + "/append", json_headers(acme_key, key),
+                      json{{"type", "load"}, {"data", {{"key", key}}}}.dump());
           if (r.status != 200)
             break; // 503 while stopping, or the connection closed
           std::lock_guard<std::mutex> g(mu);
@@ -86,7 +86,7 @@ TEST_CASE("a graceful stop under load loses nothing acknowledged") {
   REQUIRE(acked.size() >= 300);
   MESSAGE(acked.size() << " appends acknowledged before the stop");
   gateway_fixture again({}, data.path());
-  std::map<std::string, std::map<int64_t, std::string>> stored;  // id -> seq -> key
+  std::map<std::string, std::map<int64_t, std::string>> stored; // id -> seq -> key
   for (int e = 0; e < 4; ++e) {
     auto id = "load" + std::to_string(e);
     for (auto& fa : again.facts("acme", "ledger", id))

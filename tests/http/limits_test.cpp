@@ -18,16 +18,15 @@ namespace {
 
 std::string request_head(const std::string& verb, const std::string& target,
                          const std::string& extra) {
-  return verb + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: " + acme_key +
-         "\r\n" + extra + "\r\n";
+  return verb + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: " + acme_key + "\r\n" +
+         extra + "\r\n";
 }
 
 } // namespace
 
 TEST_CASE("413 BODY_TOO_LARGE: by Content-Length before the body is read, and by a chunked body "
           "that grows past the limit") {
-  gateway_fixture f(
-    [](runtime_config&, http_server_config& h) { h.limits.max_body_bytes = 1024; });
+  gateway_fixture f([](runtime_config&, http_server_config& h) { h.limits.max_body_bytes = 1024; });
   {
     http_client c(f.port());
     std::string big = json{{"type", "x"}, {"data", {{"pad", std::string(2000, 'a')}}}}.dump();
@@ -41,8 +40,7 @@ TEST_CASE("413 BODY_TOO_LARGE: by Content-Length before the body is read, and by
     // 4 MiB announced and sent: the refusal arrives, the connection is drained and closed.
     http_client c(f.port());
     std::string huge(4 << 20, ' ');
-    auto r = c.request("POST", "/v1/entities/ledger/big/append", json_headers(acme_key, "k"),
-                       huge);
+    auto r = c.request("POST", "/v1/entities/ledger/big/append", json_headers(acme_key, "k"), huge);
     CHECK(r.status == 413);
   }
   {
@@ -63,8 +61,8 @@ TEST_CASE("413 BODY_TOO_LARGE: by Content-Length before the body is read, and by
     http_client c(f.port());
     std::string body = json{{"type", "x"}}.dump();
     body += std::string(1024 - body.size(), ' ');
-    auto r = c.request("POST", "/v1/entities/ledger/big/append", json_headers(acme_key, "k2"),
-                       body);
+    auto r =
+      c.request("POST", "/v1/entities/ledger/big/append", json_headers(acme_key, "k2"), body);
     CHECK_MESSAGE(r.status == 200, r.body);
   }
   CHECK(f.facts("acme", "ledger", "big").size() == 1);
@@ -126,8 +124,7 @@ TEST_CASE("431 for oversized headers and 400 for malformed HTTP, each closing th
 }
 
 TEST_CASE("503 TOO_MANY_CONNECTIONS past max_connections") {
-  gateway_fixture f(
-    [](runtime_config&, http_server_config& h) { h.limits.max_connections = 2; });
+  gateway_fixture f([](runtime_config&, http_server_config& h) { h.limits.max_connections = 2; });
   http_client a(f.port()), b(f.port()), c(f.port());
   REQUIRE(a.request("GET", "/healthz").status == 200);
   REQUIRE(b.request("GET", "/healthz").status == 200);

@@ -55,22 +55,23 @@ TEST_CASE("operator routes: dead letters are listed, filtered and moved over HTT
   CHECK(c.request("GET", "/v1/entities/webhook/w1/dead-letters?status=discarded", auth).json() ==
         json::array());
   // Another tenant sees none of it.
-  CHECK(c.request("GET", "/v1/entities/webhook/w1/dead-letters", {{"X-API-Key", globex_key}})
-          .json() == json::array());
-  auto discard = c.request("POST", "/v1/entities/webhook/w1/dead-letters/" + dl_id + "/discard",
-                           auth);
+  CHECK(
+    c.request("GET", "/v1/entities/webhook/w1/dead-letters", {{"X-API-Key", globex_key}}).json() ==
+    json::array());
+  auto discard =
+    c.request("POST", "/v1/entities/webhook/w1/dead-letters/" + dl_id + "/discard", auth);
   REQUIRE_MESSAGE(discard.status == 200, discard.body);
   MESSAGE("POST discard: " << discard.body);
   CHECK(discard.json()["status"] == "discarded");
   auto again = c.request("POST", "/v1/entities/webhook/w1/dead-letters/" + dl_id + "/retry", auth);
   CHECK(again.status == 409);
   CHECK(again.code() == "INVALID_DEAD_LETTER_TRANSITION");
-  auto unknown = c.request("POST", "/v1/entities/webhook/w1/dead-letters/dl_nope/acknowledge",
-                           auth);
+  auto unknown =
+    c.request("POST", "/v1/entities/webhook/w1/dead-letters/dl_nope/acknowledge", auth);
   CHECK(unknown.status == 404);
   CHECK(unknown.code() == "DEAD_LETTER_NOT_FOUND");
-  auto moves = f.facts("acme", "webhook", "w1", {{"type", "lifecycle"},
-                                                 {"subtype", "dead_letter_discard"}});
+  auto moves =
+    f.facts("acme", "webhook", "w1", {{"type", "lifecycle"}, {"subtype", "dead_letter_discard"}});
   CHECK(moves.size() == 1);
 }
 
@@ -121,8 +122,8 @@ TEST_CASE("operator routes: after an operator retry resolved a dead letter, the 
   http_client c(f.port());
   auto auth = header_list{{"X-API-Key", acme_key}};
   auto body = json{{"tool", "vendor"}, {"payload", {{"order", 7}}}}.dump();
-  auto failed = c.request("POST", "/v1/entities/webhook/w2/deliver", json_headers(acme_key, "d-7"),
-                          body);
+  auto failed =
+    c.request("POST", "/v1/entities/webhook/w2/deliver", json_headers(acme_key, "d-7"), body);
   REQUIRE_MESSAGE(failed.status == 503, failed.body);
   auto dl_id = failed.json().value("dead_letter_id", "");
   REQUIRE_FALSE(dl_id.empty());
@@ -141,8 +142,8 @@ TEST_CASE("operator routes: after an operator retry resolved a dead letter, the 
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   REQUIRE(status == "resolved");
-  auto again = c.request("POST", "/v1/entities/webhook/w2/deliver", json_headers(acme_key, "d-7"),
-                         body);
+  auto again =
+    c.request("POST", "/v1/entities/webhook/w2/deliver", json_headers(acme_key, "d-7"), body);
   CHECK_MESSAGE(again.status == 200, again.body);
   CHECK(again.header("idempotent-replayed") == "true");
   // A different body under the same key is still a mismatch.

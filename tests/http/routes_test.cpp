@@ -87,10 +87,9 @@ TEST_CASE("GET facts: filters, order, limit, and strict query parsing (400 INVAL
   gateway_fixture f;
   http_client c(f.port());
   for (int i = 0; i < 6; ++i) {
-    auto r = c.request("POST", "/v1/entities/ledger/q/append",
-                       json_headers(acme_key, "q-" + std::to_string(i)),
-                       json{{"type", i % 2 ? "odd" : "even"}, {"subtype", "s" + std::to_string(i)}}
-                         .dump());
+    auto r = c.request(
+      "POST", "/v1/entities/ledger/q/append", json_headers(acme_key, "q-" + std::to_string(i)),
+      json{{"type", i % 2 ? "odd" : "even"}, {"subtype", "s" + std::to_string(i)}}.dump());
     REQUIRE(r.status == 200);
   }
   auto get = [&](const std::string& q) {
@@ -116,10 +115,10 @@ TEST_CASE("GET facts: filters, order, limit, and strict query parsing (400 INVAL
   auto trace = all.json()[2]["trace_id"].get<std::string>();
   CHECK(get("?trace_id=" + trace).json().size() == 1);
   CHECK(get("?type=nosuchtype").json().empty());
-  for (auto q : {"?bogus=1", "?limit=0", "?limit=10001", "?limit=abc", "?after_seq=-1",
-                 "?since=1.5", "?until=99999999999999999999", "?since=9223372036854775808",
-                 "?since=+5", "?order=up", "?type=", "?type=a&type=b", "?limit=%ZZ",
-                 "?after_seq=%2D1"}) {
+  for (auto q :
+       {"?bogus=1", "?limit=0", "?limit=10001", "?limit=abc", "?after_seq=-1", "?since=1.5",
+        "?until=99999999999999999999", "?since=9223372036854775808", "?since=+5", "?order=up",
+        "?type=", "?type=a&type=b", "?limit=%ZZ", "?after_seq=%2D1"}) {
     auto r = get(q);
     CAPTURE(q);
     check_problem(r, 400, "INVALID_QUERY");
@@ -156,11 +155,11 @@ TEST_CASE("tenant isolation: the same type/id is another entity for another tena
   auto theirs = c.request("GET", "/v1/entities/ledger/shared/facts", {{"X-API-Key", globex_key}});
   REQUIRE(theirs.status == 200);
   CHECK(theirs.json() == json::array());
-  auto own = c.request("POST", "/v1/entities/ledger/shared/append",
-                       json_headers(globex_key, "a-0"), append_body("mine").dump());
+  auto own = c.request("POST", "/v1/entities/ledger/shared/append", json_headers(globex_key, "a-0"),
+                       append_body("mine").dump());
   REQUIRE(own.status == 200);
-  CHECK(own.json()["seq"] == 1);             // globex's own log starts at 1
-  CHECK_FALSE(own.header("idempotent-replayed") == "true");  // keys are per entity, too
+  CHECK(own.json()["seq"] == 1);                            // globex's own log starts at 1
+  CHECK_FALSE(own.header("idempotent-replayed") == "true"); // keys are per entity, too
   auto again = c.request("GET", "/v1/entities/ledger/shared/facts", {{"X-API-Key", globex_key}});
   REQUIRE(again.json().size() == 1);
   CHECK(again.json()[0]["tenant_id"] == "globex");
@@ -179,8 +178,8 @@ TEST_CASE("400 INVALID_ENTITY_KEY: type and id are percent-decoded, then validat
   for (std::string id : {"..", "%2E%2E", "..%2F..%2Fetc", "a%2Fb", "a%5Cb", "a%00b", ".hidden",
                          "a..b", "sp%20ace", "%C3%A9", long_id.c_str(), "a%3Bb"}) {
     CAPTURE(id);
-    auto r = c.request("POST", "/v1/entities/ledger/" + id + "/append",
-                       json_headers(acme_key, "k"), append_body("x").dump());
+    auto r = c.request("POST", "/v1/entities/ledger/" + id + "/append", json_headers(acme_key, "k"),
+                       append_body("x").dump());
     check_problem(r, 400, "INVALID_ENTITY_KEY");
     auto g = c.request("GET", "/v1/entities/ledger/" + id + "/facts", {{"X-API-Key", acme_key}});
     check_problem(g, 400, "INVALID_ENTITY_KEY");
@@ -244,11 +243,9 @@ TEST_CASE("415 and 400: Content-Type, malformed JSON, invalid UTF-8 and deep JSO
   auto body = append_body("x").dump();
   check_problem(post({{"X-API-Key", acme_key}, {"Idempotency-Key", "k"}}, body), 415,
                 "UNSUPPORTED_MEDIA_TYPE");
-  check_problem(post({{"X-API-Key", acme_key},
-                      {"Idempotency-Key", "k"},
-                      {"Content-Type", "text/plain"}},
-                     body),
-                415, "UNSUPPORTED_MEDIA_TYPE");
+  check_problem(
+    post({{"X-API-Key", acme_key}, {"Idempotency-Key", "k"}, {"Content-Type", "text/plain"}}, body),
+    415, "UNSUPPORTED_MEDIA_TYPE");
   check_problem(post({{"X-API-Key", acme_key},
                       {"Idempotency-Key", "k"},
                       {"Content-Type", "application/json; charset=latin1"}},
@@ -281,17 +278,15 @@ TEST_CASE("415 and 400: Content-Type, malformed JSON, invalid UTF-8 and deep JSO
 TEST_CASE("each error is logged once, as one JSON line carrying its trace id") {
   gateway_fixture f;
   http_client c(f.port());
-  auto r = c.request("POST", "/v1/entities/ledger/x/append",
-                     {{"X-API-Key", acme_key},
-                      {"Content-Type", "application/json"},
-                      {"X-Trace-Id", "log-trace-1"}},
-                     "{bad");
+  auto r = c.request(
+    "POST", "/v1/entities/ledger/x/append",
+    {{"X-API-Key", acme_key}, {"Content-Type", "application/json"}, {"X-Trace-Id", "log-trace-1"}},
+    "{bad");
   REQUIRE(r.status == 400);
-  auto runtime_error = c.request("POST", "/v1/entities/probe/p/append_then",
-                                 {{"X-API-Key", acme_key},
-                                  {"Content-Type", "application/json"},
-                                  {"X-Trace-Id", "log-trace-2"}},
-                                 json{{"fail", "throw"}}.dump());
+  auto runtime_error = c.request(
+    "POST", "/v1/entities/probe/p/append_then",
+    {{"X-API-Key", acme_key}, {"Content-Type", "application/json"}, {"X-Trace-Id", "log-trace-2"}},
+    json{{"fail", "throw"}}.dump());
   REQUIRE(runtime_error.status == 500);
   REQUIRE(c.request("GET", "/healthz", {{"X-Trace-Id", "log-trace-3"}}).status == 200);
   CHECK(f.log_count("log-trace-1") == 1);
@@ -380,8 +375,7 @@ TEST_CASE("dead-letter and breaker routes reach the runtime's internal methods, 
                 "INVALID_QUERY");
   check_problem(c.request("GET", "/v1/entities/ledger/d/dead-letters?limit=0", auth), 400,
                 "INVALID_QUERY");
-  check_problem(c.request("GET", "/v1/entities/ledger/d/breakers?x=1", auth), 400,
-                "INVALID_QUERY");
+  check_problem(c.request("GET", "/v1/entities/ledger/d/breakers?x=1", auth), 400, "INVALID_QUERY");
   check_problem(c.request("POST", "/v1/entities/ledger/d/dead-letters/..%2Fx/retry", auth), 400,
                 "INVALID_ARGUMENT");
   check_problem(c.request("POST", "/v1/entities/ledger/d/breakers/a%2Fb/reset", auth), 400,

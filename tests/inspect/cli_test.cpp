@@ -122,20 +122,20 @@ TEST_CASE("facts: JSON lines are the fact's JSON view with a valid hash") {
   CHECK(sha256_hex(no_hash.dump()) == j["hash"]);
   // Not a terminal means JSON lines; --json forces them, --table forces a table.
   CHECK(json_seqs(f.json("facts", {"acme/ledger/a1", "--type", "error"}).out) == seq_list{4, 9});
-  auto forced = run_cli({"inspect", "facts", "--data", f.data, "acme/ledger/a1", "--json",
-                         "--type", "error"},
-                        {}, true);
+  auto forced =
+    run_cli({"inspect", "facts", "--data", f.data, "acme/ledger/a1", "--json", "--type", "error"},
+            {}, true);
   CHECK(json_seqs(forced.out) == seq_list{4, 9});
-  auto tty = run_cli({"inspect", "facts", "--data", f.data, "acme/ledger/a1", "--type", "error",
-                      "--no-color"},
-                     {}, true);
+  auto tty = run_cli(
+    {"inspect", "facts", "--data", f.data, "acme/ledger/a1", "--type", "error", "--no-color"}, {},
+    true);
   CHECK(tty.out.rfind("SEQ", 0) == 0);
 }
 
 TEST_CASE("facts: a terminal gets colour unless --no-color") {
   fixture f;
-  auto tty = run_cli({"inspect", "facts", "--data", f.data, "acme/ledger/a1", "--type", "error"},
-                     {}, true);
+  auto tty =
+    run_cli({"inspect", "facts", "--data", f.data, "acme/ledger/a1", "--type", "error"}, {}, true);
   const char* no_color = std::getenv("NO_COLOR");
   if (!no_color || !*no_color) {
     CHECK(tty.out.find("\x1b[1mSEQ\x1b[0m") != std::string::npos);
@@ -412,10 +412,10 @@ TEST_CASE("errors: each failure has its exit code and a prefixed message on stde
   CHECK(f.table("facts", {"acme/ledger/w1", "--since", "yesterday"}).code == 2);
   CHECK(f.table("facts", {"acme/ledger/w1", "--after-seq", "-1"}).code == 2);
   CHECK(f.table("facts", {"acme/ledger/w1", "--type", "Bad Type"}).code == 2);
-  CHECK(f.table("facts", {"acme/ledger/w1", "--json"}).code == 2); // --json with --table
-  CHECK(run_cli({"inspect", "facts", "acme/ledger/w1"}).code == 2);  // no --data
-  auto server_keys = run_cli({"inspect", "keys", "--data", f.data, "acme/ledger/w1", "--server",
-                              "http://127.0.0.1:1"});
+  CHECK(f.table("facts", {"acme/ledger/w1", "--json"}).code == 2);  // --json with --table
+  CHECK(run_cli({"inspect", "facts", "acme/ledger/w1"}).code == 2); // no --data
+  auto server_keys = run_cli(
+    {"inspect", "keys", "--data", f.data, "acme/ledger/w1", "--server", "http://127.0.0.1:1"});
   CHECK(server_keys.code == 2); // keys has no --server option
   auto bogus = f.table("facts", {"acme/webhook/w1", "--bogus"});
   CHECK(bogus.code == 2);

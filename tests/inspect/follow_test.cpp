@@ -99,10 +99,10 @@ TEST_CASE("follow: facts --follow with a filter prints only new matching facts, 
   writer_child child(tmp.path(), 4);
   tools::inspect_io io;
   io.on_poll = [&](int64_t) { child.start(); };
-  auto r = run_cli({"inspect", "facts", "--data", tmp.path().string(), "acme/ledger/a1", "--type",
-                    "tick", "--follow", "--max-facts", "4", "--timeout", "60", "--interval", "20",
-                    "--table"},
-                   io);
+  auto r =
+    run_cli({"inspect", "facts", "--data", tmp.path().string(), "acme/ledger/a1", "--type", "tick",
+             "--follow", "--max-facts", "4", "--timeout", "60", "--interval", "20", "--table"},
+            io);
   CHECK(child.wait() == 0);
   REQUIRE_MESSAGE(r.code == 0, r.err);
   auto ls = lines(r.out);

@@ -33,11 +33,11 @@ struct canned {
 
 /// An HTTP/1.1 server on 127.0.0.1:<ephemeral> answering each request with handler(target).
 class fake_server {
-public:
+ public:
   using handler = std::function<canned(const std::string& target)>;
 
   explicit fake_server(handler h)
-    : handler_(std::move(h)), acceptor_(ioc_, {net::ip::make_address("127.0.0.1"), 0}) {
+      : handler_(std::move(h)), acceptor_(ioc_, {net::ip::make_address("127.0.0.1"), 0}) {
     port_ = acceptor_.local_endpoint().port();
     thread_ = std::thread([this] { serve(); });
   }
@@ -59,7 +59,7 @@ public:
     return keys_;
   }
 
-private:
+ private:
   void serve() {
     while (!stop_) {
       tcp::socket sock(ioc_);
@@ -169,16 +169,16 @@ TEST_CASE("remote: facts sends the filters as a query with the API key, prints a
     arr[1]["currency"] = "USD";
     return canned{200, arr.dump()};
   });
-  auto r = run_cli(remote(srv, {"facts", "acme/ledger/a1", "--type", "error", "--subtype",
-                                "external", "--since", "2024-01-17T14:00:00Z", "--until",
-                                std::to_string(t0 + 20'000), "--trace", "t 2", "--after-seq",
-                                "3", "--table"}));
+  auto r =
+    run_cli(remote(srv, {"facts", "acme/ledger/a1", "--type", "error", "--subtype", "external",
+                         "--since", "2024-01-17T14:00:00Z", "--until", std::to_string(t0 + 20'000),
+                         "--trace", "t 2", "--after-seq", "3", "--table"}));
   REQUIRE_MESSAGE(r.code == 0, r.err);
   auto targets = srv.targets();
   REQUIRE(targets.size() == 1);
-  CHECK(targets[0] == "/v1/entities/ledger/a1/facts?type=error&subtype=external&since=" +
-                        std::to_string(t0) + "&until=" + std::to_string(t0 + 20'000) +
-                        "&after_seq=3&trace_id=t%202&limit=100");
+  CHECK(targets[0] ==
+        "/v1/entities/ledger/a1/facts?type=error&subtype=external&since=" + std::to_string(t0) +
+          "&until=" + std::to_string(t0 + 20'000) + "&after_seq=3&trace_id=t%202&limit=100");
   CHECK(srv.keys() == std::vector<std::string>{"sk_acme"});
   // seq 9 has no subtype "external" and no trace: filtered out on this side as well.
   CHECK(r.out == "SEQ  TIME                      TYPE   SUBTYPE   TOOL  AMOUNT  TRACE  DATA\n"
@@ -198,16 +198,16 @@ TEST_CASE("remote: pages with after_seq, filters tool and key here, newest first
   CHECK(param(t[1], "after_seq") == "1000");
   CHECK(param(t[2], "after_seq") == "2000");
 
-  auto newest = run_cli(remote(srv, {"facts", "acme/ledger/a1", "--newest", "--limit", "3",
-                                     "--tool", "crm"}));
+  auto newest =
+    run_cli(remote(srv, {"facts", "acme/ledger/a1", "--newest", "--limit", "3", "--tool", "crm"}));
   REQUIRE(newest.code == 0);
   std::vector<int64_t> seqs;
   for (auto& l : lines(newest.out))
     seqs.push_back(nlohmann::json::parse(l)["seq"]);
   CHECK(seqs == std::vector<int64_t>{2499, 2496, 2493});
 
-  auto first = run_cli(remote(srv, {"facts", "acme/ledger/a1", "--limit", "2", "--type", "error",
-                                    "--before-seq", "7"}));
+  auto first = run_cli(remote(
+    srv, {"facts", "acme/ledger/a1", "--limit", "2", "--type", "error", "--before-seq", "7"}));
   REQUIRE(first.code == 0);
   CHECK(lines(first.out).size() == 2);
   // Only server-side filters: the page asks for what is still wanted, over several pages.
@@ -254,14 +254,13 @@ TEST_CASE("remote: dead letters and breakers") {
     return canned{404, R"({"title":"Not Found","status":404,"code":"NOT_FOUND"})",
                   "application/problem+json"};
   });
-  auto dl = run_cli(remote(srv, {"dead-letters", "acme/webhook/w:1", "--status", "pending",
-                                 "--table"}));
+  auto dl =
+    run_cli(remote(srv, {"dead-letters", "acme/webhook/w:1", "--status", "pending", "--table"}));
   REQUIRE_MESSAGE(dl.code == 0, dl.err);
-  CHECK(dl.out ==
-        "ID    STATUS   OPERATION  CATEGORY   CODE      REASON        ATTEMPTS  "
-        "LAST_ATTEMPT              NEXT_RETRY  TRACE  MESSAGE\n"
-        "dl_1  pending  deliver    transient  HTTP_503  server_error         5  "
-        "2024-01-17T14:00:05.000Z  -           t9     unavailable\n");
+  CHECK(dl.out == "ID    STATUS   OPERATION  CATEGORY   CODE      REASON        ATTEMPTS  "
+                  "LAST_ATTEMPT              NEXT_RETRY  TRACE  MESSAGE\n"
+                  "dl_1  pending  deliver    transient  HTTP_503  server_error         5  "
+                  "2024-01-17T14:00:05.000Z  -           t9     unavailable\n");
   auto dlj = run_cli(remote(srv, {"dead-letters", "acme/webhook/w:1"}));
   REQUIRE(dlj.code == 0);
   REQUIRE(lines(dlj.out).size() == 2);
@@ -307,18 +306,18 @@ TEST_CASE("remote: HTTP failures are exit 7 (404: 3), bad URLs are usage errors"
     tcp::acceptor a(ioc, {net::ip::make_address("127.0.0.1"), 0});
     dead_port = a.local_endpoint().port();
   }
-  auto refused = run_cli({"inspect", "facts", "--server",
-                          "http://127.0.0.1:" + std::to_string(dead_port), "--api-key", "k",
-                          "acme/ledger/a1"});
+  auto refused =
+    run_cli({"inspect", "facts", "--server", "http://127.0.0.1:" + std::to_string(dead_port),
+             "--api-key", "k", "acme/ledger/a1"});
   CHECK(refused.code == 7);
   CHECK(refused.err.find("cannot connect to") != std::string::npos);
 
-  auto https = run_cli({"inspect", "facts", "--server", "https://127.0.0.1:1", "--api-key", "k",
-                        "acme/ledger/a1"});
+  auto https = run_cli(
+    {"inspect", "facts", "--server", "https://127.0.0.1:1", "--api-key", "k", "acme/ledger/a1"});
   CHECK(https.code == 2);
   CHECK(https.err.find("https is not supported") != std::string::npos);
-  auto far = run_cli({"inspect", "breakers", "--server", "http://192.0.2.1:8080", "--api-key",
-                      "k", "acme/ledger/a1"});
+  auto far = run_cli({"inspect", "breakers", "--server", "http://192.0.2.1:8080", "--api-key", "k",
+                      "acme/ledger/a1"});
   CHECK(far.code == 2);
   CHECK(far.err.find("loopback") != std::string::npos);
   CHECK(run_cli({"inspect", "facts", "--server", srv.url(), "acme/ledger/a1"}).code == 2);

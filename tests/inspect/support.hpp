@@ -196,11 +196,11 @@ inline void fill_fixture(const fs::path& dir) {
   {
     auto s = open_store(dir, entity_key{"acme", "webhook", "w1"});
     REQUIRE(s->append(draft("invocation", "deliver", t0 + 500, "hook", "", "")).is_ok());
-    REQUIRE(s->append(cost("delivery", t0 + 600, "hook", "0.0002", "USD", {{"failed", true}}))
-              .is_ok());
-    REQUIRE(s->append(draft("error", "external", t0 + 700, "hook", "", "",
-                            {{"error_type", "transient"}}))
-              .is_ok());
+    REQUIRE(
+      s->append(cost("delivery", t0 + 600, "hook", "0.0002", "USD", {{"failed", true}})).is_ok());
+    REQUIRE(
+      s->append(draft("error", "external", t0 + 700, "hook", "", "", {{"error_type", "transient"}}))
+        .is_ok());
     REQUIRE(s->commit().is_ok());
   }
   {
@@ -225,9 +225,9 @@ inline file_snapshot snapshot_dir(const fs::path& dir) {
     ::stat(e.path().c_str(), &st);
     std::ifstream in(e.path(), std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    s.files[e.path().string()] = {
-      static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
-      std::move(bytes)};
+    s.files[e.path().string()] = {static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 +
+                                    st.st_mtim.tv_nsec,
+                                  std::move(bytes)};
   }
   return s;
 }

@@ -20,8 +20,8 @@ const char* restore_update_trigger =
 TEST_CASE("verify: intact entities pass, one or all") {
   test::temp_dir tmp;
   fill_fixture(tmp.path());
-  auto one = run_cli({"inspect", "verify", "--data", tmp.path().string(), "acme/ledger/a1",
-                      "--table"});
+  auto one =
+    run_cli({"inspect", "verify", "--data", tmp.path().string(), "acme/ledger/a1", "--table"});
   CHECK(one.code == 0);
   CHECK(one.err == "");
   CHECK(one.out == "ENTITY          RESULT  FACTS  SCHEMA  FIRST_BAD_SEQ  PROBLEM\n"
@@ -86,13 +86,13 @@ TEST_CASE("verify: a fact edited behind the store's back names the first bad seq
   CHECK(j["problem"].get<std::string>().find("altered") != std::string::npos);
   CHECK(r.err.rfind("factum inspect: verify acme/ledger/a1: first bad seq 7: ", 0) == 0);
   // show flags the edited row too.
-  auto show = run_cli({"inspect", "show", "--data", tmp.path().string(), "acme/ledger/a1", "7",
-                       "--table"});
+  auto show =
+    run_cli({"inspect", "show", "--data", tmp.path().string(), "acme/ledger/a1", "7", "--table"});
   CHECK(show.code == 0);
   CHECK(show.out.find("hash check:      MISMATCH") != std::string::npos);
   // And a tampered file is still left as it was.
   auto before = snapshot_dir(tmp.path());
-  (void) run_cli({"inspect", "verify", "--data", tmp.path().string()});
+  (void)run_cli({"inspect", "verify", "--data", tmp.path().string()});
   CHECK(snapshot_dir(tmp.path()) == before);
 }
 

@@ -138,7 +138,8 @@ class server {
     }
     log_ = dir_ / ("serve-" + std::to_string(round) + ".log");
     pid_t pid = ::fork();
-    if (pid < 0) return false;
+    if (pid < 0)
+      return false;
     if (pid == 0) {
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) {
@@ -146,7 +147,8 @@ class server {
         ::close(fd);
       }
       int null = ::open("/dev/null", O_WRONLY);
-      if (null >= 0) ::dup2(null, 1);
+      if (null >= 0)
+        ::dup2(null, 1);
       ::execl(opt_.factum.c_str(), opt_.factum.c_str(), "serve", "--config", cfg.c_str(),
               static_cast<char*>(nullptr));
       _exit(127);
@@ -227,7 +229,8 @@ class server {
 void retry_unanswered(std::vector<call_record>& calls, uint16_t port, figures& fig) {
   factum::test::http_client client(port, 20s);
   for (auto& c : calls) {
-    if (c.acked) continue;
+    if (c.acked)
+      continue;
     auto r = client.request("POST", target_of(c), headers_of(c), c.body);
     ++fig.retried;
     if (r.status != 200) {
@@ -269,15 +272,16 @@ std::vector<call_record> load(server& srv, int round, const options& o, std::mt1
           std::lock_guard<std::mutex> g(mu);
           c = pending[pi];
         } else {
-          if (issued.fetch_add(1) >= max_calls) break;
+          if (issued.fetch_add(1) >= max_calls)
+            break;
           c.key =
-              "r" + std::to_string(round) + "-w" + std::to_string(w) + "-n" + std::to_string(n++);
+            "r" + std::to_string(round) + "-w" + std::to_string(w) + "-n" + std::to_string(n++);
           c.entity = static_cast<int>(wr() % static_cast<uint64_t>(o.entities));
-          c.body = json{{"type", "invocation"},
-                        {"subtype", "crash"},
-                        {"data",
-                         {{"k", c.key}, {"round", round}, {"pad", std::string(wr() % 200, 'p')}}}}
-                       .dump();
+          c.body =
+            json{{"type", "invocation"},
+                 {"subtype", "crash"},
+                 {"data", {{"k", c.key}, {"round", round}, {"pad", std::string(wr() % 200, 'p')}}}}
+              .dump();
         }
         auto r = client.request("POST", target_of(c), headers_of(c), c.body);
         if (r.status == 200) {
@@ -298,7 +302,8 @@ std::vector<call_record> load(server& srv, int round, const options& o, std::mt1
             calls.push_back(std::move(c));
           }
         }
-        if (dead) break; // the server is gone; this connection's call stays unanswered
+        if (dead)
+          break; // the server is gone; this connection's call stays unanswered
       }
     });
   }
@@ -351,7 +356,8 @@ void check_on_disk(const std::filesystem::path& data, const std::vector<call_rec
         fail("query " + entity_id(e) + ": " + facts.error().to_string());
         break;
       }
-      if (facts->empty()) break;
+      if (facts->empty())
+        break;
       for (auto& fact : *facts) {
         after = fact.seq;
         if (fact.type != "invocation") {
@@ -367,8 +373,10 @@ void check_on_disk(const std::filesystem::path& data, const std::vector<call_rec
           continue;
         }
         auto& c = *it->second;
-        if (++seen[c.key] > 1) fail("key " + c.key + " has more than one fact");
-        if (c.entity != e) fail("key " + c.key + " landed on the wrong entity");
+        if (++seen[c.key] > 1)
+          fail("key " + c.key + " has more than one fact");
+        if (c.entity != e)
+          fail("key " + c.key + " landed on the wrong entity");
         auto d = json::parse(fact.data, nullptr, false);
         if (!d.is_object() || d.value("k", "") != c.key)
           fail("key " + c.key + ": fact data does not match its request");
@@ -413,7 +421,8 @@ int main(int argc, char** argv) {
     else
       return usage();
   }
-  if (o.factum.empty() || o.rounds < 1 || o.connections < 1 || o.entities < 1) return usage();
+  if (o.factum.empty() || o.rounds < 1 || o.connections < 1 || o.entities < 1)
+    return usage();
   std::cout << "reliability_crash: seed " << o.seed << ", " << o.rounds << " rounds, "
             << o.connections << " connections, " << o.entities << " entities" << std::endl;
   std::mt19937_64 rng(o.seed);
@@ -427,7 +436,8 @@ int main(int argc, char** argv) {
     // Alternate durability modes: both must survive a process crash.
     std::string durability = round % 2 ? "full" : "normal";
     server srv(o, tmp.path());
-    if (!srv.start(round, durability)) break;
+    if (!srv.start(round, durability))
+      break;
     if (last) {
       retry_unanswered(pending, srv.port(), fig);
       srv.stop();
@@ -457,8 +467,10 @@ int main(int argc, char** argv) {
   for (auto& c : pending)
     all.push_back(std::move(c));
   for (auto& c : all)
-    if (!c.acked) fail("key " + c.key + " never got a response");
-  if (failures == 0) check_on_disk(tmp.path() / "data", all, o, fig);
+    if (!c.acked)
+      fail("key " + c.key + " never got a response");
+  if (failures == 0)
+    check_on_disk(tmp.path() / "data", all, o, fig);
   auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "reliability_crash: " << (failures ? "FAILED" : "ok") << ": seed " << o.seed
             << ", rounds " << o.rounds << ", kills " << fig.kills << ", calls " << fig.sent

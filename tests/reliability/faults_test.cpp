@@ -47,7 +47,8 @@ struct fault_switch {
         }
         return SQLITE_OK;
       }
-      if (countdown.load() <= 0) return SQLITE_OK;
+      if (countdown.load() <= 0)
+        return SQLITE_OK;
       if (countdown.fetch_sub(1) == 1) {
         std::lock_guard<std::mutex> g(mu);
         ++hits;
@@ -144,7 +145,8 @@ std::string garble(const std::filesystem::path& file, bool keep_header, uint64_t
     std::ifstream in(file, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  if (bytes.size() < 4096) bytes.resize(4096);
+  if (bytes.size() < 4096)
+    bytes.resize(4096);
   std::mt19937_64 rng(seed);
   for (size_t i = keep_header ? 100 : 0; i < bytes.size(); ++i)
     bytes[i] = static_cast<char>(rng());
@@ -181,8 +183,7 @@ TEST_CASE("faults: the Nth SQLite operation of a call fails (IOERR, FULL, CORRUP
   temp_dir data;
   {
     gateway_fixture f(
-        [&](runtime_config& rc, http_server_config&) { rc.storage_fault = fs.hook(); },
-        data.path());
+      [&](runtime_config& rc, http_server_config&) { rc.storage_fault = fs.hook(); }, data.path());
     http_client c(f.port());
     auto post = [&](const std::string& id, const std::string& key) {
       entities.insert(id);
@@ -212,7 +213,8 @@ TEST_CASE("faults: the Nth SQLite operation of a call fails (IOERR, FULL, CORRUP
         auto r = post(id, key);
         auto label = fs.disarm();
         INFO(name << " at op " << n << " (" << label << "): " << r.status << " " << r.body);
-        if (!label.empty()) ++labels_hit[first_words(label)];
+        if (!label.empty())
+          ++labels_hit[first_words(label)];
         if (r.status == 200) {
           ++clean;
           take(key, r);
@@ -257,7 +259,8 @@ TEST_CASE("faults: the Nth SQLite operation of a call fails (IOERR, FULL, CORRUP
       fs.arm_nth(n, SQLITE_IOERR_READ);
       auto r = post(id, key);
       auto label = fs.disarm();
-      if (!label.empty()) ++labels_hit["(cold) " + first_words(label)];
+      if (!label.empty())
+        ++labels_hit["(cold) " + first_words(label)];
       INFO("cold open, op " << n << " (" << label << "): " << r.status << " " << r.body);
       if (r.status == 200) {
         take(key, r);
@@ -289,8 +292,7 @@ TEST_CASE("faults: disk full at every commit for a while, then space again") {
   temp_dir data;
   {
     gateway_fixture f(
-        [&](runtime_config& rc, http_server_config&) { rc.storage_fault = fs.hook(); },
-        data.path());
+      [&](runtime_config& rc, http_server_config&) { rc.storage_fault = fs.hook(); }, data.path());
     http_client c(f.port());
     auto post = [&](const std::string& id, const std::string& key) {
       keys[key].entity = id;
@@ -351,21 +353,21 @@ TEST_CASE("faults: an entity file overwritten with garbage while the server is s
           REQUIRE(c.request("POST", "/v1/entities/ledger/" + id + "/append",
                             json_headers(acme_key, id + std::to_string(i) + victim),
                             append_body(id))
-                      .status == 200);
+                    .status == 200);
     }
     garbage[victim] = garble(file_of(data.path(), victim), keep_header, 42);
     gateway_fixture f({}, data.path());
     http_client c(f.port());
     for (int attempt = 0; attempt < 3; ++attempt) {
-      auto r = c.request("POST", "/v1/entities/ledger/" + victim + "/append",
-                         json_headers(acme_key, "after-" + std::to_string(attempt)),
-                         append_body("after"));
+      auto r =
+        c.request("POST", "/v1/entities/ledger/" + victim + "/append",
+                  json_headers(acme_key, "after-" + std::to_string(attempt)), append_body("after"));
       INFO(r.body);
       CHECK(r.status == 500);
       CHECK(r.code() == "ENTITY_STORAGE_CORRUPT");
       CHECK(r.header("content-type") == "application/problem+json");
       auto g =
-          c.request("GET", "/v1/entities/ledger/" + victim + "/facts", {{"X-API-Key", acme_key}});
+        c.request("GET", "/v1/entities/ledger/" + victim + "/facts", {{"X-API-Key", acme_key}});
       CHECK(g.status == 500);
       CHECK(g.code() == "ENTITY_STORAGE_CORRUPT");
     }
@@ -391,7 +393,7 @@ TEST_CASE("faults: an entity file overwritten with garbage while the entity is h
       REQUIRE(c.request("POST", std::string("/v1/entities/ledger/") + id + "/append",
                         json_headers(acme_key, std::string(id) + std::to_string(i)),
                         append_body(id))
-                  .status == 200);
+                .status == 200);
   REQUIRE(eventually([&] { return f.rt().stats().active_entities == 0; }, 10s));
   CHECK(f.rt().stats().hibernations >= 2);
   auto bytes = garble(file_of(data.path(), "sleeper"), false, 7);
@@ -415,7 +417,7 @@ TEST_CASE("faults: a garbage alarm index is set aside and rebuilt, the entities 
     http_client c(f.port());
     REQUIRE(c.request("POST", "/v1/entities/ledger/keep/append", json_headers(acme_key, "k1"),
                       append_body("k1"))
-                .status == 200);
+              .status == 200);
   }
   auto index = data.path() / "runtime" / "alarms.db";
   REQUIRE(std::filesystem::exists(index));

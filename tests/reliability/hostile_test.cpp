@@ -37,7 +37,7 @@ std::string post_json(const std::string& target, const std::string& body,
                       const std::string& extra = "Idempotency-Key: k1\r\n") {
   return head("POST", target,
               "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                  "\r\n" + extra) +
+                "\r\n" + extra) +
          body;
 }
 
@@ -90,7 +90,8 @@ long rss_kib() {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::atol(line.c_str() + 6);
   return -1;
 }
 
@@ -116,25 +117,25 @@ TEST_CASE("hostile: path traversal and bad bytes in type or id never reach a pat
     std::string code;
   };
   std::vector<item> items = {
-      {"/v1/entities/ledger/../append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/../ledger/x/append", 404, "ROUTE_NOT_FOUND"},
-      {"/v1/entities/ledger/%2e%2e/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/%2e%2e%2f%2e%2e/x/facts", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/a%2Fb/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/a%5Cb/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/a\\b/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/a%00b/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/%00/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/.hidden/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/" + long_id + "/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/caf%C3%A9/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/x%27%3BDROP%20TABLE%20facts/append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/ledger/%/append", 400, "INVALID_PATH"},
-      {"/v1/entities/ledger/%zz/append", 400, "INVALID_PATH"},
-      {"/v1/entities/ledger/a/b/append", 404, "ROUTE_NOT_FOUND"},
-      {"/v1/entities/ledger//append", 400, "INVALID_ENTITY_KEY"},
-      {"/v1/entities/%6c%65%64%67%65%72/ok/%40facts", 404, "METHOD_NOT_FOUND"},
+    {"/v1/entities/ledger/../append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/../ledger/x/append", 404, "ROUTE_NOT_FOUND"},
+    {"/v1/entities/ledger/%2e%2e/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/%2e%2e%2f%2e%2e/x/facts", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/a%2Fb/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/a%5Cb/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/a\\b/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/a%00b/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/%00/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/.hidden/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/" + long_id + "/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/caf%C3%A9/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/x%27%3BDROP%20TABLE%20facts/append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/ledger/%/append", 400, "INVALID_PATH"},
+    {"/v1/entities/ledger/%zz/append", 400, "INVALID_PATH"},
+    {"/v1/entities/ledger/a/b/append", 404, "ROUTE_NOT_FOUND"},
+    {"/v1/entities/ledger//append", 400, "INVALID_ENTITY_KEY"},
+    {"/v1/entities/%6c%65%64%67%65%72/ok/%40facts", 404, "METHOD_NOT_FOUND"},
   };
   for (auto& it : items)
     expect(f, it.target, post_json(it.target, append_body), it.status, it.code);
@@ -181,8 +182,8 @@ TEST_CASE("hostile: non-ASCII keys and invalid UTF-8 or 10,000-deep JSON bodies"
   CHECK(f.entity_files() == 1); // nothing reached the entity h
   // SQL as a fact *type* reaches the ledger, which refuses it (a type is a token): 400, and the
   // failure is recorded as one error fact (BRIEF guarantee 5), never as the fact asked for.
-  auto a = exchange(f.port(), post_json(t, R"({"type":"x'); DROP TABLE facts; --"})",
-                                        "Idempotency-Key: sqlt\r\n"));
+  auto a = exchange(
+    f.port(), post_json(t, R"({"type":"x'); DROP TABLE facts; --"})", "Idempotency-Key: sqlt\r\n"));
   CHECK(a.status == 400);
   CHECK(a.code == "INVALID_ARGUMENT");
   auto facts = f.facts("acme", "ledger", "h");
@@ -236,8 +237,8 @@ TEST_CASE("hostile: a 100 MB body is refused with 413 before it is read, and not
     size_t sent_at_answer = sent.load();
     sender.join();
     auto ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-            .count();
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+        .count();
     CHECK(status == 413);
     CHECK(s.body().find("BODY_TOO_LARGE") != std::string::npos);
     MESSAGE("413 after " << sent_at_answer / 1024 << " KiB sent; the server cut the sender off "
@@ -267,10 +268,10 @@ TEST_CASE("hostile: huge headers, duplicate headers, request smuggling shapes") 
          head("GET", "/v1/entities/ledger/" + std::string(65536, 'a') + "/facts", ""), 431,
          "HEADERS_TOO_LARGE");
   // Two API keys (even of two tenants): refused, not "the first one wins".
-  expect(f, "two X-API-Key",
-         head("GET", "/v1/entities/ledger/seed/facts",
-              std::string("X-API-Key: ") + globex_key + "\r\n"),
-         401, "UNAUTHORIZED");
+  expect(
+    f, "two X-API-Key",
+    head("GET", "/v1/entities/ledger/seed/facts", std::string("X-API-Key: ") + globex_key + "\r\n"),
+    401, "UNAUTHORIZED");
   expect(f, "two Idempotency-Key",
          post_json(t, append_body, "Idempotency-Key: a\r\nIdempotency-Key: b\r\n"), 400,
          "INVALID_IDEMPOTENCY_KEY");
@@ -282,14 +283,14 @@ TEST_CASE("hostile: huge headers, duplicate headers, request smuggling shapes") 
   expect(f, "two different Content-Length",
          head("POST", t,
               "Content-Type: application/json\r\nIdempotency-Key: c\r\nContent-Length: " + cl +
-                  "\r\nContent-Length: 5\r\n") +
-             body,
+                "\r\nContent-Length: 5\r\n") +
+           body,
          400, "BAD_REQUEST");
   expect(f, "Content-Length and Transfer-Encoding",
          head("POST", t,
               "Content-Type: application/json\r\nIdempotency-Key: c\r\nContent-Length: 4\r\n"
               "Transfer-Encoding: chunked\r\n") +
-             "0\r\n\r\n",
+           "0\r\n\r\n",
          400, "BAD_REQUEST");
   expect(f, "negative Content-Length",
          head("POST", t,
@@ -304,8 +305,8 @@ TEST_CASE("hostile: huge headers, duplicate headers, request smuggling shapes") 
          head("POST", t,
               "Content-Type: application/json\r\nContent-Type: text/plain\r\nIdempotency-Key: c\r\n"
               "Content-Length: " +
-                  cl + "\r\n") +
-             body,
+                cl + "\r\n") +
+           body,
          415, "UNSUPPORTED_MEDIA_TYPE");
   // Nothing reached the entity d (no file was created for it).
   CHECK(f.entity_files() == 1);
@@ -314,8 +315,8 @@ TEST_CASE("hostile: huge headers, duplicate headers, request smuggling shapes") 
   auto a = exchange(f.port(), head("POST", t,
                                    "Content-Type: application/json\r\nIdempotency-Key: c2\r\n"
                                    "Content-Length: " +
-                                       cl + "\r\nContent-Length: " + cl + "\r\n") +
-                                  body);
+                                     cl + "\r\nContent-Length: " + cl + "\r\n") +
+                                body);
   CHECK(a.status == 200);
   CHECK(f.facts("acme", "ledger", "d").size() == 1);
 }
@@ -327,14 +328,14 @@ TEST_CASE("hostile: content types and API keys (415, 401, other tenant)") {
   auto with_type = [&](const std::string& ct) {
     return head("POST", t,
                 (ct.empty() ? std::string() : "Content-Type: " + ct + "\r\n") +
-                    "Idempotency-Key: ct\r\nContent-Length: " + std::to_string(append_body.size()) +
-                    "\r\n") +
+                  "Idempotency-Key: ct\r\nContent-Length: " + std::to_string(append_body.size()) +
+                  "\r\n") +
            append_body;
   };
   for (std::string ct : std::vector<std::string>{
-           "", "text/plain", "application/jsonx", "application/json; charset=latin1",
-           "multipart/form-data; boundary=x", "application/x-www-form-urlencoded",
-           "application/xml", "*/*"})
+         "", "text/plain", "application/jsonx", "application/json; charset=latin1",
+         "multipart/form-data; boundary=x", "application/x-www-form-urlencoded", "application/xml",
+         "*/*"})
     expect(f, "Content-Type '" + ct + "'", with_type(ct), 415, "UNSUPPORTED_MEDIA_TYPE");
   auto facts_req = [&](const std::string& key_line) {
     return "GET /v1/entities/ledger/seed/facts HTTP/1.1\r\nHost: x\r\n" + key_line + "\r\n";
@@ -347,9 +348,9 @@ TEST_CASE("hostile: content types and API keys (415, 401, other tenant)") {
          401, "UNAUTHORIZED");
   expect(f, "unknown key on a write",
          "POST " + t +
-             " HTTP/1.1\r\nHost: x\r\nX-API-Key: nope\r\nContent-Type: application/json\r\n"
-             "Idempotency-Key: z\r\nContent-Length: " +
-             std::to_string(append_body.size()) + "\r\n\r\n" + append_body,
+           " HTTP/1.1\r\nHost: x\r\nX-API-Key: nope\r\nContent-Type: application/json\r\n"
+           "Idempotency-Key: z\r\nContent-Length: " +
+           std::to_string(append_body.size()) + "\r\n\r\n" + append_body,
          401, "UNAUTHORIZED");
   // Another tenant's key names another tenant's entity: acme's facts are invisible to globex,
   // its dead letters cannot be acted on (404), and its writes land in globex's own file.
@@ -420,7 +421,7 @@ TEST_CASE("hostile: SQL fragments and out-of-range numbers in query filters") {
   CHECK(big.status == 200);
   CHECK(big.json().empty());
   auto r =
-      c.request("GET", "/v1/entities/ledger/seed/dead-letters?limit=-3", {{"X-API-Key", acme_key}});
+    c.request("GET", "/v1/entities/ledger/seed/dead-letters?limit=-3", {{"X-API-Key", acme_key}});
   CHECK(r.status == 400);
   CHECK(count_on_disk(f.data_dir()) == before);
   CHECK(healthy(f.port()));
@@ -437,21 +438,24 @@ TEST_CASE("hostile: a client dripping one byte at a time hits the request timeou
     raw_socket s(f.port());
     REQUIRE(s.ok());
     size_t start = in_body ? req.size() - append_body.size() : 0;
-    if (start) REQUIRE(s.send(req.substr(0, start)));
+    if (start)
+      REQUIRE(s.send(req.substr(0, start)));
     auto t0 = std::chrono::steady_clock::now();
     int status = 0;
     // One byte every 20 ms: the whole request would take seconds; the deadline is 400 ms for
     // all of it, not per byte.
     for (size_t i = start; i < req.size() && status == 0; ++i) {
-      if (!s.send(req.substr(i, 1))) break;
+      if (!s.send(req.substr(i, 1)))
+        break;
       bool eof = false;
       s.read_some(20ms, &eof);
-      if (s.input().find("\r\n\r\n") != std::string::npos || eof) break;
+      if (s.input().find("\r\n\r\n") != std::string::npos || eof)
+        break;
     }
     status = s.read_response(5s);
     auto ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-            .count();
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+        .count();
     INFO("in body: " << in_body << ", after " << ms << " ms");
     CHECK(status == 408);
     CHECK(s.body().find("REQUEST_TIMEOUT") != std::string::npos);
@@ -468,8 +472,8 @@ TEST_CASE("hostile: half-closed connections get their answer and a cut request w
   {
     // A whole request, then FIN: the answer still comes, the write happens once.
     raw_socket s(f.port());
-    REQUIRE(s.send(
-        post_json("/v1/entities/ledger/half/append", append_body, "Idempotency-Key: h1\r\n")));
+    REQUIRE(
+      s.send(post_json("/v1/entities/ledger/half/append", append_body, "Idempotency-Key: h1\r\n")));
     s.shutdown_write();
     CHECK(s.read_response(10s) == 200);
     CHECK(s.closed_by_peer(5s));
@@ -527,7 +531,7 @@ TEST_CASE("hostile: 2,000 idle connections against a cap of 1,000") {
   size_t refused = 0, silent_closed = 0, other = 0;
   for (auto& s : socks) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        t0 + 15s - std::chrono::steady_clock::now());
+      t0 + 15s - std::chrono::steady_clock::now());
     bool closed = s.closed_by_peer(std::max(left, std::chrono::milliseconds(1)));
     if (s.input().rfind("HTTP/1.1 503", 0) == 0 &&
         s.body().find("TOO_MANY_CONNECTIONS") != std::string::npos)

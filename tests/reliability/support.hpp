@@ -26,7 +26,8 @@ class raw_socket {
  public:
   explicit raw_socket(uint16_t port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd_ < 0) return;
+    if (fd_ < 0)
+      return;
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
@@ -49,7 +50,8 @@ class raw_socket {
     size_t off = 0;
     while (off < bytes.size()) {
       auto n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return false;
+      if (n <= 0)
+        return false;
       off += static_cast<size_t>(n);
     }
     return true;
@@ -67,7 +69,8 @@ class raw_socket {
   void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
 
   void close() {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0)
+      ::close(fd_);
     fd_ = -1;
   }
 
@@ -75,11 +78,13 @@ class raw_socket {
   /// input. Returns the number of bytes read (0: end of stream or nothing in time).
   size_t read_some(std::chrono::milliseconds timeout, bool* eof = nullptr) {
     pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return 0;
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0)
+      return 0;
     char buf[16384];
     auto n = ::recv(fd_, buf, sizeof buf, 0);
     if (n <= 0) {
-      if (eof) *eof = true;
+      if (eof)
+        *eof = true;
       return 0;
     }
     in_.append(buf, static_cast<size_t>(n));
@@ -91,13 +96,16 @@ class raw_socket {
   int read_response(std::chrono::milliseconds timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-      if (auto s = parsed_status(); s != 0) return s;
+      if (auto s = parsed_status(); s != 0)
+        return s;
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return 0;
+        deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0)
+        return 0;
       bool eof = false;
       read_some(left, &eof);
-      if (eof) return parsed_status();
+      if (eof)
+        return parsed_status();
     }
   }
 
@@ -108,11 +116,13 @@ class raw_socket {
     while (std::chrono::steady_clock::now() < deadline) {
       pollfd p{fd_, POLLIN, 0};
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, left.count()))) <= 0) continue;
+        deadline - std::chrono::steady_clock::now());
+      if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, left.count()))) <= 0)
+        continue;
       char buf[4096];
       auto n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return true;
+      if (n <= 0)
+        return true;
       in_.append(buf, static_cast<size_t>(n));
     }
     return false;
@@ -135,7 +145,8 @@ class raw_socket {
     for (auto& c : name)
       c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     auto p = head.find("\r\n" + name + ":");
-    if (p == std::string::npos) return {};
+    if (p == std::string::npos)
+      return {};
     auto start = p + 3 + name.size();
     auto stop = head.find("\r\n", start);
     auto v = in_.substr(start, stop == std::string::npos ? std::string::npos : stop - start);
@@ -147,11 +158,14 @@ class raw_socket {
  private:
   int parsed_status() const {
     auto end = in_.find("\r\n\r\n");
-    if (end == std::string::npos || in_.compare(0, 9, "HTTP/1.1 ") != 0) return 0;
+    if (end == std::string::npos || in_.compare(0, 9, "HTTP/1.1 ") != 0)
+      return 0;
     int status = std::atoi(in_.c_str() + 9);
-    if (status == 100) return 100;
+    if (status == 100)
+      return 100;
     auto cl = header("content-length");
-    if (!cl.empty() && in_.size() < end + 4 + std::stoul(cl)) return 0;
+    if (!cl.empty() && in_.size() < end + 4 + std::stoul(cl))
+      return 0;
     return status;
   }
 

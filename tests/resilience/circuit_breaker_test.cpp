@@ -29,7 +29,7 @@ breaker_config count_config() {
 void trip(circuit_breaker& b, int64_t now) {
   for (int i = 0; i < 10 && b.state() == breaker_state::closed; ++i) {
     REQUIRE(b.allow(now).allowed);
-    (void) b.on_failure(now);
+    (void)b.on_failure(now);
   }
   REQUIRE(b.state() == breaker_state::open);
 }
@@ -145,7 +145,7 @@ TEST_CASE("circuit_breaker: OPEN fast-fails, HALF_OPEN after the cooldown, bound
   CHECK(first.transition->from == breaker_state::open);
   CHECK(first.transition->to == breaker_state::half_open);
   CHECK(first.transition->reason == "cooldown_elapsed");
-  CHECK(first.transition->counters.request_count == 2);  // the two refused calls
+  CHECK(first.transition->counters.request_count == 2); // the two refused calls
   CHECK(b.allow(t0 + 1001).allowed);                    // second trial
   auto third = b.allow(t0 + 1002);
   CHECK_FALSE(third.allowed);
@@ -158,7 +158,7 @@ TEST_CASE("circuit_breaker: closes after the success threshold with empty window
   trip(b, t0);
   REQUIRE(b.allow(t0 + 1000).allowed);
   REQUIRE(b.allow(t0 + 1000).allowed);
-  CHECK_FALSE(b.on_success(t0 + 1100));  // 1 of 2
+  CHECK_FALSE(b.on_success(t0 + 1100)); // 1 of 2
   CHECK(b.state() == breaker_state::half_open);
   // A finished trial frees its slot.
   CHECK(b.allow(t0 + 1150).allowed);
@@ -231,10 +231,10 @@ TEST_CASE("circuit_breaker: FORCED_OPEN ignores successes until reset") {
   CHECK(t->to == breaker_state::forced_open);
   CHECK(t->reason == "incident 42");
   CHECK(t->counters == breaker_counters{0, 1, 1});
-  CHECK_FALSE(b.force_open(t0 + 2));  // already there
+  CHECK_FALSE(b.force_open(t0 + 2)); // already there
   for (int i = 0; i < 20; ++i)
     CHECK_FALSE(b.on_success(t0 + 10 + i));
-  auto d = b.allow(t0 + 1000000);  // far past any cooldown
+  auto d = b.allow(t0 + 1000000); // far past any cooldown
   CHECK_FALSE(d.allowed);
   CHECK(d.reason == "forced_open");
   CHECK(d.state == breaker_state::forced_open);
@@ -274,10 +274,10 @@ TEST_CASE("circuit_breaker: DISABLED always allows and records nothing") {
 TEST_CASE("circuit_breaker: the time window opens on failures in the last T ms") {
   breaker_config c;
   c.count_window.size = 0;
-  c.time_window = {60000, 1, 10, 10, 0.0};  // exact window: 10 failures in 60 s
+  c.time_window = {60000, 1, 10, 10, 0.0}; // exact window: 10 failures in 60 s
   circuit_breaker b("sms", c, t0);
   for (int i = 0; i < 9; ++i)
-    CHECK_FALSE(b.on_failure(t0 + i * 1000));  // t0 .. t0+8000
+    CHECK_FALSE(b.on_failure(t0 + i * 1000)); // t0 .. t0+8000
   CHECK(b.window_counters(t0 + 8000) == breaker_counters{9, 0, 9});
   // At t0+60500 the failure at t0 has left the window: 8 + 1.
   CHECK_FALSE(b.on_failure(t0 + 60500));
@@ -291,13 +291,13 @@ TEST_CASE("circuit_breaker: the time window opens on failures in the last T ms")
 TEST_CASE("circuit_breaker: failure rate with a minimum volume") {
   breaker_config c;
   c.count_window.size = 0;
-  c.time_window = {60000, 1000, 10, 0, 0.5};  // >= 50 % of at least 10 calls
+  c.time_window = {60000, 1000, 10, 0, 0.5}; // >= 50 % of at least 10 calls
   circuit_breaker b("sms", c, t0);
   for (int i = 0; i < 4; ++i)
-    CHECK_FALSE(b.on_failure(t0));  // 100 % but volume 4
+    CHECK_FALSE(b.on_failure(t0)); // 100 % but volume 4
   for (int i = 0; i < 5; ++i)
-    CHECK_FALSE(b.on_success(t0));  // 4 of 9
-  auto t = b.on_failure(t0);         // 5 of 10 = 50 %
+    CHECK_FALSE(b.on_success(t0)); // 4 of 9
+  auto t = b.on_failure(t0);       // 5 of 10 = 50 %
   REQUIRE(t);
   CHECK(t->reason == "time_window_failure_rate");
   CHECK(t->counters == breaker_counters{5, 5, 10});
@@ -317,9 +317,9 @@ TEST_CASE("circuit_breaker: failure rate with a minimum volume") {
 TEST_CASE("circuit_breaker: JSON state round trip preserves behaviour mid-window") {
   circuit_breaker b("crm", count_config(), t0);
   for (int i = 0; i < 5; ++i)
-    (void) b.on_success(t0);
+    (void)b.on_success(t0);
   for (int i = 0; i < 4; ++i)
-    (void) b.on_failure(t0);
+    (void)b.on_failure(t0);
   auto saved = nlohmann::json::parse(b.to_json().dump());
   CHECK(saved["count_window"] == "SSSSSFFFF");
   auto restored = circuit_breaker::from_json(saved);
@@ -357,7 +357,7 @@ TEST_CASE("circuit_breaker: JSON state of the time window round trips") {
   c.time_window = {60000, 1000, 10, 10, 0.0};
   circuit_breaker b("sms", c, t0);
   for (int i = 0; i < 9; ++i)
-    (void) b.on_failure(t0 + i * 1000);
+    (void)b.on_failure(t0 + i * 1000);
   auto restored = circuit_breaker::from_json(b.to_json());
   REQUIRE(restored.is_ok());
   CHECK(restored->window_counters(t0 + 9000) == breaker_counters{9, 0, 9});
@@ -374,7 +374,7 @@ TEST_CASE("circuit_breaker: malformed JSON state is refused") {
   };
   CHECK(refused([](nlohmann::json& j) { j["state"] = "BROKEN"; }));
   CHECK(refused([](nlohmann::json& j) { j["count_window"] = "SXF"; }));
-  CHECK(refused([](nlohmann::json& j) { j["count_window"] = "SSSSSSSSSSS"; }));  // 11 > 10
+  CHECK(refused([](nlohmann::json& j) { j["count_window"] = "SSSSSSSSSSS"; })); // 11 > 10
   CHECK(refused([](nlohmann::json& j) { j.erase("config"); }));
   CHECK(refused([](nlohmann::json& j) { j["config"]["cooldown_ms"] = -1; }));
   CHECK(refused([](nlohmann::json& j) { j["trials_in_flight"] = -1; }));
@@ -402,12 +402,12 @@ TEST_CASE("circuit_breaker: config JSON, validation and reconfiguration") {
 
   circuit_breaker b("crm", count_config(), t0);
   for (int i = 0; i < 4; ++i)
-    (void) b.on_failure(t0);
+    (void)b.on_failure(t0);
   auto smaller = count_config();
   smaller.count_window = {3, 3, 3, 0.0};
   REQUIRE(b.set_config(smaller).is_ok());
   CHECK(b.window_counters(t0) == breaker_counters{3, 0, 3});
-  CHECK(b.on_failure(t0));  // 3 of the last 3
+  CHECK(b.on_failure(t0)); // 3 of the last 3
   auto bad = smaller;
   bad.cooldown_ms = -5;
   CHECK_FALSE(b.set_config(bad).is_ok());

@@ -25,12 +25,12 @@ TEST_CASE("classifier: transient HTTP statuses are retried with stable codes") {
   auto c = http(429);
   CHECK(c == classification{error_category::transient, true, "RATE_LIMITED",
                             failure_reason::rate_limit});
-  CHECK(http(503) == classification{error_category::transient, true, "HTTP_503",
-                                    failure_reason::server_error});
-  CHECK(http(504) == classification{error_category::transient, true, "HTTP_504",
-                                    failure_reason::timeout});
-  CHECK(http(408) == classification{error_category::transient, true, "HTTP_408",
-                                    failure_reason::timeout});
+  CHECK(http(503) ==
+        classification{error_category::transient, true, "HTTP_503", failure_reason::server_error});
+  CHECK(http(504) ==
+        classification{error_category::transient, true, "HTTP_504", failure_reason::timeout});
+  CHECK(http(408) ==
+        classification{error_category::transient, true, "HTTP_408", failure_reason::timeout});
   // Transient failures are retried whether or not the call is idempotent.
   CHECK(http(503, false).retryable);
   CHECK(http(429, false).retryable);
@@ -103,8 +103,7 @@ TEST_CASE("classifier: transport errors") {
   CHECK(dns.counts_for_breaker());
   CHECK_FALSE(c.classify_transport(transport_error::tls).retryable);
   CHECK(c.classify_transport(transport_error::other) ==
-        classification{error_category::external, true, "TRANSPORT_ERROR",
-                       failure_reason::unknown});
+        classification{error_category::external, true, "TRANSPORT_ERROR", failure_reason::unknown});
   CHECK(parse_transport_error("dns_failure") == transport_error::dns_failure);
   CHECK_FALSE(parse_transport_error("DNS"));
 }
@@ -114,16 +113,16 @@ TEST_CASE("classifier: tool errors without a status use well-known codes, then h
   CHECK(tool_error("etimedout", "").code == "TIMEOUT");
   CHECK(tool_error("RATE_LIMITED", "").reason == failure_reason::rate_limit);
   // The names of transport_error are understood as codes too.
-  for (auto e : {transport_error::timeout, transport_error::connection_reset,
-                 transport_error::connection_refused, transport_error::dns_failure,
-                 transport_error::tls}) {
+  for (auto e :
+       {transport_error::timeout, transport_error::connection_reset,
+        transport_error::connection_refused, transport_error::dns_failure, transport_error::tls}) {
     CAPTURE(to_string(e));
     CHECK(tool_error(to_string(e), "") == classifier{}.classify_transport(e));
   }
 
   auto timeout = tool_error("E_UPSTREAM", "upstream request timed out after 30s");
-  CHECK(timeout == classification{error_category::transient, true, "TIMEOUT",
-                                  failure_reason::timeout});
+  CHECK(timeout ==
+        classification{error_category::transient, true, "TIMEOUT", failure_reason::timeout});
   CHECK(tool_error("", "Rate limit exceeded, slow down").code == "RATE_LIMITED");
   CHECK(tool_error("", "Too Many Requests").code == "RATE_LIMITED");
   CHECK(tool_error("", "got HTTP 429 from vendor").code == "RATE_LIMITED");
@@ -137,8 +136,8 @@ TEST_CASE("classifier: tool errors without a status use well-known codes, then h
 
   // A number inside a longer number is not a status.
   auto order = tool_error("E_ORDER", "order 14290 rejected");
-  CHECK(order == classification{error_category::external, true, "E_ORDER",
-                                failure_reason::unknown});
+  CHECK(order ==
+        classification{error_category::external, true, "E_ORDER", failure_reason::unknown});
   // Nothing recognisable: the tool's own failure, retried with backoff.
   CHECK(tool_error("", "something odd") ==
         classification{error_category::external, true, "TOOL_ERROR", failure_reason::unknown});
@@ -174,22 +173,21 @@ TEST_CASE("classifier: classify(tool_reply) reads status, code, message and cate
 
 TEST_CASE("classifier: per-tool overrides of statuses and codes") {
   classifier c;
-  c.set_status_override("crm", 404,
-                        {error_category::transient, "CRM_NOT_SYNCED", failure_reason::timeout,
-                         std::nullopt});
+  c.set_status_override(
+    "crm", 404,
+    {error_category::transient, "CRM_NOT_SYNCED", failure_reason::timeout, std::nullopt});
   c.set_code_override("crm", "QUOTA", {error_category::budget, "", std::nullopt, std::nullopt});
   c.set_status_override("billing", 500, {error_category::server, "", std::nullopt, false});
 
   auto crm404 = c.classify_http("crm", 404, true);
-  CHECK(crm404 == classification{error_category::transient, true, "CRM_NOT_SYNCED",
-                                 failure_reason::timeout});
+  CHECK(crm404 ==
+        classification{error_category::transient, true, "CRM_NOT_SYNCED", failure_reason::timeout});
   // Other tools keep the default.
   CHECK(c.classify_http("mail", 404, true).category == error_category::client);
   // A code override wins, even over a status.
-  auto quota = c.classify_tool_error("crm", "QUOTA", "timeout", 503, error_category::external,
-                                     true);
-  CHECK(quota ==
-        classification{error_category::budget, false, "QUOTA", failure_reason::budget});
+  auto quota =
+    c.classify_tool_error("crm", "QUOTA", "timeout", 503, error_category::external, true);
+  CHECK(quota == classification{error_category::budget, false, "QUOTA", failure_reason::budget});
   // An explicit retryable wins over the category's rule.
   CHECK_FALSE(c.classify_http("billing", 500, true).retryable);
   CHECK(c.classify_http("billing", 500, true).code == "HTTP_500");
@@ -200,9 +198,8 @@ TEST_CASE("classifier: per-tool overrides of statuses and codes") {
 
 TEST_CASE("classifier: overrides survive a JSON round trip and bad JSON is refused") {
   classifier c;
-  c.set_status_override("crm", 404,
-                        {error_category::transient, "CRM_NOT_SYNCED", failure_reason::timeout,
-                         true});
+  c.set_status_override(
+    "crm", 404, {error_category::transient, "CRM_NOT_SYNCED", failure_reason::timeout, true});
   c.set_code_override("crm", "QUOTA", {error_category::budget, "", std::nullopt, std::nullopt});
   auto text = c.to_json().dump();
   auto back = classifier::from_json(nlohmann::json::parse(text));
@@ -225,9 +222,9 @@ TEST_CASE("classifier: overrides survive a JSON round trip and bad JSON is refus
 }
 
 TEST_CASE("classifier: failure reason names and aliases") {
-  for (auto r : {failure_reason::rate_limit, failure_reason::server_error,
-                 failure_reason::timeout, failure_reason::invalid_payload,
-                 failure_reason::unauthorized, failure_reason::budget, failure_reason::unknown})
+  for (auto r : {failure_reason::rate_limit, failure_reason::server_error, failure_reason::timeout,
+                 failure_reason::invalid_payload, failure_reason::unauthorized,
+                 failure_reason::budget, failure_reason::unknown})
     CHECK(parse_failure_reason(to_string(r)) == r);
   CHECK(parse_failure_reason("validation") == failure_reason::invalid_payload);
   CHECK(parse_failure_reason("authentication") == failure_reason::unauthorized);

@@ -70,12 +70,12 @@ TEST_CASE("dead_letter_rules: every state pair is allowed or refused as specifie
   const d all[] = {d::pending, d::scheduled, d::resolved, d::discarded, d::acknowledged};
   auto allowed = [](d from, d to) {
     switch (from) {
-      case d::pending: return to == d::scheduled || to == d::discarded || to == d::acknowledged;
-      case d::scheduled:
-        return to == d::resolved || to == d::scheduled || to == d::pending ||
-               to == d::discarded || to == d::acknowledged;
-      case d::acknowledged: return to == d::scheduled || to == d::discarded;
-      default: return false;
+    case d::pending: return to == d::scheduled || to == d::discarded || to == d::acknowledged;
+    case d::scheduled:
+      return to == d::resolved || to == d::scheduled || to == d::pending || to == d::discarded ||
+             to == d::acknowledged;
+    case d::acknowledged: return to == d::scheduled || to == d::discarded;
+    default: return false;
     }
   };
   int ok = 0;
@@ -132,7 +132,7 @@ TEST_CASE("dead_letter_rules: JSON configuration") {
   REQUIRE(custom.is_ok());
   CHECK(custom->next_retry_at(failure_reason::server_error, t0) == t0 + 600000);
   CHECK(custom->expires_at(failure_reason::server_error, t0) == t0 + 1000);
-  CHECK(custom->rule(failure_reason::server_error).manual_review);  // untouched member
+  CHECK(custom->rule(failure_reason::server_error).manual_review); // untouched member
   CHECK(custom->initial_status(failure_reason::timeout) == dl_status::pending);
   CHECK(custom->initial_status(failure_reason::invalid_payload) == dl_status::scheduled);
   CHECK_FALSE(custom->next_retry_at(failure_reason::invalid_payload, t0, 1));

@@ -106,7 +106,7 @@ TEST_CASE("money: strict parsing") {
   }
   CHECK_FALSE(decimal::parse(std::string(41, '1')).is_ok());
   CHECK(decimal::parse(std::string(40, '1')).is_ok());
-  CHECK(decimal::parse("0000" + std::string(40, '1')).is_ok());  // leading zeros do not count
+  CHECK(decimal::parse("0000" + std::string(40, '1')).is_ok()); // leading zeros do not count
   CHECK_FALSE(decimal::parse("0." + std::string(31, '1')).is_ok());
   CHECK(decimal::parse("0." + std::string(30, '1') + "000").is_ok());
 

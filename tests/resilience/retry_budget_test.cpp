@@ -38,18 +38,18 @@ TEST_CASE("retry_budget: the floor, then a ratio of the calls") {
   CHECK(b.available(t0) == 2);
   CHECK(b.try_spend(t0));
   CHECK(b.try_spend(t0));
-  CHECK_FALSE(b.try_spend(t0));  // spent: refused and not counted
+  CHECK_FALSE(b.try_spend(t0)); // spent: refused and not counted
   CHECK(b.retries(t0) == 2);
   for (int i = 0; i < 4; ++i)
     b.on_call(t0 + 100);
-  CHECK(b.available(t0 + 100) == 0);  // floor(0.2 * 4) = 0
+  CHECK(b.available(t0 + 100) == 0); // floor(0.2 * 4) = 0
   CHECK_FALSE(b.try_spend(t0 + 100));
-  b.on_call(t0 + 100);  // floor(0.2 * 5) = 1
+  b.on_call(t0 + 100); // floor(0.2 * 5) = 1
   CHECK(b.available(t0 + 100) == 1);
   CHECK(b.try_spend(t0 + 200));
   CHECK_FALSE(b.try_spend(t0 + 200));
   for (int i = 0; i < 5; ++i)
-    b.on_call(t0 + 300);  // floor(0.2 * 10) + 2 = 4 allowed, 3 spent
+    b.on_call(t0 + 300); // floor(0.2 * 10) + 2 = 4 allowed, 3 spent
   CHECK(b.available(t0 + 300) == 1);
   CHECK(b.try_spend(t0 + 300));
   CHECK_FALSE(b.try_spend(t0 + 300));
@@ -119,10 +119,10 @@ TEST_CASE("time_buckets: granularity, a clock stepping back, and malformed JSON"
   time_buckets w(10000, 1000);
   w.add(t0 + 500, 1, 0);
   w.add(t0 + 1500, 1, 1);
-  w.add(t0 + 1200, 1, 0);  // before the newest bucket: joins it
+  w.add(t0 + 1200, 1, 0); // before the newest bucket: joins it
   REQUIRE(w.buckets().size() == 2);
   CHECK(w.buckets().back() == time_buckets::bucket{t0 + 1000, 2, 1});
-  CHECK(w.sum(t0 + 10999).a == 2);  // [t0, t0+1000) has left (t0+999, t0+10999]
+  CHECK(w.sum(t0 + 10999).a == 2); // [t0, t0+1000) has left (t0+999, t0+10999]
   CHECK(w.sum(t0 + 10998).a == 3);
   CHECK(w.sum(t0 + 11999).a == 0);
   w.expire(t0 + 10999);
@@ -132,6 +132,5 @@ TEST_CASE("time_buckets: granularity, a clock stepping back, and malformed JSON"
   CHECK(back->buckets() == w.buckets());
   CHECK_FALSE(time_buckets::from_json(w.to_json(), 1000, 10000).is_ok());
   CHECK_FALSE(time_buckets::from_json(nlohmann::json::object(), 10000, 1000).is_ok());
-  CHECK_FALSE(time_buckets::from_json(nlohmann::json::parse("[[1,2,\"x\"]]"), 10000, 1000)
-                .is_ok());
+  CHECK_FALSE(time_buckets::from_json(nlohmann::json::parse("[[1,2,\"x\"]]"), 10000, 1000).is_ok());
 }

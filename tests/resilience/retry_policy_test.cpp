@@ -62,7 +62,7 @@ TEST_CASE("retry_policy: linear and constant backoff") {
 TEST_CASE("retry_policy: jitter stays within its bounds over many seeded samples") {
   std::mt19937_64 rng(42);
   auto p = plain(1000, 60000, 10);
-  const int64_t d = 4000;  // attempt 3
+  const int64_t d = 4000; // attempt 3
   auto sample = [&](jitter_kind k, double ratio, int64_t& lo, int64_t& hi, double& mean) {
     p.jitter = k;
     p.jitter_ratio = ratio;
@@ -84,7 +84,7 @@ TEST_CASE("retry_policy: jitter stays within its bounds over many seeded samples
   sample(jitter_kind::full, 0, lo, hi, mean);
   CHECK(lo >= 0);
   CHECK(hi <= d);
-  CHECK(lo < d / 10);  // the whole range is used
+  CHECK(lo < d / 10); // the whole range is used
   CHECK(hi > d * 9 / 10);
   CHECK(mean == doctest::Approx(d / 2.0).epsilon(0.03));
 
@@ -94,14 +94,14 @@ TEST_CASE("retry_policy: jitter stays within its bounds over many seeded samples
   CHECK(lo < d / 2 + d / 20);
   CHECK(mean == doctest::Approx(d * 0.75).epsilon(0.03));
 
-  sample(jitter_kind::ratio, 0.5, lo, hi, mean);  // seed 002: [0.5, 1.5]
+  sample(jitter_kind::ratio, 0.5, lo, hi, mean); // seed 002: [0.5, 1.5]
   CHECK(lo >= d / 2);
   CHECK(hi <= d * 3 / 2);
   CHECK(lo < d * 55 / 100);
   CHECK(hi > d * 145 / 100);
   CHECK(mean == doctest::Approx(static_cast<double>(d)).epsilon(0.03));
 
-  sample(jitter_kind::ratio, 0.25, lo, hi, mean);  // seed 003: ±25 %
+  sample(jitter_kind::ratio, 0.25, lo, hi, mean); // seed 003: ±25 %
   CHECK(lo >= d * 3 / 4);
   CHECK(hi <= d * 5 / 4);
 
@@ -150,7 +150,7 @@ TEST_CASE("retry_policy: decorrelated jitter stays within [base, max] and follow
 }
 
 TEST_CASE("retry_policy: deterministic given the rng") {
-  retry_policy p;  // ratio jitter 0.5
+  retry_policy p; // ratio jitter 0.5
   std::mt19937_64 a(5), b(5), c(6);
   auto da = delays(p, a);
   CHECK(da == delays(p, b));
@@ -166,9 +166,9 @@ TEST_CASE("retry_policy: Retry-After wins over the computed delay and is capped"
   std::mt19937_64 rng(3);
   auto p = plain(1000, 60000, 5);
   p.retry_after_cap_ms = 120000;
-  CHECK(p.next_delay(1, {}, 7000, rng) == 7000);    // longer than computed
-  CHECK(p.next_delay(3, {}, 200, rng) == 200);      // shorter than computed: still wins
-  CHECK(p.next_delay(1, {}, 500000, rng) == 120000);  // capped
+  CHECK(p.next_delay(1, {}, 7000, rng) == 7000);     // longer than computed
+  CHECK(p.next_delay(3, {}, 200, rng) == 200);       // shorter than computed: still wins
+  CHECK(p.next_delay(1, {}, 500000, rng) == 120000); // capped
   CHECK(p.next_delay(1, {}, -5, rng) == 0);
   // Jitter is not applied to a server's explicit instruction.
   p.jitter = jitter_kind::full;
@@ -237,7 +237,7 @@ TEST_CASE("retry_policy: seed 003's HTTP presets") {
   std::mt19937_64 rng(1);
   auto p429 = http_status_policy(429);
   REQUIRE(p429);
-  CHECK(delays(*p429, rng) == std::vector<int64_t>(5, 60000));  // 5 retries, 60 s apart
+  CHECK(delays(*p429, rng) == std::vector<int64_t>(5, 60000)); // 5 retries, 60 s apart
   auto p504 = http_status_policy(504);
   REQUIRE(p504);
   CHECK(delays(*p504, rng) == std::vector<int64_t>{5000, 10000});
@@ -246,9 +246,9 @@ TEST_CASE("retry_policy: seed 003's HTTP presets") {
   auto d503 = delays(*p503, rng);
   REQUIRE(d503.size() == 3);
   CHECK(d503[0] >= 1500);
-  CHECK(d503[0] <= 2500);  // 2 s ± 25 %
+  CHECK(d503[0] <= 2500); // 2 s ± 25 %
   CHECK(d503[2] >= 6000);
-  CHECK(d503[2] <= 10000);  // 8 s ± 25 %
+  CHECK(d503[2] <= 10000); // 8 s ± 25 %
   CHECK(http_status_policy(500)->base_delay_ms == 1000);
   CHECK_FALSE(http_status_policy(400));
   CHECK_FALSE(http_status_policy(401));

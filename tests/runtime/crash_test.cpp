@@ -33,7 +33,9 @@ runtime_config crash_config(const std::filesystem::path& dir) {
   return c;
 }
 
-entity_key key_for(int k) { return {"acme", "ledger", "e" + std::to_string(k % entities)}; }
+entity_key key_for(int k) {
+  return {"acme", "ledger", "e" + std::to_string(k % entities)};
+}
 std::string idem(int round, int k) {
   return "r" + std::to_string(round) + "-k" + std::to_string(k);
 }
@@ -71,7 +73,7 @@ std::string body(int round, int k) {
   std::unique_lock<std::mutex> g(mu);
   cv.wait(g, [&] { return in_flight == 0; });
   int32_t end = -1;
-  (void) !write(fd, &end, sizeof end);
+  (void)!write(fd, &end, sizeof end);
   _exit(0);
 }
 
@@ -149,8 +151,7 @@ TEST_CASE("crash: SIGKILL under load loses no acknowledged call and retries run 
       CHECK(ver.json()["ok"] == true);
     }
     for (int k = 0; k < keys_per_round; ++k)
-      CHECK_MESSAGE(effects[idem(round, k)] == 1, "key " << idem(round, k) << " has "
-                                                          << effects[idem(round, k)]
-                                                          << " effects");
+      CHECK_MESSAGE(effects[idem(round, k)] == 1,
+                    "key " << idem(round, k) << " has " << effects[idem(round, k)] << " effects");
   }
 }

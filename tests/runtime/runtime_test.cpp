@@ -175,8 +175,8 @@ TEST_CASE("runtime: entities call each other, and on_activate rebuilds state fro
     auto rt = start_ok(base_config(tmp.path()));
     for (int i = 0; i < 3; ++i)
       REQUIRE(rt->call_sync(ek("counter", "c1"), "add", json{{"by", 2}}.dump()).ok);
-    auto via = rt->call_sync(ek("probe", "caller"), "call_counter",
-                             json{{"id", "c1"}, {"by", 5}}.dump());
+    auto via =
+      rt->call_sync(ek("probe", "caller"), "call_counter", json{{"id", "c1"}, {"by", 5}}.dump());
     REQUIRE_MESSAGE(via.ok, via.body);
     CHECK(via.json()["value"] == 11);
   }

@@ -20,12 +20,12 @@ namespace {
 
 /// A vendor whose answers are scripted per request. Thread-safe.
 class fake_vendor {
-public:
+ public:
   struct answer {
     answer(int s = 200, std::string t = {}, std::optional<int64_t> ra = {})
-      : status(s), transport(std::move(t)), retry_after_ms(ra) {}
+        : status(s), transport(std::move(t)), retry_after_ms(ra) {}
     int status;
-    std::string transport;  // "timeout", "connection_reset": no HTTP answer
+    std::string transport; // "timeout", "connection_reset": no HTTP answer
     std::optional<int64_t> retry_after_ms;
   };
   void script(std::vector<answer> a) {
@@ -75,7 +75,7 @@ public:
     return charged_.total("USD").to_string();
   }
 
-private:
+ private:
   std::mutex mu_;
   std::deque<answer> script_;
   answer default_;
@@ -86,7 +86,7 @@ private:
 
 /// A tool user that can also publish a new version of a tool's config.
 class tool_user final : public entity {
-public:
+ public:
   task<json> deliver(context& ctx, json a) {
     tool_request req;
     req.tool = a.value("tool", std::string("vendor"));
@@ -155,8 +155,8 @@ struct fixture {
 
 tool_policy fast_policy(int attempts = 4) {
   tool_policy p;
-  p.retry = {{"base_delay_ms", 10}, {"max_delay_ms", 40}, {"max_attempts", attempts},
-             {"jitter", "none"}};
+  p.retry = {
+    {"base_delay_ms", 10}, {"max_delay_ms", 40}, {"max_attempts", attempts}, {"jitter", "none"}};
   return p;
 }
 
@@ -193,8 +193,9 @@ TEST_CASE("tools: exhausted retries become a dead letter, listed and resolvable 
   auto p = r.json();
   REQUIRE(p.contains("dead_letter_id"));
   CHECK(f.vendor.calls() == 3);
-  CHECK(f.facts("t2", {{"type", "error"}, {"subtype", "transient"}, {"tool_id", "vendor"}}).size() ==
-        3);
+  CHECK(
+    f.facts("t2", {{"type", "error"}, {"subtype", "transient"}, {"tool_id", "vendor"}}).size() ==
+    3);
   // ...and the failed call itself is an error fact too (no tool_id: the operation's failure)
   CHECK(f.facts("t2", {{"type", "error"}, {"subtype", "transient"}}).size() == 4);
   CHECK(f.facts("t2", {{"type", "error"}, {"subtype", "max_retries_exceeded"}}).size() == 1);
@@ -261,7 +262,8 @@ TEST_CASE("tools: the breaker opens at its threshold, fast-fails, half-opens and
   for (int i = 0; i < 3; ++i)
     CHECK(f.deliver("b1").http_status == 503);
   CHECK(f.vendor.calls() == 3);
-  auto opened = f.facts("b1", {{"type", "lifecycle"}, {"subtype", "circuit_breaker_state_changed"}});
+  auto opened =
+    f.facts("b1", {{"type", "lifecycle"}, {"subtype", "circuit_breaker_state_changed"}});
   REQUIRE(opened.size() == 1);
   CHECK(opened[0]["data"]["new_state"] == "OPEN");
   auto fast = f.deliver("b1");
@@ -272,7 +274,8 @@ TEST_CASE("tools: the breaker opens at its threshold, fast-fails, half-opens and
   std::this_thread::sleep_for(200ms); // let the cooldown pass (a timer, not synchronisation)
   auto ok = f.deliver("b1");
   REQUIRE_MESSAGE(ok.ok, ok.body);
-  auto states = f.facts("b1", {{"type", "lifecycle"}, {"subtype", "circuit_breaker_state_changed"}});
+  auto states =
+    f.facts("b1", {{"type", "lifecycle"}, {"subtype", "circuit_breaker_state_changed"}});
   REQUIRE(states.size() == 3);
   CHECK(states[1]["data"]["new_state"] == "HALF_OPEN");
   CHECK(states[2]["data"]["new_state"] == "CLOSED");
@@ -360,7 +363,7 @@ TEST_CASE("tools: cost facts of charged calls add up to what the vendor charged,
   f.start(p);
   f.vendor.script({{503}, {200}, {503}, {503}, {503}, {200}, {400}, {200}});
   for (int i = 0; i < 5; ++i)
-    (void) f.deliver("money");
+    (void)f.deliver("money");
   auto costs = f.facts("money", {{"type", "cost"}});
   resilience::money_totals sum;
   int failed = 0;

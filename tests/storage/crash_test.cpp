@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <random>
 #include <map>
+#include <random>
 #include <set>
 
 #include "factum/storage/entity_store.hpp"

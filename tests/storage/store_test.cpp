@@ -23,7 +23,9 @@ store_options opts_for(const fs::path& dir) {
   return o;
 }
 
-entity_key key(std::string id = "a1") { return entity_key{"acme", "ledger", std::move(id)}; }
+entity_key key(std::string id = "a1") {
+  return entity_key{"acme", "ledger", std::move(id)};
+}
 
 std::unique_ptr<entity_store> open_ok(const store_options& o, const entity_key& k = key()) {
   auto r = entity_store::open(o, k);
@@ -650,19 +652,19 @@ TEST_CASE("tenant SQL: own u_* tables, read-only queries, system tables refused"
   auto s = open_ok(opts_for(tmp.path()));
   using nlohmann::json;
   REQUIRE(s->tenant_sql("CREATE TABLE u_items(name TEXT, qty INTEGER)", json(), false).is_ok());
-  REQUIRE(s->tenant_sql("INSERT INTO u_items VALUES (?, ?)", json::array({"apple", 3}), false)
-            .is_ok());
+  REQUIRE(
+    s->tenant_sql("INSERT INTO u_items VALUES (?, ?)", json::array({"apple", 3}), false).is_ok());
   auto rows = s->tenant_sql("SELECT name, qty FROM u_items", json(), true);
   REQUIRE(rows.is_ok());
   CHECK((*rows)[0]["qty"] == 3);
   REQUIRE(s->append(draft("invocation")).is_ok());
   CHECK(s->tenant_sql("SELECT COUNT(*) AS n FROM facts", json(), true)->at(0)["n"] == 1);
-  for (const char* bad : {"DELETE FROM facts", "UPDATE idempotency_keys SET status='completed'",
-                          "INSERT INTO alarms VALUES ('x', 1, '{}', 0, 1)",
-                          "CREATE TABLE evil(x)", "DROP TABLE facts", "PRAGMA writable_schema=1",
-                          "ATTACH DATABASE '/tmp/x.db' AS x",
-                          "CREATE TRIGGER u_t AFTER INSERT ON u_items BEGIN DELETE FROM facts; END",
-                          "SELECT 1; DELETE FROM u_items"}) {
+  for (const char* bad :
+       {"DELETE FROM facts", "UPDATE idempotency_keys SET status='completed'",
+        "INSERT INTO alarms VALUES ('x', 1, '{}', 0, 1)", "CREATE TABLE evil(x)",
+        "DROP TABLE facts", "PRAGMA writable_schema=1", "ATTACH DATABASE '/tmp/x.db' AS x",
+        "CREATE TRIGGER u_t AFTER INSERT ON u_items BEGIN DELETE FROM facts; END",
+        "SELECT 1; DELETE FROM u_items"}) {
     CAPTURE(bad);
     auto r = s->tenant_sql(bad, json(), false);
     CHECK_FALSE(r.is_ok());
@@ -770,7 +772,7 @@ TEST_CASE("faults: a full disk (max_page_count) fails the write and leaves a val
   }
   CHECK(last.code() == errc::full);
   CHECK(s->last_seq() == committed);
-  (void) s->rollback();
+  (void)s->rollback();
   s.reset();
   auto s2 = open_ok(opts_for(tmp.path()));
   CHECK(s2->last_seq() == committed);
@@ -798,14 +800,14 @@ TEST_CASE("alarm index: a damaged index is set aside and rebuilt from the entity
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   {
-    auto a = open_ok(o, key("a"));  // two alarms: the index holds the earliest
+    auto a = open_ok(o, key("a")); // two alarms: the index holds the earliest
     REQUIRE(a->set_alarm({"late", 9000, "{}", 0, 0}).is_ok());
     REQUIRE(a->set_alarm({"early", 700, "{}", 0, 0}).is_ok());
     REQUIRE(a->commit().is_ok());
-    auto b = open_ok(o, key("b"));  // no alarm: no entry
+    auto b = open_ok(o, key("b")); // no alarm: no entry
     REQUIRE(b->append(draft("x")).is_ok());
     REQUIRE(b->commit().is_ok());
-    auto c = open_ok(o, key("c"));  // unreadable below
+    auto c = open_ok(o, key("c")); // unreadable below
     REQUIRE(c->set_alarm({"x", 5, "{}", 0, 0}).is_ok());
     REQUIRE(c->commit().is_ok());
   }
@@ -819,9 +821,7 @@ TEST_CASE("alarm index: a damaged index is set aside and rebuilt from the entity
     REQUIRE(ix.is_ok());
     REQUIRE((*ix)->apply({{key("stale"), 1}}).is_ok());
   }
-  {
-    std::ofstream(db, std::ios::binary | std::ios::trunc) << std::string(4096, '\x5a');
-  }
+  { std::ofstream(db, std::ios::binary | std::ios::trunc) << std::string(4096, '\x5a'); }
   auto bad = alarm_index::open(tmp.path(), durability::full);
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.error().code() == errc::corruption);

@@ -10,7 +10,7 @@
 namespace factum::test {
 
 class temp_dir {
-public:
+ public:
   temp_dir() {
     auto base = std::filesystem::temp_directory_path() / "factum-test-XXXXXX";
     std::string tmpl = base.string();
@@ -26,7 +26,7 @@ public:
   temp_dir& operator=(const temp_dir&) = delete;
   const std::filesystem::path& path() const { return path_; }
 
-private:
+ private:
   std::filesystem::path path_;
 };
 

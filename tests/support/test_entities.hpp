@@ -14,7 +14,7 @@ namespace factum::test {
 
 /// Events reported by test handlers (any thread).
 class event_log {
-public:
+ public:
   static event_log& get() {
     static event_log log;
     return log;
@@ -34,7 +34,7 @@ public:
     return count_locked(e);
   }
 
-private:
+ private:
   size_t count_locked(const std::string& e) const {
     size_t n = 0;
     for (auto& x : events_)
@@ -48,7 +48,7 @@ private:
 
 /// Probes the runtime's turn machinery.
 class probe final : public entity {
-public:
+ public:
   task<nlohmann::json> slow_pair(context& ctx, nlohmann::json a) {
     fact_draft b;
     b.type = "probe";
@@ -99,13 +99,13 @@ public:
     co_return r.json();
   }
 
-private:
+ private:
   int failures_ = 0;
 };
 
 /// A counter whose value lives in facts and is rebuilt on activation.
 class counter final : public entity {
-public:
+ public:
   task<void> on_activate(context& ctx) override {
     fact_filter f;
     f.type = "counter";
@@ -125,13 +125,13 @@ public:
   }
   nlohmann::json get(context&, nlohmann::json) { return {{"value", value_}}; }
 
-private:
+ private:
   int64_t value_ = 0;
 };
 
 /// Sets alarms; its handler records each run and fails the first `fail_times` runs.
 class alarmer final : public entity {
-public:
+ public:
   nlohmann::json arm(context& ctx, nlohmann::json a) {
     auto name = a.value("name", "a");
     ctx.set_alarm(name, ctx.now_ms() + a.value("delay_ms", 100),

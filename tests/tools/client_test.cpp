@@ -23,12 +23,14 @@ namespace {
 
 /// Calls `fn` once and waits (bounded) for its reply.
 tool_reply call(const tool_fn& fn, tool_request req = {}) {
-  if (req.tool.empty()) req.tool = "t";
+  if (req.tool.empty())
+    req.tool = "t";
   auto prom = std::make_shared<std::promise<tool_reply>>();
   auto fut = prom->get_future();
   auto calls = std::make_shared<std::atomic<int>>(0);
   fn(req, [prom, calls](tool_reply r) {
-    if (calls->fetch_add(1) == 0) prom->set_value(std::move(r));
+    if (calls->fetch_add(1) == 0)
+      prom->set_value(std::move(r));
   });
   REQUIRE(fut.wait_for(15s) == std::future_status::ready);
   return fut.get();
@@ -46,7 +48,8 @@ tool_fn make(http_tool_client& c, const std::string& url, http_tool_options o = 
 template <class F> bool eventually(F pred) {
   auto end = std::chrono::steady_clock::now() + 10s;
   while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
+    if (pred())
+      return true;
     std::this_thread::sleep_for(5ms);
   }
   return pred();
@@ -85,7 +88,7 @@ TEST_CASE("client: a 2xx answer is ok with its JSON body - path, payload and hea
 }
 
 TEST_CASE(
-    "client: 429 maps Retry-After (seconds and HTTP-date), 503 and 500 keep status and body") {
+  "client: 429 maps Retry-After (seconds and HTTP-date), 503 and 500 keep status and body") {
   fake_vendor::vendor v;
   http_tool_client c;
   auto fn = make(c, v.url() + "/x");

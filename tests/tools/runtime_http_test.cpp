@@ -43,7 +43,8 @@ struct fixture {
     rt = std::move(r.value());
   }
   ~fixture() {
-    if (rt) rt->stop();
+    if (rt)
+      rt->stop();
     client.stop();
   }
   call_reply deliver(const std::string& id, const std::string& key, json payload = {{"n", 1}}) {
@@ -73,11 +74,11 @@ tool_policy fast_policy(int attempts) {
 } // namespace
 
 TEST_CASE(
-    "runtime over HTTP: transient failures are retried with one Idempotency-Key, then succeed") {
+  "runtime over HTTP: transient failures are retried with one Idempotency-Key, then succeed") {
   fixture f;
   f.start(fast_policy(4), 300ms);
   REQUIRE(f.vendor.script(
-              {{"responses", {{{"status", 503}}, {{"timeout", true}, {"hold_ms", 3000}}}}}) == "");
+            {{"responses", {{{"status", 503}}, {{"timeout", true}, {"hold_ms", 3000}}}}}) == "");
   auto r = f.deliver("w1", "delivery-1");
   REQUIRE_MESSAGE(r.ok, r.body);
   CHECK(r.json()["attempts"] == 3);

@@ -108,7 +108,7 @@ TEST_CASE("serve config: names the bad key of a tool") {
   CHECK(error_of(with("retry", {{"bogus", 1}})).find("tools.t.retry.bogus: unknown key") == 0);
   CHECK(error_of(with("retry", {{"max_attempts", 0}})).find("tools.t.retry:") == 0);
   CHECK(error_of(with("breaker", {{"count_window", {{"sise", 3}}}}))
-            .find("tools.t.breaker.count_window.sise") == 0);
+          .find("tools.t.breaker.count_window.sise") == 0);
   CHECK(error_of(with("budget", json::array())).find("tools.t.budget") == 0);
   CHECK(error_of(with("price", 0.013)).find("tools.t.price") == 0);
   CHECK(error_of(with("price", "-1")).find("tools.t.price") == 0);
@@ -147,8 +147,9 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
   CHECK(err("alarm_retry_base_ms", 0).find("alarm_retry_base_ms") != std::string::npos);
   CHECK(err("alarm_max_retries", 101).find("alarm_max_retries") != std::string::npos);
   CHECK(err("alarm_poll_ms", "fast").find("alarm_poll_ms") != std::string::npos);
-  CHECK(err("dead_letter_rules", json{{"no_such_reason", json::object()}})
-          .find("dead_letter_rules") != std::string::npos);
+  CHECK(
+    err("dead_letter_rules", json{{"no_such_reason", json::object()}}).find("dead_letter_rules") !=
+    std::string::npos);
   CHECK(err("dead_letter_rules", json{{"timeout", {{"retention_ms", "x"}}}})
           .find("dead_letter_rules") != std::string::npos);
 }

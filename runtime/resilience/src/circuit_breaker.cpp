@@ -38,11 +38,11 @@ status check_rate(double rate, std::string_view field) {
 
 std::string_view to_string(breaker_state s) noexcept {
   switch (s) {
-    case breaker_state::closed: return "CLOSED";
-    case breaker_state::open: return "OPEN";
-    case breaker_state::half_open: return "HALF_OPEN";
-    case breaker_state::forced_open: return "FORCED_OPEN";
-    case breaker_state::disabled: return "DISABLED";
+  case breaker_state::closed: return "CLOSED";
+  case breaker_state::open: return "OPEN";
+  case breaker_state::half_open: return "HALF_OPEN";
+  case breaker_state::forced_open: return "FORCED_OPEN";
+  case breaker_state::disabled: return "DISABLED";
   }
   return "CLOSED";
 }
@@ -180,9 +180,8 @@ call_error circuit_open_error(std::string_view circuit_name, const breaker_decis
 // -- circuit_breaker ----------------------------------------------------------------------------
 
 circuit_breaker::circuit_breaker(std::string name, breaker_config config, int64_t now_ms)
-  : name_(std::move(name)),
-    config_(config.validate() ? std::move(config) : breaker_config{}),
-    state_since_ms_(now_ms) {
+    : name_(std::move(name)), config_(config.validate() ? std::move(config) : breaker_config{}),
+      state_since_ms_(now_ms) {
   if (config_.time_window.window_ms > 0)
     times_ = time_buckets(config_.time_window.window_ms, config_.time_window.bucket_ms);
 }
@@ -264,8 +263,7 @@ std::optional<breaker_transition> circuit_breaker::evaluate(int64_t now_ms) {
 
 std::optional<breaker_transition> circuit_breaker::poll(int64_t now_ms) {
   if (state_ == breaker_state::open && now_ms - opened_at_ms_ >= config_.cooldown_ms)
-    return move_to(breaker_state::half_open, "cooldown_elapsed", leaving_counters(now_ms),
-                   now_ms);
+    return move_to(breaker_state::half_open, "cooldown_elapsed", leaving_counters(now_ms), now_ms);
   return std::nullopt;
 }
 
@@ -275,34 +273,30 @@ breaker_decision circuit_breaker::allow(int64_t now_ms) {
   ++episode_.requests;
   d.state = state_;
   switch (state_) {
-    case breaker_state::closed:
-      d.reason = "closed";
-      break;
-    case breaker_state::disabled:
-      d.reason = "disabled";
-      break;
-    case breaker_state::forced_open:
+  case breaker_state::closed: d.reason = "closed"; break;
+  case breaker_state::disabled: d.reason = "disabled"; break;
+  case breaker_state::forced_open:
+    d.allowed = false;
+    d.reason = "forced_open";
+    break;
+  case breaker_state::open:
+    d.allowed = false;
+    d.reason = "open";
+    d.retry_after_ms = opened_at_ms_ + config_.cooldown_ms - now_ms;
+    break;
+  case breaker_state::half_open:
+    if (trials_in_flight_ > 0 && config_.trial_timeout_ms > 0 &&
+        now_ms - last_trial_ms_ >= config_.trial_timeout_ms)
+      trials_in_flight_ = 0; // their outcomes never came: presumed lost
+    if (trials_in_flight_ < config_.half_open_max_trials) {
+      ++trials_in_flight_;
+      last_trial_ms_ = now_ms;
+      d.reason = "half_open_trial";
+    } else {
       d.allowed = false;
-      d.reason = "forced_open";
-      break;
-    case breaker_state::open:
-      d.allowed = false;
-      d.reason = "open";
-      d.retry_after_ms = opened_at_ms_ + config_.cooldown_ms - now_ms;
-      break;
-    case breaker_state::half_open:
-      if (trials_in_flight_ > 0 && config_.trial_timeout_ms > 0 &&
-          now_ms - last_trial_ms_ >= config_.trial_timeout_ms)
-        trials_in_flight_ = 0;  // their outcomes never came: presumed lost
-      if (trials_in_flight_ < config_.half_open_max_trials) {
-        ++trials_in_flight_;
-        last_trial_ms_ = now_ms;
-        d.reason = "half_open_trial";
-      } else {
-        d.allowed = false;
-        d.reason = "half_open_busy";
-      }
-      break;
+      d.reason = "half_open_busy";
+    }
+    break;
   }
   return d;
 }
@@ -310,17 +304,15 @@ breaker_decision circuit_breaker::allow(int64_t now_ms) {
 std::optional<breaker_transition> circuit_breaker::on_success(int64_t now_ms) {
   ++episode_.successes;
   switch (state_) {
-    case breaker_state::closed:
-      record(now_ms, false);
-      return evaluate(now_ms);
-    case breaker_state::half_open:
-      if (trials_in_flight_ > 0)
-        --trials_in_flight_;
-      if (++trial_successes_ >= config_.success_threshold)
-        return move_to(breaker_state::closed, "success_threshold_met", leaving_counters(now_ms),
-                       now_ms);
-      return std::nullopt;
-    default: return std::nullopt;
+  case breaker_state::closed: record(now_ms, false); return evaluate(now_ms);
+  case breaker_state::half_open:
+    if (trials_in_flight_ > 0)
+      --trials_in_flight_;
+    if (++trial_successes_ >= config_.success_threshold)
+      return move_to(breaker_state::closed, "success_threshold_met", leaving_counters(now_ms),
+                     now_ms);
+    return std::nullopt;
+  default: return std::nullopt;
   }
 }
 
@@ -329,13 +321,10 @@ std::optional<breaker_transition> circuit_breaker::on_failure(int64_t now_ms, bo
     return on_success(now_ms);
   ++episode_.failures;
   switch (state_) {
-    case breaker_state::closed:
-      record(now_ms, true);
-      return evaluate(now_ms);
-    case breaker_state::half_open:
-      return move_to(breaker_state::open, "half_open_trial_failed", leaving_counters(now_ms),
-                     now_ms);
-    default: return std::nullopt;
+  case breaker_state::closed: record(now_ms, true); return evaluate(now_ms);
+  case breaker_state::half_open:
+    return move_to(breaker_state::open, "half_open_trial_failed", leaving_counters(now_ms), now_ms);
+  default: return std::nullopt;
   }
 }
 
@@ -344,8 +333,7 @@ std::optional<breaker_transition> circuit_breaker::on_failure(int64_t now_ms,
   return on_failure(now_ms, trips_breaker(category));
 }
 
-std::optional<breaker_transition> circuit_breaker::force_open(int64_t now_ms,
-                                                              std::string reason) {
+std::optional<breaker_transition> circuit_breaker::force_open(int64_t now_ms, std::string reason) {
   if (state_ == breaker_state::forced_open)
     return std::nullopt;
   return move_to(breaker_state::forced_open, std::move(reason), leaving_counters(now_ms), now_ms);

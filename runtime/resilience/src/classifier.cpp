@@ -29,7 +29,9 @@ bool iequals(std::string_view a, std::string_view b) {
          });
 }
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 // Whether `needle` occurs in `hay` (both lower case); a needle of digits must not be part of a
 // longer number ("429" matches "HTTP 429" but not "order 14290").
@@ -56,21 +58,23 @@ classification rate_limited() {
   return make(error_category::transient, true, "RATE_LIMITED", failure_reason::rate_limit);
 }
 
-std::string http_code(int status) { return "HTTP_" + std::to_string(status); }
+std::string http_code(int status) {
+  return "HTTP_" + std::to_string(status);
+}
 
 classification default_http(int status, bool idempotent) {
   using ec = error_category;
   using fr = failure_reason;
   switch (status) {
-    case 408: return make(ec::transient, true, http_code(status), fr::timeout);
-    case 429: return rate_limited();
-    case 503: return make(ec::transient, true, http_code(status), fr::server_error);
-    case 504: return make(ec::transient, true, http_code(status), fr::timeout);
-    case 409: return make(ec::data_integrity, false, http_code(status), fr::invalid_payload);
-    case 401:
-    case 403: return make(ec::authorization, false, http_code(status), fr::unauthorized);
-    case 402: return make(ec::budget, false, http_code(status), fr::budget);
-    default: break;
+  case 408: return make(ec::transient, true, http_code(status), fr::timeout);
+  case 429: return rate_limited();
+  case 503: return make(ec::transient, true, http_code(status), fr::server_error);
+  case 504: return make(ec::transient, true, http_code(status), fr::timeout);
+  case 409: return make(ec::data_integrity, false, http_code(status), fr::invalid_payload);
+  case 401:
+  case 403: return make(ec::authorization, false, http_code(status), fr::unauthorized);
+  case 402: return make(ec::budget, false, http_code(status), fr::budget);
+  default: break;
   }
   if (status >= 500 && status <= 599)
     return make(ec::server, idempotent, http_code(status), fr::server_error);
@@ -179,12 +183,12 @@ result<classification_override> override_from_json(const json& j, const std::str
 
 std::string_view to_string(transport_error e) noexcept {
   switch (e) {
-    case transport_error::timeout: return "timeout";
-    case transport_error::connection_reset: return "connection_reset";
-    case transport_error::connection_refused: return "connection_refused";
-    case transport_error::dns_failure: return "dns_failure";
-    case transport_error::tls: return "tls";
-    case transport_error::other: return "other";
+  case transport_error::timeout: return "timeout";
+  case transport_error::connection_reset: return "connection_reset";
+  case transport_error::connection_refused: return "connection_refused";
+  case transport_error::dns_failure: return "dns_failure";
+  case transport_error::tls: return "tls";
+  case transport_error::other: return "other";
   }
   return "other";
 }
@@ -200,21 +204,21 @@ std::optional<transport_error> parse_transport_error(std::string_view s) noexcep
 
 std::string_view to_string(failure_reason r) noexcept {
   switch (r) {
-    case failure_reason::rate_limit: return "rate_limit";
-    case failure_reason::server_error: return "server_error";
-    case failure_reason::timeout: return "timeout";
-    case failure_reason::invalid_payload: return "invalid_payload";
-    case failure_reason::unauthorized: return "unauthorized";
-    case failure_reason::budget: return "budget";
-    case failure_reason::unknown: return "unknown";
+  case failure_reason::rate_limit: return "rate_limit";
+  case failure_reason::server_error: return "server_error";
+  case failure_reason::timeout: return "timeout";
+  case failure_reason::invalid_payload: return "invalid_payload";
+  case failure_reason::unauthorized: return "unauthorized";
+  case failure_reason::budget: return "budget";
+  case failure_reason::unknown: return "unknown";
   }
   return "unknown";
 }
 
 std::optional<failure_reason> parse_failure_reason(std::string_view s) noexcept {
-  for (auto r : {failure_reason::rate_limit, failure_reason::server_error,
-                 failure_reason::timeout, failure_reason::invalid_payload,
-                 failure_reason::unauthorized, failure_reason::budget, failure_reason::unknown})
+  for (auto r : {failure_reason::rate_limit, failure_reason::server_error, failure_reason::timeout,
+                 failure_reason::invalid_payload, failure_reason::unauthorized,
+                 failure_reason::budget, failure_reason::unknown})
     if (to_string(r) == s)
       return r;
   if (s == "validation")
@@ -226,13 +230,13 @@ std::optional<failure_reason> parse_failure_reason(std::string_view s) noexcept 
 
 failure_reason default_reason(error_category c) noexcept {
   switch (c) {
-    case error_category::transient:
-    case error_category::server: return failure_reason::server_error;
-    case error_category::external: return failure_reason::unknown;
-    case error_category::client:
-    case error_category::data_integrity: return failure_reason::invalid_payload;
-    case error_category::authorization: return failure_reason::unauthorized;
-    case error_category::budget: return failure_reason::budget;
+  case error_category::transient:
+  case error_category::server: return failure_reason::server_error;
+  case error_category::external: return failure_reason::unknown;
+  case error_category::client:
+  case error_category::data_integrity: return failure_reason::invalid_payload;
+  case error_category::authorization: return failure_reason::unauthorized;
+  case error_category::budget: return failure_reason::budget;
   }
   return failure_reason::unknown;
 }
@@ -272,8 +276,7 @@ classification classifier::apply(const classification_override& o, std::string d
   return c;
 }
 
-classification classifier::classify_http(std::string_view tool, int status,
-                                         bool idempotent) const {
+classification classifier::classify_http(std::string_view tool, int status, bool idempotent) const {
   if (auto t = tools_.find(tool); t != tools_.end())
     if (auto s = t->second.statuses.find(status); s != t->second.statuses.end())
       return apply(s->second, status == 429 ? "RATE_LIMITED" : http_code(status), idempotent);
@@ -284,23 +287,21 @@ classification classifier::classify_transport(transport_error e) const {
   using ec = error_category;
   using fr = failure_reason;
   switch (e) {
-    case transport_error::timeout: return make(ec::transient, true, "TIMEOUT", fr::timeout);
-    case transport_error::connection_reset:
-      return make(ec::transient, true, "CONNECTION_RESET", fr::server_error);
-    case transport_error::connection_refused:
-      return make(ec::transient, true, "CONNECTION_REFUSED", fr::server_error);
-    case transport_error::dns_failure:
-      return make(ec::external, false, "DNS_FAILURE", fr::unknown);
-    case transport_error::tls: return make(ec::external, false, "TLS_ERROR", fr::unknown);
-    case transport_error::other: break;
+  case transport_error::timeout: return make(ec::transient, true, "TIMEOUT", fr::timeout);
+  case transport_error::connection_reset:
+    return make(ec::transient, true, "CONNECTION_RESET", fr::server_error);
+  case transport_error::connection_refused:
+    return make(ec::transient, true, "CONNECTION_REFUSED", fr::server_error);
+  case transport_error::dns_failure: return make(ec::external, false, "DNS_FAILURE", fr::unknown);
+  case transport_error::tls: return make(ec::external, false, "TLS_ERROR", fr::unknown);
+  case transport_error::other: break;
   }
   return make(ec::external, true, "TRANSPORT_ERROR", fr::unknown);
 }
 
 classification classifier::classify_tool_error(std::string_view tool, std::string_view code,
                                                std::string_view message, int http_status,
-                                               error_category reported,
-                                               bool idempotent) const {
+                                               error_category reported, bool idempotent) const {
   std::string own_code = code.empty() ? std::string("TOOL_ERROR") : std::string(code);
   if (auto t = tools_.find(tool); t != tools_.end() && !code.empty())
     if (auto o = t->second.codes.find(code); o != t->second.codes.end())
@@ -360,8 +361,8 @@ result<classifier> classifier::from_json(const nlohmann::json& j) {
         return s;
       for (const auto& [key, value] : st->items()) {
         std::string w = what + ".statuses." + key;
-        bool digits = !key.empty() && key.size() <= 3 &&
-                      std::all_of(key.begin(), key.end(), is_digit);
+        bool digits =
+          !key.empty() && key.size() <= 3 && std::all_of(key.begin(), key.end(), is_digit);
         if (!digits)
           return detail::invalid(w, "the key must be an HTTP status (100..599)");
         int status = std::stoi(key);

@@ -18,11 +18,13 @@ constexpr int64_t hour = 60 * minute;
 constexpr int64_t day = 24 * hour;
 
 constexpr std::array<failure_reason, 7> all_reasons{
-  failure_reason::rate_limit,   failure_reason::server_error, failure_reason::timeout,
+  failure_reason::rate_limit,      failure_reason::server_error, failure_reason::timeout,
   failure_reason::invalid_payload, failure_reason::unauthorized, failure_reason::budget,
   failure_reason::unknown};
 
-size_t index(failure_reason r) { return static_cast<size_t>(r); }
+size_t index(failure_reason r) {
+  return static_cast<size_t>(r);
+}
 
 status conflict(dl_status from, dl_status to) {
   return status{errc::conflict, "dead letter cannot move from " + std::string(to_string(from)) +
@@ -45,9 +47,9 @@ status check_rule(const dead_letter_rule& r, const std::string& what) {
 
 std::string_view to_string(dl_action a) noexcept {
   switch (a) {
-    case dl_action::retry: return "retry";
-    case dl_action::discard: return "discard";
-    case dl_action::acknowledge: return "acknowledge";
+  case dl_action::retry: return "retry";
+  case dl_action::discard: return "discard";
+  case dl_action::acknowledge: return "acknowledge";
   }
   return "retry";
 }
@@ -62,12 +64,11 @@ std::optional<dl_action> parse_dl_action(std::string_view s) noexcept {
 std::vector<dl_status> allowed_transitions(dl_status from) {
   using d = dl_status;
   switch (from) {
-    case d::pending: return {d::scheduled, d::discarded, d::acknowledged};
-    case d::scheduled:
-      return {d::resolved, d::scheduled, d::pending, d::discarded, d::acknowledged};
-    case d::acknowledged: return {d::scheduled, d::discarded};
-    case d::resolved:
-    case d::discarded: return {};
+  case d::pending: return {d::scheduled, d::discarded, d::acknowledged};
+  case d::scheduled: return {d::resolved, d::scheduled, d::pending, d::discarded, d::acknowledged};
+  case d::acknowledged: return {d::scheduled, d::discarded};
+  case d::resolved:
+  case d::discarded: return {};
   }
   return {};
 }
@@ -86,9 +87,9 @@ bool is_final(dl_status s) noexcept {
 result<dl_status> apply_action(dl_status from, dl_action action) {
   dl_status to = dl_status::scheduled;
   switch (action) {
-    case dl_action::retry: to = dl_status::scheduled; break;
-    case dl_action::discard: to = dl_status::discarded; break;
-    case dl_action::acknowledge: to = dl_status::acknowledged; break;
+  case dl_action::retry: to = dl_status::scheduled; break;
+  case dl_action::discard: to = dl_status::discarded; break;
+  case dl_action::acknowledge: to = dl_status::acknowledged; break;
   }
   if (auto s = validate_transition(from, to); !s)
     return s;
@@ -96,8 +97,8 @@ result<dl_status> apply_action(dl_status from, dl_action action) {
 }
 
 dead_letter_rules::dead_letter_rules() {
-  auto set = [this](failure_reason r, int64_t retention, std::optional<int64_t> retry,
-                    bool hint, bool review, int64_t alert) {
+  auto set = [this](failure_reason r, int64_t retention, std::optional<int64_t> retry, bool hint,
+                    bool review, int64_t alert) {
     rules_[index(r)] = dead_letter_rule{retention, retry, hint, 3, review, alert};
   };
   set(failure_reason::rate_limit, day, hour, true, false, 10);
@@ -126,9 +127,9 @@ dl_status dead_letter_rules::initial_status(failure_reason r) const noexcept {
                                                          : dl_status::pending;
 }
 
-std::optional<int64_t> dead_letter_rules::next_retry_at(
-  failure_reason r, int64_t now_ms, int64_t auto_retries_done,
-  std::optional<int64_t> cooldown_hint_ms) const {
+std::optional<int64_t>
+dead_letter_rules::next_retry_at(failure_reason r, int64_t now_ms, int64_t auto_retries_done,
+                                 std::optional<int64_t> cooldown_hint_ms) const {
   const auto& x = rule(r);
   if (!x.auto_retry_after_ms || auto_retries_done >= x.max_auto_retries)
     return std::nullopt;

@@ -99,8 +99,8 @@ result<decimal> decimal::parse(std::string_view text) {
   }
   size_t dot = s.find('.');
   std::string_view int_part = s.substr(0, dot);
-  std::string_view frac_part = dot == std::string_view::npos ? std::string_view{}
-                                                             : s.substr(dot + 1);
+  std::string_view frac_part =
+    dot == std::string_view::npos ? std::string_view{} : s.substr(dot + 1);
   auto all_digits = [](std::string_view p) {
     return std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
@@ -134,7 +134,9 @@ result<decimal> decimal::from_json(const nlohmann::json& j) {
   return detail::invalid("amount", "must be a decimal string");
 }
 
-std::string decimal::to_string() const { return to_string(0); }
+std::string decimal::to_string() const {
+  return to_string(0);
+}
 
 std::string decimal::to_string(int min_fraction_digits) const {
   int scale = std::max(scale_, min_fraction_digits);
@@ -172,7 +174,9 @@ decimal& decimal::operator+=(const decimal& o) {
   return *this;
 }
 
-decimal& decimal::operator-=(const decimal& o) { return *this += -o; }
+decimal& decimal::operator-=(const decimal& o) {
+  return *this += -o;
+}
 
 std::strong_ordering operator<=>(const decimal& a, const decimal& b) {
   if (a.negative_ != b.negative_)
@@ -180,7 +184,7 @@ std::strong_ordering operator<=>(const decimal& a, const decimal& b) {
   int scale = std::max(a.scale_, b.scale_);
   auto mag = compare_mag(rescale(a.digits_, a.scale_, scale), rescale(b.digits_, b.scale_, scale));
   if (a.negative_)
-    return 0 <=> mag;  // reversed for negatives
+    return 0 <=> mag; // reversed for negatives
   return mag;
 }
 

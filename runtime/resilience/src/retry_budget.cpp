@@ -44,10 +44,12 @@ result<retry_budget_config> retry_budget_config::from_json(const nlohmann::json&
 }
 
 retry_budget::retry_budget(retry_budget_config config)
-  : config_(config.validate() ? config : retry_budget_config{}),
-    window_(config_.window_ms, config_.bucket_ms) {}
+    : config_(config.validate() ? config : retry_budget_config{}),
+      window_(config_.window_ms, config_.bucket_ms) {}
 
-void retry_budget::on_call(int64_t now_ms) { window_.add(now_ms, 1, 0); }
+void retry_budget::on_call(int64_t now_ms) {
+  window_.add(now_ms, 1, 0);
+}
 
 int64_t retry_budget::available(int64_t now_ms) const {
   auto t = window_.sum(now_ms);

@@ -15,10 +15,10 @@ namespace {
 
 using nlohmann::json;
 
-constexpr double decorrelated_growth = 3.0;  // AWS: sleep = min(cap, random(base, prev * 3))
+constexpr double decorrelated_growth = 3.0; // AWS: sleep = min(cap, random(base, prev * 3))
 
 int64_t to_ms(double v, int64_t lo, int64_t hi) {
-  if (!(v == v))  // NaN: impossible with a validated policy; be safe
+  if (!(v == v)) // NaN: impossible with a validated policy; be safe
     return lo;
   v = std::clamp(v, static_cast<double>(lo), static_cast<double>(hi));
   return std::clamp(static_cast<int64_t>(std::llround(v)), lo, hi);
@@ -36,41 +36,41 @@ retry_policy make(int64_t base, int64_t max, int attempts) {
 
 std::string_view to_string(backoff_kind k) noexcept {
   switch (k) {
-    case backoff_kind::exponential: return "exponential";
-    case backoff_kind::linear: return "linear";
-    case backoff_kind::constant: return "constant";
+  case backoff_kind::exponential: return "exponential";
+  case backoff_kind::linear: return "linear";
+  case backoff_kind::constant: return "constant";
   }
   return "exponential";
 }
 
 std::string_view to_string(jitter_kind k) noexcept {
   switch (k) {
-    case jitter_kind::none: return "none";
-    case jitter_kind::full: return "full";
-    case jitter_kind::equal: return "equal";
-    case jitter_kind::ratio: return "ratio";
-    case jitter_kind::decorrelated: return "decorrelated";
+  case jitter_kind::none: return "none";
+  case jitter_kind::full: return "full";
+  case jitter_kind::equal: return "equal";
+  case jitter_kind::ratio: return "ratio";
+  case jitter_kind::decorrelated: return "decorrelated";
   }
   return "none";
 }
 
 std::string_view to_string(retry_priority p) noexcept {
   switch (p) {
-    case retry_priority::realtime: return "realtime";
-    case retry_priority::normal: return "default";
-    case retry_priority::background: return "background";
+  case retry_priority::realtime: return "realtime";
+  case retry_priority::normal: return "default";
+  case retry_priority::background: return "background";
   }
   return "default";
 }
 
 std::string_view to_string(operation_kind k) noexcept {
   switch (k) {
-    case operation_kind::fact_append: return "fact_append";
-    case operation_kind::entity_create: return "entity_create";
-    case operation_kind::config_update: return "config_update";
-    case operation_kind::external_api: return "external_api";
-    case operation_kind::webhook_delivery: return "webhook_delivery";
-    case operation_kind::crm_sync: return "crm_sync";
+  case operation_kind::fact_append: return "fact_append";
+  case operation_kind::entity_create: return "entity_create";
+  case operation_kind::config_update: return "config_update";
+  case operation_kind::external_api: return "external_api";
+  case operation_kind::webhook_delivery: return "webhook_delivery";
+  case operation_kind::crm_sync: return "crm_sync";
   }
   return "external_api";
 }
@@ -100,9 +100,9 @@ std::optional<retry_priority> parse_retry_priority(std::string_view s) noexcept 
 }
 
 std::optional<operation_kind> parse_operation_kind(std::string_view s) noexcept {
-  for (auto k : {operation_kind::fact_append, operation_kind::entity_create,
-                 operation_kind::config_update, operation_kind::external_api,
-                 operation_kind::webhook_delivery, operation_kind::crm_sync})
+  for (auto k :
+       {operation_kind::fact_append, operation_kind::entity_create, operation_kind::config_update,
+        operation_kind::external_api, operation_kind::webhook_delivery, operation_kind::crm_sync})
     if (to_string(k) == s)
       return k;
   if (s == "telephony" || s == "voice_call" || s == "twilio" || s == "external")
@@ -123,9 +123,9 @@ int64_t retry_policy::backoff_delay(int attempt) const {
   double base = static_cast<double>(base_delay_ms);
   double d = base;
   switch (backoff) {
-    case backoff_kind::exponential: d = base * std::pow(multiplier, n - 1); break;
-    case backoff_kind::linear: d = base * n; break;
-    case backoff_kind::constant: d = base; break;
+  case backoff_kind::exponential: d = base * std::pow(multiplier, n - 1); break;
+  case backoff_kind::linear: d = base * n; break;
+  case backoff_kind::constant: d = base; break;
   }
   if (!std::isfinite(d))
     d = static_cast<double>(max_delay_ms);
@@ -158,11 +158,11 @@ std::optional<int64_t> retry_policy::next_delay(int attempt,
   }
   double d = static_cast<double>(backoff_delay(attempt));
   switch (jitter) {
-    case jitter_kind::none: break;
-    case jitter_kind::full: d = u() * d; break;
-    case jitter_kind::equal: d = d / 2 + u() * (d / 2); break;
-    case jitter_kind::ratio: d = d * (1.0 + (2.0 * u() - 1.0) * jitter_ratio); break;
-    case jitter_kind::decorrelated: break;
+  case jitter_kind::none: break;
+  case jitter_kind::full: d = u() * d; break;
+  case jitter_kind::equal: d = d / 2 + u() * (d / 2); break;
+  case jitter_kind::ratio: d = d * (1.0 + (2.0 * u() - 1.0) * jitter_ratio); break;
+  case jitter_kind::decorrelated: break;
   }
   return to_ms(d, 0, max_delay_ms);
 }
@@ -174,18 +174,18 @@ retry_policy retry_policy::with_priority(retry_priority p) const {
     return v > top / k ? top : v * k;
   };
   switch (p) {
-    case retry_priority::realtime:
-      out.base_delay_ms = base_delay_ms / 2;
-      out.max_delay_ms = std::max(out.base_delay_ms, std::min<int64_t>(max_delay_ms, 5000));
-      out.max_attempts = std::min(max_attempts, 2);
-      break;
-    case retry_priority::normal: break;
-    case retry_priority::background:
-      out.base_delay_ms = saturating(base_delay_ms, 5);
-      out.max_delay_ms = saturating(max_delay_ms, 5);
-      constexpr int top = std::numeric_limits<int>::max();
-      out.max_attempts = max_attempts > top / 2 ? top : max_attempts * 2;
-      break;
+  case retry_priority::realtime:
+    out.base_delay_ms = base_delay_ms / 2;
+    out.max_delay_ms = std::max(out.base_delay_ms, std::min<int64_t>(max_delay_ms, 5000));
+    out.max_attempts = std::min(max_attempts, 2);
+    break;
+  case retry_priority::normal: break;
+  case retry_priority::background:
+    out.base_delay_ms = saturating(base_delay_ms, 5);
+    out.max_delay_ms = saturating(max_delay_ms, 5);
+    constexpr int top = std::numeric_limits<int>::max();
+    out.max_attempts = max_attempts > top / 2 ? top : max_attempts * 2;
+    break;
   }
   return out;
 }
@@ -255,41 +255,43 @@ result<retry_policy> retry_policy::from_json(const nlohmann::json& j) {
 
 retry_policy operation_policy(operation_kind k) {
   switch (k) {
-    case operation_kind::fact_append: return make(1000, 60000, 3);
-    case operation_kind::entity_create: return make(1000, 60000, 3);
-    case operation_kind::config_update: return make(1000, 30000, 3);
-    case operation_kind::external_api: return make(2000, 120000, 5);
-    case operation_kind::webhook_delivery: return make(5000, 300000, 5);
-    case operation_kind::crm_sync: return make(10000, 600000, 10);
+  case operation_kind::fact_append: return make(1000, 60000, 3);
+  case operation_kind::entity_create: return make(1000, 60000, 3);
+  case operation_kind::config_update: return make(1000, 30000, 3);
+  case operation_kind::external_api: return make(2000, 120000, 5);
+  case operation_kind::webhook_delivery: return make(5000, 300000, 5);
+  case operation_kind::crm_sync: return make(10000, 600000, 10);
   }
   return retry_policy{};
 }
 
-retry_policy priority_policy(retry_priority p) { return retry_policy{}.with_priority(p); }
+retry_policy priority_policy(retry_priority p) {
+  return retry_policy{}.with_priority(p);
+}
 
 std::optional<retry_policy> http_status_policy(int status) {
   retry_policy p;
   switch (status) {
-    case 429:
-      p = make(60000, 60000, 6);
-      p.backoff = backoff_kind::constant;
-      p.jitter = jitter_kind::none;
-      return p;
-    case 500:
-      p = make(1000, 60000, 4);
-      p.jitter_ratio = 0.25;
-      return p;
-    case 502:
-    case 503:
-      p = make(2000, 60000, 4);
-      p.jitter_ratio = 0.25;
-      return p;
-    case 504:
-      p = make(5000, 60000, 3);
-      p.backoff = backoff_kind::linear;
-      p.jitter = jitter_kind::none;
-      return p;
-    default: return std::nullopt;
+  case 429:
+    p = make(60000, 60000, 6);
+    p.backoff = backoff_kind::constant;
+    p.jitter = jitter_kind::none;
+    return p;
+  case 500:
+    p = make(1000, 60000, 4);
+    p.jitter_ratio = 0.25;
+    return p;
+  case 502:
+  case 503:
+    p = make(2000, 60000, 4);
+    p.jitter_ratio = 0.25;
+    return p;
+  case 504:
+    p = make(5000, 60000, 3);
+    p.backoff = backoff_kind::linear;
+    p.jitter = jitter_kind::none;
+    return p;
+  default: return std::nullopt;
   }
 }
 

@@ -21,8 +21,8 @@ int64_t bucket_start(int64_t t, int64_t size) {
 } // namespace
 
 time_buckets::time_buckets(int64_t window_ms, int64_t bucket_ms)
-  : window_ms_(window_ms > 0 ? window_ms : 1),
-    bucket_ms_(bucket_ms > 0 ? std::min(bucket_ms, window_ms_) : 1) {}
+    : window_ms_(window_ms > 0 ? window_ms : 1),
+      bucket_ms_(bucket_ms > 0 ? std::min(bucket_ms, window_ms_) : 1) {}
 
 bool time_buckets::expired(const bucket& b, int64_t now_ms) const noexcept {
   // The bucket covers [start, start + size); the window is (now - window, now].
@@ -69,8 +69,8 @@ result<time_buckets> time_buckets::from_json(const nlohmann::json& j, int64_t wi
     return detail::invalid("time window", "must be an array of [start_ms, a, b]");
   time_buckets out(window_ms, bucket_ms);
   for (const auto& e : j) {
-    if (!e.is_array() || e.size() != 3 || !e[0].is_number_integer() ||
-        !e[1].is_number_integer() || !e[2].is_number_integer())
+    if (!e.is_array() || e.size() != 3 || !e[0].is_number_integer() || !e[1].is_number_integer() ||
+        !e[2].is_number_integer())
       return detail::invalid("time window", "each bucket must be [start_ms, a, b] (integers)");
     bucket b{e[0].get<int64_t>(), e[1].get<int64_t>(), e[2].get<int64_t>()};
     if (b.a < 0 || b.b < 0)

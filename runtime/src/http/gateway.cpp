@@ -22,34 +22,34 @@ constexpr std::string_view problem_type = "application/problem+json";
 
 std::string_view title_of(int status) {
   switch (status) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 413: return "Content Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Content";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Error";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 408: return "Request Timeout";
+  case 409: return "Conflict";
+  case 413: return "Content Too Large";
+  case 415: return "Unsupported Media Type";
+  case 422: return "Unprocessable Content";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  default: return "Error";
   }
 }
 
 std::string_view category_of(int status) {
   switch (status) {
-    case 401:
-    case 403: return "authorization";
-    case 408:
-    case 429:
-    case 503:
-    case 504: return "transient";
-    case 409: return "data_integrity";
-    default: return status >= 500 ? "server" : "client";
+  case 401:
+  case 403: return "authorization";
+  case 408:
+  case 429:
+  case 503:
+  case 504: return "transient";
+  case 409: return "data_integrity";
+  default: return status >= 500 ? "server" : "client";
   }
 }
 
@@ -169,8 +169,7 @@ http_response gateway::problem(exchange& x, int status, std::string_view code, s
   return r;
 }
 
-void gateway::finish(exchange& x, http_response r,
-                     const std::function<void(http_response)>& done) {
+void gateway::finish(exchange& x, http_response r, const std::function<void(http_response)>& done) {
   metrics_.count_request(x.route, r.status);
   if (r.status >= 400) {
     if (x.code.empty() || x.detail.empty()) {
@@ -250,15 +249,15 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   std::string_view target = req.target;
   auto qpos = target.find('?');
   std::string_view path = target.substr(0, qpos);
-  std::string_view query = qpos == std::string_view::npos ? std::string_view{}
-                                                          : target.substr(qpos + 1);
+  std::string_view query =
+    qpos == std::string_view::npos ? std::string_view{} : target.substr(qpos + 1);
   x->path = std::string(clip(path, 256));
   auto fail = [&](int status, std::string_view code, std::string detail) {
     finish(*x, problem(*x, status, code, std::move(detail)), done);
   };
   auto not_allowed = [&](std::string allow) {
-    auto r = problem(*x, 405, "METHOD_NOT_ALLOWED",
-                     req.verb + " is not allowed here; use " + allow);
+    auto r =
+      problem(*x, 405, "METHOD_NOT_ALLOWED", req.verb + " is not allowed here; use " + allow);
     r.allow = std::move(allow);
     finish(*x, std::move(r), done);
   };
@@ -365,8 +364,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   if (k == kind::call) {
     method = seg[4];
     if (method.empty() || method.front() == '@' || !validate_key_part(method, "method"))
-      return fail(404, "METHOD_NOT_FOUND", "entity type " + type + " has no method " +
-                                             std::string(clip(method, 128)));
+      return fail(404, "METHOD_NOT_FOUND",
+                  "entity type " + type + " has no method " + std::string(clip(method, 128)));
     def = et->find(method);
     if (!def)
       return fail(404, "METHOD_NOT_FOUND", "entity type " + type + " has no method " + method);
@@ -374,8 +373,7 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
 
   // -- query --
   if (k == kind::facts) {
-    auto q = parse_query(query,
-                         {"type", "subtype", "trace_id", "tool_id", "idempotency_key"},
+    auto q = parse_query(query, {"type", "subtype", "trace_id", "tool_id", "idempotency_key"},
                          {"since", "until", "after_seq", "before_seq"}, true, true);
     if (!q.error.empty())
       return fail(400, "INVALID_QUERY", q.error);
@@ -486,6 +484,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
 
 namespace factum {
 
-std::string api_key_sha256(std::string_view api_key) { return sha256_hex(api_key); }
+std::string api_key_sha256(std::string_view api_key) {
+  return sha256_hex(api_key);
+}
 
 } // namespace factum

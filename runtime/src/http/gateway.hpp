@@ -20,16 +20,16 @@ namespace factum::http {
 
 /// A request as the transport read it: the parts the API looks at.
 struct http_request {
-  std::string verb;    ///< "GET", "POST", ...
-  std::string target;  ///< origin-form: path and query, still encoded
+  std::string verb;   ///< "GET", "POST", ...
+  std::string target; ///< origin-form: path and query, still encoded
   std::string content_type;
   bool has_content_type = false;
-  int content_type_count = 0;  ///< how many Content-Type headers came
+  int content_type_count = 0; ///< how many Content-Type headers came
   std::string api_key;
   bool has_api_key = false;
-  int api_key_count = 0;  ///< how many X-API-Key headers came
+  int api_key_count = 0; ///< how many X-API-Key headers came
   std::string idempotency_key;
-  int idempotency_key_count = 0;  ///< how many Idempotency-Key headers came
+  int idempotency_key_count = 0; ///< how many Idempotency-Key headers came
   std::string traceparent;
   std::string x_trace_id;
   std::string body;
@@ -38,8 +38,7 @@ struct http_request {
 /// Copies the parts the API looks at out of a parsed request. `Message` is a Beast request
 /// (templated so that this header stays free of Beast); the transport and the fuzz targets
 /// (tests/fuzz) share it.
-template <class Message>
-http_request to_http_request(Message& msg) {
+template <class Message> http_request to_http_request(Message& msg) {
   http_request r;
   r.verb = std::string(msg.method_string());
   r.target = std::string(msg.target());
@@ -69,15 +68,15 @@ struct http_response {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
-  std::string trace_id;       ///< echoed as X-Trace-Id
-  bool replayed = false;      ///< adds Idempotent-Replayed: true
-  std::string allow;          ///< 405: the Allow header
-  bool close = false;         ///< close the connection after writing
+  std::string trace_id;  ///< echoed as X-Trace-Id
+  bool replayed = false; ///< adds Idempotent-Replayed: true
+  std::string allow;     ///< 405: the Allow header
+  bool close = false;    ///< close the connection after writing
 };
 
 /// The HTTP API over one runtime.
 class gateway {
-public:
+ public:
   gateway(runtime& rt, http_server_config cfg);
 
   /// Answers one request; `done` runs exactly once.
@@ -85,9 +84,9 @@ public:
 
   /// A transport-level refusal (408, 413, 431, 400 unparsable, 503 connection limit), counted
   /// and logged like every other error. `verb` and `target` may be empty when unknown.
-  http_response reject(int status, std::string_view code, std::string detail,
-                       std::string_view verb, std::string_view target,
-                       std::string_view traceparent = {}, std::string_view x_trace_id = {});
+  http_response reject(int status, std::string_view code, std::string detail, std::string_view verb,
+                       std::string_view target, std::string_view traceparent = {},
+                       std::string_view x_trace_id = {});
 
   /// Logs one structured line (adds "ts").
   void log(nlohmann::json line) const;
@@ -101,7 +100,7 @@ public:
   const http_metrics& metrics() const { return metrics_; }
   runtime& rt() { return rt_; }
 
-private:
+ private:
   struct exchange;
 
   void finish(exchange& x, http_response r, const std::function<void(http_response)>& done);

@@ -26,9 +26,13 @@ bool is_lower_hex(std::string_view s) {
   return true;
 }
 
-bool all_zero(std::string_view s) { return s.find_first_not_of('0') == std::string_view::npos; }
+bool all_zero(std::string_view s) {
+  return s.find_first_not_of('0') == std::string_view::npos;
+}
 
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+char lower(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size())
@@ -49,7 +53,7 @@ std::string_view trim(std::string_view s) {
 
 /// A SAX consumer that only counts nesting: validation without a DOM.
 class depth_counter final : public nlohmann::json_sax<nlohmann::json> {
-public:
+ public:
   explicit depth_counter(int max_depth) : max_depth_(max_depth) {}
 
   bool null() override { return true; }
@@ -72,7 +76,7 @@ public:
 
   json_check result;
 
-private:
+ private:
   bool enter() {
     if (++depth_ > max_depth_) {
       result.verdict = json_verdict::too_deep;
@@ -138,16 +142,14 @@ std::optional<std::vector<query_param>> split_query(std::string_view query) {
       continue;
     auto eq = part.find('=');
     auto name = percent_decode(part.substr(0, eq), true);
-    auto value = percent_decode(eq == std::string_view::npos ? std::string_view{}
-                                                              : part.substr(eq + 1),
-                                true);
+    auto value =
+      percent_decode(eq == std::string_view::npos ? std::string_view{} : part.substr(eq + 1), true);
     if (!name || !value || !valid_utf8(*name) || !valid_utf8(*value))
       return std::nullopt;
     out.push_back({std::move(*name), std::move(*value)});
   }
   return out;
 }
-
 
 std::optional<int64_t> parse_non_negative(std::string_view s) {
   if (s.empty() || s.size() > 19)
@@ -193,9 +195,9 @@ std::string incoming_trace_id(std::string_view traceparent, std::string_view x_t
   if (tp.size() >= 55 && tp[2] == '-' && tp[35] == '-' && tp[52] == '-') {
     auto version = tp.substr(0, 2), trace = tp.substr(3, 32), parent = tp.substr(36, 16),
          flags = tp.substr(53, 2);
-    bool ok = is_lower_hex(version) && version != "ff" && is_lower_hex(trace) &&
-              !all_zero(trace) && is_lower_hex(parent) && !all_zero(parent) &&
-              is_lower_hex(flags) && (tp.size() == 55 || (version != "00" && tp[55] == '-'));
+    bool ok = is_lower_hex(version) && version != "ff" && is_lower_hex(trace) && !all_zero(trace) &&
+              is_lower_hex(parent) && !all_zero(parent) && is_lower_hex(flags) &&
+              (tp.size() == 55 || (version != "00" && tp[55] == '-'));
     if (ok)
       return std::string(trace);
   }
@@ -242,6 +244,8 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-std::string_view clip(std::string_view s, size_t n) { return s.substr(0, std::min(n, s.size())); }
+std::string_view clip(std::string_view s, size_t n) {
+  return s.substr(0, std::min(n, s.size()));
+}
 
 } // namespace factum::http

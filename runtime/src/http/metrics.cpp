@@ -87,8 +87,7 @@ std::string http_metrics::render(const runtime_stats& rt) const {
     out += '\n';
   }
   out += "factum_http_call_duration_seconds_sum " +
-         fmt_double(static_cast<double>(call_ns_sum_.load(std::memory_order_relaxed)) / 1e9) +
-         '\n';
+         fmt_double(static_cast<double>(call_ns_sum_.load(std::memory_order_relaxed)) / 1e9) + '\n';
   out += "factum_http_call_duration_seconds_count " +
          std::to_string(call_count_.load(std::memory_order_relaxed)) + '\n';
   metric(out, "factum_http_connections", "gauge", "Open HTTP connections.",
@@ -116,20 +115,18 @@ std::string http_metrics::render(const runtime_stats& rt) const {
          rt.turns_committed);
   header(out, "factum_facts_per_commit", "gauge",
          "facts_total / commits_total: how much write coalescing saves.");
-  out += "factum_facts_per_commit " +
-         fmt_double(rt.commits ? static_cast<double>(rt.facts) / static_cast<double>(rt.commits)
-                               : 0.0) +
-         '\n';
+  out +=
+    "factum_facts_per_commit " +
+    fmt_double(rt.commits ? static_cast<double>(rt.facts) / static_cast<double>(rt.commits) : 0.0) +
+    '\n';
   metric(out, "factum_idempotency_replays_total", "counter",
          "Calls answered from a stored idempotency record.", rt.replays);
   metric(out, "factum_idempotency_conflicts_total", "counter",
          "Calls refused because their key was in flight (409).", rt.key_conflicts);
   metric(out, "factum_idempotency_mismatches_total", "counter",
-         "Calls refused because their key was used with another request (422).",
-         rt.key_mismatches);
+         "Calls refused because their key was used with another request (422).", rt.key_mismatches);
   metric(out, "factum_idempotency_keys_released_on_open_total", "counter",
-         "Pending keys released when an entity reopened after a crash.",
-         rt.keys_released_on_open);
+         "Pending keys released when an entity reopened after a crash.", rt.keys_released_on_open);
   metric(out, "factum_alarm_index_rebuilds_total", "counter",
          "Damaged alarm indexes set aside and rebuilt from the entity files at start.",
          rt.alarm_index_rebuilds);
@@ -142,8 +139,7 @@ std::string http_metrics::render(const runtime_stats& rt) const {
          rt.alarm_lag_ms_max);
   metric(out, "factum_alarm_lag_ms_sum", "counter", "Sum of delays from due time to firing, ms.",
          rt.alarm_lag_ms_sum);
-  metric(out, "factum_tool_calls_total", "counter", "Resilient tool calls started.",
-         rt.tool_calls);
+  metric(out, "factum_tool_calls_total", "counter", "Resilient tool calls started.", rt.tool_calls);
   metric(out, "factum_tool_retries_total", "counter", "Tool call retries.", rt.tool_retries);
   metric(out, "factum_tool_failures_total", "counter", "Tool calls that failed in the end.",
          rt.tool_failures);

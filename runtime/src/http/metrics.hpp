@@ -19,11 +19,10 @@ namespace factum::http {
 
 /// Counters of the HTTP gateway.
 class http_metrics {
-public:
+ public:
   /// Upper bounds (seconds) of the call latency histogram's buckets; +Inf is implicit.
-  static constexpr std::array<double, 14> bounds = {0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                    0.025,  0.05,  0.1,    0.25,  0.5,
-                                                    1,      2.5,   5,      10};
+  static constexpr std::array<double, 14> bounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                    0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
   /// Counts one answered request.
   void count_request(std::string_view route, int status);
@@ -43,7 +42,7 @@ public:
   /// The whole exposition: gateway counters plus the runtime's.
   std::string render(const runtime_stats& rt) const;
 
-private:
+ private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::array<std::atomic<uint64_t>, bounds.size() + 1> buckets_{};

@@ -41,15 +41,16 @@ constexpr std::chrono::milliseconds linger_time{2'000};
 /// How long stop() waits for connections to close before it stops the I/O threads anyway.
 constexpr std::chrono::milliseconds close_grace{5'000};
 
-bool iequals(beast::string_view a, beast::string_view b) { return beast::iequals(a, b); }
+bool iequals(beast::string_view a, beast::string_view b) {
+  return beast::iequals(a, b);
+}
 
 } // namespace
 
 struct http_server::impl {
   impl(runtime& rt, http_server_config cfg)
-    : gw(rt, std::move(cfg)),
-      acceptor(net::make_strand(ioc)),
-      accept_retry(acceptor.get_executor()) {}
+      : gw(rt, std::move(cfg)), acceptor(net::make_strand(ioc)),
+        accept_retry(acceptor.get_executor()) {}
 
   // Declared first: destroyed last, after every I/O object bound to it.
   net::io_context ioc;
@@ -64,8 +65,8 @@ struct http_server::impl {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::unordered_map<session*, std::weak_ptr<session>> sessions;  // guarded by mu
-  int64_t in_flight = 0;                                            // guarded by mu
+  std::unordered_map<session*, std::weak_ptr<session>> sessions; // guarded by mu
+  int64_t in_flight = 0;                                         // guarded by mu
 
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket s, const std::shared_ptr<impl>& self);
@@ -114,9 +115,9 @@ namespace {
 
 /// One connection. Every member function runs on the connection's strand.
 class session : public std::enable_shared_from_this<session> {
-public:
+ public:
   session(tcp::socket&& s, std::shared_ptr<http_server::impl> srv)
-    : stream_(std::move(s)), srv_(std::move(srv)), deadline_(stream_.get_executor()) {}
+      : stream_(std::move(s)), srv_(std::move(srv)), deadline_(stream_.get_executor()) {}
 
   ~session() { srv_->session_gone(this); }
 
@@ -145,7 +146,7 @@ public:
 
   net::any_io_executor executor() { return stream_.get_executor(); }
 
-private:
+ private:
   const http_limits& limits() const { return srv_->gw.config().limits; }
 
   void arm_deadline(std::chrono::milliseconds d) {
@@ -176,10 +177,9 @@ private:
       std::min<size_t>(limits().max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
     parser_->body_limit(static_cast<std::uint64_t>(limits().max_body_bytes));
     arm_deadline(limits().request_timeout);
-    bhttp::async_read_header(stream_, buffer_, *parser_,
-                             [self = shared_from_this()](beast::error_code ec, size_t) {
-                               self->on_header(ec);
-                             });
+    bhttp::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
 
   void on_header(beast::error_code ec) {
@@ -442,9 +442,13 @@ result<std::unique_ptr<http_server>> http_server::start(runtime& rt, http_server
 
 http_server::http_server(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
 
-http_server::~http_server() { stop(); }
+http_server::~http_server() {
+  stop();
+}
 
-uint16_t http_server::port() const { return impl_->port; }
+uint16_t http_server::port() const {
+  return impl_->port;
+}
 
 void http_server::begin_shutdown() {
   if (impl_->gw.draining())

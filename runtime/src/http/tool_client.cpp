@@ -42,9 +42,11 @@ namespace {
 constexpr uint64_t max_response_body = 16 * 1024 * 1024;
 
 bool iequals_prefix(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
+  if (s.size() < prefix.size())
+    return false;
   for (size_t i = 0; i < prefix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i])
+      return false;
   return true;
 }
 
@@ -78,24 +80,29 @@ std::optional<int64_t> parse_retry_after(std::string_view v) {
     v.remove_prefix(1);
   while (!v.empty() && (v.back() == ' ' || v.back() == '\t'))
     v.remove_suffix(1);
-  if (v.empty()) return std::nullopt;
+  if (v.empty())
+    return std::nullopt;
   if (v.find_first_not_of("0123456789") == std::string_view::npos) {
-    if (v.size() > 9) return int64_t{999'999'999} * 1000;
+    if (v.size() > 9)
+      return int64_t{999'999'999} * 1000;
     return static_cast<int64_t>(std::stoll(std::string(v))) * 1000;
   }
   std::tm tm{};
   std::string s(v);
   const char* end = strptime(s.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-  if (!end || *end != '\0') return std::nullopt;
+  if (!end || *end != '\0')
+    return std::nullopt;
   auto at = static_cast<int64_t>(timegm(&tm));
   auto now = static_cast<int64_t>(std::time(nullptr));
   return std::max<int64_t>(0, at - now) * 1000;
 }
 
 json parse_body(const std::string& body) {
-  if (body.empty()) return nullptr;
+  if (body.empty())
+    return nullptr;
   auto j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) return body;
+  if (j.is_discarded())
+    return body;
   return j;
 }
 
@@ -117,7 +124,8 @@ struct pending {
 
   /// Calls done exactly once; later calls do nothing.
   void finish(tool_reply r) {
-    if (!done) return;
+    if (!done)
+      return;
     auto d = std::move(done);
     done = nullptr;
     d(std::move(r));
@@ -174,7 +182,8 @@ struct pool : std::enable_shared_from_this<pool> {
   pool(net::io_context& c, std::string n, http_tool_options o, http_tool_url u)
       : ioc(c), name(std::move(n)), opts(std::move(o)), url(std::move(u)) {
     host_header = url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host;
-    if (url.port != 80) host_header += ":" + std::to_string(url.port);
+    if (url.port != 80)
+      host_header += ":" + std::to_string(url.port);
   }
 
   net::io_context& ioc;
@@ -188,23 +197,25 @@ struct pool : std::enable_shared_from_this<pool> {
   bool stopped = false;
 
   std::atomic<uint64_t> requests{0}, connections_opened{0}, reused{0}, stale_retries{0}, queued{0},
-      rejected{0};
+    rejected{0};
 
   void submit(std::shared_ptr<pending> p) {
-    if (stopped) return p->finish(cancelled());
+    if (stopped)
+      return p->finish(cancelled());
     if (!idle.empty()) {
       auto c = std::move(idle.back());
       idle.pop_back();
       reused.fetch_add(1, std::memory_order_relaxed);
       return c->send(std::move(p), true);
     }
-    if (all.size() < opts.max_connections) return open_fresh(std::move(p));
+    if (all.size() < opts.max_connections)
+      return open_fresh(std::move(p));
     if (queue.size() >= opts.max_queued) {
       rejected.fetch_add(1, std::memory_order_relaxed);
       return p->finish(transport_failure(
-          "POOL_EXHAUSTED", "tool " + name + ": all " + std::to_string(opts.max_connections) +
-                                " connections are busy and " + std::to_string(opts.max_queued) +
-                                " requests already wait"));
+        "POOL_EXHAUSTED", "tool " + name + ": all " + std::to_string(opts.max_connections) +
+                            " connections are busy and " + std::to_string(opts.max_queued) +
+                            " requests already wait"));
     }
     queued.fetch_add(1, std::memory_order_relaxed);
     queue.push_back(std::move(p));
@@ -218,7 +229,8 @@ struct pool : std::enable_shared_from_this<pool> {
 
   /// A connection finished a request and may be reused.
   void release(const std::shared_ptr<conn>& c) {
-    if (stopped) return gone(c);
+    if (stopped)
+      return gone(c);
     if (!queue.empty()) {
       auto p = std::move(queue.front());
       queue.pop_front();
@@ -253,7 +265,8 @@ struct pool : std::enable_shared_from_this<pool> {
       p->finish(cancelled());
     auto conns = all;
     for (auto& c : conns) {
-      if (auto cur = c->current()) cur->finish(cancelled());
+      if (auto cur = c->current())
+        cur->finish(cancelled());
       c->close();
     }
     all.clear();
@@ -270,7 +283,8 @@ void conn::arm(std::chrono::milliseconds d) {
   timed_out_ = false;
   timer_.expires_after(d);
   timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
-    if (ec || gen != self->gen_ || self->closed_) return;
+    if (ec || gen != self->gen_ || self->closed_)
+      return;
     self->timed_out_ = true;
     beast::error_code ignored;
     self->resolver_.cancel();
@@ -283,19 +297,23 @@ void conn::connect(std::shared_ptr<pending> p) {
   reused_ = false;
   arm(pool_->opts.connect_timeout);
   resolver_.async_resolve(
-      pool_->url.host, std::to_string(pool_->url.port),
-      [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type eps) {
-        if (self->closed_) return;
-        if (ec) return self->on_error(ec, "resolve");
-        net::async_connect(self->sock_, eps, [self](beast::error_code ec2, const tcp::endpoint&) {
-          if (self->closed_) return;
-          if (ec2) return self->on_error(ec2, "connect");
-          self->pool_->connections_opened.fetch_add(1, std::memory_order_relaxed);
-          beast::error_code ignored;
-          self->sock_.set_option(tcp::no_delay(true), ignored);
-          self->send(std::move(self->cur_), false);
-        });
+    pool_->url.host, std::to_string(pool_->url.port),
+    [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type eps) {
+      if (self->closed_)
+        return;
+      if (ec)
+        return self->on_error(ec, "resolve");
+      net::async_connect(self->sock_, eps, [self](beast::error_code ec2, const tcp::endpoint&) {
+        if (self->closed_)
+          return;
+        if (ec2)
+          return self->on_error(ec2, "connect");
+        self->pool_->connections_opened.fetch_add(1, std::memory_order_relaxed);
+        beast::error_code ignored;
+        self->sock_.set_option(tcp::no_delay(true), ignored);
+        self->send(std::move(self->cur_), false);
       });
+    });
 }
 
 void conn::send(std::shared_ptr<pending> p, bool reused) {
@@ -304,8 +322,10 @@ void conn::send(std::shared_ptr<pending> p, bool reused) {
   auto& o = pool_->opts;
   auto& r = cur_->req;
   std::string target = pool_->url.path;
-  if (!r.operation.empty()) target += "/" + encode_path(r.operation);
-  if (target.empty()) target = "/";
+  if (!r.operation.empty())
+    target += "/" + encode_path(r.operation);
+  if (target.empty())
+    target = "/";
   req_ = {};
   req_.method(bhttp::verb::post);
   req_.target(target);
@@ -314,8 +334,10 @@ void conn::send(std::shared_ptr<pending> p, bool reused) {
   req_.set(bhttp::field::user_agent, "factum");
   req_.set(bhttp::field::content_type, "application/json");
   req_.set(bhttp::field::accept, "application/json");
-  if (!r.trace_id.empty()) req_.set("X-Trace-Id", r.trace_id);
-  if (!r.idempotency_key.empty()) req_.set("Idempotency-Key", r.idempotency_key);
+  if (!r.trace_id.empty())
+    req_.set("X-Trace-Id", r.trace_id);
+  if (!r.idempotency_key.empty())
+    req_.set("Idempotency-Key", r.idempotency_key);
   for (auto& [k, v] : o.headers)
     req_.set(k, v);
   req_.keep_alive(true);
@@ -323,8 +345,10 @@ void conn::send(std::shared_ptr<pending> p, bool reused) {
   req_.prepare_payload();
   arm(o.request_timeout);
   bhttp::async_write(sock_, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
-    if (self->closed_) return;
-    if (ec) return self->on_error(ec, "write");
+    if (self->closed_)
+      return;
+    if (ec)
+      return self->on_error(ec, "write");
     self->parser_.emplace();
     self->parser_->body_limit(max_response_body);
     bhttp::async_read(self->sock_, self->buf_, *self->parser_,
@@ -333,8 +357,10 @@ void conn::send(std::shared_ptr<pending> p, bool reused) {
 }
 
 void conn::on_read(beast::error_code ec) {
-  if (closed_) return;
-  if (ec) return on_error(ec, "read");
+  if (closed_)
+    return;
+  if (ec)
+    return on_error(ec, "read");
   ++gen_;
   timer_.cancel();
   auto res = parser_->release();
@@ -380,7 +406,8 @@ void conn::on_error(beast::error_code ec, const char* phase) {
     p->stale_retried = true;
     pool_->stale_retries.fetch_add(1, std::memory_order_relaxed);
     pool_->gone(self, false);
-    if (pool_->stopped) return p->finish(pool_->cancelled());
+    if (pool_->stopped)
+      return p->finish(pool_->cancelled());
     return pool_->open_fresh(std::move(p));
   }
   pool_->gone(self);
@@ -388,10 +415,10 @@ void conn::on_error(beast::error_code ec, const char* phase) {
   tool_reply r;
   if (timed_out_) {
     r = transport_failure(
-        "timeout",
-        ph == "resolve" || ph == "connect"
-            ? "could not connect to " + where() + " within " + ms(pool_->opts.connect_timeout)
-            : "no answer from " + where() + " within " + ms(pool_->opts.request_timeout));
+      "timeout",
+      ph == "resolve" || ph == "connect"
+        ? "could not connect to " + where() + " within " + ms(pool_->opts.connect_timeout)
+        : "no answer from " + where() + " within " + ms(pool_->opts.request_timeout));
   } else if (ph == "resolve") {
     r = transport_failure("dns_failure",
                           "cannot resolve the host of " + where() + ": " + ec.message());
@@ -399,7 +426,7 @@ void conn::on_error(beast::error_code ec, const char* phase) {
     r = transport_failure("connection_refused", "connection refused by " + where());
   } else if (stale_kind || ec == bhttp::error::partial_message) {
     r = transport_failure("connection_reset", where() + " closed the connection without a " +
-                                                  "complete answer (" + ec.message() + ")");
+                                                "complete answer (" + ec.message() + ")");
   } else {
     r = transport_failure("other",
                           std::string(phase) + " failed for " + where() + ": " + ec.message(),
@@ -418,12 +445,14 @@ result<http_tool_url> parse_http_tool_url(std::string_view url) {
   };
   if (iequals_prefix(url, "https://"))
     return bad("https is not supported (plain http:// only; put a TLS proxy in front)");
-  if (!iequals_prefix(url, "http://")) return bad("must start with http://");
+  if (!iequals_prefix(url, "http://"))
+    return bad("must start with http://");
   auto rest = url.substr(7);
   auto slash = rest.find('/');
   auto authority = rest.substr(0, slash);
   std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
-  if (authority.empty()) return bad("no host");
+  if (authority.empty())
+    return bad("no host");
   if (authority.find('@') != std::string_view::npos)
     return bad("user information in the URL is not supported (use \"headers\")");
   if (path.find_first_of("?# \t\r\n") != std::string_view::npos)
@@ -435,23 +464,28 @@ result<http_tool_url> parse_http_tool_url(std::string_view url) {
   std::string_view host, port;
   if (authority.front() == '[') {
     auto close = authority.find(']');
-    if (close == std::string_view::npos) return bad("unterminated IPv6 address");
+    if (close == std::string_view::npos)
+      return bad("unterminated IPv6 address");
     host = authority.substr(1, close - 1);
     auto after = authority.substr(close + 1);
     if (!after.empty()) {
-      if (after.front() != ':') return bad("bad port");
+      if (after.front() != ':')
+        return bad("bad port");
       port = after.substr(1);
-      if (port.empty()) return bad("bad port");
+      if (port.empty())
+        return bad("bad port");
     }
   } else {
     auto colon = authority.find(':');
     host = authority.substr(0, colon);
     if (colon != std::string_view::npos) {
       port = authority.substr(colon + 1);
-      if (port.empty()) return bad("bad port");
+      if (port.empty())
+        return bad("bad port");
     }
   }
-  if (host.empty()) return bad("no host");
+  if (host.empty())
+    return bad("no host");
   for (char c : host)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' ||
           c == '_'))
@@ -460,7 +494,8 @@ result<http_tool_url> parse_http_tool_url(std::string_view url) {
     if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos)
       return bad("bad port");
     auto p = std::stoul(std::string(port));
-    if (p == 0 || p > 65535) return bad("port out of range");
+    if (p == 0 || p > 65535)
+      return bad("port out of range");
     u.port = static_cast<uint16_t>(p);
   }
   u.host = std::string(host);
@@ -506,16 +541,21 @@ status validate_http_tool_options(const http_tool_options& opts) {
     return status{errc::invalid_argument, key + ": " + why};
   };
   auto url = parse_http_tool_url(opts.url);
-  if (!url) return bad("url", url.error().message());
-  if (opts.connect_timeout.count() < 1) return bad("connect_timeout_ms", "must be at least 1");
-  if (opts.request_timeout.count() < 1) return bad("request_timeout_ms", "must be at least 1");
-  if (opts.max_connections < 1) return bad("max_connections", "must be at least 1");
+  if (!url)
+    return bad("url", url.error().message());
+  if (opts.connect_timeout.count() < 1)
+    return bad("connect_timeout_ms", "must be at least 1");
+  if (opts.request_timeout.count() < 1)
+    return bad("request_timeout_ms", "must be at least 1");
+  if (opts.max_connections < 1)
+    return bad("max_connections", "must be at least 1");
   for (auto& [k, v] : opts.headers) {
     if (k.empty() || !std::all_of(k.begin(), k.end(), is_token_char))
       return bad("headers." + k, "not a valid header name");
     for (auto reserved : {"host", "content-length", "transfer-encoding", "connection",
                           "content-type", "idempotency-key", "x-trace-id"})
-      if (beast::iequals(k, reserved)) return bad("headers." + k, "set by the transport itself");
+      if (beast::iequals(k, reserved))
+        return bad("headers." + k, "set by the transport itself");
     for (char c : v)
       if (c == '\r' || c == '\n' || c == '\0')
         return bad("headers." + k, "the value may not contain CR, LF or NUL");
@@ -527,17 +567,20 @@ status validate_http_tool_options(const http_tool_options& opts) {
   auto eps = res.resolve(url->host, std::to_string(url->port), ec);
   if (ec || eps.empty())
     return bad("url", "host '" + url->host + "' does not resolve" +
-                          (ec ? ": " + ec.message() : std::string()));
+                        (ec ? ": " + ec.message() : std::string()));
   return status::ok();
 }
 
 result<tool_fn> http_tool_client::make_tool(std::string name, http_tool_options opts) {
-  if (name.empty()) return status{errc::invalid_argument, "name: must not be empty"};
-  if (auto st = validate_http_tool_options(opts); !st) return st;
+  if (name.empty())
+    return status{errc::invalid_argument, "name: must not be empty"};
+  if (auto st = validate_http_tool_options(opts); !st)
+    return st;
   auto url = parse_http_tool_url(opts.url);
   auto i = impl_;
   std::lock_guard<std::mutex> g(i->mu);
-  if (i->stopped) return status{errc::unavailable, "the HTTP tool client is stopped"};
+  if (i->stopped)
+    return status{errc::unavailable, "the HTTP tool client is stopped"};
   if (i->pools.count(name))
     return status{errc::invalid_argument, "name: tool '" + name + "' is already defined"};
   auto p = std::make_shared<pool>(i->ioc, name, std::move(opts), std::move(*url));
@@ -563,7 +606,8 @@ http_tool_stats http_tool_client::stats(std::string_view name) const {
   {
     std::lock_guard<std::mutex> g(impl_->mu);
     auto it = impl_->pools.find(name);
-    if (it == impl_->pools.end()) return {};
+    if (it == impl_->pools.end())
+      return {};
     p = it->second;
   }
   http_tool_stats s;
@@ -580,7 +624,8 @@ http_tool_stats http_tool_client::stats(std::string_view name) const {
   {
     std::lock_guard<std::mutex> g(impl_->mu);
     running = !impl_->stopped;
-    if (running) net::post(impl_->ioc, [p, &open] { open.set_value(p->all.size()); });
+    if (running)
+      net::post(impl_->ioc, [p, &open] { open.set_value(p->all.size()); });
   }
   s.open_connections = running ? f.get() : 0;
   return s;
@@ -590,7 +635,8 @@ void http_tool_client::stop() {
   auto& i = *impl_;
   {
     std::lock_guard<std::mutex> g(i.mu);
-    if (i.stopped) return;
+    if (i.stopped)
+      return;
     i.stopped = true;
     // Posted after every submit already posted (one thread, FIFO): they run first and are
     // then cancelled here; no submit can be posted after it.
@@ -603,7 +649,8 @@ void http_tool_client::stop() {
     });
   }
   i.work.reset();
-  if (i.thread.joinable()) i.thread.join();
+  if (i.thread.joinable())
+    i.thread.join();
 }
 
 } // namespace factum

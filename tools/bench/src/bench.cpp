@@ -46,8 +46,8 @@ uint64_t mix64(uint64_t x) {
 
 int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
 }
 
 /// How a response is judged.
@@ -61,7 +61,7 @@ struct item {
 /// Counters of one phase. Completions update them from any thread.
 struct tally {
   std::atomic<uint64_t> sent{0}, answered{0}, ok{0}, errors{0}, expected_failures{0}, replayed{0},
-      dropped{0}, late{0}, unanswered{0};
+    dropped{0}, late{0}, unanswered{0};
   std::atomic<uint64_t> max_send_lag_ns{0};
   std::mutex mu;
   std::map<std::string, uint64_t> codes; ///< answers by code (errors and expected failures)
@@ -71,9 +71,12 @@ struct tally {
 const char* workload_names[] = {"append", "replay", "mixed", "cold", "churn", "alarms", "read"};
 
 int64_t default_entities(const std::string& w) {
-  if (w == "append") return 1;
-  if (w == "cold" || w == "alarms") return 1000;
-  if (w == "churn") return 2000;
+  if (w == "append")
+    return 1;
+  if (w == "cold" || w == "alarms")
+    return 1000;
+  if (w == "churn")
+    return 2000;
   return 10;
 }
 
@@ -118,7 +121,8 @@ class bench_run {
       err_ << "factum bench: " << e << "\n";
       return 2;
     }
-    if (!open_target()) return 1;
+    if (!open_target())
+      return 1;
     try {
       workload();
     } catch (const std::exception& e) {
@@ -143,21 +147,26 @@ class bench_run {
         std::end(workload_names))
       return "unknown workload \"" + o_.workload +
              "\" (append, replay, mixed, cold, churn, alarms, read)";
-    if (o_.mode != "inproc" && o_.mode != "http") return "--mode must be inproc or http";
+    if (o_.mode != "inproc" && o_.mode != "http")
+      return "--mode must be inproc or http";
     if (o_.mode == "http" && o_.workload == "alarms")
       return "the alarms workload runs in-process only (a server has no bench_alarm type)";
-    if (o_.concurrency < 1 || o_.concurrency > 100'000) return "--concurrency must be 1..100000";
-    if (o_.entities < 0 || o_.entities > 100'000'000) return "--entities must be 1..100000000";
+    if (o_.concurrency < 1 || o_.concurrency > 100'000)
+      return "--concurrency must be 1..100000";
+    if (o_.entities < 0 || o_.entities > 100'000'000)
+      return "--entities must be 1..100000000";
     if (o_.count < 0 || o_.duration_s <= 0 || o_.duration_s > 86'400)
       return "--count must be >= 0 and --duration in (0, 86400] seconds";
     if (o_.rate < 0 || o_.rate > 10'000'000)
       return "--rate must be 0 (closed loop) or up to 10000000 requests/s";
-    if (o_.payload < 0 || o_.payload > 1'000'000) return "--payload must be 0..1000000 bytes";
+    if (o_.payload < 0 || o_.payload > 1'000'000)
+      return "--payload must be 0..1000000 bytes";
     if (o_.durability != "full" && o_.durability != "normal")
       return "--durability must be full or normal";
     if (o_.replay_share < 0 || o_.tool_share < 0 || o_.replay_share + o_.tool_share > 1)
       return "--replay-share and --tool-share must be >= 0 and sum to at most 1";
-    if (o_.fail_rate < 0 || o_.fail_rate > 1) return "--fail-rate must be in [0, 1]";
+    if (o_.fail_rate < 0 || o_.fail_rate > 1)
+      return "--fail-rate must be in [0, 1]";
     if (o_.keys < 1 || o_.facts_per_entity < 1 || o_.read_limit < 1 || o_.read_limit > 1000)
       return "--keys and --facts-per-entity must be >= 1, --read-limit 1..1000";
     if (o_.timeout_s <= 0 || o_.max_inflight < 1)
@@ -211,7 +220,7 @@ class bench_run {
     it.req.method = "append";
     it.req.idempotency_key = std::move(k);
     it.req.body =
-        R"({"type":"bench","data":{"n":)" + std::to_string(n) + R"(,"fill":")" + filler_ + "\"}}";
+      R"({"type":"bench","data":{"n":)" + std::to_string(n) + R"(,"fill":")" + filler_ + "\"}}";
     return it;
   }
   /// Completed key j of the replay set: always the same entity, key and body.
@@ -238,7 +247,7 @@ class bench_run {
     s->limit = count > 0 ? uint64_t(count) : UINT64_MAX;
     auto t0 = clk::now();
     s->end =
-        count > 0 ? clk::time_point::max() : t0 + std::chrono::nanoseconds(int64_t(seconds * 1e9));
+      count > 0 ? clk::time_point::max() : t0 + std::chrono::nanoseconds(int64_t(seconds * 1e9));
     tally& ta = measured ? meas_ : setup_;
     // The completion that ends the phase still runs inside `issue` after main wakes up, so the
     // function lives in a shared_ptr that every in-flight completion holds.
@@ -262,7 +271,7 @@ class bench_run {
       t_->send(std::move(it.req), [this, &ta, measured, next = weak.lock(), kd = it.k,
                                    id = std::move(id), k = std::move(k), start](response r) {
         auto ns = uint64_t(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - start).count());
+          std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - start).count());
         judge(ta, kd, id, k, r, ns, measured);
         (*next)();
       });
@@ -296,12 +305,15 @@ class bench_run {
     auto prog = start_progress(true, t0);
     for (uint64_t i = 0;; ++i) {
       auto due = t0 + std::chrono::duration_cast<clk::duration>(interval * double(i));
-      if (count > 0 ? i >= uint64_t(count) : due >= end) break;
+      if (count > 0 ? i >= uint64_t(count) : due >= end)
+        break;
       std::this_thread::sleep_until(due);
       auto lag =
-          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - due).count());
-      if (lag > 1'000'000) meas_.late.fetch_add(1);
-      if (lag > meas_.max_send_lag_ns.load()) meas_.max_send_lag_ns.store(lag);
+        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - due).count());
+      if (lag > 1'000'000)
+        meas_.late.fetch_add(1);
+      if (lag > meas_.max_send_lag_ns.load())
+        meas_.max_send_lag_ns.store(lag);
       if (s->inflight.load() >= o_.max_inflight) {
         meas_.dropped.fetch_add(1);
         continue;
@@ -313,8 +325,8 @@ class bench_run {
       meas_.sent.fetch_add(1);
       t_->send(std::move(it.req), [this, s, kd = it.k, id = std::move(id), k = std::move(k),
                                    due](response r) {
-        auto ns = uint64_t(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - due).count());
+        auto ns =
+          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - due).count());
         judge(meas_, kd, id, k, r, ns, true);
         if (s->inflight.fetch_sub(1) == 1) {
           std::lock_guard<std::mutex> g(s->mu);
@@ -333,7 +345,8 @@ class bench_run {
   /// Judges one answer against what its kind expects; records acks of fresh appends.
   void judge(tally& ta, kind kd, const std::string& id, const std::string& k, response& r,
              uint64_t ns, bool measured) {
-    if (measured) lat_.record(ns);
+    if (measured)
+      lat_.record(ns);
     ta.answered.fetch_add(1);
     bool good = false, expected_failure = false;
     std::string why;
@@ -355,7 +368,8 @@ class bench_run {
       break;
     case kind::replay:
       good = r.ok && r.replayed;
-      if (r.ok && !r.replayed) why = "NOT_REPLAYED";
+      if (r.ok && !r.replayed)
+        why = "NOT_REPLAYED";
       break;
     case kind::tool:
       good = r.ok;
@@ -365,21 +379,22 @@ class bench_run {
                          r.code != "INTERNAL";
       break;
     case kind::read:
-    case kind::arm:
-      good = r.ok;
-      break;
+    case kind::arm: good = r.ok; break;
     }
-    if (r.replayed) ta.replayed.fetch_add(1);
+    if (r.replayed)
+      ta.replayed.fetch_add(1);
     if (good) {
       ta.ok.fetch_add(1);
       return;
     }
-    if (why.empty()) why = r.code.empty() ? "HTTP_" + std::to_string(r.status) : r.code;
+    if (why.empty())
+      why = r.code.empty() ? "HTTP_" + std::to_string(r.status) : r.code;
     if (expected_failure)
       ta.expected_failures.fetch_add(1);
     else
       ta.errors.fetch_add(1);
-    if (r.status == 0 || r.code == "CALL_TIMEOUT") ta.unanswered.fetch_add(1);
+    if (r.status == 0 || r.code == "CALL_TIMEOUT")
+      ta.unanswered.fetch_add(1);
     std::lock_guard<std::mutex> g(ta.mu);
     ++ta.codes[why];
     if (!expected_failure && ta.first_errors.size() < 5)
@@ -395,7 +410,8 @@ class bench_run {
   };
 
   std::unique_ptr<progress_thread> start_progress(bool measured, clk::time_point t0) {
-    if (!progress_ || !measured) return nullptr;
+    if (!progress_ || !measured)
+      return nullptr;
     auto p = std::make_unique<progress_thread>();
     p->th = std::thread([this, t0, pp = p.get()] {
       uint64_t last = 0;
@@ -420,14 +436,16 @@ class bench_run {
   }
 
   void stop_progress(std::unique_ptr<progress_thread>& p) {
-    if (!p) return;
+    if (!p)
+      return;
     p->stop = true;
     p->th.join();
     err_ << "\n" << std::flush;
   }
 
   void setup_phase(const char* what, int64_t n, const std::function<item(uint64_t)>& make) {
-    if (n <= 0) return;
+    if (n <= 0)
+      return;
     if (progress_)
       err_ << "setup: " << what << " (" << fmt_int(uint64_t(n)) << " requests)\n" << std::flush;
     setup_s_ += closed_loop(n, 0, o_.concurrency, make, false);
@@ -488,7 +506,7 @@ class bench_run {
           it.req.method = "deliver";
           it.req.idempotency_key = key("t", i);
           it.req.body =
-              R"({"tool":")" + o_.tool + R"(","payload":{"n":)" + std::to_string(i) + "}}";
+            R"({"tool":")" + o_.tool + R"(","payload":{"n":)" + std::to_string(i) + "}}";
           return it;
         }
         return append_item(entity(pick(i, 7)), key("a", i), i);
@@ -497,7 +515,8 @@ class bench_run {
       if (inproc_) {
         setup_phase("create the entities", entities_,
                     [&](uint64_t i) { return append_item(entity(i), key("c", i), i); });
-        if (progress_) err_ << "setup: restart the runtime (every entity hibernated)\n";
+        if (progress_)
+          err_ << "setup: restart the runtime (every entity hibernated)\n";
         inproc_->restart();
         measure_count([&](uint64_t i) { return append_item(entity(i), key("a", i), i); });
       } else {
@@ -552,7 +571,7 @@ class bench_run {
     auto t = clk::now();
     setup_phase("create the entities", entities_, arm(wall_ms() + 3'600'000));
     double per_s =
-        double(entities_) / std::max(1e-3, std::chrono::duration<double>(clk::now() - t).count());
+      double(entities_) / std::max(1e-3, std::chrono::duration<double>(clk::now() - t).count());
     int64_t lead = std::max<int64_t>(500, int64_t(2'000.0 * double(entities_) / per_s));
     due_ms_ = wall_ms() + lead;
     setup_phase("arm every alarm for one instant", entities_, arm(due_ms_));
@@ -587,12 +606,13 @@ class bench_run {
   // -- verification --
 
   void verify() {
-    if (!o_.verify) return;
+    if (!o_.verify)
+      return;
     int64_t allowed_extra = int64_t(meas_.unanswered.load() + setup_.unanswered.load());
     if (inproc_) {
       inproc_->stop();
       ver_ =
-          verify_local(dir_, o_.tenant, run_id_ + "-", acks_, "bench", alarm_ids_, allowed_extra);
+        verify_local(dir_, o_.tenant, run_id_ + "-", acks_, "bench", alarm_ids_, allowed_extra);
     } else {
       verify_http(allowed_extra);
     }
@@ -611,7 +631,8 @@ class bench_run {
     ver_.ran = true;
     auto problem = [&](std::string p) {
       ver_.ok = false;
-      if (ver_.problems.size() < 10) ver_.problems.push_back(std::move(p));
+      if (ver_.problems.size() < 10)
+        ver_.problems.push_back(std::move(p));
     };
     std::map<std::string, std::vector<const ack*>> by_entity;
     for (auto& a : acks_)
@@ -641,17 +662,19 @@ class bench_run {
         for (auto& f : arr) {
           after = f.value("seq", after);
           auto k = f.value("idempotency_key", std::string());
-          if (k.rfind(prefix, 0) != 0) continue;
+          if (k.rfind(prefix, 0) != 0)
+            continue;
           ++on_disk;
           if (!found
-                   .emplace(
-                       k, std::pair{f.value("seq", int64_t(0)), f.value("fact_id", std::string())})
-                   .second) {
+                 .emplace(k,
+                          std::pair{f.value("seq", int64_t(0)), f.value("fact_id", std::string())})
+                 .second) {
             ++ver_.duplicates;
             problem("key " + k + " appended twice on " + id);
           }
         }
-        if (arr.size() < 10'000) break;
+        if (arr.size() < 10'000)
+          break;
       }
       for (auto* a : list) {
         ++ver_.acked;
@@ -688,7 +711,8 @@ class bench_run {
     j["payload"] = o_.payload;
     j["seed"] = o_.seed;
     j["run_id"] = run_id_;
-    if (active_cap_) j["active_cap"] = active_cap_;
+    if (active_cap_)
+      j["active_cap"] = active_cap_;
     j["setup_s"] = setup_s_;
     j["duration_s"] = elapsed_s_;
     uint64_t done = meas_.ok + meas_.expected_failures;
@@ -706,7 +730,8 @@ class bench_run {
                        {"p99", lat_.percentile(99) / 1e3}, {"p99.9", lat_.percentile(99.9) / 1e3},
                        {"max", double(lat_.max()) / 1e3},  {"min", double(lat_.min()) / 1e3},
                        {"mean", lat_.mean() / 1e3},        {"count", lat_.count()}};
-    if (o_.workload == "alarms") j["latency_is"] = "alarm lag: firing time minus due time";
+    if (o_.workload == "alarms")
+      j["latency_is"] = "alarm lag: firing time minus due time";
     {
       std::lock_guard<std::mutex> g(meas_.mu);
       j["codes"] = meas_.codes;
@@ -721,16 +746,16 @@ class bench_run {
       j["server"] = nullptr;
     if (counters_known_)
       j["runtime"] = {
-          {"activations", dc_.activations},
-          {"hibernations", dc_.hibernations},
-          {"commits", dc_.commits},
-          {"facts", dc_.facts},
-          {"facts_per_commit", dc_.commits ? double(dc_.facts) / double(dc_.commits) : 0.0},
-          {"peak_active", dc_.peak_active},
-          {"tool_calls", dc_.tool_calls},
-          {"tool_retries", dc_.tool_retries},
-          {"breaker_fast_fails", dc_.fast_fails},
-          {"dead_letters", dc_.dead_letters}};
+        {"activations", dc_.activations},
+        {"hibernations", dc_.hibernations},
+        {"commits", dc_.commits},
+        {"facts", dc_.facts},
+        {"facts_per_commit", dc_.commits ? double(dc_.facts) / double(dc_.commits) : 0.0},
+        {"peak_active", dc_.peak_active},
+        {"tool_calls", dc_.tool_calls},
+        {"tool_retries", dc_.tool_retries},
+        {"breaker_fast_fails", dc_.fast_fails},
+        {"dead_letters", dc_.dead_letters}};
     else
       j["runtime"] = nullptr;
     if (ver_.ran)
@@ -863,7 +888,8 @@ class bench_run {
   struct sink final : alarm_sink {
     void fired(const std::string& id, int64_t due, int64_t at) override {
       std::lock_guard<std::mutex> g(mu);
-      if (!seen.insert(id).second) return; // at least once: count each entity's first firing
+      if (!seen.insert(id).second)
+        return; // at least once: count each entity's first firing
       lags.push_back(at - due);
       last = std::max(last, at);
       n.fetch_add(1);
@@ -922,22 +948,22 @@ int run_bench(const bench_options& opts, std::ostream& out, std::ostream& err) {
 void add_bench_command(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<bench_options>();
   auto* sub = app.add_subcommand(
-      "bench", "load-test the runtime in-process or a server over HTTP (docs/bench.md)");
+    "bench", "load-test the runtime in-process or a server over HTTP (docs/bench.md)");
   sub->add_option("workload", o->workload, "append | replay | mixed | cold | churn | alarms | read")
-      ->required();
+    ->required();
   sub->add_option("--mode", o->mode, "inproc (embedded runtime) or http")->capture_default_str();
   sub->add_option("--url", o->url, "server base URL (http mode)")->capture_default_str();
   sub->add_option("--api-key", o->api_key, "X-API-Key (http mode)");
   sub->add_option("--data", o->data, "in-process data directory (default: a temp dir, removed)");
   sub->add_option("--entities", o->entities, "entities to spread over (0: workload default)");
   sub->add_option("--concurrency,-c", o->concurrency, "callers in flight / HTTP connections")
-      ->capture_default_str();
+    ->capture_default_str();
   sub->add_option("--duration", o->duration_s, "measured seconds (without --count)")
-      ->capture_default_str();
+    ->capture_default_str();
   sub->add_option("--count,-n", o->count, "measured requests (0: use --duration)");
   sub->add_option("--rate", o->rate, "open loop at this many requests/s (0: closed loop)");
   sub->add_option("--durability", o->durability, "full or normal (in-process)")
-      ->capture_default_str();
+    ->capture_default_str();
   sub->add_option("--payload", o->payload, "filler bytes per appended fact")->capture_default_str();
   sub->add_option("--seed", o->seed, "seed of every random choice")->capture_default_str();
   sub->add_flag("--json", o->json, "one JSON object instead of the table");
@@ -949,22 +975,23 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   sub->add_flag("!--no-verify", o->verify, "skip the verification of facts after the run");
   sub->add_option("--keys", o->keys, "replay/mixed: completed keys")->capture_default_str();
   sub->add_option("--replay-share", o->replay_share, "mixed: share of replays")
-      ->capture_default_str();
+    ->capture_default_str();
   sub->add_option("--tool-share", o->tool_share, "mixed: share of tool calls")
-      ->capture_default_str();
-  sub->add_option("--fail-rate", o->fail_rate,
-                  "mixed, in-process: share of tool attempts failing with 503")
-      ->capture_default_str();
+    ->capture_default_str();
+  sub
+    ->add_option("--fail-rate", o->fail_rate,
+                 "mixed, in-process: share of tool attempts failing with 503")
+    ->capture_default_str();
   sub->add_option("--tool", o->tool, "mixed: tool name of webhook deliveries")
-      ->capture_default_str();
+    ->capture_default_str();
   sub->add_option("--active-cap", o->active_cap,
                   "churn, in-process: cap on active entities (0: entities/20)");
   sub->add_option("--facts-per-entity", o->facts_per_entity, "read: facts written per entity")
-      ->capture_default_str();
+    ->capture_default_str();
   sub->add_option("--read-limit", o->read_limit, "read: facts per query")->capture_default_str();
   sub->add_option("--server-pid", o->server_pid, "http: server pid for CPU and peak RSS");
   sub->add_option("--max-inflight", o->max_inflight, "open loop: drop sends beyond this")
-      ->capture_default_str();
+    ->capture_default_str();
   sub->add_option("--timeout", o->timeout_s, "per-request timeout, seconds")->capture_default_str();
   sub->callback([o, on, off, exit_code] {
     o->progress = *off ? 0 : *on ? 1 : -1;

@@ -11,21 +11,24 @@ histogram::histogram() : counts_(new std::atomic<uint64_t>[bucket_count]) {
 }
 
 size_t histogram::index_of(uint64_t v) noexcept {
-  if (v < sub_count) return static_cast<size_t>(v);
+  if (v < sub_count)
+    return static_cast<size_t>(v);
   int msb = 63 - std::countl_zero(v);
   int e = msb - (sub_bits - 1); // v >> e lies in [half_count, sub_count)
   return static_cast<size_t>(sub_count + uint64_t(e - 1) * half_count + (v >> e) - half_count);
 }
 
 uint64_t histogram::lowest_of(size_t index) noexcept {
-  if (index < sub_count) return index;
+  if (index < sub_count)
+    return index;
   uint64_t e = (index - sub_count) / half_count + 1;
   uint64_t m = (index - sub_count) % half_count + half_count;
   return m << e;
 }
 
 uint64_t histogram::highest_of(size_t index) noexcept {
-  if (index < sub_count) return index;
+  if (index < sub_count)
+    return index;
   uint64_t e = (index - sub_count) / half_count + 1;
   return lowest_of(index) + ((uint64_t{1} << e) - 1);
 }
@@ -83,11 +86,15 @@ uint64_t histogram::percentile(double p) const noexcept {
   uint64_t n = 0;
   for (size_t i = 0; i < bucket_count; ++i)
     n += counts_[i].load(std::memory_order_relaxed);
-  if (n == 0) return 0;
-  if (p < 0) p = 0;
-  if (p > 100) p = 100;
+  if (n == 0)
+    return 0;
+  if (p < 0)
+    p = 0;
+  if (p > 100)
+    p = 100;
   auto rank = static_cast<uint64_t>(std::ceil(p / 100.0 * double(n)));
-  if (rank < 1) rank = 1;
+  if (rank < 1)
+    rank = 1;
   uint64_t seen = 0;
   for (size_t i = 0; i < bucket_count; ++i) {
     seen += counts_[i].load(std::memory_order_relaxed);

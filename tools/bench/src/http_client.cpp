@@ -50,7 +50,8 @@ class http_target final : public target {
     });
     work_.reset();
     ioc_.stop();
-    if (thread_.joinable()) thread_.join();
+    if (thread_.joinable())
+      thread_.join();
   }
 
   bool start(std::string& error) {
@@ -98,26 +99,32 @@ class http_target final : public target {
 
   server_usage usage() override {
     server_usage u;
-    if (opts_.server_pid <= 0) return u;
+    if (opts_.server_pid <= 0)
+      return u;
     auto pid = std::to_string(opts_.server_pid);
     std::ifstream st("/proc/" + pid + "/stat");
     std::string line;
-    if (!std::getline(st, line)) return u;
+    if (!std::getline(st, line))
+      return u;
     // Fields after the command name "(...)": state is field 3; utime 14, stime 15.
     auto close = line.rfind(')');
-    if (close == std::string::npos) return u;
+    if (close == std::string::npos)
+      return u;
     std::istringstream in(line.substr(close + 2));
     std::string f;
     double ticks = double(sysconf(_SC_CLK_TCK));
     long utime = 0, stime = 0;
     for (int field = 3; field <= 15 && in >> f; ++field) {
-      if (field == 14) utime = std::stol(f);
-      if (field == 15) stime = std::stol(f);
+      if (field == 14)
+        utime = std::stol(f);
+      if (field == 15)
+        stime = std::stol(f);
     }
     u.cpu_s = double(utime + stime) / ticks;
     std::ifstream status("/proc/" + pid + "/status");
     while (std::getline(status, line))
-      if (line.rfind("VmHWM:", 0) == 0) u.peak_rss_kib = std::atol(line.c_str() + 6);
+      if (line.rfind("VmHWM:", 0) == 0)
+        u.peak_rss_kib = std::atol(line.c_str() + 6);
     u.known = true;
     return u;
   }
@@ -136,8 +143,10 @@ class http_target final : public target {
 
   void dispatch() {
     for (auto& c : conns_) {
-      if (queue_.empty()) return;
-      if (c->busy) continue;
+      if (queue_.empty())
+        return;
+      if (c->busy)
+        continue;
       c->busy = true;
       c->cur = std::move(queue_.front());
       queue_.pop_front();
@@ -152,7 +161,8 @@ class http_target final : public target {
     }
     c.stream.expires_after(timeout_);
     c.stream.async_connect(endpoint_, [this, &c](beast::error_code ec) {
-      if (ec) return fail(c, ec);
+      if (ec)
+        return fail(c, ec);
       c.connected = true;
       c.stream.socket().set_option(tcp::no_delay(true));
       write(c);
@@ -174,16 +184,20 @@ class http_target final : public target {
       c.req.body() = std::move(q.body);
     }
     c.req.set(http::field::host, host_header_);
-    if (!opts_.api_key.empty()) c.req.set("X-API-Key", opts_.api_key);
-    if (!q.idempotency_key.empty()) c.req.set("Idempotency-Key", q.idempotency_key);
+    if (!opts_.api_key.empty())
+      c.req.set("X-API-Key", opts_.api_key);
+    if (!q.idempotency_key.empty())
+      c.req.set("Idempotency-Key", q.idempotency_key);
     c.req.keep_alive(true);
     c.req.prepare_payload();
     c.stream.expires_after(timeout_);
     http::async_write(c.stream, c.req, [this, &c](beast::error_code ec, size_t) {
-      if (ec) return fail(c, ec);
+      if (ec)
+        return fail(c, ec);
       c.res = {};
       http::async_read(c.stream, c.buf, c.res, [this, &c](beast::error_code ec2, size_t) {
-        if (ec2) return fail(c, ec2);
+        if (ec2)
+          return fail(c, ec2);
         finish(c);
       });
     });
@@ -199,8 +213,8 @@ class http_target final : public target {
     if (!r.ok) {
       auto j = nlohmann::json::parse(r.body, nullptr, false);
       r.code = j.is_object() && j.contains("code") && j["code"].is_string()
-                   ? j["code"].get<std::string>()
-                   : "HTTP_" + std::to_string(r.status);
+                 ? j["code"].get<std::string>()
+                 : "HTTP_" + std::to_string(r.status);
     }
     if (!c.res.keep_alive()) {
       beast::error_code ec;
@@ -246,7 +260,8 @@ class http_target final : public target {
 
 std::unique_ptr<target> make_http_target(const bench_options& opts, std::string& error) {
   auto t = std::make_unique<http_target>(opts);
-  if (!t->start(error)) return nullptr;
+  if (!t->start(error))
+    return nullptr;
   return t;
 }
 

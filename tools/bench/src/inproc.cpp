@@ -44,7 +44,8 @@ class bench_alarm final : public entity {
     d.type = "alarm_fired";
     d.data = {{"due_ms", a.due_ms}, {"fired_ms", fired}};
     ctx.append(std::move(d));
-    if (sink_) sink_->fired(ctx.key().id, a.due_ms, fired);
+    if (sink_)
+      sink_->fired(ctx.key().id, a.due_ms, fired);
     co_return;
   }
 
@@ -71,7 +72,7 @@ class inproc final : public inproc_target {
     add_builtin_types(c.types);
     auto* sink = sink_;
     entity_type alarm_type =
-        type_builder<bench_alarm>("bench_alarm").method("arm", &bench_alarm::arm).build();
+      type_builder<bench_alarm>("bench_alarm").method("arm", &bench_alarm::arm).build();
     alarm_type.factory = [sink] { return std::make_unique<bench_alarm>(sink); };
     c.types.add(std::move(alarm_type));
     // The fake vendor: answers at once, failing a seeded share of attempts with 503.
@@ -146,7 +147,8 @@ class inproc final : public inproc_target {
 
   target_counters counters() override {
     target_counters t;
-    if (!rt_) return t;
+    if (!rt_)
+      return t;
     auto s = rt_->stats();
     t.known = true;
     t.activations = s.activations + base_.activations;
@@ -166,7 +168,8 @@ class inproc final : public inproc_target {
     base_ = counters();
     rt_.reset();
     std::string error;
-    if (!start(error)) throw std::runtime_error(error);
+    if (!start(error))
+      throw std::runtime_error(error);
   }
 
   void stop() override {
@@ -192,7 +195,8 @@ std::unique_ptr<inproc_target> make_inproc_target(const bench_options& opts,
                                                   const std::string& data_dir, int64_t max_active,
                                                   alarm_sink* alarms, std::string& error) {
   auto t = std::make_unique<inproc>(opts, data_dir, max_active, alarms);
-  if (!t->start(error)) return nullptr;
+  if (!t->start(error))
+    return nullptr;
   return t;
 }
 
@@ -204,7 +208,8 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
   v.ran = true;
   auto problem = [&](std::string p) {
     v.ok = false;
-    if (v.problems.size() < 10) v.problems.push_back(std::move(p));
+    if (v.problems.size() < 10)
+      v.problems.push_back(std::move(p));
   };
   struct found_fact {
     std::string id;
@@ -223,7 +228,8 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
       continue;
     }
     auto& s = *st.value();
-    if (s.key().tenant != tenant) continue;
+    if (s.key().tenant != tenant)
+      continue;
     ++v.entities_checked;
     auto rep = s.verify();
     if (!rep || !rep.value().ok) {
@@ -245,10 +251,12 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
       }
       for (auto& fa : page.value()) {
         after = fa.seq;
-        if (fa.type == "alarm_fired") alarm_fired.insert(fa.entity_id);
-        if (fa.type != fact_type || fa.idempotency_key.rfind(key_prefix, 0) != 0) continue;
+        if (fa.type == "alarm_fired")
+          alarm_fired.insert(fa.entity_id);
+        if (fa.type != fact_type || fa.idempotency_key.rfind(key_prefix, 0) != 0)
+          continue;
         auto [it, fresh] =
-            by_key.emplace(fa.idempotency_key, found_fact{fa.entity_id, fa.seq, fa.fact_id});
+          by_key.emplace(fa.idempotency_key, found_fact{fa.entity_id, fa.seq, fa.fact_id});
         if (!fresh) {
           ++v.duplicates;
           problem("key " + fa.idempotency_key + " appended twice (" + it->second.id + " seq " +
@@ -256,7 +264,8 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
                   std::to_string(fa.seq) + ")");
         }
       }
-      if (page.value().size() < size_t(f.limit)) break;
+      if (page.value().size() < size_t(f.limit))
+        break;
     }
   }
   v.acked = static_cast<int64_t>(acks.size());

@@ -90,7 +90,8 @@ bool known_keys(const json& obj, std::initializer_list<const char*> names, std::
 bool read_int(const json& obj, const char* name, int64_t lo, int64_t hi, int64_t& out,
               std::string& err, const std::string& where) {
   auto it = obj.find(name);
-  if (it == obj.end()) return true;
+  if (it == obj.end())
+    return true;
   if (!it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > hi) {
     err = where + name + " must be an integer between " + std::to_string(lo) + " and " +
           std::to_string(hi);
@@ -162,27 +163,31 @@ class session : public std::enable_shared_from_this<session> {
     timer_.cancel();
     beast::error_code ec;
     sock_.close(ec);
-    if (in_call_) end_call();
+    if (in_call_)
+      end_call();
   }
 
  private:
   void read() {
-    if (closed_) return;
+    if (closed_)
+      return;
     parser_.emplace();
     parser_->body_limit(16 * 1024 * 1024);
     bhttp::async_read(
-        sock_, buf_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+      sock_, buf_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
-    if (ec || closed_) return close();
+    if (ec || closed_)
+      return close();
     req_ = parser_->release();
     keep_alive_ = req_.keep_alive();
     std::string target(req_.target());
     auto q = target.find('?');
     std::string path = q == std::string::npos ? target : target.substr(0, q);
-    if (path.rfind("/_vendor/", 0) == 0) return control(path);
+    if (path.rfind("/_vendor/", 0) == 0)
+      return control(path);
     if (req_.method() != bhttp::verb::post)
       return respond(405, problem("vendor calls are POST requests"), {});
     vendor_call(path);
@@ -198,10 +203,12 @@ class session : public std::enable_shared_from_this<session> {
     }
     if ((path == "/_vendor/mode" || path == "/_vendor/script") && post) {
       auto body =
-          json::parse(req_.body().empty() ? std::string("{}") : req_.body(), nullptr, false);
-      if (body.is_discarded()) return respond(400, problem("the body is not JSON"), {});
+        json::parse(req_.body().empty() ? std::string("{}") : req_.body(), nullptr, false);
+      if (body.is_discarded())
+        return respond(400, problem("the body is not JSON"), {});
       auto err = path == "/_vendor/mode" ? v_.apply_mode(body) : v_.apply_script(body);
-      if (!err.empty()) return respond(400, problem(err), {});
+      if (!err.empty())
+        return respond(400, problem(err), {});
       return respond(200, json{{"ok", true}}.dump(), {});
     }
     respond(404, problem("no control endpoint " + req_.method_string().to_string() + " " + path),
@@ -226,7 +233,8 @@ class session : public std::enable_shared_from_this<session> {
         a.status = it->second.status;
         body = it->second.body;
         a.delay_ms = m.delay_ms;
-        if (m.price) cost = "0";
+        if (m.price)
+          cost = "0";
       } else {
         if (!v_.script.empty()) {
           a = v_.script.front();
@@ -258,11 +266,14 @@ class session : public std::enable_shared_from_this<session> {
         if (a.kind == action::answer) {
           if (a.body.is_null()) {
             a.body = {
-                {"ok", a.status >= 200 && a.status < 300}, {"path", path}, {"call", v_.calls}};
+              {"ok", a.status >= 200 && a.status < 300}, {"path", path}, {"call", v_.calls}};
             auto in = json::parse(req_.body(), nullptr, false);
-            if (!in.is_discarded()) a.body["received"] = std::move(in);
-            if (!key.empty()) a.body["idempotency_key"] = key;
-            if (auto t = req_["X-Trace-Id"]; !t.empty()) a.body["trace_id"] = std::string(t);
+            if (!in.is_discarded())
+              a.body["received"] = std::move(in);
+            if (!key.empty())
+              a.body["idempotency_key"] = key;
+            if (auto t = req_["X-Trace-Id"]; !t.empty())
+              a.body["trace_id"] = std::string(t);
           }
           body = a.raw_body ? *a.raw_body : a.body.dump();
           bool ok = a.status >= 200 && a.status < 300;
@@ -277,7 +288,8 @@ class session : public std::enable_shared_from_this<session> {
                                     {"status", a.status}});
             }
           }
-          if (ok && !key.empty()) v_.keys[key] = stored_answer{a.status, body};
+          if (ok && !key.empty())
+            v_.keys[key] = stored_answer{a.status, body};
         }
       }
       ++v_.by_status[a.kind == action::reset  ? std::string("reset")
@@ -299,9 +311,12 @@ class session : public std::enable_shared_from_this<session> {
           close();
         });
       std::map<std::string, std::string> headers = a.headers;
-      if (cost) headers["X-Cost"] = *cost;
-      if (a.retry_after_s) headers["Retry-After"] = std::to_string(*a.retry_after_s);
-      if (replay) headers["Idempotent-Replayed"] = "true";
+      if (cost)
+        headers["X-Cost"] = *cost;
+      if (a.retry_after_s)
+        headers["Retry-After"] = std::to_string(*a.retry_after_s);
+      if (replay)
+        headers["Idempotent-Replayed"] = "true";
       respond(a.status, body, std::move(headers));
     };
     if (a.delay_ms > 0)
@@ -313,20 +328,23 @@ class session : public std::enable_shared_from_this<session> {
   template <class F> void wait(int64_t ms, F f) {
     timer_.expires_after(std::chrono::milliseconds(ms));
     timer_.async_wait([self = shared_from_this(), f](beast::error_code ec) mutable {
-      if (ec || self->closed_) return;
+      if (ec || self->closed_)
+        return;
       f();
     });
   }
 
   void end_call() {
-    if (!in_call_) return;
+    if (!in_call_)
+      return;
     in_call_ = false;
     std::lock_guard<std::mutex> g(v_.mu);
     --v_.in_flight;
   }
 
   void respond(int status, std::string body, std::map<std::string, std::string> headers) {
-    if (closed_) return;
+    if (closed_)
+      return;
     res_ = {};
     res_.version(11);
     res_.result(static_cast<unsigned>(status));
@@ -338,18 +356,21 @@ class session : public std::enable_shared_from_this<session> {
     res_.prepare_payload();
     bhttp::async_write(sock_, res_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->end_call();
-      if (ec || !self->keep_alive_) return self->close();
+      if (ec || !self->keep_alive_)
+        return self->close();
       self->read();
     });
   }
 
   /// Closes the socket; `graceful` false skips the FIN (with linger 0 the close sends a RST).
   void close(bool graceful = true) {
-    if (closed_ && !sock_.is_open()) return;
+    if (closed_ && !sock_.is_open())
+      return;
     closed_ = true;
     timer_.cancel();
     beast::error_code ec;
-    if (graceful) sock_.shutdown(tcp::socket::shutdown_both, ec);
+    if (graceful)
+      sock_.shutdown(tcp::socket::shutdown_both, ec);
     sock_.close(ec);
     end_call();
   }
@@ -371,7 +392,8 @@ class session : public std::enable_shared_from_this<session> {
 // -- control state ------------------------------------------------------------------------------
 
 std::string vendor::impl::apply_mode(const json& body) {
-  if (!body.is_object()) return "the mode must be a JSON object";
+  if (!body.is_object())
+    return "the mode must be a JSON object";
   std::string err;
   if (!known_keys(body,
                   {"mode", "retry_after_s", "fail_ratio", "seed", "delay_ms", "hold_ms", "price",
@@ -398,7 +420,8 @@ std::string vendor::impl::apply_mode(const json& body) {
   }
   bool reseed = false;
   if (auto it = body.find("seed"); it != body.end()) {
-    if (!it->is_number_unsigned()) return "seed must be a non-negative integer";
+    if (!it->is_number_unsigned())
+      return "seed must be a non-negative integer";
     m.seed = it->get<uint64_t>();
     reseed = true;
   }
@@ -407,18 +430,22 @@ std::string vendor::impl::apply_mode(const json& body) {
       m.price.reset();
     } else {
       const char* why = "price must be a non-negative decimal string such as \"0.013\" (or null)";
-      if (!it->is_string()) return why;
+      if (!it->is_string())
+        return why;
       auto d = decimal::parse(it->get<std::string>());
-      if (!d || d.value() < decimal::parse("0").value()) return why;
+      if (!d || d.value() < decimal::parse("0").value())
+        return why;
       m.price = d.value().to_string();
     }
   }
   if (auto it = body.find("charge_failed"); it != body.end()) {
-    if (!it->is_boolean()) return "charge_failed must be true or false";
+    if (!it->is_boolean())
+      return "charge_failed must be true or false";
     m.charge_failed = it->get<bool>();
   }
   mode = m;
-  if (reseed) rng.seed(m.seed);
+  if (reseed)
+    rng.seed(m.seed);
   return "";
 }
 
@@ -426,7 +453,8 @@ std::string vendor::impl::apply_script(const json& body) {
   if (!body.is_object() || !body.contains("responses") || !body["responses"].is_array())
     return "the script must be {\"responses\": [...]}";
   std::string err;
-  if (!known_keys(body, {"responses", "append"}, err, "")) return err;
+  if (!known_keys(body, {"responses", "append"}, err, ""))
+    return err;
   std::deque<action> out;
   int64_t delay = 0;
   {
@@ -437,7 +465,8 @@ std::string vendor::impl::apply_script(const json& body) {
   for (size_t i = 0; i < rs.size(); ++i) {
     auto& r = rs[i];
     std::string where = "responses[" + std::to_string(i) + "].";
-    if (!r.is_object()) return where.substr(0, where.size() - 1) + " must be an object";
+    if (!r.is_object())
+      return where.substr(0, where.size() - 1) + " must be an object";
     if (!known_keys(r,
                     {"status", "body", "raw_body", "headers", "delay_ms", "retry_after_s", "reset",
                      "timeout", "hold_ms"},
@@ -453,16 +482,20 @@ std::string vendor::impl::apply_script(const json& body) {
     a.status = static_cast<int>(status);
     if (r.contains("retry_after_s")) {
       int64_t ra = 0;
-      if (!read_int(r, "retry_after_s", 0, 86'400, ra, err, where)) return err;
+      if (!read_int(r, "retry_after_s", 0, 86'400, ra, err, where))
+        return err;
       a.retry_after_s = ra;
     }
-    if (r.contains("body")) a.body = r["body"].is_null() ? json::object() : r["body"];
+    if (r.contains("body"))
+      a.body = r["body"].is_null() ? json::object() : r["body"];
     if (auto it = r.find("raw_body"); it != r.end()) {
-      if (!it->is_string()) return where + "raw_body must be a string";
+      if (!it->is_string())
+        return where + "raw_body must be a string";
       a.raw_body = it->get<std::string>();
     }
     if (auto it = r.find("headers"); it != r.end()) {
-      if (!it->is_object()) return where + "headers must be an object of name -> string";
+      if (!it->is_object())
+        return where + "headers must be an object of name -> string";
       for (auto& [k, hv] : it->items()) {
         bool name_ok = !k.empty() && k.find_first_of(" :\r\n\t") == std::string::npos;
         if (!name_ok || !hv.is_string() ||
@@ -473,14 +506,17 @@ std::string vendor::impl::apply_script(const json& body) {
     }
     for (const char* flag : {"reset", "timeout"})
       if (auto it = r.find(flag); it != r.end()) {
-        if (!it->is_boolean()) return where + flag + " must be true or false";
-        if (it->get<bool>()) a.kind = std::string(flag) == "reset" ? action::reset : action::hold;
+        if (!it->is_boolean())
+          return where + flag + " must be true or false";
+        if (it->get<bool>())
+          a.kind = std::string(flag) == "reset" ? action::reset : action::hold;
       }
     out.push_back(std::move(a));
   }
   bool append = body.value("append", false);
   std::lock_guard<std::mutex> g(mu);
-  if (!append) script.clear();
+  if (!append)
+    script.clear();
   for (auto& a : out)
     script.push_back(std::move(a));
   return "";
@@ -532,7 +568,8 @@ void vendor::impl::reset_all() {
 void vendor::impl::do_accept() {
   acceptor.async_accept([this](beast::error_code ec, tcp::socket s) {
     if (ec) {
-      if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+      if (ec == net::error::operation_aborted || !acceptor.is_open())
+        return;
       return do_accept();
     }
     beast::error_code ignored;
@@ -548,7 +585,8 @@ void vendor::impl::close_all() {
   // kill() may free sessions: iterate over a copy.
   std::vector<session*> all(sessions.begin(), sessions.end());
   for (auto* s : all)
-    if (sessions.count(s)) s->kill();
+    if (sessions.count(s))
+      s->kill();
 }
 
 // -- vendor -------------------------------------------------------------------------------------
@@ -557,12 +595,16 @@ vendor::vendor(vendor_options opts) : impl_(std::make_shared<impl>()) {
   auto& v = *impl_;
   beast::error_code ec;
   auto addr = net::ip::make_address(opts.host, ec);
-  if (ec) throw std::runtime_error("fake vendor: bad listen address '" + opts.host + "'");
+  if (ec)
+    throw std::runtime_error("fake vendor: bad listen address '" + opts.host + "'");
   tcp::endpoint ep(addr, opts.port);
   v.acceptor.open(ep.protocol(), ec);
-  if (!ec) v.acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) v.acceptor.bind(ep, ec);
-  if (!ec) v.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (!ec)
+    v.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec)
+    v.acceptor.bind(ep, ec);
+  if (!ec)
+    v.acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec)
     throw std::runtime_error("fake vendor: cannot listen on " + opts.host + ":" +
                              std::to_string(opts.port) + ": " + ec.message());
@@ -604,7 +646,8 @@ void vendor::stop() {
   std::call_once(v.stopped, [&v] {
     net::post(v.ioc, [&v] { v.close_all(); });
     v.work.reset();
-    if (v.thread.joinable()) v.thread.join();
+    if (v.thread.joinable())
+      v.thread.join();
   });
 }
 

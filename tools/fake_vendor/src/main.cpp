@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   }
   factum::fake_vendor::vendor_options opts;
   auto colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0) return usage("--listen must be HOST:PORT");
+  if (colon == std::string::npos || colon == 0)
+    return usage("--listen must be HOST:PORT");
   opts.host = listen.substr(0, colon);
   if (opts.host.size() > 2 && opts.host.front() == '[' && opts.host.back() == ']')
     opts.host = opts.host.substr(1, opts.host.size() - 2);

@@ -18,27 +18,27 @@ namespace factum::tools {
 
 /// Options every subcommand takes.
 struct common_options {
-  std::string data;          ///< --data DIR (local mode)
-  bool json = false;         ///< --json
-  bool table = false;        ///< --table
-  bool no_color = false;     ///< --no-color
-  bool local_time = false;   ///< --local
-  std::string server;        ///< --server URL (facts, tail, dead-letters, breakers)
-  std::string api_key;       ///< --api-key KEY / FACTUM_API_KEY
+  std::string data;        ///< --data DIR (local mode)
+  bool json = false;       ///< --json
+  bool table = false;      ///< --table
+  bool no_color = false;   ///< --no-color
+  bool local_time = false; ///< --local
+  std::string server;      ///< --server URL (facts, tail, dead-letters, breakers)
+  std::string api_key;     ///< --api-key KEY / FACTUM_API_KEY
   double http_timeout_s = 10;
 };
 
 /// Fact filters and the listing/follow options of `facts` and `tail`.
 struct fact_options {
   std::string type, subtype, since, until, trace, tool, key;
-  std::string after_seq, before_seq;  ///< empty: absent
-  int64_t limit = 100;                ///< facts: 0 = all
+  std::string after_seq, before_seq; ///< empty: absent
+  int64_t limit = 100;               ///< facts: 0 = all
   bool newest = false;
   bool follow = false;
-  int64_t lines = 10;                 ///< tail: backlog size
-  int64_t max_facts = 0;              ///< follow: stop after this many new facts (0: no bound)
-  double timeout_s = 0;               ///< follow: stop after this many seconds (0: no bound)
-  int64_t interval_ms = 200;          ///< follow: poll period
+  int64_t lines = 10;        ///< tail: backlog size
+  int64_t max_facts = 0;     ///< follow: stop after this many new facts (0: no bound)
+  double timeout_s = 0;      ///< follow: stop after this many seconds (0: no bound)
+  int64_t interval_ms = 200; ///< follow: poll period
 };
 
 /// A subset of entities named on the command line: "" (all), "tenant", "tenant/type" or
@@ -68,10 +68,10 @@ result<fact_filter> make_filter(const run_ctx& ctx, const fact_options& o);
 /// Every entity file under `data_dir` inside `scope`, in file order: `fn` gets each readable
 /// one; `on_error` each file that cannot be read (its key is unknown). NOT_FOUND when the
 /// data directory does not exist.
-status for_each_entity(const std::filesystem::path& data_dir, const entity_scope& scope,
-                       const std::function<void(entity_reader&)>& fn,
-                       const std::function<void(const std::filesystem::path&, const status&)>&
-                         on_error);
+status
+for_each_entity(const std::filesystem::path& data_dir, const entity_scope& scope,
+                const std::function<void(entity_reader&)>& fn,
+                const std::function<void(const std::filesystem::path&, const status&)>& on_error);
 
 int run_entities(const run_ctx& ctx, const common_options& c, const std::string& scope);
 int run_facts(const run_ctx& ctx, const common_options& c, const std::string& entity,

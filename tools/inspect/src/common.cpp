@@ -46,7 +46,9 @@ result<entity_scope> parse_scope(std::string_view text) {
   return s;
 }
 
-result<entity_key> parse_entity(std::string_view text) { return entity_key::parse(text); }
+result<entity_key> parse_entity(std::string_view text) {
+  return entity_key::parse(text);
+}
 
 int require_local(const run_ctx& ctx, const common_options& c, const char* command) {
   if (!c.server.empty())

@@ -122,9 +122,9 @@ int run_entities(const run_ctx& ctx, const common_options& c, const std::string&
   }
   if (!ctx.json) {
     t.print(ctx);
-    ctx.out << rows.size() << (rows.size() == 1 ? " entity" : " entities") << ", "
-            << tenants.size() << (tenants.size() == 1 ? " tenant" : " tenants") << ", "
-            << types.size() << (types.size() == 1 ? " type" : " types") << ", " << facts
+    ctx.out << rows.size() << (rows.size() == 1 ? " entity" : " entities") << ", " << tenants.size()
+            << (tenants.size() == 1 ? " tenant" : " tenants") << ", " << types.size()
+            << (types.size() == 1 ? " type" : " types") << ", " << facts
             << (facts == 1 ? " fact" : " facts") << ", " << human_bytes(bytes) << '\n';
   }
   return rc;
@@ -313,7 +313,7 @@ int run_verify(const run_ctx& ctx, const common_options& c, const std::string& s
   if (int rc = prepare_scope(ctx, c, scope_text, "verify", scope))
     return rc;
   struct row {
-    std::string entity;  ///< "" when the file could not be read
+    std::string entity; ///< "" when the file could not be read
     std::string path;
     bool ok = false;
     int64_t facts = 0;
@@ -356,7 +356,11 @@ int run_verify(const run_ctx& ctx, const common_options& c, const std::string& s
   std::sort(rows.begin(), rows.end(), [](const row& a, const row& b) {
     return std::tie(a.entity, a.path) < std::tie(b.entity, b.path);
   });
-  text_table t({{"ENTITY"}, {"RESULT"}, {"FACTS", true}, {"SCHEMA", true}, {"FIRST_BAD_SEQ", true},
+  text_table t({{"ENTITY"},
+                {"RESULT"},
+                {"FACTS", true},
+                {"SCHEMA", true},
+                {"FIRST_BAD_SEQ", true},
                 {"PROBLEM"}});
   int rc = exit_ok;
   for (auto& w : rows) {
@@ -376,8 +380,8 @@ int run_verify(const run_ctx& ctx, const common_options& c, const std::string& s
                      {"ok", w.ok},
                      {"facts_checked", w.facts},
                      {"schema_version", w.schema},
-                     {"first_bad_seq", w.first_bad_seq ? nlohmann::json(w.first_bad_seq)
-                                                       : nlohmann::json(nullptr)},
+                     {"first_bad_seq",
+                      w.first_bad_seq ? nlohmann::json(w.first_bad_seq) : nlohmann::json(nullptr)},
                      {"problem", w.ok ? nlohmann::json(nullptr) : nlohmann::json(w.problem)}});
       continue;
     }

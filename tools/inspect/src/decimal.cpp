@@ -100,7 +100,9 @@ void exact_decimal::trim() {
   }
 }
 
-bool exact_decimal::is_zero() const noexcept { return digits_ == "0"; }
+bool exact_decimal::is_zero() const noexcept {
+  return digits_ == "0";
+}
 
 exact_decimal& exact_decimal::operator+=(const exact_decimal& other) {
   exact_decimal b = other;

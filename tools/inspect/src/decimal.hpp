@@ -14,7 +14,7 @@ namespace factum::tools {
 /// is needed (sums of cost amounts); the scale of a sum is the largest scale of its terms, so
 /// "0.10" + "0.005" = "0.105" and "1.50" + "2" = "3.50".
 class exact_decimal {
-public:
+ public:
   /// Zero with scale 0.
   exact_decimal() = default;
 
@@ -33,12 +33,12 @@ public:
 
   bool is_zero() const noexcept;
 
-private:
+ private:
   void rescale(size_t scale);
   void trim();
 
   bool negative_ = false;
-  std::string digits_ = "0";  ///< magnitude * 10^scale_, most significant digit first
+  std::string digits_ = "0"; ///< magnitude * 10^scale_, most significant digit first
   size_t scale_ = 0;
 };
 

@@ -61,9 +61,9 @@ result<std::unique_ptr<entity_reader>> entity_reader::open(const fs::path& data_
     return status{errc::not_found, "no data directory " + data_dir.string()};
   auto file = key.file_path(data_dir);
   if (!fs::exists(file, ec))
-    return status{errc::not_found,
-                  "no entity " + key.to_string() + " in " + data_dir.string() + " (no file " +
-                    file.lexically_relative(data_dir).string() + ")"};
+    return status{errc::not_found, "no entity " + key.to_string() + " in " + data_dir.string() +
+                                     " (no file " + file.lexically_relative(data_dir).string() +
+                                     ")"};
   auto r = open(file);
   if (!r)
     return r;

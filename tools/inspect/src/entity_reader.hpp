@@ -38,7 +38,7 @@ file_state stat_entity_file(const std::filesystem::path& db);
 
 /// A read-only view of one entity file (in place or through a private copy).
 class entity_reader {
-public:
+ public:
   /// Opens the file at `file` (the key is read from the file).
   static result<std::unique_ptr<entity_reader>> open(const std::filesystem::path& file);
   /// Opens the entity `key` under `data_dir`; NOT_FOUND when it has no file, CORRUPTION when
@@ -62,7 +62,7 @@ public:
   /// replaced by the file itself once a server has it open, or by a fresh copy when it changed.
   status refresh();
 
-private:
+ private:
   explicit entity_reader(std::filesystem::path file) : file_(std::move(file)) {}
   status open_now();
   status open_in_place();

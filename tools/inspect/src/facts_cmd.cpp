@@ -22,7 +22,7 @@ namespace {
 /// Pages of facts. A local store applies every filter, order and bound itself; the HTTP API
 /// applies only some (see facts_query), the rest is done here.
 class fact_source {
-public:
+ public:
   virtual ~fact_source() = default;
   virtual result<std::vector<fact>> page(const fact_filter& f) = 0;
   virtual bool complete_filters() const = 0;
@@ -31,21 +31,19 @@ public:
 };
 
 class local_source final : public fact_source {
-public:
+ public:
   explicit local_source(entity_reader& r) : reader_(r) {}
-  result<std::vector<fact>> page(const fact_filter& f) override {
-    return reader_.store().query(f);
-  }
+  result<std::vector<fact>> page(const fact_filter& f) override { return reader_.store().query(f); }
   bool complete_filters() const override { return true; }
   int64_t page_size() const override { return 10000; }
   status refresh() override { return reader_.refresh(); }
 
-private:
+ private:
   entity_reader& reader_;
 };
 
 class remote_source final : public fact_source {
-public:
+ public:
   remote_source(const remote_api& api, entity_key key) : api_(api), key_(std::move(key)) {}
   result<std::vector<fact>> page(const fact_filter& f) override {
     auto r = api_.facts(key_, f);
@@ -53,14 +51,14 @@ public:
       return r;
     for (auto& x : *r)
       if (!x.tenant_id.empty() && x.tenant_id != key_.tenant)
-        return status{errc::unavailable, "the API key belongs to tenant " + x.tenant_id +
-                                           ", not " + key_.tenant};
+        return status{errc::unavailable,
+                      "the API key belongs to tenant " + x.tenant_id + ", not " + key_.tenant};
     return r;
   }
   bool complete_filters() const override { return false; }
   int64_t page_size() const override { return 1000; }
 
-private:
+ private:
   const remote_api& api_;
   entity_key key_;
 };
@@ -94,8 +92,7 @@ result<std::vector<fact>> collect(fact_source& src, const fact_filter& spec, int
     fact_filter f = spec;
     f.newest_first = newest;
     while (true) {
-      int64_t remaining = limit == 0 ? src.page_size()
-                                     : limit - static_cast<int64_t>(out.size());
+      int64_t remaining = limit == 0 ? src.page_size() : limit - static_cast<int64_t>(out.size());
       f.limit = std::min(src.page_size(), remaining);
       auto p = src.page(f);
       if (!p)
@@ -155,18 +152,16 @@ result<std::vector<fact>> collect(fact_source& src, const fact_filter& spec, int
 
 /// Prints facts as JSON lines, an aligned table, or (follow) fixed-width rows.
 class fact_printer {
-public:
+ public:
   fact_printer(const run_ctx& ctx, bool streaming)
-    : ctx_(ctx),
-      streaming_(streaming),
-      table_({{"SEQ", true},
-              {"TIME"},
-              {"TYPE"},
-              {"SUBTYPE"},
-              {"TOOL"},
-              {"AMOUNT", true},
-              {"TRACE"},
-              {"DATA"}}) {}
+      : ctx_(ctx), streaming_(streaming), table_({{"SEQ", true},
+                                                  {"TIME"},
+                                                  {"TYPE"},
+                                                  {"SUBTYPE"},
+                                                  {"TOOL"},
+                                                  {"AMOUNT", true},
+                                                  {"TRACE"},
+                                                  {"DATA"}}) {}
 
   void add(const fact& f) {
     if (ctx_.json) {
@@ -208,7 +203,7 @@ public:
     ctx_.out.flush();
   }
 
-private:
+ private:
   std::vector<size_t> widths() const {
     return {6, ctx_.local_time ? 29u : 24u, 10, 12, 10, 12, 16, 0};
   }
@@ -222,11 +217,13 @@ private:
 
 std::atomic<bool> interrupted{false};
 
-extern "C" void on_stop_signal(int) { interrupted.store(true); }
+extern "C" void on_stop_signal(int) {
+  interrupted.store(true);
+}
 
 /// Installs SIGINT/SIGTERM handlers for the life of a follow loop, then restores the old ones.
 class stop_signals {
-public:
+ public:
   stop_signals() {
     interrupted.store(false);
     struct sigaction sa {};
@@ -242,7 +239,7 @@ public:
   stop_signals(const stop_signals&) = delete;
   stop_signals& operator=(const stop_signals&) = delete;
 
-private:
+ private:
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
 };
@@ -324,9 +321,9 @@ int run_facts(const run_ctx& ctx, const common_options& c, const std::string& en
   if (!c.server.empty()) {
     if (!c.data.empty())
       return ctx.fail(exit_usage, "--data and --server exclude each other");
-    auto a = remote_api::make(c.server, c.api_key,
-                              std::chrono::milliseconds(static_cast<int64_t>(c.http_timeout_s *
-                                                                             1000)));
+    auto a =
+      remote_api::make(c.server, c.api_key,
+                       std::chrono::milliseconds(static_cast<int64_t>(c.http_timeout_s * 1000)));
     if (!a)
       return ctx.fail(a.error());
     api.emplace(std::move(*a));
@@ -414,9 +411,8 @@ int run_show(const run_ctx& ctx, const common_options& c, const std::string& ent
   line("timestamp", std::to_string(f->timestamp_ms));
   line("entity", f->tenant_id + "/" + f->entity_type + "/" + f->entity_id);
   line("tool_id", f->tool_id);
-  line("config", f->config_id.empty()
-                   ? std::string()
-                   : f->config_id + " v" + std::to_string(f->config_version));
+  line("config", f->config_id.empty() ? std::string()
+                                      : f->config_id + " v" + std::to_string(f->config_version));
   line("trace_id", f->trace_id);
   line("idempotency_key", f->idempotency_key);
   line("amount", f->amount.empty() ? std::string() : f->amount + " " + f->currency);

@@ -114,9 +114,8 @@ result<http_response> http_get(const http_endpoint& ep, const std::string& targe
         return;
       }
       stage = "read the response of";
-      http::async_read(stream, buffer, parser, [&](beast::error_code e3, std::size_t) {
-        result_ec = e3;
-      });
+      http::async_read(stream, buffer, parser,
+                       [&](beast::error_code e3, std::size_t) { result_ec = e3; });
     });
   });
   ioc.run();
@@ -124,9 +123,8 @@ result<http_response> http_get(const http_endpoint& ep, const std::string& targe
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   std::string where = "http://" + ep.host + ":" + ep.port;
   if (result_ec == beast::error::timeout)
-    return status{errc::unavailable,
-                  "timed out after " + std::to_string(timeout.count()) + " ms trying to " + stage +
-                    " " + where};
+    return status{errc::unavailable, "timed out after " + std::to_string(timeout.count()) +
+                                       " ms trying to " + stage + " " + where};
   if (result_ec)
     return status{errc::unavailable, "cannot " + stage + " " + where + ": " + result_ec.message()};
   auto& res = parser.get();

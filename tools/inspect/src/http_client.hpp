@@ -15,9 +15,9 @@ namespace factum::tools {
 
 /// A parsed http://host[:port][/base] URL.
 struct http_endpoint {
-  std::string host;       ///< without brackets for IPv6
+  std::string host; ///< without brackets for IPv6
   std::string port = "80";
-  std::string base_path;  ///< "" or "/prefix" (no trailing '/')
+  std::string base_path; ///< "" or "/prefix" (no trailing '/')
 };
 
 /// Parses `url`; INVALID_ARGUMENT for https, other schemes, user info, queries or a bad port.

@@ -28,14 +28,14 @@ void add_output_options(CLI::App* sub, common_options& c) {
 }
 
 void add_data_option(CLI::App* sub, common_options& c) {
-  sub->add_option("--data", c.data, "Data directory of the entities (read-only)")
-    ->type_name("DIR");
+  sub->add_option("--data", c.data, "Data directory of the entities (read-only)")->type_name("DIR");
 }
 
 void add_server_options(CLI::App* sub, common_options& c) {
-  sub->add_option("--server", c.server,
-                  "Read through the HTTP API of a running server instead of --data "
-                  "(plain http to a loopback address, e.g. http://127.0.0.1:8080)")
+  sub
+    ->add_option("--server", c.server,
+                 "Read through the HTTP API of a running server instead of --data "
+                 "(plain http to a loopback address, e.g. http://127.0.0.1:8080)")
     ->type_name("URL");
   sub->add_option("--api-key", c.api_key, "API key of the tenant, for --server")
     ->type_name("KEY")
@@ -58,9 +58,10 @@ void add_scope_arg(CLI::App* sub, std::string& scope, const char* what) {
 void add_fact_filters(CLI::App* sub, fact_options& o) {
   sub->add_option("--type", o.type, "Only facts of this type (invocation, error, cost, ...)");
   sub->add_option("--subtype", o.subtype, "Only facts of this subtype");
-  sub->add_option("--since", o.since,
-                  "Only facts at or after this time: ISO 8601 (2024-01-17T14:00:00Z), epoch ms "
-                  "or an age (15m, 2h, 7d)")
+  sub
+    ->add_option("--since", o.since,
+                 "Only facts at or after this time: ISO 8601 (2024-01-17T14:00:00Z), epoch ms "
+                 "or an age (15m, 2h, 7d)")
     ->type_name("TIME");
   sub->add_option("--until", o.until, "Only facts before this time (same forms as --since)")
     ->type_name("TIME");
@@ -203,9 +204,10 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
       add_output_options(sub, o.common);
       add_entity_arg(sub, o.entity);
       add_fact_filters(sub, o.facts);
-      sub->add_option("--lines,-n", o.facts.lines,
-                      "Print the last N matching facts first (default 10; ignored with "
-                      "--after-seq, which prints all facts after it)")
+      sub
+        ->add_option("--lines,-n", o.facts.lines,
+                     "Print the last N matching facts first (default 10; ignored with "
+                     "--after-seq, which prints all facts after it)")
         ->type_name("N")
         ->check(CLI::NonNegativeNumber);
       add_follow_options(sub, o.facts);
@@ -224,9 +226,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
         ->type_name("SEQ|FACT_ID")
         ->required();
     },
-    [](const run_ctx& ctx, show_cmd& o) {
-      return run_show(ctx, o.common, o.entity, o.which);
-    });
+    [](const run_ctx& ctx, show_cmd& o) { return run_show(ctx, o.common, o.entity, o.which); });
 
   subcommand<list_cmd>(
     inspect, s, "keys", "List idempotency keys: status, creation, expiry, stored response",
@@ -290,8 +290,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
                     "An entity (tenant/type/id), a tenant or tenant/type; default: all");
       sub->add_option("--since", o.since, "Window start: ISO 8601, epoch ms or an age (24h)")
         ->type_name("TIME");
-      sub->add_option("--until", o.until, "Window end (exclusive), same forms")
-        ->type_name("TIME");
+      sub->add_option("--until", o.until, "Window end (exclusive), same forms")->type_name("TIME");
     },
     [](const run_ctx& ctx, scope_cmd& o) {
       return run_economics(ctx, o.common, o.scope, o.since, o.until);

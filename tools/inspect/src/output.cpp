@@ -13,13 +13,13 @@ namespace factum::tools {
 
 int exit_code_for(errc code) noexcept {
   switch (code) {
-    case errc::ok: return exit_ok;
-    case errc::invalid_argument: return exit_usage;
-    case errc::not_found: return exit_no_entity;
-    case errc::not_factum_file: return exit_not_factum;
-    case errc::newer_schema: return exit_newer_schema;
-    case errc::unavailable: return exit_server;
-    default: return exit_corrupt;
+  case errc::ok: return exit_ok;
+  case errc::invalid_argument: return exit_usage;
+  case errc::not_found: return exit_no_entity;
+  case errc::not_factum_file: return exit_not_factum;
+  case errc::newer_schema: return exit_newer_schema;
+  case errc::unavailable: return exit_server;
+  default: return exit_corrupt;
   }
 }
 
@@ -30,15 +30,21 @@ int run_ctx::fail(int code, std::string_view message) const {
   return code;
 }
 
-int run_ctx::fail(const status& st) const { return fail(exit_code_for(st.code()), st.message()); }
+int run_ctx::fail(const status& st) const {
+  return fail(exit_code_for(st.code()), st.message());
+}
 
 void run_ctx::warn(std::string_view message) const {
   err << "factum inspect: " << message << '\n' << std::flush;
 }
 
-int64_t run_ctx::now() const { return clock(); }
+int64_t run_ctx::now() const {
+  return clock();
+}
 
-std::string run_ctx::time(int64_t ms) const { return format_time(ms, local_time); }
+std::string run_ctx::time(int64_t ms) const {
+  return format_time(ms, local_time);
+}
 
 std::string run_ctx::bold(std::string_view t) const {
   return color ? "\x1b[1m" + std::string(t) + "\x1b[0m" : std::string(t);
@@ -68,14 +74,18 @@ int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
   return era * 146097 + static_cast<int64_t>(doe) - 719468;
 }
 
-bool leap(int64_t y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+bool leap(int64_t y) {
+  return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+}
 
 unsigned month_days(int64_t y, unsigned m) {
   static constexpr unsigned days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
   return m == 2 && leap(y) ? 29 : days[m - 1];
 }
 
-int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+int64_t floor_div(int64_t a, int64_t b) {
+  return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+}
 
 } // namespace
 
@@ -100,9 +110,9 @@ std::string format_time(int64_t ms, bool local) {
 
 result<int64_t> parse_count(std::string_view text, std::string_view what) {
   if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != text.npos)
-    return status{errc::invalid_argument,
-                  std::string(what) + " must be a non-negative integer, got \"" +
-                    std::string(text.substr(0, 40)) + "\""};
+    return status{errc::invalid_argument, std::string(what) +
+                                            " must be a non-negative integer, got \"" +
+                                            std::string(text.substr(0, 40)) + "\""};
   int64_t v = 0;
   for (char c : text)
     v = v * 10 + (c - '0');
@@ -283,8 +293,8 @@ void text_table::print_line(const run_ctx& ctx, const std::vector<size_t>& width
   std::string line;
   for (size_t c = 0; c < columns_.size(); ++c) {
     const std::string& plain = cells[c];
-    std::string shown = header ? ctx.bold(plain)
-                               : (c < styled.size() && !styled[c].empty() ? styled[c] : plain);
+    std::string shown =
+      header ? ctx.bold(plain) : (c < styled.size() && !styled[c].empty() ? styled[c] : plain);
     size_t pad = widths[c] > display_width(plain) ? widths[c] - display_width(plain) : 0;
     bool last = c + 1 == columns_.size();
     if (c > 0)
@@ -320,8 +330,7 @@ void text_table::print_header(const run_ctx& ctx, const std::vector<size_t>& wid
   print_line(ctx, widths, titles, {}, true);
 }
 
-void text_table::print_row(const run_ctx& ctx, const std::vector<size_t>& widths,
-                           size_t i) const {
+void text_table::print_row(const run_ctx& ctx, const std::vector<size_t>& widths, size_t i) const {
   print_line(ctx, widths, rows_[i].cells, rows_[i].styled, false);
 }
 

@@ -20,13 +20,13 @@ namespace factum::tools {
 /// Exit codes of `factum inspect` (docs/inspect.md, "Exit codes").
 enum exit_code : int {
   exit_ok = 0,
-  exit_verify_failed = 1,  ///< verify found a problem
-  exit_usage = 2,          ///< bad arguments
-  exit_no_entity = 3,      ///< no such entity, file or data directory
-  exit_not_factum = 4,     ///< a file factum did not write
-  exit_newer_schema = 5,   ///< written by a newer factum
-  exit_corrupt = 6,        ///< corrupt or unreadable file
-  exit_server = 7,         ///< the server (HTTP) failed or refused
+  exit_verify_failed = 1, ///< verify found a problem
+  exit_usage = 2,         ///< bad arguments
+  exit_no_entity = 3,     ///< no such entity, file or data directory
+  exit_not_factum = 4,    ///< a file factum did not write
+  exit_newer_schema = 5,  ///< written by a newer factum
+  exit_corrupt = 6,       ///< corrupt or unreadable file
+  exit_server = 7,        ///< the server (HTTP) failed or refused
 };
 
 /// The exit code for a storage / client error.
@@ -38,11 +38,11 @@ struct run_ctx {
 
   std::ostream& out;
   std::ostream& err;
-  bool json = false;        ///< JSON lines instead of a table
-  bool color = false;       ///< ANSI colour in tables
-  bool local_time = false;  ///< local time instead of UTC in tables
-  std::function<int64_t()> clock;         ///< wall clock, ms since the epoch
-  std::function<void(int64_t)> on_poll;   ///< follow: after each poll (tests)
+  bool json = false;                    ///< JSON lines instead of a table
+  bool color = false;                   ///< ANSI colour in tables
+  bool local_time = false;              ///< local time instead of UTC in tables
+  std::function<int64_t()> clock;       ///< wall clock, ms since the epoch
+  std::function<void(int64_t)> on_poll; ///< follow: after each poll (tests)
 
   /// Writes "factum inspect: <message>" to err and returns `code`.
   int fail(int code, std::string_view message) const;
@@ -74,7 +74,9 @@ result<int64_t> parse_time_arg(std::string_view text, int64_t now_ms, bool local
 result<int64_t> parse_count(std::string_view text, std::string_view what);
 
 /// "-" for an empty cell.
-inline std::string or_dash(std::string s) { return s.empty() ? "-" : s; }
+inline std::string or_dash(std::string s) {
+  return s.empty() ? "-" : s;
+}
 
 /// `s` cut to `max` characters (UTF-8 aware), ending in "..." when cut.
 std::string ellipsize(std::string_view s, size_t max);
@@ -88,10 +90,10 @@ std::string percent(int64_t count, int64_t total);
 
 /// An aligned text table: a header row and rows of cells; numeric columns right-aligned.
 class text_table {
-public:
+ public:
   struct column {
     std::string title;
-    bool right = false;  ///< right-align (numbers)
+    bool right = false; ///< right-align (numbers)
   };
   explicit text_table(std::vector<column> columns) : columns_(std::move(columns)) {}
   /// Adds a row; `styled` may hold the same cells with colour codes (widths come from `cells`).
@@ -105,7 +107,7 @@ public:
   void print_row(const run_ctx& ctx, const std::vector<size_t>& widths, size_t row) const;
   void clear() { rows_.clear(); }
 
-private:
+ private:
   struct row {
     std::vector<std::string> cells;
     std::vector<std::string> styled;

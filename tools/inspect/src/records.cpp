@@ -10,9 +10,13 @@ namespace {
 
 using nlohmann::json;
 
-json opt_ms(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+json opt_ms(const std::optional<int64_t>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
-json str_or_null(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+json str_or_null(const std::string& s) {
+  return s.empty() ? json(nullptr) : json(s);
+}
 
 // A string member, "" when absent or null; other JSON values are rendered as JSON text.
 std::string get_str(const json& j, std::initializer_list<const char*> names) {
@@ -83,9 +87,12 @@ json key_json(const idempotency_record& k, int64_t now) {
 }
 
 json alarm_json(const alarm_record& a, int64_t now) {
-  return json{{"name", a.name},           {"due_at", a.due_ms},
-              {"overdue", a.due_ms <= now}, {"attempts", a.attempts},
-              {"created_at", a.created_at_ms}, {"payload", json_or_string(a.payload)}};
+  return json{{"name", a.name},
+              {"due_at", a.due_ms},
+              {"overdue", a.due_ms <= now},
+              {"attempts", a.attempts},
+              {"created_at", a.created_at_ms},
+              {"payload", json_or_string(a.payload)}};
 }
 
 json breaker_json(const breaker_record& b) {

@@ -26,7 +26,7 @@ std::string url_encode(std::string_view s);
 std::string facts_query(const fact_filter& f);
 
 class remote_api {
-public:
+ public:
   /// Checks the URL (plain http only) and keeps the key. INVALID_ARGUMENT on a bad URL.
   static result<remote_api> make(std::string_view url, std::string api_key,
                                  std::chrono::milliseconds timeout);
@@ -38,9 +38,9 @@ public:
   /// GET .../breakers.
   result<std::vector<breaker_record>> breakers(const entity_key& key) const;
 
-private:
+ private:
   remote_api(http_endpoint ep, std::string api_key, std::chrono::milliseconds timeout)
-    : ep_(std::move(ep)), api_key_(std::move(api_key)), timeout_(timeout) {}
+      : ep_(std::move(ep)), api_key_(std::move(api_key)), timeout_(timeout) {}
   std::string entity_path(const entity_key& key, const char* what) const;
   /// GET `target`; a 2xx JSON body, else NOT_FOUND (404) or UNAVAILABLE naming the problem.
   result<nlohmann::json> get_json(const std::string& target) const;

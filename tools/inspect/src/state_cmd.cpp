@@ -42,8 +42,7 @@ std::optional<remote_api> open_remote(const run_ctx& ctx, const common_options& 
     return std::nullopt;
   }
   auto a = remote_api::make(
-    c.server, c.api_key,
-    std::chrono::milliseconds(static_cast<int64_t>(c.http_timeout_s * 1000)));
+    c.server, c.api_key, std::chrono::milliseconds(static_cast<int64_t>(c.http_timeout_s * 1000)));
   if (!a) {
     rc = ctx.fail(a.error());
     return std::nullopt;
@@ -112,8 +111,8 @@ int run_alarms(const run_ctx& ctx, const common_options& c, const std::string& e
     if (ctx.json)
       ctx.json_line(alarm_json(a, now));
     else
-      t.add({a.name, ctx.time(a.due_ms), a.due_ms <= now ? "yes" : "no",
-             std::to_string(a.attempts), ctx.time(a.created_at_ms), compact(a.payload, 60)});
+      t.add({a.name, ctx.time(a.due_ms), a.due_ms <= now ? "yes" : "no", std::to_string(a.attempts),
+             ctx.time(a.created_at_ms), compact(a.payload, 60)});
   }
   if (!ctx.json)
     t.print(ctx);
@@ -149,9 +148,11 @@ int run_breakers(const run_ctx& ctx, const common_options& c, const std::string&
     }
     bool open = b.state == "OPEN" || b.state == "FORCED_OPEN";
     bool closed = b.state == "CLOSED";
-    t.add({b.tool_id, b.state, b.updated_at_ms ? ctx.time(b.updated_at_ms) : "-",
-           compact(b.data, 70)},
-          {"", open ? ctx.red(b.state) : closed ? ctx.green(b.state) : b.state});
+    t.add(
+      {b.tool_id, b.state, b.updated_at_ms ? ctx.time(b.updated_at_ms) : "-", compact(b.data, 70)},
+      {"", open     ? ctx.red(b.state)
+           : closed ? ctx.green(b.state)
+                    : b.state});
   }
   if (!ctx.json)
     t.print(ctx);

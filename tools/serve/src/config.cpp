@@ -29,7 +29,8 @@ status bad(const std::string& key, const std::string& why) {
 status read_int(const json& obj, const char* name, const std::string& path, int64_t lo, int64_t hi,
                 int64_t& out) {
   auto it = obj.find(name);
-  if (it == obj.end()) return status::ok();
+  if (it == obj.end())
+    return status::ok();
   if (!it->is_number_integer())
     return bad(path + name,
                "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi));
@@ -44,7 +45,7 @@ status read_int(const json& obj, const char* name, const std::string& path, int6
   }
   if (v < lo || v > hi)
     return bad(path + name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
-                                " (got " + std::to_string(v) + ")");
+                              " (got " + std::to_string(v) + ")");
   out = v;
   return status::ok();
 }
@@ -56,7 +57,8 @@ bool is_comment(const std::string& key) {
 status check_keys(const json& obj, const std::string& path,
                   std::initializer_list<const char*> known) {
   for (auto& [k, _] : obj.items()) {
-    if (is_comment(k)) continue;
+    if (is_comment(k))
+      continue;
     bool ok = false;
     for (auto* n : known)
       ok = ok || k == n;
@@ -71,15 +73,18 @@ status check_keys(const json& obj, const std::string& path,
 }
 
 bool is_hex64(std::string_view s) {
-  if (s.size() != 64) return false;
+  if (s.size() != 64)
+    return false;
   for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return false;
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
+      return false;
   return true;
 }
 
 std::string lower(std::string s) {
   for (auto& c : s)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c >= 'A' && c <= 'Z')
+      c = static_cast<char>(c - 'A' + 'a');
   return s;
 }
 
@@ -93,15 +98,19 @@ entity_registry available_types() {
 
 status parse_tenants(const json& doc, serve_config& cfg) {
   auto it = doc.find("tenants");
-  if (it == doc.end()) return bad("tenants", "required: at least one tenant with its API keys");
+  if (it == doc.end())
+    return bad("tenants", "required: at least one tenant with its API keys");
   if (!it->is_object() || it->empty())
     return bad("tenants", "must be an object of tenant name -> {\"api_keys\": [...]}");
   std::set<std::string> seen_keys;
   for (auto& [name, t] : it->items()) {
     std::string path = "tenants." + name;
-    if (auto st = validate_key_part(name, "tenant name"); !st) return bad(path, st.message());
-    if (!t.is_object()) return bad(path, "must be an object {\"api_keys\": [...]}");
-    if (auto st = check_keys(t, path + ".", {"api_keys"}); !st) return st;
+    if (auto st = validate_key_part(name, "tenant name"); !st)
+      return bad(path, st.message());
+    if (!t.is_object())
+      return bad(path, "must be an object {\"api_keys\": [...]}");
+    if (auto st = check_keys(t, path + ".", {"api_keys"}); !st)
+      return st;
     auto keys = t.find("api_keys");
     if (keys == t.end() || !keys->is_array() || keys->empty())
       return bad(path + ".api_keys", "must be a non-empty array of API keys");
@@ -149,12 +158,14 @@ status parse_types(const json& doc, serve_config& cfg, const entity_registry& al
     for (size_t i = 0; i < it->size(); ++i) {
       auto& t = (*it)[i];
       std::string path = "types[" + std::to_string(i) + "]";
-      if (!t.is_string()) return bad(path, "must be a string");
+      if (!t.is_string())
+        return bad(path, "must be a string");
       auto name = t.get<std::string>();
       if (!all.find(name))
         return bad(path, "unknown entity type '" + name + "' (available: " + list + ")");
       for (auto& n : cfg.type_names)
-        if (n == name) return bad(path, "type '" + name + "' is listed twice");
+        if (n == name)
+          return bad(path, "type '" + name + "' is listed twice");
       cfg.type_names.push_back(name);
     }
   }
@@ -171,19 +182,24 @@ status parse_idempotency(const json& doc, serve_config& cfg) {
       return bad("idempotency", "must be an object: type -> method (or \"*\") -> "
                                 "{\"require_key\": bool}");
     for (auto& [type, methods] : it->items()) {
-      if (is_comment(type)) continue;
+      if (is_comment(type))
+        continue;
       std::string path = "idempotency." + type;
       const auto* et = cfg.runtime.types.find(type);
-      if (!et) return bad(path, "type '" + type + "' is not hosted (see \"types\")");
+      if (!et)
+        return bad(path, "type '" + type + "' is not hosted (see \"types\")");
       if (!methods.is_object())
         return bad(path, "must be an object: method (or \"*\") -> {\"require_key\": bool}");
       for (auto& [method, opts] : methods.items()) {
-        if (is_comment(method)) continue;
+        if (is_comment(method))
+          continue;
         std::string mpath = path + "." + method;
         if (method != "*" && !et->find(method))
           return bad(mpath, "type '" + type + "' has no method '" + method + "'");
-        if (!opts.is_object()) return bad(mpath, "must be an object {\"require_key\": bool}");
-        if (auto st = check_keys(opts, mpath + ".", {"require_key"}); !st) return st;
+        if (!opts.is_object())
+          return bad(mpath, "must be an object {\"require_key\": bool}");
+        if (auto st = check_keys(opts, mpath + ".", {"require_key"}); !st)
+          return st;
         auto rk = opts.find("require_key");
         if (rk == opts.end() || !rk->is_boolean())
           return bad(mpath + ".require_key", "must be true or false");
@@ -194,15 +210,18 @@ status parse_idempotency(const json& doc, serve_config& cfg) {
   // serve's default: every ledger append names its key, so a retried append never doubles.
   if (cfg.runtime.types.find("ledger")) {
     auto& l = req["ledger"];
-    if (!l.count("append") && !l.count("*")) l["append"] = true;
+    if (!l.count("append") && !l.count("*"))
+      l["append"] = true;
   }
   return status::ok();
 }
 
 status parse_limits(const json& doc, serve_config& cfg) {
   auto it = doc.find("limits");
-  if (it == doc.end()) return status::ok();
-  if (!it->is_object()) return bad("limits", "must be an object");
+  if (it == doc.end())
+    return status::ok();
+  if (!it->is_object())
+    return bad("limits", "must be an object");
   auto& l = *it;
   if (auto st = check_keys(l, "limits.",
                            {"max_body_bytes", "max_json_depth", "max_header_bytes",
@@ -211,28 +230,35 @@ status parse_limits(const json& doc, serve_config& cfg) {
     return st;
   auto& out = cfg.http.limits;
   int64_t v = static_cast<int64_t>(out.max_body_bytes);
-  if (auto st = read_int(l, "max_body_bytes", "limits.", 1, int64_t{1} << 30, v); !st) return st;
+  if (auto st = read_int(l, "max_body_bytes", "limits.", 1, int64_t{1} << 30, v); !st)
+    return st;
   out.max_body_bytes = static_cast<size_t>(v);
   v = out.max_json_depth;
-  if (auto st = read_int(l, "max_json_depth", "limits.", 1, 100'000, v); !st) return st;
+  if (auto st = read_int(l, "max_json_depth", "limits.", 1, 100'000, v); !st)
+    return st;
   out.max_json_depth = static_cast<int>(v);
   v = static_cast<int64_t>(out.max_header_bytes);
-  if (auto st = read_int(l, "max_header_bytes", "limits.", 1024, 1 << 20, v); !st) return st;
+  if (auto st = read_int(l, "max_header_bytes", "limits.", 1024, 1 << 20, v); !st)
+    return st;
   out.max_header_bytes = static_cast<size_t>(v);
   v = out.request_timeout.count();
-  if (auto st = read_int(l, "request_timeout_ms", "limits.", 1, 3'600'000, v); !st) return st;
+  if (auto st = read_int(l, "request_timeout_ms", "limits.", 1, 3'600'000, v); !st)
+    return st;
   out.request_timeout = std::chrono::milliseconds(v);
   v = static_cast<int64_t>(out.max_connections);
-  if (auto st = read_int(l, "max_connections", "limits.", 1, 1'000'000, v); !st) return st;
+  if (auto st = read_int(l, "max_connections", "limits.", 1, 1'000'000, v); !st)
+    return st;
   out.max_connections = static_cast<size_t>(v);
   return status::ok();
 }
 
 /// Unknown members of `in` (recursively) against the members of `known` (a to_json() form).
 status check_against(const json& in, const json& known, const std::string& path) {
-  if (!in.is_object()) return bad(path, "must be an object");
+  if (!in.is_object())
+    return bad(path, "must be an object");
   for (auto& [k, v] : in.items()) {
-    if (is_comment(k)) continue;
+    if (is_comment(k))
+      continue;
     auto it = known.find(k);
     if (it == known.end()) {
       std::string list;
@@ -241,35 +267,42 @@ status check_against(const json& in, const json& known, const std::string& path)
       return bad(path + "." + k, "unknown key (known: " + list + ")");
     }
     if (it->is_object())
-      if (auto st = check_against(v, *it, path + "." + k); !st) return st;
+      if (auto st = check_against(v, *it, path + "." + k); !st)
+        return st;
   }
   return status::ok();
 }
 
 /// `in` without comment members (recursively), for the resilience parsers.
 json strip_comments(const json& in) {
-  if (!in.is_object()) return in;
+  if (!in.is_object())
+    return in;
   json out = json::object();
   for (auto& [k, v] : in.items())
-    if (!is_comment(k)) out[k] = strip_comments(v);
+    if (!is_comment(k))
+      out[k] = strip_comments(v);
   return out;
 }
 
 template <class T>
 status parse_policy_part(const json& t, const char* name, const std::string& path, json& out) {
   auto it = t.find(name);
-  if (it == t.end()) return status::ok();
+  if (it == t.end())
+    return status::ok();
   std::string p = path + "." + name;
-  if (auto st = check_against(*it, T{}.to_json(), p); !st) return st;
+  if (auto st = check_against(*it, T{}.to_json(), p); !st)
+    return st;
   auto clean = strip_comments(*it);
   auto r = T::from_json(clean);
-  if (!r) return bad(p, r.error().message());
+  if (!r)
+    return bad(p, r.error().message());
   out = r.value().to_json();
   return status::ok();
 }
 
 bool valid_tool_name(const std::string& n) {
-  if (n.empty() || n.size() > 64) return false;
+  if (n.empty() || n.size() > 64)
+    return false;
   for (char c : n)
     if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
           c == '_' || c == '-'))
@@ -281,7 +314,8 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
   std::string path = "tools." + name;
   if (!valid_tool_name(name))
     return bad(path, "a tool name is 1 to 64 characters of [A-Za-z0-9._-]");
-  if (!t.is_object()) return bad(path, "must be an object with at least \"url\"");
+  if (!t.is_object())
+    return bad(path, "must be an object with at least \"url\"");
   if (auto st = check_keys(t, path + ".",
                            {"url", "connect_timeout_ms", "request_timeout_ms", "max_connections",
                             "max_queued", "headers", "retry", "breaker", "budget", "price",
@@ -298,23 +332,29 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
   h.url = url->get<std::string>();
   std::string p = path + ".";
   int64_t v = h.connect_timeout.count();
-  if (auto st = read_int(t, "connect_timeout_ms", p, 1, 600'000, v); !st) return st;
+  if (auto st = read_int(t, "connect_timeout_ms", p, 1, 600'000, v); !st)
+    return st;
   h.connect_timeout = std::chrono::milliseconds(v);
   v = h.request_timeout.count();
-  if (auto st = read_int(t, "request_timeout_ms", p, 1, 3'600'000, v); !st) return st;
+  if (auto st = read_int(t, "request_timeout_ms", p, 1, 3'600'000, v); !st)
+    return st;
   h.request_timeout = std::chrono::milliseconds(v);
   v = static_cast<int64_t>(h.max_connections);
-  if (auto st = read_int(t, "max_connections", p, 1, 10'000, v); !st) return st;
+  if (auto st = read_int(t, "max_connections", p, 1, 10'000, v); !st)
+    return st;
   h.max_connections = static_cast<size_t>(v);
   v = static_cast<int64_t>(h.max_queued);
-  if (auto st = read_int(t, "max_queued", p, 0, 1'000'000, v); !st) return st;
+  if (auto st = read_int(t, "max_queued", p, 0, 1'000'000, v); !st)
+    return st;
   h.max_queued = static_cast<size_t>(v);
   if (auto it = t.find("headers"); it != t.end()) {
     if (!it->is_object())
       return bad(p + "headers", "must be an object of header name -> string value");
     for (auto& [k, hv] : it->items()) {
-      if (is_comment(k)) continue;
-      if (!hv.is_string()) return bad(p + "headers." + k, "must be a string");
+      if (is_comment(k))
+        continue;
+      if (!hv.is_string())
+        return bad(p + "headers." + k, "must be a string");
       h.headers[k] = hv.get<std::string>();
     }
   }
@@ -342,27 +382,33 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
     if (ok)
       for (char c : it->get<std::string>())
         ok = ok && c >= 'A' && c <= 'Z';
-    if (!ok) return bad(p + "currency", "must be a three-letter ISO 4217 code such as \"USD\"");
+    if (!ok)
+      return bad(p + "currency", "must be a three-letter ISO 4217 code such as \"USD\"");
     pol.currency = it->get<std::string>();
   }
   for (auto [key, field] : {std::pair{"charge_on_failure", &pol.charge_on_failure},
                             std::pair{"idempotent", &pol.idempotent}})
     if (auto it = t.find(key); it != t.end()) {
-      if (!it->is_boolean()) return bad(p + key, "must be true or false");
+      if (!it->is_boolean())
+        return bad(p + key, "must be true or false");
       *field = it->get<bool>();
     }
   if (auto it = t.find("vendor"); it != t.end()) {
-    if (!it->is_string()) return bad(p + "vendor", "must be a string");
+    if (!it->is_string())
+      return bad(p + "vendor", "must be a string");
     if (auto st = validate_key_part(it->get<std::string>(), "vendor"); !st)
       return bad(p + "vendor", st.message());
     pol.vendor = it->get<std::string>();
   }
   v = pol.max_inline_delay_ms;
-  if (auto st = read_int(t, "max_inline_delay_ms", p, 0, 3'600'000, v); !st) return st;
+  if (auto st = read_int(t, "max_inline_delay_ms", p, 0, 3'600'000, v); !st)
+    return st;
   pol.max_inline_delay_ms = v;
   if (auto it = t.find("fallback"); it != t.end()) {
-    if (!it->is_object()) return bad(p + "fallback", "must be an object {\"body\": <JSON answer>}");
-    if (auto st = check_keys(*it, p + "fallback.", {"body"}); !st) return st;
+    if (!it->is_object())
+      return bad(p + "fallback", "must be an object {\"body\": <JSON answer>}");
+    if (auto st = check_keys(*it, p + "fallback.", {"body"}); !st)
+      return st;
     auto b = it->find("body");
     if (b == it->end())
       return bad(p + "fallback.body", "required: the JSON answered while the breaker is open");
@@ -374,11 +420,15 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
 
 status parse_tools(const json& doc, serve_config& cfg) {
   auto it = doc.find("tools");
-  if (it == doc.end()) return status::ok();
-  if (!it->is_object()) return bad("tools", "must be an object of tool name -> settings");
+  if (it == doc.end())
+    return status::ok();
+  if (!it->is_object())
+    return bad("tools", "must be an object of tool name -> settings");
   for (auto& [name, t] : it->items()) {
-    if (is_comment(name)) continue;
-    if (auto st = parse_tool(name, t, cfg); !st) return st;
+    if (is_comment(name))
+      continue;
+    if (auto st = parse_tool(name, t, cfg); !st)
+      return st;
   }
   cfg.tools = *it;
   return status::ok();
@@ -389,7 +439,7 @@ status parse_tools(const json& doc, serve_config& cfg) {
 status apply_listen(serve_config& cfg, std::string_view listen) {
   auto fail = [&](const std::string& why) {
     return bad("listen", "\"" + std::string(listen.substr(0, 200)) + "\": " + why +
-                             " (expected host:port, e.g. 127.0.0.1:8080 or [::1]:8080)");
+                           " (expected host:port, e.g. 127.0.0.1:8080 or [::1]:8080)");
   };
   std::string_view host, port;
   if (!listen.empty() && listen.front() == '[') {
@@ -400,19 +450,25 @@ status apply_listen(serve_config& cfg, std::string_view listen) {
     port = listen.substr(close + 2);
   } else {
     auto colon = listen.rfind(':');
-    if (colon == std::string_view::npos) return fail("no port");
+    if (colon == std::string_view::npos)
+      return fail("no port");
     host = listen.substr(0, colon);
     port = listen.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) return fail("an IPv6 address needs brackets");
+    if (host.find(':') != std::string_view::npos)
+      return fail("an IPv6 address needs brackets");
   }
-  if (host.empty()) return fail("no host");
-  if (port.empty() || port.size() > 5) return fail("bad port");
+  if (host.empty())
+    return fail("no host");
+  if (port.empty() || port.size() > 5)
+    return fail("bad port");
   uint32_t p = 0;
   for (char c : port) {
-    if (c < '0' || c > '9') return fail("bad port");
+    if (c < '0' || c > '9')
+      return fail("bad port");
     p = p * 10 + static_cast<uint32_t>(c - '0');
   }
-  if (p > 65535) return fail("port out of range");
+  if (p > 65535)
+    return fail("port out of range");
   cfg.http.host = std::string(host);
   cfg.http.port = static_cast<uint16_t>(p);
   return status::ok();
@@ -422,22 +478,41 @@ result<serve_config> parse_serve_config(const json& doc) {
   if (!doc.is_object())
     return status{errc::invalid_argument, "the configuration must be a JSON object"};
   if (auto st = check_keys(doc, "",
-                           {"listen", "data_dir", "durability", "idle_timeout_ms",
-                            "max_active_entities", "storage_threads", "scheduler_threads", "cache_kib",
-                            "http_threads", "key_ttl_ms", "call_timeout_ms", "shutdown_timeout_ms",
-                            "alarm_retry_base_ms", "alarm_max_retries", "alarm_poll_ms",
-                            "dead_letter_rules", "dev", "tenants", "types", "idempotency", "limits",
+                           {"listen",
+                            "data_dir",
+                            "durability",
+                            "idle_timeout_ms",
+                            "max_active_entities",
+                            "storage_threads",
+                            "scheduler_threads",
+                            "cache_kib",
+                            "http_threads",
+                            "key_ttl_ms",
+                            "call_timeout_ms",
+                            "shutdown_timeout_ms",
+                            "alarm_retry_base_ms",
+                            "alarm_max_retries",
+                            "alarm_poll_ms",
+                            "dead_letter_rules",
+                            "dev",
+                            "tenants",
+                            "types",
+                            "idempotency",
+                            "limits",
                             "tools"});
       !st)
     return st;
   serve_config cfg;
   if (auto it = doc.find("dev"); it != doc.end()) {
-    if (!it->is_boolean()) return bad("dev", "must be true or false");
+    if (!it->is_boolean())
+      return bad("dev", "must be true or false");
     cfg.dev = it->get<bool>();
   }
   if (auto it = doc.find("listen"); it != doc.end()) {
-    if (!it->is_string()) return bad("listen", "must be a string host:port");
-    if (auto st = apply_listen(cfg, it->get<std::string>()); !st) return st;
+    if (!it->is_string())
+      return bad("listen", "must be a string host:port");
+    if (auto st = apply_listen(cfg, it->get<std::string>()); !st)
+      return st;
   }
   if (auto it = doc.find("data_dir"); it != doc.end()) {
     if (!it->is_string() || it->get<std::string>().empty())
@@ -450,58 +525,77 @@ result<serve_config> parse_serve_config(const json& doc) {
     cfg.runtime.mode = *it == "full" ? durability::full : durability::normal;
   }
   int64_t v = cfg.runtime.idle_timeout.count();
-  if (auto st = read_int(doc, "idle_timeout_ms", "", 1, int64_t{1} << 40, v); !st) return st;
+  if (auto st = read_int(doc, "idle_timeout_ms", "", 1, int64_t{1} << 40, v); !st)
+    return st;
   cfg.runtime.idle_timeout = std::chrono::milliseconds(v);
   v = static_cast<int64_t>(cfg.runtime.max_active_entities);
-  if (auto st = read_int(doc, "max_active_entities", "", 0, 100'000'000, v); !st) return st;
+  if (auto st = read_int(doc, "max_active_entities", "", 0, 100'000'000, v); !st)
+    return st;
   cfg.runtime.max_active_entities = static_cast<size_t>(v);
   v = static_cast<int64_t>(cfg.runtime.storage_threads);
-  if (auto st = read_int(doc, "storage_threads", "", 1, 1024, v); !st) return st;
+  if (auto st = read_int(doc, "storage_threads", "", 1, 1024, v); !st)
+    return st;
   cfg.runtime.storage_threads = static_cast<size_t>(v);
   v = cfg.runtime.cache_kib;
-  if (auto st = read_int(doc, "cache_kib", "", 16, 1 << 20, v); !st) return st;
+  if (auto st = read_int(doc, "cache_kib", "", 16, 1 << 20, v); !st)
+    return st;
   cfg.runtime.cache_kib = static_cast<int>(v);
   v = static_cast<int64_t>(cfg.runtime.scheduler_threads);
-  if (auto st = read_int(doc, "scheduler_threads", "", 0, 1024, v); !st) return st;
+  if (auto st = read_int(doc, "scheduler_threads", "", 0, 1024, v); !st)
+    return st;
   cfg.runtime.scheduler_threads = static_cast<size_t>(v);
   v = static_cast<int64_t>(cfg.http.io_threads);
-  if (auto st = read_int(doc, "http_threads", "", 1, 64, v); !st) return st;
+  if (auto st = read_int(doc, "http_threads", "", 1, 64, v); !st)
+    return st;
   cfg.http.io_threads = static_cast<size_t>(v);
   v = cfg.runtime.key_ttl.count();
-  if (auto st = read_int(doc, "key_ttl_ms", "", 0, int64_t{1} << 45, v); !st) return st;
+  if (auto st = read_int(doc, "key_ttl_ms", "", 0, int64_t{1} << 45, v); !st)
+    return st;
   cfg.runtime.key_ttl = std::chrono::milliseconds(v);
   v = cfg.http.call_timeout.count();
-  if (auto st = read_int(doc, "call_timeout_ms", "", 1, 3'600'000, v); !st) return st;
+  if (auto st = read_int(doc, "call_timeout_ms", "", 1, 3'600'000, v); !st)
+    return st;
   cfg.http.call_timeout = std::chrono::milliseconds(v);
   v = cfg.runtime.alarm_retry_base.count();
-  if (auto st = read_int(doc, "alarm_retry_base_ms", "", 1, 86'400'000, v); !st) return st;
+  if (auto st = read_int(doc, "alarm_retry_base_ms", "", 1, 86'400'000, v); !st)
+    return st;
   cfg.runtime.alarm_retry_base = std::chrono::milliseconds(v);
   v = cfg.runtime.alarm_max_retries;
-  if (auto st = read_int(doc, "alarm_max_retries", "", 0, 100, v); !st) return st;
+  if (auto st = read_int(doc, "alarm_max_retries", "", 0, 100, v); !st)
+    return st;
   cfg.runtime.alarm_max_retries = static_cast<int>(v);
   v = cfg.runtime.alarm_poll.count();
-  if (auto st = read_int(doc, "alarm_poll_ms", "", 10, 3'600'000, v); !st) return st;
+  if (auto st = read_int(doc, "alarm_poll_ms", "", 10, 3'600'000, v); !st)
+    return st;
   cfg.runtime.alarm_poll = std::chrono::milliseconds(v);
   if (auto it = doc.find("dead_letter_rules"); it != doc.end()) {
     auto rules = resilience::dead_letter_rules::from_json(*it);
-    if (!rules) return bad("dead_letter_rules", rules.error().message());
+    if (!rules)
+      return bad("dead_letter_rules", rules.error().message());
     cfg.runtime.dead_letter_rules = *it;
   }
   v = cfg.shutdown_timeout.count();
-  if (auto st = read_int(doc, "shutdown_timeout_ms", "", 1, 3'600'000, v); !st) return st;
+  if (auto st = read_int(doc, "shutdown_timeout_ms", "", 1, 3'600'000, v); !st)
+    return st;
   cfg.shutdown_timeout = std::chrono::milliseconds(v);
-  if (auto st = parse_tenants(doc, cfg); !st) return st;
+  if (auto st = parse_tenants(doc, cfg); !st)
+    return st;
   auto all = available_types();
-  if (auto st = parse_types(doc, cfg, all); !st) return st;
-  if (auto st = parse_idempotency(doc, cfg); !st) return st;
-  if (auto st = parse_limits(doc, cfg); !st) return st;
-  if (auto st = parse_tools(doc, cfg); !st) return st;
+  if (auto st = parse_types(doc, cfg, all); !st)
+    return st;
+  if (auto st = parse_idempotency(doc, cfg); !st)
+    return st;
+  if (auto st = parse_limits(doc, cfg); !st)
+    return st;
+  if (auto st = parse_tools(doc, cfg); !st)
+    return st;
   return cfg;
 }
 
 result<serve_config> load_serve_config(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
-  if (!in) return status{errc::not_found, "cannot read " + file.string()};
+  if (!in)
+    return status{errc::not_found, "cannot read " + file.string()};
   std::stringstream ss;
   ss << in.rdbuf();
   json doc;
@@ -511,7 +605,8 @@ result<serve_config> load_serve_config(const std::filesystem::path& file) {
     return status{errc::invalid_argument, file.string() + ": not valid JSON: " + e.what()};
   }
   auto cfg = parse_serve_config(doc);
-  if (!cfg) return status{cfg.error().code(), file.string() + ": " + cfg.error().message()};
+  if (!cfg)
+    return status{cfg.error().code(), file.string() + ": " + cfg.error().message()};
   return cfg;
 }
 

@@ -31,12 +31,9 @@ void log_line(json fields) {
 
 const char* signal_name(int sig) {
   switch (sig) {
-  case SIGTERM:
-    return "SIGTERM";
-  case SIGINT:
-    return "SIGINT";
-  default:
-    return "signal";
+  case SIGTERM: return "SIGTERM";
+  case SIGINT: return "SIGINT";
+  default: return "signal";
   }
 }
 
@@ -63,8 +60,8 @@ int run_serve(serve_config cfg) {
   std::signal(SIGPIPE, SIG_IGN);
 
   auto listen =
-      (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]" : cfg.http.host) +
-      ":" + std::to_string(cfg.http.port);
+    (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]" : cfg.http.host) +
+    ":" + std::to_string(cfg.http.port);
   auto data_dir = cfg.runtime.data_dir.string();
   auto durability_name = cfg.runtime.mode == durability::full ? "full" : "normal";
   json tenants = json::array();
@@ -84,7 +81,8 @@ int run_serve(serve_config cfg) {
     }
     cfg.runtime.tools[t.name] = std::move(fn.value());
     auto pol = t.policy;
-    if (t.fallback_body) pol.fallback = static_fallback(*t.fallback_body);
+    if (t.fallback_body)
+      pol.fallback = static_fallback(*t.fallback_body);
     cfg.runtime.tool_policies[t.name] = std::move(pol);
     tool_names.push_back(t.name);
   }
@@ -108,9 +106,9 @@ int run_serve(serve_config cfg) {
             {"listen", listen},
             {"port", (*srv)->port()},
             {"url", "http://" +
-                        (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]"
-                                                                      : cfg.http.host) +
-                        ":" + std::to_string((*srv)->port())},
+                      (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]"
+                                                                    : cfg.http.host) +
+                      ":" + std::to_string((*srv)->port())},
             {"data_dir", data_dir},
             {"durability", durability_name},
             {"types", cfg.type_names},
@@ -146,8 +144,8 @@ int run_serve(serve_config cfg) {
             {"event", "stopped"},
             {"drained", drained},
             {"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::steady_clock::now() - t0)
-                                .count()},
+                              std::chrono::steady_clock::now() - t0)
+                              .count()},
             {"calls", st.calls},
             {"commits", st.commits},
             {"facts", st.facts}});
@@ -165,7 +163,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<options>();
   auto* cmd = app.add_subcommand("serve", "Run the HTTP API server (docs/http-api.md)");
   cmd->add_option("--config", o->config, "JSON configuration file (docs/configuration.md)")
-      ->required();
+    ->required();
   cmd->add_option("--listen", o->listen, "HOST:PORT to listen on (overrides \"listen\")");
   cmd->add_option("--data", o->data, "data directory (overrides \"data_dir\")");
   cmd->callback([o, exit_code] {
@@ -174,10 +172,13 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       *exit_code = 2;
     };
     auto cfg = load_serve_config(o->config);
-    if (!cfg) return fail(cfg.error().message());
+    if (!cfg)
+      return fail(cfg.error().message());
     if (!o->listen.empty())
-      if (auto st = apply_listen(*cfg, o->listen); !st) return fail("--listen: " + st.message());
-    if (!o->data.empty()) cfg->runtime.data_dir = o->data;
+      if (auto st = apply_listen(*cfg, o->listen); !st)
+        return fail("--listen: " + st.message());
+    if (!o->data.empty())
+      cfg->runtime.data_dir = o->data;
     if (cfg->runtime.data_dir.empty())
       return fail("data_dir: required (in the configuration or as --data DIR)");
     *exit_code = run_serve(std::move(*cfg));

@@ -30,11 +30,11 @@ struct call_reply {
   /// ok: the result as JSON text. Error: the problem body as JSON text
   /// ({"type","title","status","detail","code","category",...}).
   std::string body;
-  std::string code;      ///< error code; empty when ok
-  std::string category;  ///< error category name; empty when ok
+  std::string code;     ///< error code; empty when ok
+  std::string category; ///< error category name; empty when ok
   int http_status = 200;
-  bool retryable = false;  ///< a retry with the same key may succeed
-  bool replayed = false;   ///< answered from the idempotency record, not run again
+  bool retryable = false; ///< a retry with the same key may succeed
+  bool replayed = false;  ///< answered from the idempotency record, not run again
 
   /// The body parsed (result or problem).
   nlohmann::json json() const { return nlohmann::json::parse(body, nullptr, false); }

@@ -23,10 +23,10 @@ namespace factum {
 
 /// What is known about the call a turn runs.
 struct call_info {
-  std::string method;           ///< method name, or "@alarm" / "@activate" for internal turns
-  std::string idempotency_key;  ///< empty when the call has none
+  std::string method;          ///< method name, or "@alarm" / "@activate" for internal turns
+  std::string idempotency_key; ///< empty when the call has none
   std::string trace_id;
-  std::string args_json;        ///< the call's arguments (kept for dead letters)
+  std::string args_json; ///< the call's arguments (kept for dead letters)
   /// The idempotency fingerprint the key was taken with (the gateway's covers HTTP method,
   /// path and body); kept with dead letters so that their retry stores the key under it.
   std::string fingerprint;
@@ -55,10 +55,10 @@ struct tool_reply {
   std::string error_code;
   std::string error_message;
   error_category category = error_category::external;
-  std::optional<int64_t> retry_after_ms;  ///< the tool's Retry-After, converted to ms
-  std::string cost_amount;  ///< what the vendor reports it charged (exact decimal), if it does
-  int attempts = 0;         ///< attempts made (filled by the runtime's resilient call)
-  std::string dead_letter_id;  ///< set when the call ended as a dead letter
+  std::optional<int64_t> retry_after_ms; ///< the tool's Retry-After, converted to ms
+  std::string cost_amount;    ///< what the vendor reports it charged (exact decimal), if it does
+  int attempts = 0;           ///< attempts made (filled by the runtime's resilient call)
+  std::string dead_letter_id; ///< set when the call ended as a dead letter
 };
 
 class context;
@@ -66,9 +66,8 @@ class context;
 /// An asynchronous operation a handler awaits. Awaiting it ends the turn's current savepoint and
 /// commits what the entity has written so far (like Durable Objects, an await of I/O is a
 /// commit point); the handler resumes on the entity's actor once the result is there.
-template <class T>
-class async_op {
-public:
+template <class T> class async_op {
+ public:
   using starter = std::function<void(std::function<void(T)>)>;
   async_op(context& ctx, starter s) : ctx_(ctx), start_(std::move(s)) {}
 
@@ -76,7 +75,7 @@ public:
   void await_suspend(std::coroutine_handle<> h);
   T await_resume() { return std::move(**slot_); }
 
-private:
+ private:
   context& ctx_;
   starter start_;
   std::shared_ptr<std::optional<T>> slot_ = std::make_shared<std::optional<T>>();
@@ -84,7 +83,7 @@ private:
 
 /// The handler's context. Storage failures throw call_error (the turn then rolls back).
 class context {
-public:
+ public:
   virtual ~context() = default;
 
   // -- identity --
@@ -114,8 +113,7 @@ public:
 
   // -- configs --
   /// The latest version of `config_id` (or `version`); nullopt when absent.
-  virtual std::optional<config_record> config(std::string_view config_id,
-                                              int64_t version = 0) = 0;
+  virtual std::optional<config_record> config(std::string_view config_id, int64_t version = 0) = 0;
   /// Publishes a new version of `config_id`; returns its version.
   virtual int64_t put_config(std::string_view config_id, const nlohmann::json& body) = 0;
 
@@ -150,9 +148,8 @@ public:
   }
   /// Waits without blocking a thread.
   async_op<bool> sleep(std::chrono::milliseconds d) {
-    return async_op<bool>(*this, [this, d](std::function<void(bool)> done) {
-      start_timer(d, std::move(done));
-    });
+    return async_op<bool>(
+      *this, [this, d](std::function<void(bool)> done) { start_timer(d, std::move(done)); });
   }
 
   // -- runtime seam (implemented by the runtime; not for handlers) --
@@ -160,16 +157,15 @@ public:
   /// function that schedules its resumption on the entity's actor.
   virtual std::function<void()> suspend_turn(std::coroutine_handle<> h) = 0;
 
-protected:
-  virtual void start_entity_call(const std::string& type, const std::string& id,
-                                 std::string method, std::string args_json, call_options opts,
+ protected:
+  virtual void start_entity_call(const std::string& type, const std::string& id, std::string method,
+                                 std::string args_json, call_options opts,
                                  std::function<void(call_reply)> done) = 0;
   virtual void start_tool_call(const tool_request& req, std::function<void(tool_reply)> done) = 0;
   virtual void start_timer(std::chrono::milliseconds d, std::function<void(bool)> done) = 0;
 };
 
-template <class T>
-void async_op<T>::await_suspend(std::coroutine_handle<> h) {
+template <class T> void async_op<T>::await_suspend(std::coroutine_handle<> h) {
   auto wake = ctx_.suspend_turn(h);
   auto slot = slot_;
   start_([slot, wake = std::move(wake)](T v) mutable {

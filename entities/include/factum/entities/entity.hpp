@@ -19,7 +19,7 @@ namespace factum {
 /// Base class of every entity. One instance per activation; its methods run one at a time on
 /// the entity's actor. State that must survive belongs in facts or the entity's own tables.
 class entity {
-public:
+ public:
   virtual ~entity() = default;
   /// Runs once per activation, before any call (e.g. rebuild in-memory state from facts).
   virtual task<void> on_activate(context&) { co_return; }
@@ -28,8 +28,7 @@ public:
   virtual task<void> on_alarm(context&, const alarm_record&) { co_return; }
 };
 
-using method_fn =
-  std::function<task<nlohmann::json>(entity&, context&, nlohmann::json args)>;
+using method_fn = std::function<task<nlohmann::json>(entity&, context&, nlohmann::json args)>;
 
 /// How a method may be called.
 struct method_options {
@@ -64,9 +63,8 @@ task<nlohmann::json> run_sync(nlohmann::json (E::*fn)(context&, nlohmann::json),
 
 /// Builds an entity_type for class E:
 ///   auto t = type_builder<counter>("counter").method("add", &counter::add).build();
-template <class E>
-class type_builder {
-public:
+template <class E> class type_builder {
+ public:
   explicit type_builder(std::string name) {
     type_.name = std::move(name);
     type_.factory = [] { return std::make_unique<E>(); };
@@ -82,23 +80,23 @@ public:
   /// A synchronous method.
   type_builder& method(std::string name, nlohmann::json (E::*fn)(context&, nlohmann::json),
                        method_options opts = {}) {
-    type_.methods[std::move(name)] = method_def{
-      [fn](entity& e, context& c, nlohmann::json a) {
-        return detail::run_sync<E>(fn, e, c, std::move(a));
-      },
-      opts};
+    type_.methods[std::move(name)] =
+      method_def{[fn](entity& e, context& c, nlohmann::json a) {
+                   return detail::run_sync<E>(fn, e, c, std::move(a));
+                 },
+                 opts};
     return *this;
   }
   entity_type build() { return std::move(type_); }
   operator entity_type() && { return std::move(type_); }
 
-private:
+ private:
   entity_type type_;
 };
 
 /// The entity types a runtime hosts, by name.
 class entity_registry {
-public:
+ public:
   /// Adds a type; a type of the same name is replaced.
   void add(entity_type t) {
     auto name = t.name;
@@ -115,7 +113,7 @@ public:
     return out;
   }
 
-private:
+ private:
   std::map<std::string, std::shared_ptr<const entity_type>, std::less<>> types_;
 };
 

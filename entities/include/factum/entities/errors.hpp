@@ -14,13 +14,13 @@ namespace factum {
 
 /// The seven failure categories. Retryability and HTTP status follow from the category.
 enum class error_category {
-  transient,       ///< retried: 429, 503, 504, timeouts, connection reset
-  server,          ///< retried only when the call is idempotent: 500, 502
-  external,        ///< retried with backoff: a tool's own failure
-  client,          ///< never retried: 400, 404, 422
-  data_integrity,  ///< never retried: 409
-  authorization,   ///< never retried: 401, 403
-  budget,          ///< never retried: 402
+  transient,      ///< retried: 429, 503, 504, timeouts, connection reset
+  server,         ///< retried only when the call is idempotent: 500, 502
+  external,       ///< retried with backoff: a tool's own failure
+  client,         ///< never retried: 400, 404, 422
+  data_integrity, ///< never retried: 409
+  authorization,  ///< never retried: 401, 403
+  budget,         ///< never retried: 402
 };
 
 std::string_view to_string(error_category c) noexcept;
@@ -34,12 +34,10 @@ int default_http_status(error_category c) noexcept;
 
 /// A failed call: thrown by handlers, stored for terminal failures, carried to callers.
 class call_error : public std::runtime_error {
-public:
+ public:
   call_error(error_category category, std::string code, std::string message, int http_status = 0)
-    : std::runtime_error(message),
-      category_(category),
-      code_(std::move(code)),
-      http_status_(http_status ? http_status : default_http_status(category)) {}
+      : std::runtime_error(message), category_(category), code_(std::move(code)),
+        http_status_(http_status ? http_status : default_http_status(category)) {}
 
   error_category category() const noexcept { return category_; }
   const std::string& code() const noexcept { return code_; }
@@ -51,7 +49,7 @@ public:
   /// Extra members of the problem body (e.g. retry_after_ms).
   nlohmann::json details = nlohmann::json::object();
 
-private:
+ private:
   error_category category_;
   std::string code_;
   int http_status_;

@@ -10,8 +10,7 @@
 
 namespace factum {
 
-template <class T = void>
-class task;
+template <class T = void> class task;
 
 namespace detail {
 
@@ -23,8 +22,7 @@ struct task_promise_base {
 
   struct final_awaiter {
     bool await_ready() const noexcept { return false; }
-    template <class P>
-    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
+    template <class P> std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
       auto c = h.promise().continuation;
       return c ? c : std::noop_coroutine();
     }
@@ -34,14 +32,10 @@ struct task_promise_base {
   void unhandled_exception() noexcept { error = std::current_exception(); }
 };
 
-template <class T>
-struct task_promise : task_promise_base {
+template <class T> struct task_promise : task_promise_base {
   std::optional<T> value;
   task<T> get_return_object() noexcept;
-  template <class U>
-  void return_value(U&& v) {
-    value.emplace(std::forward<U>(v));
-  }
+  template <class U> void return_value(U&& v) { value.emplace(std::forward<U>(v)); }
   T take() {
     if (error)
       std::rethrow_exception(error);
@@ -49,8 +43,7 @@ struct task_promise : task_promise_base {
   }
 };
 
-template <>
-struct task_promise<void> : task_promise_base {
+template <> struct task_promise<void> : task_promise_base {
   task<void> get_return_object() noexcept;
   void return_void() noexcept {}
   void take() {
@@ -62,9 +55,8 @@ struct task_promise<void> : task_promise_base {
 } // namespace detail
 
 /// A lazily started coroutine producing T (or throwing). Await it with co_await.
-template <class T>
-class [[nodiscard]] task {
-public:
+template <class T> class [[nodiscard]] task {
+ public:
   using promise_type = detail::task_promise<T>;
   using handle_type = std::coroutine_handle<promise_type>;
 
@@ -96,14 +88,13 @@ public:
   }
   T await_resume() { return h_.promise().take(); }
 
-private:
+ private:
   handle_type h_;
 };
 
 namespace detail {
 
-template <class T>
-task<T> task_promise<T>::get_return_object() noexcept {
+template <class T> task<T> task_promise<T>::get_return_object() noexcept {
   return task<T>{std::coroutine_handle<task_promise<T>>::from_promise(*this)};
 }
 
@@ -126,8 +117,7 @@ struct detached {
 
 /// Runs `t` to completion and calls `done(std::exception_ptr, std::optional<T>)`, possibly
 /// before returning (when `t` never suspends).
-template <class T, class Done>
-void start_task(task<T> t, Done done) {
+template <class T, class Done> void start_task(task<T> t, Done done) {
   [](task<T> t, Done done) -> detail::detached {
     std::exception_ptr err;
     std::optional<T> v;
@@ -141,8 +131,7 @@ void start_task(task<T> t, Done done) {
 }
 
 /// Overload for task<void>: `done(std::exception_ptr)`.
-template <class Done>
-void start_task(task<void> t, Done done) {
+template <class Done> void start_task(task<void> t, Done done) {
   [](task<void> t, Done done) -> detail::detached {
     std::exception_ptr err;
     try {

@@ -65,7 +65,7 @@ struct http_server_config {
 
 /// The HTTP gateway: POST /v1/entities/{type}/{id}/{method} and friends, /healthz, /metrics.
 class http_server {
-public:
+ public:
   /// Binds, starts the I/O threads and begins accepting. Stop the server (begin_shutdown,
   /// wait_idle, stop) before runtime::stop(): the runtime must outlive the server's traffic, and
   /// CAF 0.17's actor system waits, when it is destroyed, for every thread that ever called into
@@ -98,7 +98,7 @@ public:
 
   struct impl;
 
-private:
+ private:
   explicit http_server(std::shared_ptr<impl> p);
   std::shared_ptr<impl> impl_;
 };

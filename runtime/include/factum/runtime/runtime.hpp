@@ -106,13 +106,13 @@ struct runtime_config {
 struct runtime_stats {
   uint64_t calls = 0;
   uint64_t call_errors = 0;
-  uint64_t active_entities = 0;  ///< now (gauge)
+  uint64_t active_entities = 0; ///< now (gauge)
   uint64_t peak_active_entities = 0;
   uint64_t activations = 0;
   uint64_t hibernations = 0;
   uint64_t commits = 0;
-  uint64_t facts = 0;            ///< facts committed
-  uint64_t turns_committed = 0;  ///< turns whose writes were committed
+  uint64_t facts = 0;           ///< facts committed
+  uint64_t turns_committed = 0; ///< turns whose writes were committed
   uint64_t replays = 0;
   uint64_t key_conflicts = 0;
   uint64_t key_mismatches = 0;
@@ -120,19 +120,19 @@ struct runtime_stats {
   uint64_t alarms_fired = 0;
   uint64_t alarm_retries = 0;
   uint64_t alarms_dead_lettered = 0;
-  uint64_t alarm_lag_ms_max = 0;  ///< largest delay from due time to firing seen
+  uint64_t alarm_lag_ms_max = 0; ///< largest delay from due time to firing seen
   uint64_t alarm_lag_ms_sum = 0;
   uint64_t tool_calls = 0;
   uint64_t tool_retries = 0;
   uint64_t tool_failures = 0;
   uint64_t breaker_transitions = 0;
   uint64_t breaker_fast_fails = 0;
-  uint64_t dead_letters = 0;  ///< dead letters created
-  uint64_t alarm_index_rebuilds = 0;  ///< damaged alarm indexes rebuilt at start (0 or 1)
+  uint64_t dead_letters = 0;         ///< dead letters created
+  uint64_t alarm_index_rebuilds = 0; ///< damaged alarm indexes rebuilt at start (0 or 1)
 };
 
 class runtime {
-public:
+ public:
   /// Starts a runtime on config.data_dir.
   static result<std::unique_ptr<runtime>> start(runtime_config config);
 
@@ -166,7 +166,7 @@ public:
 
   struct impl;
 
-private:
+ private:
   explicit runtime(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
 };

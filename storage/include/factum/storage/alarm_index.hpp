@@ -32,13 +32,13 @@ struct alarm_index_entry {
 
 /// What rebuild() found in the entity files.
 struct alarm_index_rebuild_report {
-  int64_t entity_files = 0;  ///< entity files looked at
-  int64_t entries = 0;       ///< entities with a pending alarm, now in the index
-  int64_t unreadable = 0;    ///< files that could not be read (corrupt, unreadable): skipped
+  int64_t entity_files = 0; ///< entity files looked at
+  int64_t entries = 0;      ///< entities with a pending alarm, now in the index
+  int64_t unreadable = 0;   ///< files that could not be read (corrupt, unreadable): skipped
 };
 
 class alarm_index {
-public:
+ public:
   /// Opens (creating) DATA/runtime/alarms.db. A file that is not a database or is corrupt
   /// answers errc::corruption (see set_aside()).
   static result<std::unique_ptr<alarm_index>> open(const std::filesystem::path& data_dir,
@@ -66,7 +66,7 @@ public:
   /// and skipped). For an index that set_aside() has just replaced; no entity may be active.
   result<alarm_index_rebuild_report> rebuild(const std::filesystem::path& data_dir);
 
-private:
+ private:
   alarm_index() = default;
   sqlite3* db_ = nullptr;
 };

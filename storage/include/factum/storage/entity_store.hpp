@@ -25,8 +25,8 @@ namespace factum {
 
 /// How hard a commit tries to survive failures.
 enum class durability {
-  full,    ///< WAL + synchronous=FULL: a commit survives power loss (one fsync per commit)
-  normal,  ///< WAL + synchronous=NORMAL: a commit survives a process crash, not power loss
+  full,   ///< WAL + synchronous=FULL: a commit survives power loss (one fsync per commit)
+  normal, ///< WAL + synchronous=NORMAL: a commit survives a process crash, not power loss
 };
 
 /// Parses "full" / "normal".
@@ -81,32 +81,32 @@ std::string_view to_string(key_status s) noexcept;
 
 /// What begin_key found.
 enum class key_outcome {
-  fresh,      ///< unknown (or expired): now pending in the open transaction; run the call
-  in_flight,  ///< pending in this activation: answer 409
-  completed,  ///< completed with the same fingerprint: replay `response`
-  failed,     ///< failed terminally with the same fingerprint: replay the stored error
-  mismatch,   ///< known with a different fingerprint: answer 422
+  fresh,     ///< unknown (or expired): now pending in the open transaction; run the call
+  in_flight, ///< pending in this activation: answer 409
+  completed, ///< completed with the same fingerprint: replay `response`
+  failed,    ///< failed terminally with the same fingerprint: replay the stored error
+  mismatch,  ///< known with a different fingerprint: answer 422
 };
 
 struct idempotency_record {
   std::string key;
   key_status status = key_status::pending;
   std::string fingerprint;
-  std::string response;  ///< stored response (JSON text) for completed/failed
+  std::string response; ///< stored response (JSON text) for completed/failed
   int64_t created_at_ms = 0;
-  std::optional<int64_t> expires_at_ms;  ///< empty: kept until purged
+  std::optional<int64_t> expires_at_ms; ///< empty: kept until purged
 };
 
 struct key_begin_result {
   key_outcome outcome = key_outcome::fresh;
-  idempotency_record record;  ///< the stored record (for completed/failed/in_flight/mismatch)
+  idempotency_record record; ///< the stored record (for completed/failed/in_flight/mismatch)
 };
 
 struct alarm_record {
   std::string name;
   int64_t due_ms = 0;
-  std::string payload = "{}";  ///< JSON text
-  int64_t attempts = 0;        ///< failed handler runs so far
+  std::string payload = "{}"; ///< JSON text
+  int64_t attempts = 0;       ///< failed handler runs so far
   int64_t created_at_ms = 0;
 };
 
@@ -116,8 +116,8 @@ std::string_view to_string(dl_status s) noexcept;
 result<dl_status> parse_dl_status(std::string_view text);
 
 struct dead_letter_record {
-  std::string id;         ///< "dl_..."
-  std::string operation;  ///< method or tool operation name
+  std::string id;        ///< "dl_..."
+  std::string operation; ///< method or tool operation name
   std::string payload = "{}";
   std::string idempotency_key;
   std::string config_id;
@@ -125,7 +125,7 @@ struct dead_letter_record {
   std::string error_code;
   std::string error_message;
   std::string error_category;
-  std::string reason;  ///< failure reason (rate_limit, server_error, timeout, ...)
+  std::string reason; ///< failure reason (rate_limit, server_error, timeout, ...)
   int64_t attempts = 0;
   int64_t first_attempt_ms = 0;
   int64_t last_attempt_ms = 0;
@@ -139,15 +139,15 @@ struct dead_letter_record {
 
 struct breaker_record {
   std::string tool_id;
-  std::string state;  ///< CLOSED, OPEN, HALF_OPEN, FORCED_OPEN, DISABLED
-  std::string data = "{}";  ///< JSON: counters, window, opened_at (owned by the runtime)
+  std::string state;       ///< CLOSED, OPEN, HALF_OPEN, FORCED_OPEN, DISABLED
+  std::string data = "{}"; ///< JSON: counters, window, opened_at (owned by the runtime)
   int64_t updated_at_ms = 0;
 };
 
 struct config_record {
   std::string config_id;
   int64_t version = 0;
-  std::string body = "{}";  ///< JSON text; a version is immutable
+  std::string body = "{}"; ///< JSON text; a version is immutable
   int64_t created_at_ms = 0;
 };
 
@@ -155,9 +155,9 @@ struct config_record {
 struct verify_report {
   bool ok = true;
   int64_t facts_checked = 0;
-  int64_t first_bad_seq = 0;  ///< first fact that fails the chain; 0 when none does
-  std::string problem;        ///< the first problem; empty when ok
-  std::vector<std::string> problems;  ///< every problem found (schema, triggers, first bad fact)
+  int64_t first_bad_seq = 0;         ///< first fact that fails the chain; 0 when none does
+  std::string problem;               ///< the first problem; empty when ok
+  std::vector<std::string> problems; ///< every problem found (schema, triggers, first bad fact)
 };
 
 /// Summary of an entity for listings.
@@ -168,7 +168,7 @@ struct entity_info {
   int64_t fact_count = 0;
   int64_t last_fact_ms = 0;
   int64_t created_at_ms = 0;
-  uint64_t file_bytes = 0;  ///< the database file plus its -wal
+  uint64_t file_bytes = 0; ///< the database file plus its -wal
 };
 
 // -- the store ----------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ struct entity_info {
 /// until commit(). Inside a batch, begin_turn()/end_turn() bracket one turn with a savepoint so
 /// that a failing turn rolls back its own writes and keeps the others (write coalescing).
 class entity_store {
-public:
+ public:
   // -- lifecycle --
 
   /// Opens (and creates, migrates) the store of `key` under options.data_dir. An open releases
@@ -325,7 +325,7 @@ public:
 
   result<entity_info> info();
 
-private:
+ private:
   entity_store(store_options opts, entity_key key, std::filesystem::path path);
 
   struct stmt_cache;

@@ -16,20 +16,20 @@ namespace factum {
 
 /// What a caller appends. Empty strings and a zero config_version mean "absent" (stored NULL).
 struct fact_draft {
-  std::string type;     ///< required: invocation, outcome, error, cost, lifecycle, config, or a
-                        ///< tenant type; 1..64 chars of [a-z0-9_.:-]
-  std::string subtype;  ///< optional, same alphabet as type
-  int64_t timestamp_ms = 0;  ///< 0: the store's clock at append
+  std::string type;         ///< required: invocation, outcome, error, cost, lifecycle, config, or a
+                            ///< tenant type; 1..64 chars of [a-z0-9_.:-]
+  std::string subtype;      ///< optional, same alphabet as type
+  int64_t timestamp_ms = 0; ///< 0: the store's clock at append
   std::string tool_id;
   std::string config_id;
   int64_t config_version = 0;
   std::string trace_id;
   std::string idempotency_key;
-  std::string amount;    ///< exact decimal string, e.g. "0.005"; requires currency
-  std::string currency;  ///< 3..8 upper-case letters, e.g. "USD"
+  std::string amount;   ///< exact decimal string, e.g. "0.005"; requires currency
+  std::string currency; ///< 3..8 upper-case letters, e.g. "USD"
   std::string from_entity;
   std::string to_entity;
-  nlohmann::json data = nlohmann::json::object();  ///< must be a JSON object
+  nlohmann::json data = nlohmann::json::object(); ///< must be a JSON object
 };
 
 /// One stored fact. `data` is the canonical JSON text exactly as hashed.
@@ -80,7 +80,7 @@ struct fact_filter {
   std::string trace_id;
   std::string tool_id;
   std::string idempotency_key;
-  int64_t limit = 100;      ///< 1..10000
+  int64_t limit = 100; ///< 1..10000
   bool newest_first = false;
 
   /// Checks ranges (limit, negative seq or time); INVALID_ARGUMENT with the offending field.

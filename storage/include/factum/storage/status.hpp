@@ -13,18 +13,18 @@ namespace factum {
 /// Stable error codes. Their names (to_string) appear in problem+json bodies and CLI messages.
 enum class errc {
   ok = 0,
-  invalid_argument,  ///< bad input from a caller (key, filter, fact field)
-  not_found,         ///< no such entity, fact, key, alarm, dead letter or config
-  conflict,          ///< a precondition on stored state failed (e.g. an immutable row exists)
-  corruption,        ///< the file is not a database, or its contents break an invariant
-  not_factum_file,   ///< a SQLite file that factum did not create
-  newer_schema,      ///< written by a newer factum: refuse rather than misread it
-  io_error,          ///< the operating system failed a read, write or fsync
-  full,              ///< disk or page-count limit reached
-  read_only,         ///< a write on a read-only store or directory
-  busy,              ///< the database is locked by another connection
-  unavailable,       ///< the runtime is stopping or the entity cannot be reached
-  internal,          ///< a bug: an invariant of factum itself failed
+  invalid_argument, ///< bad input from a caller (key, filter, fact field)
+  not_found,        ///< no such entity, fact, key, alarm, dead letter or config
+  conflict,         ///< a precondition on stored state failed (e.g. an immutable row exists)
+  corruption,       ///< the file is not a database, or its contents break an invariant
+  not_factum_file,  ///< a SQLite file that factum did not create
+  newer_schema,     ///< written by a newer factum: refuse rather than misread it
+  io_error,         ///< the operating system failed a read, write or fsync
+  full,             ///< disk or page-count limit reached
+  read_only,        ///< a write on a read-only store or directory
+  busy,             ///< the database is locked by another connection
+  unavailable,      ///< the runtime is stopping or the entity cannot be reached
+  internal,         ///< a bug: an invariant of factum itself failed
 };
 
 /// Returns the stable upper-case name of a code, e.g. "INVALID_ARGUMENT".
@@ -32,7 +32,7 @@ std::string_view to_string(errc code) noexcept;
 
 /// Outcome of an operation: ok, or an error code with a human-readable message.
 class [[nodiscard]] status {
-public:
+ public:
   // -- constructors --
   status() noexcept = default;
   status(errc code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -48,15 +48,14 @@ public:
   /// "CODE: message", or "OK".
   std::string to_string() const;
 
-private:
+ private:
   errc code_ = errc::ok;
   std::string message_;
 };
 
 /// A value or an error status. Accessing the value of an error is a bug (asserts).
-template <class T>
-class [[nodiscard]] result {
-public:
+template <class T> class [[nodiscard]] result {
+ public:
   result(T value) : v_(std::move(value)) {}
   result(status err) : v_(std::move(err)) { assert(!std::get<status>(v_).is_ok()); }
 
@@ -74,7 +73,7 @@ public:
   /// The error; status::ok() when this holds a value.
   status error() const { return is_ok() ? status::ok() : std::get<status>(v_); }
 
-private:
+ private:
   std::variant<T, status> v_;
 };
 

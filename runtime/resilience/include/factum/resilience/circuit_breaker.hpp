@@ -20,11 +20,11 @@ namespace factum::resilience {
 
 /// The breaker's states; their names are the upper-case strings of the BRIEF and storage.
 enum class breaker_state {
-  closed,       ///< CLOSED: calls pass, outcomes are recorded in the windows
-  open,         ///< OPEN: calls fast-fail until the cooldown has elapsed
-  half_open,    ///< HALF_OPEN: a bounded number of trial calls pass
-  forced_open,  ///< FORCED_OPEN: manual override; calls fast-fail until reset()
-  disabled,     ///< DISABLED: calls always pass, nothing is recorded, until reset()
+  closed,      ///< CLOSED: calls pass, outcomes are recorded in the windows
+  open,        ///< OPEN: calls fast-fail until the cooldown has elapsed
+  half_open,   ///< HALF_OPEN: a bounded number of trial calls pass
+  forced_open, ///< FORCED_OPEN: manual override; calls fast-fail until reset()
+  disabled,    ///< DISABLED: calls always pass, nothing is recorded, until reset()
 };
 
 /// "CLOSED", "OPEN", "HALF_OPEN", "FORCED_OPEN", "DISABLED".
@@ -34,20 +34,20 @@ std::optional<breaker_state> parse_breaker_state(std::string_view s) noexcept;
 
 /// The count-based window: the outcomes of the last `size` recorded calls.
 struct count_window_config {
-  int64_t size = 10;              ///< calls remembered; 0 turns the count window off
-  int64_t min_calls = 10;         ///< volume needed before the window may open the breaker
-  int64_t failure_threshold = 5;  ///< failures in the window that open it; 0 = no count rule
-  double failure_rate = 0.0;      ///< failure fraction that opens it, (0, 1]; 0 = no rate rule
+  int64_t size = 10;             ///< calls remembered; 0 turns the count window off
+  int64_t min_calls = 10;        ///< volume needed before the window may open the breaker
+  int64_t failure_threshold = 5; ///< failures in the window that open it; 0 = no count rule
+  double failure_rate = 0.0;     ///< failure fraction that opens it, (0, 1]; 0 = no rate rule
   friend bool operator==(const count_window_config&, const count_window_config&) = default;
 };
 
 /// The time-based window: the calls of the last `window_ms` (see time_buckets).
 struct time_window_config {
-  int64_t window_ms = 60000;       ///< window length; 0 turns the time window off
-  int64_t bucket_ms = 1000;        ///< bucket granularity (1 = exact)
-  int64_t min_calls = 10;          ///< volume needed before the window may open the breaker
-  int64_t failure_threshold = 10;  ///< failures in the window that open it; 0 = no count rule
-  double failure_rate = 0.5;       ///< failure fraction that opens it, (0, 1]; 0 = no rate rule
+  int64_t window_ms = 60000;      ///< window length; 0 turns the time window off
+  int64_t bucket_ms = 1000;       ///< bucket granularity (1 = exact)
+  int64_t min_calls = 10;         ///< volume needed before the window may open the breaker
+  int64_t failure_threshold = 10; ///< failures in the window that open it; 0 = no count rule
+  double failure_rate = 0.5;      ///< failure fraction that opens it, (0, 1]; 0 = no rate rule
   friend bool operator==(const time_window_config&, const time_window_config&) = default;
 };
 
@@ -56,12 +56,12 @@ struct time_window_config {
 /// cooldown; HALF_OPEN lets 1 trial through and closes on 1 success; a trial whose outcome is
 /// not reported within 60 s ("60 s test window") is presumed lost and frees its slot.
 struct breaker_config {
-  count_window_config count_window;  ///< see count_window_config
-  time_window_config time_window;    ///< see time_window_config
-  int64_t cooldown_ms = 120000;      ///< time OPEN before trials are let through
-  int64_t half_open_max_trials = 1;  ///< trial calls in flight at once in HALF_OPEN (>= 1)
-  int64_t success_threshold = 1;     ///< trial successes that close the breaker (>= 1)
-  int64_t trial_timeout_ms = 60000;  ///< unreported trials are forgotten after this; 0 = never
+  count_window_config count_window; ///< see count_window_config
+  time_window_config time_window;   ///< see time_window_config
+  int64_t cooldown_ms = 120000;     ///< time OPEN before trials are let through
+  int64_t half_open_max_trials = 1; ///< trial calls in flight at once in HALF_OPEN (>= 1)
+  int64_t success_threshold = 1;    ///< trial successes that close the breaker (>= 1)
+  int64_t trial_timeout_ms = 60000; ///< unreported trials are forgotten after this; 0 = never
 
   /// Ok, or INVALID_ARGUMENT naming the first bad field.
   status validate() const;
@@ -82,23 +82,23 @@ struct breaker_config {
 /// request_count = allow() calls, success_count / failure_count = outcomes reported (in
 /// HALF_OPEN these are the trials; in OPEN, FORCED_OPEN and DISABLED they are late or ignored).
 struct breaker_counters {
-  int64_t failure_count = 0;  ///< counting failures (default 0)
-  int64_t success_count = 0;  ///< successes, non-counting failures included (default 0)
-  int64_t request_count = 0;  ///< calls (default 0)
+  int64_t failure_count = 0; ///< counting failures (default 0)
+  int64_t success_count = 0; ///< successes, non-counting failures included (default 0)
+  int64_t request_count = 0; ///< calls (default 0)
   friend bool operator==(const breaker_counters&, const breaker_counters&) = default;
 };
 
 /// One state change, for a `lifecycle` fact with subtype circuit_breaker_state_changed.
 struct breaker_transition {
-  std::string circuit_name;  ///< the breaker's name (the tool id)
-  breaker_state from = breaker_state::closed;  ///< previous_state
-  breaker_state to = breaker_state::closed;    ///< new_state
+  std::string circuit_name;                   ///< the breaker's name (the tool id)
+  breaker_state from = breaker_state::closed; ///< previous_state
+  breaker_state to = breaker_state::closed;   ///< new_state
   /// count_window_failures, count_window_failure_rate, time_window_failures,
   /// time_window_failure_rate, cooldown_elapsed, half_open_trial_failed, success_threshold_met,
   /// or the reason given to force_open() / reset() / disable().
   std::string reason;
   breaker_counters counters;
-  int64_t at_ms = 0;  ///< the now_ms of the call that caused it
+  int64_t at_ms = 0; ///< the now_ms of the call that caused it
 
   /// The fact's data: {"circuit_name","tool_id","previous_state","new_state","reason",
   /// "failure_count","success_count","request_count"}.
@@ -107,12 +107,12 @@ struct breaker_transition {
 
 /// What allow() decided.
 struct breaker_decision {
-  bool allowed = true;  ///< whether the call may go to the tool
-  breaker_state state = breaker_state::closed;  ///< the state after the decision
+  bool allowed = true;                         ///< whether the call may go to the tool
+  breaker_state state = breaker_state::closed; ///< the state after the decision
   /// closed, half_open_trial, disabled (allowed); open, half_open_busy, forced_open (refused).
   std::string reason;
-  int64_t retry_after_ms = 0;  ///< refused in OPEN: time left of the cooldown; else 0
-  std::optional<breaker_transition> transition;  ///< OPEN -> HALF_OPEN happened in this call
+  int64_t retry_after_ms = 0; ///< refused in OPEN: time left of the cooldown; else 0
+  std::optional<breaker_transition> transition; ///< OPEN -> HALF_OPEN happened in this call
 };
 
 /// The error of a call the breaker refused: transient, code CIRCUIT_OPEN, HTTP 503, with
@@ -136,7 +136,7 @@ call_error circuit_open_error(std::string_view circuit_name, const breaker_decis
 /// clear the windows); outcomes arriving there count even if allow() was called earlier. In
 /// OPEN, FORCED_OPEN and DISABLED outcomes change nothing.
 class circuit_breaker {
-public:
+ public:
   /// A CLOSED breaker named `name` (the tool id). `config` must be valid (validate()); an
   /// invalid one is replaced by the defaults.
   explicit circuit_breaker(std::string name, breaker_config config = {}, int64_t now_ms = 0);
@@ -185,12 +185,12 @@ public:
   /// Restores to_json()'s form exactly; INVALID_ARGUMENT on malformed or inconsistent input.
   static result<circuit_breaker> from_json(const nlohmann::json& j);
 
-private:
+ private:
   /// What happened since the current state was entered.
   struct episode {
-    int64_t requests = 0;   ///< allow() calls
-    int64_t successes = 0;  ///< outcomes reported as successes
-    int64_t failures = 0;   ///< counting failures reported
+    int64_t requests = 0;  ///< allow() calls
+    int64_t successes = 0; ///< outcomes reported as successes
+    int64_t failures = 0;  ///< counting failures reported
   };
 
   /// Adds one outcome to both windows (CLOSED only).
@@ -212,14 +212,14 @@ private:
   std::string name_;
   breaker_config config_;
   breaker_state state_ = breaker_state::closed;
-  int64_t state_since_ms_ = 0;  ///< when the current state was entered
-  int64_t opened_at_ms_ = 0;    ///< start of the current/last OPEN period
-  std::deque<bool> outcomes_;  ///< count window, oldest first; true = failure
-  time_buckets times_;         ///< time window: a = calls, b = failures
-  int64_t trials_in_flight_ = 0;  ///< HALF_OPEN trials admitted, outcome not yet reported
-  int64_t trial_successes_ = 0;   ///< HALF_OPEN successes so far
-  int64_t last_trial_ms_ = 0;     ///< when the last trial was admitted
-  episode episode_;               ///< counters of the current state
+  int64_t state_since_ms_ = 0;   ///< when the current state was entered
+  int64_t opened_at_ms_ = 0;     ///< start of the current/last OPEN period
+  std::deque<bool> outcomes_;    ///< count window, oldest first; true = failure
+  time_buckets times_;           ///< time window: a = calls, b = failures
+  int64_t trials_in_flight_ = 0; ///< HALF_OPEN trials admitted, outcome not yet reported
+  int64_t trial_successes_ = 0;  ///< HALF_OPEN successes so far
+  int64_t last_trial_ms_ = 0;    ///< when the last trial was admitted
+  episode episode_;              ///< counters of the current state
 };
 
 } // namespace factum::resilience

@@ -19,12 +19,12 @@ namespace factum::resilience {
 
 /// A failure below HTTP: the request got no status line.
 enum class transport_error {
-  timeout,             ///< no answer in time (connect or read): TIMEOUT, transient
-  connection_reset,    ///< the peer reset the connection: CONNECTION_RESET, transient
-  connection_refused,  ///< nothing listens: CONNECTION_REFUSED, transient (never reached it)
-  dns_failure,         ///< the host name did not resolve: DNS_FAILURE, fail fast (seed 003)
-  tls,                 ///< handshake or certificate failure: TLS_ERROR, fail fast (config)
-  other,               ///< anything else: TRANSPORT_ERROR, external (retried with backoff)
+  timeout,            ///< no answer in time (connect or read): TIMEOUT, transient
+  connection_reset,   ///< the peer reset the connection: CONNECTION_RESET, transient
+  connection_refused, ///< nothing listens: CONNECTION_REFUSED, transient (never reached it)
+  dns_failure,        ///< the host name did not resolve: DNS_FAILURE, fail fast (seed 003)
+  tls,                ///< handshake or certificate failure: TLS_ERROR, fail fast (config)
+  other,              ///< anything else: TRANSPORT_ERROR, external (retried with backoff)
 };
 
 /// "timeout", "connection_reset", "connection_refused", "dns_failure", "tls", "other".
@@ -35,13 +35,13 @@ std::optional<transport_error> parse_transport_error(std::string_view s) noexcep
 /// Why an operation became a dead letter; selects its retention and automatic retry (seed 003's
 /// "DLQ Processing Rules", see dead_letter_rules.hpp).
 enum class failure_reason {
-  rate_limit,       ///< 429 / rate limited
-  server_error,     ///< 5xx, connection failures, unavailable
-  timeout,          ///< timeouts, 408, 504
-  invalid_payload,  ///< client and data-integrity errors: 400, 404, 409, 422 ...
-  unauthorized,     ///< 401, 403 (seed 003's "Authentication")
-  budget,           ///< 402: budget exhausted
-  unknown,          ///< anything else (e.g. a tool's unexplained failure)
+  rate_limit,      ///< 429 / rate limited
+  server_error,    ///< 5xx, connection failures, unavailable
+  timeout,         ///< timeouts, 408, 504
+  invalid_payload, ///< client and data-integrity errors: 400, 404, 409, 422 ...
+  unauthorized,    ///< 401, 403 (seed 003's "Authentication")
+  budget,          ///< 402: budget exhausted
+  unknown,         ///< anything else (e.g. a tool's unexplained failure)
 };
 
 /// "rate_limit", "server_error", "timeout", "invalid_payload", "unauthorized", "budget",
@@ -64,9 +64,9 @@ bool trips_breaker(error_category c) noexcept;
 /// What the classifier concluded about one failure.
 struct classification {
   error_category category = error_category::external;
-  bool retryable = true;  ///< may the operation be retried (already accounts for idempotency)
-  std::string code;       ///< stable code: HTTP_503, RATE_LIMITED, TIMEOUT, CONNECTION_RESET ...
-  failure_reason reason = failure_reason::unknown;  ///< for the dead letter, if it becomes one
+  bool retryable = true; ///< may the operation be retried (already accounts for idempotency)
+  std::string code;      ///< stable code: HTTP_503, RATE_LIMITED, TIMEOUT, CONNECTION_RESET ...
+  failure_reason reason = failure_reason::unknown; ///< for the dead letter, if it becomes one
 
   /// trips_breaker(category).
   bool counts_for_breaker() const noexcept { return trips_breaker(category); }
@@ -81,12 +81,11 @@ struct classification {
 /// tool-reported error code.
 struct classification_override {
   error_category category = error_category::external;
-  std::string code;  ///< stable code; empty: the default code (HTTP_<status> or the tool's code)
-  std::optional<failure_reason> reason;  ///< unset: default_reason(category)
-  std::optional<bool> retryable;         ///< unset: factum::retryable(category, idempotent)
+  std::string code; ///< stable code; empty: the default code (HTTP_<status> or the tool's code)
+  std::optional<failure_reason> reason; ///< unset: default_reason(category)
+  std::optional<bool> retryable;        ///< unset: factum::retryable(category, idempotent)
 
-  friend bool operator==(const classification_override&,
-                         const classification_override&) = default;
+  friend bool operator==(const classification_override&, const classification_override&) = default;
 };
 
 /// Maps failures onto the taxonomy. Without overrides it follows the BRIEF's table:
@@ -112,7 +111,7 @@ struct classification_override {
 /// message heuristics over code and message; finally `external`, retryable, with the tool's
 /// code (or TOOL_ERROR) and reason unknown.
 class classifier {
-public:
+ public:
   /// A classifier with the default table and no overrides.
   classifier() = default;
 
@@ -152,7 +151,7 @@ public:
   /// Parses to_json()'s form; INVALID_ARGUMENT names the bad member.
   static result<classifier> from_json(const nlohmann::json& j);
 
-private:
+ private:
   struct tool_rules {
     std::map<int, classification_override> statuses;
     std::map<std::string, classification_override, std::less<>> codes;

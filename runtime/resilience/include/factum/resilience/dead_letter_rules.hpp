@@ -20,25 +20,25 @@ namespace factum::resilience {
 
 /// The handling of one failure reason.
 struct dead_letter_rule {
-  int64_t retention_ms = 0;  ///< kept this long after it became a dead letter
+  int64_t retention_ms = 0; ///< kept this long after it became a dead letter
   /// Delay of each automatic retry; nullopt: never retried automatically (pending until an
   /// operator acts).
   std::optional<int64_t> auto_retry_after_ms;
   /// Whether a caller's hint (the Retry-After or the breaker's remaining cooldown) replaces
   /// auto_retry_after_ms when given (seed 003's "after cooldown").
   bool use_cooldown_hint = false;
-  int64_t max_auto_retries = 3;  ///< automatic retries at most (seed 003: max_retries 3)
-  bool manual_review = false;    ///< an operator should look at it (informational)
-  int64_t alert_per_hour = 0;    ///< seed 003's alert threshold, per hour (informational)
+  int64_t max_auto_retries = 3; ///< automatic retries at most (seed 003: max_retries 3)
+  bool manual_review = false;   ///< an operator should look at it (informational)
+  int64_t alert_per_hour = 0;   ///< seed 003's alert threshold, per hour (informational)
 
   friend bool operator==(const dead_letter_rule&, const dead_letter_rule&) = default;
 };
 
 /// What an operator asks for (HTTP .../dead-letters/{id}/{retry|discard|acknowledge}).
 enum class dl_action {
-  retry,        ///< schedule a retry now: -> scheduled
-  discard,      ///< give up for good: -> discarded
-  acknowledge,  ///< reviewed, no action: -> acknowledged
+  retry,       ///< schedule a retry now: -> scheduled
+  discard,     ///< give up for good: -> discarded
+  acknowledge, ///< reviewed, no action: -> acknowledged
 };
 
 /// "retry", "discard", "acknowledge".
@@ -84,7 +84,7 @@ result<dl_status> apply_action(dl_status from, dl_action action);
 ///
 /// Automatic retries: at most 3 each (the DLQ schema's max_retries default).
 class dead_letter_rules {
-public:
+ public:
   /// The defaults above.
   dead_letter_rules();
 
@@ -122,7 +122,7 @@ public:
 
   friend bool operator==(const dead_letter_rules&, const dead_letter_rules&) = default;
 
-private:
+ private:
   std::array<dead_letter_rule, 7> rules_;
 };
 

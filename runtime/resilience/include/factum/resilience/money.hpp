@@ -21,7 +21,7 @@ namespace factum::resilience {
 /// negative), so equal numbers have one representation: "1.50" == "1.5" and to_string() gives
 /// "1.5". Addition and subtraction are exact; there is no division.
 class decimal {
-public:
+ public:
   /// Most digits accepted by parse() before and after the point (after normalisation).
   static constexpr size_t max_integer_digits = 40;
   static constexpr size_t max_fraction_digits = 30;
@@ -64,18 +64,18 @@ public:
   /// Numeric order ("1.5" == "1.50", "-2" < "-1.5").
   friend std::strong_ordering operator<=>(const decimal& a, const decimal& b);
 
-private:
+ private:
   /// Restores the normal form (see the class).
   void normalise();
 
   bool negative_ = false;
-  std::string digits_ = "0";  ///< the unscaled magnitude, no leading zeros
-  int scale_ = 0;             ///< digits of digits_ after the point
+  std::string digits_ = "0"; ///< the unscaled magnitude, no leading zeros
+  int scale_ = 0;            ///< digits of digits_ after the point
 };
 
 /// Sums of amounts by currency (e.g. the cost facts of a tool).
 class money_totals {
-public:
+ public:
   /// Adds `amount` to `currency`'s total.
   void add(std::string_view currency, const decimal& amount);
   /// The total of `currency` (zero if none was added).
@@ -85,7 +85,7 @@ public:
   /// {"USD":"0.3", ...}.
   nlohmann::json to_json() const;
 
-private:
+ private:
   std::map<std::string, decimal, std::less<>> totals_;
 };
 

@@ -15,10 +15,10 @@ namespace factum::resilience {
 
 /// Budget settings. Defaults: 20 % of the calls plus 10 retries per minute, 1 s buckets.
 struct retry_budget_config {
-  double ratio = 0.2;           ///< retries allowed per call made in the window, [0, 1000]
-  int64_t min_per_window = 10;  ///< retries always allowed per window, even with no calls
-  int64_t window_ms = 60000;    ///< sliding window length (> 0)
-  int64_t bucket_ms = 1000;     ///< granularity (see time_buckets), in (0, window_ms]
+  double ratio = 0.2;          ///< retries allowed per call made in the window, [0, 1000]
+  int64_t min_per_window = 10; ///< retries always allowed per window, even with no calls
+  int64_t window_ms = 60000;   ///< sliding window length (> 0)
+  int64_t bucket_ms = 1000;    ///< granularity (see time_buckets), in (0, window_ms]
 
   /// Ok, or INVALID_ARGUMENT naming the first bad field.
   status validate() const;
@@ -36,7 +36,7 @@ struct retry_budget_config {
 /// (calls and retries counted over the same window; retries are not calls). A refused retry
 /// should fail the operation (or send it to the dead-letter queue) instead of retrying.
 class retry_budget {
-public:
+ public:
   /// An empty budget; an invalid `config` is replaced by the defaults.
   explicit retry_budget(retry_budget_config config = {});
 
@@ -58,9 +58,9 @@ public:
   /// Restores to_json()'s form; INVALID_ARGUMENT on malformed input.
   static result<retry_budget> from_json(const nlohmann::json& j);
 
-private:
+ private:
   retry_budget_config config_;
-  time_buckets window_;  ///< a = calls, b = retries
+  time_buckets window_; ///< a = calls, b = retries
 };
 
 } // namespace factum::resilience

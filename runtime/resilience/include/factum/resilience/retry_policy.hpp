@@ -18,37 +18,37 @@ namespace factum::resilience {
 
 /// How the un-jittered delay grows with the attempt number n (1 = the first attempt failed).
 enum class backoff_kind {
-  exponential,  ///< base * multiplier^(n-1)
-  linear,       ///< base * n (seed 003's 504 row: 5 s, 10 s)
-  constant,     ///< base every time (seed 003's 429 row: "wait exactly 60 s between")
+  exponential, ///< base * multiplier^(n-1)
+  linear,      ///< base * n (seed 003's 504 row: 5 s, 10 s)
+  constant,    ///< base every time (seed 003's 429 row: "wait exactly 60 s between")
 };
 
 /// How randomness spreads the delay d (already capped at max_delay_ms).
 enum class jitter_kind {
-  none,          ///< d
-  full,          ///< uniform in [0, d]
-  equal,         ///< d/2 + uniform in [0, d/2]
-  ratio,         ///< d * (1 + u * jitter_ratio), u uniform in [-1, 1] (seed 000; seed 002's
-                 ///< [0.5, 1.5] is jitter_ratio 0.5); clamped to max_delay_ms
-  decorrelated,  ///< AWS "decorrelated jitter": uniform in [base, 3 * previous], capped at
-                 ///< max_delay_ms; previous defaults to base; the backoff kind is not used
+  none,         ///< d
+  full,         ///< uniform in [0, d]
+  equal,        ///< d/2 + uniform in [0, d/2]
+  ratio,        ///< d * (1 + u * jitter_ratio), u uniform in [-1, 1] (seed 000; seed 002's
+                ///< [0.5, 1.5] is jitter_ratio 0.5); clamped to max_delay_ms
+  decorrelated, ///< AWS "decorrelated jitter": uniform in [base, 3 * previous], capped at
+                ///< max_delay_ms; previous defaults to base; the backoff kind is not used
 };
 
 /// The caller's urgency. with_priority() derives a policy for it from a normal one.
 enum class retry_priority {
-  realtime,    ///< fail fast: half the delays, at most 5 s apart, at most 2 attempts
-  normal,      ///< the policy as configured ("default" in JSON and in seed 000)
-  background,  ///< patient: 5x the delays and the ceiling, 2x the attempts
+  realtime,   ///< fail fast: half the delays, at most 5 s apart, at most 2 attempts
+  normal,     ///< the policy as configured ("default" in JSON and in seed 000)
+  background, ///< patient: 5x the delays and the ceiling, 2x the attempts
 };
 
 /// The operations of seed 000's "Retry Policies by Operation" table, exactly its rows.
 enum class operation_kind {
-  fact_append,       ///< 1 s .. 60 s, 3 attempts: fast fail, facts critical
-  entity_create,     ///< 1 s .. 60 s, 3 attempts: low retry, avoid duplicates
-  config_update,     ///< 1 s .. 30 s, 3 attempts: fast fail, conflicts likely
-  external_api,      ///< 2 s .. 120 s, 5 attempts: e.g. telephony (Twilio) voice calls
-  webhook_delivery,  ///< 5 s .. 300 s, 5 attempts: eventual consistency OK
-  crm_sync,          ///< 10 s .. 600 s, 10 attempts: very eventual, high value
+  fact_append,      ///< 1 s .. 60 s, 3 attempts: fast fail, facts critical
+  entity_create,    ///< 1 s .. 60 s, 3 attempts: low retry, avoid duplicates
+  config_update,    ///< 1 s .. 30 s, 3 attempts: fast fail, conflicts likely
+  external_api,     ///< 2 s .. 120 s, 5 attempts: e.g. telephony (Twilio) voice calls
+  webhook_delivery, ///< 5 s .. 300 s, 5 attempts: eventual consistency OK
+  crm_sync,         ///< 10 s .. 600 s, 10 attempts: very eventual, high value
 };
 
 /// "exponential", "linear", "constant".

@@ -19,19 +19,19 @@ namespace factum::resilience {
 /// window_ms + bucket_ms - 1 ms after it happened. A bucket_ms of 1 makes the window exact. An
 /// event whose time lies before the newest bucket (a clock stepping back) joins the newest one.
 class time_buckets {
-public:
+ public:
   /// One bucket's counts.
   struct bucket {
-    int64_t start_ms = 0;  ///< a multiple of bucket_ms
-    int64_t a = 0;         ///< events of the first kind
-    int64_t b = 0;         ///< events of the second kind
+    int64_t start_ms = 0; ///< a multiple of bucket_ms
+    int64_t a = 0;        ///< events of the first kind
+    int64_t b = 0;        ///< events of the second kind
     friend bool operator==(const bucket&, const bucket&) = default;
   };
 
   /// Sums over the window.
   struct totals {
-    int64_t a = 0;  ///< events of the first kind in the window
-    int64_t b = 0;  ///< events of the second kind in the window
+    int64_t a = 0; ///< events of the first kind in the window
+    int64_t b = 0; ///< events of the second kind in the window
   };
 
   /// A window of `window_ms` (default 60 s) in buckets of `bucket_ms` (default 1 s). Both must
@@ -66,7 +66,7 @@ public:
   static result<time_buckets> from_json(const nlohmann::json& j, int64_t window_ms,
                                         int64_t bucket_ms);
 
-private:
+ private:
   /// Whether no millisecond of `b` lies inside (now - window_ms, now].
   bool expired(const bucket& b, int64_t now_ms) const noexcept;
 

@@ -15,11 +15,11 @@ namespace factum::tools {
 /// Where `factum inspect` writes and what it takes from its surroundings. The defaults are the
 /// process's: std::cout, std::cerr, isatty(STDOUT_FILENO), the wall clock. Tests replace them.
 struct inspect_io {
-  std::ostream* out = nullptr;        ///< results; nullptr: std::cout
-  std::ostream* err = nullptr;        ///< messages ("factum inspect: ..."); nullptr: std::cerr
-  std::optional<bool> out_is_tty;     ///< a table or JSON lines by default; empty: isatty(1)
-  std::function<int64_t()> clock;     ///< ms since the epoch (key expiry, ages); empty: now
-  std::function<void(int64_t poll)> on_poll;  ///< follow: called after each poll; may be empty
+  std::ostream* out = nullptr;    ///< results; nullptr: std::cout
+  std::ostream* err = nullptr;    ///< messages ("factum inspect: ..."); nullptr: std::cerr
+  std::optional<bool> out_is_tty; ///< a table or JSON lines by default; empty: isatty(1)
+  std::function<int64_t()> clock; ///< ms since the epoch (key expiry, ages); empty: now
+  std::function<void(int64_t poll)> on_poll; ///< follow: called after each poll; may be empty
 };
 
 /// Adds `inspect` and its subcommands to `app`. When one of them runs, it writes its exit code
