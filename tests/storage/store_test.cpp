@@ -4,6 +4,7 @@
 
 #include <sqlite3.h>
 
+#include <atomic>
 #include <fstream>
 #include <thread>
 
@@ -896,6 +897,137 @@ TEST_CASE("deferred sync: commit without fsync, sync() from another thread, chec
   auto s2 = open_ok(opts_for(tmp.path()));
   CHECK(s2->last_seq() == 51);
   CHECK(s2->verify()->ok);
+}
+
+namespace {
+
+// A VFS over SQLite's default one that counts xSync calls on -wal files and on main database
+// files, to see which syncs SQLite itself issues (the store's own fdatasync bypasses it).
+struct sync_counter {
+  static inline sqlite3_vfs* base = nullptr;
+  static inline sqlite3_vfs vfs{};
+  static inline sqlite3_io_methods methods{};
+  static inline std::atomic<int> wal_syncs{0}, db_syncs{0};
+  struct file {
+    sqlite3_file head; // pMethods = &methods
+    bool wal;
+    sqlite3_file* real() { return reinterpret_cast<sqlite3_file*>(this + 1); }
+  };
+  static file* f(sqlite3_file* p) { return reinterpret_cast<file*>(p); }
+
+  static int open(sqlite3_vfs*, const char* name, sqlite3_file* out, int flags, int* oflags) {
+    auto* w = f(out);
+    w->head.pMethods = nullptr;
+    w->wal = (flags & SQLITE_OPEN_WAL) != 0;
+    int rc = base->xOpen(base, name, w->real(), flags, oflags);
+    if (rc == SQLITE_OK && w->real()->pMethods)
+      w->head.pMethods = &methods;
+    return rc;
+  }
+  static int sync(sqlite3_file* p, int fl) {
+    (f(p)->wal ? wal_syncs : db_syncs)++;
+    return f(p)->real()->pMethods->xSync(f(p)->real(), fl);
+  }
+  static void install() {
+    base = sqlite3_vfs_find(nullptr);
+    vfs = *base;
+    vfs.szOsFile = static_cast<int>(sizeof(file)) + base->szOsFile;
+    vfs.zName = "factum-sync-counter";
+    vfs.xOpen = open;
+    REQUIRE(sqlite3_vfs_register(&vfs, 1) == SQLITE_OK);
+    methods.iVersion = 3;
+    methods.xClose = [](sqlite3_file* p) { return f(p)->real()->pMethods->xClose(f(p)->real()); };
+    methods.xRead = [](sqlite3_file* p, void* b, int n, sqlite3_int64 o) {
+      return f(p)->real()->pMethods->xRead(f(p)->real(), b, n, o);
+    };
+    methods.xWrite = [](sqlite3_file* p, const void* b, int n, sqlite3_int64 o) {
+      return f(p)->real()->pMethods->xWrite(f(p)->real(), b, n, o);
+    };
+    methods.xTruncate = [](sqlite3_file* p, sqlite3_int64 n) {
+      return f(p)->real()->pMethods->xTruncate(f(p)->real(), n);
+    };
+    methods.xSync = sync;
+    methods.xFileSize = [](sqlite3_file* p, sqlite3_int64* n) {
+      return f(p)->real()->pMethods->xFileSize(f(p)->real(), n);
+    };
+    methods.xLock = [](sqlite3_file* p, int l) {
+      return f(p)->real()->pMethods->xLock(f(p)->real(), l);
+    };
+    methods.xUnlock = [](sqlite3_file* p, int l) {
+      return f(p)->real()->pMethods->xUnlock(f(p)->real(), l);
+    };
+    methods.xCheckReservedLock = [](sqlite3_file* p, int* o) {
+      return f(p)->real()->pMethods->xCheckReservedLock(f(p)->real(), o);
+    };
+    methods.xFileControl = [](sqlite3_file* p, int op, void* a) {
+      return f(p)->real()->pMethods->xFileControl(f(p)->real(), op, a);
+    };
+    methods.xSectorSize = [](sqlite3_file* p) {
+      return f(p)->real()->pMethods->xSectorSize(f(p)->real());
+    };
+    methods.xDeviceCharacteristics = [](sqlite3_file* p) {
+      return f(p)->real()->pMethods->xDeviceCharacteristics(f(p)->real());
+    };
+    methods.xShmMap = [](sqlite3_file* p, int pg, int sz, int ext, void volatile** out) {
+      return f(p)->real()->pMethods->xShmMap(f(p)->real(), pg, sz, ext, out);
+    };
+    methods.xShmLock = [](sqlite3_file* p, int o, int n, int fl) {
+      return f(p)->real()->pMethods->xShmLock(f(p)->real(), o, n, fl);
+    };
+    methods.xShmBarrier = [](sqlite3_file* p) {
+      f(p)->real()->pMethods->xShmBarrier(f(p)->real());
+    };
+    methods.xShmUnmap = [](sqlite3_file* p, int d) {
+      return f(p)->real()->pMethods->xShmUnmap(f(p)->real(), d);
+    };
+    methods.xFetch = [](sqlite3_file* p, sqlite3_int64 o, int n, void** out) {
+      return f(p)->real()->pMethods->xFetch(f(p)->real(), o, n, out);
+    };
+    methods.xUnfetch = [](sqlite3_file* p, sqlite3_int64 o, void* q) {
+      return f(p)->real()->pMethods->xUnfetch(f(p)->real(), o, q);
+    };
+  }
+  static void remove() { sqlite3_vfs_unregister(&vfs); }
+  static void reset() { wal_syncs = db_syncs = 0; }
+};
+
+} // namespace
+
+TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the close do") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.defer_sync = true; // durability full (opts_for)
+  sync_counter::install();
+  struct uninstall {
+    ~uninstall() { sync_counter::remove(); }
+  } uninstall_at_exit;
+  {
+    auto s = open_ok(o);
+    sync_counter::reset();
+    for (int round = 0; round < 2; ++round) {
+      // A commit into a new WAL generation (the first after the open, then the first after a
+      // checkpoint): SQLite would sync the WAL header here with synchronous=NORMAL.
+      for (int i = 0; i < 3; ++i) {
+        REQUIRE(s->append(draft("a", {{"i", i}})).is_ok());
+        REQUIRE(s->commit().is_ok());
+      }
+      CHECK(sync_counter::wal_syncs == 0);
+      CHECK(sync_counter::db_syncs == 0);
+      REQUIRE(s->sync().is_ok()); // the store's own fdatasync, not through SQLite
+      REQUIRE(s->checkpoint().is_ok());
+      CHECK(sync_counter::wal_syncs >= 1); // the WAL before its pages go into the database
+      CHECK(sync_counter::db_syncs >= 1);  // the database before the WAL restarts
+      sync_counter::reset();
+    }
+    REQUIRE(s->append(draft("a")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    REQUIRE(s->sync().is_ok());
+    sync_counter::reset();
+  } // the close checkpoints: with its syncs
+  CHECK(sync_counter::db_syncs >= 1);
+  auto s = open_ok(o);
+  CHECK(s->last_seq() == 7);
+  CHECK(s->verify()->ok);
 }
 
 TEST_CASE("deferred sync: an injected fsync failure is reported") {
