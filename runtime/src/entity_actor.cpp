@@ -396,23 +396,10 @@ void end_turn_without_writes(self_ptr self, queued& item, call_reply r) {
 json run_internal(self_ptr self, const std::string& method, const json& args) {
   auto& store = *self->state.core->store;
   if (method == "@facts") {
-    fact_filter f;
-    f.type = args.value("type", "");
-    f.subtype = args.value("subtype", "");
-    if (args.contains("since"))
-      f.since_ms = args["since"].get<int64_t>();
-    if (args.contains("until"))
-      f.until_ms = args["until"].get<int64_t>();
-    if (args.contains("after_seq"))
-      f.after_seq = args["after_seq"].get<int64_t>();
-    if (args.contains("before_seq"))
-      f.before_seq = args["before_seq"].get<int64_t>();
-    f.trace_id = args.value("trace_id", "");
-    f.tool_id = args.value("tool_id", "");
-    f.idempotency_key = args.value("idempotency_key", "");
-    f.limit = args.value("limit", int64_t{100});
-    f.newest_first = args.value("order", "asc") == "desc";
-    auto r = store.query(f);
+    auto f = fact_filter::from_json(args);
+    if (!f)
+      throw storage_error(f.error());
+    auto r = store.query(*f);
     if (!r)
       throw storage_error(r.error());
     json out = json::array();

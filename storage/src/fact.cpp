@@ -170,6 +170,48 @@ status fact_filter::validate() const {
   return status::ok();
 }
 
+result<fact_filter> fact_filter::from_json(const nlohmann::json& args) {
+  if (!args.is_object() && !args.is_null())
+    return status{errc::invalid_argument, "a fact filter must be a JSON object"};
+  fact_filter f;
+  if (args.is_null())
+    return f;
+  auto text = [&](const char* name, std::string& out) -> status {
+    auto it = args.find(name);
+    if (it == args.end() || it->is_null())
+      return status::ok();
+    if (!it->is_string())
+      return {errc::invalid_argument, std::string(name) + " must be a string"};
+    out = it->get<std::string>();
+    return status::ok();
+  };
+  auto integer = [&](const char* name, auto& out) -> status {
+    auto it = args.find(name);
+    if (it == args.end() || it->is_null())
+      return status::ok();
+    if (!it->is_number_integer())
+      return {errc::invalid_argument, std::string(name) + " must be an integer"};
+    out = it->get<int64_t>();
+    return status::ok();
+  };
+  for (auto st : {text("type", f.type), text("subtype", f.subtype), text("trace_id", f.trace_id),
+                  text("tool_id", f.tool_id), text("idempotency_key", f.idempotency_key),
+                  integer("since", f.since_ms), integer("until", f.until_ms),
+                  integer("after_seq", f.after_seq), integer("before_seq", f.before_seq),
+                  integer("limit", f.limit)})
+    if (!st)
+      return st;
+  std::string order = "asc";
+  if (auto st = text("order", order); !st)
+    return st;
+  if (order != "asc" && order != "desc")
+    return status{errc::invalid_argument, "order must be \"asc\" or \"desc\""};
+  f.newest_first = order == "desc";
+  if (auto st = f.validate(); !st)
+    return st;
+  return f;
+}
+
 std::string format_utc_ms(int64_t ms) {
   int64_t secs = ms / 1000 - (ms % 1000 < 0 ? 1 : 0); // floor, also before 1970
   auto t = static_cast<std::time_t>(secs);

@@ -68,26 +68,12 @@ void check_listing(factum::fuzz::gateway_harness& h, std::string_view route, std
   }
   if (route != "facts")
     return;
-  // The store's filter, built as the entity actor builds it (runtime/src/entity_actor.cpp).
-  fact_filter f;
-  f.type = args.value("type", "");
-  f.subtype = args.value("subtype", "");
-  if (args.contains("since"))
-    f.since_ms = args["since"].get<int64_t>();
-  if (args.contains("until"))
-    f.until_ms = args["until"].get<int64_t>();
-  if (args.contains("after_seq"))
-    f.after_seq = args["after_seq"].get<int64_t>();
-  if (args.contains("before_seq"))
-    f.before_seq = args["before_seq"].get<int64_t>();
-  f.trace_id = args.value("trace_id", "");
-  f.tool_id = args.value("tool_id", "");
-  f.idempotency_key = args.value("idempotency_key", "");
-  f.limit = args.value("limit", int64_t{100});
-  f.newest_first = args.value("order", "asc") == "desc";
-  auto st = f.validate();
-  bool tokens_ok = (f.type.empty() || validate_fact_token(f.type, "type")) &&
-                   (f.subtype.empty() || validate_fact_token(f.subtype, "subtype"));
+  // The store's filter, built as the entity actor builds it (fact_filter::from_json).
+  auto f = fact_filter::from_json(args);
+  auto st = f ? status::ok() : f.error();
+  auto type = args.value("type", ""), subtype = args.value("subtype", "");
+  bool tokens_ok = (type.empty() || validate_fact_token(type, "type")) &&
+                   (subtype.empty() || validate_fact_token(subtype, "subtype"));
   FUZZ_CHECK(st.is_ok() == tokens_ok, st.to_string());
   if (!st)
     FUZZ_CHECK(st.code() == errc::invalid_argument, st.to_string());

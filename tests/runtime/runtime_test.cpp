@@ -112,6 +112,23 @@ TEST_CASE("runtime: a max_active_entities above the descriptor limit is lowered,
   CHECK(rt2->start_notes().empty());
 }
 
+TEST_CASE("runtime: @facts answers 400 INVALID_ARGUMENT for a filter member of the wrong kind") {
+  test::temp_dir tmp;
+  auto rt = start_ok(base_config(tmp.path()));
+  auto k = ek("counter", "filters");
+  REQUIRE(rt->call_sync(k, "add", json{{"by", 1}}.dump()).ok);
+  for (auto bad : {json{{"since", "yesterday"}}, json{{"limit", 1.5}}, json{{"type", 7}},
+                   json{{"order", "sideways"}}, json{{"after_seq", -1}}, json::array()}) {
+    auto r = rt->call_sync(k, "@facts", bad.dump());
+    CHECK_FALSE(r.ok);
+    CHECK_MESSAGE(r.http_status == 400, bad.dump() << " -> " << r.body);
+    CHECK_MESSAGE(r.body.find("INVALID_ARGUMENT") != std::string::npos, r.body);
+  }
+  auto ok = rt->call_sync(k, "@facts", json{{"order", "desc"}, {"limit", 5}}.dump());
+  REQUIRE_MESSAGE(ok.ok, ok.body);
+  CHECK(ok.json().size() >= 1);
+}
+
 TEST_CASE("runtime: calls to one entity run one at a time, also across awaits") {
   test::temp_dir tmp;
   auto rt = start_ok(base_config(tmp.path()));

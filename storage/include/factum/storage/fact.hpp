@@ -85,6 +85,12 @@ struct fact_filter {
 
   /// Checks ranges (limit, negative seq or time); INVALID_ARGUMENT with the offending field.
   status validate() const;
+
+  /// Builds and validates a filter from the JSON object that `@facts` and the HTTP facts route
+  /// take: type, subtype, trace_id, tool_id, idempotency_key (strings), since, until,
+  /// after_seq, before_seq, limit (integers; limit defaults to 100), order ("asc" or "desc").
+  /// A member of the wrong kind, or out of range, is INVALID_ARGUMENT naming it.
+  static result<fact_filter> from_json(const nlohmann::json& args);
 };
 
 /// Validates a fact type or subtype token ([a-z0-9_.:-], 1..64).
