@@ -24,11 +24,20 @@ using nlohmann::json;
 
 enum class turn_kind { call, activate, alarm };
 
+/// Where a call's answer goes: its caller's reply sink (runtime_core.hpp). Empty for turns
+/// nobody waits on (activation, alarms).
+struct reply_to {
+  std::shared_ptr<reply_sink> sink;
+  void deliver(call_reply r) {
+    if (sink)
+      sink->deliver(std::move(r));
+  }
+};
+
 struct queued {
   turn_kind kind = turn_kind::call;
   call_request req;
-  caf::typed_response_promise<call_reply> rp;
-  bool has_rp = false;
+  reply_to rp; ///< empty for turns nobody waits on
 };
 
 /// What storage jobs and the actor share: the store itself, and results of jobs.
@@ -67,14 +76,13 @@ struct entity_state {
   std::unique_ptr<entity_context> ctx;
   phase ph = phase::waiting_slot;
   std::deque<queued> queue;
-  std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>> batch;
-  std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>> in_commit;
+  std::vector<std::pair<reply_to, call_reply>> batch;
+  std::vector<std::pair<reply_to, call_reply>> in_commit;
   uint64_t batch_turns = 0, commit_facts = 0, commit_turns = 0;
   int64_t committed_seq = 0; ///< last seq known durable
   int64_t commit_seq = 0;    ///< last seq of the commit in flight
   /// Replies of committed batches waiting for their WAL sync, with the batch generation.
-  std::deque<std::tuple<uint64_t, caf::typed_response_promise<call_reply>, call_reply>>
-    awaiting_sync;
+  std::deque<std::tuple<uint64_t, reply_to, call_reply>> awaiting_sync;
   uint64_t commit_gen = 0; ///< generation of the last commit
   uint64_t synced_gen = 0; ///< every commit up to this generation is durable
   bool sync_in_flight = false;
@@ -354,11 +362,11 @@ void add_reply(self_ptr self, queued& item, call_reply r) {
     s.keys_in_flight.erase(item.req.idempotency_key);
   if (!r.ok)
     s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
-  if (item.has_rp)
+  if (item.rp.sink)
     s.batch.emplace_back(std::move(item.rp), std::move(r));
 }
 
-void deliver(std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>>& v) {
+void deliver(std::vector<std::pair<reply_to, call_reply>>& v) {
   for (auto& [rp, r] : v)
     rp.deliver(std::move(r));
   v.clear();
@@ -817,8 +825,7 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
 void request_sync(self_ptr self);
 
 /// Moves `v` behind the last commit's sync: nothing leaves before what it may reveal is durable.
-void hold_until_synced(
-  self_ptr self, std::vector<std::pair<caf::typed_response_promise<call_reply>, call_reply>>& v) {
+void hold_until_synced(self_ptr self, std::vector<std::pair<reply_to, call_reply>>& v) {
   auto& s = self->state;
   if (s.synced_gen >= s.commit_gen) {
     deliver(v);
@@ -1060,7 +1067,7 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
   if (code != 0) {
     auto ce = storage_error(status{static_cast<errc>(code), msg});
     for (auto& q : s.queue)
-      if (q.has_rp) {
+      if (q.rp.sink) {
         s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
         q.rp.deliver(call_reply::failure(ce));
       }
@@ -1135,9 +1142,10 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
   if (rt->acquire_slot(s.key_str, caf::actor_cast<caf::actor>(self)))
     start_open(self);
   return {
-    [=](atoms::call, call_request& req) -> caf::typed_response_promise<call_reply> {
+    [=](atoms::call, std::shared_ptr<reply_sink>& sink) {
       auto& s = self->state;
-      auto rp = self->make_response_promise<call_reply>();
+      reply_to rp{sink};
+      auto req = sink->take();
       s.idle_fired = false;
       if (req.method == "@wake") { // the alarm scheduler: check alarms, answer at once
         rp.deliver(call_reply::success("null"));
@@ -1151,16 +1159,14 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
           rp.deliver(call_reply::failure(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
                                          "a call with this idempotency key is still in flight",
                                          409));
-          return rp;
+          return;
         }
         queued q;
         q.req = std::move(req);
-        q.rp = rp;
-        q.has_rp = true;
+        q.rp = std::move(rp);
         s.queue.push_back(std::move(q));
       }
       pump(self);
-      return rp;
     },
     [=](atoms::flush) {
       auto& s = self->state;

@@ -1,9 +1,11 @@
 // runtime.cpp: the runtime facade (start/stop/call), the activation registry, call routing
-// with bridge actors, and the alarm scheduler.
+// (reply sinks and the router thread), and the alarm scheduler.
 //
 // Threads: runtime members are called from any thread; the registry is guarded by its mutex;
-// bridge actors and the scheduler run on CAF (the scheduler detached, on its own thread, because
-// it reads the alarm index with blocking SQLite calls); storage work runs on the storage pool.
+// a call is enqueued by its caller straight into the entity actor's mailbox and answered from
+// that actor's CAF worker; the router thread answers deadlines and re-routes calls whose actor
+// ended first; the scheduler runs on CAF (detached, on its own thread, because it reads the
+// alarm index with blocking SQLite calls); storage work runs on the storage pool.
 #include "factum/runtime/runtime.hpp"
 
 #include <fcntl.h>
@@ -131,54 +133,195 @@ void runtime_core::unregister(const std::string& key_str, const caf::actor& self
 
 // -- routing ------------------------------------------------------------------------------------
 
-namespace {
+reply_sink::reply_sink(runtime_core* rt, entity_key key, std::string key_str, call_request req,
+                       std::chrono::milliseconds timeout, std::function<void(call_reply)> done)
+    : rt_(rt), key_(std::move(key)), key_str_(std::move(key_str)), req_(std::move(req)),
+      timeout_(timeout), deadline_(call_router_thread::clock::now() + timeout),
+      done_(std::move(done)) {}
 
-bool receiver_down(const caf::error& e) {
-  return e.category() == caf::atom("system") &&
-         e.code() == static_cast<uint8_t>(caf::sec::request_receiver_down);
+reply_sink::~reply_sink() {
+  rt_->router.remove(*this); // first: the router thread may be looking at the entry
+  auto st = state_.load(std::memory_order_acquire);
+  if (st == answered)
+    return;
+  if (st == taken) { // the actor took the call and ended without answering it
+    if (finish(call_reply::failure(error_category::transient, "UNAVAILABLE",
+                                   "the entity ended before answering; retry with the same "
+                                   "idempotency key",
+                                   503)))
+      rt_->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // No actor took the call: its message was dropped by an actor that had ended. Route it
+  // again on the router thread (this destructor may run inside CAF's cleanup of that actor,
+  // or under the registry lock, where routing must not happen).
+  auto again = std::make_shared<reply_sink>(rt_, std::move(key_), std::move(key_str_),
+                                            std::move(req_), timeout_, std::move(done_));
+  again->deadline_ = deadline_;
+  again->attempts_ = attempts_;
+  rt_->router.add(again);
+  rt_->router.reroute(std::move(again));
 }
 
-bool timed_out(const caf::error& e) {
-  return e.category() == caf::atom("system") &&
-         e.code() == static_cast<uint8_t>(caf::sec::request_timeout);
+call_request reply_sink::take() {
+  int expect = pending;
+  state_.compare_exchange_strong(expect, taken, std::memory_order_acq_rel);
+  return std::move(req_);
 }
 
-struct route_ctx {
-  runtime_core* rt;
-  entity_key key;
-  std::string key_str;
-  call_request req;
-  std::chrono::milliseconds timeout;
-  std::function<void(call_reply)> done;
-  int attempts = 0;
-};
-
-void send_call(caf::event_based_actor* b, std::shared_ptr<route_ctx> c, caf::actor target) {
-  b->request(target, c->timeout, atoms::call::value, c->req)
-    .then([c](call_reply& r) { c->done(std::move(r)); },
-          [b, c](caf::error& e) {
-            if (receiver_down(e) && ++c->attempts < 16) {
-              // The entity hibernated between lookup and delivery; its file is closed, so a
-              // new activation is safe. The call never ran there.
-              auto next = c->rt->lookup_or_spawn(c->key, c->key_str);
-              if (next) {
-                send_call(b, c, next);
-                return;
-              }
-            }
-            c->rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
-            if (timed_out(e))
-              c->done(call_reply::failure(error_category::transient, "CALL_TIMEOUT",
-                                          "no reply within " + std::to_string(c->timeout.count()) +
-                                            " ms; retry with the same idempotency key",
-                                          504));
-            else
-              c->done(call_reply::failure(error_category::transient, "UNAVAILABLE",
-                                          "entity unavailable: " + b->system().render(e), 503));
-          });
+bool reply_sink::finish(call_reply r) {
+  int s = state_.load(std::memory_order_acquire);
+  while (s != answered) {
+    if (state_.compare_exchange_weak(s, answered, std::memory_order_acq_rel)) {
+      auto done = std::move(done_);
+      done(std::move(r));
+      return true;
+    }
+  }
+  return false;
 }
 
-} // namespace
+void reply_sink::deliver(call_reply r) {
+  rt_->router.remove(*this);
+  finish(std::move(r));
+}
+
+void reply_sink::expire() {
+  if (finish(call_reply::failure(error_category::transient, "CALL_TIMEOUT",
+                                 "no reply within " + std::to_string(timeout_.count()) +
+                                   " ms; retry with the same idempotency key",
+                                 504)))
+    rt_->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+}
+
+void call_router_thread::start(runtime_core* rt) {
+  rt_ = rt;
+  stop_ = false;
+  thread_ = std::thread([this] { run(); });
+}
+
+void call_router_thread::stop() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable())
+    thread_.join();
+  std::vector<std::shared_ptr<reply_sink>> left;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [t, p] : deadlines_)
+      p->queued_ = false;
+    deadlines_.clear();
+    left.swap(reroutes_);
+  }
+  // Calls handed back after the thread ended: the registry is stopping, so dispatch answers
+  // them UNAVAILABLE at once.
+  for (auto& sk : left)
+    rt_->dispatch(std::move(sk));
+}
+
+void call_router_thread::add(const std::shared_ptr<reply_sink>& sink) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    sink->entry_ = deadlines_.emplace(sink->deadline_, sink.get());
+    sink->queued_ = true;
+    // Calls share one timeout mostly, so a new deadline is nearly always later than the one
+    // the thread sleeps until: no wake-up per call.
+    wake = sink->deadline_ < wake_at_;
+  }
+  if (wake)
+    cv_.notify_one();
+}
+
+void call_router_thread::remove(reply_sink& sink) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (sink.queued_) {
+    deadlines_.erase(sink.entry_);
+    sink.queued_ = false;
+  }
+}
+
+void call_router_thread::reroute(std::shared_ptr<reply_sink> sink) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!stop_) {
+      reroutes_.push_back(std::move(sink));
+      sink = nullptr;
+    }
+  }
+  if (sink) // the thread is gone (runtime stopping): answer here, the registry refuses
+    rt_->dispatch(std::move(sink));
+  else
+    cv_.notify_one();
+}
+
+void call_router_thread::run() {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stop_) {
+    if (!reroutes_.empty()) {
+      auto batch = std::move(reroutes_);
+      reroutes_.clear();
+      lk.unlock();
+      for (auto& sk : batch)
+        rt_->dispatch(std::move(sk));
+      batch.clear(); // sinks dropped here may hand calls back: do it unlocked
+      lk.lock();
+      continue;
+    }
+    auto now = clock::now();
+    if (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      std::vector<std::shared_ptr<reply_sink>> due;
+      while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+        auto* p = deadlines_.begin()->second;
+        p->queued_ = false;
+        if (auto sp = p->weak_from_this().lock()) // empty: its destructor waits for the lock
+          due.push_back(std::move(sp));
+        deadlines_.erase(deadlines_.begin());
+      }
+      lk.unlock();
+      for (auto& sk : due)
+        sk->expire();
+      due.clear();
+      lk.lock();
+      continue;
+    }
+    // Sleeps until the earliest deadline; an answered call's deadline is removed, but the
+    // thread keeps sleeping until the time it chose (one spare wake-up per timeout at most).
+    wake_at_ = deadlines_.empty() ? clock::time_point::max() : deadlines_.begin()->first;
+    if (deadlines_.empty())
+      cv_.wait(lk);
+    else
+      cv_.wait_until(lk, wake_at_);
+    wake_at_ = clock::time_point::min(); // awake: adds need not notify
+  }
+}
+
+void runtime_core::dispatch(std::shared_ptr<reply_sink> sink) {
+  if (++sink->attempts_ <= 16) {
+    auto target = lookup_or_spawn(sink->key_, sink->key_str_);
+    if (target) {
+      if (auto* hook = before_dispatch_send.load(std::memory_order_acquire))
+        (*hook)(sink->key_str_);
+      caf::anon_send(target, atoms::call::value, std::move(sink));
+      // CAF 0.17 remembers the actor system in a thread-local after a spawn, and the
+      // system's destructor waits for every such thread: a caller thread (HTTP, tests) must
+      // not keep it, or stop() hangs until that thread exits. Spawns set it again each time.
+      caf::logger::set_current_actor_system(nullptr);
+      return;
+    }
+  }
+  // Answered here without running (answered: its destructor does not route it again).
+  router.remove(*sink);
+  if (sink->finish(call_reply::failure(error_category::transient, "UNAVAILABLE",
+                                       sink->attempts_ > 16 ? "entity unavailable: it kept "
+                                                              "ending before taking the call"
+                                                            : "the runtime is stopping",
+                                       503)))
+    stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+}
 
 void runtime_core::route(const entity_key& key, call_request req, std::chrono::milliseconds timeout,
                          std::function<void(call_reply)> done) {
@@ -189,21 +332,10 @@ void runtime_core::route(const entity_key& key, call_request req, std::chrono::m
                              "no entity type " + key.type, 404));
     return;
   }
-  auto key_str = key.to_string();
-  auto target = lookup_or_spawn(key, key_str);
-  if (!target) {
-    stats.call_errors.fetch_add(1, std::memory_order_relaxed);
-    done(call_reply::failure(error_category::transient, "UNAVAILABLE", "the runtime is stopping",
-                             503));
-    return;
-  }
-  auto c = std::make_shared<route_ctx>(
-    route_ctx{this, key, std::move(key_str), std::move(req), timeout, std::move(done)});
-  sys->spawn([c, target](caf::event_based_actor* b) { send_call(b, c, target); });
-  // CAF 0.17 remembers the actor system in a thread-local after a spawn, and the system's
-  // destructor waits for every such thread: a caller thread (HTTP, tests) must not keep it, or
-  // stop() hangs until that thread exits. Spawns set it again each time.
-  caf::logger::set_current_actor_system(nullptr);
+  auto sink = std::make_shared<reply_sink>(this, key, key.to_string(), std::move(req), timeout,
+                                           std::move(done));
+  router.add(sink);
+  dispatch(std::move(sink));
 }
 
 // -- alarm index --------------------------------------------------------------------------------
@@ -305,6 +437,10 @@ struct runtime::impl {
 };
 
 runtime::runtime(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+runtime_core& detail::runtime_testing::core(runtime& rt) {
+  return *rt.impl_->core;
+}
 
 runtime::~runtime() {
   stop();
@@ -414,6 +550,7 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   c.sys_cfg->set("scheduler.policy", caf::atom("sharing"));
   c.sys_cfg->set("logger.verbosity", caf::atom("quiet"));
   c.sys = std::make_unique<caf::actor_system>(*c.sys_cfg);
+  c.router.start(&c);
   c.scheduler = detail::spawn_alarm_scheduler(&c);
   return std::unique_ptr<runtime>(new runtime(std::move(p)));
 }
@@ -438,7 +575,8 @@ void runtime::stop() {
   }
   caf::anon_send_exit(c.scheduler, caf::exit_reason::user_shutdown);
   c.scheduler = nullptr;
-  c.sys.reset(); // waits for every actor
+  c.sys.reset();   // waits for every actor
+  c.router.stop(); // after the actors: calls their ends hand back are answered UNAVAILABLE
   c.pool.stop();
   std::lock_guard<std::mutex> g(c.alarms.mu);
   c.alarms.index.reset();

@@ -3,12 +3,16 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -62,6 +66,94 @@ struct activation_registry {
   }
 };
 
+struct runtime_core;
+class reply_sink;
+
+/// The call router's own thread: it answers calls whose deadline passed (CALL_TIMEOUT) and
+/// re-routes calls whose message reached an actor that had already ended. Both are rare
+/// compared with calls answered by their entity, which only add and remove a deadline here.
+///
+/// Threads: add/remove/reroute from any thread (guarded by `mu_`); run() on its own thread.
+class call_router_thread {
+ public:
+  using clock = std::chrono::steady_clock;
+  /// A queued deadline. The sink's destructor removes its entry first thing (under the mutex),
+  /// so a pointer found in the queue is always to a live sink.
+  using entry = std::multimap<clock::time_point, reply_sink*>::iterator;
+
+  // -- lifecycle --
+
+  void start(runtime_core* rt);
+  /// Stops the thread; deadlines still queued are dropped (their calls are answered by their
+  /// entities, or by the actor system's shutdown).
+  void stop();
+
+  // -- deadlines (any thread) --
+
+  /// Queues `sink`'s deadline; remembers the entry in the sink.
+  void add(const std::shared_ptr<reply_sink>& sink);
+  /// Removes `sink`'s deadline if it is still queued.
+  void remove(reply_sink& sink);
+  /// Hands a call back for routing on this thread (its actor ended before taking it).
+  void reroute(std::shared_ptr<reply_sink> sink);
+
+ private:
+  void run();
+
+  runtime_core* rt_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::multimap<clock::time_point, reply_sink*> deadlines_;
+  std::vector<std::shared_ptr<reply_sink>> reroutes_;
+  /// When the thread wakes by itself (max: it waits for a notify; min: it is awake).
+  clock::time_point wake_at_ = clock::time_point::min();
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+/// Where a routed call's reply goes. The call travels to its entity actor inside the sink (one
+/// message, no actor of its own, no copy); the actor takes the request out (take()) and later
+/// answers through deliver() from its own thread. Exactly one answer wins: the entity's, or
+/// the router thread's CALL_TIMEOUT. A sink destroyed before any actor took its request means
+/// the message reached an actor that had ended (hibernated between lookup and delivery): the
+/// call never ran, and is routed again.
+///
+/// Threads: created by the caller, taken and delivered on an entity's CAF worker, expired on
+/// the router thread; the state word decides the winner.
+class reply_sink : public std::enable_shared_from_this<reply_sink> {
+ public:
+  reply_sink(runtime_core* rt, entity_key key, std::string key_str, call_request req,
+             std::chrono::milliseconds timeout, std::function<void(call_reply)> done);
+  ~reply_sink();
+  reply_sink(const reply_sink&) = delete;
+  reply_sink& operator=(const reply_sink&) = delete;
+
+  /// The entity actor takes the request (once); from then on it owes an answer.
+  call_request take();
+  /// The entity's answer; ignored when the deadline already answered.
+  void deliver(call_reply r);
+  /// The deadline passed (router thread).
+  void expire();
+
+ private:
+  friend class call_router_thread;
+  friend struct runtime_core;
+  enum : int { pending = 0, taken = 1, answered = 2 };
+  bool finish(call_reply r);
+
+  runtime_core* rt_;
+  entity_key key_;
+  std::string key_str_;
+  call_request req_;
+  std::chrono::milliseconds timeout_;
+  call_router_thread::clock::time_point deadline_;
+  std::function<void(call_reply)> done_;
+  int attempts_ = 0;
+  std::atomic<int> state_{pending};
+  call_router_thread::entry entry_{};
+  bool queued_ = false; ///< entry_ is valid (guarded by the router thread's mutex)
+};
+
 /// The alarm index behind a mutex: written by storage threads, read by the scheduler.
 struct alarm_directory {
   std::mutex mu;
@@ -82,15 +174,24 @@ struct runtime_core {
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor scheduler;
+  call_router_thread router;
+  /// Test seam: when set, called with the key after a call's actor was looked up and before
+  /// the call is sent to it (detail::runtime_testing). Null in production.
+  std::atomic<const std::function<void(const std::string&)>*> before_dispatch_send{nullptr};
 
   // -- routing (any thread) --
 
   /// The live actor of `key`, spawning it when there is none; an invalid handle when stopping.
   caf::actor lookup_or_spawn(const entity_key& key, const std::string& key_str);
-  /// Sends `req` to `key`'s actor with `timeout`, retrying when the actor hibernated between
-  /// lookup and delivery; `done` runs once on a CAF worker.
+  /// Sends `req` to `key`'s actor inside a reply sink, routed again when the actor ended
+  /// between lookup and delivery. `done` runs exactly once: on the entity's CAF worker (its
+  /// answer), on the router thread (504 CALL_TIMEOUT after `timeout`), or on the calling thread
+  /// (unknown type, runtime stopping).
   void route(const entity_key& key, call_request req, std::chrono::milliseconds timeout,
              std::function<void(call_reply)> done);
+  /// Sends `sink` to its key's live actor (spawning one), or answers it when that is not
+  /// possible (stopping, or too many actors ended in its way).
+  void dispatch(std::shared_ptr<reply_sink> sink);
 
   // -- activation slots (entity actors) --
 
@@ -111,6 +212,11 @@ struct runtime_core {
   int64_t now() const { return now_ms(); }
 };
 
+/// What tests may reach of a running runtime (declared a friend by `runtime`).
+struct runtime_testing {
+  static runtime_core& core(runtime& rt);
+};
+
 /// Spawns the actor of one entity (lazy_init; called under reg.mu).
 caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::string& key_str);
 
@@ -118,3 +224,6 @@ caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::stri
 caf::actor spawn_alarm_scheduler(runtime_core* rt);
 
 } // namespace factum::detail
+
+// The sink crosses actors only inside one process (it is never serialised).
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<factum::detail::reply_sink>)

@@ -4,12 +4,14 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "factum/runtime/runtime.hpp"
+#include "runtime_core.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -149,6 +151,69 @@ TEST_CASE("runtime: calls to one entity run one at a time, also across awaits") 
     CHECK(facts[i + 1]["subtype"] == "end");
     CHECK(facts[i]["data"]["n"] == facts[i + 1]["data"]["n"]);
   }
+}
+
+TEST_CASE("runtime: a call that outlives its timeout is answered 504 CALL_TIMEOUT exactly once, "
+          "and its entity goes on") {
+  test::temp_dir tmp;
+  auto rt = start_ok(base_config(tmp.path()));
+  auto key = ek("probe", "slow");
+  std::atomic<int> answers{0};
+  auto first = std::make_shared<std::promise<call_reply>>();
+  call_options o;
+  o.timeout = std::chrono::milliseconds(100);
+  rt->call(key, "slow_pair", json{{"n", 1}, {"ms", 1500}}.dump(), o,
+           [&answers, first](call_reply r) {
+             if (answers.fetch_add(1) == 0)
+               first->set_value(std::move(r));
+           });
+  auto r = first->get_future().get();
+  CHECK_FALSE(r.ok);
+  CHECK(r.code == "CALL_TIMEOUT");
+  CHECK(r.http_status == 504);
+  // The handler was not cancelled: it finishes and commits, and the next call queues behind it.
+  auto r2 = rt->call_sync(key, "slow_pair", json{{"n", 2}, {"ms", 1}}.dump(), {});
+  REQUIRE(r2.ok);
+  CHECK(answers.load() == 1); // the entity's late answer to the first call went nowhere
+  auto facts = facts_of(*rt, key);
+  REQUIRE(facts.size() == 4);
+  CHECK(facts[0]["data"]["n"] == 1);
+  CHECK(facts[1]["subtype"] == "end");
+  CHECK(facts[3]["data"]["n"] == 2);
+}
+
+TEST_CASE("runtime: a call whose entity ends between lookup and delivery is routed again and "
+          "runs once") {
+  test::temp_dir tmp;
+  auto cfg = base_config(tmp.path());
+  cfg.idle_timeout = std::chrono::milliseconds(50);
+  auto rt = start_ok(cfg);
+  auto key = ek("counter", "reroute");
+  auto key_str = key.to_string();
+  REQUIRE(rt->call_sync(key, "add", json{{"by", 1}}.dump()).ok);
+  auto& core = detail::runtime_testing::core(*rt);
+  std::atomic<int> dispatches{0};
+  std::atomic<bool> left_registry{false};
+  // Holds the next call to this key after its actor was looked up, until that actor has
+  // hibernated and left the registry: the call then goes to an actor that has ended.
+  std::function<void(const std::string&)> hook = [&](const std::string& k) {
+    if (k != key_str || dispatches.fetch_add(1) != 0)
+      return;
+    std::unique_lock<std::mutex> g(core.reg.mu);
+    left_registry = core.reg.changed.wait_for(g, std::chrono::seconds(20),
+                                              [&] { return core.reg.map.count(k) == 0; });
+  };
+  core.before_dispatch_send = &hook;
+  call_options o;
+  o.idempotency_key = "reroute-2";
+  auto r = rt->call_sync(key, "add", json{{"by", 2}}.dump(), o);
+  core.before_dispatch_send = nullptr;
+  CHECK(left_registry.load());
+  CHECK(dispatches.load() >= 2); // sent to the ended actor, then routed to a new activation
+  REQUIRE_MESSAGE(r.ok, r.body);
+  CHECK(r.json()["value"] == 3); // the new activation rebuilt 1 from facts, then added 2
+  CHECK(rt->stats().hibernations >= 1);
+  CHECK(facts_of(*rt, key, json{{"type", "counter"}}).size() == 2); // one effect per call
 }
 
 TEST_CASE("runtime: a failing call rolls back its own facts, appends an error fact, keeps the "

@@ -131,6 +131,10 @@ struct runtime_stats {
   uint64_t alarm_index_rebuilds = 0; ///< damaged alarm indexes rebuilt at start (0 or 1)
 };
 
+namespace detail {
+struct runtime_testing;
+} // namespace detail
+
 class runtime {
  public:
   /// Starts a runtime on config.data_dir.
@@ -167,6 +171,7 @@ class runtime {
   struct impl;
 
  private:
+  friend struct detail::runtime_testing; // tests reach the private core (runtime/src/)
   explicit runtime(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
 };
