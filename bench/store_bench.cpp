@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -346,7 +347,7 @@ enum class raw_target {
 };
 
 /// The same rows as append<N>_<mode> written by plain SQLite: one prepared INSERT, the same row
-/// content (the same data text, 32-character fact ids, 64-character hashes that are not
+/// content (the same data text, the same 32-character fact ids, 64-character hashes that are not
 /// computed: a counter, so that each row links to the one before it).
 run_result raw_workload(const context& c, std::string_view name, int64_t per_txn, durability mode,
                         raw_target target) {
@@ -390,7 +391,8 @@ run_result raw_workload(const context& c, std::string_view name, int64_t per_txn
   const std::string type = "invocation";
   char hash[2][72];
   std::snprintf(hash[0], sizeof hash[0], "%064d", 0); // the genesis hash
-  char fact_id[40];
+  char fact_id[40]; // as the store makes them (schema 4): a per-file prefix + seq in hex
+  const uint64_t id_prefix = std::random_device{}() * uint64_t{0x9e3779b97f4a7c15};
   int64_t txns = (c.num + per_txn - 1) / per_txn;
   int64_t seq = 0;
   run_result r;
@@ -402,9 +404,8 @@ run_result raw_workload(const context& c, std::string_view name, int64_t per_txn
     int64_t ts = factum::now_ms();
     for (auto& d : data) {
       ++seq;
-      std::snprintf(fact_id, sizeof fact_id, "fct_%012" PRIx64 "%016" PRIx64,
-                    static_cast<uint64_t>(ts),
-                    static_cast<uint64_t>(seq) * uint64_t{0x9e3779b97f4a7c15});
+      std::snprintf(fact_id, sizeof fact_id, "fct_%016" PRIx64 "%012" PRIx64, id_prefix,
+                    static_cast<uint64_t>(seq));
       char* prev = hash[(seq - 1) & 1];
       char* cur = hash[seq & 1];
       std::snprintf(cur, sizeof hash[0], "%064" PRIx64, static_cast<uint64_t>(seq));

@@ -9,9 +9,13 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <system_error>
 #include <unordered_map>
 #include <vector>
@@ -98,19 +102,53 @@ errc map_rc(int rc) {
   }
 }
 
-std::string new_id(std::string_view prefix) {
+uint64_t random_u64() {
   thread_local std::mt19937_64 rng{std::random_device{}() ^
                                    (static_cast<uint64_t>(now_ms()) << 20) ^
                                    reinterpret_cast<uintptr_t>(&rng)};
+  return rng();
+}
+
+/// Appends the low `digits` hex digits of `v` (lowercase, zero-padded) to `out`.
+void append_hex(std::string& out, uint64_t v, int digits) {
   static constexpr char hex[] = "0123456789abcdef";
+  for (int i = digits - 1; i >= 0; --i)
+    out.push_back(hex[(v >> (i * 4)) & 0xf]);
+}
+
+std::string new_id(std::string_view prefix) {
   std::string out(prefix);
-  uint64_t t = static_cast<uint64_t>(now_ms());
-  for (int i = 11; i >= 0; --i)
-    out.push_back(hex[(t >> (i * 4)) & 0xf]);
-  uint64_t r = rng();
-  for (int i = 15; i >= 0; --i)
-    out.push_back(hex[(r >> (i * 4)) & 0xf]);
+  append_hex(out, static_cast<uint64_t>(now_ms()), 12);
+  append_hex(out, random_u64(), 16);
   return out;
+}
+
+/// Fact ids of schema version 4: the file's prefix (`fct_` + 16 hex digits) + 12 hex digits
+/// of seq. 2^48 facts per entity.
+constexpr size_t fact_id_prefix_size = 20;
+constexpr int64_t max_derived_seq = (int64_t{1} << 48) - 1;
+
+std::string derived_fact_id(const std::string& prefix, int64_t seq) {
+  std::string out;
+  out.reserve(prefix.size() + 12);
+  out += prefix;
+  append_hex(out, static_cast<uint64_t>(seq), 12);
+  return out;
+}
+
+/// The seq of a derived fact id with this prefix, or 0 when `id` is not one.
+int64_t seq_of_derived_id(std::string_view id, std::string_view prefix) {
+  if (prefix.size() != fact_id_prefix_size || id.size() != fact_id_prefix_size + 12 ||
+      id.substr(0, prefix.size()) != prefix)
+    return 0;
+  int64_t seq = 0;
+  for (char c : id.substr(prefix.size())) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0)
+      return 0;
+    seq = seq * 16 + d;
+  }
+  return seq;
 }
 
 // Binding helpers: empty strings and zero optionals become NULL.
@@ -233,8 +271,13 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
   if (rc != SQLITE_OK)
     return fail_with("open");
   std::string script = "PRAGMA journal_mode=OFF;PRAGMA synchronous=OFF;BEGIN;";
-  for (int v = 0; v < version; ++v)
-    script += schema::migrations[v];
+  if (version == current_schema_version) {
+    script += schema::fresh_v1;
+    script += schema::v2;
+  } else { // an older version, for migration tests: replay its migrations
+    for (int v = 0; v < version; ++v)
+      script += schema::migrations[v];
+  }
   char* err = nullptr;
   if (sqlite3_exec(db, script.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
     std::string m = err ? err : "";
@@ -255,6 +298,13 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
     return fail_with("write meta");
+  if (version >= 4) { // older versions get theirs from migration 4, like any old file
+    std::string prefix = "fct_";
+    append_hex(prefix, random_u64(), 16);
+    std::string sql = "INSERT INTO meta(key, value) VALUES ('fact_id_prefix', '" + prefix + "')";
+    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
+      return fail_with("write meta");
+  }
   std::string tail =
     "PRAGMA user_version=" + std::to_string(version) + ";COMMIT;PRAGMA journal_mode=WAL;";
   if (sqlite3_exec(db, tail.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
@@ -355,7 +405,14 @@ int wal_hook(void* p, sqlite3*, const char*, int frames) {
 // -- statement cache ----------------------------------------------------------------------------
 
 struct entity_store::stmt_cache {
-  std::unordered_map<std::string, sqlite3_stmt*> map;
+  /// Looked up by the SQL text without copying it into a std::string (one per append before).
+  struct text_hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  std::unordered_map<std::string, sqlite3_stmt*, text_hash, std::equal_to<>> map;
   ~stmt_cache() {
     for (auto& [_, st] : map)
       sqlite3_finalize(st);
@@ -363,7 +420,7 @@ struct entity_store::stmt_cache {
 };
 
 sqlite3_stmt* entity_store::prepare(const char* sql) {
-  auto it = stmts_->map.find(sql);
+  auto it = stmts_->map.find(std::string_view(sql));
   if (it != stmts_->map.end())
     return it->second;
   sqlite3_stmt* st = nullptr;
@@ -730,6 +787,32 @@ status entity_store::load_head() {
   } else {
     return fail(rc, "read chain head");
   }
+  // Fact ids (schema version 4): the file's prefix, and the last seq with an old-style id.
+  fact_id_prefix_.clear();
+  legacy_ids_until_ = 0;
+  if (schema_version_ >= 4) {
+    sqlite3_stmt* m = prepare("SELECT key, value FROM meta WHERE key IN "
+                              "('fact_id_prefix', 'fact_id_legacy_until')");
+    if (!m)
+      return fail(sqlite3_errcode(db_), "read fact id meta");
+    stmt_guard mg{m};
+    while ((rc = sqlite3_step(m)) == SQLITE_ROW) {
+      auto k = col_text(m, 0);
+      auto v = col_text(m, 1);
+      if (k == "fact_id_prefix")
+        fact_id_prefix_ = v;
+      else
+        legacy_ids_until_ = std::strtoll(v.c_str(), nullptr, 10);
+    }
+    if (rc != SQLITE_DONE)
+      return fail(rc, "read fact id meta");
+    // Checked in release builds: appending with a malformed prefix would write ids that
+    // get() cannot find.
+    if (seq_of_derived_id(fact_id_prefix_ + "000000000001", fact_id_prefix_) != 1)
+      return {errc::corruption, path_.string() + ": meta fact_id_prefix is missing or malformed"};
+  } else {
+    legacy_ids_until_ = std::numeric_limits<int64_t>::max(); // every id is old-style
+  }
   return status::ok();
 }
 
@@ -859,7 +942,10 @@ result<fact> entity_store::append(const fact_draft& d) {
   if (auto st = ensure_batch(); !st)
     return st;
   f.seq = last_seq_ + 1;
-  f.fact_id = new_id("fct_");
+  if (f.seq > max_derived_seq)
+    return status{errc::full, "the entity holds the most facts a fact id can number (2^48 - 1)"};
+  // A file kept at an older schema version (migration tests only) gets old-style ids.
+  f.fact_id = fact_id_prefix_.empty() ? new_id("fct_") : derived_fact_id(fact_id_prefix_, f.seq);
   f.type = d.type;
   f.subtype = d.subtype;
   f.timestamp_ms = d.timestamp_ms ? d.timestamp_ms : now_ms();
@@ -885,25 +971,35 @@ result<fact> entity_store::append(const fact_draft& d) {
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare fact insert");
   stmt_guard g{st};
+  // SQLITE_STATIC: SQLite reads the text in place instead of copying it (six copies per fact);
+  // `f` outlives the step, and every parameter is bound again before the next one.
+  auto text = [st](int i, const std::string& v) {
+    if (v.empty())
+      sqlite3_bind_null(st, i);
+    else
+      sqlite3_bind_text(st, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+  };
   sqlite3_bind_int64(st, 1, f.seq);
-  bind_text(st, 2, f.fact_id);
-  bind_text(st, 3, f.type);
-  bind_text_or_null(st, 4, f.subtype);
+  text(2, f.fact_id);
+  text(3, f.type);
+  text(4, f.subtype);
   sqlite3_bind_int64(st, 5, f.timestamp_ms);
-  bind_text_or_null(st, 6, f.tool_id);
-  bind_text_or_null(st, 7, f.config_id);
+  text(6, f.tool_id);
+  text(7, f.config_id);
   bind_int_or_null(st, 8, f.config_version);
-  bind_text_or_null(st, 9, f.trace_id);
-  bind_text_or_null(st, 10, f.idempotency_key);
-  bind_text_or_null(st, 11, f.amount);
-  bind_text_or_null(st, 12, f.currency);
-  bind_text_or_null(st, 13, f.from_entity);
-  bind_text_or_null(st, 14, f.to_entity);
-  bind_text(st, 15, f.data);
-  bind_text(st, 16, f.prev_hash);
-  bind_text(st, 17, f.hash);
-  if (auto s = step_done(st, "append fact"); !s)
-    return s;
+  text(9, f.trace_id);
+  text(10, f.idempotency_key);
+  text(11, f.amount);
+  text(12, f.currency);
+  text(13, f.from_entity);
+  text(14, f.to_entity);
+  text(15, f.data);
+  text(16, f.prev_hash);
+  text(17, f.hash);
+  auto stepped = step_done(st, "append fact");
+  sqlite3_clear_bindings(st); // no pointer into `f` stays behind
+  if (!stepped)
+    return stepped;
   last_seq_ = f.seq;
   head_hash_ = f.hash;
   return f;
@@ -1007,6 +1103,21 @@ result<fact> entity_store::get(int64_t seq) {
 }
 
 result<fact> entity_store::get(std::string_view fact_id) {
+  auto not_found = [&] {
+    return status{errc::not_found, "no fact with id " + std::string(fact_id.substr(0, 80))};
+  };
+  // A derived id (schema version 4) names its seq: a rowid lookup, no index on fact_id.
+  if (int64_t seq = seq_of_derived_id(fact_id, fact_id_prefix_); seq > legacy_ids_until_) {
+    auto f = get(seq);
+    if (!f && f.error().code() == errc::not_found)
+      return not_found();
+    if (f && f.value().fact_id != fact_id)
+      return not_found();
+    return f;
+  }
+  // Old-style ids exist only in files from before version 4, which keep the UNIQUE index.
+  if (legacy_ids_until_ == 0)
+    return not_found();
   static const std::string sql =
     std::string("SELECT ") + fact_columns + " FROM facts WHERE fact_id=?";
   auto st = prepare(sql.c_str());
@@ -1018,7 +1129,7 @@ result<fact> entity_store::get(std::string_view fact_id) {
   if (rc == SQLITE_ROW)
     return read_fact(st, key_);
   if (rc == SQLITE_DONE)
-    return status{errc::not_found, "no fact with id " + std::string(fact_id.substr(0, 80))};
+    return not_found();
   return fail(rc, "get fact");
 }
 
@@ -1077,6 +1188,9 @@ result<verify_report> entity_store::verify() {
     else if (compute_hash(f) != f.hash)
       problem(f.seq, "hash of seq " + std::to_string(f.seq) +
                        " does not match its contents: the fact was altered");
+    else if (f.seq > legacy_ids_until_ && f.fact_id != derived_fact_id(fact_id_prefix_, f.seq))
+      problem(f.seq, "fact_id of seq " + std::to_string(f.seq) + " is not " + fact_id_prefix_ +
+                       " + its seq in hex: two facts could share it");
     expect = f.seq + 1;
     prev = f.hash;
   }

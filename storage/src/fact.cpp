@@ -49,11 +49,12 @@ std::string serialize(const fact& f, bool with_hash) {
   std::string out;
   out.reserve(320 + f.data.size());
   bool first = true;
-  auto key = [&](std::string_view k) {
+  auto key = [&](std::string_view k) { // the keys need no escaping
     out.push_back(first ? '{' : ',');
     first = false;
-    append_escaped(out, k);
-    out.push_back(':');
+    out.push_back('"');
+    out.append(k);
+    out.append("\":", 2);
   };
   auto str = [&](std::string_view k, const std::string& v) {
     if (!v.empty()) {

@@ -126,6 +126,81 @@ CREATE INDEX facts_by_type    ON facts(type);
 CREATE INDEX facts_by_subtype ON facts(type, subtype) WHERE subtype IS NOT NULL;
 )sql";
 
-inline constexpr const char* migrations[] = {v1, v2, v3};
+/// Version 4: fact ids are derived from a per-file prefix and the seq (`fct_` + 16 hex digits
+/// of the file's `fact_id_prefix` + 12 hex digits of seq), so a new file needs no index on
+/// fact_id: a lookup by id is a rowid lookup. A file migrated from an older version keeps its
+/// UNIQUE index on fact_id (the ids it already holds are random) and records the last seq that
+/// has an old-style id; its later facts get derived ids.
+inline constexpr const char* v4 = R"sql(
+INSERT INTO meta(key, value) VALUES
+  ('fact_id_prefix', 'fct_' || lower(hex(randomblob(8)))),
+  ('fact_id_legacy_until', (SELECT COALESCE(MAX(seq), 0) FROM facts));
+)sql";
+
+inline constexpr const char* migrations[] = {v1, v2, v3, v4};
+
+/// Migration 1 as a new file gets it at version 4: the same tables, indexes and triggers that
+/// migrations 1, 3 and 4 leave, except that `facts.fact_id` has no UNIQUE constraint (and so no
+/// index). A new file is built from `fresh_v1` + `v2` (fewer statements to parse than replaying
+/// every migration, which matters for creation time); the meta rows are written by the builder.
+/// A test checks that a new file and one migrated from version 1 have the same tables, columns,
+/// indexes and triggers, apart from that constraint.
+inline constexpr const char* fresh_v1 = R"sql(
+CREATE TABLE meta(
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE facts(
+  seq             INTEGER PRIMARY KEY,
+  fact_id         TEXT NOT NULL,
+  type            TEXT NOT NULL,
+  subtype         TEXT,
+  ts              INTEGER NOT NULL,
+  tool_id         TEXT,
+  config_id       TEXT,
+  config_version  INTEGER,
+  trace_id        TEXT,
+  idempotency_key TEXT,
+  amount          TEXT,
+  currency        TEXT,
+  from_entity     TEXT,
+  to_entity       TEXT,
+  data            TEXT NOT NULL,
+  prev_hash       TEXT NOT NULL,
+  hash            TEXT NOT NULL
+);
+CREATE INDEX facts_by_type    ON facts(type);
+CREATE INDEX facts_by_subtype ON facts(type, subtype) WHERE subtype IS NOT NULL;
+CREATE INDEX facts_by_ts    ON facts(ts);
+CREATE INDEX facts_by_trace ON facts(trace_id) WHERE trace_id IS NOT NULL;
+CREATE INDEX facts_by_tool  ON facts(tool_id) WHERE tool_id IS NOT NULL;
+CREATE INDEX facts_by_key   ON facts(idempotency_key) WHERE idempotency_key IS NOT NULL;
+
+CREATE TRIGGER facts_no_update BEFORE UPDATE ON facts
+BEGIN SELECT RAISE(ABORT, 'facts are immutable: UPDATE refused'); END;
+CREATE TRIGGER facts_no_delete BEFORE DELETE ON facts
+BEGIN SELECT RAISE(ABORT, 'facts are immutable: DELETE refused'); END;
+
+CREATE TABLE idempotency_keys(
+  key         TEXT PRIMARY KEY,
+  status      TEXT NOT NULL CHECK (status IN ('pending', 'completed', 'failed')),
+  fingerprint TEXT NOT NULL,
+  response    TEXT,
+  created_at  INTEGER NOT NULL,
+  expires_at  INTEGER
+) WITHOUT ROWID;
+CREATE INDEX idempotency_keys_by_expiry ON idempotency_keys(expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX idempotency_keys_pending ON idempotency_keys(key) WHERE status = 'pending';
+
+CREATE TABLE alarms(
+  name       TEXT PRIMARY KEY,
+  due_at     INTEGER NOT NULL,
+  payload    TEXT NOT NULL,
+  attempts   INTEGER NOT NULL DEFAULT 0,
+  created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX alarms_by_due ON alarms(due_at);
+)sql";
 
 } // namespace factum::schema

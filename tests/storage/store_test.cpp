@@ -562,6 +562,187 @@ TEST_CASE("schema: a version-1 file migrates to the current version and keeps it
   CHECK(names == "facts_by_subtype facts_by_type ");
 }
 
+namespace {
+
+// One line per schema object of `file` (type, name, table, SQL with whitespace collapsed), in
+// name order; `skip` names objects left out.
+std::vector<std::string> schema_lines(const fs::path& file, const std::string& skip = "") {
+  std::vector<std::string> out;
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db,
+                             "SELECT type, name, tbl_name, COALESCE(sql, '') FROM sqlite_master "
+                             "ORDER BY name",
+                             -1, &st, nullptr) == SQLITE_OK);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    std::string line;
+    for (int i = 0; i < 4; ++i) {
+      std::string v = reinterpret_cast<const char*>(sqlite3_column_text(st, i));
+      std::string norm;
+      for (char c : v) {
+        bool space = c == ' ' || c == '\n' || c == '\t';
+        if (space && (norm.empty() || norm.back() == ' '))
+          continue;
+        norm.push_back(space ? ' ' : c);
+      }
+      line += norm + " | ";
+    }
+    if (skip.empty() || line.find(skip) == std::string::npos)
+      out.push_back(line);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
+std::string meta_value(const fs::path& file, const std::string& k) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key=?", -1, &st, nullptr) ==
+          SQLITE_OK);
+  sqlite3_bind_text(st, 1, k.c_str(), -1, SQLITE_TRANSIENT);
+  std::string v = sqlite3_step(st) == SQLITE_ROW
+                    ? reinterpret_cast<const char*>(sqlite3_column_text(st, 0))
+                    : "(absent)";
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+std::string hex12(int64_t seq) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%012llx", static_cast<unsigned long long>(seq));
+  return buf;
+}
+
+} // namespace
+
+TEST_CASE("facts: ids are the file's prefix and the seq in hex, found without an index") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_for(tmp.path()));
+  std::vector<fact> got;
+  for (int i = 0; i < 20; ++i)
+    got.push_back(s->append(draft("invocation", {{"i", i}})).value());
+  REQUIRE(s->commit().is_ok());
+  auto prefix = meta_value(s->path(), "fact_id_prefix");
+  REQUIRE(prefix.size() == 20);
+  CHECK(prefix.rfind("fct_", 0) == 0);
+  for (auto& f : got) {
+    CHECK(f.fact_id == prefix + hex12(f.seq));
+    auto by_id = s->get(f.fact_id);
+    REQUIRE(by_id.is_ok());
+    CHECK(by_id->seq == f.seq);
+    CHECK(by_id->hash == f.hash);
+  }
+  // Well-formed ids that name no fact here, and malformed ones, are NOT_FOUND.
+  auto other = open_ok(opts_for(tmp.path()), key("b1"));
+  auto foreign = other->append(draft("invocation")).value();
+  REQUIRE(other->commit().is_ok());
+  CHECK(foreign.fact_id.substr(0, 20) != prefix); // a prefix per file
+  for (std::string id :
+       {prefix + hex12(21), prefix + hex12(0), foreign.fact_id, prefix + "00000000000g",
+        prefix + "0000000000001", std::string("fct_"), std::string(""), got[3].fact_id + "0"})
+    CHECK_MESSAGE(s->get(id).error().code() == errc::not_found, id);
+  // No index on fact_id in a new file; the ids survive a reopen and continue.
+  for (auto& line : schema_lines(s->path()))
+    CHECK_MESSAGE((line.find("index") != 0 || line.find("fact_id") == std::string::npos), line);
+  s.reset();
+  auto s2 = open_ok(opts_for(tmp.path()));
+  auto next = s2->append(draft("outcome")).value();
+  REQUIRE(s2->commit().is_ok());
+  CHECK(next.fact_id == prefix + hex12(21));
+  CHECK(s2->get(got[0].fact_id)->seq == 1);
+  CHECK(s2->verify()->ok);
+}
+
+TEST_CASE("verify: a fact id that is not derived from its seq is reported at its seq") {
+  // Without a UNIQUE index, two facts could share an id if a writer bypassed the store: the
+  // hash covers the id, so the forger must also rehash the fact; verify still finds it.
+  test::temp_dir tmp;
+  fs::path file;
+  fact last;
+  std::string first_id;
+  {
+    auto s = open_ok(opts_for(tmp.path()));
+    first_id = s->append(draft("invocation")).value().fact_id;
+    REQUIRE(s->append(draft("invocation")).is_ok());
+    last = s->append(draft("outcome")).value();
+    REQUIRE(s->commit().is_ok());
+    file = s->path();
+  }
+  fact forged = last;
+  forged.fact_id = first_id;
+  forged.hash = compute_hash(forged);
+  REQUIRE(raw_exec(file, "DROP TRIGGER facts_no_update; UPDATE facts SET fact_id='" + first_id +
+                           "', hash='" + forged.hash + "' WHERE seq=3") == SQLITE_OK);
+  auto s = open_ok(opts_for(tmp.path()));
+  auto v = s->verify();
+  REQUIRE(v.is_ok());
+  CHECK_FALSE(v->ok);
+  CHECK(v->first_bad_seq == 3);
+  bool named = false;
+  for (auto& p : v->problems)
+    named |= p.find("fact_id of seq 3") != std::string::npos;
+  CHECK(named);
+}
+
+TEST_CASE("schema: a version-3 file migrates to 4: old ids keep their index, new ids are derived") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.target_schema_version = 3;
+  std::vector<std::string> old_ids;
+  {
+    auto s = open_ok(o);
+    for (int i = 0; i < 3; ++i)
+      old_ids.push_back(s->append(draft("invocation")).value().fact_id);
+    REQUIRE(s->commit().is_ok());
+  }
+  auto s = open_ok(opts_for(tmp.path()));
+  CHECK(s->schema_version() == 4);
+  auto prefix = meta_value(s->path(), "fact_id_prefix");
+  REQUIRE(prefix.size() == 20);
+  CHECK(meta_value(s->path(), "fact_id_legacy_until") == "3");
+  auto f4 = s->append(draft("outcome")).value();
+  REQUIRE(s->commit().is_ok());
+  CHECK(f4.fact_id == prefix + hex12(4));
+  for (size_t i = 0; i < old_ids.size(); ++i) {
+    CHECK(old_ids[i].substr(0, 20) != prefix);
+    auto f = s->get(old_ids[i]);
+    REQUIRE(f.is_ok());
+    CHECK(f->seq == static_cast<int64_t>(i) + 1);
+  }
+  CHECK(s->get(f4.fact_id)->seq == 4);
+  CHECK(s->verify()->ok);
+  // The UNIQUE index of the old ids stays: a duplicate is still refused by SQLite.
+  auto file = s->path();
+  s.reset();
+  CHECK(raw_exec(file, "INSERT INTO facts(seq, fact_id, type, ts, data, prev_hash, hash) "
+                       "VALUES (5, '" +
+                         old_ids[0] + "', 'a', 1, '{}', 'p', 'h')") != SQLITE_OK);
+}
+
+TEST_CASE("schema: a new file has the schema of a migrated one, but no UNIQUE on fact_id") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.target_schema_version = 1;
+  fs::path migrated, fresh;
+  migrated = open_ok(o, key("old"))->path();
+  migrated = open_ok(opts_for(tmp.path()), key("old"))->path(); // 1 -> 4
+  fresh = open_ok(opts_for(tmp.path()), key("new"))->path();
+  auto a = schema_lines(migrated, "sqlite_autoindex_facts_1");
+  auto b = schema_lines(fresh);
+  for (auto& line : a) { // the one difference
+    auto at = line.find("fact_id TEXT NOT NULL UNIQUE");
+    if (at != std::string::npos)
+      line.replace(at, 28, "fact_id TEXT NOT NULL");
+  }
+  CHECK(a == b);
+  CHECK(a.size() == 21);                                // 7 tables, 10 indexes, 4 triggers
+  CHECK(schema_lines(migrated).size() == a.size() + 1); // the UNIQUE index of old ids
+}
+
 TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());

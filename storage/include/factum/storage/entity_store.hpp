@@ -71,7 +71,7 @@ struct store_options {
 };
 
 /// The schema version this build writes (PRAGMA user_version).
-inline constexpr int current_schema_version = 3;
+inline constexpr int current_schema_version = 4;
 
 // -- records ------------------------------------------------------------------------------------
 
@@ -355,6 +355,12 @@ class entity_store {
   int schema_version_ = 0;
   int64_t last_seq_ = 0;
   std::string head_hash_;
+  /// `fct_` + 16 hex digits: every fact id appended here is this + 12 hex digits of its seq
+  /// (schema version 4; empty in a file kept at an older version).
+  std::string fact_id_prefix_;
+  /// The last seq whose fact id is old-style (random; found through the UNIQUE index that
+  /// files from before version 4 keep): 0 in a file created at version 4.
+  int64_t legacy_ids_until_ = 0;
   chain_mark batch_mark_;
   chain_mark turn_mark_;
   bool in_batch_ = false;
