@@ -54,6 +54,29 @@ int raw_exec(const fs::path& file, const std::string& sql, std::string* err = nu
   return rc;
 }
 
+// Runs one query on the file behind the store's back, read-only; each row's columns as text
+// (NULL as ""). `arg`, when given, is bound to ?1.
+std::vector<std::vector<std::string>> raw_rows(const fs::path& file, const std::string& sql,
+                                               const std::string* arg = nullptr) {
+  std::vector<std::vector<std::string>> out;
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK);
+  if (arg)
+    sqlite3_bind_text(st, 1, arg->c_str(), -1, SQLITE_TRANSIENT);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    auto& row = out.emplace_back();
+    for (int i = 0; i < sqlite3_column_count(st); ++i) {
+      auto t = sqlite3_column_text(st, i);
+      row.emplace_back(t ? reinterpret_cast<const char*>(t) : "");
+    }
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
 } // namespace
 
 TEST_CASE("entity keys: invalid parts are rejected and create no file") {
@@ -301,16 +324,9 @@ TEST_CASE("schema: queries by type and subtype are served by indexes, in seq ord
   }
   auto plan = [&](const char* where) {
     std::string out;
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-    std::string sql = std::string("EXPLAIN QUERY PLAN SELECT * FROM facts WHERE ") + where +
-                      " ORDER BY seq ASC LIMIT 100";
-    sqlite3_stmt* st = nullptr;
-    REQUIRE(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK);
-    while (sqlite3_step(st) == SQLITE_ROW)
-      out += std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 3))) + "; ";
-    sqlite3_finalize(st);
-    sqlite3_close(db);
+    for (auto& row : raw_rows(file, std::string("EXPLAIN QUERY PLAN SELECT * FROM facts WHERE ") +
+                                      where + " ORDER BY seq ASC LIMIT 100"))
+      out += row[3] + "; ";
     return out;
   };
   auto by_type = plan("type = 'x' AND seq > 10");
@@ -548,17 +564,9 @@ TEST_CASE("schema: a version-1 file migrates to the current version and keeps it
   auto file = s->path();
   s.reset();
   std::string names;
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db,
-                             "SELECT name FROM sqlite_master WHERE name IN ('facts_chain', "
-                             "'facts_by_type', 'facts_by_subtype') ORDER BY name",
-                             -1, &st, nullptr) == SQLITE_OK);
-  while (sqlite3_step(st) == SQLITE_ROW)
-    names += std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) + " ";
-  sqlite3_finalize(st);
-  sqlite3_close(db);
+  for (auto& row : raw_rows(file, "SELECT name FROM sqlite_master WHERE name IN ('facts_chain', "
+                                  "'facts_by_type', 'facts_by_subtype') ORDER BY name"))
+    names += row[0] + " ";
   CHECK(names == "facts_by_subtype facts_by_type ");
 }
 
@@ -568,17 +576,10 @@ namespace {
 // name order; `skip` names objects left out.
 std::vector<std::string> schema_lines(const fs::path& file, const std::string& skip = "") {
   std::vector<std::string> out;
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db,
-                             "SELECT type, name, tbl_name, COALESCE(sql, '') FROM sqlite_master "
-                             "ORDER BY name",
-                             -1, &st, nullptr) == SQLITE_OK);
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  for (auto& row : raw_rows(file, "SELECT type, name, tbl_name, sql FROM sqlite_master "
+                                  "ORDER BY name")) {
     std::string line;
-    for (int i = 0; i < 4; ++i) {
-      std::string v = reinterpret_cast<const char*>(sqlite3_column_text(st, i));
+    for (auto& v : row) {
       std::string norm;
       for (char c : v) {
         bool space = c == ' ' || c == '\n' || c == '\t';
@@ -591,24 +592,12 @@ std::vector<std::string> schema_lines(const fs::path& file, const std::string& s
     if (skip.empty() || line.find(skip) == std::string::npos)
       out.push_back(line);
   }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
   return out;
 }
 
 std::string meta_value(const fs::path& file, const std::string& k) {
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key=?", -1, &st, nullptr) ==
-          SQLITE_OK);
-  sqlite3_bind_text(st, 1, k.c_str(), -1, SQLITE_TRANSIENT);
-  std::string v = sqlite3_step(st) == SQLITE_ROW
-                    ? reinterpret_cast<const char*>(sqlite3_column_text(st, 0))
-                    : "(absent)";
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return v;
+  auto rows = raw_rows(file, "SELECT value FROM meta WHERE key=?", &k);
+  return rows.empty() ? "(absent)" : rows[0][0];
 }
 
 std::string hex12(int64_t seq) {
