@@ -327,6 +327,39 @@ run_result create_workload(const context& c, std::string_view name, durability m
   return r;
 }
 
+/// c.num activations of existing entities: entity_store::open of a file that holds one fact
+/// (read the schema, migrate nothing, load the chain head, release pending keys) and close
+/// (checkpoint the WAL, remove -wal and -shm): what a hibernated entity costs the runtime to
+/// wake and put back to sleep. The files are created untimed first, all in one data directory.
+run_result reopen_workload(const context& c, std::string_view name, durability mode) {
+  auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
+  auto o = store_opts(dir, mode);
+  std::string prefix = entity_id(c, name) + "-";
+  auto drafts = make_drafts(1);
+  for (int64_t i = 0; i < c.num; ++i) {
+    auto s = open_store(o, prefix + std::to_string(i));
+    check(s->append_many(drafts).error(), "append");
+    check(s->commit(), "commit");
+  }
+  run_result r;
+  r.lat_us.reserve(static_cast<size_t>(c.num));
+  o.create_if_missing = false;
+  auto t0 = clock_type::now();
+  for (int64_t i = 0; i < c.num; ++i) {
+    auto t1 = clock_type::now();
+    auto s = open_store(o, prefix + std::to_string(i));
+    if (s->last_seq() != 1)
+      die("reopen: the fact is missing");
+    s.reset();
+    r.lat_us.push_back(us_since(t1));
+  }
+  r.seconds = us_since(t0) / 1e6;
+  r.items = c.num;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return r;
+}
+
 // -- the raw SQLite twin --------------------------------------------------------------------
 
 void sql_ok(sqlite3* db, int rc, const char* what) {
@@ -503,6 +536,12 @@ std::vector<workload> all_workloads() {
     w.push_back(
       {name, "creates", nullptr, 500, [name = std::string(name), mode = mode](const context& c) {
          return create_workload(c, name, mode);
+       }});
+  for (auto [mode, name] :
+       {std::pair{durability::full, "reopen_full"}, std::pair{durability::normal, "reopen_normal"}})
+    w.push_back(
+      {name, "opens", nullptr, 500, [name = std::string(name), mode = mode](const context& c) {
+         return reopen_workload(c, name, mode);
        }});
   for (auto [n, mode, name] : {std::tuple{int64_t{1000}, durability::full, "raw_twin1000_full"},
                                std::tuple{int64_t{1000}, durability::normal, "raw_twin1000_normal"},
