@@ -923,6 +923,45 @@ TEST_CASE("faults: an injected IOERR on a fact insert fails only that append") {
   CHECK(s->verify()->ok);
 }
 
+TEST_CASE(
+  "faults: a migration that fails at its last step leaves the file whole at its old version") {
+  // Migrations 2, 3 and 4 run in one transaction: a failure in migration 4 undoes 2 and 3 too.
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.target_schema_version = 1;
+  std::string old_id;
+  fs::path file;
+  {
+    auto s = open_ok(o);
+    old_id = s->append(draft("invocation")).value().fact_id;
+    REQUIRE(s->commit().is_ok());
+    file = s->path();
+  }
+  auto faulty = opts_for(tmp.path());
+  int migration4_runs = 0;
+  faulty.fault = [&](uint64_t, std::string_view sql) {
+    if (sql.find("'fact_id_prefix'") == std::string_view::npos)
+      return SQLITE_OK;
+    ++migration4_runs;
+    return SQLITE_IOERR_WRITE;
+  };
+  auto r = entity_store::open(faulty, key());
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(migration4_runs == 1);
+  CHECK(r.error().code() == errc::io_error);
+  CHECK(r.error().message().find("schema version 4") != std::string::npos);
+  CHECK(raw_rows(file, "PRAGMA user_version")[0][0] == "1");
+  CHECK(raw_rows(file, "SELECT name FROM sqlite_master WHERE name IN ('configs', "
+                       "'facts_by_subtype')")
+          .empty());
+  CHECK(meta_value(file, "fact_id_prefix") == "(absent)");
+  // Without the fault the same file migrates, and its fact is still found by its old id.
+  auto s = open_ok(opts_for(tmp.path()));
+  CHECK(s->schema_version() == current_schema_version);
+  CHECK(s->get(old_id)->seq == 1);
+  CHECK(s->verify()->ok);
+}
+
 TEST_CASE("faults: a full disk (max_page_count) fails the write and leaves a valid file") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
