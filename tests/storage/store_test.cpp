@@ -646,6 +646,21 @@ TEST_CASE("facts: ids are the file's prefix and the seq in hex, found without an
   CHECK(s2->verify()->ok);
 }
 
+TEST_CASE(
+  "schema: a version-4 file without a well-formed fact_id_prefix is refused, not appended to") {
+  test::temp_dir tmp;
+  fs::path file = open_ok(opts_for(tmp.path()))->path();
+  for (auto sql : {"UPDATE meta SET value='fct_short' WHERE key='fact_id_prefix'",
+                   "DELETE FROM meta WHERE key='fact_id_prefix'"}) {
+    REQUIRE(raw_exec(file, sql) == SQLITE_OK);
+    auto r = entity_store::open(opts_for(tmp.path()), key());
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.error().code() == errc::corruption);
+    CHECK(r.error().message().find("fact_id_prefix") != std::string::npos);
+  }
+  CHECK(raw_rows(file, "SELECT COUNT(*) FROM facts")[0][0] == "0");
+}
+
 TEST_CASE("verify: a fact id that is not derived from its seq is reported at its seq") {
   // Without a UNIQUE index, two facts could share an id if a writer bypassed the store: the
   // hash covers the id, so the forger must also rehash the fact; verify still finds it.
