@@ -18,6 +18,7 @@
 #include <future>
 #include <random>
 
+#include "factum/storage/fs_probe.hpp"
 #include "factum/storage/sha256.hpp"
 #include "runtime_core.hpp"
 
@@ -502,6 +503,9 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
                              "allows that many (raise the hard limit to allow more)");
     max_active = budget;
   }
+  // A file system that makes activations slow is worth a line at start (it is not an error).
+  if (auto w = file_system_warning(config.data_dir))
+    p->start_notes.push_back(std::move(*w));
   p->core = std::make_unique<runtime_core>(std::move(config));
   auto& c = *p->core;
   c.reg.cap = max_active;

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "factum/runtime/runtime.hpp"
+#include "support/start_notes.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -95,17 +96,17 @@ TEST_CASE("alarms: a damaged alarm index is rebuilt at start and the alarms stil
   {
     auto rt = start_ok(alarm_config(tmp.path()));
     call_ok(*rt, k, "arm", {{"name", "later"}, {"delay_ms", 800}, {"tag", "index-lost"}});
-    CHECK(rt->start_notes().empty());
+    CHECK(test::notes_about(rt->start_notes(), "alarm index").empty());
   }
   auto index = tmp.path() / "runtime" / "alarms.db";
   for (const char* suffix : {"-wal", "-shm"})
     std::filesystem::remove(index.string() + suffix);
   { std::ofstream(index, std::ios::binary | std::ios::trunc) << std::string(4096, 'Z'); }
   auto rt = start_ok(alarm_config(tmp.path()));
-  REQUIRE(rt->start_notes().size() == 1);
-  MESSAGE(rt->start_notes()[0]);
-  CHECK(rt->start_notes()[0].find("rebuilt from 1 entity files: 1 entities with alarms") !=
-        std::string::npos);
+  auto notes = test::notes_about(rt->start_notes(), "alarm index");
+  REQUIRE(notes.size() == 1);
+  MESSAGE(notes[0]);
+  CHECK(notes[0].find("rebuilt from 1 entity files: 1 entities with alarms") != std::string::npos);
   CHECK(rt->stats().alarm_index_rebuilds == 1);
   REQUIRE(events.wait_for("alarm:index-lost", 1, 10s));
   CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);

@@ -11,7 +11,9 @@
 #include <thread>
 
 #include "factum/runtime/runtime.hpp"
+#include "factum/storage/fs_probe.hpp"
 #include "runtime_core.hpp"
+#include "support/start_notes.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -99,19 +101,36 @@ TEST_CASE("runtime: 1000 concurrent calls to one entity give 1000 contiguous fac
   CHECK(v.json()["ok"] == true);
 }
 
+TEST_CASE("runtime: the start names a data directory on ext4 without a journal, and only then") {
+  // The probe itself is tested against a fake /sys and /proc (fs_probe_test.cpp); this checks
+  // that the runtime passes on what it finds for its real data directory, whichever it is.
+  test::temp_dir tmp;
+  auto expected = file_system_warning(tmp.path());
+  MESSAGE("this machine's temp dir: " << expected.value_or("no file-system warning"));
+  auto rt = start_ok(base_config(tmp.path()));
+  auto notes = test::notes_about(rt->start_notes(), "without a journal");
+  if (expected) {
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0] == *expected);
+  } else {
+    CHECK(notes.empty());
+  }
+}
+
 TEST_CASE("runtime: a max_active_entities above the descriptor limit is lowered, and said so") {
   test::temp_dir tmp;
   auto c = base_config(tmp.path());
   c.max_active_entities = 100'000'000; // 400 million descriptors: no machine allows that
   auto rt = start_ok(std::move(c));
-  REQUIRE(rt->start_notes().size() == 1);
-  CHECK(rt->start_notes()[0].find("max_active_entities 100000000 lowered to") != std::string::npos);
+  auto notes = test::notes_about(rt->start_notes(), "max_active_entities");
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0].find("max_active_entities 100000000 lowered to") != std::string::npos);
   auto ok = rt->call_sync(ek("counter", "c1"), "add", json{{"by", 1}}.dump());
   CHECK_MESSAGE(ok.ok, ok.body);
   auto c2 = base_config(tmp.path() / "other");
   c2.max_active_entities = 16;
   auto rt2 = start_ok(std::move(c2));
-  CHECK(rt2->start_notes().empty());
+  CHECK(test::notes_about(rt2->start_notes(), "max_active_entities").empty());
 }
 
 TEST_CASE("runtime: @facts answers 400 INVALID_ARGUMENT for a filter member of the wrong kind") {
