@@ -304,19 +304,18 @@ run_result query_workload(const context& c) {
   return r;
 }
 
-/// c.num entity creations: entity_store::open on a new key (create the file, set WAL, create
-/// the schema, write meta, fsync the directory) and then close it. Each run uses a fresh data
-/// directory, so a run pays the shard directories it creates, as a fresh server would.
-run_result create_workload(const context& c, std::string_view name, durability mode) {
-  auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
-  auto o = store_opts(dir, mode);
+/// Times c.num rounds of entity_store::open + close of `<prefix><i>`, checking that each store
+/// holds `expect_seq` facts, then removes `dir` (the data directory of `o`).
+run_result timed_opens(const context& c, const fs::path& dir, const store_options& o,
+                       const std::string& prefix, int64_t expect_seq) {
   run_result r;
   r.lat_us.reserve(static_cast<size_t>(c.num));
-  std::string prefix = entity_id(c, name) + "-";
   auto t0 = clock_type::now();
   for (int64_t i = 0; i < c.num; ++i) {
     auto t1 = clock_type::now();
     auto s = open_store(o, prefix + std::to_string(i));
+    if (s->last_seq() != expect_seq)
+      die("open " + prefix + std::to_string(i) + ": unexpected last seq");
     s.reset();
     r.lat_us.push_back(us_since(t1));
   }
@@ -325,6 +324,14 @@ run_result create_workload(const context& c, std::string_view name, durability m
   std::error_code ec;
   fs::remove_all(dir, ec);
   return r;
+}
+
+/// c.num entity creations: entity_store::open on a new key (build the file aside, rename it
+/// into place, fsync the directory in full) and then close it. Each run uses a fresh data
+/// directory, so a run pays the shard directories it creates, as a fresh server would.
+run_result create_workload(const context& c, std::string_view name, durability mode) {
+  auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
+  return timed_opens(c, dir, store_opts(dir, mode), entity_id(c, name) + "-", 0);
 }
 
 /// c.num activations of existing entities: entity_store::open of a file that holds one fact
@@ -341,23 +348,8 @@ run_result reopen_workload(const context& c, std::string_view name, durability m
     check(s->append_many(drafts).error(), "append");
     check(s->commit(), "commit");
   }
-  run_result r;
-  r.lat_us.reserve(static_cast<size_t>(c.num));
   o.create_if_missing = false;
-  auto t0 = clock_type::now();
-  for (int64_t i = 0; i < c.num; ++i) {
-    auto t1 = clock_type::now();
-    auto s = open_store(o, prefix + std::to_string(i));
-    if (s->last_seq() != 1)
-      die("reopen: the fact is missing");
-    s.reset();
-    r.lat_us.push_back(us_since(t1));
-  }
-  r.seconds = us_since(t0) / 1e6;
-  r.items = c.num;
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  return r;
+  return timed_opens(c, dir, o, prefix, 1);
 }
 
 // -- the raw SQLite twin --------------------------------------------------------------------

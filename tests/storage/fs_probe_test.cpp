@@ -15,26 +15,36 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A fake /sys and /proc under `root` in which `data`'s device is block device `name`.
-fs_probe_roots fake_roots(const fs::path& root, const fs::path& data, const std::string& name) {
-  struct stat st {};
-  REQUIRE(::stat(data.c_str(), &st) == 0);
-  fs_probe_roots r{root / "sys", root / "proc"};
-  fs::create_directories(r.sys / "dev" / "block");
-  fs::create_symlink("../../devices/virtual/block/" + name,
-                     r.sys / "dev" / "block" /
-                       (std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev))));
-  return r;
-}
+/// A data directory, and fake /sys and /proc trees in which its device is a block device.
+struct probe_fixture {
+  test::temp_dir tmp;
+  fs::path data = tmp.path() / "data";
+
+  probe_fixture() { fs::create_directories(data); }
+
+  /// Under `sub`: `data`'s device named `name`; `ext4_name`, when not empty, known to ext4.
+  fs_probe_roots roots(const std::string& sub, const std::string& name,
+                       const std::string& ext4_name) {
+    struct stat st {};
+    REQUIRE(::stat(data.c_str(), &st) == 0);
+    fs_probe_roots r{tmp.path() / sub / "sys", tmp.path() / sub / "proc"};
+    fs::create_directories(r.sys / "dev" / "block");
+    fs::create_symlink(
+      "../../devices/virtual/block/" + name,
+      r.sys / "dev" / "block" /
+        (std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev))));
+    if (!ext4_name.empty())
+      fs::create_directories(r.proc / "fs" / "ext4" / ext4_name);
+    return r;
+  }
+};
 
 } // namespace
 
 TEST_CASE("fs probe: ext4 without a journal under the data directory is named, with its device") {
-  test::temp_dir tmp;
-  auto data = tmp.path() / "data";
-  fs::create_directories(data);
-  auto r = fake_roots(tmp.path() / "fake", data, "vdz");
-  fs::create_directories(r.proc / "fs" / "ext4" / "vdz");
+  probe_fixture f;
+  auto& data = f.data;
+  auto r = f.roots("fake", "vdz", "vdz");
 
   // No jbd2 directory at all (no journaled file system on the machine).
   auto w = file_system_warning(data, r);
@@ -54,16 +64,13 @@ TEST_CASE("fs probe: ext4 without a journal under the data directory is named, w
 }
 
 TEST_CASE("fs probe: other file systems, unknown devices and missing paths give no warning") {
-  test::temp_dir tmp;
-  auto data = tmp.path() / "data";
-  fs::create_directories(data);
-  // Not ext4: the device is not under /proc/fs/ext4.
-  auto r = fake_roots(tmp.path() / "a", data, "vdz");
-  fs::create_directories(r.proc / "fs" / "ext4" / "vdy");
-  CHECK_FALSE(file_system_warning(data, r).has_value());
+  probe_fixture f;
+  // Not ext4: the device is not under /proc/fs/ext4 (another one is).
+  auto r = f.roots("a", "vdz", "vdy");
+  CHECK_FALSE(file_system_warning(f.data, r).has_value());
   // No block device for the directory (tmpfs, overlay...): no /sys/dev/block entry.
-  fs_probe_roots none{tmp.path() / "b" / "sys", tmp.path() / "b" / "proc"};
-  CHECK_FALSE(file_system_warning(data, none).has_value());
+  fs_probe_roots none{f.tmp.path() / "b" / "sys", f.tmp.path() / "b" / "proc"};
+  CHECK_FALSE(file_system_warning(f.data, none).has_value());
   // A data directory that does not exist.
-  CHECK_FALSE(file_system_warning(tmp.path() / "missing", r).has_value());
+  CHECK_FALSE(file_system_warning(f.tmp.path() / "missing", r).has_value());
 }
