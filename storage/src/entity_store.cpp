@@ -136,6 +136,16 @@ std::string derived_fact_id(const std::string& prefix, int64_t seq) {
   return out;
 }
 
+/// Whether `p` is `fct_` + 16 lowercase hex digits.
+bool valid_fact_id_prefix(std::string_view p) {
+  if (p.size() != fact_id_prefix_size || p.substr(0, 4) != "fct_")
+    return false;
+  for (char c : p.substr(4))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+      return false;
+  return true;
+}
+
 /// The seq of a derived fact id with this prefix, or 0 when `id` is not one.
 int64_t seq_of_derived_id(std::string_view id, std::string_view prefix) {
   if (prefix.size() != fact_id_prefix_size || id.size() != fact_id_prefix_size + 12 ||
@@ -284,27 +294,27 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
     sqlite3_free(err);
     return fail_with("schema (" + m + ")");
   }
+  // Versions before 4 get their fact_id_prefix from migration 4, like any old file.
+  bool with_prefix = version >= 4;
+  std::string meta_sql = "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), "
+                         "('tenant', ?), ('type', ?), ('id', ?), ('created_at', ?)";
+  if (with_prefix)
+    meta_sql += ", ('fact_id_prefix', ?)";
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db,
-                         "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), "
-                         "('tenant', ?), ('type', ?), ('id', ?), ('created_at', ?)",
-                         -1, &st, nullptr) != SQLITE_OK)
+  if (sqlite3_prepare_v2(db, meta_sql.c_str(), -1, &st, nullptr) != SQLITE_OK)
     return fail_with("prepare meta");
   bind_text(st, 1, key.tenant);
   bind_text(st, 2, key.type);
   bind_text(st, 3, key.id);
   sqlite3_bind_int64(st, 4, now);
+  std::string prefix = "fct_";
+  append_hex(prefix, random_u64(), 16);
+  if (with_prefix)
+    bind_text(st, 5, prefix);
   rc = sqlite3_step(st);
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
     return fail_with("write meta");
-  if (version >= 4) { // older versions get theirs from migration 4, like any old file
-    std::string prefix = "fct_";
-    append_hex(prefix, random_u64(), 16);
-    std::string sql = "INSERT INTO meta(key, value) VALUES ('fact_id_prefix', '" + prefix + "')";
-    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
-      return fail_with("write meta");
-  }
   std::string tail =
     "PRAGMA user_version=" + std::to_string(version) + ";COMMIT;PRAGMA journal_mode=WAL;";
   if (sqlite3_exec(db, tail.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
@@ -756,6 +766,8 @@ status entity_store::migrate() {
   } // an older file opened read-only is read as is: later versions' tables are absent
   if (auto st = load_head(); !st)
     return st;
+  if (auto st = load_fact_id_meta(); !st)
+    return st;
   // Keys pending in the file belong to an activation that is gone (single activation).
   if (!opts_.read_only) {
     sqlite3_stmt* st = prepare("SELECT COUNT(*) FROM idempotency_keys WHERE status='pending'");
@@ -787,32 +799,39 @@ status entity_store::load_head() {
   } else {
     return fail(rc, "read chain head");
   }
-  // Fact ids (schema version 4): the file's prefix, and the last seq with an old-style id.
+  return status::ok();
+}
+
+status entity_store::load_fact_id_meta() {
   fact_id_prefix_.clear();
   legacy_ids_until_ = 0;
-  if (schema_version_ >= 4) {
-    sqlite3_stmt* m = prepare("SELECT key, value FROM meta WHERE key IN "
-                              "('fact_id_prefix', 'fact_id_legacy_until')");
-    if (!m)
-      return fail(sqlite3_errcode(db_), "read fact id meta");
-    stmt_guard mg{m};
-    while ((rc = sqlite3_step(m)) == SQLITE_ROW) {
-      auto k = col_text(m, 0);
-      auto v = col_text(m, 1);
-      if (k == "fact_id_prefix")
-        fact_id_prefix_ = v;
-      else
-        legacy_ids_until_ = std::strtoll(v.c_str(), nullptr, 10);
-    }
-    if (rc != SQLITE_DONE)
-      return fail(rc, "read fact id meta");
-    // Checked in release builds: appending with a malformed prefix would write ids that
-    // get() cannot find.
-    if (seq_of_derived_id(fact_id_prefix_ + "000000000001", fact_id_prefix_) != 1)
-      return {errc::corruption, path_.string() + ": meta fact_id_prefix is missing or malformed"};
-  } else {
-    legacy_ids_until_ = std::numeric_limits<int64_t>::max(); // every id is old-style
+  if (schema_version_ < 4) { // a file kept at an older version: every id is old-style
+    legacy_ids_until_ = std::numeric_limits<int64_t>::max();
+    return status::ok();
   }
+  // Read once per open: a one-shot statement, not one kept in the cache for the connection.
+  sqlite3_stmt* m = nullptr;
+  int rc = sqlite3_prepare_v2(db_,
+                              "SELECT key, value FROM meta WHERE key IN "
+                              "('fact_id_prefix', 'fact_id_legacy_until')",
+                              -1, &m, nullptr);
+  if (rc != SQLITE_OK)
+    return fail(rc, "read fact id meta");
+  while ((rc = sqlite3_step(m)) == SQLITE_ROW) {
+    auto k = col_text(m, 0);
+    auto v = col_text(m, 1);
+    if (k == "fact_id_prefix")
+      fact_id_prefix_ = v;
+    else
+      legacy_ids_until_ = std::strtoll(v.c_str(), nullptr, 10);
+  }
+  sqlite3_finalize(m);
+  if (rc != SQLITE_DONE)
+    return fail(rc, "read fact id meta");
+  // Checked in release builds: appending with a malformed prefix would write ids that get()
+  // cannot find.
+  if (!valid_fact_id_prefix(fact_id_prefix_))
+    return {errc::corruption, path_.string() + ": meta fact_id_prefix is missing or malformed"};
   return status::ok();
 }
 
@@ -971,35 +990,25 @@ result<fact> entity_store::append(const fact_draft& d) {
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare fact insert");
   stmt_guard g{st};
-  // SQLITE_STATIC: SQLite reads the text in place instead of copying it (six copies per fact);
-  // `f` outlives the step, and every parameter is bound again before the next one.
-  auto text = [st](int i, const std::string& v) {
-    if (v.empty())
-      sqlite3_bind_null(st, i);
-    else
-      sqlite3_bind_text(st, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
-  };
   sqlite3_bind_int64(st, 1, f.seq);
-  text(2, f.fact_id);
-  text(3, f.type);
-  text(4, f.subtype);
+  bind_text(st, 2, f.fact_id);
+  bind_text(st, 3, f.type);
+  bind_text_or_null(st, 4, f.subtype);
   sqlite3_bind_int64(st, 5, f.timestamp_ms);
-  text(6, f.tool_id);
-  text(7, f.config_id);
+  bind_text_or_null(st, 6, f.tool_id);
+  bind_text_or_null(st, 7, f.config_id);
   bind_int_or_null(st, 8, f.config_version);
-  text(9, f.trace_id);
-  text(10, f.idempotency_key);
-  text(11, f.amount);
-  text(12, f.currency);
-  text(13, f.from_entity);
-  text(14, f.to_entity);
-  text(15, f.data);
-  text(16, f.prev_hash);
-  text(17, f.hash);
-  auto stepped = step_done(st, "append fact");
-  sqlite3_clear_bindings(st); // no pointer into `f` stays behind
-  if (!stepped)
-    return stepped;
+  bind_text_or_null(st, 9, f.trace_id);
+  bind_text_or_null(st, 10, f.idempotency_key);
+  bind_text_or_null(st, 11, f.amount);
+  bind_text_or_null(st, 12, f.currency);
+  bind_text_or_null(st, 13, f.from_entity);
+  bind_text_or_null(st, 14, f.to_entity);
+  bind_text(st, 15, f.data);
+  bind_text(st, 16, f.prev_hash);
+  bind_text(st, 17, f.hash);
+  if (auto s = step_done(st, "append fact"); !s)
+    return s;
   last_seq_ = f.seq;
   head_hash_ = f.hash;
   return f;

@@ -338,6 +338,8 @@ class entity_store {
   status configure();
   status migrate();
   status load_head();
+  /// Reads the fact id prefix and the legacy boundary from meta (schema version 4).
+  status load_fact_id_meta();
   status exec(const char* sql);
   status exec_cached(const char* sql);
   sqlite3_stmt* prepare(const char* sql);
