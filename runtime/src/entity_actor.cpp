@@ -86,6 +86,9 @@ struct entity_state {
   uint64_t commit_gen = 0; ///< generation of the last commit
   uint64_t synced_gen = 0; ///< every commit up to this generation is durable
   bool sync_in_flight = false;
+  bool checkpointing = false; ///< a storage thread is checkpointing the WAL
+  int ckpt_rounds = 0;        ///< concurrent checkpoints in this cycle (maybe_checkpoint)
+  bool ckpt_finish = false;   ///< the rest of the WAL is due on the actor's connection
   bool busy = false;
   bool committing = false;
   bool flush_scheduled = false;
@@ -924,6 +927,45 @@ void pump(self_ptr self);
 
 void release_synced(self_ptr self);
 
+/// Keeps the WAL short. Past the configured size, a storage thread copies it into the database
+/// through a connection of its own while this actor goes on committing (up to three rounds,
+/// while commits made meanwhile keep more than a quarter of the threshold out); then the rest,
+/// now small, is copied on the actor's own connection while the actor holds off, which lets
+/// the next commit restart the WAL. (A checkpoint only on the actor's connection held every
+/// call for the whole copy: tens of ms for a hot entity. Only concurrent ones never let the
+/// WAL restart under steady load: some commit always lands during the copy.)
+void maybe_checkpoint(self_ptr self) {
+  auto& s = self->state;
+  // Not while a commit runs on a storage thread: it moves wal_frames().
+  if (s.checkpointing || s.committing || s.ph != phase::ready || !s.core->store)
+    return;
+  auto& store = *s.core->store;
+  auto core = s.core;
+  auto rt = s.rt;
+  auto me = caf::actor_cast<caf::actor>(self);
+  if (s.ckpt_finish) {
+    if (s.busy || store.in_batch())
+      return; // the next sync tries again
+    s.ckpt_finish = false;
+    s.checkpointing = s.committing = true;
+    rt->pool.post([core, rt, me] {
+      // A failed checkpoint only leaves the WAL longer; the next sync tries again.
+      auto st = core->store->checkpoint();
+      caf::anon_send(me, atoms::checkpointed::value, false, st ? 0 : -1);
+    });
+    return;
+  }
+  if (store.wal_frames() <= rt->cfg.wal_checkpoint_frames)
+    return;
+  s.checkpointing = true;
+  ++s.ckpt_rounds;
+  rt->pool.post([core, rt, me] {
+    auto r = core->store->checkpoint_concurrently();
+    rt->stats.checkpoints.fetch_add(1, std::memory_order_relaxed);
+    caf::anon_send(me, atoms::checkpointed::value, true, r ? r.value() : -1);
+  });
+}
+
 void on_synced(self_ptr self, uint64_t gen, int code, const std::string& msg) {
   auto& s = self->state;
   s.sync_in_flight = false;
@@ -939,18 +981,7 @@ void on_synced(self_ptr self, uint64_t gen, int code, const std::string& msg) {
   s.synced_gen = std::max(s.synced_gen, gen);
   release_synced(self);
   request_sync(self);
-  // Keep the WAL short: checkpoint on a storage thread while the actor holds off.
-  if (!s.busy && !s.committing && !s.sync_in_flight && s.core->store &&
-      s.core->store->wal_frames() > 4000 && !s.core->store->in_batch()) {
-    s.committing = true;
-    auto core = s.core;
-    auto me = caf::actor_cast<caf::actor>(self);
-    s.rt->pool.post([core, me] {
-      (void)core->store->checkpoint(); // a failed checkpoint only leaves the WAL longer
-      caf::anon_send(me, atoms::checkpointed::value);
-    });
-    return;
-  }
+  maybe_checkpoint(self);
   pump(self);
 }
 
@@ -1023,14 +1054,27 @@ void on_committed(self_ptr self, int code, const std::string& msg, bool alarms) 
   pump(self);
 }
 
-/// A checkpoint on a storage thread is done; the actor may use its store again.
-void on_checkpointed(self_ptr self) {
+/// A checkpoint on a storage thread is done (`concurrent`: through its own connection, having
+/// copied `done` frames; else on the actor's connection, -1 when it failed).
+void on_checkpointed(self_ptr self, bool concurrent, int done) {
   auto& s = self->state;
-  s.committing = false;
-  if (s.turn && s.turn->suspended && s.turn->woken) {
-    s.turn->suspended = false;
-    (void)s.core->store->begin_turn();
-    s.turn->handle.resume();
+  s.checkpointing = false;
+  if (concurrent) {
+    int left = done < 0 ? 0 : s.core->store->wal_frames() - done;
+    if (done >= 0 && left > s.rt->cfg.wal_checkpoint_frames / 4 && s.ckpt_rounds < 3) {
+      maybe_checkpoint(self); // another round: wal_frames() is still over the threshold
+    } else {
+      s.ckpt_rounds = 0;
+      s.ckpt_finish = done >= 0; // a failed one: start over at the next sync
+      maybe_checkpoint(self);
+    }
+  } else {
+    s.committing = false;
+    if (s.turn && s.turn->suspended && s.turn->woken) {
+      s.turn->suspended = false;
+      (void)s.core->store->begin_turn();
+      s.turn->handle.resume();
+    }
   }
   pump(self);
 }
@@ -1099,9 +1143,9 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
 void maybe_close(self_ptr self) {
   auto& s = self->state;
   bool wanted = s.stopping || s.evict_requested || s.idle_fired;
-  if (!wanted || s.ph != phase::ready || s.busy || s.committing || s.flush_scheduled ||
-      s.sync_in_flight || !s.awaiting_sync.empty() || !s.queue.empty() || !s.batch.empty() ||
-      s.core->store->in_batch())
+  if (!wanted || s.ph != phase::ready || s.busy || s.committing || s.checkpointing ||
+      s.flush_scheduled || s.sync_in_flight || !s.awaiting_sync.empty() || !s.queue.empty() ||
+      !s.batch.empty() || s.core->store->in_batch())
     return;
   s.ph = phase::closing;
   s.instance.reset();
@@ -1185,7 +1229,9 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
     [=](atoms::synced, uint64_t gen, int code, const std::string& msg) {
       on_synced(self, gen, code, msg);
     },
-    [=](atoms::checkpointed) { on_checkpointed(self); },
+    [=](atoms::checkpointed, bool concurrent, int done) {
+      on_checkpointed(self, concurrent, done);
+    },
     [=](atoms::closed) { on_closed(self); },
     [=](atoms::slot) {
       if (self->state.ph == phase::waiting_slot)

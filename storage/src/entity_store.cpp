@@ -584,13 +584,13 @@ result<std::unique_ptr<entity_store>> entity_store::open_file(const fs::path& fi
   return s;
 }
 
-status entity_store::open_db() {
-  detail::sqlite_global_init();
-  int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
-  // A URI so that mode=ro can be asked for; '?', '#' and '%' in the path are percent-encoded
-  // so that no part of a path can add URI parameters.
+namespace {
+
+/// `file:` URI of `path` with '?', '#' and '%' percent-encoded, so that no part of a path can
+/// add URI parameters.
+std::string file_uri(const fs::path& path) {
   std::string enc = "file:";
-  for (char c : path_.string()) {
+  for (char c : path.string()) {
     if (c == '?')
       enc += "%3f";
     else if (c == '#')
@@ -600,6 +600,39 @@ status entity_store::open_db() {
     else
       enc.push_back(c);
   }
+  return enc;
+}
+
+} // namespace
+
+result<int> entity_store::checkpoint_concurrently() const {
+  if (opts_.read_only)
+    return status{errc::invalid_argument, "checkpoint of a store opened read-only"};
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(file_uri(path_).c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nullptr);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> guard(db, sqlite3_close);
+  if (rc != SQLITE_OK)
+    return status{map_rc(rc), "open " + path_.string() + " to checkpoint: " + sqlite3_errstr(rc)};
+  // synchronous=NORMAL: the WAL synced before its pages go into the database, the database
+  // before the WAL may restart.
+  char* err = nullptr;
+  rc = sqlite3_exec(db, "PRAGMA synchronous=NORMAL", nullptr, nullptr, &err);
+  int log = 0, done = 0;
+  if (rc == SQLITE_OK)
+    rc = sqlite3_wal_checkpoint_v2(db, "main", SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+  std::string msg = err ? err : sqlite3_errmsg(db);
+  sqlite3_free(err);
+  if (rc != SQLITE_OK)
+    return status{map_rc(rc), "checkpoint " + path_.string() + ": " + msg};
+  return std::max(done, 0);
+}
+
+status entity_store::open_db() {
+  detail::sqlite_global_init();
+  int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
+  // A URI so that mode=ro can be asked for.
+  std::string enc = file_uri(path_);
   if (opts_.read_only) {
     flags |= SQLITE_OPEN_READONLY;
     enc += opts_.immutable ? "?mode=ro&immutable=1" : "?mode=ro";

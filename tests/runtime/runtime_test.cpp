@@ -101,6 +101,71 @@ TEST_CASE("runtime: 1000 concurrent calls to one entity give 1000 contiguous fac
   CHECK(v.json()["ok"] == true);
 }
 
+TEST_CASE("runtime: a hot entity's WAL is checkpointed beside its commits and starts over, and "
+          "nothing is lost") {
+  test::temp_dir tmp;
+  auto bad = base_config(tmp.path());
+  bad.wal_checkpoint_frames = 0;
+  CHECK(runtime::start(std::move(bad)).error().code() == errc::invalid_argument);
+  auto c = base_config(tmp.path());
+  c.wal_checkpoint_frames = 16;
+  auto key = ek("ledger", "hot");
+  auto wal = key.file_path(tmp.path());
+  wal += "-wal";
+  constexpr int calls = 400; // one commit each (sequential), 4+ WAL frames per commit
+  {
+    auto rt = start_ok(c);
+    for (int i = 0; i < calls; ++i) {
+      call_options o;
+      o.idempotency_key = "k" + std::to_string(i);
+      auto r =
+        rt->call_sync(key, "append", json{{"type", "invocation"}, {"data", {{"i", i}}}}.dump(), o);
+      REQUIRE_MESSAGE(r.ok, r.body);
+    }
+    CHECK(rt->stats().checkpoints >= 1);
+    // The -wal file never shrinks: its size is the largest the WAL grew. Without checkpoints
+    // it would hold every commit's frames (over 4 x 400); it restarts instead.
+    auto size = std::filesystem::file_size(wal);
+    CHECK(size < 32 + calls * (4096 + 24));
+    MESSAGE(rt->stats().checkpoints << " checkpoints, -wal file " << size << " bytes");
+    auto v = rt->call_sync(key, "@verify", "{}");
+    CHECK(v.json()["ok"] == true);
+  }
+  store_options ro;
+  ro.data_dir = tmp.path();
+  ro.read_only = true;
+  auto s = entity_store::open(ro, key);
+  REQUIRE(s.is_ok());
+  CHECK(s.value()->last_seq() == calls);
+  CHECK(s.value()->verify()->ok);
+}
+
+TEST_CASE(
+  "runtime: new trace ids are W3C trace ids ordered by their millisecond, random after it") {
+  auto is_trace_id = [](const std::string& t) {
+    return t.size() == 32 && t.find_first_not_of("0123456789abcdef") == std::string::npos &&
+           t != std::string(32, '0');
+  };
+  auto ms_of = [](const std::string& t) { return std::stoll(t.substr(0, 12), nullptr, 16); };
+  auto before = now_ms();
+  auto a = new_trace_id();
+  auto b = new_trace_id();
+  auto after = now_ms();
+  CHECK(is_trace_id(a));
+  CHECK(is_trace_id(b));
+  CHECK(a != b); // 80 random bits: equal only by a bug
+  CHECK(ms_of(a) >= before);
+  CHECK(ms_of(b) <= after);
+  CHECK(a.substr(12) != b.substr(12));
+  // An id of a later millisecond sorts after every id of an earlier one.
+  std::string c;
+  do
+    c = new_trace_id();
+  while (ms_of(c) <= ms_of(b));
+  CHECK(c > a);
+  CHECK(c > b);
+}
+
 TEST_CASE("runtime: the start names a data directory on ext4 without a journal, and only then") {
   // The probe itself is tested against a fake /sys and /proc (fs_probe_test.cpp); this checks
   // that the runtime passes on what it finds for its real data directory, whichever it is.

@@ -1254,6 +1254,50 @@ TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the 
   CHECK(s->verify()->ok);
 }
 
+TEST_CASE("deferred sync: a checkpoint through its own connection runs beside the owner's "
+          "commits, syncs the WAL and the database, and lets the WAL restart") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.defer_sync = true; // durability full (opts_for)
+  sync_counter::install();
+  struct uninstall {
+    ~uninstall() { sync_counter::remove(); }
+  } at_end;
+  int64_t n = 0;
+  {
+    auto s = open_ok(o);
+    auto append_commit = [&] {
+      REQUIRE(s->append(draft("a", {{"i", n}})).is_ok());
+      REQUIRE(s->commit().is_ok());
+      ++n;
+    };
+    for (int i = 0; i < 40; ++i)
+      append_commit();
+    int frames = s->wal_frames();
+    CHECK(frames >= 40);
+    REQUIRE(s->sync().is_ok());
+    sync_counter::reset();
+    std::thread t([&] { CHECK(s->checkpoint_concurrently().is_ok()); });
+    for (int i = 0; i < 10; ++i) // the owner keeps committing meanwhile
+      append_commit();
+    t.join();
+    CHECK(sync_counter::wal_syncs >= 1); // the WAL before its pages go into the database
+    CHECK(sync_counter::db_syncs >= 1);  // the database before the WAL may restart
+    REQUIRE(s->sync().is_ok());
+    // Once every frame is in the database, the owner's next commit starts the WAL over.
+    REQUIRE(s->checkpoint_concurrently().is_ok());
+    append_commit();
+    CHECK(s->wal_frames() < frames / 4);
+    CHECK(s->last_seq() == n);
+  }
+  auto s = open_ok(o);
+  CHECK(s->last_seq() == 51);
+  CHECK(s->verify()->ok);
+  auto ro = o;
+  ro.read_only = true;
+  CHECK(open_ok(ro)->checkpoint_concurrently().error().code() == errc::invalid_argument);
+}
+
 TEST_CASE("deferred sync: an injected fsync failure is reported") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());

@@ -89,6 +89,11 @@ struct runtime_config {
   /// random-key index pages (idempotency keys, fact ids, trace ids) in memory instead of
   /// re-reading them at every call. Worst case memory: max_active_entities x cache_kib.
   int cache_kib = 4096;
+  /// An entity's WAL past this many frames (pages) is copied into its database by a storage
+  /// thread, through a connection of its own, while the entity goes on committing; the WAL
+  /// then restarts from its beginning. Durability full only (normal: SQLite's own automatic
+  /// checkpoint at 1,000 frames). Default 4000 (~16 MiB of WAL per hot entity).
+  int wal_checkpoint_frames = 4000;
   /// The entity types hosted. Default: the built-in ones are added by the caller
   /// (add_builtin_types).
   entity_registry types;
@@ -129,6 +134,7 @@ struct runtime_stats {
   uint64_t breaker_fast_fails = 0;
   uint64_t dead_letters = 0;         ///< dead letters created
   uint64_t alarm_index_rebuilds = 0; ///< damaged alarm indexes rebuilt at start (0 or 1)
+  uint64_t checkpoints = 0;          ///< WAL checkpoints done beside a running entity
 };
 
 namespace detail {
@@ -176,7 +182,8 @@ class runtime {
   std::unique_ptr<impl> impl_;
 };
 
-/// A random trace id: 32 lowercase hex characters (W3C trace-id).
+/// A new trace id: 32 lowercase hex characters (W3C trace-id), time-ordered: Unix milliseconds
+/// in the first 12 digits, 80 random bits after them (so an entity's trace index grows at its end).
 std::string new_trace_id();
 
 /// SHA-256 (hex) of method and args: the default idempotency fingerprint.

@@ -226,6 +226,14 @@ class entity_store {
   int wal_frames() const noexcept { return wal_frames_; }
   /// Copies the WAL into the database file (PASSIVE) so the WAL can restart from its beginning.
   status checkpoint();
+  /// Like checkpoint(), through a short-lived connection of its own, so that the owner keeps
+  /// reading and writing meanwhile. Thread-safe against the owner: it touches only the file,
+  /// whose locks SQLite holds. The WAL is synced before its frames are copied and the database
+  /// after, also with defer_sync. Returns how many of the WAL's frames are now in the database.
+  /// The WAL restarts at the owner's next write only if that is all of them, which commits
+  /// made meanwhile prevent: a checkpoint() on the owner's connection then copies the rest.
+  /// A store opened read-only: an error.
+  result<int> checkpoint_concurrently() const;
   /// Starts a turn: a savepoint in the batch (opening the batch when needed). Turns do not nest.
   status begin_turn();
   /// Ends the turn: keep (RELEASE) or undo (ROLLBACK TO) its writes.
