@@ -88,7 +88,7 @@ struct entity_state {
   bool sync_in_flight = false;
   bool checkpointing = false; ///< a storage thread is checkpointing the WAL
   int ckpt_rounds = 0;        ///< concurrent checkpoints in this cycle (maybe_checkpoint)
-  bool ckpt_finish = false;   ///< the rest of the WAL is due on the actor's connection
+  int ckpt_done = 0;          ///< WAL frames in the database after the last of them
   bool busy = false;
   bool committing = false;
   bool flush_scheduled = false;
@@ -943,26 +943,31 @@ void maybe_checkpoint(self_ptr self) {
   auto core = s.core;
   auto rt = s.rt;
   auto me = caf::actor_cast<caf::actor>(self);
-  if (s.ckpt_finish) {
-    if (s.busy || store.in_batch())
-      return; // the next sync tries again
-    s.ckpt_finish = false;
-    s.checkpointing = s.committing = true;
+  int threshold = rt->cfg.wal_checkpoint_frames;
+  if (s.ckpt_rounds == 0 && store.wal_frames() <= threshold)
+    return;
+  if (s.ckpt_rounds > 0 && store.wal_frames() < s.ckpt_done) {
+    s.ckpt_rounds = 0; // all of it was copied and a commit has restarted the WAL since
+    return;
+  }
+  bool another =
+    s.ckpt_rounds == 0 || (s.ckpt_rounds < 3 && store.wal_frames() - s.ckpt_done > threshold / 4);
+  if (another) {
+    s.checkpointing = true;
+    ++s.ckpt_rounds;
     rt->pool.post([core, rt, me] {
-      // A failed checkpoint only leaves the WAL longer; the next sync tries again.
-      auto st = core->store->checkpoint();
-      caf::anon_send(me, atoms::checkpointed::value, false, st ? 0 : -1);
+      auto r = core->store->checkpoint_concurrently();
+      rt->stats.checkpoints.fetch_add(1, std::memory_order_relaxed);
+      caf::anon_send(me, atoms::checkpointed::value, true, r ? r.value() : -1);
     });
     return;
   }
-  if (store.wal_frames() <= rt->cfg.wal_checkpoint_frames)
-    return;
-  s.checkpointing = true;
-  ++s.ckpt_rounds;
-  rt->pool.post([core, rt, me] {
-    auto r = core->store->checkpoint_concurrently();
-    rt->stats.checkpoints.fetch_add(1, std::memory_order_relaxed);
-    caf::anon_send(me, atoms::checkpointed::value, true, r ? r.value() : -1);
+  if (s.busy || store.in_batch())
+    return; // the next sync tries again
+  s.checkpointing = s.committing = true;
+  rt->pool.post([core, me] {
+    auto st = core->store->checkpoint();
+    caf::anon_send(me, atoms::checkpointed::value, false, st ? 0 : -1);
   });
 }
 
@@ -1054,21 +1059,19 @@ void on_committed(self_ptr self, int code, const std::string& msg, bool alarms) 
   pump(self);
 }
 
-/// A checkpoint on a storage thread is done (`concurrent`: through its own connection, having
-/// copied `done` frames; else on the actor's connection, -1 when it failed).
+/// A checkpoint on a storage thread is done (`concurrent`: through its own connection, which
+/// left `done` frames in the database; else on the actor's connection). -1: it failed, which
+/// only leaves the WAL longer: the next sync starts over.
 void on_checkpointed(self_ptr self, bool concurrent, int done) {
   auto& s = self->state;
   s.checkpointing = false;
-  if (concurrent) {
-    int left = done < 0 ? 0 : s.core->store->wal_frames() - done;
-    if (done >= 0 && left > s.rt->cfg.wal_checkpoint_frames / 4 && s.ckpt_rounds < 3) {
-      maybe_checkpoint(self); // another round: wal_frames() is still over the threshold
-    } else {
-      s.ckpt_rounds = 0;
-      s.ckpt_finish = done >= 0; // a failed one: start over at the next sync
-      maybe_checkpoint(self);
-    }
+  if (concurrent && done >= 0) {
+    s.ckpt_done = done;
+    maybe_checkpoint(self); // another round or the rest
   } else {
+    s.ckpt_rounds = 0;
+  }
+  if (!concurrent) {
     s.committing = false;
     if (s.turn && s.turn->suspended && s.turn->woken) {
       s.turn->suspended = false;
