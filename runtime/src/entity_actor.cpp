@@ -826,6 +826,7 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
 // -- commit (output gate) -----------------------------------------------------------------------
 
 void request_sync(self_ptr self);
+void maybe_checkpoint(self_ptr self);
 
 /// Moves `v` behind the last commit's sync: nothing leaves before what it may reveal is durable.
 void hold_until_synced(self_ptr self, std::vector<std::pair<reply_to, call_reply>>& v) {
@@ -871,6 +872,7 @@ void start_commit(self_ptr self) {
     } else {
       s.synced_gen = s.commit_gen;
       deliver(s.batch);
+      maybe_checkpoint(self); // with deferred sync: after the sync (on_synced)
     }
     // A sync in flight resumes the entity when it returns (on_synced pumps). Without one (an
     // inline commit in durability normal) nothing comes back: run what queued meanwhile and
@@ -1056,6 +1058,7 @@ void on_committed(self_ptr self, int code, const std::string& msg, bool alarms) 
     (void)s.core->store->begin_turn();
     s.turn->handle.resume();
   }
+  maybe_checkpoint(self);
   pump(self);
 }
 

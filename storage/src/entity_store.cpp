@@ -646,8 +646,10 @@ status entity_store::open_db() {
   if (auto st = configure(); !st)
     return st;
   // The WAL hook replaces SQLite's automatic-checkpoint hook (set it after the pragmas, which
-  // would reset it): with deferred sync the runtime checkpoints on a storage thread instead.
-  if (opts_.defer_sync && opts_.mode == durability::full && !opts_.read_only)
+  // would reset it): with deferred sync or without automatic checkpoints the owner checkpoints
+  // (the runtime: on a storage thread) instead.
+  bool deferred = opts_.defer_sync && opts_.mode == durability::full;
+  if ((deferred || !opts_.auto_checkpoint) && !opts_.read_only)
     sqlite3_wal_hook(db_, wal_hook, &wal_frames_);
   return migrate();
 }

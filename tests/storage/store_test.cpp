@@ -1298,6 +1298,43 @@ TEST_CASE("deferred sync: a checkpoint through its own connection runs beside th
   CHECK(open_ok(ro)->checkpoint_concurrently().error().code() == errc::invalid_argument);
 }
 
+TEST_CASE("auto_checkpoint off: no commit checkpoints past 1,000 WAL frames (durability "
+          "normal), the owner's checkpoint does, with its syncs") {
+  test::temp_dir tmp;
+  sync_counter::install();
+  struct uninstall {
+    ~uninstall() { sync_counter::remove(); }
+  } at_end;
+  auto run = [&](bool auto_checkpoint, const std::string& id) {
+    auto o = opts_for(tmp.path());
+    o.mode = durability::normal;
+    o.auto_checkpoint = auto_checkpoint;
+    auto s = open_ok(o, key(id));
+    sync_counter::reset();
+    for (int i = 0; i < 400; ++i) { // 3+ frames per commit: past SQLite's 1,000
+      REQUIRE(s->append(draft("a", {{"i", i}})).is_ok());
+      REQUIRE(s->commit().is_ok());
+    }
+    return s;
+  };
+  {
+    auto s = run(true, "auto"); // the control: SQLite checkpoints inside a commit, with syncs
+    CHECK(sync_counter::db_syncs >= 1);
+  }
+  auto s = run(false, "owner");
+  // synchronous=NORMAL syncs a new WAL's header once, in its first commit; nothing else.
+  CHECK(sync_counter::wal_syncs <= 1);
+  CHECK(sync_counter::db_syncs == 0);
+  CHECK(s->wal_frames() > 1000);
+  REQUIRE(s->checkpoint_concurrently().is_ok());
+  CHECK(sync_counter::wal_syncs >= 1);
+  CHECK(sync_counter::db_syncs >= 1);
+  s.reset();
+  auto again = open_ok(opts_for(tmp.path()), key("owner"));
+  CHECK(again->last_seq() == 400);
+  CHECK(again->verify()->ok);
+}
+
 TEST_CASE("deferred sync: an injected fsync failure is reported") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());

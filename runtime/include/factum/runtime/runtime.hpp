@@ -91,8 +91,8 @@ struct runtime_config {
   int cache_kib = 4096;
   /// An entity's WAL past this many frames (pages) is copied into its database by a storage
   /// thread, through a connection of its own, while the entity goes on committing; the WAL
-  /// then restarts from its beginning. Durability full only (normal: SQLite's own automatic
-  /// checkpoint at 1,000 frames). Default 4000 (~16 MiB of WAL per hot entity).
+  /// then restarts from its beginning. No commit runs a checkpoint (SQLite's automatic one is
+  /// off), in either durability. Default 4000 (~16 MiB of WAL per hot entity).
   int wal_checkpoint_frames = 4000;
   /// The entity types hosted. Default: the built-in ones are added by the caller
   /// (add_builtin_types).

@@ -64,6 +64,11 @@ struct store_options {
   /// commit). Automatic checkpoints are off; call checkpoint() when wal_frames() grows.
   /// Default false: commit() itself is durable.
   bool defer_sync = false;
+  /// SQLite's automatic checkpoint: inside the commit that takes the WAL past 1,000 frames, on
+  /// the committing thread, with its syncs (durability normal syncs only there). false: the
+  /// owner checkpoints (checkpoint(), checkpoint_concurrently()) when wal_frames() grows, so
+  /// that no commit ever waits on the disk. defer_sync implies false. Default true.
+  bool auto_checkpoint = true;
   /// Caps the file size (PRAGMA max_page_count); 0 = no cap. For disk-full tests.
   int64_t max_page_count = 0;
   /// Fault injection (tests only); empty in production.
