@@ -94,6 +94,8 @@ struct entity_state {
   bool flush_scheduled = false;
   bool alarms_dirty = false;
   bool idle_fired = false;
+  bool idle_armed = false;                         ///< an atoms::idle check is on its way
+  std::chrono::steady_clock::time_point last_call; ///< arrival of the last call
   bool evict_requested = false;
   bool stopping = false;
   bool purge_alarm_known = false;
@@ -1087,6 +1089,37 @@ void on_checkpointed(self_ptr self, bool concurrent, int done) {
 
 // -- activation and hibernation -----------------------------------------------------------------
 
+/// Idle timeout: one self-message per idle period, which looks at the last call's arrival and
+/// either marks the entity idle or comes back when the period would end. (CAF's `after` in
+/// the behavior re-armed a timer on the clock thread at every message, three per call.)
+void arm_idle_check(self_ptr self, std::chrono::steady_clock::duration d) {
+  auto& s = self->state;
+  if (s.idle_armed)
+    return;
+  s.idle_armed = true;
+  self->delayed_send(self, d, atoms::idle::value);
+}
+
+void on_idle_check(self_ptr self) {
+  auto& s = self->state;
+  s.idle_armed = false;
+  if (s.ph != phase::ready)
+    return; // armed again when it is (on_opened)
+  auto idle = std::chrono::steady_clock::now() - s.last_call;
+  auto timeout =
+    std::chrono::duration_cast<std::chrono::steady_clock::duration>(s.rt->cfg.idle_timeout);
+  if (s.busy) { // a turn still waits on something: idle counts from now
+    s.last_call = std::chrono::steady_clock::now();
+    idle = {};
+  }
+  if (idle < timeout) {
+    arm_idle_check(self, timeout - idle);
+    return;
+  }
+  s.idle_fired = true;
+  maybe_close(self);
+}
+
 void start_open(self_ptr self) {
   auto& s = self->state;
   s.ph = phase::opening;
@@ -1129,6 +1162,8 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
     return;
   }
   s.ph = phase::ready;
+  s.last_call = std::chrono::steady_clock::now();
+  arm_idle_check(self, s.rt->cfg.idle_timeout);
   auto active = s.rt->stats.active.fetch_add(1, std::memory_order_relaxed) + 1;
   auto peak = s.rt->stats.peak_active.load(std::memory_order_relaxed);
   while (active > peak && !s.rt->stats.peak_active.compare_exchange_weak(peak, active)) {
@@ -1197,6 +1232,7 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
       reply_to rp{sink};
       auto req = sink->take();
       s.idle_fired = false;
+      s.last_call = std::chrono::steady_clock::now();
       if (req.method == "@wake") { // the alarm scheduler: check alarms, answer at once
         rp.deliver(call_reply::success("null"));
         queued q;
@@ -1286,11 +1322,7 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
       }
       maybe_close(self);
     },
-    caf::after(rt->cfg.idle_timeout) >>
-      [=] {
-        self->state.idle_fired = true;
-        maybe_close(self);
-      },
+    [=](atoms::idle) { on_idle_check(self); },
   };
 }
 

@@ -45,6 +45,7 @@ using stop = caf::atom_constant<caf::atom("f_stop")>;         // runtime: drain 
 using alarm = caf::atom_constant<caf::atom("f_alarm")>;       // timer/scheduler: check alarms
 using tick = caf::atom_constant<caf::atom("f_tick")>;         // scheduler timer
 using kick = caf::atom_constant<caf::atom("f_kick")>;         // scheduler: index changed
+using idle = caf::atom_constant<caf::atom("f_idle")>;         // self: idle timeout check
 } // namespace atoms
 
 } // namespace factum

@@ -276,6 +276,33 @@ TEST_CASE("runtime: a call that outlives its timeout is answered 504 CALL_TIMEOU
   CHECK(facts[3]["data"]["n"] == 2);
 }
 
+TEST_CASE("runtime: an entity called more often than its idle timeout stays active, and "
+          "hibernates once the calls stop") {
+  test::temp_dir tmp;
+  auto cfg = base_config(tmp.path());
+  cfg.idle_timeout = 300ms;
+  auto rt = start_ok(cfg);
+  auto key = ek("counter", "busy");
+  auto start = std::chrono::steady_clock::now();
+  int calls = 0;
+  // ~1.2 s of calls, one every ~30 ms: four idle timeouts long, never idle for one.
+  while (std::chrono::steady_clock::now() - start < 1200ms) {
+    REQUIRE(rt->call_sync(key, "add", json{{"by", 1}}.dump()).ok);
+    ++calls;
+    std::this_thread::sleep_for(30ms); // the pacing of the workload, not a synchronisation
+  }
+  CHECK(rt->stats().hibernations == 0);
+  CHECK(rt->stats().activations == 1);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (rt->stats().hibernations < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  CHECK(rt->stats().hibernations == 1);
+  auto r = rt->call_sync(key, "add", json{{"by", 1}}.dump()); // reactivates from its facts
+  REQUIRE(r.ok);
+  CHECK(r.json()["value"] == calls + 1);
+  CHECK(rt->stats().activations == 2);
+}
+
 TEST_CASE("runtime: a call whose entity ends between lookup and delivery is routed again and "
           "runs once") {
   test::temp_dir tmp;
