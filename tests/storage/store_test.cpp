@@ -1215,16 +1215,21 @@ struct sync_counter {
   static void reset() { wal_syncs = db_syncs = 0; }
 };
 
+/// Installs the counting VFS as SQLite's default for one test's scope.
+struct counting_syncs {
+  counting_syncs() { sync_counter::install(); }
+  ~counting_syncs() { sync_counter::remove(); }
+  counting_syncs(const counting_syncs&) = delete;
+  counting_syncs& operator=(const counting_syncs&) = delete;
+};
+
 } // namespace
 
 TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the close do") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   o.defer_sync = true; // durability full (opts_for)
-  sync_counter::install();
-  struct uninstall {
-    ~uninstall() { sync_counter::remove(); }
-  } uninstall_at_exit;
+  counting_syncs counting;
   {
     auto s = open_ok(o);
     sync_counter::reset();
@@ -1259,10 +1264,7 @@ TEST_CASE("deferred sync: a checkpoint through its own connection runs beside th
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   o.defer_sync = true; // durability full (opts_for)
-  sync_counter::install();
-  struct uninstall {
-    ~uninstall() { sync_counter::remove(); }
-  } at_end;
+  counting_syncs counting;
   int64_t n = 0;
   {
     auto s = open_ok(o);
@@ -1301,10 +1303,7 @@ TEST_CASE("deferred sync: a checkpoint through its own connection runs beside th
 TEST_CASE("auto_checkpoint off: no commit checkpoints past 1,000 WAL frames (durability "
           "normal), the owner's checkpoint does, with its syncs") {
   test::temp_dir tmp;
-  sync_counter::install();
-  struct uninstall {
-    ~uninstall() { sync_counter::remove(); }
-  } at_end;
+  counting_syncs counting;
   auto run = [&](bool auto_checkpoint, const std::string& id) {
     auto o = opts_for(tmp.path());
     o.mode = durability::normal;
