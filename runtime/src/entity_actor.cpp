@@ -1,8 +1,10 @@
 // entity_actor.cpp: the actor of one entity, and the context its handlers see.
 //
 // Threads: everything here runs on the entity's actor (one CAF worker at a time), except the
-// jobs posted to the storage pool (open, commit, close), which own the store while they run;
-// the actor does not touch the store while a job is in flight (`committing`, phases).
+// jobs posted to the storage pool (open, slow-path commit, checkpoint on the actor's
+// connection, close), which own the store while they run; the actor does not touch the store
+// while such a job is in flight (`committing`, phases). Two jobs run beside the actor instead:
+// sync() (the WAL's own descriptor) and checkpoint_concurrently() (a connection of its own).
 //
 // A call's path: (atoms::call) -> queue -> pump() -> run_turn() [savepoint, key, handler] ->
 // finish_turn() [complete key, release savepoint, reply into the batch] -> flush (a message to
