@@ -946,16 +946,16 @@ void maybe_checkpoint(self_ptr self) {
   if (s.checkpointing || s.committing || s.ph != phase::ready || !s.core->store)
     return;
   auto& store = *s.core->store;
-  auto core = s.core;
-  auto rt = s.rt;
-  auto me = caf::actor_cast<caf::actor>(self);
-  int threshold = rt->cfg.wal_checkpoint_frames;
+  int threshold = s.rt->cfg.wal_checkpoint_frames;
   if (s.ckpt_rounds == 0 && store.wal_frames() <= threshold)
-    return;
+    return; // the common case, once per commit or sync
   if (s.ckpt_rounds > 0 && store.wal_frames() < s.ckpt_done) {
     s.ckpt_rounds = 0; // all of it was copied and a commit has restarted the WAL since
     return;
   }
+  auto core = s.core;
+  auto rt = s.rt;
+  auto me = caf::actor_cast<caf::actor>(self);
   bool another =
     s.ckpt_rounds == 0 || (s.ckpt_rounds < 3 && store.wal_frames() - s.ckpt_done > threshold / 4);
   if (another) {
@@ -1107,13 +1107,12 @@ void on_idle_check(self_ptr self) {
   s.idle_armed = false;
   if (s.ph != phase::ready)
     return; // armed again when it is (on_opened)
-  auto idle = std::chrono::steady_clock::now() - s.last_call;
+  auto now = std::chrono::steady_clock::now();
+  if (s.busy) // a turn still waits on something: idle counts from now
+    s.last_call = now;
+  auto idle = now - s.last_call;
   auto timeout =
     std::chrono::duration_cast<std::chrono::steady_clock::duration>(s.rt->cfg.idle_timeout);
-  if (s.busy) { // a turn still waits on something: idle counts from now
-    s.last_call = std::chrono::steady_clock::now();
-    idle = {};
-  }
   if (idle < timeout) {
     arm_idle_check(self, timeout - idle);
     return;

@@ -16,7 +16,6 @@
 #include <cerrno>
 #include <cstring>
 #include <future>
-#include <random>
 
 #include "factum/storage/fs_probe.hpp"
 #include "factum/storage/sha256.hpp"
@@ -27,24 +26,11 @@ namespace factum {
 using detail::runtime_core;
 
 std::string new_trace_id() {
-  // Time-ordered like a UUIDv7: 12 hex digits of Unix milliseconds, then 80 random bits. Every
-  // fact carries its call's trace id and each entity indexes it (facts_by_trace): random ids
-  // would dirty one random index page per fact (a 4 KiB WAL frame each at commit), ordered ids
-  // land on the index's last page. The random right half satisfies W3C Trace Context level 2
-  // (at least the rightmost 7 bytes random).
-  thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(now_ms()) ^
-                                   reinterpret_cast<uintptr_t>(&rng)};
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out(32, '0');
-  auto ms = static_cast<uint64_t>(std::max<int64_t>(now_ms(), 0)) & ((uint64_t{1} << 48) - 1);
-  for (int i = 0; i < 12; ++i)
-    out[i] = hex[(ms >> ((11 - i) * 4)) & 0xf];
-  uint64_t r1 = rng(), r2 = rng();
-  for (int i = 0; i < 16; ++i)
-    out[12 + i] = hex[(r1 >> (i * 4)) & 0xf];
-  for (int i = 0; i < 4; ++i)
-    out[28 + i] = hex[(r2 >> (i * 4)) & 0xf];
-  return out;
+  // Time-ordered (storage's time_ordered_id): every fact carries its call's trace id and each
+  // entity indexes it (facts_by_trace); random ids would dirty one random index page per fact
+  // (a 4 KiB WAL frame each at commit). The 80 random bits on the right satisfy W3C Trace
+  // Context level 2 (at least the rightmost 7 bytes random).
+  return time_ordered_id("", 20);
 }
 
 std::string call_fingerprint(std::string_view method, std::string_view args_json) {

@@ -116,13 +116,6 @@ void append_hex(std::string& out, uint64_t v, int digits) {
     out.push_back(hex[(v >> (i * 4)) & 0xf]);
 }
 
-std::string new_id(std::string_view prefix) {
-  std::string out(prefix);
-  append_hex(out, static_cast<uint64_t>(now_ms()), 12);
-  append_hex(out, random_u64(), 16);
-  return out;
-}
-
 /// Fact ids of schema version 4: the file's prefix (`fct_` + 16 hex digits) + 12 hex digits
 /// of seq. 2^48 facts per entity.
 constexpr size_t fact_id_prefix_size = 20;
@@ -552,7 +545,7 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     // schema in place through WAL. RENAME_NOREPLACE: a file another process created in the
     // meantime wins, and is opened below like any existing file.
     auto tmp = path;
-    tmp += ".tmp-" + new_id("");
+    tmp += ".tmp-" + time_ordered_id("", 16);
     int version =
       opts.target_schema_version > 0 ? opts.target_schema_version : current_schema_version;
     if (auto st = build_entity_file(tmp, key, now_ms(), version); !st)
@@ -999,7 +992,8 @@ result<fact> entity_store::append(const fact_draft& d) {
   if (f.seq > max_derived_seq)
     return status{errc::full, "the entity holds the most facts a fact id can number (2^48 - 1)"};
   // A file kept at an older schema version (migration tests only) gets old-style ids.
-  f.fact_id = fact_id_prefix_.empty() ? new_id("fct_") : derived_fact_id(fact_id_prefix_, f.seq);
+  f.fact_id =
+    fact_id_prefix_.empty() ? time_ordered_id("fct_", 16) : derived_fact_id(fact_id_prefix_, f.seq);
   f.type = d.type;
   f.subtype = d.subtype;
   f.timestamp_ms = d.timestamp_ms ? d.timestamp_ms : now_ms();
@@ -1917,6 +1911,15 @@ result<entity_info> entity_store::info() {
   if (!ec)
     i.file_bytes += w;
   return i;
+}
+
+std::string time_ordered_id(std::string_view prefix, int random_hex) {
+  std::string out(prefix);
+  out.reserve(prefix.size() + 12 + static_cast<size_t>(std::max(random_hex, 0)));
+  append_hex(out, static_cast<uint64_t>(now_ms()), 12);
+  for (int left = random_hex; left > 0; left -= 16)
+    append_hex(out, random_u64(), std::min(left, 16));
+  return out;
 }
 
 std::vector<fs::path> list_entity_files(const fs::path& data_dir) {

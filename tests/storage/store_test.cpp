@@ -110,6 +110,26 @@ TEST_CASE("entity keys: the path is a digest under the data directory") {
   CHECK_FALSE(entity_key::parse("acme/../a1").is_ok());
 }
 
+TEST_CASE("ids: time_ordered_id is the prefix, 12 hex digits of the millisecond, then random "
+          "hex digits, and sorts by its millisecond") {
+  auto before = now_ms();
+  auto a = time_ordered_id("x_", 20);
+  auto b = time_ordered_id("x_", 20);
+  REQUIRE(a.size() == 2 + 12 + 20);
+  CHECK(a.substr(0, 2) == "x_");
+  CHECK(a.find_first_not_of("0123456789abcdef", 2) == std::string::npos);
+  CHECK(std::stoll(a.substr(2, 12), nullptr, 16) >= before);
+  CHECK(a.substr(14) != b.substr(14));
+  CHECK(time_ordered_id("", 16).size() == 28);
+  CHECK(time_ordered_id("", 3).size() == 15);
+  std::string c;
+  do // the next millisecond, at most ~1 ms of spinning
+    c = time_ordered_id("x_", 20);
+  while (c.substr(0, 14) <= b.substr(0, 14));
+  CHECK(c > a);
+  CHECK(c > b);
+}
+
 TEST_CASE("facts: appended with contiguous seq and a valid hash chain") {
   test::temp_dir tmp;
   auto s = open_ok(opts_for(tmp.path()));

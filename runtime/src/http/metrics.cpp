@@ -131,7 +131,7 @@ std::string http_metrics::render(const runtime_stats& rt) const {
          "Damaged alarm indexes set aside and rebuilt from the entity files at start.",
          rt.alarm_index_rebuilds);
   metric(out, "factum_wal_checkpoints_total", "counter",
-         "WAL checkpoints run beside a running entity (durability full).", rt.checkpoints);
+         "WAL checkpoints run beside a running entity.", rt.checkpoints);
   metric(out, "factum_alarms_fired_total", "counter", "Alarm handlers that ran.", rt.alarms_fired);
   metric(out, "factum_alarm_retries_total", "counter", "Failed alarms scheduled again.",
          rt.alarm_retries);
