@@ -38,7 +38,8 @@ struct args_t {
   int concurrency = 64;
   int rss_entities = 10'000;
   std::string durability_mode = "full";
-  int cache_kib = 0; // 0: the runtime's default
+  int cache_kib = 0;       // 0: the runtime's default
+  int storage_threads = 0; // 0: the runtime's default
 };
 
 struct run_result {
@@ -76,6 +77,8 @@ std::unique_ptr<runtime> start(const fs::path& dir, const args_t& a, size_t max_
   c.idle_timeout = std::chrono::minutes(10);
   if (a.cache_kib > 0)
     c.cache_kib = a.cache_kib;
+  if (a.storage_threads > 0)
+    c.storage_threads = static_cast<size_t>(a.storage_threads);
   add_builtin_types(c.types);
   auto r = runtime::start(std::move(c));
   if (!r) {
@@ -272,10 +275,13 @@ int main(int argc, char** argv) {
       a.durability_mode = val("--durability=");
     } else if (s.rfind("--cache_kib=", 0) == 0) {
       a.cache_kib = std::stoi(val("--cache_kib="));
+    } else if (s.rfind("--storage_threads=", 0) == 0) {
+      a.storage_threads = std::stoi(val("--storage_threads="));
     } else {
       std::fprintf(stderr, "usage: runtime_bench [--benchmarks=append1,append1000,replay,cold,rss] "
                            "[--runs=N] [--num=N] [--concurrency=N] [--rss_entities=N] "
-                           "[--durability=full|normal] [--cache_kib=N]\n");
+                           "[--durability=full|normal] [--cache_kib=N] "
+                           "[--storage_threads=N]\n");
       return 2;
     }
   }

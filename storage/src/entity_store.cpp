@@ -26,6 +26,7 @@
 #include "factum/storage/utf8.hpp"
 #include "schema.hpp"
 #include "sqlite_global.hpp"
+#include "wal_vfs.hpp"
 
 namespace fs = std::filesystem;
 
@@ -255,13 +256,13 @@ errc errno_code(int e) {
   return e == EROFS ? errc::read_only : e == ENOSPC || e == EDQUOT ? errc::full : errc::io_error;
 }
 
-status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now, int version) {
+status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now, int version,
+                         const char* vfs) {
   detail::sqlite_global_init();
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(tmp.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
-                             SQLITE_OPEN_EXCLUSIVE,
-                           nullptr);
+  int rc = sqlite3_open_v2(
+    tmp.c_str(), &db,
+    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXCLUSIVE, vfs);
   auto fail_with = [&](const std::string& what) {
     status st{db ? errno_code(sqlite3_system_errno(db)) : errc::io_error,
               "create " + tmp.string() + ": " + what + ": " +
@@ -345,6 +346,8 @@ void sqlite_global_init() {
     // connections open; pages are allocated one by one as a connection needs them.
     sqlite3_config(SQLITE_CONFIG_PAGECACHE, nullptr, 0, 0);
     sqlite3_initialize();
+    sqlite3_vfs* unix_vfs = sqlite3_vfs_find("unix");
+    register_wal_vfs(unix_vfs ? unix_vfs : sqlite3_vfs_find(nullptr));
   });
 }
 
@@ -548,7 +551,7 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     tmp += ".tmp-" + time_ordered_id("", 16);
     int version =
       opts.target_schema_version > 0 ? opts.target_schema_version : current_schema_version;
-    if (auto st = build_entity_file(tmp, key, now_ms(), version); !st)
+    if (auto st = build_entity_file(tmp, key, now_ms(), version, s->vfs_name()); !st)
       return st;
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
       int e = errno;
@@ -598,12 +601,22 @@ std::string file_uri(const fs::path& path) {
 
 } // namespace
 
+const char* entity_store::default_vfs() {
+  detail::sqlite_global_init();
+  return detail::wal_vfs_name;
+}
+
+const char* entity_store::vfs_name() const {
+  return opts_.vfs.empty() ? default_vfs() : opts_.vfs.c_str();
+}
+
 result<int> entity_store::checkpoint_concurrently() const {
   if (opts_.read_only)
     return status{errc::invalid_argument, "checkpoint of a store opened read-only"};
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(file_uri(path_).c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nullptr);
+  int rc =
+    sqlite3_open_v2(file_uri(path_).c_str(), &db,
+                    SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, vfs_name());
   std::unique_ptr<sqlite3, int (*)(sqlite3*)> guard(db, sqlite3_close);
   if (rc != SQLITE_OK)
     return status{map_rc(rc), "open " + path_.string() + " to checkpoint: " + sqlite3_errstr(rc)};
@@ -632,7 +645,7 @@ status entity_store::open_db() {
   } else {
     flags |= SQLITE_OPEN_READWRITE; // files are created by build_entity_file only
   }
-  int rc = sqlite3_open_v2(enc.c_str(), &db_, flags, nullptr);
+  int rc = sqlite3_open_v2(enc.c_str(), &db_, flags, vfs_name());
   if (rc != SQLITE_OK)
     return fail(rc, "open " + path_.string());
   sqlite3_extended_result_codes(db_, 1);

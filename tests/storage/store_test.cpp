@@ -1145,13 +1145,15 @@ TEST_CASE("deferred sync: commit without fsync, sync() from another thread, chec
 
 namespace {
 
-// A VFS over SQLite's default one that counts xSync calls on -wal files and on main database
-// files, to see which syncs SQLite itself issues (the store's own fdatasync bypasses it).
+// A VFS over factum's own that counts xSync calls on -wal files and on main database files, to
+// see which syncs SQLite itself issues (the store's own fdatasync bypasses it). Stores opened
+// with store_options::vfs = sync_counter::name use it.
 struct sync_counter {
   static inline sqlite3_vfs* base = nullptr;
   static inline sqlite3_vfs vfs{};
   static inline sqlite3_io_methods methods{};
   static inline std::atomic<int> wal_syncs{0}, db_syncs{0};
+  static constexpr const char* name = "factum-sync-counter";
   struct file {
     sqlite3_file head; // pMethods = &methods
     bool wal;
@@ -1173,12 +1175,14 @@ struct sync_counter {
     return f(p)->real()->pMethods->xSync(f(p)->real(), fl);
   }
   static void install() {
-    base = sqlite3_vfs_find(nullptr);
+    base = sqlite3_vfs_find(entity_store::default_vfs());
+    REQUIRE(base != nullptr);
     vfs = *base;
+    vfs.pNext = nullptr;
     vfs.szOsFile = static_cast<int>(sizeof(file)) + base->szOsFile;
-    vfs.zName = "factum-sync-counter";
+    vfs.zName = name;
     vfs.xOpen = open;
-    REQUIRE(sqlite3_vfs_register(&vfs, 1) == SQLITE_OK);
+    REQUIRE(sqlite3_vfs_register(&vfs, 0) == SQLITE_OK);
     methods.iVersion = 3;
     methods.xClose = [](sqlite3_file* p) { return f(p)->real()->pMethods->xClose(f(p)->real()); };
     methods.xRead = [](sqlite3_file* p, void* b, int n, sqlite3_int64 o) {
@@ -1235,7 +1239,7 @@ struct sync_counter {
   static void reset() { wal_syncs = db_syncs = 0; }
 };
 
-/// Installs the counting VFS as SQLite's default for one test's scope.
+/// Registers the counting VFS for one test's scope.
 struct counting_syncs {
   counting_syncs() { sync_counter::install(); }
   ~counting_syncs() { sync_counter::remove(); }
@@ -1249,6 +1253,7 @@ TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the 
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   o.defer_sync = true; // durability full (opts_for)
+  o.vfs = sync_counter::name;
   counting_syncs counting;
   {
     auto s = open_ok(o);
@@ -1284,6 +1289,7 @@ TEST_CASE("deferred sync: a checkpoint through its own connection runs beside th
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   o.defer_sync = true; // durability full (opts_for)
+  o.vfs = sync_counter::name;
   counting_syncs counting;
   int64_t n = 0;
   {
@@ -1326,6 +1332,7 @@ TEST_CASE("auto_checkpoint off: no commit checkpoints past 1,000 WAL frames (dur
   counting_syncs counting;
   auto run = [&](bool auto_checkpoint, const std::string& id) {
     auto o = opts_for(tmp.path());
+    o.vfs = sync_counter::name;
     o.mode = durability::normal;
     o.auto_checkpoint = auto_checkpoint;
     auto s = open_ok(o, key(id));

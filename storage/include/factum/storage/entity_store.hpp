@@ -73,6 +73,10 @@ struct store_options {
   int64_t max_page_count = 0;
   /// Fault injection (tests only); empty in production.
   fault_hook fault;
+  /// SQLite VFS for every connection the store opens. Empty (the default): factum's own,
+  /// entity_store::default_vfs(), which passes everything to SQLite's "unix" VFS except that a
+  /// commit's WAL writes reach the kernel as one write. Tests name a wrapper of it here.
+  std::string vfs;
 };
 
 /// The schema version this build writes (PRAGMA user_version).
@@ -198,6 +202,9 @@ class entity_store {
 
   /// Rolls back an uncommitted batch and closes the file.
   ~entity_store();
+
+  /// Name of factum's SQLite VFS (registered on first use; see store_options::vfs).
+  static const char* default_vfs();
 
   entity_store(const entity_store&) = delete;
   entity_store& operator=(const entity_store&) = delete;
@@ -348,6 +355,8 @@ class entity_store {
   };
 
   status open_db();
+  /// opts_.vfs, or default_vfs() when empty.
+  const char* vfs_name() const;
   status configure();
   status migrate();
   status load_head();

@@ -1,0 +1,26 @@
+// wal_vfs.hpp (private to storage/): factum's SQLite VFS, a shim over the default one that
+// hands a commit's WAL writes to the kernel in one write instead of two per frame.
+// Registered once per process (sqlite_global_init); any thread may open files through it.
+#pragma once
+
+#include <cstdint>
+
+struct sqlite3_vfs;
+
+namespace factum::detail {
+
+/// Name of the VFS: "factum".
+inline constexpr const char* wal_vfs_name = "factum";
+
+/// Registers the VFS over `base` (not as the default VFS). Called once, by sqlite_global_init.
+void register_wal_vfs(sqlite3_vfs* base);
+
+/// What the shim did since the process started (tests and benchmarks read it).
+struct wal_vfs_counters {
+  uint64_t wal_writes = 0;  ///< writes SQLite made to -wal files through the shim
+  uint64_t wal_flushes = 0; ///< writes the shim made to the base VFS for buffered ones
+  uint64_t passthrough = 0; ///< writes passed on unbuffered (out of sequence, unlinked)
+};
+wal_vfs_counters wal_vfs_stats() noexcept;
+
+} // namespace factum::detail
