@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -209,4 +210,55 @@ TEST_CASE("wal vfs: a transaction larger than the page cache (frames rewritten i
     REQUIRE(v.is_ok());
     CHECK(v->ok);
   }
+}
+
+TEST_CASE("wal vfs: a commit whose gathered WAL write fails (file size limit) is reported, "
+          "rolled back, and leaves the file at the previous commit") {
+  test::temp_dir tmp;
+  auto o = opts_in(tmp.path());
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    auto r = entity_store::open(o, entity_key{"acme", "ledger", "efbig"});
+    if (!r)
+      _exit(2);
+    auto& s = *r.value();
+    for (int i = 0; i < 5; ++i)
+      if (!s.append(padded(i, 100)).is_ok() || !s.commit().is_ok())
+        _exit(3);
+    // Every write past 64 KiB beyond the WAL's present end now fails (EFBIG; the signal ignored).
+    std::error_code ec;
+    auto wal = s.path();
+    wal += "-wal";
+    auto size = fs::file_size(wal, ec);
+    if (ec)
+      _exit(4);
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{size + 64 * 1024, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0)
+      _exit(5);
+    for (int i = 5; i < 105; ++i) // ~40 frames: more than the limit allows
+      if (!s.append(padded(i, 1500)).is_ok())
+        _exit(6);
+    auto st = s.commit();
+    if (st.is_ok())
+      _exit(7); // the failed write must fail the commit
+    if (s.last_seq() != 5)
+      _exit(8); // the store's head is back at the last commit
+    // Without the limit the next commit goes through, after the failed one's remains.
+    rlimit off{RLIM_INFINITY, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &off) != 0)
+      _exit(9);
+    if (!s.append(padded(5, 100)).is_ok() || !s.commit().is_ok())
+      _exit(10);
+    _exit(0); // no close: the parent reads what the WAL holds
+  }
+  int wst = 0;
+  REQUIRE(waitpid(pid, &wst, 0) == pid);
+  REQUIRE_MESSAGE((WIFEXITED(wst) && WEXITSTATUS(wst) == 0), "child status " << WEXITSTATUS(wst));
+  auto s = open_ok(o, "efbig");
+  CHECK(s->last_seq() == 6);
+  auto v = s->verify();
+  REQUIRE(v.is_ok());
+  CHECK(v->ok);
 }
