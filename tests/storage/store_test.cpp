@@ -1117,9 +1117,10 @@ TEST_CASE("deferred sync: commit without fsync, sync() from another thread, chec
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   o.defer_sync = true;
-  int syncs = 0;
+  std::atomic<int> syncs{0}; // sync() runs on another thread than the steps that call the hook
   o.fault = [&](uint64_t, std::string_view what) {
-    syncs += what == "sync";
+    if (what == "sync")
+      ++syncs;
     return SQLITE_OK;
   };
   auto s = open_ok(o);
