@@ -379,6 +379,16 @@ void deliver(std::vector<std::pair<reply_to, call_reply>>& v) {
   v.clear();
 }
 
+// -- timers -------------------------------------------------------------------------------------
+
+/// Sends (xs...) to this actor after `d` through the runtime's timer actor, which keeps only a
+/// weak reference: a pending timer never keeps an ended activation's actor in memory.
+template <class Duration, class... Ts> void send_later(self_ptr self, Duration d, Ts&&... xs) {
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  caf::anon_send(self->state.rt->timers, atoms::later::value, static_cast<int64_t>(ns),
+                 caf::weak_actor_ptr{self->ctrl()}, caf::make_message(std::forward<Ts>(xs)...));
+}
+
 // -- alarms -------------------------------------------------------------------------------------
 
 void arm_alarm_timer(self_ptr self, std::optional<int64_t> next) {
@@ -387,7 +397,7 @@ void arm_alarm_timer(self_ptr self, std::optional<int64_t> next) {
   if (!next)
     return;
   auto delay = std::max<int64_t>(0, *next - s.rt->now());
-  self->delayed_send(self, std::chrono::milliseconds(delay), atoms::alarm::value, s.alarm_gen);
+  send_later(self, std::chrono::milliseconds(delay), atoms::alarm::value, s.alarm_gen);
 }
 
 void rearm_from_store(self_ptr self) {
@@ -1099,7 +1109,7 @@ void arm_idle_check(self_ptr self, std::chrono::steady_clock::duration d) {
   if (s.idle_armed)
     return;
   s.idle_armed = true;
-  self->delayed_send(self, d, atoms::idle::value);
+  send_later(self, d, atoms::idle::value);
 }
 
 void on_idle_check(self_ptr self) {
@@ -1332,6 +1342,21 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
 caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::string& key_str) {
   const entity_type* type = rt->cfg.types.find(key.type);
   return rt->sys->spawn<caf::lazy_init>(entity_actor, rt, key, key_str, type);
+}
+
+caf::actor spawn_timer(runtime_core* rt) {
+  return rt->sys->spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {
+      [=](atoms::later, int64_t ns, caf::weak_actor_ptr& target, caf::message& msg) {
+        self->delayed_send(self, std::chrono::nanoseconds(ns), atoms::fire::value,
+                           std::move(target), std::move(msg));
+      },
+      [=](atoms::fire, caf::weak_actor_ptr& target, caf::message& msg) {
+        if (auto strong = target.lock()) // else the activation ended: nothing to wake
+          caf::anon_send(caf::actor_cast<caf::actor>(strong), std::move(msg));
+      },
+    };
+  });
 }
 
 } // namespace factum::detail

@@ -554,6 +554,7 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   c.sys = std::make_unique<caf::actor_system>(*c.sys_cfg);
   c.router.start(&c);
   c.scheduler = detail::spawn_alarm_scheduler(&c);
+  c.timers = detail::spawn_timer(&c);
   return std::unique_ptr<runtime>(new runtime(std::move(p)));
 }
 
@@ -577,6 +578,8 @@ void runtime::stop() {
   }
   caf::anon_send_exit(c.scheduler, caf::exit_reason::user_shutdown);
   c.scheduler = nullptr;
+  caf::anon_send_exit(c.timers, caf::exit_reason::user_shutdown);
+  c.timers = nullptr;
   c.sys.reset();   // waits for every actor
   c.router.stop(); // after the actors: calls their ends hand back are answered UNAVAILABLE
   c.pool.stop();

@@ -174,6 +174,9 @@ struct runtime_core {
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor scheduler;
+  /// Delivers entity actors' delayed self-messages holding only a weak reference to them
+  /// (spawn_timer).
+  caf::actor timers;
   call_router_thread router;
   /// Test seam: when set, called with the key after a call's actor was looked up and before
   /// the call is sent to it (detail::runtime_testing). Null in production.
@@ -222,6 +225,12 @@ caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::stri
 
 /// Spawns the alarm scheduler (a detached actor: it reads the index with blocking SQLite calls).
 caf::actor spawn_alarm_scheduler(runtime_core* rt);
+
+/// Spawns the timer actor: (later, ns, weak_actor_ptr, message) sends the message to the actor
+/// after ns nanoseconds if it still lives. A delayed_send to self would hold the sender's
+/// actor alive until it fires: up to the key-purge interval (an hour by default) for every
+/// activation that ended meanwhile.
+caf::actor spawn_timer(runtime_core* rt);
 
 } // namespace factum::detail
 

@@ -529,3 +529,42 @@ TEST_CASE("runtime: expired idempotency keys are purged by the built-in alarm") 
   CHECK_FALSE(again.replayed);
   CHECK(again.json()["seq"] == 2);
 }
+
+TEST_CASE("runtime: an entity that hibernated leaves no actor behind while its idle check and "
+          "alarm timer are still pending") {
+  test::temp_dir tmp;
+  auto cfg = base_config(tmp.path());
+  cfg.idle_timeout = std::chrono::minutes(10); // the idle check stays pending for 10 min
+  cfg.max_active_entities = 1;                 // a call to another entity evicts this one
+  auto rt = start_ok(cfg);
+  auto a = ek("counter", "evicted");
+  call_options o;
+  o.idempotency_key = "k-1"; // a key: the key-purge alarm is set (due in key_purge_interval)
+  REQUIRE(rt->call_sync(a, "add", json{{"by", 1}}.dump(), o).ok);
+  auto& core = detail::runtime_testing::core(*rt);
+  caf::weak_actor_ptr weak;
+  {
+    std::lock_guard<std::mutex> g(core.reg.mu);
+    auto it = core.reg.map.find(a.to_string());
+    REQUIRE(it != core.reg.map.end());
+    weak = caf::weak_actor_ptr{it->second.actor->ctrl()};
+  }
+  REQUIRE(rt->call_sync(ek("counter", "other"), "add", json{{"by", 1}}.dump()).ok);
+  // The evicted entity's actor ends; nothing may keep it (its shell, its mailbox) alive then.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  bool gone = false;
+  while (!gone && std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> g(core.reg.mu);
+      gone = core.reg.map.count(a.to_string()) == 0 && !weak.lock();
+    }
+    if (!gone)
+      std::this_thread::sleep_for(10ms);
+  }
+  CHECK(rt->stats().hibernations >= 1);
+  CHECK_MESSAGE(gone, "the ended actor is still referenced (a pending timer holds it)");
+  // Its alarm still fires in time through the index; a call reactivates it with its state.
+  auto r = rt->call_sync(a, "add", json{{"by", 1}}.dump());
+  REQUIRE(r.ok);
+  CHECK(r.json()["value"] == 2);
+}
