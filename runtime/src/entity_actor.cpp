@@ -381,12 +381,13 @@ void deliver(std::vector<std::pair<reply_to, call_reply>>& v) {
 
 // -- timers -------------------------------------------------------------------------------------
 
-/// Sends (xs...) to this actor after `d` through the runtime's timer actor, which keeps only a
-/// weak reference: a pending timer never keeps an ended activation's actor in memory.
+/// Sends (xs...) to this actor after `d` through the runtime's timer actor, which names it by
+/// key and actor id only (spawn_timer): a pending timer keeps nothing of an ended activation.
 template <class Duration, class... Ts> void send_later(self_ptr self, Duration d, Ts&&... xs) {
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
   caf::anon_send(self->state.rt->timers, atoms::later::value, static_cast<int64_t>(ns),
-                 caf::weak_actor_ptr{self->ctrl()}, caf::make_message(std::forward<Ts>(xs)...));
+                 self->state.key_str, static_cast<uint64_t>(self->id()),
+                 caf::make_message(std::forward<Ts>(xs)...));
 }
 
 // -- alarms -------------------------------------------------------------------------------------
@@ -1345,15 +1346,22 @@ caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::stri
 }
 
 caf::actor spawn_timer(runtime_core* rt) {
-  return rt->sys->spawn([](caf::event_based_actor* self) -> caf::behavior {
+  return rt->sys->spawn([rt](caf::event_based_actor* self) -> caf::behavior {
     return {
-      [=](atoms::later, int64_t ns, caf::weak_actor_ptr& target, caf::message& msg) {
+      [=](atoms::later, int64_t ns, std::string& key_str, uint64_t id, caf::message& msg) {
         self->delayed_send(self, std::chrono::nanoseconds(ns), atoms::fire::value,
-                           std::move(target), std::move(msg));
+                           std::move(key_str), id, std::move(msg));
       },
-      [=](atoms::fire, caf::weak_actor_ptr& target, caf::message& msg) {
-        if (auto strong = target.lock()) // else the activation ended: nothing to wake
-          caf::anon_send(caf::actor_cast<caf::actor>(strong), std::move(msg));
+      [=](atoms::fire, const std::string& key_str, uint64_t id, caf::message& msg) {
+        caf::actor target;
+        {
+          std::lock_guard<std::mutex> g(rt->reg.mu);
+          auto it = rt->reg.map.find(key_str);
+          if (it != rt->reg.map.end() && it->second.actor && it->second.actor->id() == id)
+            target = it->second.actor;
+        }
+        if (target) // else that activation ended (a later one has its own timers)
+          caf::anon_send(target, std::move(msg));
       },
     };
   });

@@ -174,7 +174,7 @@ struct runtime_core {
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor scheduler;
-  /// Delivers entity actors' delayed self-messages holding only a weak reference to them
+  /// Delivers entity actors' delayed self-messages, naming them by key and actor id only
   /// (spawn_timer).
   caf::actor timers;
   call_router_thread router;
@@ -226,10 +226,11 @@ caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::stri
 /// Spawns the alarm scheduler (a detached actor: it reads the index with blocking SQLite calls).
 caf::actor spawn_alarm_scheduler(runtime_core* rt);
 
-/// Spawns the timer actor: (later, ns, weak_actor_ptr, message) sends the message to the actor
-/// after ns nanoseconds if it still lives. A delayed_send to self would hold the sender's
-/// actor alive until it fires: up to the key-purge interval (an hour by default) for every
-/// activation that ended meanwhile.
+/// Spawns the timer actor: (later, ns, key_str, actor id, message) sends the message after ns
+/// nanoseconds to the key's registered actor if it is still that one. A delayed_send to self
+/// would hold the sender's actor (its ~2.3 KiB block, its mailbox) until it fires: up to the
+/// key-purge interval (an hour by default) for every activation that ended meanwhile; so would
+/// a weak reference (CAF frees an actor's block with its last weak reference).
 caf::actor spawn_timer(runtime_core* rt);
 
 } // namespace factum::detail
