@@ -37,6 +37,14 @@ std::unique_ptr<entity_store> open_ok(const store_options& o, const std::string&
   return std::move(r.value());
 }
 
+/// In a forked child: the store of `id`, or the child exits with status 2.
+std::unique_ptr<entity_store> open_in_child(const store_options& o, const std::string& id) {
+  auto r = entity_store::open(o, entity_key{"acme", "ledger", id});
+  if (!r)
+    _exit(2);
+  return std::move(r.value());
+}
+
 fact_draft padded(int i, size_t pad) {
   fact_draft d;
   d.type = "invocation";
@@ -177,10 +185,8 @@ TEST_CASE("wal vfs: a transaction larger than the page cache (frames rewritten i
     pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      auto r = entity_store::open(o, entity_key{"acme", "ledger", "spill"});
-      if (!r)
-        _exit(2);
-      auto& s = *r.value();
+      auto store = open_in_child(o, "spill");
+      auto& s = *store;
       for (int i = 0; i < 2000; ++i)
         if (!s.append(padded(i, 700)).is_ok())
           _exit(3);
@@ -219,10 +225,8 @@ TEST_CASE("wal vfs: a commit whose gathered WAL write fails (file size limit) is
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    auto r = entity_store::open(o, entity_key{"acme", "ledger", "efbig"});
-    if (!r)
-      _exit(2);
-    auto& s = *r.value();
+    auto store = open_in_child(o, "efbig");
+    auto& s = *store;
     for (int i = 0; i < 5; ++i)
       if (!s.append(padded(i, 100)).is_ok() || !s.commit().is_ok())
         _exit(3);
