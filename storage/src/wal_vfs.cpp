@@ -28,8 +28,9 @@
 // barrier has nothing to write in every path this file knows of).
 //
 // Threads: a sqlite3_file belongs to one connection, used by one thread at a time; the buffer
-// is that file's. The database file and its WAL are the same connection's. The VFS and method
-// tables are written once, at registration, before any open.
+// it holds during a commit is that file's. The database file and its WAL are the same
+// connection's. The pool of idle buffers is shared (its own mutex); the counters are atomic. The
+// VFS and method tables are written once, at registration, before any open.
 #include "wal_vfs.hpp"
 
 #include <atomic>
