@@ -552,9 +552,10 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   c.sys_cfg->set("scheduler.policy", caf::atom("sharing"));
   c.sys_cfg->set("logger.verbosity", caf::atom("quiet"));
   c.sys = std::make_unique<caf::actor_system>(*c.sys_cfg);
+  // The timer actor first: the scheduler may wake entities at once, and they arm timers.
+  c.timers = detail::spawn_timer(&c);
   c.router.start(&c);
   c.scheduler = detail::spawn_alarm_scheduler(&c);
-  c.timers = detail::spawn_timer(&c);
   return std::unique_ptr<runtime>(new runtime(std::move(p)));
 }
 
@@ -578,8 +579,9 @@ void runtime::stop() {
   }
   caf::anon_send_exit(c.scheduler, caf::exit_reason::user_shutdown);
   c.scheduler = nullptr;
+  // The handle stays (an actor that outlived the wait above may still read it); messages to
+  // the exited timer actor are dropped.
   caf::anon_send_exit(c.timers, caf::exit_reason::user_shutdown);
-  c.timers = nullptr;
   c.sys.reset();   // waits for every actor
   c.router.stop(); // after the actors: calls their ends hand back are answered UNAVAILABLE
   c.pool.stop();
