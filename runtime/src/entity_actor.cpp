@@ -381,13 +381,13 @@ void deliver(std::vector<std::pair<reply_to, call_reply>>& v) {
 
 // -- timers -------------------------------------------------------------------------------------
 
-/// Sends (xs...) to this actor after `d` through the runtime's timer actor, which names it by
-/// key and actor id only (spawn_timer): a pending timer keeps nothing of an ended activation.
+/// Sends (xs...) to this actor after `d` by way of the runtime's timer actor, anonymously and
+/// naming this actor by key and actor id only (spawn_timer): a pending timer keeps nothing of
+/// an ended activation.
 template <class Duration, class... Ts> void send_later(self_ptr self, Duration d, Ts&&... xs) {
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-  caf::anon_send(self->state.rt->timers, atoms::later::value, static_cast<int64_t>(ns),
-                 self->state.key_str, static_cast<uint64_t>(self->id()),
-                 caf::make_message(std::forward<Ts>(xs)...));
+  caf::delayed_anon_send(self->state.rt->timers, d, atoms::fire::value, self->state.key_str,
+                         static_cast<uint64_t>(self->id()),
+                         caf::make_message(std::forward<Ts>(xs)...));
 }
 
 // -- alarms -------------------------------------------------------------------------------------
@@ -1346,13 +1346,9 @@ caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::stri
 }
 
 caf::actor spawn_timer(runtime_core* rt) {
-  return rt->sys->spawn([rt](caf::event_based_actor* self) -> caf::behavior {
+  return rt->sys->spawn([rt]() -> caf::behavior {
     return {
-      [=](atoms::later, int64_t ns, std::string& key_str, uint64_t id, caf::message& msg) {
-        self->delayed_send(self, std::chrono::nanoseconds(ns), atoms::fire::value,
-                           std::move(key_str), id, std::move(msg));
-      },
-      [=](atoms::fire, const std::string& key_str, uint64_t id, caf::message& msg) {
+      [rt](atoms::fire, const std::string& key_str, uint64_t id, caf::message& msg) {
         caf::actor target;
         {
           std::lock_guard<std::mutex> g(rt->reg.mu);

@@ -46,8 +46,7 @@ using alarm = caf::atom_constant<caf::atom("f_alarm")>;       // timer/scheduler
 using tick = caf::atom_constant<caf::atom("f_tick")>;         // scheduler timer
 using kick = caf::atom_constant<caf::atom("f_kick")>;         // scheduler: index changed
 using idle = caf::atom_constant<caf::atom("f_idle")>;         // self: idle timeout check
-using later = caf::atom_constant<caf::atom("f_later")>;       // timer actor: send this later
-using fire = caf::atom_constant<caf::atom("f_fire")>;         // timer actor: its own timeout
+using fire = caf::atom_constant<caf::atom("f_fire")>;         // timer actor: an entity's timer
 } // namespace atoms
 
 } // namespace factum

@@ -226,11 +226,11 @@ caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::stri
 /// Spawns the alarm scheduler (a detached actor: it reads the index with blocking SQLite calls).
 caf::actor spawn_alarm_scheduler(runtime_core* rt);
 
-/// Spawns the timer actor: (later, ns, key_str, actor id, message) sends the message after ns
-/// nanoseconds to the key's registered actor if it is still that one. A delayed_send to self
-/// would hold the sender's actor (its ~2.3 KiB block, its mailbox) until it fires: up to the
-/// key-purge interval (an hour by default) for every activation that ended meanwhile; so would
-/// a weak reference (CAF frees an actor's block with its last weak reference).
+/// Spawns the timer actor: (fire, key_str, actor id, message), sent to it delayed and
+/// anonymously, passes the message on to the key's registered actor if it is still that one. A
+/// delayed_send to self would hold the sender's actor (its ~2.3 KiB block, its mailbox) until it
+/// fires: up to the key-purge interval (an hour by default) for every activation that ended
+/// meanwhile; so would a weak reference (CAF frees an actor's block with its last weak reference).
 caf::actor spawn_timer(runtime_core* rt);
 
 } // namespace factum::detail

@@ -366,7 +366,7 @@ struct entity_store::sync_state {
 };
 
 status entity_store::sync() {
-  if (!opts_.defer_sync || opts_.mode != durability::full)
+  if (!deferred_sync())
     return status::ok();
   std::lock_guard<std::mutex> g(sync_->mu);
   auto wal = path_;
@@ -389,7 +389,7 @@ status entity_store::checkpoint() {
   int log = 0, done = 0;
   // A checkpoint must sync the WAL before it copies pages into the database and the database
   // before the WAL restarts: deferred-sync stores run it with synchronous=NORMAL.
-  bool deferred = opts_.defer_sync && opts_.mode == durability::full && !opts_.read_only;
+  bool deferred = deferred_sync() && !opts_.read_only;
   if (deferred)
     sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
   int rc = sqlite3_wal_checkpoint_v2(db_, "main", SQLITE_CHECKPOINT_PASSIVE, &log, &done);
@@ -449,7 +449,7 @@ entity_store::~entity_store() {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     stmts_.reset();
     // The close checkpoints the WAL into the database: with its syncs (see configure()).
-    if (opts_.defer_sync && opts_.mode == durability::full && !opts_.read_only)
+    if (deferred_sync() && !opts_.read_only)
       sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
     sqlite3_close_v2(db_);
   }
@@ -654,8 +654,7 @@ status entity_store::open_db() {
   // The WAL hook replaces SQLite's automatic-checkpoint hook (set it after the pragmas, which
   // would reset it): with deferred sync or without automatic checkpoints the owner checkpoints
   // (the runtime: on a storage thread) instead.
-  bool deferred = opts_.defer_sync && opts_.mode == durability::full;
-  if ((deferred || !opts_.auto_checkpoint) && !opts_.read_only)
+  if ((deferred_sync() || !opts_.auto_checkpoint) && !opts_.read_only)
     sqlite3_wal_hook(db_, wal_hook, &wal_frames_);
   return migrate();
 }
@@ -666,7 +665,7 @@ status entity_store::configure() {
                         ";PRAGMA temp_store=MEMORY;PRAGMA mmap_size=0;";
   if (!opts_.read_only) {
     pragmas += "PRAGMA journal_mode=WAL;";
-    bool deferred = opts_.defer_sync && opts_.mode == durability::full;
+    bool deferred = deferred_sync();
     // Deferred sync: commits never sync (sync() fdatasyncs the WAL, header and frames alike,
     // before anything is acknowledged). synchronous=NORMAL would still fdatasync the WAL header
     // inside the first commit of every new WAL generation (after an open or a checkpoint), on

@@ -52,7 +52,11 @@ sqlite3_vfs* base_vfs = nullptr;
 sqlite3_vfs shim_vfs{};
 sqlite3_io_methods shim_methods{};
 
-std::atomic<uint64_t> n_wal_writes{0}, n_wal_flushes{0}, n_passthrough{0};
+std::atomic<uint64_t> n_wal_flushes{0}, n_passthrough{0}, n_wal_syncs{0}, n_db_syncs{0};
+
+void count(std::atomic<uint64_t>& n) {
+  n.fetch_add(1, std::memory_order_relaxed);
+}
 
 // The unix VFS writes at most 0x1ffff bytes per pwrite call (seekAndWriteFd masks the length,
 // and a remainder of exactly 128 KiB would then write nothing and report SQLITE_FULL): a buffer
@@ -125,7 +129,7 @@ int flush(shim_file* f) {
     return SQLITE_OK;
   auto* r = real(f);
   int rc = r->pMethods->xWrite(r, f->buf, static_cast<int>(f->buf_len), f->buf_off);
-  ++n_wal_flushes;
+  count(n_wal_flushes);
   give_buffer(f->buf);
   f->buf = nullptr;
   f->buf_len = 0;
@@ -159,14 +163,13 @@ int x_write(sqlite3_file* p, const void* data, int n, sqlite3_int64 off) {
   auto* f = shim(p);
   if (!f->is_wal)
     return real(p)->pMethods->xWrite(real(p), data, n, off);
-  ++n_wal_writes;
   bool in_sequence =
     !f->unbuffered && f->db != nullptr && (off == 0 || f->next_off < 0 || off == f->next_off);
   if (!in_sequence) {
     if (int rc = flush(f); rc != SQLITE_OK)
       return rc;
     f->unbuffered = true;
-    ++n_passthrough;
+    count(n_passthrough);
     return real(p)->pMethods->xWrite(real(p), data, n, off);
   }
   if (f->buf_len > 0 && (off != f->buf_off + static_cast<int64_t>(f->buf_len) ||
@@ -204,6 +207,7 @@ int x_truncate(sqlite3_file* p, sqlite3_int64 size) {
 
 int x_sync(sqlite3_file* p, int flags) {
   auto* f = shim(p);
+  count(f->is_wal ? n_wal_syncs : n_db_syncs);
   if (f->is_wal)
     if (int rc = flush(f); rc != SQLITE_OK)
       return rc;
@@ -331,7 +335,7 @@ void register_wal_vfs(sqlite3_vfs* base) {
 }
 
 wal_vfs_counters wal_vfs_stats() noexcept {
-  return {n_wal_writes.load(), n_wal_flushes.load(), n_passthrough.load()};
+  return {n_wal_flushes.load(), n_passthrough.load(), n_wal_syncs.load(), n_db_syncs.load()};
 }
 
 } // namespace factum::detail

@@ -15,11 +15,13 @@ inline constexpr const char* wal_vfs_name = "factum";
 /// Registers the VFS over `base` (not as the default VFS). Called once, by sqlite_global_init.
 void register_wal_vfs(sqlite3_vfs* base);
 
-/// What the shim did since the process started (tests and benchmarks read it).
+/// What the shim saw and did since the process started (tests read it; nothing is counted per
+/// write, a commit's hot path).
 struct wal_vfs_counters {
-  uint64_t wal_writes = 0;  ///< writes SQLite made to -wal files through the shim
   uint64_t wal_flushes = 0; ///< writes the shim made to the base VFS for buffered ones
-  uint64_t passthrough = 0; ///< writes passed on unbuffered (out of sequence, unlinked)
+  uint64_t passthrough = 0; ///< writes passed on unbuffered (out of sequence)
+  uint64_t wal_syncs = 0;   ///< xSync calls SQLite made on -wal files
+  uint64_t db_syncs = 0;    ///< xSync calls SQLite made on other files (main databases)
 };
 wal_vfs_counters wal_vfs_stats() noexcept;
 

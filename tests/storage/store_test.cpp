@@ -12,6 +12,7 @@
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/sha256.hpp"
 #include "support/temp_dir.hpp"
+#include "wal_vfs.hpp"
 
 using namespace factum;
 namespace fs = std::filesystem;
@@ -1146,106 +1147,14 @@ TEST_CASE("deferred sync: commit without fsync, sync() from another thread, chec
 
 namespace {
 
-// A VFS over factum's own that counts xSync calls on -wal files and on main database files, to
-// see which syncs SQLite itself issues (the store's own fdatasync bypasses it). Stores opened
-// with store_options::vfs = sync_counter::name use it.
+// Syncs SQLite itself issues since reset() (the store's own fdatasync bypasses SQLite), on -wal
+// files and on main database files, as factum's VFS counts them. The counters are process-wide:
+// only the running test's stores are open.
 struct sync_counter {
-  static inline sqlite3_vfs* base = nullptr;
-  static inline sqlite3_vfs vfs{};
-  static inline sqlite3_io_methods methods{};
-  static inline std::atomic<int> wal_syncs{0}, db_syncs{0};
-  static constexpr const char* name = "factum-sync-counter";
-  struct file {
-    sqlite3_file head; // pMethods = &methods
-    bool wal;
-    sqlite3_file* real() { return reinterpret_cast<sqlite3_file*>(this + 1); }
-  };
-  static file* f(sqlite3_file* p) { return reinterpret_cast<file*>(p); }
-
-  static int open(sqlite3_vfs*, const char* name, sqlite3_file* out, int flags, int* oflags) {
-    auto* w = f(out);
-    w->head.pMethods = nullptr;
-    w->wal = (flags & SQLITE_OPEN_WAL) != 0;
-    int rc = base->xOpen(base, name, w->real(), flags, oflags);
-    if (rc == SQLITE_OK && w->real()->pMethods)
-      w->head.pMethods = &methods;
-    return rc;
-  }
-  static int sync(sqlite3_file* p, int fl) {
-    (f(p)->wal ? wal_syncs : db_syncs)++;
-    return f(p)->real()->pMethods->xSync(f(p)->real(), fl);
-  }
-  static void install() {
-    base = sqlite3_vfs_find(entity_store::default_vfs());
-    REQUIRE(base != nullptr);
-    vfs = *base;
-    vfs.pNext = nullptr;
-    vfs.szOsFile = static_cast<int>(sizeof(file)) + base->szOsFile;
-    vfs.zName = name;
-    vfs.xOpen = open;
-    REQUIRE(sqlite3_vfs_register(&vfs, 0) == SQLITE_OK);
-    methods.iVersion = 3;
-    methods.xClose = [](sqlite3_file* p) { return f(p)->real()->pMethods->xClose(f(p)->real()); };
-    methods.xRead = [](sqlite3_file* p, void* b, int n, sqlite3_int64 o) {
-      return f(p)->real()->pMethods->xRead(f(p)->real(), b, n, o);
-    };
-    methods.xWrite = [](sqlite3_file* p, const void* b, int n, sqlite3_int64 o) {
-      return f(p)->real()->pMethods->xWrite(f(p)->real(), b, n, o);
-    };
-    methods.xTruncate = [](sqlite3_file* p, sqlite3_int64 n) {
-      return f(p)->real()->pMethods->xTruncate(f(p)->real(), n);
-    };
-    methods.xSync = sync;
-    methods.xFileSize = [](sqlite3_file* p, sqlite3_int64* n) {
-      return f(p)->real()->pMethods->xFileSize(f(p)->real(), n);
-    };
-    methods.xLock = [](sqlite3_file* p, int l) {
-      return f(p)->real()->pMethods->xLock(f(p)->real(), l);
-    };
-    methods.xUnlock = [](sqlite3_file* p, int l) {
-      return f(p)->real()->pMethods->xUnlock(f(p)->real(), l);
-    };
-    methods.xCheckReservedLock = [](sqlite3_file* p, int* o) {
-      return f(p)->real()->pMethods->xCheckReservedLock(f(p)->real(), o);
-    };
-    methods.xFileControl = [](sqlite3_file* p, int op, void* a) {
-      return f(p)->real()->pMethods->xFileControl(f(p)->real(), op, a);
-    };
-    methods.xSectorSize = [](sqlite3_file* p) {
-      return f(p)->real()->pMethods->xSectorSize(f(p)->real());
-    };
-    methods.xDeviceCharacteristics = [](sqlite3_file* p) {
-      return f(p)->real()->pMethods->xDeviceCharacteristics(f(p)->real());
-    };
-    methods.xShmMap = [](sqlite3_file* p, int pg, int sz, int ext, void volatile** out) {
-      return f(p)->real()->pMethods->xShmMap(f(p)->real(), pg, sz, ext, out);
-    };
-    methods.xShmLock = [](sqlite3_file* p, int o, int n, int fl) {
-      return f(p)->real()->pMethods->xShmLock(f(p)->real(), o, n, fl);
-    };
-    methods.xShmBarrier = [](sqlite3_file* p) {
-      f(p)->real()->pMethods->xShmBarrier(f(p)->real());
-    };
-    methods.xShmUnmap = [](sqlite3_file* p, int d) {
-      return f(p)->real()->pMethods->xShmUnmap(f(p)->real(), d);
-    };
-    methods.xFetch = [](sqlite3_file* p, sqlite3_int64 o, int n, void** out) {
-      return f(p)->real()->pMethods->xFetch(f(p)->real(), o, n, out);
-    };
-    methods.xUnfetch = [](sqlite3_file* p, sqlite3_int64 o, void* q) {
-      return f(p)->real()->pMethods->xUnfetch(f(p)->real(), o, q);
-    };
-  }
-  static void remove() { sqlite3_vfs_unregister(&vfs); }
-  static void reset() { wal_syncs = db_syncs = 0; }
-};
-
-/// Registers the counting VFS for one test's scope.
-struct counting_syncs {
-  counting_syncs() { sync_counter::install(); }
-  ~counting_syncs() { sync_counter::remove(); }
-  counting_syncs(const counting_syncs&) = delete;
-  counting_syncs& operator=(const counting_syncs&) = delete;
+  static inline detail::wal_vfs_counters base{};
+  static void reset() { base = detail::wal_vfs_stats(); }
+  static uint64_t wal() { return detail::wal_vfs_stats().wal_syncs - base.wal_syncs; }
+  static uint64_t db() { return detail::wal_vfs_stats().db_syncs - base.db_syncs; }
 };
 
 } // namespace
@@ -1254,8 +1163,6 @@ TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the 
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   o.defer_sync = true; // durability full (opts_for)
-  o.vfs = sync_counter::name;
-  counting_syncs counting;
   {
     auto s = open_ok(o);
     sync_counter::reset();
@@ -1266,12 +1173,12 @@ TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the 
         REQUIRE(s->append(draft("a", {{"i", i}})).is_ok());
         REQUIRE(s->commit().is_ok());
       }
-      CHECK(sync_counter::wal_syncs == 0);
-      CHECK(sync_counter::db_syncs == 0);
+      CHECK(sync_counter::wal() == 0);
+      CHECK(sync_counter::db() == 0);
       REQUIRE(s->sync().is_ok()); // the store's own fdatasync, not through SQLite
       REQUIRE(s->checkpoint().is_ok());
-      CHECK(sync_counter::wal_syncs >= 1); // the WAL before its pages go into the database
-      CHECK(sync_counter::db_syncs >= 1);  // the database before the WAL restarts
+      CHECK(sync_counter::wal() >= 1); // the WAL before its pages go into the database
+      CHECK(sync_counter::db() >= 1);  // the database before the WAL restarts
       sync_counter::reset();
     }
     REQUIRE(s->append(draft("a")).is_ok());
@@ -1279,7 +1186,7 @@ TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the 
     REQUIRE(s->sync().is_ok());
     sync_counter::reset();
   } // the close checkpoints: with its syncs
-  CHECK(sync_counter::db_syncs >= 1);
+  CHECK(sync_counter::db() >= 1);
   auto s = open_ok(o);
   CHECK(s->last_seq() == 7);
   CHECK(s->verify()->ok);
@@ -1290,8 +1197,6 @@ TEST_CASE("deferred sync: a checkpoint through its own connection runs beside th
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   o.defer_sync = true; // durability full (opts_for)
-  o.vfs = sync_counter::name;
-  counting_syncs counting;
   int64_t n = 0;
   {
     auto s = open_ok(o);
@@ -1310,8 +1215,8 @@ TEST_CASE("deferred sync: a checkpoint through its own connection runs beside th
     for (int i = 0; i < 10; ++i) // the owner keeps committing meanwhile
       append_commit();
     t.join();
-    CHECK(sync_counter::wal_syncs >= 1); // the WAL before its pages go into the database
-    CHECK(sync_counter::db_syncs >= 1);  // the database before the WAL may restart
+    CHECK(sync_counter::wal() >= 1); // the WAL before its pages go into the database
+    CHECK(sync_counter::db() >= 1);  // the database before the WAL may restart
     REQUIRE(s->sync().is_ok());
     // Once every frame is in the database, the owner's next commit starts the WAL over.
     REQUIRE(s->checkpoint_concurrently().is_ok());
@@ -1330,10 +1235,8 @@ TEST_CASE("deferred sync: a checkpoint through its own connection runs beside th
 TEST_CASE("auto_checkpoint off: no commit checkpoints past 1,000 WAL frames (durability "
           "normal), the owner's checkpoint does, with its syncs") {
   test::temp_dir tmp;
-  counting_syncs counting;
   auto run = [&](bool auto_checkpoint, const std::string& id) {
     auto o = opts_for(tmp.path());
-    o.vfs = sync_counter::name;
     o.mode = durability::normal;
     o.auto_checkpoint = auto_checkpoint;
     auto s = open_ok(o, key(id));
@@ -1346,16 +1249,16 @@ TEST_CASE("auto_checkpoint off: no commit checkpoints past 1,000 WAL frames (dur
   };
   {
     auto s = run(true, "auto"); // the control: SQLite checkpoints inside a commit, with syncs
-    CHECK(sync_counter::db_syncs >= 1);
+    CHECK(sync_counter::db() >= 1);
   }
   auto s = run(false, "owner");
   // synchronous=NORMAL syncs a new WAL's header once, in its first commit; nothing else.
-  CHECK(sync_counter::wal_syncs <= 1);
-  CHECK(sync_counter::db_syncs == 0);
+  CHECK(sync_counter::wal() <= 1);
+  CHECK(sync_counter::db() == 0);
   CHECK(s->wal_frames() > 1000);
   REQUIRE(s->checkpoint_concurrently().is_ok());
-  CHECK(sync_counter::wal_syncs >= 1);
-  CHECK(sync_counter::db_syncs >= 1);
+  CHECK(sync_counter::wal() >= 1);
+  CHECK(sync_counter::db() >= 1);
   s.reset();
   auto again = open_ok(opts_for(tmp.path()), key("owner"));
   CHECK(again->last_seq() == 400);

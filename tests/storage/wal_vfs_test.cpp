@@ -87,19 +87,18 @@ TEST_CASE("wal vfs: a commit of many WAL frames reaches the kernel in a few writ
     int frames = s->wal_frames() - frames_before;
     REQUIRE(frames >= 20);
     MESSAGE(vfs << ": " << frames << " frames in " << writes << " write calls");
-    return std::tuple{frames, writes, vfs_after.wal_writes - vfs_before.wal_writes,
-                      vfs_after.wal_flushes - vfs_before.wal_flushes};
+    return std::tuple{frames, writes, vfs_after.wal_flushes - vfs_before.wal_flushes};
   };
-  auto [frames, writes, received, flushed] = commit_writes("", "coalesced"); // factum's VFS
-  CHECK(received >= 2 * static_cast<uint64_t>(frames));     // SQLite wrote header and page apart
+  auto [frames, writes, flushed] = commit_writes("", "coalesced"); // factum's VFS
+  CHECK(flushed >= 1);                                             // the commit went through it
   CHECK(flushed <= static_cast<uint64_t>(frames) / 20 + 2); // a buffer holds 30 frames of 4 KiB
   // What the kernel saw (sanitizer builds make write calls of their own, so only an upper
   // figure is certain): at least the flushes; without sanitizers exactly those.
   CHECK(writes >= static_cast<long>(flushed));
-  // The control: SQLite's own VFS makes two write calls per frame.
-  auto [raw_frames, raw_writes, raw_received, raw_flushed] = commit_writes("unix", "raw");
+  // The control: SQLite's own VFS makes two write calls per frame, none through factum's.
+  auto [raw_frames, raw_writes, raw_flushed] = commit_writes("unix", "raw");
   CHECK(raw_writes >= 2 * raw_frames);
-  CHECK(raw_received == 0);
+  CHECK(raw_flushed == 0);
 }
 
 TEST_CASE("wal vfs: readers and a checkpointer on other connections see only whole commits "

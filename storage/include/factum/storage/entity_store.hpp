@@ -357,6 +357,8 @@ class entity_store {
   status open_db();
   /// opts_.vfs, or default_vfs() when empty.
   const char* vfs_name() const;
+  /// Deferred sync is in effect: asked for, and durability full (store_options::defer_sync).
+  bool deferred_sync() const noexcept { return opts_.defer_sync && opts_.mode == durability::full; }
   status configure();
   status migrate();
   status load_head();
