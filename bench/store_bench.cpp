@@ -60,7 +60,8 @@ struct bench_options {
   std::vector<std::string> benchmarks; ///< empty: every workload, in table order
   int64_t num = 0;                     ///< 0: each workload's own default
   int runs = 5;
-  fs::path data; ///< empty: a fresh temp dir, removed at exit
+  fs::path data;           ///< empty: a fresh temp dir, removed at exit
+  bool keep_files = false; ///< create/reopen runs leave their entity files (no deletion churn)
 };
 
 // -- results --------------------------------------------------------------------------------
@@ -104,6 +105,7 @@ struct context {
   std::string tag;
   int run = 0;
   int64_t num = 0;
+  bool keep_files = false;
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -307,7 +309,8 @@ run_result query_workload(const context& c) {
 /// Times c.num rounds of entity_store::open + close of `<prefix><i>`, checking that each store
 /// holds `expect_seq` facts, then removes `dir` (the data directory of `o`).
 run_result timed_opens(const context& c, const fs::path& dir, const store_options& o,
-                       const std::string& prefix, int64_t expect_seq) {
+                       const std::string& prefix, int64_t expect_seq,
+                       std::vector<std::unique_ptr<entity_store>>* crowd = nullptr) {
   run_result r;
   r.lat_us.reserve(static_cast<size_t>(c.num));
   auto t0 = clock_type::now();
@@ -321,8 +324,12 @@ run_result timed_opens(const context& c, const fs::path& dir, const store_option
   }
   r.seconds = us_since(t0) / 1e6;
   r.items = c.num;
-  std::error_code ec;
-  fs::remove_all(dir, ec);
+  if (crowd)
+    crowd->clear(); // closed before their files go
+  if (!c.keep_files) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
   return r;
 }
 
@@ -336,7 +343,7 @@ run_result create_workload(const context& c, std::string_view name, durability m
 
 /// c.num activations of existing entities: entity_store::open of a file that holds one fact
 /// (read the schema, migrate nothing, load the chain head, release pending keys) and close
-/// (checkpoint the WAL, remove -wal and -shm): what a hibernated entity costs the runtime to
+/// (checkpoint the WAL, empty -wal and -shm): what a hibernated entity costs the runtime to
 /// wake and put back to sleep. The files are created untimed first, all in one data directory.
 run_result reopen_workload(const context& c, std::string_view name, durability mode) {
   auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
@@ -350,6 +357,28 @@ run_result reopen_workload(const context& c, std::string_view name, durability m
   }
   o.create_if_missing = false;
   return timed_opens(c, dir, o, prefix, 1);
+}
+
+/// reopen_full with `crowd_size` other entities held open meanwhile, as a runtime holds its
+/// active set: SQLite's unix VFS keeps one process-wide list of open database files and walks it
+/// twice per open under its global mutex (findReusableFd, findInodeInfo), so the cost of an
+/// open grows with the number of databases open in the process.
+run_result reopen_crowded_workload(const context& c, std::string_view name, int crowd_size) {
+  auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
+  auto o = store_opts(dir, durability::full);
+  std::string prefix = entity_id(c, name) + "-";
+  auto drafts = make_drafts(1);
+  for (int64_t i = 0; i < c.num; ++i) {
+    auto s = open_store(o, prefix + std::to_string(i));
+    check(s->append_many(drafts).error(), "append");
+    check(s->commit(), "commit");
+  }
+  std::vector<std::unique_ptr<entity_store>> crowd;
+  crowd.reserve(static_cast<size_t>(crowd_size));
+  for (int i = 0; i < crowd_size; ++i)
+    crowd.push_back(open_store(o, prefix + "crowd-" + std::to_string(i)));
+  o.create_if_missing = false;
+  return timed_opens(c, dir, o, prefix, 1, &crowd);
 }
 
 // -- the raw SQLite twin --------------------------------------------------------------------
@@ -535,6 +564,9 @@ std::vector<workload> all_workloads() {
       {name, "opens", nullptr, 500, [name = std::string(name), mode = mode](const context& c) {
          return reopen_workload(c, name, mode);
        }});
+  w.push_back({"reopen_crowded_full", "opens", nullptr, 500, [](const context& c) {
+                 return reopen_crowded_workload(c, "reopen_crowded_full", 2000);
+               }});
   for (auto [n, mode, name] : {std::tuple{int64_t{1000}, durability::full, "raw_twin1000_full"},
                                std::tuple{int64_t{1000}, durability::normal, "raw_twin1000_normal"},
                                std::tuple{int64_t{1}, durability::full, "raw_twin1_full"}}) {
@@ -561,12 +593,15 @@ void usage(FILE* out) {
   for (auto& w : all_workloads())
     std::fprintf(out, "                  %-22s default --num %" PRId64 " %s\n", w.name.c_str(),
                  w.default_num, w.unit);
-  std::fprintf(out,
-               "  --num         items per run for every chosen workload (default: per workload)\n"
-               "  --runs        runs per workload; the median and min/max are reported "
-               "(default 5)\n"
-               "  --data        directory for the files (default: a fresh temp dir, removed "
-               "after)\n");
+  std::fprintf(
+    out, "  --num         items per run for every chosen workload (default: per workload)\n"
+         "  --runs        runs per workload; the median and min/max are reported "
+         "(default 5)\n"
+         "  --data        directory for the files (default: a fresh temp dir, removed "
+         "after)\n"
+         "  --keep_files  1: create and reopen runs keep their entity files, and a temp dir\n"
+         "                is not removed (a server never deletes entity files; on ext4 without\n"
+         "                a journal, deleted inodes slow every later creation for minutes)\n");
 }
 
 bench_options parse_args(int argc, char** argv) {
@@ -611,6 +646,8 @@ bench_options parse_args(int argc, char** argv) {
       o.runs = static_cast<int>(number(1));
     } else if (name == "--data") {
       o.data = value;
+    } else if (name == "--keep_files") {
+      o.keep_files = number(0) != 0;
     } else {
       usage(stderr);
       die("unknown flag " + name);
@@ -750,6 +787,7 @@ int main(int argc, char** argv) {
   base.root = root;
   base.tag = std::to_string(::getpid()) + "-" + std::to_string(factum::now_ms());
   base.num = opts.num;
+  base.keep_files = opts.keep_files;
 
   std::printf("store_bench: SQLite %s, %d run%s per workload (median [min .. max]), data %s%s\n",
               sqlite3_libversion(), opts.runs, opts.runs == 1 ? "" : "s", root.c_str(),
@@ -776,7 +814,7 @@ int main(int argc, char** argv) {
   }
   print_bars(done);
   g_query.store.reset();
-  if (temp) {
+  if (temp && !opts.keep_files) {
     std::error_code ec;
     fs::remove_all(root, ec);
   }

@@ -975,6 +975,10 @@ void maybe_checkpoint(self_ptr self) {
     rt->pool.post([core, rt, me] {
       auto r = core->store->checkpoint_concurrently();
       rt->stats.checkpoints.fetch_add(1, std::memory_order_relaxed);
+      if (!r)
+        (r.error().code() == errc::busy ? rt->stats.checkpoints_busy
+                                        : rt->stats.checkpoint_failures)
+          .fetch_add(1, std::memory_order_relaxed);
       caf::anon_send(me, atoms::checkpointed::value, true, r ? r.value() : -1);
     });
     return;
@@ -982,8 +986,11 @@ void maybe_checkpoint(self_ptr self) {
   if (s.busy || store.in_batch())
     return; // the next sync tries again
   s.checkpointing = s.committing = true;
-  rt->pool.post([core, me] {
+  rt->pool.post([core, rt, me] {
     auto st = core->store->checkpoint();
+    if (!st)
+      (st.code() == errc::busy ? rt->stats.checkpoints_busy : rt->stats.checkpoint_failures)
+        .fetch_add(1, std::memory_order_relaxed);
     caf::anon_send(me, atoms::checkpointed::value, false, st ? 0 : -1);
   });
 }

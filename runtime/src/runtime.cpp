@@ -656,6 +656,8 @@ runtime_stats runtime::stats() const {
   r.keys_released_on_open = ld(s.keys_released_on_open);
   r.alarm_index_rebuilds = ld(s.alarm_index_rebuilds);
   r.checkpoints = ld(s.checkpoints);
+  r.checkpoints_busy = ld(s.checkpoints_busy);
+  r.checkpoint_failures = ld(s.checkpoint_failures);
   r.alarms_fired = ld(s.alarms_fired);
   r.alarm_retries = ld(s.alarm_retries);
   r.alarms_dead_lettered = ld(s.alarms_dead_lettered);

@@ -613,6 +613,10 @@ const char* entity_store::vfs_name() const {
 result<int> entity_store::checkpoint_concurrently() const {
   if (opts_.read_only)
     return status{errc::invalid_argument, "checkpoint of a store opened read-only"};
+  // Fault injection (tests): called from the checkpointing thread, beside the owner.
+  if (int frc = opts_.fault ? opts_.fault(0, "checkpoint_concurrently") : 0; frc != 0)
+    return status{map_rc(frc),
+                  "checkpoint " + path_.string() + ": " + sqlite3_errstr(frc) + " (injected)"};
   sqlite3* db = nullptr;
   int rc =
     sqlite3_open_v2(file_uri(path_).c_str(), &db,
@@ -656,6 +660,12 @@ status entity_store::open_db() {
   // (the runtime: on a storage thread) instead.
   if ((deferred_sync() || !opts_.auto_checkpoint) && !opts_.read_only)
     sqlite3_wal_hook(db_, wal_hook, &wal_frames_);
+  if (!opts_.read_only) {
+    // Keep the -wal and -shm files across a close, emptied (journal_size_limit truncates the
+    // WAL at the last close; factum's VFS empties the -shm): a reopen then creates no inode.
+    int keep = 1;
+    sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &keep);
+  }
   return migrate();
 }
 
@@ -674,6 +684,9 @@ status entity_store::configure() {
     pragmas += !deferred && opts_.mode == durability::full ? "PRAGMA synchronous=FULL;"
                : deferred                                  ? "PRAGMA synchronous=OFF;"
                                                            : "PRAGMA synchronous=NORMAL;";
+    // At the last close the WAL is truncated to 0 bytes (it persists: open_db()); at a
+    // restart SQLite trims a WAL that grew past 64 MiB back to that size.
+    pragmas += "PRAGMA journal_size_limit=67108864;";
     if (opts_.max_page_count > 0)
       pragmas += "PRAGMA max_page_count=" + std::to_string(opts_.max_page_count) + ";";
   }

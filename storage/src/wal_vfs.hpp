@@ -1,5 +1,6 @@
 // wal_vfs.hpp (private to storage/): factum's SQLite VFS, a shim over the default one that
-// hands a commit's WAL writes to the kernel in one write instead of two per frame.
+// hands a commit's WAL writes to the kernel in one write instead of two per frame, and keeps
+// the -shm file of a database whose WAL persists (emptied) instead of deleting it at close.
 // Registered once per process (sqlite_global_init); any thread may open files through it.
 #pragma once
 
@@ -22,6 +23,7 @@ struct wal_vfs_counters {
   uint64_t passthrough = 0; ///< writes passed on unbuffered (out of sequence)
   uint64_t wal_syncs = 0;   ///< xSync calls SQLite made on -wal files
   uint64_t db_syncs = 0;    ///< xSync calls SQLite made on other files (main databases)
+  uint64_t shm_kept = 0;    ///< -shm files emptied and kept at a last close (not deleted)
 };
 wal_vfs_counters wal_vfs_stats() noexcept;
 

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <fstream>
@@ -811,7 +812,7 @@ TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") 
   CHECK(r5.error().code() == errc::corruption);
 }
 
-TEST_CASE("read-only stores: immutable mode leaves no -wal or -shm behind") {
+TEST_CASE("read-only stores: immutable mode creates no -wal or -shm and changes neither") {
   test::temp_dir tmp;
   fs::path file;
   {
@@ -820,17 +821,105 @@ TEST_CASE("read-only stores: immutable mode leaves no -wal or -shm behind") {
     REQUIRE(s->commit().is_ok());
     file = s->path();
   }
-  REQUIRE_FALSE(fs::exists(file.string() + "-wal"));
+  fs::path wal = file.string() + "-wal", shm = file.string() + "-shm";
   auto o = opts_for(tmp.path());
   o.read_only = true;
   o.immutable = true;
+  // The emptied companions a clean close keeps: untouched.
+  REQUIRE(fs::file_size(wal) == 0);
+  REQUIRE(fs::file_size(shm) == 0);
+  auto wal_time = fs::last_write_time(wal), shm_time = fs::last_write_time(shm);
   {
     auto s = open_ok(o);
     CHECK(s->last_seq() == 1);
     CHECK(s->verify()->ok);
   }
-  CHECK_FALSE(fs::exists(file.string() + "-wal"));
-  CHECK_FALSE(fs::exists(file.string() + "-shm"));
+  CHECK(fs::file_size(wal) == 0);
+  CHECK(fs::file_size(shm) == 0);
+  CHECK(fs::last_write_time(wal) == wal_time);
+  CHECK(fs::last_write_time(shm) == shm_time);
+  // Without them (a file copied elsewhere, or a stopped server's data from before they were
+  // kept): none is created.
+  fs::remove(wal);
+  fs::remove(shm);
+  {
+    auto s = open_ok(o);
+    CHECK(s->last_seq() == 1);
+  }
+  CHECK_FALSE(fs::exists(wal));
+  CHECK_FALSE(fs::exists(shm));
+}
+
+namespace {
+uint64_t inode_of(const fs::path& p) {
+  struct stat st {};
+  REQUIRE(::stat(p.c_str(), &st) == 0);
+  return static_cast<uint64_t>(st.st_ino);
+}
+} // namespace
+
+TEST_CASE("store files: a closed entity keeps its -wal and -shm emptied, so a reopen creates "
+          "no file") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  fs::path file;
+  auto kept_before = detail::wal_vfs_stats().shm_kept;
+  {
+    auto s = open_ok(o);
+    REQUIRE(s->append(draft("invocation")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    file = s->path();
+  }
+  fs::path wal = file.string() + "-wal", shm = file.string() + "-shm";
+  REQUIRE(fs::exists(wal));
+  REQUIRE(fs::exists(shm));
+  CHECK(fs::file_size(wal) == 0); // checkpointed into the database, then truncated
+  CHECK(fs::file_size(shm) == 0); // emptied by factum's VFS
+  CHECK(detail::wal_vfs_stats().shm_kept == kept_before + 1);
+  auto wal_inode = inode_of(wal), shm_inode = inode_of(shm);
+  for (int round = 0; round < 3; ++round) {
+    auto s = open_ok(o);
+    REQUIRE(s->append(draft("invocation")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    CHECK(fs::file_size(shm) > 0); // rebuilt by the opener
+    s.reset();
+    CHECK(inode_of(wal) == wal_inode);
+    CHECK(inode_of(shm) == shm_inode);
+    CHECK(fs::file_size(wal) == 0);
+    CHECK(fs::file_size(shm) == 0);
+  }
+  // Nothing was lost by emptying them: the facts are in the database file itself.
+  CHECK(raw_rows(file, "SELECT count(*) FROM facts") ==
+        std::vector<std::vector<std::string>>{{"4"}});
+  auto s = open_ok(o);
+  CHECK(s->last_seq() == 4);
+  CHECK(s->verify()->ok);
+}
+
+TEST_CASE("store files: the -shm is not emptied while another connection has the database "
+          "open") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  auto writer = open_ok(o);
+  REQUIRE(writer->append(draft("invocation")).is_ok());
+  REQUIRE(writer->commit().is_ok());
+  fs::path shm = writer->path().string() + "-shm";
+  auto ro = o;
+  ro.read_only = true;
+  auto reader = open_ok(ro);
+  REQUIRE(reader->verify()->ok);
+  auto kept_before = detail::wal_vfs_stats().shm_kept;
+  REQUIRE(writer->append(draft("invocation")).is_ok());
+  REQUIRE(writer->commit().is_ok());
+  writer.reset(); // not the last connection: the reader still maps the -shm
+  CHECK(detail::wal_vfs_stats().shm_kept == kept_before);
+  CHECK(fs::file_size(shm) > 0);
+  // The reader goes on reading through it (an emptied mapping would kill it with SIGBUS), and
+  // sees the writer's last commit, which may still be only in the -wal.
+  auto v = reader->verify();
+  REQUIRE(v.is_ok());
+  CHECK(v->ok);
+  CHECK(v->facts_checked == 2);
 }
 
 TEST_CASE("read-only stores read and refuse writes") {

@@ -132,6 +132,12 @@ std::string http_metrics::render(const runtime_stats& rt) const {
          rt.alarm_index_rebuilds);
   metric(out, "factum_wal_checkpoints_total", "counter",
          "WAL checkpoints run beside a running entity.", rt.checkpoints);
+  metric(out, "factum_wal_checkpoints_busy_total", "counter",
+         "WAL checkpoints that found the database busy and were left to the next commit.",
+         rt.checkpoints_busy);
+  metric(out, "factum_wal_checkpoint_failures_total", "counter",
+         "WAL checkpoints that failed with an error other than busy (the WAL keeps growing).",
+         rt.checkpoint_failures);
   metric(out, "factum_alarms_fired_total", "counter", "Alarm handlers that ran.", rt.alarms_fired);
   metric(out, "factum_alarm_retries_total", "counter", "Failed alarms scheduled again.",
          rt.alarm_retries);

@@ -43,7 +43,7 @@ file_state stat_entity_file(const fs::path& db) {
     s.wal_size = static_cast<uint64_t>(st.st_size);
     s.wal_mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
   }
-  s.shm = ::stat(with_suffix(db, "-shm").c_str(), &st) == 0;
+  s.shm = ::stat(with_suffix(db, "-shm").c_str(), &st) == 0 && st.st_size > 0;
   return s;
 }
 

@@ -3,9 +3,10 @@
 //
 // SQLite's mode=ro still creates the -wal and -shm files of a WAL database when they are absent
 // (and cannot remove them on close), so reading a closed entity file in place would leave two
-// new files beside it. The reader therefore opens the file in place only when both -wal and
-// -shm already exist (a server has it open, or crashed with it open); otherwise it copies the
-// database (and a -wal without -shm) into a private temporary directory and opens the copy.
+// new files beside it, and would rebuild an existing -shm. The reader therefore opens the file
+// in place only when a -wal and a non-empty -shm exist (a server has it open, or crashed with it
+// open; a closed entity keeps both emptied, see docs/storage-format.md); otherwise it copies
+// the database (and its -wal) into a private temporary directory and opens the copy.
 // The copy is taken only when the file did not change while it was copied (size, mtime, inode,
 // and still no live -wal/-shm), else it is retried, then the file is opened in place.
 #pragma once
@@ -29,7 +30,7 @@ struct file_state {
   bool wal = false;
   uint64_t wal_size = 0;
   int64_t wal_mtime_ns = 0;
-  bool shm = false;
+  bool shm = false; ///< a -shm file with content (one emptied at a last close counts as none)
   friend bool operator==(const file_state&, const file_state&) = default;
 };
 

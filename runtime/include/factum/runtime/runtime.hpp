@@ -135,6 +135,12 @@ struct runtime_stats {
   uint64_t dead_letters = 0;         ///< dead letters created
   uint64_t alarm_index_rebuilds = 0; ///< damaged alarm indexes rebuilt at start (0 or 1)
   uint64_t checkpoints = 0;          ///< WAL checkpoints done beside a running entity
+  /// Checkpoints that found the database busy (another connection mid-update); retried at the
+  /// next commit past the threshold. Expected now and then.
+  uint64_t checkpoints_busy = 0;
+  /// Checkpoints that failed with any other error (I/O, disk full, ...). While they fail, the
+  /// entity's WAL keeps growing; a rising count needs an operator.
+  uint64_t checkpoint_failures = 0;
 };
 
 namespace detail {

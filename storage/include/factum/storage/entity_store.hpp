@@ -33,7 +33,9 @@ enum class durability {
 result<durability> parse_durability(std::string_view text);
 
 /// A fault-injection seam: called before every SQLite step or exec with a running count of
-/// operations on this store; a non-zero SQLite result code fails that operation with it.
+/// operations on this store; a non-zero SQLite result code fails that operation with it. Also
+/// called with op_index 0 and the names "sync" and "checkpoint_concurrently" from the threads
+/// that run those (so a hook must be thread-safe).
 using fault_hook = std::function<int(uint64_t op_index, std::string_view sql)>;
 
 /// Options for opening an entity store. Every default is the production default.
@@ -244,7 +246,9 @@ class entity_store {
   /// after, also with defer_sync. Returns how many of the WAL's frames are now in the database.
   /// The WAL restarts at the owner's next write only if that is all of them, which commits
   /// made meanwhile prevent: a checkpoint() on the owner's connection then copies the rest.
-  /// A store opened read-only: an error.
+  /// A store opened read-only: an error. SQLITE_BUSY (errc::busy) is SQLite's answer when the
+  /// wal-index header is being updated at that instant (a PASSIVE checkpoint never waits):
+  /// try again later.
   result<int> checkpoint_concurrently() const;
   /// Starts a turn: a savepoint in the batch (opening the batch when needed). Turns do not nest.
   status begin_turn();
