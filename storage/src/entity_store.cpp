@@ -451,6 +451,11 @@ entity_store::~entity_store() {
     // The close checkpoints the WAL into the database: with its syncs (see configure()).
     if (deferred_sync() && !opts_.read_only)
       sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
+    // ... and, the WAL persisting (open_db()), truncates it to 0 bytes when it is the last
+    // connection. Set only now: while open, a size limit changed how SQLite restarts the WAL
+    // (a checkpoint beside the owner's commits no longer synced the database).
+    if (!opts_.read_only)
+      sqlite3_exec(db_, "PRAGMA journal_size_limit=0", nullptr, nullptr, nullptr);
     sqlite3_close_v2(db_);
   }
 }
@@ -661,8 +666,9 @@ status entity_store::open_db() {
   if ((deferred_sync() || !opts_.auto_checkpoint) && !opts_.read_only)
     sqlite3_wal_hook(db_, wal_hook, &wal_frames_);
   if (!opts_.read_only) {
-    // Keep the -wal and -shm files across a close, emptied (journal_size_limit truncates the
-    // WAL at the last close; factum's VFS empties the -shm): a reopen then creates no inode.
+    // Keep the -wal and -shm files across a close, emptied (the destructor's journal_size_limit
+    // truncates the WAL at the last close; factum's VFS empties the -shm): a reopen then
+    // creates no inode.
     int keep = 1;
     sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &keep);
   }
@@ -684,9 +690,6 @@ status entity_store::configure() {
     pragmas += !deferred && opts_.mode == durability::full ? "PRAGMA synchronous=FULL;"
                : deferred                                  ? "PRAGMA synchronous=OFF;"
                                                            : "PRAGMA synchronous=NORMAL;";
-    // At the last close the WAL is truncated to 0 bytes (it persists: open_db()); at a
-    // restart SQLite trims a WAL that grew past 64 MiB back to that size.
-    pragmas += "PRAGMA journal_size_limit=67108864;";
     if (opts_.max_page_count > 0)
       pragmas += "PRAGMA max_page_count=" + std::to_string(opts_.max_page_count) + ";";
   }
