@@ -27,6 +27,9 @@
 // frames that are not in the file (the commit path above writes first and reports errors, so the
 // barrier has nothing to write in every path this file knows of).
 //
+// Main database files are not opened through the base VFS but by ofd_file.cpp (open-file-
+// description locks, no process-wide table); -wal files and everything else are.
+//
 // Second job, for databases whose connection set SQLITE_FCNTL_PERSIST_WAL (entity stores): the
 // -shm file is kept across a close, emptied, like the -wal file SQLite then keeps (truncated to
 // 0 bytes by journal_size_limit). Without it every open of an entity creates two inodes and
@@ -43,8 +46,11 @@
 // VFS and method tables are written once, at registration, before any open.
 #include "wal_vfs.hpp"
 
+#include "ofd_file.hpp"
+
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -319,7 +325,10 @@ int x_unfetch(sqlite3_file* p, sqlite3_int64 off, void* ptr) {
 int x_open(sqlite3_vfs*, const char* name, sqlite3_file* out, int flags, int* out_flags) {
   auto* f = new (out) shim_file{};
   f->head.pMethods = nullptr;
-  int rc = base_vfs->xOpen(base_vfs, name, real(out), flags, out_flags);
+  // Main databases: opened and locked here (ofd_file.hpp); everything else through "unix".
+  int rc = (flags & SQLITE_OPEN_MAIN_DB) != 0 && name != nullptr
+             ? ofd_open(name, real(out), flags, out_flags)
+             : base_vfs->xOpen(base_vfs, name, real(out), flags, out_flags);
   if (rc != SQLITE_OK || real(out)->pMethods == nullptr) {
     f->~shim_file();
     out->pMethods = nullptr;
@@ -348,7 +357,8 @@ void register_wal_vfs(sqlite3_vfs* base) {
   shim_vfs = *base;
   shim_vfs.pNext = nullptr;
   shim_vfs.zName = wal_vfs_name;
-  shim_vfs.szOsFile = static_cast<int>(real_offset) + base->szOsFile;
+  shim_vfs.szOsFile =
+    static_cast<int>(real_offset + std::max(static_cast<size_t>(base->szOsFile), ofd_file_size()));
   shim_vfs.xOpen = x_open;
   shim_methods.iVersion = 3;
   shim_methods.xClose = x_close;

@@ -1,0 +1,29 @@
+// ofd_file.hpp (private to storage/): a SQLite main-database file opened by factum's VFS itself,
+// locked with open-file-description locks instead of through SQLite's "unix" VFS.
+//
+// Why: the "unix" VFS keeps one process-wide list of every open database (POSIX record locks
+// belong to the process, so it must share lock state between connections to one file) and walks
+// it twice per open under a global mutex: each open paid ~0.18 us per database already open in
+// the process, serialised across threads (docs/performance.md, "Session 8"). An OFD lock
+// (F_OFD_SETLK) belongs to the open file description, so every connection locks on its own and
+// nothing is shared between connections: no list, no global mutex. The byte ranges are SQLite's
+// (docs/storage-format.md section 2), and on Linux OFD locks and POSIX locks conflict with each
+// other, so other processes using the "unix" VFS (factum inspect, sqlite3) interoperate.
+//
+// Threads: one sqlite3_file per connection, used by one thread at a time; nothing is shared.
+#pragma once
+
+#include <cstddef>
+
+struct sqlite3_file;
+
+namespace factum::detail {
+
+/// Bytes an OFD-locked file needs in a sqlite3_file slot.
+std::size_t ofd_file_size() noexcept;
+
+/// Opens the main database file `name` into `out` (xOpen's contract: pMethods is set when and
+/// only when the file is open).
+int ofd_open(const char* name, sqlite3_file* out, int flags, int* out_flags);
+
+} // namespace factum::detail

@@ -1,0 +1,212 @@
+// ofd_lock_test.cpp: the locks of factum's VFS for database files (storage/src/ofd_file.cpp),
+// which takes SQLite's locks as open-file-description locks. What it must do: exclude writers
+// between connections of one process and against other processes using SQLite's "unix" VFS,
+// and let SQLite recognise the last connection at close (which decides whether the -wal and
+// -shm may go).
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include <sqlite3.h>
+
+#include "factum/storage/entity_store.hpp"
+#include "support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+sqlite3* open_db(const fs::path& path, const char* vfs) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, vfs);
+  REQUIRE(rc == SQLITE_OK);
+  sqlite3_busy_timeout(db, 0);
+  return db;
+}
+
+int exec(sqlite3* db, const char* sql) {
+  return sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+}
+
+int64_t count(sqlite3* db) {
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "SELECT count(*) FROM t", -1, &st, nullptr) == SQLITE_OK);
+  int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  sqlite3_finalize(st);
+  return n;
+}
+
+/// A fresh database with table t in the given journal mode, made through factum's VFS.
+fs::path make_db(const fs::path& dir, const char* name, const char* mode) {
+  auto path = dir / name;
+  sqlite3* db = open_db(path, factum::entity_store::default_vfs());
+  REQUIRE(exec(db, (std::string("PRAGMA journal_mode=") + mode).c_str()) == SQLITE_OK);
+  REQUIRE(exec(db, "CREATE TABLE t(x)") == SQLITE_OK);
+  sqlite3_close(db);
+  return path;
+}
+
+/// Parent and child exchange one byte per step.
+struct channel {
+  int to_child[2];
+  int to_parent[2];
+  channel() {
+    REQUIRE(::pipe(to_child) == 0);
+    REQUIRE(::pipe(to_parent) == 0);
+  }
+  static void put(int fd) {
+    char c = 1;
+    (void)!::write(fd, &c, 1);
+  }
+  static bool get(int fd) {
+    char c = 0;
+    return ::read(fd, &c, 1) == 1;
+  }
+};
+
+} // namespace
+
+TEST_CASE("ofd locks: two connections of one process exclude each other's writes, and the last "
+          "to close is the one that removes the WAL") {
+  factum::test::temp_dir tmp;
+  const char* vfs = factum::entity_store::default_vfs();
+  auto path = make_db(tmp.path(), "wal.db", "WAL");
+  sqlite3* a = open_db(path, vfs);
+  sqlite3* b = open_db(path, vfs);
+  REQUIRE(exec(a, "BEGIN IMMEDIATE") == SQLITE_OK);
+  CHECK(exec(b, "BEGIN IMMEDIATE") == SQLITE_BUSY);
+  CHECK(count(b) == 0); // readers go on beside a writer
+  REQUIRE(exec(a, "INSERT INTO t VALUES (1)") == SQLITE_OK);
+  REQUIRE(exec(a, "COMMIT") == SQLITE_OK);
+  REQUIRE(exec(b, "BEGIN IMMEDIATE") == SQLITE_OK);
+  CHECK(count(b) == 1);
+  REQUIRE(exec(b, "COMMIT") == SQLITE_OK);
+  // Closing while the other is open: not the last (its EXCLUSIVE lock is refused).
+  sqlite3_close(a);
+  CHECK(fs::exists(path.string() + "-wal"));
+  CHECK(count(b) == 1);
+  sqlite3_close(b); // the last: checkpoints and deletes the WAL and the -shm
+  CHECK_FALSE(fs::exists(path.string() + "-wal"));
+  CHECK_FALSE(fs::exists(path.string() + "-shm"));
+
+  // Rollback-journal mode uses every lock level of the database file: a writer's EXCLUSIVE
+  // lock keeps readers out until it commits.
+  auto rpath = make_db(tmp.path(), "journal.db", "DELETE");
+  a = open_db(rpath, vfs);
+  b = open_db(rpath, vfs);
+  sqlite3_stmt* st = nullptr; // prepared first: preparing reads the schema (a SHARED lock)
+  REQUIRE(sqlite3_prepare_v2(b, "SELECT count(*) FROM t", -1, &st, nullptr) == SQLITE_OK);
+  REQUIRE(exec(a, "BEGIN EXCLUSIVE") == SQLITE_OK);
+  REQUIRE(exec(a, "INSERT INTO t VALUES (1)") == SQLITE_OK);
+  CHECK(sqlite3_step(st) == SQLITE_BUSY);
+  sqlite3_reset(st);
+  REQUIRE(exec(a, "COMMIT") == SQLITE_OK);
+  CHECK(sqlite3_step(st) == SQLITE_ROW);
+  CHECK(sqlite3_column_int64(st, 0) == 1);
+  sqlite3_finalize(st);
+  // A reader's SHARED lock holds a writer at PENDING, and the writer gets in once it is gone.
+  REQUIRE(exec(b, "BEGIN") == SQLITE_OK);
+  CHECK(count(b) == 1);
+  REQUIRE(exec(a, "BEGIN IMMEDIATE") == SQLITE_OK);
+  REQUIRE(exec(a, "INSERT INTO t VALUES (2)") == SQLITE_OK);
+  CHECK(exec(a, "COMMIT") == SQLITE_BUSY);
+  REQUIRE(exec(b, "COMMIT") == SQLITE_OK);
+  CHECK(exec(a, "COMMIT") == SQLITE_OK);
+  CHECK(count(b) == 2);
+  sqlite3_close(a);
+  sqlite3_close(b);
+}
+
+TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock against each other, and "
+          "their interleaved writes all land") {
+  factum::test::temp_dir tmp;
+  const char* vfs = factum::entity_store::default_vfs();
+  auto path = make_db(tmp.path(), "shared.db", "WAL");
+
+  // The other process holds the write lock: factum's connection is refused, then gets it.
+  {
+    channel ch;
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      sqlite3* c = nullptr;
+      if (sqlite3_open_v2(path.c_str(), &c, SQLITE_OPEN_READWRITE, "unix") != SQLITE_OK ||
+          exec(c, "BEGIN IMMEDIATE") != SQLITE_OK)
+        _exit(2);
+      channel::put(ch.to_parent[1]);
+      channel::get(ch.to_child[0]);
+      _exit(exec(c, "INSERT INTO t VALUES (1)") == SQLITE_OK && exec(c, "COMMIT") == SQLITE_OK ? 0
+                                                                                               : 3);
+    }
+    REQUIRE(channel::get(ch.to_parent[0]));
+    sqlite3* p = open_db(path, vfs);
+    CHECK(exec(p, "BEGIN IMMEDIATE") == SQLITE_BUSY);
+    channel::put(ch.to_child[1]);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    REQUIRE(exec(p, "BEGIN IMMEDIATE") == SQLITE_OK);
+    CHECK(count(p) == 1);
+    REQUIRE(exec(p, "COMMIT") == SQLITE_OK);
+    sqlite3_close(p);
+  }
+
+  // factum's connection holds the write lock: the other process is refused.
+  {
+    sqlite3* p = open_db(path, vfs);
+    REQUIRE(exec(p, "BEGIN IMMEDIATE") == SQLITE_OK);
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      sqlite3* c = nullptr;
+      if (sqlite3_open_v2(path.c_str(), &c, SQLITE_OPEN_READWRITE, "unix") != SQLITE_OK)
+        _exit(2);
+      sqlite3_busy_timeout(c, 0);
+      _exit(exec(c, "BEGIN IMMEDIATE") == SQLITE_BUSY ? 0 : 3);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    REQUIRE(exec(p, "COMMIT") == SQLITE_OK);
+    sqlite3_close(p);
+  }
+
+  // Both write at once, each waiting for the other's locks: every row lands, the file is whole.
+  constexpr int rows = 300;
+  sqlite3* p = open_db(path, vfs);
+  sqlite3_busy_timeout(p, 10'000);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    sqlite3* c = nullptr;
+    if (sqlite3_open_v2(path.c_str(), &c, SQLITE_OPEN_READWRITE, "unix") != SQLITE_OK)
+      _exit(2);
+    sqlite3_busy_timeout(c, 10'000);
+    for (int i = 0; i < rows; ++i)
+      if (exec(c, "INSERT INTO t VALUES ('child')") != SQLITE_OK)
+        _exit(3);
+    sqlite3_close(c);
+    _exit(0);
+  }
+  int failed = 0;
+  for (int i = 0; i < rows; ++i)
+    failed += exec(p, "INSERT INTO t VALUES ('parent')") != SQLITE_OK ? 1 : 0;
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(failed == 0);
+  CHECK(count(p) == 1 + 2 * rows);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(p, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+  CHECK(std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) == "ok");
+  sqlite3_finalize(st);
+  sqlite3_close(p);
+}
