@@ -345,34 +345,35 @@ run_result create_workload(const context& c, std::string_view name, durability m
 /// (read the schema, migrate nothing, load the chain head, release pending keys) and close
 /// (checkpoint the WAL, empty -wal and -shm): what a hibernated entity costs the runtime to
 /// wake and put back to sleep. The files are created untimed first, all in one data directory.
-run_result reopen_workload(const context& c, std::string_view name, durability mode) {
-  auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
-  auto o = store_opts(dir, mode);
-  std::string prefix = entity_id(c, name) + "-";
+/// Creates c.num entities `<prefix><i>` holding one fact each (untimed).
+void make_one_fact_entities(const context& c, const store_options& o, const std::string& prefix) {
   auto drafts = make_drafts(1);
   for (int64_t i = 0; i < c.num; ++i) {
     auto s = open_store(o, prefix + std::to_string(i));
     check(s->append_many(drafts).error(), "append");
     check(s->commit(), "commit");
   }
+}
+
+run_result reopen_workload(const context& c, std::string_view name, durability mode) {
+  auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
+  auto o = store_opts(dir, mode);
+  std::string prefix = entity_id(c, name) + "-";
+  make_one_fact_entities(c, o, prefix);
   o.create_if_missing = false;
   return timed_opens(c, dir, o, prefix, 1);
 }
 
 /// reopen_full with `crowd_size` other entities held open meanwhile, as a runtime holds its
-/// active set: SQLite's unix VFS keeps one process-wide list of open database files and walks it
-/// twice per open under its global mutex (findReusableFd, findInodeInfo), so the cost of an
-/// open grows with the number of databases open in the process.
+/// active set. SQLite's unix VFS keeps one process-wide list of open database files and walks it
+/// twice per open under its global mutex (findReusableFd, findInodeInfo), so through it an open
+/// costs more the more databases are open; factum's VFS locks database files itself (ofd_file)
+/// and this should match reopen_full.
 run_result reopen_crowded_workload(const context& c, std::string_view name, int crowd_size) {
   auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
   auto o = store_opts(dir, durability::full);
   std::string prefix = entity_id(c, name) + "-";
-  auto drafts = make_drafts(1);
-  for (int64_t i = 0; i < c.num; ++i) {
-    auto s = open_store(o, prefix + std::to_string(i));
-    check(s->append_many(drafts).error(), "append");
-    check(s->commit(), "commit");
-  }
+  make_one_fact_entities(c, o, prefix);
   std::vector<std::unique_ptr<entity_store>> crowd;
   crowd.reserve(static_cast<size_t>(crowd_size));
   for (int i = 0; i < crowd_size; ++i)

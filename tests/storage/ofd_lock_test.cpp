@@ -50,6 +50,23 @@ fs::path make_db(const fs::path& dir, const char* name, const char* mode) {
   return path;
 }
 
+/// In a forked child: a connection through SQLite's "unix" VFS, or the child exits with 2.
+sqlite3* open_unix_in_child(const fs::path& path, int busy_ms) {
+  sqlite3* c = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &c, SQLITE_OPEN_READWRITE, "unix") != SQLITE_OK)
+    _exit(2);
+  sqlite3_busy_timeout(c, busy_ms);
+  return c;
+}
+
+/// Waits for the forked child and checks that it exited with status 0.
+void expect_child_ok(pid_t pid) {
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 /// Parent and child exchange one byte per step.
 struct channel {
   int to_child[2];
@@ -133,9 +150,8 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock against e
     pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      sqlite3* c = nullptr;
-      if (sqlite3_open_v2(path.c_str(), &c, SQLITE_OPEN_READWRITE, "unix") != SQLITE_OK ||
-          exec(c, "BEGIN IMMEDIATE") != SQLITE_OK)
+      sqlite3* c = open_unix_in_child(path, 0);
+      if (exec(c, "BEGIN IMMEDIATE") != SQLITE_OK)
         _exit(2);
       channel::put(ch.to_parent[1]);
       channel::get(ch.to_child[0]);
@@ -146,10 +162,7 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock against e
     sqlite3* p = open_db(path, vfs);
     CHECK(exec(p, "BEGIN IMMEDIATE") == SQLITE_BUSY);
     channel::put(ch.to_child[1]);
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
+    expect_child_ok(pid);
     REQUIRE(exec(p, "BEGIN IMMEDIATE") == SQLITE_OK);
     CHECK(count(p) == 1);
     REQUIRE(exec(p, "COMMIT") == SQLITE_OK);
@@ -163,16 +176,9 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock against e
     pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      sqlite3* c = nullptr;
-      if (sqlite3_open_v2(path.c_str(), &c, SQLITE_OPEN_READWRITE, "unix") != SQLITE_OK)
-        _exit(2);
-      sqlite3_busy_timeout(c, 0);
-      _exit(exec(c, "BEGIN IMMEDIATE") == SQLITE_BUSY ? 0 : 3);
+      _exit(exec(open_unix_in_child(path, 0), "BEGIN IMMEDIATE") == SQLITE_BUSY ? 0 : 3);
     }
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
+    expect_child_ok(pid);
     REQUIRE(exec(p, "COMMIT") == SQLITE_OK);
     sqlite3_close(p);
   }
@@ -184,10 +190,7 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock against e
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    sqlite3* c = nullptr;
-    if (sqlite3_open_v2(path.c_str(), &c, SQLITE_OPEN_READWRITE, "unix") != SQLITE_OK)
-      _exit(2);
-    sqlite3_busy_timeout(c, 10'000);
+    sqlite3* c = open_unix_in_child(path, 10'000);
     for (int i = 0; i < rows; ++i)
       if (exec(c, "INSERT INTO t VALUES ('child')") != SQLITE_OK)
         _exit(3);
@@ -197,10 +200,7 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock against e
   int failed = 0;
   for (int i = 0; i < rows; ++i)
     failed += exec(p, "INSERT INTO t VALUES ('parent')") != SQLITE_OK ? 1 : 0;
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  expect_child_ok(pid);
   CHECK(failed == 0);
   CHECK(count(p) == 1 + 2 * rows);
   sqlite3_stmt* st = nullptr;
