@@ -307,7 +307,8 @@ run_result query_workload(const context& c) {
 }
 
 /// Times c.num rounds of entity_store::open + close of `<prefix><i>`, checking that each store
-/// holds `expect_seq` facts, then removes `dir` (the data directory of `o`).
+/// holds `expect_seq` facts, then closes `crowd` (when given) and removes `dir` (the data
+/// directory of `o`) unless --keep_files.
 run_result timed_opens(const context& c, const fs::path& dir, const store_options& o,
                        const std::string& prefix, int64_t expect_seq,
                        std::vector<std::unique_ptr<entity_store>>* crowd = nullptr) {

@@ -951,6 +951,12 @@ void release_synced(self_ptr self);
 /// the next commit restart the WAL. (A checkpoint only on the actor's connection held every
 /// call for the whole copy: tens of ms for a hot entity. Only concurrent ones never let the
 /// WAL restart under steady load: some commit always lands during the copy.)
+/// A failed checkpoint: SQLITE_BUSY (expected now and then, tried again) apart from errors.
+void count_checkpoint_error(runtime_core* rt, const status& st) {
+  (st.code() == errc::busy ? rt->stats.checkpoints_busy : rt->stats.checkpoint_failures)
+    .fetch_add(1, std::memory_order_relaxed);
+}
+
 void maybe_checkpoint(self_ptr self) {
   auto& s = self->state;
   // Not while a commit runs on a storage thread: it moves wal_frames().
@@ -976,9 +982,7 @@ void maybe_checkpoint(self_ptr self) {
       auto r = core->store->checkpoint_concurrently();
       rt->stats.checkpoints.fetch_add(1, std::memory_order_relaxed);
       if (!r)
-        (r.error().code() == errc::busy ? rt->stats.checkpoints_busy
-                                        : rt->stats.checkpoint_failures)
-          .fetch_add(1, std::memory_order_relaxed);
+        count_checkpoint_error(rt, r.error());
       caf::anon_send(me, atoms::checkpointed::value, true, r ? r.value() : -1);
     });
     return;
@@ -989,8 +993,7 @@ void maybe_checkpoint(self_ptr self) {
   rt->pool.post([core, rt, me] {
     auto st = core->store->checkpoint();
     if (!st)
-      (st.code() == errc::busy ? rt->stats.checkpoints_busy : rt->stats.checkpoint_failures)
-        .fetch_add(1, std::memory_order_relaxed);
+      count_checkpoint_error(rt, st);
     caf::anon_send(me, atoms::checkpointed::value, false, st ? 0 : -1);
   });
 }

@@ -452,8 +452,8 @@ entity_store::~entity_store() {
     if (deferred_sync() && !opts_.read_only)
       sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
     // ... and, the WAL persisting (open_db()), truncates it to 0 bytes when it is the last
-    // connection. Set only now: while open, a size limit changed how SQLite restarts the WAL
-    // (a checkpoint beside the owner's commits no longer synced the database).
+    // connection. Set only now: while open, a limit would also make SQLite trim the WAL file at
+    // every restart, which nothing needs.
     if (!opts_.read_only)
       sqlite3_exec(db_, "PRAGMA journal_size_limit=0", nullptr, nullptr, nullptr);
     sqlite3_close_v2(db_);
@@ -667,7 +667,7 @@ status entity_store::open_db() {
     sqlite3_wal_hook(db_, wal_hook, &wal_frames_);
   if (!opts_.read_only) {
     // Keep the -wal and -shm files across a close, emptied (the destructor's journal_size_limit
-    // truncates the WAL at the last close; factum's VFS empties the -shm): a reopen then
+    // truncates the WAL at the last close; ofd_file.cpp empties the -shm): a reopen then
     // creates no inode.
     int keep = 1;
     sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &keep);

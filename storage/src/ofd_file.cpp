@@ -11,6 +11,12 @@
 //   128: every connection holds a read lock on it while it has the -shm mapped; the first one
 //   (a write lock is granted) truncates the file, so stale contents after a crash are never
 //   trusted and the wal-index is rebuilt from the WAL.
+// A connection that set SQLITE_FCNTL_PERSIST_WAL (an entity store's owner) keeps the -shm at its
+// last close, emptied, where SQLite would delete it: SQLite then keeps the -wal too (truncated
+// by journal_size_limit=0), so the next open of the entity creates no file. "Last" is what
+// SQLite itself checks before it deletes: the closing connection got the database's EXCLUSIVE
+// lock (every open connection holds SHARED). The next opener rebuilds the empty -shm, as after
+// a crash. With another connection open the -shm is left whole.
 // What differs from "unix": each connection has its own descriptors and its own locks (OFD
 // locks are owned by the open file description), so no process-wide table, no global mutex, and
 // no file descriptor kept open after a close. Each connection maps the -shm itself (MAP_SHARED
@@ -44,6 +50,8 @@ constexpr off_t shared_size = 510;
 constexpr off_t shm_base = 120;                        // first WAL lock byte in the -shm
 constexpr off_t shm_dms = shm_base + SQLITE_SHM_NLOCK; // 128
 constexpr off_t os_page = 4096;
+
+std::atomic<uint64_t> n_shm_kept{0};
 
 struct ofd_file {
   sqlite3_file base; // pMethods: set once open
@@ -358,10 +366,16 @@ int x_shm_unmap(sqlite3_file* p, int del) {
   auto* f = of(p);
   unmap_shm(f);
   if (f->shm_fd >= 0) {
-    if (del != 0) { // SQLite holds the database's EXCLUSIVE lock: no one else has it open
+    // SQLite asks for deletion only while it holds the database's EXCLUSIVE lock (no other
+    // connection anywhere has it open). A persistent WAL's connection never asks: under the
+    // same lock, the -shm is emptied and kept instead (see the file comment).
+    if (del != 0) {
       std::string path = f->name;
       path += "-shm";
       ::unlink(path.c_str());
+    } else if (f->persist_wal && f->lock == SQLITE_LOCK_EXCLUSIVE &&
+               ::ftruncate(f->shm_fd, 0) == 0) {
+      n_shm_kept.fetch_add(1, std::memory_order_relaxed);
     }
     ::close(f->shm_fd); // releases this connection's -shm locks, DMS included
     f->shm_fd = -1;
@@ -404,6 +418,10 @@ const sqlite3_io_methods methods = {
 
 std::size_t ofd_file_size() noexcept {
   return sizeof(ofd_file);
+}
+
+uint64_t ofd_shm_kept() noexcept {
+  return n_shm_kept.load(std::memory_order_relaxed);
 }
 
 int ofd_open(const char* name, sqlite3_file* out, int flags, int* out_flags) {

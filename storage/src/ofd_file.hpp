@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 struct sqlite3_file;
 
@@ -25,5 +26,8 @@ std::size_t ofd_file_size() noexcept;
 /// Opens the main database file `name` into `out` (xOpen's contract: pMethods is set when and
 /// only when the file is open).
 int ofd_open(const char* name, sqlite3_file* out, int flags, int* out_flags);
+
+/// -shm files emptied and kept at a last close since the process started (tests read it).
+uint64_t ofd_shm_kept() noexcept;
 
 } // namespace factum::detail

@@ -28,17 +28,8 @@
 // barrier has nothing to write in every path this file knows of).
 //
 // Main database files are not opened through the base VFS but by ofd_file.cpp (open-file-
-// description locks, no process-wide table); -wal files and everything else are.
-//
-// Second job, for databases whose connection set SQLITE_FCNTL_PERSIST_WAL (entity stores): the
-// -shm file is kept across a close, emptied, like the -wal file SQLite then keeps (truncated to
-// 0 bytes by journal_size_limit). Without it every open of an entity creates two inodes and
-// every close unlinks them, which on ext4 without a journal costs ~1.5 ms per open
-// (docs/performance.md, "Session 8"). It is emptied in xShmUnmap only when the closing
-// connection holds the database's EXCLUSIVE lock: SQLite takes it at close to learn that no
-// other connection, in any process, has the database open (each keeps a SHARED lock while
-// open), which is the condition under which SQLite itself would delete the file. The next
-// opener finds an empty -shm and rebuilds it, as after any crash.
+// description locks, no process-wide table; it also keeps a persistent WAL's -shm); -wal files
+// and everything else are.
 //
 // Threads: a sqlite3_file belongs to one connection, used by one thread at a time; the buffer
 // it holds during a commit is that file's. The database file and its WAL are the same
@@ -48,8 +39,6 @@
 
 #include "ofd_file.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -58,7 +47,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <string>
 #include <vector>
 
 #include <sqlite3.h>
@@ -71,8 +59,7 @@ sqlite3_vfs* base_vfs = nullptr;
 sqlite3_vfs shim_vfs{};
 sqlite3_io_methods shim_methods{};
 
-std::atomic<uint64_t> n_wal_flushes{0}, n_passthrough{0}, n_wal_syncs{0}, n_db_syncs{0},
-  n_shm_kept{0};
+std::atomic<uint64_t> n_wal_flushes{0}, n_passthrough{0}, n_wal_syncs{0}, n_db_syncs{0};
 
 void count(std::atomic<uint64_t>& n) {
   n.fetch_add(1, std::memory_order_relaxed);
@@ -113,17 +100,15 @@ void give_buffer(char* b) {
 struct shim_file {
   sqlite3_file head; // pMethods = &shim_methods once the base file is open
   bool is_wal = false;
-  bool unbuffered = false;     // out of sequence since the last barrier
-  bool commit_header = false;  // the last buffered write was a commit frame's header
-  int64_t header_off = 0;      // ... at this offset
-  int64_t next_off = -1;       // where an in-sequence write starts; -1: unknown yet
-  int64_t buf_off = 0;         // file offset of buf[0]
-  size_t buf_len = 0;          // bytes buffered
-  char* buf = nullptr;         // lent by take_buffer() while buf_len > 0
-  shim_file* wal = nullptr;    // database file: its connection's open WAL
-  shim_file* db = nullptr;     // WAL file: its database file
-  const char* name = nullptr;  // main database file: its path (SQLite keeps it until xClose)
-  int lock = SQLITE_LOCK_NONE; // database file: the lock level this connection holds
+  bool unbuffered = false;    // out of sequence since the last barrier
+  bool commit_header = false; // the last buffered write was a commit frame's header
+  int64_t header_off = 0;     // ... at this offset
+  int64_t next_off = -1;      // where an in-sequence write starts; -1: unknown yet
+  int64_t buf_off = 0;        // file offset of buf[0]
+  size_t buf_len = 0;         // bytes buffered
+  char* buf = nullptr;        // lent by take_buffer() while buf_len > 0
+  shim_file* wal = nullptr;   // database file: its connection's open WAL
+  shim_file* db = nullptr;    // WAL file: its database file
 };
 
 constexpr size_t real_offset = (sizeof(shim_file) + 15) & ~size_t{15};
@@ -245,16 +230,10 @@ int x_file_size(sqlite3_file* p, sqlite3_int64* size) {
 }
 
 int x_lock(sqlite3_file* p, int level) {
-  int rc = real(p)->pMethods->xLock(real(p), level);
-  if (rc == SQLITE_OK)
-    shim(p)->lock = level;
-  return rc;
+  return real(p)->pMethods->xLock(real(p), level);
 }
 int x_unlock(sqlite3_file* p, int level) {
-  int rc = real(p)->pMethods->xUnlock(real(p), level);
-  if (rc == SQLITE_OK)
-    shim(p)->lock = level;
-  return rc;
+  return real(p)->pMethods->xUnlock(real(p), level);
 }
 int x_check_reserved_lock(sqlite3_file* p, int* out) {
   return real(p)->pMethods->xCheckReservedLock(real(p), out);
@@ -297,21 +276,7 @@ void x_shm_barrier(sqlite3_file* p) {
 }
 
 int x_shm_unmap(sqlite3_file* p, int del) {
-  auto* f = shim(p);
-  auto* r = real(p);
-  if (del == 0 && f->name != nullptr && f->lock == SQLITE_LOCK_EXCLUSIVE) {
-    int persist = -1;
-    r->pMethods->xFileControl(r, SQLITE_FCNTL_PERSIST_WAL, &persist);
-    if (persist == 1) {
-      // The last connection closes (see the file comment): empty the file rather than let
-      // the next open create it again. Nothing reads our mapping after this call.
-      std::string shm = f->name;
-      shm += "-shm";
-      if (::truncate(shm.c_str(), 0) == 0)
-        count(n_shm_kept);
-    }
-  }
-  return r->pMethods->xShmUnmap(r, del);
+  return real(p)->pMethods->xShmUnmap(real(p), del);
 }
 int x_fetch(sqlite3_file* p, sqlite3_int64 off, int n, void** out) {
   return real(p)->pMethods->xFetch(real(p), off, n, out);
@@ -335,8 +300,6 @@ int x_open(sqlite3_vfs*, const char* name, sqlite3_file* out, int flags, int* ou
     return rc != SQLITE_OK ? rc : SQLITE_CANTOPEN;
   }
   f->head.pMethods = &shim_methods;
-  if ((flags & SQLITE_OPEN_MAIN_DB) != 0)
-    f->name = name;
   if ((flags & SQLITE_OPEN_WAL) != 0 && name != nullptr) {
     f->is_wal = true;
     // The database file this WAL belongs to: its xShmBarrier publishes our frames. Without
@@ -384,7 +347,7 @@ void register_wal_vfs(sqlite3_vfs* base) {
 
 wal_vfs_counters wal_vfs_stats() noexcept {
   return {n_wal_flushes.load(), n_passthrough.load(), n_wal_syncs.load(), n_db_syncs.load(),
-          n_shm_kept.load()};
+          ofd_shm_kept()};
 }
 
 } // namespace factum::detail

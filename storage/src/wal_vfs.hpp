@@ -1,6 +1,6 @@
 // wal_vfs.hpp (private to storage/): factum's SQLite VFS, a shim over the default one that
-// hands a commit's WAL writes to the kernel in one write instead of two per frame, and keeps
-// the -shm file of a database whose WAL persists (emptied) instead of deleting it at close.
+// hands a commit's WAL writes to the kernel in one write instead of two per frame, and opens
+// main database files itself (ofd_file.hpp).
 // Registered once per process (sqlite_global_init); any thread may open files through it.
 #pragma once
 
