@@ -129,9 +129,10 @@ TEST_CASE("runtime: a checkpoint that fails is counted apart from a busy one, ca
   };
   for (int i = 0; i < 200; ++i)
     append(i);
+  // A checkpoint may still be in flight here (its fault injected, its count not yet taken).
   auto st = rt->stats();
-  CHECK(injected.load() >= 1);
-  CHECK(st.checkpoint_failures == static_cast<uint64_t>(injected.load()));
+  CHECK(st.checkpoint_failures >= 1);
+  CHECK(st.checkpoint_failures <= static_cast<uint64_t>(injected.load()));
   CHECK(st.checkpoints_busy == 0); // an I/O error is not reported as busy
   // Nothing was checkpointed: the WAL holds every commit (4+ frames each).
   auto grown = std::filesystem::file_size(wal);
@@ -139,9 +140,12 @@ TEST_CASE("runtime: a checkpoint that fails is counted apart from a busy one, ca
   failing = false;
   for (int i = 200; i < 400; ++i)
     append(i);
+  // Every injected fault was counted as a failure, none after the fault cleared: a checkpoint
+  // starts only once the one before it has reported (and been counted), and the WAL check below
+  // shows that checkpoints succeeded after the last failing one.
   auto after = rt->stats();
   CHECK(after.checkpoints > st.checkpoints);
-  CHECK(after.checkpoint_failures == st.checkpoint_failures);
+  CHECK(after.checkpoint_failures == static_cast<uint64_t>(injected.load()));
   // The WAL was copied and restarted: the file (it never shrinks while open) grew only by the
   // frames committed while the first checkpoints ran, where without checkpoints 200 more
   // commits would add 200 x 4+ frames.
