@@ -3,6 +3,7 @@
 #include "factum/storage/entity_store.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 
 #include <sqlite3.h>
 
+#include "entity_image.hpp"
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/utf8.hpp"
 #include "schema.hpp"
@@ -247,17 +249,54 @@ void sync_dir(const fs::path& dir) {
   }
 }
 
-// Builds a new entity file at `tmp`: the schema up to `version` (the current one; tests ask for
-// older ones), meta and user_version in one transaction without a journal and without syncs
-// (nobody else can see the file yet), then WAL mode, then one fdatasync. The caller renames it
-// into place. A failure leaves no file.
 // The code for an operating-system error: a read-only file system and a full disk are named.
 errc errno_code(int e) {
   return e == EROFS ? errc::read_only : e == ENOSPC || e == EDQUOT ? errc::full : errc::io_error;
 }
 
+// Creates `tmp` (it must not exist), writes `bytes` to it and fdatasyncs it. A failure leaves no
+// file.
+status write_new_file(const fs::path& tmp, std::string_view bytes) {
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    int e = errno;
+    return {errno_code(e), "create " + tmp.string() + ": " + std::strerror(e)};
+  }
+  int e = 0;
+  for (size_t off = 0; off < bytes.size() && e == 0;) {
+    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n > 0)
+      off += static_cast<size_t>(n);
+    else if (n == 0 || errno != EINTR)
+      e = n == 0 ? EIO : errno;
+  }
+  if (e == 0 && ::fdatasync(fd) != 0)
+    e = errno;
+  ::close(fd);
+  if (e != 0) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    return {errno_code(e), "write " + tmp.string() + ": " + std::strerror(e)};
+  }
+  return status::ok();
+}
+
+// Builds a new entity file at `tmp` (the caller renames it into place; a failure leaves no file).
+// At the current schema version it is a copy of the process's template database with this
+// entity's meta (entity_image.hpp): one write and one fdatasync, no SQL. Older versions (tests
+// ask for them) replay their migrations through SQLite: schema, meta and user_version in one
+// transaction without a journal and without syncs (nobody else can see the file yet), then WAL
+// mode, then one fdatasync.
 status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now, int version,
                          const char* vfs) {
+  if (version == current_schema_version) {
+    std::string prefix = "fct_";
+    append_hex(prefix, random_u64(), 16);
+    auto image = detail::fresh_entity_image(key, now, prefix);
+    if (!image)
+      return image.error();
+    return write_new_file(tmp, *image);
+  }
   detail::sqlite_global_init();
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(
@@ -275,13 +314,8 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
   if (rc != SQLITE_OK)
     return fail_with("open");
   std::string script = "PRAGMA journal_mode=OFF;PRAGMA synchronous=OFF;BEGIN;";
-  if (version == current_schema_version) {
-    script += schema::fresh_v1;
-    script += schema::v2;
-  } else { // an older version, for migration tests: replay its migrations
-    for (int v = 0; v < version; ++v)
-      script += schema::migrations[v];
-  }
+  for (int v = 0; v < version; ++v) // an older version, for migration tests
+    script += schema::migrations[v];
   char* err = nullptr;
   if (sqlite3_exec(db, script.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
     std::string m = err ? err : "";
@@ -289,22 +323,15 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
     return fail_with("schema (" + m + ")");
   }
   // Versions before 4 get their fact_id_prefix from migration 4, like any old file.
-  bool with_prefix = version >= 4;
-  std::string meta_sql = "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), "
+  const char* meta_sql = "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), "
                          "('tenant', ?), ('type', ?), ('id', ?), ('created_at', ?)";
-  if (with_prefix)
-    meta_sql += ", ('fact_id_prefix', ?)";
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db, meta_sql.c_str(), -1, &st, nullptr) != SQLITE_OK)
+  if (sqlite3_prepare_v2(db, meta_sql, -1, &st, nullptr) != SQLITE_OK)
     return fail_with("prepare meta");
   bind_text(st, 1, key.tenant);
   bind_text(st, 2, key.type);
   bind_text(st, 3, key.id);
   sqlite3_bind_int64(st, 4, now);
-  std::string prefix = "fct_";
-  append_hex(prefix, random_u64(), 16);
-  if (with_prefix)
-    bind_text(st, 5, prefix);
   rc = sqlite3_step(st);
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
@@ -359,6 +386,7 @@ void sqlite_global_init() {
 struct entity_store::sync_state {
   std::mutex mu;
   int fd = -1;
+  bool dir_synced = false; // the directory was fsynced since the -wal exists
   ~sync_state() {
     if (fd >= 0)
       ::close(fd);
@@ -375,8 +403,12 @@ status entity_store::sync() {
     sync_->fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
     if (sync_->fd < 0)
       return {errc::io_error, "open " + wal.string() + " for sync: " + std::strerror(errno)};
-    // The -wal file may be new: its directory entry must be durable too.
+  }
+  if (!sync_->dir_synced) {
+    // The -wal file may be new: its directory entry must be durable too. (Done at open()
+    // already when the open created the entity.)
     sync_dir(path_.parent_path());
+    sync_->dir_synced = true;
   }
   if (int frc = opts_.fault ? opts_.fault(0, "sync") : 0; frc != 0)
     return {map_rc(frc), "sync " + wal.string() + ": " + sqlite3_errstr(frc) + " (injected)"};
@@ -448,14 +480,26 @@ entity_store::~entity_store() {
     if (in_batch_)
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     stmts_.reset();
-    // The close checkpoints the WAL into the database: with its syncs (see configure()).
-    if (deferred_sync() && !opts_.read_only)
-      sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
-    // ... and, the WAL persisting (open_db()), truncates it to 0 bytes when it is the last
-    // connection. Set only now: while open, a limit would also make SQLite trim the WAL file at
-    // every restart, which nothing needs.
-    if (!opts_.read_only)
+    // A small -wal stays as it is (store_options::wal_kept_on_close_kib): no checkpoint, no
+    // sync. The -shm is emptied all the same by the last connection (ofd_file.cpp).
+    bool keep_wal = false;
+    if (!opts_.read_only && opts_.wal_kept_on_close_kib > 0) {
+      struct stat st {};
+      auto wal = path_.string() + "-wal";
+      keep_wal = ::stat(wal.c_str(), &st) == 0 &&
+                 st.st_size <= static_cast<off_t>(opts_.wal_kept_on_close_kib) * 1024;
+    }
+    if (keep_wal) {
+      sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+    } else if (!opts_.read_only) {
+      // The close checkpoints the WAL into the database: with its syncs (see configure()) ...
+      if (deferred_sync())
+        sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
+      // ... and, the WAL persisting (open_db()), truncates it to 0 bytes when it is the last
+      // connection. Set only now: while open, a limit would also make SQLite trim the WAL file
+      // at every restart, which nothing needs.
       sqlite3_exec(db_, "PRAGMA journal_size_limit=0", nullptr, nullptr, nullptr);
+    }
     sqlite3_close_v2(db_);
   }
 }
@@ -529,6 +573,9 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     return st;
   if (opts.data_dir.empty())
     return status{errc::invalid_argument, "store_options.data_dir is empty"};
+  if (opts.target_schema_version < 0 || opts.target_schema_version > current_schema_version)
+    return status{errc::invalid_argument, "store_options.target_schema_version must be 0.." +
+                                            std::to_string(current_schema_version)};
   auto path = key.file_path(opts.data_dir);
   std::unique_ptr<entity_store> s(new entity_store(opts, key, path));
   std::error_code ec;
@@ -536,6 +583,7 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
   if (!exists && (opts.read_only || !opts.create_if_missing))
     return status{errc::not_found,
                   "no entity " + key.to_string() + " in " + opts.data_dir.string()};
+  bool created = false;
   if (!exists) {
     // Every directory made here is fsynced into its parent (top-down), so that the file's
     // path survives power loss in durability full.
@@ -563,12 +611,19 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
       fs::remove(tmp, ec);
       if (e != EEXIST)
         return status{errno_code(e), "rename into " + path.string() + ": " + std::strerror(e)};
-    } else if (opts.mode == durability::full) {
-      sync_dir(dir);
+    } else {
+      created = true;
     }
   }
   if (auto st = s->open_db(); !st)
     return st;
+  if (created && opts.mode == durability::full) {
+    // One directory fsync for the new file's name and for the -wal (and -shm) its first open
+    // just created beside it: both are durable before open() returns, and sync() need not
+    // fsync the directory again for this store.
+    sync_dir(path.parent_path());
+    s->sync_->dir_synced = true;
+  }
   return s;
 }
 
@@ -650,6 +705,16 @@ status entity_store::open_db() {
   std::string enc = file_uri(path_);
   if (opts_.read_only) {
     flags |= SQLITE_OPEN_READONLY;
+    if (opts_.immutable) {
+      // immutable=1 reads the database file alone: commits still in a -wal (a close keeps a
+      // small one, store_options::wal_kept_on_close_kib) would be silently missing.
+      struct stat st {};
+      auto wal = path_.string() + "-wal";
+      if (::stat(wal.c_str(), &st) == 0 && st.st_size > 0)
+        return {errc::invalid_argument, "cannot open " + path_.string() +
+                                          " immutable: its -wal holds commits (open it without "
+                                          "immutable)"};
+    }
     enc += opts_.immutable ? "?mode=ro&immutable=1" : "?mode=ro";
   } else {
     flags |= SQLITE_OPEN_READWRITE; // files are created by build_entity_file only
@@ -711,6 +776,26 @@ status entity_store::migrate() {
       return {errc::corruption, path_.string() + " is not a database or is corrupt"};
     return fail(rc, what);
   };
+  // The reads of an open share one read transaction (one WAL read lock, one look at the -shm
+  // and the file) instead of taking one each. It ends before any write and on every return.
+  // Not through the fault hook: tests count and fail the store's own statements.
+  auto run = [&](const char* sql) {
+    sqlite3_stmt* st = prepare(sql);
+    if (!st)
+      return false;
+    stmt_guard g{st};
+    return sqlite3_step(st) == SQLITE_DONE;
+  };
+  bool reading = run("BEGIN");
+  auto end_reading = [&] {
+    if (reading && !run("COMMIT"))
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    reading = false;
+  };
+  struct read_guard {
+    decltype(end_reading)& end;
+    ~read_guard() { end(); }
+  } guard{end_reading};
   int version = 0;
   {
     sqlite3_stmt* st = nullptr;
@@ -726,6 +811,9 @@ status entity_store::migrate() {
   }
   int target =
     opts_.target_schema_version > 0 ? opts_.target_schema_version : current_schema_version;
+  if (target > current_schema_version) // open() refuses it too, before building a file
+    return {errc::invalid_argument, "store_options.target_schema_version must be 0.." +
+                                      std::to_string(current_schema_version)};
   if (version > current_schema_version)
     return {errc::newer_schema, path_.string() + " has schema version " + std::to_string(version) +
                                   "; this factum reads up to " +
@@ -781,6 +869,7 @@ status entity_store::migrate() {
   }
   schema_version_ = version;
   if (version < target && !opts_.read_only) {
+    end_reading();
     if (auto st = exec_cached("BEGIN IMMEDIATE"); !st)
       return st;
     for (int v = version; v < target; ++v) {
@@ -819,6 +908,7 @@ status entity_store::migrate() {
       return st;
     }
     schema_version_ = target;
+    reading = run("BEGIN");
   } // an older file opened read-only is read as is: later versions' tables are absent
   if (auto st = load_head(); !st)
     return st;
@@ -833,6 +923,7 @@ status entity_store::migrate() {
     if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) > 0) {
       released_on_open_ = sqlite3_column_int64(st, 0);
       sqlite3_reset(st);
+      end_reading();
       if (auto s2 = exec("DELETE FROM idempotency_keys WHERE status='pending'"); !s2)
         return s2;
     }

@@ -13,10 +13,14 @@
 //   trusted and the wal-index is rebuilt from the WAL.
 // A connection that set SQLITE_FCNTL_PERSIST_WAL (an entity store's owner) keeps the -shm at its
 // last close, emptied, where SQLite would delete it: SQLite then keeps the -wal too (truncated
-// by journal_size_limit=0), so the next open of the entity creates no file. "Last" is what
-// SQLite itself checks before it deletes: the closing connection got the database's EXCLUSIVE
-// lock (every open connection holds SHARED). The next opener rebuilds the empty -shm, as after
-// a crash. With another connection open the -shm is left whole.
+// by journal_size_limit=0, or left with its frames when the close skips the checkpoint), so the
+// next open of the entity creates no file. "Last" is what SQLite itself checks before it
+// deletes: the closing connection got the database's EXCLUSIVE lock (every open connection
+// holds SHARED); a close without a checkpoint takes no such lock, and then "last" is a write
+// lock granted on the DMS byte (every connection with the -shm attached holds a read lock on
+// it). The next opener rebuilds the empty -shm from the WAL, as after a crash. With another
+// connection open the -shm is left whole. Emptying it also drops its dirty pages before
+// writeback would write them to the disk.
 // What differs from "unix": each connection has its own descriptors and its own locks (OFD
 // locks are owned by the open file description), so no process-wide table, no global mutex, and
 // no file descriptor kept open after a close. Each connection maps the -shm itself (MAP_SHARED
@@ -329,8 +333,11 @@ int x_shm_map(sqlite3_file* p, int region, int size, int extend, void volatile**
   if (st.st_size < need) {
     if (!extend)
       return SQLITE_OK;
-    // One byte at the end of each new page: the blocks are allocated now, so a full disk is an
-    // error here rather than a SIGBUS on a later access to the mapping.
+    // One byte at the end of each new page: the blocks are reserved now, so a full disk is an
+    // error here rather than a SIGBUS on a later access to the mapping. (Not fallocate: it
+    // allocates the blocks at once, and the truncation at the last close must free them again;
+    // reopens measured ~40% slower with it. Written pages stay delayed-allocation and the
+    // truncation drops them before they reach the disk.)
     for (off_t pg = st.st_size / os_page; pg < need / os_page; ++pg)
       if (::pwrite(f->shm_fd, "", 1, pg * os_page + os_page - 1) != 1)
         return SQLITE_IOERR_SHMSIZE;
@@ -368,12 +375,17 @@ int x_shm_unmap(sqlite3_file* p, int del) {
   if (f->shm_fd >= 0) {
     // SQLite asks for deletion only while it holds the database's EXCLUSIVE lock (no other
     // connection anywhere has it open). A persistent WAL's connection never asks: under the
-    // same lock, the -shm is emptied and kept instead (see the file comment).
+    // same lock, or when its close skipped the checkpoint (and that lock), under the DMS byte
+    // held exclusively (no other connection anywhere has the -shm attached), the -shm is
+    // emptied and kept instead (see the file comment). The next opener rebuilds it from the
+    // WAL.
     if (del != 0) {
       std::string path = f->name;
       path += "-shm";
       ::unlink(path.c_str());
-    } else if (f->persist_wal && f->lock == SQLITE_LOCK_EXCLUSIVE &&
+    } else if (f->persist_wal &&
+               (f->lock == SQLITE_LOCK_EXCLUSIVE ||
+                set_lock(f->shm_fd, F_WRLCK, shm_dms, 1) == 0) &&
                ::ftruncate(f->shm_fd, 0) == 0) {
       n_shm_kept.fetch_add(1, std::memory_order_relaxed);
     }

@@ -22,12 +22,23 @@ namespace {
 
 constexpr int facts_per_txn = 3;
 
-[[noreturn]] void child_writer(const store_options& o, int fd, int64_t first_txn) {
+/// reopen_every > 0: the store is closed and opened again after that many transactions (the
+/// close keeps a small WAL with its frames, and checkpoints a larger one).
+[[noreturn]] void child_writer(const store_options& o, int fd, int64_t first_txn,
+                               int reopen_every) {
   auto r = entity_store::open(o, entity_key{"acme", "ledger", "crash"});
   if (!r)
     _exit(2);
-  auto& s = *r.value();
+  auto store = std::move(r.value());
   for (int64_t t = first_txn;; ++t) {
+    if (reopen_every > 0 && t > first_txn && t % reopen_every == 0) {
+      store.reset();
+      auto again = entity_store::open(o, entity_key{"acme", "ledger", "crash"});
+      if (!again)
+        _exit(8);
+      store = std::move(again.value());
+    }
+    auto& s = *store;
     std::string k = "k" + std::to_string(t);
     if (!s.begin_turn() || !s.begin_key(k, "fp", 0, now_ms()).is_ok())
       _exit(3);
@@ -50,14 +61,14 @@ constexpr int facts_per_txn = 3;
   }
 }
 
-} // namespace
-
-TEST_CASE("crash: SIGKILL during a stream of transactions leaves only whole ones (5 rounds)") {
+/// Five rounds of: a child writes transactions (reopening the store every `reopen_every`), the
+/// parent SIGKILLs it after a random number of acknowledged ones, reopens and checks.
+void crash_rounds(int reopen_every, unsigned seed) {
   test::temp_dir tmp;
   store_options o;
   o.data_dir = tmp.path();
   o.mode = durability::normal; // a process crash must be survived in both modes
-  std::mt19937 rng(12345);
+  std::mt19937 rng(seed);
   int64_t next_txn = 0;
   std::set<int64_t> acked;
   for (int round = 0; round < 5; ++round) {
@@ -68,7 +79,7 @@ TEST_CASE("crash: SIGKILL during a stream of transactions leaves only whole ones
     REQUIRE(pid >= 0);
     if (pid == 0) {
       close(fds[0]);
-      child_writer(o, fds[1], next_txn);
+      child_writer(o, fds[1], next_txn, reopen_every);
     }
     close(fds[1]);
     int target = std::uniform_int_distribution<int>(5, 150)(rng);
@@ -118,6 +129,17 @@ TEST_CASE("crash: SIGKILL during a stream of transactions leaves only whole ones
     next_txn = static_cast<int64_t>(per_key.size());
     CHECK(per_key.size() >= acked.size());
   }
+}
+
+} // namespace
+
+TEST_CASE("crash: SIGKILL during a stream of transactions leaves only whole ones (5 rounds)") {
+  crash_rounds(0, 12345);
+}
+
+TEST_CASE("crash: SIGKILL while the entity is closed and reopened every few transactions (WALs "
+          "kept at close, and checkpointed) leaves only whole ones (5 rounds)") {
+  crash_rounds(4, 4242);
 }
 
 TEST_CASE("crash: SIGKILL during a storm of entity creations leaves every file whole (5 rounds)") {

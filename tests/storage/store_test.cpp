@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "factum/storage/alarm_index.hpp"
@@ -78,6 +80,16 @@ std::vector<std::vector<std::string>> raw_rows(const fs::path& file, const std::
   sqlite3_close(db);
   return out;
 }
+
+// Syncs SQLite itself issues since reset() (the store's own fdatasync bypasses SQLite), on -wal
+// files and on main database files, as factum's VFS counts them. The counters are process-wide:
+// only the running test's stores are open.
+struct sync_counter {
+  static inline detail::wal_vfs_counters base{};
+  static void reset() { base = detail::wal_vfs_stats(); }
+  static uint64_t wal() { return detail::wal_vfs_stats().wal_syncs - base.wal_syncs; }
+  static uint64_t db() { return detail::wal_vfs_stats().db_syncs - base.db_syncs; }
+};
 
 } // namespace
 
@@ -769,6 +781,99 @@ TEST_CASE("schema: a new file has the schema of a migrated one, but no UNIQUE on
   CHECK(schema_lines(migrated).size() == a.size() + 1); // the UNIQUE index of old ids
 }
 
+TEST_CASE("create: a new file is a whole WAL-mode database with its own meta and nothing of "
+          "another entity's") {
+  // New files are copies of one in-memory template whose meta rows are replaced per entity
+  // (entity_image.cpp); the header is patched to WAL. Long keys and short ones, in turn.
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  auto long_key = entity_key{std::string(128, 't'), std::string(128, 'y'), std::string(128, 'i')};
+  std::vector<entity_key> keys = {key("short"), long_key, key("x"), key("short-again")};
+  std::set<std::string> prefixes;
+  for (auto& k : keys) {
+    auto before = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+    auto syncs = detail::wal_vfs_stats().db_syncs;
+    fs::path file = open_ok(o, k)->path();
+    // Already a WAL-mode file: SQLite did not have to switch it (a rollback-journal write with
+    // syncs through the VFS).
+    CHECK(detail::wal_vfs_stats().db_syncs == syncs);
+    auto after = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+    CAPTURE(file);
+    CHECK(raw_rows(file, "PRAGMA integrity_check") ==
+          std::vector<std::vector<std::string>>{{"ok"}});
+    CHECK(raw_rows(file, "PRAGMA journal_mode")[0][0] == "wal");
+    CHECK(raw_rows(file, "PRAGMA user_version")[0][0] == std::to_string(current_schema_version));
+    CHECK(raw_rows(file, "PRAGMA freelist_count")[0][0] == "0");
+    auto pages = std::stoll(raw_rows(file, "PRAGMA page_count")[0][0]);
+    CHECK(static_cast<int64_t>(fs::file_size(file)) ==
+          pages * std::stoll(raw_rows(file, "PRAGMA page_size")[0][0]));
+    auto meta = raw_rows(file, "SELECT key, value FROM meta ORDER BY key");
+    REQUIRE(meta.size() == 6);
+    CHECK(meta[0] == std::vector<std::string>{"created_at", meta[0][1]});
+    auto created = std::stoll(meta[0][1]);
+    CHECK(created >= before);
+    CHECK(created <= after);
+    CHECK(meta[1][0] == "fact_id_prefix");
+    CHECK(meta[1][1].size() == 20);
+    CHECK(meta[1][1].rfind("fct_", 0) == 0);
+    prefixes.insert(meta[1][1]);
+    CHECK(meta[2] == std::vector<std::string>{"format", "factum-entity"});
+    CHECK(meta[3] == std::vector<std::string>{"id", k.id});
+    CHECK(meta[4] == std::vector<std::string>{"tenant", k.tenant});
+    CHECK(meta[5] == std::vector<std::string>{"type", k.type});
+    // And the store reads it as its own: facts get ids from its prefix.
+    auto s = open_ok(o, k);
+    auto f = s->append(draft("created"));
+    REQUIRE(f.is_ok());
+    REQUIRE(s->commit().is_ok());
+    CHECK(f->fact_id.rfind(meta[1][1], 0) == 0);
+  }
+  CHECK(prefixes.size() == keys.size());
+  // A schema version this build does not know is refused before any file is made.
+  auto bad = o;
+  bad.target_schema_version = current_schema_version + 1;
+  auto r = entity_store::open(bad, key("unknown-version"));
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.error().code() == errc::invalid_argument);
+  CHECK_FALSE(fs::exists(key("unknown-version").file_path(tmp.path())));
+}
+
+TEST_CASE("create: threads creating entities at once each get a file naming their own entity") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  constexpr int threads = 4, per_thread = 25;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        auto k = key("t" + std::to_string(t) + "-" + std::to_string(i));
+        auto r = entity_store::open(o, k);
+        if (!r || !(r.value()->key() == k))
+          ++failures;
+      }
+    });
+  for (auto& t : ts)
+    t.join();
+  CHECK(failures == 0);
+  auto files = list_entity_files(tmp.path());
+  CHECK(files.size() == threads * per_thread);
+  std::set<std::string> ids;
+  for (auto& f : files) {
+    auto ro = o;
+    ro.read_only = true;
+    auto s = entity_store::open_file(f, ro);
+    REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
+    CHECK(s.value()->key().file_path(tmp.path()) == f); // the file names the entity it is for
+    ids.insert(s.value()->key().id);
+  }
+  CHECK(ids.size() == threads * per_thread);
+}
+
 TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
@@ -815,16 +920,25 @@ TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") 
 TEST_CASE("read-only stores: immutable mode creates no -wal or -shm and changes neither") {
   test::temp_dir tmp;
   fs::path file;
+  auto w = opts_for(tmp.path());
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(w);
     REQUIRE(s->append(draft("invocation")).is_ok());
     REQUIRE(s->commit().is_ok());
     file = s->path();
-  }
+  } // a small WAL is kept at the close, with its frame
   fs::path wal = file.string() + "-wal", shm = file.string() + "-shm";
   auto o = opts_for(tmp.path());
   o.read_only = true;
   o.immutable = true;
+  // immutable=1 would not read the WAL: refused while it holds anything.
+  REQUIRE(fs::file_size(wal) > 0);
+  auto r = entity_store::open(o, key());
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.error().code() == errc::invalid_argument);
+  CHECK(r.error().message().find("-wal") != std::string::npos);
+  w.wal_kept_on_close_kib = 0; // a close that checkpoints and empties the WAL
+  open_ok(w).reset();
   // The emptied companions a clean close keeps: untouched.
   REQUIRE(fs::file_size(wal) == 0);
   REQUIRE(fs::file_size(shm) == 0);
@@ -862,6 +976,7 @@ TEST_CASE("store files: a closed entity keeps its -wal and -shm emptied, so a re
           "no file") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
+  o.wal_kept_on_close_kib = 0; // every close checkpoints (a small WAL is kept: next test)
   fs::path file;
   auto kept_before = detail::wal_vfs_stats().shm_kept;
   {
@@ -920,6 +1035,49 @@ TEST_CASE("store files: the -shm is not emptied while another connection has the
   REQUIRE(v.is_ok());
   CHECK(v->ok);
   CHECK(v->facts_checked == 2);
+}
+
+TEST_CASE("store files: a close keeps a small WAL with its frames and no sync, checkpoints and "
+          "empties a large one, and empties the -shm either way") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path()); // durability full: each commit syncs the WAL
+  fs::path file;
+  {
+    auto s = open_ok(o);
+    REQUIRE(s->append(draft("invocation")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    file = s->path();
+    sync_counter::reset();
+  }
+  fs::path wal = file.string() + "-wal", shm = file.string() + "-shm";
+  CHECK(sync_counter::wal() == 0); // no checkpoint: nothing to sync, the frames already are
+  CHECK(sync_counter::db() == 0);
+  CHECK(fs::file_size(wal) > 0);
+  CHECK(fs::file_size(wal) <= 256 * 1024);
+  CHECK(fs::file_size(shm) == 0); // still emptied: rebuilt from the WAL by the next opener
+  // The database file does not have the fact yet; SQLite reads it from the WAL.
+  CHECK(raw_rows(file, "SELECT count(*) FROM facts") ==
+        std::vector<std::vector<std::string>>{{"1"}});
+  {
+    auto s = open_ok(o);
+    CHECK(s->last_seq() == 1);
+    for (int i = 0; i < 10; ++i) { // ~600 KiB of WAL
+      for (int j = 0; j < 30; ++j)
+        REQUIRE(s->append(draft("big", {{"pad", std::string(1500, 'a' + j % 26)}})).is_ok());
+      REQUIRE(s->commit().is_ok());
+    }
+    REQUIRE(fs::file_size(wal) > 256 * 1024);
+    sync_counter::reset();
+  }
+  CHECK(sync_counter::wal() >= 1); // checkpointed: the WAL synced, then the database
+  CHECK(sync_counter::db() >= 1);
+  CHECK(fs::file_size(wal) == 0);
+  CHECK(fs::file_size(shm) == 0);
+  CHECK(raw_rows(file, "SELECT count(*) FROM facts") ==
+        std::vector<std::vector<std::string>>{{"301"}});
+  auto s = open_ok(o);
+  CHECK(s->last_seq() == 301);
+  CHECK(s->verify()->ok);
 }
 
 TEST_CASE("read-only stores read and refuse writes") {
@@ -1234,20 +1392,6 @@ TEST_CASE("deferred sync: commit without fsync, sync() from another thread, chec
   CHECK(s2->verify()->ok);
 }
 
-namespace {
-
-// Syncs SQLite itself issues since reset() (the store's own fdatasync bypasses SQLite), on -wal
-// files and on main database files, as factum's VFS counts them. The counters are process-wide:
-// only the running test's stores are open.
-struct sync_counter {
-  static inline detail::wal_vfs_counters base{};
-  static void reset() { base = detail::wal_vfs_stats(); }
-  static uint64_t wal() { return detail::wal_vfs_stats().wal_syncs - base.wal_syncs; }
-  static uint64_t db() { return detail::wal_vfs_stats().db_syncs - base.db_syncs; }
-};
-
-} // namespace
-
 TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the close do") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
@@ -1274,10 +1418,27 @@ TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the 
     REQUIRE(s->commit().is_ok());
     REQUIRE(s->sync().is_ok());
     sync_counter::reset();
-  } // the close checkpoints: with its syncs
+  } // a small WAL: the close leaves it as it is, without a sync
+  CHECK(sync_counter::wal() == 0);
+  CHECK(sync_counter::db() == 0);
+  {
+    auto s = open_ok(o);
+    CHECK(s->last_seq() == 7); // the kept frame is read back
+    REQUIRE(s->append(draft("a")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    REQUIRE(s->sync().is_ok());
+    sync_counter::reset();
+  } // with none kept, the close checkpoints: with its syncs
+  o.wal_kept_on_close_kib = 0;
+  {
+    auto s = open_ok(o);
+    CHECK(s->last_seq() == 8);
+    sync_counter::reset();
+  }
+  CHECK(sync_counter::wal() >= 1);
   CHECK(sync_counter::db() >= 1);
   auto s = open_ok(o);
-  CHECK(s->last_seq() == 7);
+  CHECK(s->last_seq() == 8);
   CHECK(s->verify()->ok);
 }
 

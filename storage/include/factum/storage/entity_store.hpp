@@ -52,8 +52,8 @@ struct store_options {
   /// Open read-only (SQLite mode=ro): never creates, migrates or writes. Default false.
   bool read_only = false;
   /// With read_only: open with SQLite immutable=1 (no locks, no -wal/-shm created). Only for a
-  /// file that no process writes (no -wal beside it), e.g. inspecting a stopped server's data.
-  /// Default false.
+  /// file that no process writes and whose -wal is empty or absent (refused otherwise: SQLite
+  /// would not read it), e.g. a copy. Default false.
   bool immutable = false;
   /// Create the file (and its directories) when missing. Ignored when read_only. Default true.
   bool create_if_missing = true;
@@ -71,6 +71,13 @@ struct store_options {
   /// owner checkpoints (checkpoint(), checkpoint_concurrently()) when wal_frames() grows, so
   /// that no commit ever waits on the disk. defer_sync implies false. Default true.
   bool auto_checkpoint = true;
+  /// A close leaves the -wal file as it is, frames and all, when it is at most this many KiB
+  /// (SQLite's checkpoint at close skipped): the frames are as durable as the commits that
+  /// wrote them, the next open reads them, and a later close or checkpoint folds them into the
+  /// database. Such a close costs no sync (a checkpoint costs two) and no database write. A
+  /// larger -wal is checkpointed and truncated to 0 bytes at the close. 0: every close
+  /// checkpoints. Default 256 (~60 frames of 4 KiB: at most that much disk per closed entity).
+  int wal_kept_on_close_kib = 256;
   /// Caps the file size (PRAGMA max_page_count); 0 = no cap. For disk-full tests.
   int64_t max_page_count = 0;
   /// Fault injection (tests only); empty in production.

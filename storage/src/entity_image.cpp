@@ -1,0 +1,116 @@
+// entity_image.cpp: the template database new entity files are copied from (entity_image.hpp).
+// One per process, built at the first creation and kept until exit; any thread, under mutex_.
+#include "entity_image.hpp"
+
+#include <mutex>
+
+#include <sqlite3.h>
+
+#include "factum/storage/entity_store.hpp"
+#include "schema.hpp"
+#include "sqlite_global.hpp"
+
+namespace factum::detail {
+
+namespace {
+
+/// The template: a private in-memory database ("memdb" VFS, whose pages are one contiguous
+/// buffer that sqlite3_serialize can hand out without copying) holding the current schema,
+/// placeholder meta rows and user_version, and the statement that replaces the per-file meta.
+class entity_template {
+ public:
+  result<std::string> image(const entity_key& key, int64_t created_at,
+                            std::string_view fact_id_prefix) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!db_)
+      if (auto st = build(); !st)
+        return st;
+    sqlite3_reset(upsert_);
+    auto text = [&](int i, std::string_view s) {
+      sqlite3_bind_text(upsert_, i, s.data(), static_cast<int>(s.size()), SQLITE_STATIC);
+    };
+    text(1, key.tenant);
+    text(2, key.type);
+    text(3, key.id);
+    sqlite3_bind_int64(upsert_, 4, created_at); // TEXT affinity: stored as its decimal text
+    text(5, fact_id_prefix);
+    int rc = sqlite3_step(upsert_);
+    sqlite3_reset(upsert_);
+    sqlite3_clear_bindings(upsert_);
+    if (rc != SQLITE_DONE)
+      return status{errc::internal,
+                    std::string("entity file template: write meta: ") + sqlite3_errmsg(db_)};
+    sqlite3_int64 size = 0;
+    std::string out;
+    if (unsigned char* p = sqlite3_serialize(db_, "main", &size, SQLITE_SERIALIZE_NOCOPY)) {
+      out.assign(reinterpret_cast<const char*>(p), static_cast<size_t>(size));
+    } else if (unsigned char* copy = sqlite3_serialize(db_, "main", &size, 0)) {
+      out.assign(reinterpret_cast<const char*>(copy), static_cast<size_t>(size));
+      sqlite3_free(copy);
+    } else {
+      return status{errc::internal, "entity file template: serialize failed"};
+    }
+    // The database header's "file format write/read version" (offsets 18, 19): 2 = WAL. An
+    // in-memory database cannot be in WAL mode; a file with these bytes opens in it.
+    if (out.size() < 100 || out.compare(0, 16, std::string_view("SQLite format 3\0", 16)) != 0)
+      return status{errc::internal, "entity file template: not a database image"};
+    out[18] = 2;
+    out[19] = 2;
+    return out;
+  }
+
+ private:
+  status build() {
+    sqlite3* db = nullptr;
+    int rc =
+      sqlite3_open_v2("factum-entity-template", &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, "memdb");
+    if (rc != SQLITE_OK) { // no memdb VFS: an ordinary in-memory database (serialize copies)
+      sqlite3_close(db);
+      db = nullptr;
+      rc = sqlite3_open_v2(
+        ":memory:", &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+    }
+    std::string script = "BEGIN;";
+    script += schema::fresh_v1;
+    script += schema::v2;
+    script += "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), ('tenant', ''), "
+              "('type', ''), ('id', ''), ('created_at', '0'), ('fact_id_prefix', '');"
+              "PRAGMA user_version=" +
+              std::to_string(current_schema_version) + ";COMMIT;";
+    char* err = nullptr;
+    if (rc == SQLITE_OK)
+      rc = sqlite3_exec(db, script.c_str(), nullptr, nullptr, &err);
+    sqlite3_stmt* st = nullptr;
+    if (rc == SQLITE_OK)
+      rc = sqlite3_prepare_v3(
+        db,
+        "INSERT OR REPLACE INTO meta(key, value) VALUES ('tenant', ?1), ('type', ?2), "
+        "('id', ?3), ('created_at', ?4), ('fact_id_prefix', ?5)",
+        -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr);
+    if (rc != SQLITE_OK) {
+      std::string msg = err ? err : db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+      sqlite3_free(err);
+      sqlite3_close(db);
+      return {errc::internal, "entity file template: " + msg};
+    }
+    db_ = db;
+    upsert_ = st;
+    return status::ok();
+  }
+
+  std::mutex mutex_;
+  sqlite3* db_ = nullptr; // built at the first image(); never closed
+  sqlite3_stmt* upsert_ = nullptr;
+};
+
+} // namespace
+
+result<std::string> fresh_entity_image(const entity_key& key, int64_t created_at,
+                                       std::string_view fact_id_prefix) {
+  sqlite_global_init();
+  static entity_template* tmpl = new entity_template; // lives until exit, like SQLite itself
+  return tmpl->image(key, created_at, fact_id_prefix);
+}
+
+} // namespace factum::detail
