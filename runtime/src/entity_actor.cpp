@@ -11,6 +11,8 @@
 // self, behind everything already queued: write coalescing) -> commit on a storage thread ->
 // on_committed() delivers every reply of the batch (the output gate).
 #include <cmath>
+#include <optional>
+#include <random>
 #include <tuple>
 #include <unordered_set>
 
@@ -176,15 +178,20 @@ call_reply reply_from_stored_failure(const std::string& body) {
 
 class entity_context final : public context, public tool_host {
  public:
-  explicit entity_context(self_ptr self)
-      : self_(self), rng_(std::random_device{}() ^ static_cast<uint64_t>(factum::now_ms())) {}
+  explicit entity_context(self_ptr self) : self_(self) {}
 
   // -- tool_host --
   context& ctx() override { return *this; }
   entity_store& store() override { return *self_->state.core->store; }
   const runtime_config& config() override { return self_->state.rt->cfg; }
   counters& stats() override { return self_->state.rt->stats; }
-  std::mt19937_64& rng() override { return rng_; }
+  std::mt19937_64& rng() override {
+    // Made at first use (only tool retries draw from it): a std::random_device and 2.5 KiB of
+    // generator state per activation cost more than most activations do otherwise.
+    if (!rng_)
+      rng_.emplace(next_seed());
+    return *rng_;
+  }
   std::map<std::string, resilience::circuit_breaker>& breakers() override {
     return self_->state.breakers;
   }
@@ -357,8 +364,18 @@ class entity_context final : public context, public tool_host {
   }
 
  private:
+  /// A seed per generator: a per-thread splitmix64 sequence, itself seeded once per thread.
+  static uint64_t next_seed() {
+    thread_local uint64_t state = (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                  static_cast<uint64_t>(factum::now_ms());
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+
   self_ptr self_;
-  std::mt19937_64 rng_;
+  std::optional<std::mt19937_64> rng_;
 };
 
 // -- replies ------------------------------------------------------------------------------------

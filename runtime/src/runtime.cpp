@@ -337,25 +337,54 @@ void runtime_core::route(const entity_key& key, call_request req, std::chrono::m
 
 void runtime_core::sync_alarm_index(const entity_key& key, std::optional<int64_t> next,
                                     bool before_commit) {
-  bool kick = false;
-  {
-    std::lock_guard<std::mutex> g(alarms.mu);
-    auto cur = alarms.index->due_of(key);
-    // -1: no entry (GCC 12 warns falsely on std::optional comparisons here)
-    int64_t have = cur && cur->has_value() ? cur->value() : -1;
-    int64_t want = next ? *next : -1;
-    bool earlier = want >= 0 && (have < 0 || want < have);
-    if (before_commit) {
-      if (earlier) {
-        (void)alarms.index->apply({{key, want}});
-        kick = true;
-      }
-    } else if (want != have) {
-      (void)alarms.index->apply({{key, want}});
-      kick = earlier;
-    }
+  auto& a = alarms;
+  auto k = key.to_string();
+  std::unique_lock<std::mutex> g(a.mu);
+  // What the index says, or will say once the changes queued and being applied are.
+  int64_t have = -1; // -1: no entry
+  if (auto q = a.queued.find(k); q != a.queued.end()) {
+    have = q->second.due_ms;
+  } else if (auto f = a.applying.find(k); f != a.applying.end()) {
+    have = f->second.due_ms;
+  } else {
+    auto cur = a.index->due_of(key);
+    have = cur && cur->has_value() ? cur->value() : -1;
   }
-  if (kick && scheduler)
+  int64_t want = next ? *next : -1;
+  bool earlier = want >= 0 && (have < 0 || want < have);
+  // Before the entity commits, only an earlier due time is written (the index may say earlier
+  // than the entity, never later); after it, any change.
+  if (before_commit ? !earlier : want == have)
+    return;
+  a.queued[k] = alarm_index_entry{key, want};
+  uint64_t ticket = ++a.tickets;
+  // Group commit: wait until a batch holding this change is applied, applying one ourselves
+  // whenever nobody is.
+  while (a.applied < ticket) {
+    if (a.flushing) {
+      a.done.wait(g);
+      continue;
+    }
+    a.flushing = true;
+    a.applying = std::move(a.queued);
+    a.queued.clear();
+    uint64_t upto = a.tickets;
+    std::vector<alarm_index_entry> batch;
+    batch.reserve(a.applying.size());
+    for (auto& [_, e] : a.applying)
+      batch.push_back(e);
+    g.unlock();
+    (void)a.writer->apply(batch); // one transaction, one sync (durability full)
+    stats.alarm_index_changes.fetch_add(batch.size(), std::memory_order_relaxed);
+    stats.alarm_index_writes.fetch_add(1, std::memory_order_relaxed);
+    g.lock();
+    a.applying.clear();
+    a.applied = upto;
+    a.flushing = false;
+    a.done.notify_all();
+  }
+  g.unlock();
+  if (earlier && scheduler)
     caf::anon_send(scheduler, atoms::kick::value);
 }
 
@@ -542,6 +571,10 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   if (!ix)
     return ix.error();
   c.alarms.index = std::move(ix.value());
+  auto writer = alarm_index::open(c.cfg.data_dir, c.cfg.mode); // a second connection
+  if (!writer)
+    return writer.error();
+  c.alarms.writer = std::move(writer.value());
   c.sys_cfg = std::make_unique<caf::actor_system_config>();
   size_t workers = c.cfg.scheduler_threads ? c.cfg.scheduler_threads
                                            : std::max(2u, std::thread::hardware_concurrency());
@@ -587,6 +620,7 @@ void runtime::stop() {
   c.pool.stop();
   std::lock_guard<std::mutex> g(c.alarms.mu);
   c.alarms.index.reset();
+  c.alarms.writer.reset();
 }
 
 bool runtime::stopping() const {
@@ -655,6 +689,8 @@ runtime_stats runtime::stats() const {
   r.key_mismatches = ld(s.key_mismatches);
   r.keys_released_on_open = ld(s.keys_released_on_open);
   r.alarm_index_rebuilds = ld(s.alarm_index_rebuilds);
+  r.alarm_index_changes = ld(s.alarm_index_changes);
+  r.alarm_index_writes = ld(s.alarm_index_writes);
   r.checkpoints = ld(s.checkpoints);
   r.checkpoints_busy = ld(s.checkpoints_busy);
   r.checkpoint_failures = ld(s.checkpoint_failures);

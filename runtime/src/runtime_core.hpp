@@ -154,10 +154,21 @@ class reply_sink : public std::enable_shared_from_this<reply_sink> {
   bool queued_ = false; ///< entry_ is valid (guarded by the router thread's mutex)
 };
 
-/// The alarm index behind a mutex: written by storage threads, read by the scheduler.
+/// The alarm index: written by storage threads, read by the scheduler. Writes are group
+/// commits (runtime_core::sync_alarm_index): the storage threads that need a change durable at
+/// the same time queue it, one of them applies the queue in one transaction on `writer` while
+/// the others wait, so the index costs one fsync per batch rather than one per entity.
 struct alarm_directory {
-  std::mutex mu;
-  std::unique_ptr<alarm_index> index;
+  std::mutex mu; ///< guards everything below; never held during a write to `writer`
+  std::unique_ptr<alarm_index> index;  ///< reads (under mu): the scheduler, decisions
+  std::unique_ptr<alarm_index> writer; ///< apply(): only by the thread that set `flushing`
+  /// Changes queued for the next batch, and those in the batch being applied, by key string
+  /// (the latest change of a key wins): what the index will say once they are applied.
+  std::unordered_map<std::string, alarm_index_entry> queued, applying;
+  bool flushing = false;
+  uint64_t tickets = 0; ///< changes queued so far
+  uint64_t applied = 0; ///< changes queued before the last finished batch
+  std::condition_variable done;
 };
 
 struct runtime_core {

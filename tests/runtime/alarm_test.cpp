@@ -2,9 +2,14 @@
 // a failing handler with exponential backoff and then dead-letter it.
 #include <doctest/doctest.h>
 
+#include <condition_variable>
 #include <fstream>
+#include <limits>
+#include <mutex>
+#include <set>
 
 #include "factum/runtime/runtime.hpp"
+#include "factum/storage/alarm_index.hpp"
 #include "support/start_notes.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
@@ -114,6 +119,50 @@ TEST_CASE("alarms: a damaged alarm index is rebuilt at start and the alarms stil
   for (auto& e : std::filesystem::directory_iterator(tmp.path() / "runtime"))
     aside += e.path().filename().string().starts_with("alarms.db.corrupt-");
   CHECK(aside == 1);
+}
+
+TEST_CASE("alarms: entities arming alarms at once share alarm index writes, and every alarm is "
+          "indexed") {
+  test::temp_dir tmp;
+  auto c = alarm_config(tmp.path());
+  c.storage_threads = 8;
+  constexpr int n = 200;
+  {
+    auto rt = start_ok(c);
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0, failed = 0;
+    for (int i = 0; i < n; ++i)
+      rt->call(entity_key{"acme", "alarmer", "g" + std::to_string(i)}, "arm",
+               json{{"name", "later"}, {"delay_ms", 3'600'000}, {"tag", "g"}}.dump(), {},
+               [&](call_reply r) {
+                 std::lock_guard<std::mutex> g(mu);
+                 failed += !r.ok;
+                 ++done;
+                 cv.notify_all();
+               });
+    {
+      std::unique_lock<std::mutex> g(mu);
+      REQUIRE(cv.wait_for(g, 60s, [&] { return done == n; }));
+    }
+    CHECK(failed == 0);
+    auto st = rt->stats();
+    MESSAGE(st.alarm_index_changes << " index changes in " << st.alarm_index_writes
+                                   << " transactions");
+    CHECK(st.alarm_index_changes >= n);
+    CHECK(st.alarm_index_writes >= 1);
+    CHECK(st.alarm_index_writes < st.alarm_index_changes); // some shared a transaction
+  }
+  // Every entity is in the index on disk, due when its alarm is.
+  auto ix = alarm_index::open(tmp.path(), durability::full);
+  REQUIRE(ix.is_ok());
+  auto due = (*ix)->due(std::numeric_limits<int64_t>::max(), 10 * n);
+  REQUIRE(due.is_ok());
+  std::set<std::string> ids;
+  for (auto& e : *due)
+    if (e.key.id.rfind("g", 0) == 0)
+      ids.insert(e.key.id);
+  CHECK(ids.size() == n);
 }
 
 TEST_CASE("alarms: a failing handler is retried with exponential backoff, then dead-lettered") {

@@ -130,6 +130,11 @@ std::string http_metrics::render(const runtime_stats& rt) const {
   metric(out, "factum_alarm_index_rebuilds_total", "counter",
          "Damaged alarm indexes set aside and rebuilt from the entity files at start.",
          rt.alarm_index_rebuilds);
+  metric(out, "factum_alarm_index_changes_total", "counter",
+         "Changes of an entity's next alarm written to the alarm index.", rt.alarm_index_changes);
+  metric(out, "factum_alarm_index_writes_total", "counter",
+         "Alarm index transactions (one sync each); concurrent changes share one.",
+         rt.alarm_index_writes);
   metric(out, "factum_wal_checkpoints_total", "counter",
          "WAL checkpoints run beside a running entity.", rt.checkpoints);
   metric(out, "factum_wal_checkpoints_busy_total", "counter",

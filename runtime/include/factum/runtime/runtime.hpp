@@ -134,7 +134,11 @@ struct runtime_stats {
   uint64_t breaker_fast_fails = 0;
   uint64_t dead_letters = 0;         ///< dead letters created
   uint64_t alarm_index_rebuilds = 0; ///< damaged alarm indexes rebuilt at start (0 or 1)
-  uint64_t checkpoints = 0;          ///< WAL checkpoints done beside a running entity
+  /// Changes of an entity's next due time written to the alarm index, and the transactions
+  /// (one sync each) that wrote them: concurrent changes share one (group commit).
+  uint64_t alarm_index_changes = 0;
+  uint64_t alarm_index_writes = 0;
+  uint64_t checkpoints = 0; ///< WAL checkpoints done beside a running entity
   /// Checkpoints that found the database busy (another connection mid-update); retried at the
   /// next commit past the threshold. Expected now and then.
   uint64_t checkpoints_busy = 0;
