@@ -965,6 +965,17 @@ TEST_CASE("read-only stores: immutable mode creates no -wal or -shm and changes 
 }
 
 namespace {
+
+/// `n` facts in `file`, as plain SQLite reads it (through any -wal) and as the store does, with a
+/// valid chain.
+void check_facts_on_disk(const fs::path& file, const store_options& o, int n) {
+  CHECK(raw_rows(file, "SELECT count(*) FROM facts") ==
+        std::vector<std::vector<std::string>>{{std::to_string(n)}});
+  auto s = open_ok(o);
+  CHECK(s->last_seq() == n);
+  CHECK(s->verify()->ok);
+}
+
 uint64_t inode_of(const fs::path& p) {
   struct stat st {};
   REQUIRE(::stat(p.c_str(), &st) == 0);
@@ -1004,11 +1015,7 @@ TEST_CASE("store files: a closed entity keeps its -wal and -shm emptied, so a re
     CHECK(fs::file_size(shm) == 0);
   }
   // Nothing was lost by emptying them: the facts are in the database file itself.
-  CHECK(raw_rows(file, "SELECT count(*) FROM facts") ==
-        std::vector<std::vector<std::string>>{{"4"}});
-  auto s = open_ok(o);
-  CHECK(s->last_seq() == 4);
-  CHECK(s->verify()->ok);
+  check_facts_on_disk(file, o, 4);
 }
 
 TEST_CASE("store files: the -shm is not emptied while another connection has the database "
@@ -1073,11 +1080,7 @@ TEST_CASE("store files: a close keeps a small WAL with its frames and no sync, c
   CHECK(sync_counter::db() >= 1);
   CHECK(fs::file_size(wal) == 0);
   CHECK(fs::file_size(shm) == 0);
-  CHECK(raw_rows(file, "SELECT count(*) FROM facts") ==
-        std::vector<std::vector<std::string>>{{"301"}});
-  auto s = open_ok(o);
-  CHECK(s->last_seq() == 301);
-  CHECK(s->verify()->ok);
+  check_facts_on_disk(file, o, 301);
 }
 
 TEST_CASE("read-only stores read and refuse writes") {
