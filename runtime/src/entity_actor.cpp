@@ -189,7 +189,7 @@ class entity_context final : public context, public tool_host {
     // Made at first use (only tool retries draw from it): a std::random_device and 2.5 KiB of
     // generator state per activation cost more than most activations do otherwise.
     if (!rng_)
-      rng_.emplace(next_seed());
+      rng_ = std::make_unique<std::mt19937_64>(next_seed());
     return *rng_;
   }
   std::map<std::string, resilience::circuit_breaker>& breakers() override {
@@ -375,7 +375,7 @@ class entity_context final : public context, public tool_host {
   }
 
   self_ptr self_;
-  std::optional<std::mt19937_64> rng_;
+  std::unique_ptr<std::mt19937_64> rng_; // 2.5 KiB when made
 };
 
 // -- replies ------------------------------------------------------------------------------------
