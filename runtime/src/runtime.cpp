@@ -538,6 +538,7 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   c.store_opts.data_dir = c.cfg.data_dir;
   c.store_opts.mode = c.cfg.mode;
   c.store_opts.cache_kib = c.cfg.cache_kib;
+  c.store_opts.wal_kept_on_close_kib = c.cfg.wal_kept_on_close_kib;
   c.store_opts.fault = c.cfg.storage_fault;
   c.store_opts.defer_sync = true;       // pipelined group commit (entity_actor.cpp, start_commit)
   c.store_opts.auto_checkpoint = false; // checkpoints on storage threads (maybe_checkpoint)

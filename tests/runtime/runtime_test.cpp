@@ -207,6 +207,42 @@ TEST_CASE("runtime: a hot entity's WAL is checkpointed beside its commits and st
   }
 }
 
+TEST_CASE("runtime: a stop keeps each entity's small WAL as it is, or with "
+          "wal_kept_on_close_kib = 0 leaves every entity wholly in its .db file") {
+  for (int kept : {256, 0}) {
+    CAPTURE(kept);
+    test::temp_dir tmp;
+    auto c = base_config(tmp.path());
+    c.wal_kept_on_close_kib = kept;
+    std::vector<entity_key> keys{ek("ledger", "w1"), ek("ledger", "w2"), ek("ledger", "w3")};
+    {
+      auto rt = start_ok(c);
+      for (auto& key : keys)
+        for (int i = 0; i < 3; ++i) {
+          call_options o;
+          o.idempotency_key = "k" + std::to_string(i);
+          auto r = rt->call_sync(key, "append",
+                                 json{{"type", "invocation"}, {"data", {{"i", i}}}}.dump(), o);
+          REQUIRE_MESSAGE(r.ok, r.body);
+        }
+    } // stop: every entity closes
+    for (auto& key : keys) {
+      auto wal = key.file_path(tmp.path());
+      wal += "-wal";
+      CHECK((std::filesystem::file_size(wal) > 0) == (kept > 0));
+      // immutable=1 reads the .db file alone (and is refused while the -wal holds commits).
+      store_options ro;
+      ro.data_dir = tmp.path();
+      ro.read_only = true;
+      ro.immutable = kept == 0;
+      auto s = entity_store::open(ro, key);
+      REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
+      CHECK(s.value()->last_seq() == 3);
+      CHECK(s.value()->verify()->ok);
+    }
+  }
+}
+
 TEST_CASE(
   "runtime: new trace ids are W3C trace ids ordered by their millisecond, random after it") {
   auto is_trace_id = [](const std::string& t) {

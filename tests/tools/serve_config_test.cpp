@@ -135,6 +135,12 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
   auto d = parse_serve_config(base());
   REQUIRE(d.is_ok());
   CHECK(d->runtime.alarm_max_retries == 6);
+  CHECK(d->runtime.wal_kept_on_close_kib == 256);
+  auto w = base();
+  w["wal_kept_on_close_kib"] = 0;
+  auto wr = parse_serve_config(w);
+  REQUIRE(wr.is_ok());
+  CHECK(wr->runtime.wal_kept_on_close_kib == 0);
   CHECK(d->runtime.dead_letter_rules.is_null());
   // Each bad value names its key.
   auto err = [](const char* key, json v) {
@@ -145,6 +151,7 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
     return r.error().message();
   };
   CHECK(err("alarm_retry_base_ms", 0).find("alarm_retry_base_ms") != std::string::npos);
+  CHECK(err("wal_kept_on_close_kib", -1).find("wal_kept_on_close_kib") != std::string::npos);
   CHECK(err("alarm_max_retries", 101).find("alarm_max_retries") != std::string::npos);
   CHECK(err("alarm_poll_ms", "fast").find("alarm_poll_ms") != std::string::npos);
   CHECK(

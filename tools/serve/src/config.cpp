@@ -486,6 +486,7 @@ result<serve_config> parse_serve_config(const json& doc) {
                             "storage_threads",
                             "scheduler_threads",
                             "cache_kib",
+                            "wal_kept_on_close_kib",
                             "http_threads",
                             "key_ttl_ms",
                             "call_timeout_ms",
@@ -540,6 +541,10 @@ result<serve_config> parse_serve_config(const json& doc) {
   if (auto st = read_int(doc, "cache_kib", "", 16, 1 << 20, v); !st)
     return st;
   cfg.runtime.cache_kib = static_cast<int>(v);
+  v = cfg.runtime.wal_kept_on_close_kib;
+  if (auto st = read_int(doc, "wal_kept_on_close_kib", "", 0, 1 << 20, v); !st)
+    return st;
+  cfg.runtime.wal_kept_on_close_kib = static_cast<int>(v);
   v = static_cast<int64_t>(cfg.runtime.scheduler_threads);
   if (auto st = read_int(doc, "scheduler_threads", "", 0, 1024, v); !st)
     return st;

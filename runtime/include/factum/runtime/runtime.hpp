@@ -89,6 +89,12 @@ struct runtime_config {
   /// random-key index pages (idempotency keys, fact ids, trace ids) in memory instead of
   /// re-reading them at every call. Worst case memory: max_active_entities x cache_kib.
   int cache_kib = 4096;
+  /// When an entity closes (hibernation, eviction, stop), a WAL of at most this many KiB stays
+  /// as it is, without a checkpoint or a sync: the next activation reads it, a later close or
+  /// checkpoint folds it into the database. A larger one is checkpointed and emptied. 0: every
+  /// close checkpoints (a closed entity is then wholly in its .db file, e.g. for backups that
+  /// copy .db files only). Default 256 (store_options::wal_kept_on_close_kib).
+  int wal_kept_on_close_kib = 256;
   /// An entity's WAL past this many frames (pages) is copied into its database by a storage
   /// thread, through a connection of its own, while the entity goes on committing; the WAL
   /// then restarts from its beginning. No commit runs a checkpoint (SQLite's automatic one is
