@@ -41,15 +41,10 @@ class entity_template {
       return status{errc::internal,
                     std::string("entity file template: write meta: ") + sqlite3_errmsg(db_)};
     sqlite3_int64 size = 0;
-    std::string out;
-    if (unsigned char* p = sqlite3_serialize(db_, "main", &size, SQLITE_SERIALIZE_NOCOPY)) {
-      out.assign(reinterpret_cast<const char*>(p), static_cast<size_t>(size));
-    } else if (unsigned char* copy = sqlite3_serialize(db_, "main", &size, 0)) {
-      out.assign(reinterpret_cast<const char*>(copy), static_cast<size_t>(size));
-      sqlite3_free(copy);
-    } else {
+    auto* pages = sqlite3_serialize(db_, "main", &size, SQLITE_SERIALIZE_NOCOPY);
+    if (!pages)
       return status{errc::internal, "entity file template: serialize failed"};
-    }
+    std::string out(reinterpret_cast<const char*>(pages), static_cast<size_t>(size));
     // The database header's "file format write/read version" (offsets 18, 19): 2 = WAL. An
     // in-memory database cannot be in WAL mode; a file with these bytes opens in it.
     if (out.size() < 100 || out.compare(0, 16, std::string_view("SQLite format 3\0", 16)) != 0)
@@ -65,12 +60,6 @@ class entity_template {
     int rc =
       sqlite3_open_v2("factum-entity-template", &db,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, "memdb");
-    if (rc != SQLITE_OK) { // no memdb VFS: an ordinary in-memory database (serialize copies)
-      sqlite3_close(db);
-      db = nullptr;
-      rc = sqlite3_open_v2(
-        ":memory:", &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-    }
     std::string script = "BEGIN;";
     script += schema::fresh_v1;
     script += schema::v2;

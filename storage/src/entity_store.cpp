@@ -397,8 +397,7 @@ status entity_store::sync() {
   if (!deferred_sync())
     return status::ok();
   std::lock_guard<std::mutex> g(sync_->mu);
-  auto wal = path_;
-  wal += "-wal";
+  auto wal = wal_path();
   if (sync_->fd < 0) {
     sync_->fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
     if (sync_->fd < 0)
@@ -482,13 +481,8 @@ entity_store::~entity_store() {
     stmts_.reset();
     // A small -wal stays as it is (store_options::wal_kept_on_close_kib): no checkpoint, no
     // sync. The -shm is emptied all the same by the last connection (ofd_file.cpp).
-    bool keep_wal = false;
-    if (!opts_.read_only && opts_.wal_kept_on_close_kib > 0) {
-      struct stat st {};
-      auto wal = path_.string() + "-wal";
-      keep_wal = ::stat(wal.c_str(), &st) == 0 &&
-                 st.st_size <= static_cast<off_t>(opts_.wal_kept_on_close_kib) * 1024;
-    }
+    bool keep_wal = !opts_.read_only && opts_.wal_kept_on_close_kib > 0 &&
+                    wal_bytes() <= int64_t{opts_.wal_kept_on_close_kib} * 1024;
     if (keep_wal) {
       sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
     } else if (!opts_.read_only) {
@@ -666,6 +660,17 @@ const char* entity_store::default_vfs() {
   return detail::wal_vfs_name;
 }
 
+fs::path entity_store::wal_path() const {
+  auto wal = path_;
+  wal += "-wal";
+  return wal;
+}
+
+int64_t entity_store::wal_bytes() const {
+  struct stat st {};
+  return ::stat(wal_path().c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+}
+
 const char* entity_store::vfs_name() const {
   return opts_.vfs.empty() ? default_vfs() : opts_.vfs.c_str();
 }
@@ -708,9 +713,7 @@ status entity_store::open_db() {
     if (opts_.immutable) {
       // immutable=1 reads the database file alone: commits still in a -wal (a close keeps a
       // small one, store_options::wal_kept_on_close_kib) would be silently missing.
-      struct stat st {};
-      auto wal = path_.string() + "-wal";
-      if (::stat(wal.c_str(), &st) == 0 && st.st_size > 0)
+      if (wal_bytes() > 0)
         return {errc::invalid_argument, "cannot open " + path_.string() +
                                           " immutable: its -wal holds commits (open it without "
                                           "immutable)"};
@@ -731,8 +734,8 @@ status entity_store::open_db() {
   if ((deferred_sync() || !opts_.auto_checkpoint) && !opts_.read_only)
     sqlite3_wal_hook(db_, wal_hook, &wal_frames_);
   if (!opts_.read_only) {
-    // Keep the -wal and -shm files across a close, emptied (the destructor's journal_size_limit
-    // truncates the WAL at the last close; ofd_file.cpp empties the -shm): a reopen then
+    // Keep the -wal and -shm files across a close (the destructor keeps a small WAL as it is
+    // or checkpoints and truncates a larger one; ofd_file.cpp empties the -shm): a reopen then
     // creates no inode.
     int keep = 1;
     sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &keep);
@@ -2021,11 +2024,7 @@ result<entity_info> entity_store::info() {
   }
   std::error_code ec;
   i.file_bytes = fs::file_size(path_, ec);
-  auto wal = path_;
-  wal += "-wal";
-  auto w = fs::file_size(wal, ec);
-  if (!ec)
-    i.file_bytes += w;
+  i.file_bytes += static_cast<uint64_t>(std::max<int64_t>(wal_bytes(), 0));
   return i;
 }
 

@@ -366,6 +366,9 @@ class entity_store {
   };
 
   status open_db();
+  /// The -wal file beside the database, and its size in bytes (-1 when there is none).
+  std::filesystem::path wal_path() const;
+  int64_t wal_bytes() const;
   /// opts_.vfs, or default_vfs() when empty.
   const char* vfs_name() const;
   /// Deferred sync is in effect: asked for, and durability full (store_options::defer_sync).
