@@ -36,12 +36,14 @@
 
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/fact.hpp"
+#include "factum/storage/spare_pool.hpp"
 
 namespace fs = std::filesystem;
 using factum::durability;
 using factum::entity_key;
 using factum::entity_store;
 using factum::fact_draft;
+using factum::spare_pool;
 using factum::status;
 using factum::store_options;
 
@@ -62,6 +64,7 @@ struct bench_options {
   int runs = 5;
   fs::path data;           ///< empty: a fresh temp dir, removed at exit
   bool keep_files = false; ///< create/reopen runs leave their entity files (no deletion churn)
+  int spares = 8;          ///< spare files kept ready for creations (the runtime's default)
 };
 
 // -- results --------------------------------------------------------------------------------
@@ -106,6 +109,7 @@ struct context {
   int run = 0;
   int64_t num = 0;
   bool keep_files = false;
+  int spares = 8;
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -311,7 +315,8 @@ run_result query_workload(const context& c) {
 /// directory of `o`) unless --keep_files.
 run_result timed_opens(const context& c, const fs::path& dir, const store_options& o,
                        const std::string& prefix, int64_t expect_seq,
-                       std::vector<std::unique_ptr<entity_store>>* crowd = nullptr) {
+                       std::vector<std::unique_ptr<entity_store>>* crowd = nullptr,
+                       const char* name = nullptr) {
   run_result r;
   r.lat_us.reserve(static_cast<size_t>(c.num));
   auto t0 = clock_type::now();
@@ -327,6 +332,14 @@ run_result timed_opens(const context& c, const fs::path& dir, const store_option
   r.items = c.num;
   if (crowd)
     crowd->clear(); // closed before their files go
+  if (o.spares) {   // stopped before its directory goes; did it keep up with the creations?
+    o.spares->stop();
+    auto ps = o.spares->get_stats();
+    std::fprintf(stderr,
+                 "store_bench: %s run %d: %" PRId64 " creations from a spare, %" PRId64
+                 " without (pool of %d empty)\n",
+                 name ? name : "", c.run, ps.taken, ps.missed, o.spares->target());
+  }
   if (!c.keep_files) {
     std::error_code ec;
     fs::remove_all(dir, ec);
@@ -337,9 +350,21 @@ run_result timed_opens(const context& c, const fs::path& dir, const store_option
 /// c.num entity creations: entity_store::open on a new key (build the file aside, rename it
 /// into place, fsync the directory in full) and then close it. Each run uses a fresh data
 /// directory, so a run pays the shard directories it creates, as a fresh server would.
+/// With --spares > 0 the creations take spare files from a pool (as the runtime does), full
+/// before the timing starts; its maker thread refills it while the loop runs.
 run_result create_workload(const context& c, std::string_view name, durability mode) {
   auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
-  return timed_opens(c, dir, store_opts(dir, mode), entity_id(c, name) + "-", 0);
+  auto o = store_opts(dir, mode);
+  if (c.spares > 0) {
+    auto pool = spare_pool::start(dir, c.spares);
+    if (!pool)
+      die("spare pool: " + pool.error().to_string());
+    o.spares = *pool;
+    if (o.spares->wait_ready(c.spares, std::chrono::seconds(30)) < c.spares)
+      die("spare pool: not filled in 30 s");
+  }
+  std::string label(name);
+  return timed_opens(c, dir, o, entity_id(c, name) + "-", 0, nullptr, label.c_str());
 }
 
 /// c.num activations of existing entities: entity_store::open of a file that holds one fact
@@ -603,7 +628,9 @@ void usage(FILE* out) {
          "after)\n"
          "  --keep_files  1: create and reopen runs keep their entity files, and a temp dir\n"
          "                is not removed (a server never deletes entity files; on ext4 without\n"
-         "                a journal, deleted inodes slow every later creation for minutes)\n");
+         "                a journal, deleted inodes slow every later creation for minutes)\n"
+         "  --spares      spare entity files kept ready for create_* (default 8, as the\n"
+         "                runtime; 0: every creation writes and syncs its own file)\n");
 }
 
 bench_options parse_args(int argc, char** argv) {
@@ -650,6 +677,8 @@ bench_options parse_args(int argc, char** argv) {
       o.data = value;
     } else if (name == "--keep_files") {
       o.keep_files = number(0) != 0;
+    } else if (name == "--spares") {
+      o.spares = static_cast<int>(number(0));
     } else {
       usage(stderr);
       die("unknown flag " + name);
@@ -790,6 +819,7 @@ int main(int argc, char** argv) {
   base.tag = std::to_string(::getpid()) + "-" + std::to_string(factum::now_ms());
   base.num = opts.num;
   base.keep_files = opts.keep_files;
+  base.spares = opts.spares;
 
   std::printf("store_bench: SQLite %s, %d run%s per workload (median [min .. max]), data %s%s\n",
               sqlite3_libversion(), opts.runs, opts.runs == 1 ? "" : "s", root.c_str(),

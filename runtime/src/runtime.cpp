@@ -19,6 +19,7 @@
 
 #include "factum/storage/fs_probe.hpp"
 #include "factum/storage/sha256.hpp"
+#include "factum/storage/spare_pool.hpp"
 #include "runtime_core.hpp"
 
 namespace factum {
@@ -540,6 +541,14 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   c.store_opts.cache_kib = c.cfg.cache_kib;
   c.store_opts.wal_kept_on_close_kib = c.cfg.wal_kept_on_close_kib;
   c.store_opts.fault = c.cfg.storage_fault;
+  if (c.cfg.spare_files < 0 || c.cfg.spare_files > 1024)
+    return status{errc::invalid_argument, "runtime_config.spare_files must be 0..1024"};
+  if (c.cfg.spare_files > 0) {
+    auto spares = spare_pool::start(c.cfg.data_dir, c.cfg.spare_files);
+    if (!spares)
+      return spares.error();
+    c.store_opts.spares = std::move(spares.value());
+  }
   c.store_opts.defer_sync = true;       // pipelined group commit (entity_actor.cpp, start_commit)
   c.store_opts.auto_checkpoint = false; // checkpoints on storage threads (maybe_checkpoint)
   if (!c.cfg.dead_letter_rules.is_null()) {
@@ -619,6 +628,8 @@ void runtime::stop() {
   c.sys.reset();   // waits for every actor
   c.router.stop(); // after the actors: calls their ends hand back are answered UNAVAILABLE
   c.pool.stop();
+  if (c.store_opts.spares)
+    c.store_opts.spares->stop(); // the ready spares stay on disk for the next start
   std::lock_guard<std::mutex> g(c.alarms.mu);
   c.alarms.index.reset();
   c.alarms.writer.reset();
@@ -692,6 +703,11 @@ runtime_stats runtime::stats() const {
   r.alarm_index_rebuilds = ld(s.alarm_index_rebuilds);
   r.alarm_index_changes = ld(s.alarm_index_changes);
   r.alarm_index_writes = ld(s.alarm_index_writes);
+  if (auto& spares = impl_->core->store_opts.spares) {
+    auto ps = spares->get_stats();
+    r.spare_files_taken = static_cast<uint64_t>(ps.taken);
+    r.spare_files_missed = static_cast<uint64_t>(ps.missed);
+  }
   r.checkpoints = ld(s.checkpoints);
   r.checkpoints_busy = ld(s.checkpoints_busy);
   r.checkpoint_failures = ld(s.checkpoint_failures);

@@ -190,7 +190,9 @@ result<alarm_index_rebuild_report> alarm_index::rebuild(const fs::path& data_dir
     ++report.entity_files;
     auto s = entity_store::open_file(file, o);
     if (!s) {
-      ++report.unreadable;
+      // not_found: an unclaimed file (a spare put in place, not yet claimed) holds no entity.
+      if (s.error().code() != errc::not_found)
+        ++report.unreadable;
       continue;
     }
     auto next = (*s)->next_alarm();

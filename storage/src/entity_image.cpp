@@ -19,6 +19,14 @@ namespace {
 /// placeholder meta rows and user_version, and the statement that replaces the per-file meta.
 class entity_template {
  public:
+  result<std::string> unclaimed() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!db_)
+      if (auto st = build(); !st)
+        return st;
+    return unclaimed_;
+  }
+
   result<std::string> image(const entity_key& key, int64_t created_at,
                             std::string_view fact_id_prefix) {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -40,6 +48,12 @@ class entity_template {
     if (rc != SQLITE_DONE)
       return status{errc::internal,
                     std::string("entity file template: write meta: ") + sqlite3_errmsg(db_)};
+    return pages();
+  }
+
+ private:
+  // The template's current pages as a WAL-mode file image. Under mutex_.
+  result<std::string> pages() {
     sqlite3_int64 size = 0;
     auto* pages = sqlite3_serialize(db_, "main", &size, SQLITE_SERIALIZE_NOCOPY);
     if (!pages)
@@ -54,7 +68,6 @@ class entity_template {
     return out;
   }
 
- private:
   status build() {
     sqlite3* db = nullptr;
     int rc =
@@ -85,21 +98,43 @@ class entity_template {
     }
     db_ = db;
     upsert_ = st;
+    auto unclaimed = pages(); // before any entity's meta: the same bytes in every process
+    if (!unclaimed) {
+      sqlite3_finalize(st);
+      sqlite3_close(db);
+      db_ = nullptr;
+      upsert_ = nullptr;
+      return unclaimed.error();
+    }
+    unclaimed_ = std::move(*unclaimed);
     return status::ok();
   }
 
   std::mutex mutex_;
   sqlite3* db_ = nullptr; // built at the first image(); never closed
   sqlite3_stmt* upsert_ = nullptr;
+  std::string unclaimed_; // the image with the placeholder meta rows
 };
+
+} // namespace
+
+namespace {
+
+entity_template& the_template() {
+  sqlite_global_init();
+  static entity_template* tmpl = new entity_template; // lives until exit, like SQLite itself
+  return *tmpl;
+}
 
 } // namespace
 
 result<std::string> fresh_entity_image(const entity_key& key, int64_t created_at,
                                        std::string_view fact_id_prefix) {
-  sqlite_global_init();
-  static entity_template* tmpl = new entity_template; // lives until exit, like SQLite itself
-  return tmpl->image(key, created_at, fact_id_prefix);
+  return the_template().image(key, created_at, fact_id_prefix);
+}
+
+result<std::string> unclaimed_entity_image() {
+  return the_template().unclaimed();
 }
 
 } // namespace factum::detail

@@ -22,4 +22,12 @@ namespace factum::detail {
 result<std::string> fresh_entity_image(const entity_key& key, int64_t created_at,
                                        std::string_view fact_id_prefix);
 
+/// The image of an *unclaimed* entity file (a spare, spare_pool.hpp): the same schema and
+/// user_version, with the placeholder meta rows tenant = type = id = fact_id_prefix = '' and
+/// created_at = '0'. The same bytes in every process of one build (taken from the template
+/// before any entity's meta was written into it), so that spares left by an earlier process can
+/// be checked byte for byte. The first open of such a file through entity_store::open claims it
+/// for the opened key (docs/storage-format.md section 1).
+result<std::string> unclaimed_entity_image();
+
 } // namespace factum::detail

@@ -25,6 +25,7 @@
 
 #include "entity_image.hpp"
 #include "factum/storage/sha256.hpp"
+#include "factum/storage/spare_pool.hpp"
 #include "factum/storage/utf8.hpp"
 #include "schema.hpp"
 #include "sqlite_global.hpp"
@@ -404,8 +405,11 @@ status entity_store::sync() {
       return {errc::io_error, "open " + wal.string() + " for sync: " + std::strerror(errno)};
   }
   if (!sync_->dir_synced) {
-    // The -wal file may be new: its directory entry must be durable too. (Done at open()
-    // already when the open created the entity.)
+    // The -wal file may be new, and so may the database file (a creation leaves its name to
+    // the first sync): their directory entries must be durable too.
+    if (int frc = opts_.fault ? opts_.fault(0, "sync_dir") : 0; frc != 0)
+      return {map_rc(frc), "fsync the directory of " + path_.string() + ": " + sqlite3_errstr(frc) +
+                             " (injected)"};
     sync_dir(path_.parent_path());
     sync_->dir_synced = true;
   }
@@ -577,7 +581,8 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
   if (!exists && (opts.read_only || !opts.create_if_missing))
     return status{errc::not_found,
                   "no entity " + key.to_string() + " in " + opts.data_dir.string()};
-  bool created = false;
+  int version =
+    opts.target_schema_version > 0 ? opts.target_schema_version : current_schema_version;
   if (!exists) {
     // Every directory made here is fsynced into its parent (top-down), so that the file's
     // path survives power loss in durability full.
@@ -591,33 +596,44 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     if (opts.mode == durability::full)
       for (auto it = made.rbegin(); it != made.rend(); ++it)
         sync_dir(it->parent_path());
-    // Built aside and renamed into place: 1 fsync (2 in full) instead of ~10 for creating the
-    // schema in place through WAL. RENAME_NOREPLACE: a file another process created in the
-    // meantime wins, and is opened below like any existing file.
-    auto tmp = path;
-    tmp += ".tmp-" + time_ordered_id("", 16);
-    int version =
-      opts.target_schema_version > 0 ? opts.target_schema_version : current_schema_version;
-    if (auto st = build_entity_file(tmp, key, now_ms(), version, s->vfs_name()); !st)
-      return st;
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
-      int e = errno;
-      fs::remove(tmp, ec);
-      if (e != EEXIST)
-        return status{errno_code(e), "rename into " + path.string() + ": " + std::strerror(e)};
-    } else {
-      created = true;
+    // A spare (spare_pool.hpp): a synced file already on disk, renamed into place and claimed
+    // at the open below. RENAME_NOREPLACE: a file another creator put in place meanwhile wins
+    // (the spare goes back to the pool) and is opened below like any existing file.
+    bool in_place = false;
+    if (opts.spares && version == current_schema_version) {
+      if (auto spare = opts.spares->take()) {
+        int e = ::renameat2(AT_FDCWD, spare->c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0
+                  ? 0
+                  : errno;
+        if (e == EEXIST)
+          opts.spares->put_back(std::move(*spare));
+        else if (e != 0)
+          fs::remove(*spare, ec); // e.g. EXDEV (entities/ on another file system): build below
+        in_place = e == 0 || e == EEXIST;
+      }
+    }
+    // Built aside and renamed into place: 1 fsync instead of ~10 for creating the schema in
+    // place through WAL. The same RENAME_NOREPLACE rule.
+    if (!in_place) {
+      auto tmp = path;
+      tmp += ".tmp-" + time_ordered_id("", 16);
+      if (auto st = build_entity_file(tmp, key, now_ms(), version, s->vfs_name()); !st)
+        return st;
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
+        int e = errno;
+        fs::remove(tmp, ec);
+        if (e != EEXIST)
+          return status{errno_code(e), "rename into " + path.string() + ": " + std::strerror(e)};
+      }
     }
   }
+  // A new entity's name (and its -wal's) become durable with its first durable commit, not
+  // here: a creation acknowledges nothing. sync() fsyncs the directory before its first
+  // fdatasync (deferred sync), and with synchronous=FULL SQLite does the same inside the first
+  // commit (the unix VFS fsyncs the directory at the first sync of a -wal it opened with
+  // SQLITE_OPEN_CREATE). Lost before that, the entity never existed; the next open creates it.
   if (auto st = s->open_db(); !st)
     return st;
-  if (created && opts.mode == durability::full) {
-    // One directory fsync for the new file's name and for the -wal (and -shm) its first open
-    // just created beside it: both are durable before open() returns, and sync() need not
-    // fsync the directory again for this store.
-    sync_dir(path.parent_path());
-    s->sync_->dir_synced = true;
-  }
   return s;
 }
 
@@ -749,15 +765,7 @@ status entity_store::configure() {
                         ";PRAGMA temp_store=MEMORY;PRAGMA mmap_size=0;";
   if (!opts_.read_only) {
     pragmas += "PRAGMA journal_mode=WAL;";
-    bool deferred = deferred_sync();
-    // Deferred sync: commits never sync (sync() fdatasyncs the WAL, header and frames alike,
-    // before anything is acknowledged). synchronous=NORMAL would still fdatasync the WAL header
-    // inside the first commit of every new WAL generation (after an open or a checkpoint), on
-    // the owner's thread, i.e. a CAF worker. Checkpoints and the close need their syncs: they
-    // switch to NORMAL for their duration (checkpoint(), the destructor).
-    pragmas += !deferred && opts_.mode == durability::full ? "PRAGMA synchronous=FULL;"
-               : deferred                                  ? "PRAGMA synchronous=OFF;"
-                                                           : "PRAGMA synchronous=NORMAL;";
+    pragmas += synchronous_pragma();
     if (opts_.max_page_count > 0)
       pragmas += "PRAGMA max_page_count=" + std::to_string(opts_.max_page_count) + ";";
   }
@@ -771,6 +779,74 @@ status entity_store::configure() {
     return {map_rc(rc), "configure " + path_.string() + ": " + msg};
   }
   return status::ok();
+}
+
+const char* entity_store::synchronous_pragma() const noexcept {
+  // Deferred sync: commits never sync (sync() fdatasyncs the WAL, header and frames alike,
+  // before anything is acknowledged). synchronous=NORMAL would still fdatasync the WAL header
+  // inside the first commit of every new WAL generation (after an open or a checkpoint), on
+  // the owner's thread, i.e. a CAF worker. Checkpoints and the close need their syncs: they
+  // switch to NORMAL for their duration (checkpoint(), the destructor).
+  bool deferred = deferred_sync();
+  return !deferred && opts_.mode == durability::full ? "PRAGMA synchronous=FULL;"
+         : deferred                                  ? "PRAGMA synchronous=OFF;"
+                                                     : "PRAGMA synchronous=NORMAL;";
+}
+
+status entity_store::claim(entity_key& owner) {
+  // Without a sync (synchronous=OFF for this one commit): a claim acknowledges nothing. Its
+  // frames become durable with the entity's first durable commit (which syncs the whole WAL
+  // after them); lost before that, the file is unclaimed again and the next open claims it.
+  if (auto st = exec("PRAGMA synchronous=OFF"); !st)
+    return st;
+  auto restore = [&] { return exec(synchronous_pragma()); };
+  if (auto st = exec("BEGIN IMMEDIATE"); !st) {
+    (void)restore();
+    return st;
+  }
+  owner = entity_key{};
+  {
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db_, "SELECT key, value FROM meta WHERE key IN ('tenant','type','id')", -1,
+                       &st, nullptr);
+    while (st && sqlite3_step(st) == SQLITE_ROW) {
+      auto k = col_text(st, 0);
+      (k == "tenant" ? owner.tenant : k == "type" ? owner.type : owner.id) = col_text(st, 1);
+    }
+    sqlite3_finalize(st);
+  }
+  bool ok = true;
+  if (owner.tenant.empty() && owner.type.empty() && owner.id.empty()) {
+    // Still unclaimed: no other connection got there first.
+    owner = key_;
+    std::string prefix = "fct_";
+    append_hex(prefix, random_u64(), 16);
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db_,
+                       "INSERT OR REPLACE INTO meta(key, value) VALUES ('tenant', ?1), "
+                       "('type', ?2), ('id', ?3), ('created_at', ?4), ('fact_id_prefix', ?5)",
+                       -1, &st, nullptr);
+    if (st) {
+      bind_text(st, 1, key_.tenant);
+      bind_text(st, 2, key_.type);
+      bind_text(st, 3, key_.id);
+      sqlite3_bind_int64(st, 4, now_ms()); // TEXT affinity: stored as its decimal text
+      bind_text(st, 5, prefix);
+    }
+    ok = st && sqlite3_step(st) == SQLITE_DONE;
+    sqlite3_finalize(st);
+    claimed_ = ok;
+  }
+  status result = ok ? exec("COMMIT")
+                     : status{errc::io_error,
+                              "claim " + path_.string() + ": " + std::string(sqlite3_errmsg(db_))};
+  if (!result) {
+    claimed_ = false;
+    (void)exec("ROLLBACK");
+  }
+  if (auto st = restore(); !st && result)
+    return st;
+  return result;
 }
 
 status entity_store::migrate() {
@@ -857,6 +933,22 @@ status entity_store::migrate() {
     }
     if (format != "factum-entity")
       return {errc::not_factum_file, path_.string() + " is a SQLite file but not a factum entity"};
+    if (tenant.empty() && type.empty() && id.empty()) {
+      // An unclaimed file: a spare renamed into place whose claim has not run (a crash in
+      // between). It holds no entity yet. A writable open of its key claims it.
+      if (key_.tenant.empty() || opts_.read_only)
+        return {errc::not_found, path_.string() +
+                                   " is an unclaimed entity file (no entity yet: the next "
+                                   "writable open of its key claims it)"};
+      end_reading();
+      entity_key owner;
+      if (auto st = claim(owner); !st)
+        return st;
+      reading = run("BEGIN");
+      tenant = owner.tenant;
+      type = owner.type;
+      id = owner.id;
+    }
     entity_key stored{tenant, type, id};
     if (key_.tenant.empty()) {
       key_ = stored; // open_file: the file names its entity

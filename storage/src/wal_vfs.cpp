@@ -27,6 +27,9 @@
 // frames that are not in the file (the commit path above writes first and reports errors, so the
 // barrier has nothing to write in every path this file knows of).
 //
+// Full pathnames: an absolute path without "." or ".." parts is returned as it is, without the
+// unix VFS's lstat of every component (x_full_pathname below says why that is safe).
+//
 // Main database files are not opened through the base VFS but by ofd_file.cpp (open-file-
 // description locks, no process-wide table; it also keeps a persistent WAL's -shm); -wal files
 // and everything else are.
@@ -287,6 +290,37 @@ int x_unfetch(sqlite3_file* p, sqlite3_int64 off, void* ptr) {
 
 // -- vfs ----------------------------------------------------------------------------------------
 
+// Whether `path` is absolute and has no empty, "." or ".." component.
+bool plain_absolute(const char* path) {
+  if (path == nullptr || path[0] != '/')
+    return false;
+  for (const char* p = path; *p != '\0'; ++p) {
+    if (*p != '/')
+      continue;
+    const char* c = p + 1; // the component after this slash
+    size_t len = std::strcspn(c, "/");
+    if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+      return false;
+  }
+  return true;
+}
+
+// A plain absolute path is its own full pathname. SQLite's unix VFS would lstat every component
+// of it to resolve symbolic links (six calls per open of an entity here), so that a -wal lands
+// beside the real file of a symlinked database; factum opens database files with O_NOFOLLOW
+// (ofd_file.cpp), so a database path is never a link, and a linked directory above it puts the
+// -wal beside the file either way. Anything else (relative, "." or "..") goes to the unix VFS.
+int x_full_pathname(sqlite3_vfs*, const char* path, int n_out, char* out) {
+  if (plain_absolute(path)) {
+    size_t len = std::strlen(path);
+    if (len + 1 > static_cast<size_t>(n_out))
+      return SQLITE_CANTOPEN;
+    std::memcpy(out, path, len + 1);
+    return SQLITE_OK;
+  }
+  return base_vfs->xFullPathname(base_vfs, path, n_out, out);
+}
+
 int x_open(sqlite3_vfs*, const char* name, sqlite3_file* out, int flags, int* out_flags) {
   auto* f = new (out) shim_file{};
   f->head.pMethods = nullptr;
@@ -323,6 +357,7 @@ void register_wal_vfs(sqlite3_vfs* base) {
   shim_vfs.szOsFile =
     static_cast<int>(real_offset + std::max(static_cast<size_t>(base->szOsFile), ofd_file_size()));
   shim_vfs.xOpen = x_open;
+  shim_vfs.xFullPathname = x_full_pathname;
   shim_methods.iVersion = 3;
   shim_methods.xClose = x_close;
   shim_methods.xRead = x_read;

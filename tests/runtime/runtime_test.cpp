@@ -12,6 +12,7 @@
 
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/fs_probe.hpp"
+#include "factum/storage/spare_pool.hpp"
 #include "runtime_core.hpp"
 #include "support/start_notes.hpp"
 #include "support/temp_dir.hpp"
@@ -241,6 +242,71 @@ TEST_CASE("runtime: a stop keeps each entity's small WAL as it is, or with "
       CHECK(s.value()->verify()->ok);
     }
   }
+}
+
+TEST_CASE("runtime: new entities are spare files made ahead, the ready ones outlive a stop and "
+          "serve the next start, and spare_files = 0 makes none") {
+  test::temp_dir tmp;
+  auto c = base_config(tmp.path());
+  c.spare_files = 3;
+  auto append = [](runtime& rt, const entity_key& key) {
+    call_options o;
+    o.idempotency_key = "k-" + key.id;
+    auto r = rt.call_sync(key, "append", json{{"type", "invocation"}, {"data", {}}}.dump(), o);
+    REQUIRE_MESSAGE(r.ok, r.body);
+  };
+  auto spares_on_disk = [&] {
+    int n = 0;
+    for (auto& e : std::filesystem::directory_iterator(tmp.path() / "spares"))
+      n += e.path().extension() == ".db";
+    return n;
+  };
+  {
+    auto rt = start_ok(c);
+    auto& spares = detail::runtime_testing::core(*rt).store_opts.spares;
+    REQUIRE(spares);
+    REQUIRE(spares->wait_ready(3, std::chrono::seconds(30)) == 3);
+    for (int i = 0; i < 5; ++i) {
+      append(*rt, ek("ledger", "s" + std::to_string(i)));
+      spares->wait_ready(3, std::chrono::seconds(30)); // refilled before the next one
+    }
+    auto st = rt->stats();
+    CHECK(st.spare_files_taken == 5);
+    CHECK(st.spare_files_missed == 0);
+  } // stop: the maker thread ends, three ready spares stay
+  CHECK(spares_on_disk() == 3);
+  {
+    auto rt = start_ok(c);
+    auto& spares = detail::runtime_testing::core(*rt).store_opts.spares;
+    CHECK(spares->get_stats().reused == 3);
+    append(*rt, ek("ledger", "after-restart"));
+    CHECK(rt->stats().spare_files_taken == 1);
+    for (int i = 0; i < 5; ++i) { // the entities of the first run read back whole
+      auto r = rt->call_sync(ek("ledger", "s" + std::to_string(i)), "recent", "{}");
+      REQUIRE_MESSAGE(r.ok, r.body);
+    }
+  }
+  for (int i = 0; i < 5; ++i) {
+    store_options ro;
+    ro.data_dir = tmp.path();
+    ro.read_only = true;
+    auto s = entity_store::open(ro, ek("ledger", "s" + std::to_string(i)));
+    REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
+    CHECK(s.value()->last_seq() == 1);
+    CHECK(s.value()->verify()->ok);
+  }
+  c.spare_files = 0;
+  test::temp_dir none;
+  c.data_dir = none.path();
+  {
+    auto rt = start_ok(c);
+    CHECK_FALSE(detail::runtime_testing::core(*rt).store_opts.spares);
+    append(*rt, ek("ledger", "no-spare"));
+    CHECK(rt->stats().spare_files_taken == 0);
+  }
+  CHECK_FALSE(std::filesystem::exists(none.path() / "spares"));
+  c.spare_files = 1025;
+  CHECK_FALSE(runtime::start(c).is_ok());
 }
 
 TEST_CASE(

@@ -8,12 +8,15 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <iterator>
+#include <mutex>
 #include <set>
 #include <thread>
 
 #include "factum/storage/alarm_index.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/sha256.hpp"
+#include "factum/storage/spare_pool.hpp"
 #include "support/temp_dir.hpp"
 #include "wal_vfs.hpp"
 
@@ -874,6 +877,275 @@ TEST_CASE("create: threads creating entities at once each get a file naming thei
   CHECK(ids.size() == threads * per_thread);
 }
 
+// -- spare files (spare_pool.hpp) ----------------------------------------------------------------
+
+namespace {
+
+uint64_t inode_of(const fs::path& p) {
+  struct stat st {};
+  REQUIRE(::stat(p.c_str(), &st) == 0);
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+// The inode numbers of the .db files in `dir`.
+std::set<uint64_t> inodes_in(const fs::path& dir) {
+  std::set<uint64_t> out;
+  for (auto& e : fs::directory_iterator(dir)) {
+    struct stat st {};
+    if (e.path().extension() == ".db" && ::stat(e.path().c_str(), &st) == 0)
+      out.insert(st.st_ino);
+  }
+  return out;
+}
+
+std::shared_ptr<spare_pool> full_pool(const fs::path& data_dir, int target) {
+  auto pool = spare_pool::start(data_dir, target);
+  REQUIRE_MESSAGE(pool.is_ok(), pool.error().to_string());
+  REQUIRE((*pool)->wait_ready(target, std::chrono::seconds(30)) == target);
+  return *pool;
+}
+
+} // namespace
+
+TEST_CASE("spares: a creation renames a synced spare into place and claims it with one unsynced "
+          "WAL transaction, and the pool refills") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.spares = full_pool(tmp.path(), 3);
+  // The maker made every shard directory, so that no creation makes one.
+  int shards = 0;
+  for (auto& e : fs::directory_iterator(tmp.path() / "entities"))
+    shards += e.is_directory();
+  CHECK(shards == 256);
+  for (auto mode : {durability::full, durability::normal}) {
+    o.mode = mode;
+    auto k = key(mode == durability::full ? "from-spare-full" : "from-spare-normal");
+    CAPTURE(k.id);
+    auto spares = inodes_in(o.spares->dir());
+    REQUIRE(spares.size() == 3);
+    auto before = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+    sync_counter::reset();
+    auto s = open_ok(o, k);
+    // Neither the claim nor anything else in the creation synced through SQLite (in full the
+    // directory and the WAL become durable with the first commit, below).
+    CHECK(sync_counter::wal() == 0);
+    CHECK(sync_counter::db() == 0);
+    CHECK(s->claimed_on_open());
+    CHECK(spares.count(inode_of(s->path())) == 1); // the file is one of the spares
+    CHECK(inodes_in(o.spares->dir()).count(inode_of(s->path())) == 0);
+    auto f = s->append(draft("created"));
+    REQUIRE(f.is_ok());
+    REQUIRE(s->commit().is_ok());
+    if (mode == durability::full)
+      CHECK(sync_counter::wal() >= 1);
+    auto path = s->path();
+    s.reset();
+    CHECK(raw_rows(path, "PRAGMA integrity_check") ==
+          std::vector<std::vector<std::string>>{{"ok"}});
+    CHECK(raw_rows(path, "PRAGMA journal_mode")[0][0] == "wal");
+    auto meta = raw_rows(path, "SELECT key, value FROM meta ORDER BY key");
+    REQUIRE(meta.size() == 6);
+    CHECK(std::stoll(meta[0][1]) >= before);
+    CHECK(meta[1][0] == "fact_id_prefix");
+    CHECK(meta[1][1].rfind("fct_", 0) == 0);
+    CHECK(meta[1][1].size() == 20);
+    CHECK(f->fact_id.rfind(meta[1][1], 0) == 0);
+    CHECK(meta[3] == std::vector<std::string>{"id", k.id});
+    CHECK(meta[4] == std::vector<std::string>{"tenant", k.tenant});
+    CHECK(meta[5] == std::vector<std::string>{"type", k.type});
+    auto again = open_ok(o, k); // claimed once: a reopen reads it as any entity
+    CHECK_FALSE(again->claimed_on_open());
+    CHECK(again->last_seq() == 1);
+    CHECK(again->verify()->ok);
+    CHECK(o.spares->wait_ready(3, std::chrono::seconds(30)) == 3);
+  }
+  auto st = o.spares->get_stats();
+  CHECK(st.taken == 2);
+  CHECK(st.made == 5);
+  CHECK(st.missed == 0);
+  // Older schema versions (tests) never take a spare.
+  auto old = o;
+  old.target_schema_version = 3;
+  CHECK(open_ok(old, key("old-version"))->schema_version() == 3);
+  CHECK(o.spares->get_stats().taken == 2);
+}
+
+TEST_CASE("spares: a spare put in place but never claimed (a crash between) holds no entity for "
+          "readers and is claimed by the next writable open of its key") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  auto pool = full_pool(tmp.path(), 1);
+  pool->stop();
+  auto spare = pool->take();
+  REQUIRE(spare.has_value());
+  auto k = key("unclaimed");
+  auto path = k.file_path(tmp.path());
+  fs::rename(*spare, path);
+  // Readers: no entity there yet.
+  auto ro = o;
+  ro.read_only = true;
+  auto r1 = entity_store::open(ro, k);
+  REQUIRE_FALSE(r1.is_ok());
+  CHECK(r1.error().code() == errc::not_found);
+  auto r2 = entity_store::open_file(path, ro);
+  REQUIRE_FALSE(r2.is_ok());
+  CHECK(r2.error().code() == errc::not_found);
+  CHECK(r2.error().message().find("unclaimed") != std::string::npos);
+  auto ix = alarm_index::open(tmp.path(), durability::full);
+  REQUIRE(ix.is_ok());
+  auto rep = (*ix)->rebuild(tmp.path());
+  REQUIRE(rep.is_ok());
+  CHECK(rep->entity_files == 1);
+  CHECK(rep->unreadable == 0); // not an unreadable file: no entity yet
+  // A writable open, even one that would not create, claims it.
+  auto w = o;
+  w.create_if_missing = false;
+  auto s = open_ok(w, k);
+  CHECK(s->claimed_on_open());
+  CHECK(s->key() == k);
+  REQUIRE(s->append(draft("x")).is_ok());
+  REQUIRE(s->commit().is_ok());
+  s.reset();
+  auto r3 = entity_store::open_file(path, ro);
+  REQUIRE_MESSAGE(r3.is_ok(), r3.error().to_string());
+  CHECK(r3.value()->key() == k);
+  CHECK(r3.value()->last_seq() == 1);
+}
+
+TEST_CASE("spares: a restarted pool keeps the whole spares an earlier one left and deletes "
+          "unfinished, damaged and foreign files") {
+  test::temp_dir tmp;
+  fs::path dir;
+  std::set<uint64_t> kept;
+  {
+    auto pool = full_pool(tmp.path(), 4);
+    pool->stop();
+    dir = pool->dir();
+    kept = inodes_in(dir);
+  }
+  REQUIRE(kept.size() == 4);
+  auto first = *fs::directory_iterator(dir);
+  std::string whole;
+  {
+    std::ifstream in(first.path(), std::ios::binary);
+    whole.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  { std::ofstream(dir / "cut-short.tmp", std::ios::binary) << whole.substr(0, 4096); }
+  { std::ofstream(dir / "truncated.db", std::ios::binary) << whole.substr(0, whole.size() - 1); }
+  {
+    auto flipped = whole;
+    flipped[flipped.size() / 2] ^= 1;
+    std::ofstream(dir / "flipped.db", std::ios::binary) << flipped;
+  }
+  { std::ofstream(dir / (first.path().filename().string() + "-wal"), std::ios::binary); }
+  { std::ofstream(dir / "README", std::ios::binary) << "not a spare"; } // left alone
+  auto again = spare_pool::start(tmp.path(), 4);
+  REQUIRE(again.is_ok());
+  auto st = (*again)->get_stats();
+  CHECK(st.reused == 4);
+  CHECK(st.discarded == 4);
+  (*again)->stop(); // nothing to make: the four are ready
+  CHECK((*again)->get_stats().made == 0);
+  CHECK(inodes_in(dir) == kept);
+  CHECK_FALSE(fs::exists(dir / "cut-short.tmp"));
+  CHECK_FALSE(fs::exists(dir / "truncated.db"));
+  CHECK_FALSE(fs::exists(dir / "flipped.db"));
+  CHECK(fs::exists(dir / "README"));
+  CHECK_FALSE(spare_pool::start(tmp.path(), 0).is_ok());
+  CHECK_FALSE(spare_pool::start(tmp.path(), 1025).is_ok());
+  CHECK_FALSE(spare_pool::start("", 1).is_ok());
+}
+
+TEST_CASE("spares: threads creating the same entities at once get one file each, and no spare "
+          "is lost") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.spares = full_pool(tmp.path(), 8);
+  constexpr int keys = 30, threads = 4;
+  std::atomic<int> failures{0}, claims{0};
+  std::atomic<int> round{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&] {
+      for (int i = 0; i < keys; ++i) {
+        while (round.load() < i) // start each key together
+          std::this_thread::yield();
+        auto k = key("same-" + std::to_string(i));
+        auto r = entity_store::open(o, k);
+        if (!r || !(r.value()->key() == k))
+          ++failures;
+        else
+          claims += r.value()->claimed_on_open();
+        if (round.load() == i && i + 1 < keys)
+          round.compare_exchange_strong(i, i + 1);
+      }
+    });
+  for (auto& t : ts)
+    t.join();
+  CHECK(failures == 0);
+  CHECK(claims <= keys); // one claim per file at most (an entity built without a spare has none)
+  CHECK(list_entity_files(tmp.path()).size() == keys);
+  o.spares->stop();
+  auto st = o.spares->get_stats();
+  CHECK(st.taken == claims); // a spare that lost its rename went back to the pool
+  CHECK(static_cast<int64_t>(inodes_in(o.spares->dir()).size()) == st.made + st.reused - st.taken);
+  for (auto& f : list_entity_files(tmp.path())) {
+    auto ro = o;
+    ro.read_only = true;
+    auto s = entity_store::open_file(f, ro);
+    REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
+    CHECK(s.value()->key().file_path(tmp.path()) == f);
+  }
+}
+
+TEST_CASE("deferred sync: a creation fsyncs no directory, the first sync() does, once") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.defer_sync = true;
+  std::mutex mu;
+  std::vector<std::string> seen;
+  o.fault = [&](uint64_t, std::string_view what) {
+    if (what == "sync" || what == "sync_dir") {
+      std::lock_guard<std::mutex> g(mu);
+      seen.emplace_back(what);
+    }
+    return SQLITE_OK;
+  };
+  for (bool with_spares : {true, false}) {
+    CAPTURE(with_spares);
+    auto oo = o;
+    if (with_spares)
+      oo.spares = full_pool(tmp.path(), 1);
+    auto s = open_ok(oo, key(with_spares ? "spare" : "built"));
+    CHECK(s->claimed_on_open() == with_spares);
+    CHECK(seen.empty());
+    REQUIRE(s->append(draft("x")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    REQUIRE(s->sync().is_ok());
+    CHECK(seen == std::vector<std::string>{"sync_dir", "sync"});
+    REQUIRE(s->append(draft("y")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    REQUIRE(s->sync().is_ok());
+    CHECK(seen == std::vector<std::string>{"sync_dir", "sync", "sync"});
+    seen.clear();
+  }
+  // A failed directory fsync fails the sync (nothing may be acknowledged) and is tried again.
+  int fail_dir = 1;
+  o.fault = [&](uint64_t, std::string_view what) {
+    return what == "sync_dir" && fail_dir-- > 0 ? SQLITE_IOERR_FSYNC : SQLITE_OK;
+  };
+  auto s = open_ok(o, key("dir-fault"));
+  REQUIRE(s->append(draft("x")).is_ok());
+  REQUIRE(s->commit().is_ok());
+  auto bad = s->sync();
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.message().find("injected") != std::string::npos);
+  CHECK(s->sync().is_ok());
+  CHECK(fail_dir == -1); // asked again at the second sync
+}
+
 TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
@@ -976,11 +1248,6 @@ void check_facts_on_disk(const fs::path& file, const store_options& o, int n) {
   CHECK(s->verify()->ok);
 }
 
-uint64_t inode_of(const fs::path& p) {
-  struct stat st {};
-  REQUIRE(::stat(p.c_str(), &st) == 0);
-  return static_cast<uint64_t>(st.st_ino);
-}
 } // namespace
 
 TEST_CASE("store files: a closed entity keeps its -wal and -shm emptied, so a reopen creates "

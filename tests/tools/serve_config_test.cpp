@@ -141,6 +141,11 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
   auto wr = parse_serve_config(w);
   REQUIRE(wr.is_ok());
   CHECK(wr->runtime.wal_kept_on_close_kib == 0);
+  CHECK(d->runtime.spare_files == 8);
+  w["spare_files"] = 0;
+  auto sr = parse_serve_config(w);
+  REQUIRE(sr.is_ok());
+  CHECK(sr->runtime.spare_files == 0);
   CHECK(d->runtime.dead_letter_rules.is_null());
   // Each bad value names its key.
   auto err = [](const char* key, json v) {
@@ -152,6 +157,7 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
   };
   CHECK(err("alarm_retry_base_ms", 0).find("alarm_retry_base_ms") != std::string::npos);
   CHECK(err("wal_kept_on_close_kib", -1).find("wal_kept_on_close_kib") != std::string::npos);
+  CHECK(err("spare_files", 1025).find("spare_files") != std::string::npos);
   CHECK(err("alarm_max_retries", 101).find("alarm_max_retries") != std::string::npos);
   CHECK(err("alarm_poll_ms", "fast").find("alarm_poll_ms") != std::string::npos);
   CHECK(

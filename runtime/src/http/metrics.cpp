@@ -132,6 +132,10 @@ std::string http_metrics::render(const runtime_stats& rt) const {
          rt.alarm_index_rebuilds);
   metric(out, "factum_alarm_index_changes_total", "counter",
          "Changes of an entity's next alarm written to the alarm index.", rt.alarm_index_changes);
+  metric(out, "factum_spare_files_taken_total", "counter",
+         "New entities whose file was a spare made ahead.", rt.spare_files_taken);
+  metric(out, "factum_spare_files_missed_total", "counter",
+         "New entities that found no spare ready and made their own file.", rt.spare_files_missed);
   metric(out, "factum_alarm_index_writes_total", "counter",
          "Alarm index transactions (one sync each); concurrent changes share one.",
          rt.alarm_index_writes);

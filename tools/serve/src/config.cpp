@@ -487,6 +487,7 @@ result<serve_config> parse_serve_config(const json& doc) {
                             "scheduler_threads",
                             "cache_kib",
                             "wal_kept_on_close_kib",
+                            "spare_files",
                             "http_threads",
                             "key_ttl_ms",
                             "call_timeout_ms",
@@ -545,6 +546,10 @@ result<serve_config> parse_serve_config(const json& doc) {
   if (auto st = read_int(doc, "wal_kept_on_close_kib", "", 0, 1 << 20, v); !st)
     return st;
   cfg.runtime.wal_kept_on_close_kib = static_cast<int>(v);
+  v = cfg.runtime.spare_files;
+  if (auto st = read_int(doc, "spare_files", "", 0, 1024, v); !st)
+    return st;
+  cfg.runtime.spare_files = static_cast<int>(v);
   v = static_cast<int64_t>(cfg.runtime.scheduler_threads);
   if (auto st = read_int(doc, "scheduler_threads", "", 0, 1024, v); !st)
     return st;

@@ -95,6 +95,11 @@ struct runtime_config {
   /// close checkpoints (a closed entity is then wholly in its .db file, e.g. for backups that
   /// copy .db files only). Default 256 (store_options::wal_kept_on_close_kib).
   int wal_kept_on_close_kib = 256;
+  /// Entity files kept ready, made ahead by a thread of their own in <data_dir>/spares/: a new
+  /// entity's file is then a rename of one and a small unsynced claim, instead of writing and
+  /// fdatasyncing a new file on a storage thread (storage/spare_pool.hpp). 0: none, every
+  /// creation makes its file. Default 8 (~80 KiB of disk each). 0..1024.
+  int spare_files = 8;
   /// An entity's WAL past this many frames (pages) is copied into its database by a storage
   /// thread, through a connection of its own, while the entity goes on committing; the WAL
   /// then restarts from its beginning. No commit runs a checkpoint (SQLite's automatic one is
@@ -144,6 +149,10 @@ struct runtime_stats {
   /// (one sync each) that wrote them: concurrent changes share one (group commit).
   uint64_t alarm_index_changes = 0;
   uint64_t alarm_index_writes = 0;
+  /// New entities whose file was a spare (runtime_config::spare_files), and new entities that
+  /// found none ready and made their own file (the spares could not keep up, or are off).
+  uint64_t spare_files_taken = 0;
+  uint64_t spare_files_missed = 0;
   uint64_t checkpoints = 0; ///< WAL checkpoints done beside a running entity
   /// Checkpoints that found the database busy (another connection mid-update); retried at the
   /// next commit past the threshold. Expected now and then.

@@ -23,6 +23,8 @@ struct sqlite3_stmt;
 
 namespace factum {
 
+class spare_pool;
+
 /// How hard a commit tries to survive failures.
 enum class durability {
   full,   ///< WAL + synchronous=FULL: a commit survives power loss (one fsync per commit)
@@ -34,8 +36,9 @@ result<durability> parse_durability(std::string_view text);
 
 /// A fault-injection seam: called before every SQLite step or exec with a running count of
 /// operations on this store; a non-zero SQLite result code fails that operation with it. Also
-/// called with op_index 0 and the names "sync" and "checkpoint_concurrently" from the threads
-/// that run those (so a hook must be thread-safe).
+/// called with op_index 0 and the names "sync", "sync_dir" (sync() about to fsync the entity's
+/// directory: the first sync of each open) and "checkpoint_concurrently" from the threads that
+/// run those (so a hook must be thread-safe).
 using fault_hook = std::function<int(uint64_t op_index, std::string_view sql)>;
 
 /// Options for opening an entity store. Every default is the production default.
@@ -82,6 +85,11 @@ struct store_options {
   int64_t max_page_count = 0;
   /// Fault injection (tests only); empty in production.
   fault_hook fault;
+  /// Entity files made ahead of need (spare_pool.hpp) for this data_dir: a creation renames one
+  /// into place and claims it (one small WAL transaction) instead of writing and fdatasyncing a
+  /// new file. Empty (the default): every creation writes its own file. The runtime starts one
+  /// pool per data directory (runtime_config::spare_files).
+  std::shared_ptr<spare_pool> spares;
   /// SQLite VFS for every connection the store opens. Empty (the default): factum's own,
   /// entity_store::default_vfs(), which passes everything to SQLite's "unix" VFS except that a
   /// commit's WAL writes reach the kernel as one write. Tests name a wrapper of it here.
@@ -225,6 +233,9 @@ class entity_store {
 
   /// Keys that open() found pending and released (left by a dead activation).
   int64_t released_on_open() const noexcept { return released_on_open_; }
+  /// Whether this open claimed an unclaimed file (a spare put in place by this open or by an
+  /// earlier one that crashed before claiming it; spare_pool.hpp).
+  bool claimed_on_open() const noexcept { return claimed_; }
 
   // -- transactions --
 
@@ -374,7 +385,14 @@ class entity_store {
   /// Deferred sync is in effect: asked for, and durability full (store_options::defer_sync).
   bool deferred_sync() const noexcept { return opts_.defer_sync && opts_.mode == durability::full; }
   status configure();
+  /// The PRAGMA synchronous statement configure() runs for this store.
+  const char* synchronous_pragma() const noexcept;
   status migrate();
+  /// Writes this store's key into the meta rows of an unclaimed file (a spare renamed into
+  /// place, spare_pool.hpp) in one WAL transaction without a sync, and sets `owner` to the key
+  /// the file names afterwards. Called from migrate() outside its read transaction; a file
+  /// claimed meanwhile by another connection is left as it is (`owner` is then its key).
+  status claim(entity_key& owner);
   status load_head();
   /// Reads the fact id prefix and the legacy boundary from meta (schema version 4).
   status load_fact_id_meta();
@@ -407,6 +425,7 @@ class entity_store {
   bool in_turn_ = false;
   bool dirty_ = false;
   int64_t released_on_open_ = 0;
+  bool claimed_ = false; // this open claimed an unclaimed file
   uint64_t op_index_ = 0;
   int wal_frames_ = 0;
   struct sync_state;

@@ -1,0 +1,109 @@
+// factum/storage/spare_pool.hpp: entity files made ahead of need, so that creating an entity is
+// a rename instead of a write and an fdatasync of a new file. One pool per data directory,
+// shared by the stores that open entities in it (store_options::spares). A thread of its own
+// makes the files; take() and put_back() are called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "factum/storage/status.hpp"
+
+namespace factum {
+
+/// Keeps up to `target` *spare* entity files ready in `<data_dir>/spares/`.
+///
+/// A spare is a complete, fdatasynced entity file at the current schema version whose meta rows
+/// name no entity yet (tenant, type, id and fact_id_prefix empty; docs/storage-format.md section
+/// 1). entity_store::open of a missing key renames a spare to the key's path (its inode and data
+/// are already on disk) and *claims* it: one small WAL transaction writes the entity's meta rows.
+/// A spare renamed into place but not yet claimed (a crash in between) is claimed by the next
+/// open of that key; read-only opens treat it as a missing entity.
+///
+/// The maker thread first makes the 256 shard directories `entities/00` .. `entities/ff` that
+/// are missing (so that no creation pays a mkdir and its directory fsyncs), then writes a batch
+/// of files, then fdatasyncs each, then renames each from
+/// `<id>.tmp` to `<id>.db`: only whole, synced files carry the `.db` name. start() keeps the
+/// `.db` spares an earlier process left whose bytes equal this build's unclaimed image (up to
+/// `target`) and deletes every other `.db`, `.tmp`, `.db-wal`, `.db-shm` and `.db-journal` file
+/// in the directory.
+class spare_pool {
+ public:
+  /// What the pool did since start (counters) and holds now (ready).
+  struct stats {
+    int64_t made = 0;      ///< spares written and synced by the maker thread
+    int64_t reused = 0;    ///< valid spares found in the directory at start
+    int64_t discarded = 0; ///< files deleted at start (unfinished or from another build)
+    int64_t taken = 0;     ///< spares handed to a creation
+    int64_t missed = 0;    ///< take() calls that found no spare ready
+    int64_t errors = 0;    ///< failed attempts to make a spare (the thread retries after 1 s)
+    int ready = 0;         ///< spares ready now
+  };
+
+  /// Opens (creating it if needed) `<data_dir>/spares/`, keeps the valid spares in it, deletes
+  /// the rest, and starts the maker thread. `target` must be 1..1024.
+  static result<std::shared_ptr<spare_pool>> start(const std::filesystem::path& data_dir,
+                                                   int target);
+
+  spare_pool(const spare_pool&) = delete;
+  spare_pool& operator=(const spare_pool&) = delete;
+
+  /// Stops the maker thread (see stop()).
+  ~spare_pool();
+
+  // -- use --
+
+  /// Removes one ready spare from the pool and returns its path, or nothing when none is ready
+  /// (the caller then builds its file itself). Wakes the maker thread. Any thread.
+  std::optional<std::filesystem::path> take();
+
+  /// Hands back a spare that take() returned and that the caller did not use (its rename lost a
+  /// race: another creator's file was already in place). Any thread.
+  void put_back(std::filesystem::path spare);
+
+  // -- lifecycle --
+
+  /// Stops making spares: the maker thread finishes the batch it is writing and exits; waits
+  /// for it. Ready spares stay on disk for the next start(). Idempotent; any thread but the
+  /// maker's.
+  void stop();
+
+  /// Waits until at least `n` spares are ready, the pool is stopped, or `timeout` passes;
+  /// returns the number ready. For benchmarks and tests that need a full pool.
+  int wait_ready(int n, std::chrono::milliseconds timeout);
+
+  // -- observers --
+
+  stats get_stats() const;
+
+  /// `<data_dir>/spares`.
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+
+  /// The number of spares the pool keeps ready.
+  int target() const noexcept { return target_; }
+
+ private:
+  spare_pool(std::filesystem::path dir, int target);
+  void run();
+  status make_batch(int n, std::string& image);
+
+  const std::filesystem::path dir_;
+  const int target_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;  // the maker: a spare was taken, or stop
+  std::condition_variable ready_; // wait_ready(): spares were made, or stop
+  std::deque<std::filesystem::path> spares_;
+  bool stopping_ = false;
+  stats stats_;
+  std::thread maker_;
+};
+
+} // namespace factum

@@ -1,0 +1,264 @@
+// spare_pool.cpp: entity files made ahead of need (spare_pool.hpp). The maker thread owns the
+// writing of spares; take() / put_back() / stop() / get_stats() run on any thread under mu_.
+#include "factum/storage/spare_pool.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <system_error>
+#include <vector>
+
+#include "entity_image.hpp"
+#include "factum/storage/entity_store.hpp"
+
+namespace fs = std::filesystem;
+
+namespace factum {
+
+namespace {
+
+void sync_dir(const fs::path& dir);
+void make_shards(const fs::path& data_dir);
+
+// Whether `file` holds exactly `image` (a spare of this build).
+bool same_bytes(const fs::path& file, const std::string& image) {
+  std::error_code ec;
+  if (fs::file_size(file, ec) != image.size() || ec)
+    return false;
+  std::ifstream in(file, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return in.good() || in.eof() ? bytes == image : false;
+}
+
+// Writes all of `bytes` to `fd`; 0 or an errno.
+int write_all(int fd, const std::string& bytes) {
+  for (size_t off = 0; off < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n > 0)
+      off += static_cast<size_t>(n);
+    else if (n == 0)
+      return EIO;
+    else if (errno != EINTR)
+      return errno;
+  }
+  return 0;
+}
+
+} // namespace
+
+result<std::shared_ptr<spare_pool>> spare_pool::start(const fs::path& data_dir, int target) {
+  if (data_dir.empty())
+    return status{errc::invalid_argument, "spare_pool: data_dir is empty"};
+  if (target < 1 || target > 1024)
+    return status{errc::invalid_argument, "spare_pool: target must be 1..1024"};
+  auto image = detail::unclaimed_entity_image();
+  if (!image)
+    return image.error();
+  auto dir = data_dir / "spares";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return status{errc::io_error,
+                  "spare_pool: cannot create " + dir.string() + ": " + ec.message()};
+  std::shared_ptr<spare_pool> pool(new spare_pool(dir, target));
+  // Keep what an earlier process finished (renamed to .db only after its fdatasync) if it is
+  // this build's image; delete the rest (a .tmp was cut short; another build's bytes would
+  // give a file of another schema; spares beyond the target are not needed).
+  std::vector<fs::path> drop;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const auto& p = it->path();
+    auto ext = p.extension();
+    if (ext == ".db" && it->is_regular_file(ec) && same_bytes(p, *image) &&
+        static_cast<int>(pool->spares_.size()) < target)
+      pool->spares_.push_back(p);
+    else if (ext == ".db" || ext == ".tmp" || ext == ".db-wal" || ext == ".db-shm" ||
+             ext == ".db-journal") // what SQLite leaves beside a file something opened here
+      drop.push_back(p);
+  }
+  if (ec)
+    return status{errc::io_error, "spare_pool: cannot list " + dir.string() + ": " + ec.message()};
+  for (auto& p : drop) {
+    fs::remove(p, ec);
+    ++pool->stats_.discarded;
+  }
+  pool->stats_.reused = static_cast<int64_t>(pool->spares_.size());
+  pool->maker_ = std::thread([p = pool.get()] { p->run(); });
+  return pool;
+}
+
+spare_pool::spare_pool(fs::path dir, int target) : dir_(std::move(dir)), target_(target) {}
+
+spare_pool::~spare_pool() {
+  stop();
+}
+
+std::optional<fs::path> spare_pool::take() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (spares_.empty()) {
+    ++stats_.missed;
+    return std::nullopt;
+  }
+  auto p = std::move(spares_.front());
+  spares_.pop_front();
+  ++stats_.taken;
+  wake_.notify_one();
+  return p;
+}
+
+void spare_pool::put_back(fs::path spare) {
+  std::lock_guard<std::mutex> g(mu_);
+  --stats_.taken;
+  spares_.push_front(std::move(spare));
+  ready_.notify_all();
+}
+
+void spare_pool::stop() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  ready_.notify_all();
+  if (maker_.joinable() && maker_.get_id() != std::this_thread::get_id())
+    maker_.join();
+}
+
+int spare_pool::wait_ready(int n, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> g(mu_);
+  ready_.wait_for(g, timeout, [&] { return stopping_ || static_cast<int>(spares_.size()) >= n; });
+  return static_cast<int>(spares_.size());
+}
+
+spare_pool::stats spare_pool::get_stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  stats s = stats_;
+  s.ready = static_cast<int>(spares_.size());
+  return s;
+}
+
+namespace {
+
+// fsyncs a directory (its new entries survive power loss).
+void sync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Makes the 256 shard directories entities/00 .. entities/ff that are missing, and fsyncs
+// their parents, so that no creation has to (entity_store::open makes a missing one itself).
+void make_shards(const fs::path& data_dir) {
+  auto root = data_dir / "entities";
+  std::error_code ec;
+  bool made_root = !fs::exists(root, ec) && fs::create_directory(root, ec);
+  bool made_any = false;
+  static const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 256; ++i) {
+    char name[3] = {hex[i >> 4], hex[i & 15], '\0'};
+    made_any |= fs::create_directory(root / name, ec); // false when it exists
+  }
+  if (made_any)
+    sync_dir(root);
+  if (made_root)
+    sync_dir(data_dir);
+}
+
+} // namespace
+
+void spare_pool::run() {
+  make_shards(dir_.parent_path());
+  std::string image;
+  std::unique_lock<std::mutex> g(mu_);
+  for (;;) {
+    wake_.wait(g, [&] { return stopping_ || static_cast<int>(spares_.size()) < target_; });
+    if (stopping_)
+      return;
+    // Up to 16 at a time: written first, then synced, so that their metadata (inode table and
+    // bitmap blocks, shared by neighbouring inodes) is written once for several files.
+    int n = std::min(16, target_ - static_cast<int>(spares_.size()));
+    g.unlock();
+    auto st = make_batch(n, image);
+    g.lock();
+    if (!st) {
+      ++stats_.errors;
+      // A full or read-only disk: try again later, not in a loop. Creations meanwhile build
+      // their files themselves (and report the error themselves).
+      wake_.wait_for(g, std::chrono::seconds(1), [&] { return stopping_; });
+    }
+  }
+}
+
+status spare_pool::make_batch(int n, std::string& image) {
+  if (image.empty()) {
+    auto img = detail::unclaimed_entity_image();
+    if (!img)
+      return img.error();
+    image = std::move(*img);
+  }
+  struct pending {
+    fs::path tmp;
+    int fd = -1;
+  };
+  std::vector<pending> batch;
+  batch.reserve(static_cast<size_t>(n));
+  int err = 0;
+  std::string what;
+  for (int i = 0; i < n && err == 0; ++i) {
+    pending p;
+    p.tmp = dir_ / (time_ordered_id("", 16) + ".tmp");
+    p.fd = ::open(p.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (p.fd < 0) {
+      err = errno;
+      what = "create " + p.tmp.string();
+      break;
+    }
+    batch.push_back(p);
+    if ((err = write_all(p.fd, image)) != 0)
+      what = "write " + p.tmp.string();
+  }
+  for (auto& p : batch) {
+    if (err == 0 && ::fdatasync(p.fd) != 0) {
+      err = errno;
+      what = "fdatasync " + p.tmp.string();
+    }
+    ::close(p.fd);
+  }
+  std::vector<fs::path> made;
+  for (auto& p : batch) {
+    std::error_code ec;
+    if (err == 0) {
+      auto final_path = p.tmp;
+      final_path.replace_extension(".db");
+      fs::rename(p.tmp, final_path, ec);
+      if (!ec) {
+        made.push_back(std::move(final_path));
+        continue;
+      }
+      err = ec.value();
+      what = "rename " + p.tmp.string();
+    }
+    fs::remove(p.tmp, ec);
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& p : made)
+      spares_.push_back(std::move(p));
+    stats_.made += static_cast<int64_t>(made.size());
+  }
+  ready_.notify_all();
+  if (err != 0)
+    return {err == ENOSPC || err == EDQUOT ? errc::full
+            : err == EROFS                 ? errc::read_only
+                                           : errc::io_error,
+            "spare_pool: " + what + ": " + std::strerror(err)};
+  return status::ok();
+}
+
+} // namespace factum
