@@ -605,10 +605,25 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
         int e = ::renameat2(AT_FDCWD, spare->c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0
                   ? 0
                   : errno;
-        if (e == EEXIST)
+        if (e == 0) {
+          // Its empty -wal and -shm follow, so that the first open creates no inode. Without
+          // replacing: one that another opener created meanwhile is used as it is, ours goes.
+          for (const char* suffix : {"-wal", "-shm"}) {
+            auto from = *spare, to = path;
+            from += suffix;
+            to += suffix;
+            if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0)
+              fs::remove(from, ec);
+          }
+        } else if (e == EEXIST) {
           opts.spares->put_back(std::move(*spare));
-        else if (e != 0)
-          fs::remove(*spare, ec); // e.g. EXDEV (entities/ on another file system): build below
+        } else { // e.g. EXDEV (entities/ on another file system): build the file below
+          for (const char* suffix : {"", "-wal", "-shm"}) {
+            auto file = *spare;
+            file += suffix;
+            fs::remove(file, ec);
+          }
+        }
         in_place = e == 0 || e == EEXIST;
       }
     }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <system_error>
 #include <vector>
 
@@ -65,23 +66,46 @@ result<std::shared_ptr<spare_pool>> spare_pool::start(const fs::path& data_dir, 
     return status{errc::io_error,
                   "spare_pool: cannot create " + dir.string() + ": " + ec.message()};
   std::shared_ptr<spare_pool> pool(new spare_pool(dir, target));
-  // Keep what an earlier process finished (renamed to .db only after its fdatasync) if it is
-  // this build's image; delete the rest (a .tmp was cut short; another build's bytes would
-  // give a file of another schema; spares beyond the target are not needed).
-  std::vector<fs::path> drop;
+  // Keep what an earlier process finished (renamed to .db only after its fdatasync, its empty
+  // -wal and -shm made before that) if it is this build's image and nothing wrote beside it;
+  // delete the rest (a .tmp was cut short; another build's bytes would give a file of another
+  // schema; a -wal or -shm with content, or a -journal, means something opened it here; spares
+  // beyond the target are not needed; a -wal or -shm whose .db is gone is an orphan).
+  std::vector<fs::path> found;
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
-    const auto& p = it->path();
-    auto ext = p.extension();
-    if (ext == ".db" && it->is_regular_file(ec) && same_bytes(p, *image) &&
-        static_cast<int>(pool->spares_.size()) < target)
-      pool->spares_.push_back(p);
-    else if (ext == ".db" || ext == ".tmp" || ext == ".db-wal" || ext == ".db-shm" ||
-             ext == ".db-journal") // what SQLite leaves beside a file something opened here
-      drop.push_back(p);
-  }
+       it.increment(ec))
+    if (it->is_regular_file(ec))
+      found.push_back(it->path());
   if (ec)
     return status{errc::io_error, "spare_pool: cannot list " + dir.string() + ": " + ec.message()};
+  auto sibling = [](fs::path p, const char* suffix) { return p += suffix; };
+  auto empty_or_absent = [&](const fs::path& p) {
+    std::error_code e2;
+    auto size = fs::file_size(p, e2);
+    return e2 ? !fs::exists(p, e2) : size == 0;
+  };
+  std::vector<fs::path> drop;
+  std::set<fs::path> kept;
+  for (auto& p : found) {
+    if (p.extension() != ".db")
+      continue;
+    if (static_cast<int>(pool->spares_.size()) < target && same_bytes(p, *image) &&
+        empty_or_absent(sibling(p, "-wal")) && empty_or_absent(sibling(p, "-shm")) &&
+        !fs::exists(sibling(p, "-journal"), ec)) {
+      pool->spares_.push_back(p);
+      kept.insert(p);
+    } else {
+      drop.push_back(p);
+    }
+  }
+  for (auto& p : found) {
+    auto ext = p.extension();
+    if (ext == ".tmp")
+      drop.push_back(p);
+    else if (ext == ".db-wal" || ext == ".db-shm" || ext == ".db-journal")
+      if (ext == ".db-journal" || kept.count(fs::path(p).replace_extension(".db")) == 0)
+        drop.push_back(p);
+  }
   for (auto& p : drop) {
     fs::remove(p, ec);
     ++pool->stats_.discarded;
@@ -233,9 +257,24 @@ status spare_pool::make_batch(int n, std::string& image) {
   std::vector<fs::path> made;
   for (auto& p : batch) {
     std::error_code ec;
+    auto final_path = p.tmp;
+    final_path.replace_extension(".db");
+    // Its -wal and -shm, empty, go with it into place (entity_store::open renames all three):
+    // creating them is an inode allocation each, the dearest part of a first open here.
+    for (const char* suffix : {"-wal", "-shm"}) {
+      if (err != 0)
+        break;
+      auto companion = final_path;
+      companion += suffix;
+      int fd = ::open(companion.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        err = errno;
+        what = "create " + companion.string();
+      } else {
+        ::close(fd);
+      }
+    }
     if (err == 0) {
-      auto final_path = p.tmp;
-      final_path.replace_extension(".db");
       fs::rename(p.tmp, final_path, ec);
       if (!ec) {
         made.push_back(std::move(final_path));
@@ -245,6 +284,11 @@ status spare_pool::make_batch(int n, std::string& image) {
       what = "rename " + p.tmp.string();
     }
     fs::remove(p.tmp, ec);
+    for (const char* suffix : {"-wal", "-shm"}) {
+      auto companion = final_path;
+      companion += suffix;
+      fs::remove(companion, ec);
+    }
   }
   {
     std::lock_guard<std::mutex> g(mu_);

@@ -225,15 +225,23 @@ void creation_storm(bool spares, unsigned seed) {
       CHECK(unclaimed == 0);
     }
     if (spares) { // the next pool keeps the whole spares and deletes what the kill cut short
-      size_t files = 0;
-      for (auto& e : std::filesystem::directory_iterator(tmp.path() / "spares"))
-        files += e.is_regular_file();
       auto pool = spare_pool::start(o.data_dir, 4);
       REQUIRE(pool.is_ok());
       (*pool)->stop();
       auto st = (*pool)->get_stats();
-      CHECK(static_cast<size_t>(st.reused + st.discarded) == files);
-      for (int k = 0; k < st.reused; ++k) { // each kept one is an unclaimed entity file
+      // Left: the ready spares' .db files, each with nothing but its empty -wal and -shm.
+      int dbs = 0;
+      for (auto& e : std::filesystem::directory_iterator(tmp.path() / "spares")) {
+        auto ext = e.path().extension();
+        CHECK((ext == ".db" || ext == ".db-wal" || ext == ".db-shm"));
+        dbs += ext == ".db";
+        auto db = e.path();
+        CHECK(std::filesystem::exists(db.replace_extension(".db")));
+        if (ext != ".db")
+          CHECK(std::filesystem::file_size(e.path()) == 0);
+      }
+      CHECK(dbs == st.reused + st.made);
+      for (int k = 0; k < dbs; ++k) { // each kept one is an unclaimed entity file
         auto sp = (*pool)->take();
         REQUIRE(sp.has_value());
         store_options ro = o;

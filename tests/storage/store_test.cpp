@@ -5,10 +5,12 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -923,6 +925,14 @@ TEST_CASE("spares: a creation renames a synced spare into place and claims it wi
     CAPTURE(k.id);
     auto spares = inodes_in(o.spares->dir());
     REQUIRE(spares.size() == 3);
+    std::map<uint64_t, std::pair<uint64_t, uint64_t>> companions; // .db -> its -wal, -shm
+    for (auto& e : fs::directory_iterator(o.spares->dir()))
+      if (e.path().extension() == ".db") {
+        auto wal = e.path(), shm = e.path();
+        wal += "-wal";
+        shm += "-shm";
+        companions[inode_of(e.path())] = {inode_of(wal), inode_of(shm)};
+      }
     auto before = std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
@@ -935,6 +945,12 @@ TEST_CASE("spares: a creation renames a synced spare into place and claims it wi
     CHECK(s->claimed_on_open());
     CHECK(spares.count(inode_of(s->path())) == 1); // the file is one of the spares
     CHECK(inodes_in(o.spares->dir()).count(inode_of(s->path())) == 0);
+    { // and its -wal and -shm are the spare's: the open created no file
+      auto wal = s->path(), shm = s->path();
+      wal += "-wal";
+      shm += "-shm";
+      CHECK(companions[inode_of(s->path())] == std::make_pair(inode_of(wal), inode_of(shm)));
+    }
     auto f = s->append(draft("created"));
     REQUIRE(f.is_ok());
     REQUIRE(s->commit().is_ok());
@@ -960,6 +976,15 @@ TEST_CASE("spares: a creation renames a synced spare into place and claims it wi
     CHECK(again->last_seq() == 1);
     CHECK(again->verify()->ok);
     CHECK(o.spares->wait_ready(3, std::chrono::seconds(30)) == 3);
+    // The spare's -wal and -shm went with it: with the pool full again (its maker idle), every
+    // file in spares/ is a .db or the -wal or -shm of one.
+    int files = 0;
+    for (auto& e : fs::directory_iterator(o.spares->dir())) {
+      auto db = e.path();
+      CHECK(fs::exists(db.replace_extension(".db")));
+      ++files;
+    }
+    CHECK(files == 9);
   }
   auto st = o.spares->get_stats();
   CHECK(st.taken == 2);
@@ -1015,21 +1040,31 @@ TEST_CASE("spares: a spare put in place but never claimed (a crash between) hold
 }
 
 TEST_CASE("spares: a restarted pool keeps the whole spares an earlier one left and deletes "
-          "unfinished, damaged and foreign files") {
+          "unfinished, damaged, written-beside and foreign files") {
   test::temp_dir tmp;
   fs::path dir;
-  std::set<uint64_t> kept;
+  std::vector<fs::path> spares;
   {
     auto pool = full_pool(tmp.path(), 4);
     pool->stop();
     dir = pool->dir();
-    kept = inodes_in(dir);
   }
-  REQUIRE(kept.size() == 4);
-  auto first = *fs::directory_iterator(dir);
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".db")
+      spares.push_back(e.path());
+  std::sort(spares.begin(), spares.end());
+  REQUIRE(spares.size() == 4);
+  for (auto& p : spares) { // each with its empty -wal and -shm
+    for (const char* suffix : {"-wal", "-shm"}) {
+      auto c = p;
+      c += suffix;
+      REQUIRE(fs::exists(c));
+      CHECK(fs::file_size(c) == 0);
+    }
+  }
   std::string whole;
   {
-    std::ifstream in(first.path(), std::ios::binary);
+    std::ifstream in(spares[0], std::ios::binary);
     whole.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   { std::ofstream(dir / "cut-short.tmp", std::ios::binary) << whole.substr(0, 4096); }
@@ -1039,19 +1074,25 @@ TEST_CASE("spares: a restarted pool keeps the whole spares an earlier one left a
     flipped[flipped.size() / 2] ^= 1;
     std::ofstream(dir / "flipped.db", std::ios::binary) << flipped;
   }
-  { std::ofstream(dir / (first.path().filename().string() + "-wal"), std::ios::binary); }
+  // Something wrote beside spare 0: its three files go.
+  { std::ofstream(dir / (spares[0].filename().string() + "-wal"), std::ios::binary) << "x"; }
+  { std::ofstream(dir / "orphan.db-shm", std::ios::binary); }           // its .db is gone
   { std::ofstream(dir / "README", std::ios::binary) << "not a spare"; } // left alone
+  std::set<uint64_t> kept;
+  for (size_t i = 1; i < spares.size(); ++i)
+    kept.insert(inode_of(spares[i]));
   auto again = spare_pool::start(tmp.path(), 4);
   REQUIRE(again.is_ok());
   auto st = (*again)->get_stats();
-  CHECK(st.reused == 4);
-  CHECK(st.discarded == 4);
-  (*again)->stop(); // nothing to make: the four are ready
-  CHECK((*again)->get_stats().made == 0);
-  CHECK(inodes_in(dir) == kept);
-  CHECK_FALSE(fs::exists(dir / "cut-short.tmp"));
-  CHECK_FALSE(fs::exists(dir / "truncated.db"));
-  CHECK_FALSE(fs::exists(dir / "flipped.db"));
+  CHECK(st.reused == 3);
+  CHECK(st.discarded == 7); // 3 of spare 0, cut-short, truncated, flipped, the orphan
+  (*again)->stop();
+  CHECK(inodes_in(dir).size() == 3 + static_cast<size_t>((*again)->get_stats().made));
+  for (auto ino : kept)
+    CHECK(inodes_in(dir).count(ino) == 1);
+  for (const char* gone : {"cut-short.tmp", "truncated.db", "flipped.db", "orphan.db-shm"})
+    CHECK_FALSE(fs::exists(dir / gone));
+  CHECK_FALSE(fs::exists(spares[0]));
   CHECK(fs::exists(dir / "README"));
   CHECK_FALSE(spare_pool::start(tmp.path(), 0).is_ok());
   CHECK_FALSE(spare_pool::start(tmp.path(), 1025).is_ok());

@@ -23,18 +23,20 @@ namespace factum {
 ///
 /// A spare is a complete, fdatasynced entity file at the current schema version whose meta rows
 /// name no entity yet (tenant, type, id and fact_id_prefix empty; docs/storage-format.md section
-/// 1). entity_store::open of a missing key renames a spare to the key's path (its inode and data
-/// are already on disk) and *claims* it: one small WAL transaction writes the entity's meta rows.
+/// 1), with an empty `-wal` and `-shm` beside it. entity_store::open of a missing key renames a
+/// spare to the key's path (its inode and data are already on disk), then its `-wal` and `-shm`
+/// (without replacing), and *claims* it: one small WAL transaction writes the entity's meta
+/// rows. The first open thus allocates no inode (the dearest part of it on ext4 here).
 /// A spare renamed into place but not yet claimed (a crash in between) is claimed by the next
 /// open of that key; read-only opens treat it as a missing entity.
 ///
 /// The maker thread first makes the 256 shard directories `entities/00` .. `entities/ff` that
 /// are missing (so that no creation pays a mkdir and its directory fsyncs), then writes a batch
-/// of files, then fdatasyncs each, then renames each from
-/// `<id>.tmp` to `<id>.db`: only whole, synced files carry the `.db` name. start() keeps the
-/// `.db` spares an earlier process left whose bytes equal this build's unclaimed image (up to
-/// `target`) and deletes every other `.db`, `.tmp`, `.db-wal`, `.db-shm` and `.db-journal` file
-/// in the directory.
+/// of files, then fdatasyncs each, creates its empty `<id>.db-wal` and `<id>.db-shm` and renames
+/// it from `<id>.tmp` to `<id>.db`: only whole, synced files carry the `.db` name. start() keeps
+/// the `.db` spares an earlier process left whose bytes equal this build's unclaimed image and
+/// whose `-wal` and `-shm` are empty or absent (up to `target`), with those, and deletes every
+/// other `.db`, `.tmp`, `.db-wal`, `.db-shm` and `.db-journal` file in the directory.
 class spare_pool {
  public:
   /// What the pool did since start (counters) and holds now (ready).
