@@ -64,7 +64,7 @@ struct bench_options {
   int runs = 5;
   fs::path data;           ///< empty: a fresh temp dir, removed at exit
   bool keep_files = false; ///< create/reopen runs leave their entity files (no deletion churn)
-  int spares = 8;          ///< spare files kept ready for creations (the runtime's default)
+  int spares = 32;         ///< spare files kept ready for creations (the runtime's default)
 };
 
 // -- results --------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ struct context {
   int run = 0;
   int64_t num = 0;
   bool keep_files = false;
-  int spares = 8;
+  int spares = 32;
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -629,7 +629,7 @@ void usage(FILE* out) {
          "  --keep_files  1: create and reopen runs keep their entity files, and a temp dir\n"
          "                is not removed (a server never deletes entity files; on ext4 without\n"
          "                a journal, deleted inodes slow every later creation for minutes)\n"
-         "  --spares      spare entity files kept ready for create_* (default 8, as the\n"
+         "  --spares      spare entity files kept ready for create_* (default 32, as the\n"
          "                runtime; 0: every creation writes and syncs its own file)\n");
 }
 

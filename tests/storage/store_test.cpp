@@ -977,9 +977,12 @@ TEST_CASE("spares: a creation renames a synced spare into place and claims it wi
     CHECK(again->verify()->ok);
     CHECK(o.spares->wait_ready(3, std::chrono::seconds(30)) == 3);
     // The spare's -wal and -shm went with it: with the pool full again (its maker idle), every
-    // file in spares/ is a .db or the -wal or -shm of one.
+    // file in spares/ is a .db or the -wal or -shm of one, and the maker's making/ is empty.
+    CHECK(fs::is_empty(o.spares->dir() / "making"));
     int files = 0;
     for (auto& e : fs::directory_iterator(o.spares->dir())) {
+      if (e.is_directory())
+        continue;
       auto db = e.path();
       CHECK(fs::exists(db.replace_extension(".db")));
       ++files;
@@ -1040,7 +1043,7 @@ TEST_CASE("spares: a spare put in place but never claimed (a crash between) hold
 }
 
 TEST_CASE("spares: a restarted pool keeps the whole spares an earlier one left and deletes "
-          "unfinished, damaged, written-beside and foreign files") {
+          "unfinished, damaged, written-beside, twice-named and foreign files") {
   test::temp_dir tmp;
   fs::path dir;
   std::vector<fs::path> spares;
@@ -1078,21 +1081,36 @@ TEST_CASE("spares: a restarted pool keeps the whole spares an earlier one left a
   { std::ofstream(dir / (spares[0].filename().string() + "-wal"), std::ios::binary) << "x"; }
   { std::ofstream(dir / "orphan.db-shm", std::ios::binary); }           // its .db is gone
   { std::ofstream(dir / "README", std::ios::binary) << "not a spare"; } // left alone
-  std::set<uint64_t> kept;
-  for (size_t i = 1; i < spares.size(); ++i)
-    kept.insert(inode_of(spares[i]));
+  // What the maker had not finished (a kill mid-batch) is in making/.
+  { std::ofstream(dir / "making" / "unfinished.tmp", std::ios::binary) << whole; }
+  { std::ofstream(dir / "making" / "unfinished.db-wal", std::ios::binary); }
+  // A spare with a second name (a crash kept both names of a take's rename, as can happen
+  // where renames are not atomic on disk): an entity owns it. Spare 1's .db, spare 2's -wal.
+  fs::create_directories(tmp.path() / "elsewhere");
+  auto owned_db = tmp.path() / "elsewhere" / "owned.db";
+  auto owned_wal = tmp.path() / "elsewhere" / "owned.db-wal";
+  fs::create_hard_link(spares[1], owned_db);
+  fs::create_hard_link(fs::path(spares[2]) += "-wal", owned_wal);
+  auto kept = inode_of(spares[3]);
   auto again = spare_pool::start(tmp.path(), 4);
   REQUIRE(again.is_ok());
   auto st = (*again)->get_stats();
-  CHECK(st.reused == 3);
-  CHECK(st.discarded == 7); // 3 of spare 0, cut-short, truncated, flipped, the orphan
+  CHECK(st.reused == 1);
+  // 3 of spare 0, cut-short, truncated, flipped, the orphan, 3 each of spares 1 and 2, the
+  // two in making/.
+  CHECK(st.discarded == 15);
   (*again)->stop();
-  CHECK(inodes_in(dir).size() == 3 + static_cast<size_t>((*again)->get_stats().made));
-  for (auto ino : kept)
-    CHECK(inodes_in(dir).count(ino) == 1);
+  CHECK(inodes_in(dir).size() == 1 + static_cast<size_t>((*again)->get_stats().made));
+  CHECK(inodes_in(dir).count(kept) == 1);
   for (const char* gone : {"cut-short.tmp", "truncated.db", "flipped.db", "orphan.db-shm"})
     CHECK_FALSE(fs::exists(dir / gone));
-  CHECK_FALSE(fs::exists(spares[0]));
+  CHECK(fs::is_empty(dir / "making"));
+  for (size_t i = 0; i < 3; ++i)
+    CHECK_FALSE(fs::exists(spares[i]));
+  // Only the spares/ names went: the owners' files are whole.
+  CHECK(fs::file_size(owned_db) == whole.size());
+  CHECK(fs::hard_link_count(owned_db) == 1);
+  CHECK(fs::hard_link_count(owned_wal) == 1);
   CHECK(fs::exists(dir / "README"));
   CHECK_FALSE(spare_pool::start(tmp.path(), 0).is_ok());
   CHECK_FALSE(spare_pool::start(tmp.path(), 1025).is_ok());

@@ -141,7 +141,7 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
   auto wr = parse_serve_config(w);
   REQUIRE(wr.is_ok());
   CHECK(wr->runtime.wal_kept_on_close_kib == 0);
-  CHECK(d->runtime.spare_files == 8);
+  CHECK(d->runtime.spare_files == 32);
   w["spare_files"] = 0;
   auto sr = parse_serve_config(w);
   REQUIRE(sr.is_ok());

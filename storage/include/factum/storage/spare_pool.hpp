@@ -31,12 +31,18 @@ namespace factum {
 /// open of that key; read-only opens treat it as a missing entity.
 ///
 /// The maker thread first makes the 256 shard directories `entities/00` .. `entities/ff` that
-/// are missing (so that no creation pays a mkdir and its directory fsyncs), then writes a batch
-/// of files, then fdatasyncs each, creates its empty `<id>.db-wal` and `<id>.db-shm` and renames
-/// it from `<id>.tmp` to `<id>.db`: only whole, synced files carry the `.db` name. start() keeps
-/// the `.db` spares an earlier process left whose bytes equal this build's unclaimed image and
-/// whose `-wal` and `-shm` are empty or absent (up to `target`), with those, and deletes every
-/// other `.db`, `.tmp`, `.db-wal`, `.db-shm` and `.db-journal` file in the directory.
+/// are missing (so that no creation pays a mkdir and its directory fsyncs). Then, whenever
+/// `min(16, target / 2)` (at least 1) spares are gone, it makes a batch in `spares/making/`:
+/// writes each `<id>.tmp`, starts the write-out of all of them (`sync_file_range`), fdatasyncs
+/// each, creates its empty `<id>.db-wal` and `<id>.db-shm`, and moves the three to `spares/`
+/// (the `.db` last, as `<id>.db`): only whole, synced files carry the `.db` name in `spares/`,
+/// and the inode allocations hold the lock of `making/`, not the one every take's rename needs.
+/// start() keeps the `.db` spares an earlier process left whose bytes equal this build's
+/// unclaimed image, which have one name only and whose `-wal` and `-shm` are empty (with one
+/// name) or absent (up to `target`), with those, and deletes every other `.db`, `.tmp`,
+/// `.db-wal`, `.db-shm` and `.db-journal` file in `spares/` and everything in `making/`.
+/// Deleting removes a name only: an entity that shares the inode (a crash kept both names of a
+/// take's rename, as on a file system whose renames are not atomic on disk) keeps its file.
 class spare_pool {
  public:
   /// What the pool did since start (counters) and holds now (ready).
@@ -98,6 +104,7 @@ class spare_pool {
   status make_batch(int n, std::string& image);
 
   const std::filesystem::path dir_;
+  const std::filesystem::path making_; ///< dir_/making: the maker's files until whole
   const int target_;
   mutable std::mutex mu_;
   std::condition_variable wake_;  // the maker: a spare was taken, or stop
