@@ -245,6 +245,12 @@ status spare_pool::make_batch(int n, std::string& image) {
       return img.error();
     image = std::move(*img);
   }
+  { // spares/ or making/ deleted under a running pool (by hand): made again
+    std::error_code ec;
+    if (!fs::is_directory(making_, ec) && !fs::create_directories(making_, ec))
+      return {errc::io_error, "spare_pool: cannot create " + making_.string() +
+                                (ec ? ": " + ec.message() : std::string(": not a directory"))};
+  }
   struct pending {
     fs::path tmp;
     int fd = -1;

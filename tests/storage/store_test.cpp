@@ -1117,6 +1117,37 @@ TEST_CASE("spares: a restarted pool keeps the whole spares an earlier one left a
   CHECK_FALSE(spare_pool::start("", 1).is_ok());
 }
 
+TEST_CASE("spares: a maker that cannot write counts an error, creations build their own files "
+          "meanwhile, and the pool refills once it can again") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.spares = full_pool(tmp.path(), 2);
+  auto making = o.spares->dir() / "making";
+  REQUIRE(fs::is_empty(making)); // idle: its batch is done
+  fs::remove(making);
+  { std::ofstream(making, std::ios::binary) << "in the way"; } // a file where the dir goes
+  for (int i = 0; i < 3; ++i) { // two from the pool, then one built by the creation
+    auto s = open_ok(o, key("while-broken-" + std::to_string(i)));
+    CHECK(s->claimed_on_open() == (i < 2));
+    REQUIRE(s->append(draft("made")).is_ok());
+    REQUIRE(s->commit().is_ok());
+  }
+  // The maker woke at the first take and failed; bounded wait for its counter.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (o.spares->get_stats().errors == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto st = o.spares->get_stats();
+  CHECK(st.errors >= 1);
+  CHECK(st.missed == 1);
+  CHECK(st.ready == 0);
+  fs::remove(making); // the cause goes: the maker (retrying each second) makes making/ again
+  CHECK(o.spares->wait_ready(2, std::chrono::seconds(30)) == 2);
+  CHECK(fs::is_directory(making));
+  auto s = open_ok(o, key("after"));
+  CHECK(s->claimed_on_open());
+  CHECK(list_entity_files(tmp.path()).size() == 4);
+}
+
 TEST_CASE("spares: threads creating the same entities at once get one file each, and no spare "
           "is lost") {
   test::temp_dir tmp;

@@ -52,8 +52,11 @@ class spare_pool {
     int64_t discarded = 0; ///< files deleted at start (unfinished or from another build)
     int64_t taken = 0;     ///< spares handed to a creation
     int64_t missed = 0;    ///< take() calls that found no spare ready
-    int64_t errors = 0;    ///< failed attempts to make a spare (the thread retries after 1 s)
-    int ready = 0;         ///< spares ready now
+    /// Failed batches (disk full, something in the way of making/): the thread tries again
+    /// after 1 s, making a missing spares/ or making/ again; creations meanwhile build their
+    /// own files.
+    int64_t errors = 0;
+    int ready = 0; ///< spares ready now
   };
 
   /// Opens (creating it if needed) `<data_dir>/spares/`, keeps the valid spares in it, deletes
