@@ -707,6 +707,8 @@ runtime_stats runtime::stats() const {
     auto ps = spares->get_stats();
     r.spare_files_taken = static_cast<uint64_t>(ps.taken);
     r.spare_files_missed = static_cast<uint64_t>(ps.missed);
+    r.spare_files_ready = static_cast<uint64_t>(ps.ready);
+    r.spare_file_errors = static_cast<uint64_t>(ps.errors);
   }
   r.checkpoints = ld(s.checkpoints);
   r.checkpoints_busy = ld(s.checkpoints_busy);

@@ -354,6 +354,9 @@ TEST_CASE("GET /metrics parses as Prometheus text and counts requests, latency a
   CHECK(values.count("factum_alarm_lag_ms_max") == 1);
   CHECK(values.count("factum_hibernations_total") == 1);
   CHECK(values.count("factum_idempotency_conflicts_total") == 1);
+  CHECK(values["factum_spare_files_taken_total"] + values["factum_spare_files_missed_total"] == 1);
+  CHECK(values.count("factum_spare_files_ready") == 1);
+  CHECK(values["factum_spare_file_errors_total"] == 0);
 }
 
 TEST_CASE("dead-letter and breaker routes reach the runtime's internal methods, their input is "

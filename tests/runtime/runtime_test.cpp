@@ -273,6 +273,8 @@ TEST_CASE("runtime: new entities are spare files made ahead, the ready ones outl
     auto st = rt->stats();
     CHECK(st.spare_files_taken == 5);
     CHECK(st.spare_files_missed == 0);
+    CHECK(st.spare_files_ready == 3);
+    CHECK(st.spare_file_errors == 0);
   } // stop: the maker thread ends, three ready spares stay
   CHECK(spares_on_disk() == 3);
   {

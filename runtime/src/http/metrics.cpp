@@ -136,6 +136,11 @@ std::string http_metrics::render(const runtime_stats& rt) const {
          "New entities whose file was a spare made ahead.", rt.spare_files_taken);
   metric(out, "factum_spare_files_missed_total", "counter",
          "New entities that found no spare ready and made their own file.", rt.spare_files_missed);
+  metric(out, "factum_spare_files_ready", "gauge", "Spare entity files ready now.",
+         rt.spare_files_ready);
+  metric(out, "factum_spare_file_errors_total", "counter",
+         "Batches of spare files the maker failed to make (it retries each second).",
+         rt.spare_file_errors);
   metric(out, "factum_alarm_index_writes_total", "counter",
          "Alarm index transactions (one sync each); concurrent changes share one.",
          rt.alarm_index_writes);

@@ -153,6 +153,10 @@ struct runtime_stats {
   /// found none ready and made their own file (the spares could not keep up, or are off).
   uint64_t spare_files_taken = 0;
   uint64_t spare_files_missed = 0;
+  uint64_t spare_files_ready = 0; ///< spares ready now (at most spare_files)
+  /// Batches of spares the maker thread failed to make (disk full, a file in the way): it tries
+  /// again each second, and new entities meanwhile make their own files. Rising: look at disk.
+  uint64_t spare_file_errors = 0;
   uint64_t checkpoints = 0; ///< WAL checkpoints done beside a running entity
   /// Checkpoints that found the database busy (another connection mid-update); retried at the
   /// next commit past the threshold. Expected now and then.
