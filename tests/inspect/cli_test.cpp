@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "factum/storage/sha256.hpp"
+#include "factum/storage/spare_pool.hpp"
 #include "support.hpp"
 #include "support/temp_dir.hpp"
 
@@ -245,6 +246,34 @@ TEST_CASE("entities: tenants, types and ids with counts and last activity") {
   CHECK(lines(f.json("entities", {"acme/webhook"}).out).size() == 1);
   CHECK(lines(f.json("entities", {"nobody"}).out).empty());
   CHECK(f.json("entities", {"bad tenant"}).code == 2);
+}
+
+TEST_CASE("entities: an unclaimed spare at a key's path (a crash mid-creation) is no entity and "
+          "no error") {
+  fixture f;
+  auto before = f.json("entities", {});
+  REQUIRE(before.code == 0);
+  { // a spare renamed to a key's path and never claimed, as a kill between the two leaves it
+    auto pool = spare_pool::start(f.tmp.path(), 1);
+    REQUIRE(pool.is_ok());
+    REQUIRE((*pool)->wait_ready(1, std::chrono::seconds(30)) == 1);
+    auto spare = (*pool)->take();
+    (*pool)->stop();
+    REQUIRE(spare.has_value());
+    auto to = entity_key{"acme", "ledger", "pending"}.file_path(f.tmp.path());
+    std::filesystem::create_directories(to.parent_path());
+    for (const char* suffix : {"", "-wal", "-shm"})
+      std::filesystem::rename(std::filesystem::path(*spare) += suffix,
+                              std::filesystem::path(to) += suffix);
+  }
+  auto after = f.json("entities", {});
+  CHECK(after.code == 0);
+  CHECK(after.err.empty());
+  CHECK(after.out == before.out);
+  CHECK(f.json("verify", {}).code == 0);
+  auto one = f.json("facts", {"acme/ledger/pending"});
+  CHECK(one.code == 3); // not found, as a key with no file
+  CHECK(one.err.find("unclaimed") != std::string::npos);
 }
 
 TEST_CASE("economics: exact costs by tool, currency and subtype, and error rates") {
