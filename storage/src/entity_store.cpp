@@ -27,6 +27,7 @@
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/spare_pool.hpp"
 #include "factum/storage/utf8.hpp"
+#include "file_io.hpp"
 #include "schema.hpp"
 #include "sqlite_global.hpp"
 #include "wal_vfs.hpp"
@@ -241,18 +242,27 @@ status check_text_field(std::string_view v, std::string_view what, size_t max = 
   return status::ok();
 }
 
-// fsyncs a directory so that a newly created entry in it survives power loss.
-void sync_dir(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
+using detail::errno_code;
+using detail::sync_dir;
+
+// Reads the meta rows that name a file's format and entity (absent rows read as empty).
+void read_identity(sqlite3* db, std::string& format, entity_key& key) {
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "SELECT key, value FROM meta WHERE key IN ('format','tenant','type','id')",
+                     -1, &st, nullptr);
+  while (st && sqlite3_step(st) == SQLITE_ROW) {
+    auto k = col_text(st, 0);
+    (k == "format"   ? format
+     : k == "tenant" ? key.tenant
+     : k == "type"   ? key.type
+                     : key.id) = col_text(st, 1);
   }
+  sqlite3_finalize(st);
 }
 
-// The code for an operating-system error: a read-only file system and a full disk are named.
-errc errno_code(int e) {
-  return e == EROFS ? errc::read_only : e == ENOSPC || e == EDQUOT ? errc::full : errc::io_error;
+// Whether meta names no entity: a spare's placeholder rows (spare_pool.hpp).
+bool unclaimed(const entity_key& key) {
+  return key.tenant.empty() && key.type.empty() && key.id.empty();
 }
 
 // Creates `tmp` (it must not exist), writes `bytes` to it and fdatasyncs it. A failure leaves no
@@ -263,14 +273,7 @@ status write_new_file(const fs::path& tmp, std::string_view bytes) {
     int e = errno;
     return {errno_code(e), "create " + tmp.string() + ": " + std::strerror(e)};
   }
-  int e = 0;
-  for (size_t off = 0; off < bytes.size() && e == 0;) {
-    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (n > 0)
-      off += static_cast<size_t>(n);
-    else if (n == 0 || errno != EINTR)
-      e = n == 0 ? EIO : errno;
-  }
+  int e = detail::write_all(fd, bytes);
   if (e == 0 && ::fdatasync(fd) != 0)
     e = errno;
   ::close(fd);
@@ -599,34 +602,8 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     // A spare (spare_pool.hpp): a synced file already on disk, renamed into place and claimed
     // at the open below. RENAME_NOREPLACE: a file another creator put in place meanwhile wins
     // (the spare goes back to the pool) and is opened below like any existing file.
-    bool in_place = false;
-    if (opts.spares && version == current_schema_version) {
-      if (auto spare = opts.spares->take()) {
-        int e = ::renameat2(AT_FDCWD, spare->c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0
-                  ? 0
-                  : errno;
-        if (e == 0) {
-          // Its empty -wal and -shm follow, so that the first open creates no inode. Without
-          // replacing: one that another opener created meanwhile is used as it is, ours goes.
-          for (const char* suffix : {"-wal", "-shm"}) {
-            auto from = *spare, to = path;
-            from += suffix;
-            to += suffix;
-            if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0)
-              fs::remove(from, ec);
-          }
-        } else if (e == EEXIST) {
-          opts.spares->put_back(std::move(*spare));
-        } else { // e.g. EXDEV (entities/ on another file system): build the file below
-          for (const char* suffix : {"", "-wal", "-shm"}) {
-            auto file = *spare;
-            file += suffix;
-            fs::remove(file, ec);
-          }
-        }
-        in_place = e == 0 || e == EEXIST;
-      }
-    }
+    bool in_place = opts.spares && version == current_schema_version &&
+                    opts.spares->place(path) != spare_pool::placed::none;
     // Built aside and renamed into place: 1 fsync instead of ~10 for creating the schema in
     // place through WAL. The same RENAME_NOREPLACE rule.
     if (!in_place) {
@@ -820,18 +797,10 @@ status entity_store::claim(entity_key& owner) {
     return st;
   }
   owner = entity_key{};
-  {
-    sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(db_, "SELECT key, value FROM meta WHERE key IN ('tenant','type','id')", -1,
-                       &st, nullptr);
-    while (st && sqlite3_step(st) == SQLITE_ROW) {
-      auto k = col_text(st, 0);
-      (k == "tenant" ? owner.tenant : k == "type" ? owner.type : owner.id) = col_text(st, 1);
-    }
-    sqlite3_finalize(st);
-  }
+  std::string format;
+  read_identity(db_, format, owner);
   bool ok = true;
-  if (owner.tenant.empty() && owner.type.empty() && owner.id.empty()) {
+  if (unclaimed(owner)) {
     // Still unclaimed: no other connection got there first.
     owner = key_;
     std::string prefix = "fct_";
@@ -928,27 +897,13 @@ status entity_store::migrate() {
       return corrupt_or(rc, "read schema");
   }
   if (tables > 0 || version > 0) {
-    std::string format, tenant, type, id;
-    if (has_meta) {
-      sqlite3_stmt* st = nullptr;
-      sqlite3_prepare_v2(db_, "SELECT key, value FROM meta", -1, &st, nullptr);
-      while (st && sqlite3_step(st) == SQLITE_ROW) {
-        auto k = col_text(st, 0);
-        auto v = col_text(st, 1);
-        if (k == "format")
-          format = v;
-        else if (k == "tenant")
-          tenant = v;
-        else if (k == "type")
-          type = v;
-        else if (k == "id")
-          id = v;
-      }
-      sqlite3_finalize(st);
-    }
+    std::string format;
+    entity_key stored;
+    if (has_meta)
+      read_identity(db_, format, stored);
     if (format != "factum-entity")
       return {errc::not_factum_file, path_.string() + " is a SQLite file but not a factum entity"};
-    if (tenant.empty() && type.empty() && id.empty()) {
+    if (unclaimed(stored)) {
       // An unclaimed file: a spare renamed into place whose claim has not run (a crash in
       // between). It holds no entity yet. A writable open of its key claims it.
       if (key_.tenant.empty() || opts_.read_only)
@@ -956,15 +911,10 @@ status entity_store::migrate() {
                                    " is an unclaimed entity file (no entity yet: the next "
                                    "writable open of its key claims it)"};
       end_reading();
-      entity_key owner;
-      if (auto st = claim(owner); !st)
+      if (auto st = claim(stored); !st)
         return st;
       reading = run("BEGIN");
-      tenant = owner.tenant;
-      type = owner.type;
-      id = owner.id;
     }
-    entity_key stored{tenant, type, id};
     if (key_.tenant.empty()) {
       key_ = stored; // open_file: the file names its entity
     } else if (!(stored == key_)) {

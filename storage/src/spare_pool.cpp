@@ -11,12 +11,12 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <set>
 #include <system_error>
 #include <vector>
 
 #include "entity_image.hpp"
 #include "factum/storage/entity_store.hpp"
+#include "file_io.hpp"
 
 namespace fs = std::filesystem;
 
@@ -24,7 +24,11 @@ namespace factum {
 
 namespace {
 
-void sync_dir(const fs::path& dir);
+using detail::with_suffix;
+
+/// A spare's empty companions, made with it and moved with it.
+constexpr const char* companions[] = {"-wal", "-shm"};
+
 void make_shards(const fs::path& data_dir);
 
 // Whether `file` holds exactly `image` (a spare of this build).
@@ -43,20 +47,6 @@ bool same_bytes(const fs::path& file, const std::string& image) {
 bool single_link(const fs::path& file) {
   struct stat st {};
   return ::lstat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1;
-}
-
-// Writes all of `bytes` to `fd`; 0 or an errno.
-int write_all(int fd, const std::string& bytes) {
-  for (size_t off = 0; off < bytes.size();) {
-    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (n > 0)
-      off += static_cast<size_t>(n);
-    else if (n == 0)
-      return EIO;
-    else if (errno != EINTR)
-      return errno;
-  }
-  return 0;
 }
 
 } // namespace
@@ -88,33 +78,35 @@ result<std::shared_ptr<spare_pool>> spare_pool::start(const fs::path& data_dir, 
       found.push_back(it->path());
   if (ec)
     return status{errc::io_error, "spare_pool: cannot list " + dir.string() + ": " + ec.message()};
-  auto sibling = [](fs::path p, const char* suffix) { return p += suffix; };
-  auto empty_or_absent = [&](const fs::path& p) {
+  auto empty_or_absent = [](const fs::path& p) {
     std::error_code e2;
     auto size = fs::file_size(p, e2);
     return e2 ? !fs::exists(p, e2) : size == 0 && single_link(p);
   };
+  auto whole = [&](const fs::path& db) {
+    std::error_code e2;
+    return single_link(db) && same_bytes(db, *image) &&
+           empty_or_absent(with_suffix(db, companions[0])) &&
+           empty_or_absent(with_suffix(db, companions[1])) &&
+           !fs::exists(with_suffix(db, "-journal"), e2);
+  };
+  auto& kept = pool->spares_;
   std::vector<fs::path> drop;
-  std::set<fs::path> kept;
   for (auto& p : found) {
     if (p.extension() != ".db")
       continue;
-    if (static_cast<int>(pool->spares_.size()) < target && single_link(p) &&
-        same_bytes(p, *image) && empty_or_absent(sibling(p, "-wal")) &&
-        empty_or_absent(sibling(p, "-shm")) && !fs::exists(sibling(p, "-journal"), ec)) {
-      pool->spares_.push_back(p);
-      kept.insert(p);
-    } else {
+    if (static_cast<int>(kept.size()) < target && whole(p))
+      kept.push_back(p);
+    else
       drop.push_back(p);
-    }
   }
   for (auto& p : found) {
     auto ext = p.extension();
-    if (ext == ".tmp")
+    bool companion = ext == ".db-wal" || ext == ".db-shm";
+    auto db = fs::path(p).replace_extension(".db");
+    if (ext == ".tmp" || ext == ".db-journal" ||
+        (companion && std::find(kept.begin(), kept.end(), db) == kept.end()))
       drop.push_back(p);
-    else if (ext == ".db-wal" || ext == ".db-shm" || ext == ".db-journal")
-      if (ext == ".db-journal" || kept.count(fs::path(p).replace_extension(".db")) == 0)
-        drop.push_back(p);
   }
   // making/ holds only what the maker had not finished.
   for (auto it = fs::directory_iterator(dir / "making", ec); !ec && it != fs::directory_iterator();
@@ -156,6 +148,32 @@ void spare_pool::put_back(fs::path spare) {
   ready_.notify_all();
 }
 
+spare_pool::placed spare_pool::place(const fs::path& db) {
+  auto spare = take();
+  if (!spare)
+    return placed::none;
+  auto rename = [](const fs::path& from, const fs::path& to) {
+    return ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0 ? 0
+                                                                                            : errno;
+  };
+  int e = rename(*spare, db);
+  if (e == EEXIST) {
+    put_back(std::move(*spare));
+    return placed::existing;
+  }
+  std::error_code ec;
+  if (e != 0) { // e.g. EXDEV (entities/ on another file system)
+    fs::remove(*spare, ec);
+    for (const char* suffix : companions)
+      fs::remove(with_suffix(*spare, suffix), ec);
+    return placed::none;
+  }
+  for (const char* suffix : companions)
+    if (rename(with_suffix(*spare, suffix), with_suffix(db, suffix)) != 0)
+      fs::remove(with_suffix(*spare, suffix), ec);
+  return placed::spare;
+}
+
 void spare_pool::stop() {
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -182,15 +200,6 @@ spare_pool::stats spare_pool::get_stats() const {
 
 namespace {
 
-// fsyncs a directory (its new entries survive power loss).
-void sync_dir(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 // Makes the 256 shard directories entities/00 .. entities/ff that are missing, and fsyncs
 // their parents, so that no creation has to (entity_store::open makes a missing one itself).
 void make_shards(const fs::path& data_dir) {
@@ -204,9 +213,9 @@ void make_shards(const fs::path& data_dir) {
     made_any |= fs::create_directory(root / name, ec); // false when it exists
   }
   if (made_any)
-    sync_dir(root);
+    detail::sync_dir(root);
   if (made_root)
-    sync_dir(data_dir);
+    detail::sync_dir(data_dir);
 }
 
 } // namespace
@@ -269,7 +278,7 @@ status spare_pool::make_batch(int n, std::string& image) {
       break;
     }
     batch.push_back(p);
-    if ((err = write_all(p.fd, image)) != 0)
+    if ((err = detail::write_all(p.fd, image)) != 0)
       what = "write " + p.tmp.string();
   }
   // Start the write-out of every file of the batch before waiting for any: the fdatasyncs that
@@ -295,9 +304,7 @@ status spare_pool::make_batch(int n, std::string& image) {
     // three are made in making/ and moved to spares/ when whole (the companions first), so
     // that the inode allocations hold making/'s lock, not the lock of spares/ that every
     // take's rename needs (a take waited on them in profiles).
-    const char* suffixes[] = {"-wal", "-shm", ""};
-    int moved = 0;
-    for (const char* suffix : {"-wal", "-shm"}) {
+    for (const char* suffix : companions) {
       if (err != 0)
         break;
       auto companion = making_ / (stem + suffix);
@@ -309,9 +316,12 @@ status spare_pool::make_batch(int n, std::string& image) {
         ::close(fd);
       }
     }
-    for (; err == 0 && moved < 3; ++moved) {
-      auto from = *suffixes[moved] ? making_ / (stem + suffixes[moved]) : p.tmp;
-      fs::rename(from, dir_ / (stem + suffixes[moved]), ec);
+    const char* moves[] = {companions[0], companions[1], ""}; // the .db last
+    for (const char* suffix : moves) {
+      if (err != 0)
+        break;
+      auto from = *suffix ? making_ / (stem + suffix) : p.tmp;
+      fs::rename(from, dir_ / (stem + suffix), ec);
       if (ec) {
         err = ec.value();
         what = "rename " + from.string();
@@ -322,7 +332,7 @@ status spare_pool::make_batch(int n, std::string& image) {
       continue;
     }
     fs::remove(p.tmp, ec);
-    for (const char* suffix : {"-wal", "-shm"}) {
+    for (const char* suffix : companions) {
       fs::remove(making_ / (stem + suffix), ec);
       fs::remove(dir_ / (stem + suffix), ec);
     }
@@ -335,10 +345,7 @@ status spare_pool::make_batch(int n, std::string& image) {
   }
   ready_.notify_all();
   if (err != 0)
-    return {err == ENOSPC || err == EDQUOT ? errc::full
-            : err == EROFS                 ? errc::read_only
-                                           : errc::io_error,
-            "spare_pool: " + what + ": " + std::strerror(err)};
+    return {detail::errno_code(err), "spare_pool: " + what + ": " + std::strerror(err)};
   return status::ok();
 }
 

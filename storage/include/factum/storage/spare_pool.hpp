@@ -80,6 +80,19 @@ class spare_pool {
   /// race: another creator's file was already in place). Any thread.
   void put_back(std::filesystem::path spare);
 
+  /// What place() did.
+  enum class placed {
+    spare,    ///< `db` is now a spare: an unclaimed file, for the caller's open to claim
+    existing, ///< a file was at `db` already (another creator's); the spare went back
+    none,     ///< no spare ready, or its rename failed otherwise (it is deleted): build the file
+  };
+
+  /// Takes a spare and renames it to `db` without replacing (RENAME_NOREPLACE), then its empty
+  /// `-wal` and `-shm` beside it, so that the first open creates no file; a companion that
+  /// cannot go (another opener made one meanwhile) is deleted and the one in place is used.
+  /// Any thread.
+  placed place(const std::filesystem::path& db);
+
   // -- lifecycle --
 
   /// Stops making spares: the maker thread finishes the batch it is writing and exits; waits

@@ -1,0 +1,51 @@
+// file_io.hpp (private to storage/): the few POSIX file steps the entity store and the spare
+// pool share: whole writes, directory fsyncs, errno -> errc, sibling paths. Stateless; any
+// thread.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <string_view>
+
+#include "factum/storage/status.hpp"
+
+namespace factum::detail {
+
+/// fsyncs a directory so that its new entries survive power loss (best effort: a directory
+/// that cannot be opened is left as it is).
+inline void sync_dir(const std::filesystem::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+/// The code for an operating-system error: a read-only file system and a full disk are named.
+inline errc errno_code(int e) {
+  return e == EROFS ? errc::read_only : e == ENOSPC || e == EDQUOT ? errc::full : errc::io_error;
+}
+
+/// Writes all of `bytes` to `fd`; 0 or an errno.
+inline int write_all(int fd, std::string_view bytes) {
+  for (size_t off = 0; off < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n > 0)
+      off += static_cast<size_t>(n);
+    else if (n == 0)
+      return EIO;
+    else if (errno != EINTR)
+      return errno;
+  }
+  return 0;
+}
+
+/// `path` with `suffix` appended to its last component (`x.db` + `-wal` = `x.db-wal`).
+inline std::filesystem::path with_suffix(std::filesystem::path path, const char* suffix) {
+  return path += suffix;
+}
+
+} // namespace factum::detail
