@@ -38,8 +38,9 @@ struct args_t {
   int concurrency = 64;
   int rss_entities = 10'000;
   std::string durability_mode = "full";
-  int cache_kib = 0;       // 0: the runtime's default
-  int storage_threads = 0; // 0: the runtime's default
+  int cache_kib = 0;             // 0: the runtime's default
+  int storage_threads = 0;       // 0: the runtime's default
+  int wal_checkpoint_frames = 0; // 0: the runtime's default
 };
 
 struct run_result {
@@ -79,6 +80,8 @@ std::unique_ptr<runtime> start(const fs::path& dir, const args_t& a, size_t max_
     c.cache_kib = a.cache_kib;
   if (a.storage_threads > 0)
     c.storage_threads = static_cast<size_t>(a.storage_threads);
+  if (a.wal_checkpoint_frames > 0)
+    c.wal_checkpoint_frames = a.wal_checkpoint_frames;
   add_builtin_types(c.types);
   auto r = runtime::start(std::move(c));
   if (!r) {
@@ -307,12 +310,14 @@ int main(int argc, char** argv) {
       a.cache_kib = std::stoi(val("--cache_kib="));
     } else if (s.rfind("--storage_threads=", 0) == 0) {
       a.storage_threads = std::stoi(val("--storage_threads="));
+    } else if (s.rfind("--wal_checkpoint_frames=", 0) == 0) {
+      a.wal_checkpoint_frames = std::stoi(val("--wal_checkpoint_frames="));
     } else {
       std::fprintf(stderr,
                    "usage: runtime_bench [--benchmarks=append1,append1000,replay,cold,rss,churn] "
                    "[--runs=N] [--num=N] [--concurrency=N] [--rss_entities=N] "
                    "[--durability=full|normal] [--cache_kib=N] "
-                   "[--storage_threads=N]\n");
+                   "[--storage_threads=N] [--wal_checkpoint_frames=N]\n");
       return 2;
     }
   }

@@ -587,6 +587,20 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
   int version =
     opts.target_schema_version > 0 ? opts.target_schema_version : current_schema_version;
   if (!exists) {
+    // A -wal at the path without its database (only an operator deleting a .db leaves one: the
+    // store never deletes entity files) would be replayed by SQLite into the new file: it
+    // cannot tell a foreign WAL from the file's own, and the result mixes the lost entity's
+    // pages with the new one's (tested). That WAL may also hold the lost entity's last
+    // commits. Refuse, and leave both to the operator. An empty -wal is no WAL (SQLite
+    // ignores it).
+    auto wal = s->wal_path();
+    if (struct stat st{}; ::lstat(wal.c_str(), &st) == 0 && st.st_size > 0)
+      return status{errc::corruption,
+                    "entity " + key.to_string() + ": its database file is missing but its " +
+                      "write-ahead log is there (" + wal.string() + ", " +
+                      std::to_string(st.st_size) + " bytes); refusing to create a new entity " +
+                      "over it. Move the -wal away (it may hold the entity's last commits) to " +
+                      "create the entity anew"};
     // Every directory made here is fsynced into its parent (top-down), so that the file's
     // path survives power loss in durability full.
     auto dir = path.parent_path();
@@ -2107,6 +2121,34 @@ std::vector<fs::path> list_entity_files(const fs::path& data_dir) {
       auto& p = jt->path();
       if (p.extension() == ".db" && jt->is_regular_file(ec))
         out.push_back(p);
+    }
+    ec.clear();
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<fs::path> list_orphan_wals(const fs::path& data_dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  auto root = data_dir / "entities";
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_directory(ec))
+      continue;
+    for (auto jt = fs::directory_iterator(it->path(), ec); !ec && jt != fs::directory_iterator();
+         jt.increment(ec)) {
+      auto name = jt->path().filename().string();
+      constexpr std::string_view suffix = ".db-wal";
+      if (name.size() <= suffix.size() ||
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      std::error_code e2;
+      if (!jt->is_regular_file(e2) || jt->file_size(e2) == 0 || e2)
+        continue;
+      auto db = it->path() / name.substr(0, name.size() - 4); // without "-wal"
+      if (!fs::exists(db, e2) && !e2)
+        out.push_back(jt->path());
     }
     ec.clear();
   }

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <fstream>
 
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/spare_pool.hpp"
@@ -274,6 +275,38 @@ TEST_CASE("entities: an unclaimed spare at a key's path (a crash mid-creation) i
   auto one = f.json("facts", {"acme/ledger/pending"});
   CHECK(one.code == 3); // not found, as a key with no file
   CHECK(one.err.find("unclaimed") != std::string::npos);
+}
+
+TEST_CASE("verify: a -wal whose database file was deleted by hand is reported, for its key and "
+          "in a sweep of everything") {
+  fixture f;
+  REQUIRE(f.json("verify", {}).code == 0);
+  auto wal = entity_key{"acme", "ledger", "gone"}.file_path(f.tmp.path());
+  wal += "-wal";
+  std::filesystem::create_directories(wal.parent_path());
+  { std::ofstream(wal, std::ios::binary) << std::string(4096, 'w'); }
+  auto all = f.json("verify", {});
+  CHECK(all.code == 1);
+  CHECK(all.err.find("write-ahead log without its database file") != std::string::npos);
+  bool reported = false;
+  for (auto& l : lines(all.out)) {
+    auto j = nlohmann::json::parse(l);
+    if (j["path"] == wal.string()) {
+      reported = true;
+      CHECK(j["ok"] == false);
+      CHECK(j["entity"].is_null());
+    }
+  }
+  CHECK(reported);
+  auto one = f.json("verify", {"acme/ledger/gone"});
+  CHECK(one.code == 6); // corrupt, not "no such entity"
+  CHECK(one.err.find("write-ahead log without its database file") != std::string::npos);
+  // A tenant's sweep cannot name the key of a lone -wal (its name is a digest): not reported.
+  CHECK(f.json("verify", {"acme"}).code == 0);
+  // An empty -wal is no WAL.
+  std::filesystem::resize_file(wal, 0);
+  CHECK(f.json("verify", {}).code == 0);
+  CHECK(f.json("verify", {"acme/ledger/gone"}).code == 3);
 }
 
 TEST_CASE("economics: exact costs by tool, currency and subtype, and error rates") {

@@ -1042,6 +1042,69 @@ TEST_CASE("spares: a spare put in place but never claimed (a crash between) hold
   CHECK(r3.value()->last_seq() == 1);
 }
 
+TEST_CASE("a -wal left at a key's path without its database file is refused, not replayed "
+          "into a new entity, with or without a spare") {
+  // Only an operator deleting a .db by hand leaves this: the store never deletes entity files.
+  // SQLite cannot tell a foreign WAL from the database's own and would copy its frames into the
+  // new file; the WAL may also hold the lost entity's last commits. So a creation refuses.
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  auto k = key("lost");
+  auto path = k.file_path(tmp.path());
+  {
+    auto s = open_ok(o, k);
+    for (int i = 0; i < 5; ++i)
+      REQUIRE(s->append(draft("x", {{"i", i}})).is_ok());
+    REQUIRE(s->commit().is_ok());
+  } // closed with its small WAL kept (wal_kept_on_close_kib)
+  auto wal = path;
+  wal += "-wal";
+  REQUIRE(fs::file_size(wal) > 0);
+  auto wal_bytes = [&] {
+    std::ifstream in(wal, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string before = wal_bytes();
+  CHECK(list_orphan_wals(tmp.path()).empty());
+  fs::remove(path);
+  CHECK(list_orphan_wals(tmp.path()) == std::vector<fs::path>{wal});
+  for (bool with_spares : {false, true}) {
+    CAPTURE(with_spares);
+    auto oc = o;
+    if (with_spares)
+      oc.spares = full_pool(tmp.path(), 2);
+    auto r = entity_store::open(oc, k);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.error().code() == errc::corruption);
+    CHECK(r.error().message().find("-wal") != std::string::npos);
+    CHECK_FALSE(fs::exists(path)); // nothing created, no spare consumed
+    CHECK(wal_bytes() == before);  // the WAL untouched
+    if (with_spares) {
+      CHECK(oc.spares->get_stats().taken == 0);
+      oc.spares->stop();
+    }
+  }
+  // Read-only opens answer as for any missing entity.
+  auto ro = o;
+  ro.read_only = true;
+  auto r = entity_store::open(ro, k);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.error().code() == errc::not_found);
+  // Moved away by the operator: the key can be created again, empty.
+  fs::rename(wal, tmp.path() / "lost.wal.saved");
+  CHECK(list_orphan_wals(tmp.path()).empty());
+  auto s = open_ok(o, k);
+  CHECK(s->last_seq() == 0);
+  // An empty -wal is no WAL: SQLite ignores it, and so does the check.
+  s.reset();
+  fs::remove(path);
+  fs::remove(wal);
+  { std::ofstream(wal).flush(); }
+  REQUIRE(fs::file_size(wal) == 0);
+  auto s2 = open_ok(o, k);
+  CHECK(s2->last_seq() == 0);
+}
+
 TEST_CASE("spares: a restarted pool keeps the whole spares an earlier one left and deletes "
           "unfinished, damaged, written-beside, twice-named and foreign files") {
   test::temp_dir tmp;

@@ -97,6 +97,16 @@ result<fact_filter> make_filter(const run_ctx& ctx, const fact_options& o) {
   return f;
 }
 
+namespace {
+
+status orphan_wal() {
+  return {errc::corruption,
+          "write-ahead log without its database file (deleted?): it may hold the entity's last "
+          "commits, and the runtime refuses to create that entity again until it is moved away"};
+}
+
+} // namespace
+
 status for_each_entity(const fs::path& data_dir, const entity_scope& scope,
                        const std::function<void(entity_reader&)>& fn,
                        const std::function<void(const fs::path&, const status&)>& on_error) {
@@ -107,8 +117,15 @@ status for_each_entity(const fs::path& data_dir, const entity_scope& scope,
     entity_key key{scope.tenant, scope.type, scope.id};
     auto r = entity_reader::open(data_dir, key);
     if (!r) {
-      if (r.error().code() == errc::not_found)
+      if (r.error().code() == errc::not_found) {
+        auto wal = key.file_path(data_dir);
+        wal += "-wal";
+        if (fs::file_size(wal, ec) > 0 && !ec) { // its .db deleted by hand: say so
+          on_error(wal, orphan_wal());
+          return status::ok();
+        }
         return r.error();
+      }
       on_error(key.file_path(data_dir), r.error());
       return status::ok();
     }
@@ -128,6 +145,11 @@ status for_each_entity(const fs::path& data_dir, const entity_scope& scope,
     if (scope.contains((*r)->key()))
       fn(**r);
   }
+  // A -wal without its .db names no key (the file name is a digest of it): reported only when
+  // the scope is everything.
+  if (scope.all())
+    for (auto& wal : list_orphan_wals(data_dir))
+      on_error(wal, orphan_wal());
   return status::ok();
 }
 

@@ -435,6 +435,11 @@ class entity_store {
 /// Every entity database file under data_dir (entities/<shard>/<digest>.db), in path order.
 std::vector<std::filesystem::path> list_entity_files(const std::filesystem::path& data_dir);
 
+/// Every non-empty write-ahead log under data_dir (entities/<shard>/<digest>.db-wal) with no
+/// database file beside it, in path order. Only a .db deleted by hand leaves one; it may hold
+/// that entity's last commits, and entity_store::open refuses to create the entity over it.
+std::vector<std::filesystem::path> list_orphan_wals(const std::filesystem::path& data_dir);
+
 /// A new time-ordered id: `prefix`, 12 hex digits of now_ms(), then `random_hex` random
 /// lowercase hex digits. An id of a later millisecond sorts after every id of an earlier one, so
 /// an index of such ids grows at its end instead of taking a random page per insert. Any thread.
