@@ -56,6 +56,7 @@ constexpr off_t shm_dms = shm_base + SQLITE_SHM_NLOCK; // 128
 constexpr off_t os_page = 4096;
 
 std::atomic<uint64_t> n_shm_kept{0};
+std::atomic<bool> populate_write{true}; // ofd_set_populate_write()
 
 struct ofd_file {
   sqlite3_file base; // pMethods: set once open
@@ -330,22 +331,38 @@ int x_shm_map(sqlite3_file* p, int region, int size, int extend, void volatile**
   struct stat st {};
   if (::fstat(f->shm_fd, &st) != 0)
     return SQLITE_IOERR_SHMSIZE;
-  if (st.st_size < need) {
+  off_t had = st.st_size;
+  if (had < need) {
     if (!extend)
       return SQLITE_OK;
-    // One byte at the end of each new page: the blocks are reserved now, so a full disk is an
-    // error here rather than a SIGBUS on a later access to the mapping. (Not fallocate: it
-    // allocates the blocks at once, and the truncation at the last close must free them again;
-    // reopens measured ~40% slower with it. Written pages stay delayed-allocation and the
-    // truncation drops them before they reach the disk.)
-    for (off_t pg = st.st_size / os_page; pg < need / os_page; ++pg)
-      if (::pwrite(f->shm_fd, "", 1, pg * os_page + os_page - 1) != 1)
-        return SQLITE_IOERR_SHMSIZE;
+    if (::ftruncate(f->shm_fd, need) != 0)
+      return SQLITE_IOERR_SHMSIZE;
   }
   void* m = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED,
                    f->shm_fd, static_cast<off_t>(region) * size);
   if (m == MAP_FAILED)
     return SQLITE_IOERR_SHMMAP;
+  if (had < need) {
+    // The new pages are faulted in writable at once (SQLite clears the whole region next): one
+    // call instead of a page fault per page, and the file system reserves their blocks here,
+    // so a full disk is an error now rather than a SIGBUS on a later access to the mapping.
+    // Kernels before 5.14 lack MADV_POPULATE_WRITE: one byte written at the end of each new
+    // page does the reserving there. (Not fallocate: it allocates the blocks at once, and the
+    // truncation at the last close must free them again; reopens measured ~40% slower with it.
+    // Delayed-allocation pages are dropped by that truncation before they reach the disk.)
+    int prc = populate_write.load(std::memory_order_relaxed)
+                ? ::madvise(m, static_cast<size_t>(size), MADV_POPULATE_WRITE)
+                : (errno = EINVAL, -1);
+    if (prc != 0) {
+      bool ok = errno == EINVAL;
+      for (off_t pg = had / os_page; ok && pg < need / os_page; ++pg)
+        ok = ::pwrite(f->shm_fd, "", 1, pg * os_page + os_page - 1) == 1;
+      if (!ok) {
+        ::munmap(m, static_cast<size_t>(size));
+        return SQLITE_IOERR_SHMSIZE;
+      }
+    }
+  }
   if (f->regions.size() <= idx)
     f->regions.resize(idx + 1, nullptr);
   f->regions[idx] = m;
@@ -430,6 +447,10 @@ const sqlite3_io_methods methods = {
 
 std::size_t ofd_file_size() noexcept {
   return sizeof(ofd_file);
+}
+
+void ofd_set_populate_write(bool on) noexcept {
+  populate_write.store(on, std::memory_order_relaxed);
 }
 
 uint64_t ofd_shm_kept() noexcept {

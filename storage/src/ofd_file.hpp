@@ -30,4 +30,8 @@ int ofd_open(const char* name, sqlite3_file* out, int flags, int* out_flags);
 /// -shm files emptied and kept at a last close since the process started (tests read it).
 uint64_t ofd_shm_kept() noexcept;
 
+/// Tests: false makes x_shm_map take the path of kernels without MADV_POPULATE_WRITE (before
+/// 5.14): one byte written at the end of each new -shm page. Default true.
+void ofd_set_populate_write(bool on) noexcept;
+
 } // namespace factum::detail

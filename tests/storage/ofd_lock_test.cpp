@@ -14,6 +14,7 @@
 #include <sqlite3.h>
 
 #include "factum/storage/entity_store.hpp"
+#include "ofd_file.hpp"
 #include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -209,4 +210,29 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock against e
   CHECK(std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) == "ok");
   sqlite3_finalize(st);
   sqlite3_close(p);
+}
+
+TEST_CASE("ofd shm: a new -shm region is reserved and shared by every connection, with "
+          "MADV_POPULATE_WRITE and with the one-byte-per-page fallback of older kernels") {
+  factum::test::temp_dir tmp;
+  for (bool populate : {true, false}) {
+    CAPTURE(populate);
+    factum::detail::ofd_set_populate_write(populate);
+    auto path = make_db(tmp.path(), populate ? "pop.db" : "fallback.db", "wal");
+    sqlite3* a = open_db(path, factum::entity_store::default_vfs());
+    sqlite3* b = open_db(path, factum::entity_store::default_vfs());
+    REQUIRE(exec(a, "BEGIN") == SQLITE_OK);
+    for (int i = 0; i < 300; ++i)
+      REQUIRE(exec(a, "INSERT INTO t VALUES(randomblob(100))") == SQLITE_OK);
+    REQUIRE(exec(a, "COMMIT") == SQLITE_OK);
+    CHECK(count(b) == 300); // b found the frames through the wal-index a wrote
+    auto shm = path;
+    shm += "-shm";
+    CHECK(fs::file_size(shm) == 32768); // one region, 8 pages, whole
+    REQUIRE(exec(b, "INSERT INTO t VALUES(1)") == SQLITE_OK);
+    CHECK(count(a) == 301);
+    sqlite3_close(a);
+    sqlite3_close(b);
+  }
+  factum::detail::ofd_set_populate_write(true);
 }
