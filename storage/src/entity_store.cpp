@@ -2108,7 +2108,11 @@ std::string time_ordered_id(std::string_view prefix, int random_hex) {
   return out;
 }
 
-std::vector<fs::path> list_entity_files(const fs::path& data_dir) {
+namespace {
+
+/// The files directly inside the shard directories of data_dir/entities that `keep` accepts
+/// (it gets the directory entry), in path order.
+template <class Keep> std::vector<fs::path> list_shard_files(const fs::path& data_dir, Keep keep) {
   std::vector<fs::path> out;
   std::error_code ec;
   auto root = data_dir / "entities";
@@ -2117,43 +2121,38 @@ std::vector<fs::path> list_entity_files(const fs::path& data_dir) {
     if (!it->is_directory(ec))
       continue;
     for (auto jt = fs::directory_iterator(it->path(), ec); !ec && jt != fs::directory_iterator();
-         jt.increment(ec)) {
-      auto& p = jt->path();
-      if (p.extension() == ".db" && jt->is_regular_file(ec))
-        out.push_back(p);
-    }
+         jt.increment(ec))
+      if (keep(*jt))
+        out.push_back(jt->path());
     ec.clear();
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
+} // namespace
+
+std::vector<fs::path> list_entity_files(const fs::path& data_dir) {
+  return list_shard_files(data_dir, [](const fs::directory_entry& e) {
+    std::error_code ec;
+    return e.path().extension() == ".db" && e.is_regular_file(ec);
+  });
+}
+
 std::vector<fs::path> list_orphan_wals(const fs::path& data_dir) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  auto root = data_dir / "entities";
-  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
-    if (!it->is_directory(ec))
-      continue;
-    for (auto jt = fs::directory_iterator(it->path(), ec); !ec && jt != fs::directory_iterator();
-         jt.increment(ec)) {
-      auto name = jt->path().filename().string();
-      constexpr std::string_view suffix = ".db-wal";
-      if (name.size() <= suffix.size() ||
-          name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-        continue;
-      std::error_code e2;
-      if (!jt->is_regular_file(e2) || jt->file_size(e2) == 0 || e2)
-        continue;
-      auto db = it->path() / name.substr(0, name.size() - 4); // without "-wal"
-      if (!fs::exists(db, e2) && !e2)
-        out.push_back(jt->path());
-    }
-    ec.clear();
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  return list_shard_files(data_dir, [](const fs::directory_entry& e) {
+    auto name = e.path().filename().string();
+    constexpr std::string_view suffix = ".db-wal";
+    if (name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      return false;
+    std::error_code ec;
+    if (!e.is_regular_file(ec) || e.file_size(ec) == 0 || ec)
+      return false;
+    auto db = e.path();
+    db.replace_filename(name.substr(0, name.size() - 4)); // without "-wal"
+    return !fs::exists(db, ec) && !ec;
+  });
 }
 
 } // namespace factum
