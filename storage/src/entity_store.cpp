@@ -592,15 +592,22 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     // cannot tell a foreign WAL from the file's own, and the result mixes the lost entity's
     // pages with the new one's (tested). That WAL may also hold the lost entity's last
     // commits. Refuse, and leave both to the operator. An empty -wal is no WAL (SQLite
-    // ignores it).
+    // ignores it). A creator of the same key that won since the check above is no orphan: a
+    // .db is always in place before its -wal (a spare's .db is renamed first; SQLite makes a
+    // -wal only beside an open database), so the .db is looked for again after the -wal.
     auto wal = s->wal_path();
-    if (struct stat st{}; ::lstat(wal.c_str(), &st) == 0 && st.st_size > 0)
-      return status{errc::corruption,
-                    "entity " + key.to_string() + ": its database file is missing but its " +
-                      "write-ahead log is there (" + wal.string() + ", " +
-                      std::to_string(st.st_size) + " bytes); refusing to create a new entity " +
-                      "over it. Move the -wal away (it may hold the entity's last commits) to " +
-                      "create the entity anew"};
+    if (struct stat st{}; ::lstat(wal.c_str(), &st) == 0 && st.st_size > 0) {
+      exists = fs::exists(path, ec);
+      if (!exists)
+        return status{errc::corruption,
+                      "entity " + key.to_string() + ": its database file is missing but its " +
+                        "write-ahead log is there (" + wal.string() + ", " +
+                        std::to_string(st.st_size) + " bytes); refusing to create a new " +
+                        "entity over it. Move the -wal away (it may hold the entity's last " +
+                        "commits) to create the entity anew"};
+    }
+  }
+  if (!exists) {
     // Every directory made here is fsynced into its parent (top-down), so that the file's
     // path survives power loss in durability full.
     auto dir = path.parent_path();
