@@ -586,27 +586,19 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
                   "no entity " + key.to_string() + " in " + opts.data_dir.string()};
   int version =
     opts.target_schema_version > 0 ? opts.target_schema_version : current_schema_version;
-  if (!exists) {
-    // A -wal at the path without its database (only an operator deleting a .db leaves one: the
-    // store never deletes entity files) would be replayed by SQLite into the new file: it
-    // cannot tell a foreign WAL from the file's own, and the result mixes the lost entity's
-    // pages with the new one's (tested). That WAL may also hold the lost entity's last
-    // commits. Refuse, and leave both to the operator. An empty -wal is no WAL (SQLite
-    // ignores it). A creator of the same key that won since the check above is no orphan: a
-    // .db is always in place before its -wal (a spare's .db is renamed first; SQLite makes a
-    // -wal only beside an open database), so the .db is looked for again after the -wal.
-    auto wal = s->wal_path();
-    if (struct stat st{}; ::lstat(wal.c_str(), &st) == 0 && st.st_size > 0) {
-      exists = fs::exists(path, ec);
-      if (!exists)
-        return status{errc::corruption,
-                      "entity " + key.to_string() + ": its database file is missing but its " +
-                        "write-ahead log is there (" + wal.string() + ", " +
-                        std::to_string(st.st_size) + " bytes); refusing to create a new " +
-                        "entity over it. Move the -wal away (it may hold the entity's last " +
-                        "commits) to create the entity anew"};
-    }
-  }
+  // A -wal at the path without its database (only an operator deleting a .db leaves one: the
+  // store never deletes entity files) would be replayed by SQLite into the new file: it cannot
+  // tell a foreign WAL from the file's own, and the result mixes the lost entity's pages with
+  // the new one's (tested). That WAL may also hold the lost entity's last commits. Refuse, and
+  // leave both to the operator. (A concurrent creator of the key is no orphan: orphan_wal();
+  // its file wins the RENAME_NOREPLACE below.)
+  if (!exists)
+    if (auto wal = orphan_wal(path))
+      return status{errc::corruption,
+                    "entity " + key.to_string() + ": its database file is missing but its " +
+                      "write-ahead log is there (" + wal->string() + "); refusing to create a " +
+                      "new entity over it. Move the -wal away (it may hold the entity's last " +
+                      "commits) to create the entity anew"};
   if (!exists) {
     // Every directory made here is fsynced into its parent (top-down), so that the file's
     // path survives power loss in durability full.
@@ -690,9 +682,7 @@ const char* entity_store::default_vfs() {
 }
 
 fs::path entity_store::wal_path() const {
-  auto wal = path_;
-  wal += "-wal";
-  return wal;
+  return detail::with_suffix(path_, "-wal");
 }
 
 int64_t entity_store::wal_bytes() const {
@@ -2150,16 +2140,21 @@ std::vector<fs::path> list_orphan_wals(const fs::path& data_dir) {
   return list_shard_files(data_dir, [](const fs::directory_entry& e) {
     auto name = e.path().filename().string();
     constexpr std::string_view suffix = ".db-wal";
-    if (name.size() <= suffix.size() ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      return false;
-    std::error_code ec;
-    if (!e.is_regular_file(ec) || e.file_size(ec) == 0 || ec)
-      return false;
-    auto db = e.path();
-    db.replace_filename(name.substr(0, name.size() - 4)); // without "-wal"
-    return !fs::exists(db, ec) && !ec;
+    return name.size() > suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+           orphan_wal(fs::path(e.path()).replace_filename(name.substr(0, name.size() - 4)));
   });
+}
+
+std::optional<fs::path> orphan_wal(const fs::path& db_file) {
+  auto wal = detail::with_suffix(db_file, "-wal");
+  struct stat st {};
+  if (::lstat(wal.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+    return std::nullopt;
+  std::error_code ec;
+  if (fs::exists(db_file, ec) || ec)
+    return std::nullopt;
+  return wal;
 }
 
 } // namespace factum

@@ -99,7 +99,7 @@ result<fact_filter> make_filter(const run_ctx& ctx, const fact_options& o) {
 
 namespace {
 
-status orphan_wal() {
+status orphan_wal_error() {
   return {errc::corruption,
           "write-ahead log without its database file (deleted?): it may hold the entity's last "
           "commits, and the runtime refuses to create that entity again until it is moved away"};
@@ -118,10 +118,8 @@ status for_each_entity(const fs::path& data_dir, const entity_scope& scope,
     auto r = entity_reader::open(data_dir, key);
     if (!r) {
       if (r.error().code() == errc::not_found) {
-        auto wal = key.file_path(data_dir);
-        wal += "-wal";
-        if (fs::file_size(wal, ec) > 0 && !ec) { // its .db deleted by hand: say so
-          on_error(wal, orphan_wal());
+        if (auto wal = orphan_wal(key.file_path(data_dir))) { // its .db deleted by hand: say so
+          on_error(*wal, orphan_wal_error());
           return status::ok();
         }
         return r.error();
@@ -149,7 +147,7 @@ status for_each_entity(const fs::path& data_dir, const entity_scope& scope,
   // the scope is everything.
   if (scope.all())
     for (auto& wal : list_orphan_wals(data_dir))
-      on_error(wal, orphan_wal());
+      on_error(wal, orphan_wal_error());
   return status::ok();
 }
 

@@ -440,6 +440,11 @@ std::vector<std::filesystem::path> list_entity_files(const std::filesystem::path
 /// that entity's last commits, and entity_store::open refuses to create the entity over it.
 std::vector<std::filesystem::path> list_orphan_wals(const std::filesystem::path& data_dir);
 
+/// The -wal beside the entity file `db_file` when it is an orphan: not empty, and `db_file`
+/// absent. The -wal is looked at before the .db: a .db is always in place before its -wal, so
+/// a creator of the same key that is putting its file in place is never taken for an orphan.
+std::optional<std::filesystem::path> orphan_wal(const std::filesystem::path& db_file);
+
 /// A new time-ordered id: `prefix`, 12 hex digits of now_ms(), then `random_hex` random
 /// lowercase hex digits. An id of a later millisecond sorts after every id of an earlier one, so
 /// an index of such ids grows at its end instead of taking a random page per insert. Any thread.
