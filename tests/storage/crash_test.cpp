@@ -186,6 +186,11 @@ void creation_storm(bool spares, unsigned seed) {
     kill(pid, SIGKILL);
     int wst = 0;
     waitpid(pid, &wst, 0);
+    // The child may have run ahead of the reads above (the pipe buffers its acknowledgements):
+    // what it wrote before the kill is acknowledged too, and the creation cut short is the one
+    // after the last of them.
+    while (read(fds[0], &i, sizeof i) == sizeof i)
+      acked.insert(i);
     close(fds[0]);
     next = i + 2;
     // Every file present opens, names its own entity and verifies, or is a spare renamed into
