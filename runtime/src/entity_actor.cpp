@@ -16,6 +16,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "factum/storage/json_text.hpp"
 #include "factum/storage/sha256.hpp"
 #include "runtime_core.hpp"
 #include "tool_call.hpp"
@@ -683,7 +684,7 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
     try {
       switch (t.item.kind) {
       case turn_kind::call: {
-        auto body = value ? value->dump() : std::string("null");
+        auto body = value ? json_text(*value) : std::string("null");
         if (!t.info.idempotency_key.empty()) {
           auto st = t.key_on_disk
                       ? store.complete_key(t.info.idempotency_key, body)
@@ -701,7 +702,7 @@ void finish_turn(self_ptr self, std::exception_ptr err, std::optional<json> valu
           auto dl = store.get_dead_letter(t.dead_letter_id);
           if (!dl)
             throw storage_error(dl.error());
-          auto body = value ? value->dump() : std::string("null");
+          auto body = value ? json_text(*value) : std::string("null");
           if (!t.info.idempotency_key.empty())
             if (auto st = store.record_key(
                   t.info.idempotency_key, key_status::completed, t.item.req.fingerprint, body,

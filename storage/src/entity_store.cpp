@@ -24,6 +24,7 @@
 #include <sqlite3.h>
 
 #include "entity_image.hpp"
+#include "factum/storage/json_text.hpp"
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/spare_pool.hpp"
 #include "factum/storage/utf8.hpp"
@@ -1169,7 +1170,7 @@ result<fact> entity_store::append(const fact_draft& d) {
     return status{errc::invalid_argument, "fact data must be a JSON object"};
   fact f;
   try {
-    f.data = d.data.dump();
+    f.data = json_text(d.data);
   } catch (const nlohmann::json::exception& e) {
     return status{errc::invalid_argument, std::string("fact data: ") + e.what()};
   }

@@ -9,39 +9,12 @@
 #include <cstdio>
 #include <ctime>
 
+#include "factum/storage/json_text.hpp"
 #include "factum/storage/sha256.hpp"
 
 namespace factum {
 
 namespace {
-
-void append_escaped(std::string& out, std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  out.push_back('"');
-  size_t run = 0; // start of the pending run of bytes that need no escaping
-  for (size_t i = 0; i < s.size(); ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\')
-      continue;
-    out.append(s.data() + run, i - run);
-    run = i + 1;
-    switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\b': out += "\\b"; break;
-    case '\f': out += "\\f"; break;
-    case '\n': out += "\\n"; break;
-    case '\r': out += "\\r"; break;
-    case '\t': out += "\\t"; break;
-    default:
-      out += "\\u00";
-      out.push_back(hex[c >> 4]);
-      out.push_back(hex[c & 0xf]);
-    }
-  }
-  out.append(s.data() + run, s.size() - run);
-  out.push_back('"');
-}
 
 // Writes the fields in ascending key order; `with_hash` adds "hash" (which sorts between
 // "from_entity" and "idempotency_key").
@@ -59,7 +32,7 @@ std::string serialize(const fact& f, bool with_hash) {
   auto str = [&](std::string_view k, const std::string& v) {
     if (!v.empty()) {
       key(k);
-      append_escaped(out, v);
+      append_json_string(out, v); // the fields are valid UTF-8 (checked at append)
     }
   };
   auto num = [&](std::string_view k, int64_t v) {
