@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "file_io.hpp"
 #include "sqlite_global.hpp"
 
 namespace fs = std::filesystem;
@@ -159,10 +160,8 @@ result<fs::path> alarm_index::set_aside(const fs::path& data_dir) {
   // The -wal and -shm first: a database renamed without its WAL cannot pick up the WAL of a
   // fresh index by accident.
   for (const char* suffix : {"-wal", "-shm", ""}) {
-    auto from = base;
-    from += suffix;
-    auto to = aside;
-    to += suffix;
+    auto from = detail::with_suffix(base, suffix);
+    auto to = detail::with_suffix(aside, suffix);
     std::error_code ec;
     if (!fs::exists(from, ec))
       continue;

@@ -801,9 +801,12 @@ status entity_store::claim(entity_key& owner) {
   // Without a sync (synchronous=OFF for this one commit): a claim acknowledges nothing. Its
   // frames become durable with the entity's first durable commit (which syncs the whole WAL
   // after them); lost before that, the file is unclaimed again and the next open claims it.
-  if (auto st = exec("PRAGMA synchronous=OFF"); !st)
-    return st;
-  auto restore = [&] { return exec(synchronous_pragma()); };
+  // A deferred-sync store (the runtime's) is at OFF already: nothing to switch.
+  bool switch_sync = !deferred_sync();
+  if (switch_sync)
+    if (auto st = exec("PRAGMA synchronous=OFF"); !st)
+      return st;
+  auto restore = [&] { return switch_sync ? exec(synchronous_pragma()) : status::ok(); };
   if (auto st = exec("BEGIN IMMEDIATE"); !st) {
     (void)restore();
     return st;
