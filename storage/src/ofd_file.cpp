@@ -354,12 +354,17 @@ int x_shm_map(sqlite3_file* p, int region, int size, int extend, void volatile**
                 ? ::madvise(m, static_cast<size_t>(size), MADV_POPULATE_WRITE)
                 : (errno = EINVAL, -1);
     if (prc != 0) {
+      // EFAULT: a page could not be given a block (the file was just extended, so the mapping
+      // is not past its end): the file system is full, as ENOSPC or EDQUOT from the pwrite.
+      bool full = errno == EFAULT;
       bool ok = errno == EINVAL;
-      for (off_t pg = had / os_page; ok && pg < need / os_page; ++pg)
+      for (off_t pg = had / os_page; ok && pg < need / os_page; ++pg) {
         ok = ::pwrite(f->shm_fd, "", 1, pg * os_page + os_page - 1) == 1;
+        full = !ok && (errno == ENOSPC || errno == EDQUOT);
+      }
       if (!ok) {
         ::munmap(m, static_cast<size_t>(size));
-        return SQLITE_IOERR_SHMSIZE;
+        return full ? SQLITE_FULL : SQLITE_IOERR_SHMSIZE;
       }
     }
   }
