@@ -191,6 +191,18 @@ int spare_pool::wait_ready(int n, std::chrono::milliseconds timeout) {
   return static_cast<int>(spares_.size());
 }
 
+spare_pool::stats spare_pool::wait_stats(const std::function<bool(const stats&)>& until,
+                                         std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> g(mu_);
+  auto now = [&] {
+    stats s = stats_;
+    s.ready = static_cast<int>(spares_.size());
+    return s;
+  };
+  ready_.wait_for(g, timeout, [&] { return stopping_ || until(now()); });
+  return now();
+}
+
 spare_pool::stats spare_pool::get_stats() const {
   std::lock_guard<std::mutex> g(mu_);
   stats s = stats_;
@@ -240,6 +252,7 @@ void spare_pool::run() {
     g.lock();
     if (!st) {
       ++stats_.errors;
+      ready_.notify_all(); // wait_stats() callers watch the errors too
       // A full or read-only disk: try again later, not in a loop. Creations meanwhile build
       // their files themselves (and report the error themselves).
       wake_.wait_for(g, std::chrono::seconds(1), [&] { return stopping_; });

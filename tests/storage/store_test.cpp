@@ -1195,11 +1195,9 @@ TEST_CASE("spares: a maker that cannot write counts an error, creations build th
     REQUIRE(s->append(draft("made")).is_ok());
     REQUIRE(s->commit().is_ok());
   }
-  // The maker woke at the first take and failed; bounded wait for its counter.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (o.spares->get_stats().errors == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  auto st = o.spares->get_stats();
+  // The maker woke at the first take and failed.
+  auto st = o.spares->wait_stats([](const spare_pool::stats& s) { return s.errors >= 1; },
+                                 std::chrono::seconds(20));
   CHECK(st.errors >= 1);
   CHECK(st.missed == 1);
   CHECK(st.ready == 0);

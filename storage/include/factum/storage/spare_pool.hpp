@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -103,6 +104,13 @@ class spare_pool {
   /// Waits until at least `n` spares are ready, the pool is stopped, or `timeout` passes;
   /// returns the number ready. For benchmarks and tests that need a full pool.
   int wait_ready(int n, std::chrono::milliseconds timeout);
+
+  /// Waits until `until(stats)` holds (checked whenever spares are made or put back, or a
+  /// batch fails), the pool is stopped, or `timeout` passes; returns the stats then. For tests
+  /// that wait on the maker thread. `until` runs under the pool's lock: it must not call the
+  /// pool.
+  stats wait_stats(const std::function<bool(const stats&)>& until,
+                   std::chrono::milliseconds timeout);
 
   // -- observers --
 
