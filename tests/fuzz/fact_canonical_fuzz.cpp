@@ -2,13 +2,15 @@
 // (storage/include/factum/storage/fact.hpp) on facts built from arbitrary bytes. Properties for
 // every fact the store can hold (text fields UTF-8, `data` the compact dump of a JSON object):
 // canonical_serialization equals nlohmann's dump of the same fields (keys sorted, no blanks);
-// to_json_text parses back into the same fact (parse(serialize(x)) == x); compute_hash is
+// to_json_text parses back into the same fact (parse(serialize(x)) == x); factum's JSON writer
+// (json_text) gives dump()'s bytes, or its exception, for any value; compute_hash is
 // SHA-256 of the canonical form, stable, and changes when any field does. A text field that is
 // not UTF-8 is outside the store's domain (entity_store::append refuses it) and is skipped.
 // Single-threaded.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include "factum/storage/fact.hpp"
+#include "factum/storage/json_text.hpp"
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/utf8.hpp"
 #include "fuzz_check.hpp"
@@ -82,10 +84,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     if (!valid_utf8(f.*member))
       return 0; // outside the store's domain
   }
-  auto data = json::parse(in.ConsumeRemainingBytesAsString(), nullptr, false);
+  auto rest = in.ConsumeRemainingBytesAsString();
+  auto data = json::parse(rest, nullptr, false);
+  // factum's JSON writer (json_text.hpp) gives dump()'s bytes for any value, and for a string
+  // of any bytes the same text or the same exception (invalid UTF-8).
+  if (!data.is_discarded())
+    FUZZ_CHECK(json_text(data) == data.dump(), data.dump());
+  {
+    json raw = rest;
+    std::string want, got;
+    try {
+      want = raw.dump();
+    } catch (const json::type_error& e) {
+      want = "throws " + std::to_string(e.id);
+    }
+    try {
+      got = json_text(raw);
+    } catch (const json::type_error& e) {
+      got = "throws " + std::to_string(e.id);
+    }
+    FUZZ_CHECK(got == want, got + "\n  vs " + want);
+  }
   if (data.is_discarded() || !data.is_object())
     data = json::object({{"n", f.seq}});
-  f.data = data.dump(); // what entity_store::append stores
+  f.data = json_text(data); // what entity_store::append stores
 
   // canonical form == nlohmann's sorted compact dump of the same fields.
   auto canonical = canonical_serialization(f);
