@@ -27,6 +27,18 @@
 // frames that are not in the file (the commit path above writes first and reports errors, so the
 // barrier has nothing to write in every path this file knows of).
 //
+// Reads of a -wal file pass through, except during SQLite's rebuild of the wal-index from the
+// WAL (walIndexRecover, at the first open after a close that kept its frames, or after a crash):
+// it reads the 32-byte WAL header at offset 0 and then every frame in order, one pread each
+// (11 system calls for a 10-frame WAL). A read of exactly the header at offset 0 reads the whole
+// file (up to 512 KiB) in one call instead, and the frame reads that follow in sequence are
+// served from that copy. Any other read, write, truncation, sync or close drops it. Why that is
+// coherent: SQLite reads the header and frames this way only while it rebuilds, and it rebuilds
+// holding the WAL's write lock and every other WAL lock but the read locks, so no connection in
+// any process can change the WAL between the copy and the last frame read; its first read after
+// the rebuild (a page, 4096 bytes at a frame's page offset) is not in sequence and drops the
+// copy.
+//
 // Full pathnames: an absolute path without "." or ".." parts is returned as it is, without the
 // unix VFS's lstat of every component (x_full_pathname below says why that is safe).
 //
@@ -62,7 +74,12 @@ sqlite3_vfs* base_vfs = nullptr;
 sqlite3_vfs shim_vfs{};
 sqlite3_io_methods shim_methods{};
 
-std::atomic<uint64_t> n_wal_flushes{0}, n_passthrough{0}, n_wal_syncs{0}, n_db_syncs{0};
+std::atomic<uint64_t> n_wal_flushes{0}, n_passthrough{0}, n_wal_syncs{0}, n_db_syncs{0},
+  n_wal_readaheads{0};
+
+// The size of a WAL header (SQLite's WAL_HDRSIZE), and the most one read-ahead copies.
+constexpr int wal_header_size = 32;
+constexpr int64_t max_readahead = 512 * 1024;
 
 void count(std::atomic<uint64_t>& n) {
   n.fetch_add(1, std::memory_order_relaxed);
@@ -112,6 +129,9 @@ struct shim_file {
   char* buf = nullptr;        // lent by take_buffer() while buf_len > 0
   shim_file* wal = nullptr;   // database file: its connection's open WAL
   shim_file* db = nullptr;    // WAL file: its database file
+  char* ra = nullptr;         // WAL file: the read-ahead copy of its first ra_len bytes
+  int64_t ra_len = 0;
+  int64_t ra_next = -1; // ... served only to a read starting here (the end of the last one)
 };
 
 constexpr size_t real_offset = (sizeof(shim_file) + 15) & ~size_t{15};
@@ -146,11 +166,48 @@ int flush(shim_file* f) {
   return rc;
 }
 
+void drop_readahead(shim_file* f) {
+  delete[] f->ra;
+  f->ra = nullptr;
+  f->ra_len = 0;
+  f->ra_next = -1;
+}
+
+/// A read of a -wal file: the read-ahead during a wal-index rebuild (file comment), else the
+/// base VFS's read.
+int wal_read(shim_file* f, void* out, int n, sqlite3_int64 off) {
+  auto* r = real(f);
+  if (f->ra != nullptr && off == f->ra_next && n >= 0 && off + n <= f->ra_len) {
+    std::memcpy(out, f->ra + off, static_cast<size_t>(n));
+    f->ra_next = off + n;
+    return SQLITE_OK;
+  }
+  drop_readahead(f);
+  if (off != 0 || n != wal_header_size)
+    return r->pMethods->xRead(r, out, n, off);
+  sqlite3_int64 size = 0;
+  if (int rc = r->pMethods->xFileSize(r, &size); rc != SQLITE_OK || size <= wal_header_size)
+    return r->pMethods->xRead(r, out, n, off); // nothing after the header to read ahead
+  int64_t len = std::min<int64_t>(size, max_readahead);
+  auto* copy = new char[static_cast<size_t>(len)];
+  if (int rc = r->pMethods->xRead(r, copy, static_cast<int>(len), 0); rc != SQLITE_OK) {
+    delete[] copy; // e.g. a short read: the file shrank since its size was taken
+    return r->pMethods->xRead(r, out, n, off);
+  }
+  count(n_wal_readaheads);
+  f->ra = copy;
+  f->ra_len = len;
+  std::memcpy(out, copy, static_cast<size_t>(n));
+  f->ra_next = n;
+  return SQLITE_OK;
+}
+
 // -- io methods ---------------------------------------------------------------------------------
 
 int x_close(sqlite3_file* p) {
   auto* f = shim(p);
   int frc = f->is_wal ? flush(f) : SQLITE_OK;
+  drop_readahead(f);
   if (f->is_wal && f->db)
     f->db->wal = nullptr;
   if (!f->is_wal && f->wal)
@@ -163,16 +220,18 @@ int x_close(sqlite3_file* p) {
 
 int x_read(sqlite3_file* p, void* out, int n, sqlite3_int64 off) {
   auto* f = shim(p);
-  if (f->is_wal)
-    if (int rc = flush(f); rc != SQLITE_OK)
-      return rc;
-  return real(p)->pMethods->xRead(real(p), out, n, off);
+  if (!f->is_wal)
+    return real(p)->pMethods->xRead(real(p), out, n, off);
+  if (int rc = flush(f); rc != SQLITE_OK)
+    return rc;
+  return wal_read(f, out, n, off);
 }
 
 int x_write(sqlite3_file* p, const void* data, int n, sqlite3_int64 off) {
   auto* f = shim(p);
   if (!f->is_wal)
     return real(p)->pMethods->xWrite(real(p), data, n, off);
+  drop_readahead(f);
   bool in_sequence =
     !f->unbuffered && f->db != nullptr && (off == 0 || f->next_off < 0 || off == f->next_off);
   if (!in_sequence) {
@@ -208,6 +267,7 @@ int x_write(sqlite3_file* p, const void* data, int n, sqlite3_int64 off) {
 int x_truncate(sqlite3_file* p, sqlite3_int64 size) {
   auto* f = shim(p);
   if (f->is_wal) {
+    drop_readahead(f);
     if (int rc = flush(f); rc != SQLITE_OK)
       return rc;
     f->next_off = -1;
@@ -218,6 +278,7 @@ int x_truncate(sqlite3_file* p, sqlite3_int64 size) {
 int x_sync(sqlite3_file* p, int flags) {
   auto* f = shim(p);
   count(f->is_wal ? n_wal_syncs : n_db_syncs);
+  drop_readahead(f);
   if (f->is_wal)
     if (int rc = flush(f); rc != SQLITE_OK)
       return rc;
@@ -381,8 +442,8 @@ void register_wal_vfs(sqlite3_vfs* base) {
 }
 
 wal_vfs_counters wal_vfs_stats() noexcept {
-  return {n_wal_flushes.load(), n_passthrough.load(), n_wal_syncs.load(), n_db_syncs.load(),
-          ofd_shm_kept()};
+  return {n_wal_flushes.load(), n_passthrough.load(), n_wal_syncs.load(),
+          n_db_syncs.load(),    ofd_shm_kept(),       n_wal_readaheads.load()};
 }
 
 } // namespace factum::detail

@@ -1,6 +1,7 @@
 // wal_vfs.hpp (private to storage/): factum's SQLite VFS, a shim over the default one that
-// hands a commit's WAL writes to the kernel in one write instead of two per frame, and opens
-// main database files itself (ofd_file.hpp).
+// hands a commit's WAL writes to the kernel in one write instead of two per frame, reads a WAL
+// in one call when SQLite rebuilds its wal-index, and opens main database files itself
+// (ofd_file.hpp).
 // Registered once per process (sqlite_global_init); any thread may open files through it.
 #pragma once
 
@@ -19,11 +20,12 @@ void register_wal_vfs(sqlite3_vfs* base);
 /// What the shim saw and did since the process started (tests read it; nothing is counted per
 /// write, a commit's hot path).
 struct wal_vfs_counters {
-  uint64_t wal_flushes = 0; ///< writes the shim made to the base VFS for buffered ones
-  uint64_t passthrough = 0; ///< writes passed on unbuffered (out of sequence)
-  uint64_t wal_syncs = 0;   ///< xSync calls SQLite made on -wal files
-  uint64_t db_syncs = 0;    ///< xSync calls SQLite made on other files (main databases)
-  uint64_t shm_kept = 0;    ///< -shm files emptied and kept at a last close (not deleted)
+  uint64_t wal_flushes = 0;    ///< writes the shim made to the base VFS for buffered ones
+  uint64_t passthrough = 0;    ///< writes passed on unbuffered (out of sequence)
+  uint64_t wal_syncs = 0;      ///< xSync calls SQLite made on -wal files
+  uint64_t db_syncs = 0;       ///< xSync calls SQLite made on other files (main databases)
+  uint64_t shm_kept = 0;       ///< -shm files emptied and kept at a last close (not deleted)
+  uint64_t wal_readaheads = 0; ///< wal-index rebuilds whose WAL was read in one call
 };
 wal_vfs_counters wal_vfs_stats() noexcept;
 
