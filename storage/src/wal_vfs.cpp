@@ -31,13 +31,13 @@
 // WAL (walIndexRecover, at the first open after a close that kept its frames, or after a crash):
 // it reads the 32-byte WAL header at offset 0 and then every frame in order, one pread each
 // (11 system calls for a 10-frame WAL). A read of exactly the header at offset 0 reads the whole
-// file (up to 512 KiB) in one call instead, and the frame reads that follow in sequence are
-// served from that copy. Any other read, write, truncation, sync or close drops it. Why that is
-// coherent: SQLite reads the header and frames this way only while it rebuilds, and it rebuilds
-// holding the WAL's write lock and every other WAL lock but the read locks, so no connection in
-// any process can change the WAL between the copy and the last frame read; its first read after
-// the rebuild (a page, 4096 bytes at a frame's page offset) is not in sequence and drops the
-// copy.
+// file (up to 512 KiB, in reads of up to 124 KiB) instead, and the frame reads that follow in
+// sequence are served from that copy. Any other read, write, truncation, sync or close drops it.
+// Why that is coherent: SQLite reads the header and frames this way only while it rebuilds, and it
+// rebuilds holding the WAL's write lock and every other WAL lock but the read locks, so no
+// connection in any process can change the WAL between the copy and the last frame read; its first
+// read after the rebuild (a page, 4096 bytes at a frame's page offset) is not in sequence and drops
+// the copy.
 //
 // Full pathnames: an absolute path without "." or ".." parts is returned as it is, without the
 // unix VFS's lstat of every component (x_full_pathname below says why that is safe).
@@ -189,10 +189,17 @@ int wal_read(shim_file* f, void* out, int n, sqlite3_int64 off) {
   if (int rc = r->pMethods->xFileSize(r, &size); rc != SQLITE_OK || size <= wal_header_size)
     return r->pMethods->xRead(r, out, n, off); // nothing after the header to read ahead
   int64_t len = std::min<int64_t>(size, max_readahead);
-  auto* copy = new char[static_cast<size_t>(len)];
-  if (int rc = r->pMethods->xRead(r, copy, static_cast<int>(len), 0); rc != SQLITE_OK) {
-    delete[] copy; // e.g. a short read: the file shrank since its size was taken
+  auto* copy = new (std::nothrow) char[static_cast<size_t>(len)];
+  if (copy == nullptr)
     return r->pMethods->xRead(r, out, n, off);
+  // In reads of at most max_buffer bytes: the unix VFS expects no more per call (it asserts
+  // that a read length fits in 17 bits, as it masks a write's).
+  for (int64_t at = 0; at < len; at += static_cast<int64_t>(max_buffer)) {
+    int chunk = static_cast<int>(std::min<int64_t>(len - at, static_cast<int64_t>(max_buffer)));
+    if (int rc = r->pMethods->xRead(r, copy + at, chunk, at); rc != SQLITE_OK) {
+      delete[] copy; // e.g. a short read: the file shrank since its size was taken
+      return r->pMethods->xRead(r, out, n, off);
+    }
   }
   count(n_wal_readaheads);
   f->ra = copy;
