@@ -52,15 +52,25 @@ fact_draft padded(int i, size_t pad) {
   return d;
 }
 
-/// Write system calls this thread has made (pwrite included), from /proc/thread-self/io.
-long thread_write_syscalls() {
+/// A counter of this thread's I/O from /proc/thread-self/io ("syscr:", "syscw:"), or -1.
+long thread_io(const char* counter) {
   std::ifstream f("/proc/thread-self/io");
   std::string name;
   long value = 0;
   while (f >> name >> value)
-    if (name == "syscw:")
+    if (name == counter)
       return value;
   return -1;
+}
+
+/// Write system calls this thread has made (pwrite included).
+long thread_write_syscalls() {
+  return thread_io("syscw:");
+}
+
+/// Read system calls this thread has made (pread included).
+long thread_read_syscalls() {
+  return thread_io("syscr:");
 }
 
 } // namespace
@@ -265,21 +275,6 @@ TEST_CASE("wal vfs: a commit whose gathered WAL write fails (file size limit) is
   REQUIRE(v.is_ok());
   CHECK(v->ok);
 }
-
-namespace {
-
-/// Read system calls this thread has made (pread included), from /proc/thread-self/io.
-long thread_read_syscalls() {
-  std::ifstream f("/proc/thread-self/io");
-  std::string name;
-  long value = 0;
-  while (f >> name >> value)
-    if (name == "syscr:")
-      return value;
-  return -1;
-}
-
-} // namespace
 
 TEST_CASE("wal vfs: the wal-index rebuild at an open reads a kept WAL in one call, and finds "
           "every commit, also past the 512 KiB it reads ahead") {
