@@ -276,8 +276,8 @@ TEST_CASE("wal vfs: a commit whose gathered WAL write fails (file size limit) is
   CHECK(v->ok);
 }
 
-TEST_CASE("wal vfs: the wal-index rebuild at an open reads a kept WAL in one call, and finds "
-          "every commit, also past the 512 KiB it reads ahead") {
+TEST_CASE("wal vfs: the wal-index rebuild at an open reads a kept WAL in a few large reads, "
+          "not one per frame, and finds every commit, also past the 512 KiB it reads ahead") {
   test::temp_dir tmp;
   REQUIRE(thread_read_syscalls() >= 0);
   struct shape {
