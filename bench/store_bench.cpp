@@ -367,27 +367,32 @@ run_result create_workload(const context& c, std::string_view name, durability m
   return timed_opens(c, dir, o, entity_id(c, name) + "-", 0, nullptr, label.c_str());
 }
 
-/// c.num activations of existing entities: entity_store::open of a file that holds one fact
-/// (read the schema, migrate nothing, load the chain head, release pending keys) and close
-/// (checkpoint the WAL, empty -wal and -shm): what a hibernated entity costs the runtime to
-/// wake and put back to sleep. The files are created untimed first, all in one data directory.
-/// Creates c.num entities `<prefix><i>` holding one fact each (untimed).
-void make_one_fact_entities(const context& c, const store_options& o, const std::string& prefix) {
+/// c.num activations of existing entities: entity_store::open of a file that holds `commits`
+/// facts, one per commit (read the schema and rebuild the wal-index from the WAL the last close
+/// kept, migrate nothing, load the chain head, release pending keys) and close (the WAL kept as
+/// it is while small, the -shm emptied): what a hibernated entity costs the runtime to wake and
+/// put back to sleep. The files are created untimed first, all in one data directory.
+/// Creates c.num entities `<prefix><i>` holding `commits` facts each, one per commit (untimed).
+void make_entities(const context& c, const store_options& o, const std::string& prefix,
+                   int commits = 1) {
   auto drafts = make_drafts(1);
   for (int64_t i = 0; i < c.num; ++i) {
     auto s = open_store(o, prefix + std::to_string(i));
-    check(s->append_many(drafts).error(), "append");
-    check(s->commit(), "commit");
+    for (int k = 0; k < commits; ++k) {
+      check(s->append_many(drafts).error(), "append");
+      check(s->commit(), "commit");
+    }
   }
 }
 
-run_result reopen_workload(const context& c, std::string_view name, durability mode) {
+run_result reopen_workload(const context& c, std::string_view name, durability mode,
+                           int commits = 1) {
   auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
   auto o = store_opts(dir, mode);
   std::string prefix = entity_id(c, name) + "-";
-  make_one_fact_entities(c, o, prefix);
+  make_entities(c, o, prefix, commits);
   o.create_if_missing = false;
-  return timed_opens(c, dir, o, prefix, 1);
+  return timed_opens(c, dir, o, prefix, commits);
 }
 
 /// reopen_full with `crowd_size` other entities held open meanwhile, as a runtime holds its
@@ -399,7 +404,7 @@ run_result reopen_crowded_workload(const context& c, std::string_view name, int 
   auto dir = c.root / (std::string(name) + "-" + std::to_string(c.run));
   auto o = store_opts(dir, durability::full);
   std::string prefix = entity_id(c, name) + "-";
-  make_one_fact_entities(c, o, prefix);
+  make_entities(c, o, prefix);
   std::vector<std::unique_ptr<entity_store>> crowd;
   crowd.reserve(static_cast<size_t>(crowd_size));
   for (int i = 0; i < crowd_size; ++i)
@@ -591,6 +596,11 @@ std::vector<workload> all_workloads() {
       {name, "opens", nullptr, 500, [name = std::string(name), mode = mode](const context& c) {
          return reopen_workload(c, name, mode);
        }});
+  // An entity that made 10 commits before it hibernated: its kept WAL (~30 frames) is read back
+  // into a new wal-index at the open.
+  w.push_back({"reopen_wal10_full", "opens", nullptr, 500, [](const context& c) {
+                 return reopen_workload(c, "reopen_wal10_full", durability::full, 10);
+               }});
   w.push_back({"reopen_crowded_full", "opens", nullptr, 500, [](const context& c) {
                  return reopen_crowded_workload(c, "reopen_crowded_full", 2000);
                }});
