@@ -593,14 +593,13 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
   // the new one's (tested). That WAL may also hold the lost entity's last commits. Refuse, and
   // leave both to the operator. (A concurrent creator of the key is no orphan: orphan_wal();
   // its file wins the RENAME_NOREPLACE below.)
-  if (!exists)
+  if (!exists) {
     if (auto wal = orphan_wal(path))
       return status{errc::corruption,
                     "entity " + key.to_string() + ": its database file is missing but its " +
                       "write-ahead log is there (" + wal->string() + "); refusing to create a " +
                       "new entity over it. Move the -wal away (it may hold the entity's last " +
                       "commits) to create the entity anew"};
-  if (!exists) {
     // Every directory made here is fsynced into its parent (top-down), so that the file's
     // path survives power loss in durability full.
     auto dir = path.parent_path();
@@ -2142,11 +2141,8 @@ std::vector<fs::path> list_entity_files(const fs::path& data_dir) {
 
 std::vector<fs::path> list_orphan_wals(const fs::path& data_dir) {
   return list_shard_files(data_dir, [](const fs::directory_entry& e) {
-    auto name = e.path().filename().string();
-    constexpr std::string_view suffix = ".db-wal";
-    return name.size() > suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-           orphan_wal(fs::path(e.path()).replace_filename(name.substr(0, name.size() - 4)));
+    return e.path().extension() == ".db-wal" &&
+           orphan_wal(fs::path(e.path()).replace_extension(".db")); // x.db-wal -> x.db
   });
 }
 

@@ -186,25 +186,22 @@ void spare_pool::stop() {
 }
 
 int spare_pool::wait_ready(int n, std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> g(mu_);
-  ready_.wait_for(g, timeout, [&] { return stopping_ || static_cast<int>(spares_.size()) >= n; });
-  return static_cast<int>(spares_.size());
+  return wait_stats([n](const stats& s) { return s.ready >= n; }, timeout).ready;
 }
 
 spare_pool::stats spare_pool::wait_stats(const std::function<bool(const stats&)>& until,
                                          std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> g(mu_);
-  auto now = [&] {
-    stats s = stats_;
-    s.ready = static_cast<int>(spares_.size());
-    return s;
-  };
-  ready_.wait_for(g, timeout, [&] { return stopping_ || until(now()); });
-  return now();
+  ready_.wait_for(g, timeout, [&] { return stopping_ || until(snapshot()); });
+  return snapshot();
 }
 
 spare_pool::stats spare_pool::get_stats() const {
   std::lock_guard<std::mutex> g(mu_);
+  return snapshot();
+}
+
+spare_pool::stats spare_pool::snapshot() const {
   stats s = stats_;
   s.ready = static_cast<int>(spares_.size());
   return s;

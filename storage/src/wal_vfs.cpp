@@ -167,6 +167,8 @@ int flush(shim_file* f) {
 }
 
 void drop_readahead(shim_file* f) {
+  if (f->ra == nullptr) // the common case: a write, sync or read outside a rebuild
+    return;
   delete[] f->ra;
   f->ra = nullptr;
   f->ra_len = 0;

@@ -92,17 +92,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     FUZZ_CHECK(json_text(data) == data.dump(), data.dump());
   {
     json raw = rest;
-    std::string want, got;
-    try {
-      want = raw.dump();
-    } catch (const json::type_error& e) {
-      want = "throws " + std::to_string(e.id);
-    }
-    try {
-      got = json_text(raw);
-    } catch (const json::type_error& e) {
-      got = "throws " + std::to_string(e.id);
-    }
+    auto text_or_error = [](auto write) -> std::string {
+      try {
+        return write();
+      } catch (const json::type_error& e) {
+        return "throws " + std::to_string(e.id);
+      }
+    };
+    auto want = text_or_error([&] { return raw.dump(); });
+    auto got = text_or_error([&] { return json_text(raw); });
     FUZZ_CHECK(got == want, got + "\n  vs " + want);
   }
   if (data.is_discarded() || !data.is_object())

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "factum/storage/entity_store.hpp"
+#include "file_io.hpp"
 #include "support/temp_dir.hpp"
 #include "wal_vfs.hpp"
 
@@ -241,8 +242,7 @@ TEST_CASE("wal vfs: a commit whose gathered WAL write fails (file size limit) is
         _exit(3);
     // Every write past 64 KiB beyond the WAL's present end now fails (EFBIG; the signal ignored).
     std::error_code ec;
-    auto wal = s.path();
-    wal += "-wal";
+    auto wal = detail::with_suffix(s.path(), "-wal");
     auto size = fs::file_size(wal, ec);
     if (ec)
       _exit(4);
@@ -296,7 +296,7 @@ TEST_CASE("wal vfs: the wal-index rebuild at an open reads a kept WAL in a few l
         REQUIRE(s->append(padded(i, pad)).is_ok());
         REQUIRE(s->commit().is_ok());
       }
-      wal = s->path().string() + "-wal";
+      wal = detail::with_suffix(s->path(), "-wal").string();
     }
     auto wal_size = static_cast<int64_t>(fs::file_size(wal));
     int64_t frames = (wal_size - 32) / (4096 + 24);

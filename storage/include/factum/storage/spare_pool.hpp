@@ -126,6 +126,7 @@ class spare_pool {
   spare_pool(std::filesystem::path dir, int target);
   void run();
   status make_batch(int n, std::string& image);
+  stats snapshot() const; ///< stats_ with `ready` filled in; the caller holds mu_
 
   const std::filesystem::path dir_;
   const std::filesystem::path making_; ///< dir_/making: the maker's files until whole
