@@ -1,7 +1,8 @@
 // store_bench.cpp: the store benchmark of issue #2, in the manner of leveldb's db_bench: named
 // workloads chosen with --benchmarks=a,b,c, each run --runs times, one line per workload with
 // the median (and min/max) over runs. Owns nothing but its own data directory; single-threaded
-// (everything runs on the main thread, as one entity's store is driven by one owner at a time).
+// (everything runs on the main thread, as one entity's store is driven by one owner at a time),
+// but for the fsync*_xN workloads, which sync N files from N threads of their own.
 //
 // Why not Google Benchmark (libbenchmark-dev is installed): its model is "repeat a small function
 // until the timing is stable", with the iteration count chosen by the library. These workloads
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -30,6 +32,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <sqlite3.h>
@@ -517,35 +520,79 @@ run_result raw_workload(const context& c, std::string_view name, int64_t per_txn
   return r;
 }
 
-/// The disk's price of durability: pwrite(4 KiB) + fdatasync, c.num times, over a 1 MiB file
-/// (overwrites, so no size change needs the journal: like a WAL after its first checkpoint).
-run_result fsync_workload(const context& c) {
-  auto path = c.root / ("fsync-" + c.tag + ".dat");
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    die("open " + path.string() + ": " + std::strerror(errno));
-  std::vector<char> block(4096, 'x');
-  constexpr int blocks = 256;
-  for (int i = 0; i < blocks; ++i)
-    if (::pwrite(fd, block.data(), block.size(), static_cast<off_t>(i) * 4096) < 0)
-      die("pwrite: " + std::string(std::strerror(errno)));
-  ::fsync(fd);
-  run_result r;
-  r.lat_us.reserve(static_cast<size_t>(c.num));
-  auto t0 = clock_type::now();
-  for (int64_t i = 0; i < c.num; ++i) {
-    auto t1 = clock_type::now();
-    block[0] = static_cast<char>(i);
-    if (::pwrite(fd, block.data(), block.size(), static_cast<off_t>(i % blocks) * 4096) < 0 ||
-        ::fdatasync(fd) != 0)
-      die("pwrite/fdatasync: " + std::string(std::strerror(errno)));
-    r.lat_us.push_back(us_since(t1));
+/// The disk's price of durability: `threads` threads, each with its own file, each writing
+/// `kib` KiB with one `pwrite` and then `fdatasync`ing, c.num syncs in all (rounded down to a
+/// multiple of `threads`). Each file is 1 MiB written and synced untimed first and is then
+/// overwritten in place, like a WAL after its first checkpoint: no size change, so no inode or
+/// bitmap write joins the data (a growing file costs about twice as much on ext4 without a
+/// journal; docs/performance.md). The ceilings the bars of issues #3 and #5 meet on a machine:
+/// `fsync28k` is one commit of one fact (7 WAL frames of 4 KiB + 24-byte headers), `fsync28k_x64`
+/// 64 callers each waiting for such a commit of its own entity, `fsync4k_x64` the same with the
+/// smallest commit a page-based WAL can make.
+run_result fsync_workload(const context& c, int kib, int threads) {
+  const size_t bytes = static_cast<size_t>(kib) * 1024;
+  const off_t file_bytes = std::max<off_t>(1 << 20, static_cast<off_t>(bytes) * 4);
+  const int64_t per_thread = std::max<int64_t>(1, c.num / threads);
+  std::vector<int> fds;
+  std::vector<fs::path> paths;
+  for (int t = 0; t < threads; ++t) {
+    paths.push_back(c.root / ("fsync-" + c.tag + "-" + std::to_string(t) + ".dat"));
+    int fd = ::open(paths.back().c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+      die("open " + paths.back().string() + ": " + std::strerror(errno));
+    std::vector<char> fill(static_cast<size_t>(file_bytes), 'x');
+    if (::pwrite(fd, fill.data(), fill.size(), 0) != static_cast<ssize_t>(fill.size()) ||
+        ::fsync(fd) != 0)
+      die("prepare " + paths.back().string() + ": " + std::strerror(errno));
+    fds.push_back(fd);
   }
+  std::vector<std::vector<double>> lat(static_cast<size_t>(threads));
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::atomic<bool> failed{false};
+  auto body = [&](int t) {
+    std::vector<char> block(bytes, 'y');
+    auto& mine = lat[static_cast<size_t>(t)];
+    mine.reserve(static_cast<size_t>(per_thread));
+    const int64_t slots = file_bytes / static_cast<off_t>(bytes);
+    ready.fetch_add(1);
+    while (!go.load())
+      std::this_thread::yield();
+    for (int64_t i = 0; i < per_thread; ++i) {
+      auto t1 = clock_type::now();
+      block[0] = static_cast<char>(i);
+      if (::pwrite(fds[static_cast<size_t>(t)], block.data(), bytes,
+                   static_cast<off_t>(i % slots) * static_cast<off_t>(bytes)) !=
+            static_cast<ssize_t>(bytes) ||
+          ::fdatasync(fds[static_cast<size_t>(t)]) != 0) {
+        failed.store(true);
+        return;
+      }
+      mine.push_back(us_since(t1));
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t)
+    pool.emplace_back(body, t);
+  while (ready.load() < threads - 1)
+    std::this_thread::yield();
+  auto t0 = clock_type::now();
+  go.store(true);
+  body(0);
+  for (auto& th : pool)
+    th.join();
+  run_result r;
   r.seconds = us_since(t0) / 1e6;
-  r.items = c.num;
-  ::close(fd);
-  std::error_code ec;
-  fs::remove(path, ec);
+  if (failed.load())
+    die("pwrite/fdatasync failed in " + c.root.string());
+  for (auto& v : lat)
+    r.lat_us.insert(r.lat_us.end(), v.begin(), v.end());
+  r.items = static_cast<int64_t>(r.lat_us.size());
+  for (size_t t = 0; t < fds.size(); ++t) {
+    ::close(fds[t]);
+    std::error_code ec;
+    fs::remove(paths[t], ec);
+  }
   return r;
 }
 
@@ -561,8 +608,13 @@ struct workload {
 
 std::vector<workload> all_workloads() {
   std::vector<workload> w;
-  w.push_back(
-    {"fsync4k", "fsyncs", nullptr, 2000, [](const context& c) { return fsync_workload(c); }});
+  for (auto [name, kib, threads, def] :
+       {std::tuple{"fsync4k", 4, 1, 2000}, std::tuple{"fsync28k", 28, 1, 2000},
+        std::tuple{"fsync28k_x8", 28, 8, 8000}, std::tuple{"fsync28k_x64", 28, 64, 12800},
+        std::tuple{"fsync4k_x64", 4, 64, 12800}})
+    w.push_back({name, "fsyncs", nullptr, def, [kib = kib, threads = threads](const context& c) {
+                   return fsync_workload(c, kib, threads);
+                 }});
   for (auto [mode, suffix] :
        {std::pair{durability::full, "_full"}, std::pair{durability::normal, "_normal"}}) {
     for (int64_t n : {1, 100, 1000}) {
@@ -739,7 +791,7 @@ void print_bars(const std::map<std::string, summary>& done) {
   bool header = false;
   auto head = [&] {
     if (!header)
-      std::printf("bars (issue #2):\n");
+      std::printf("bars (issue #2) and the disk's ceilings:\n");
     header = true;
   };
   for (const char* mode : {"full", "normal"}) {
@@ -779,6 +831,19 @@ void print_bars(const std::map<std::string, summary>& done) {
     std::printf("  breakdown %-6s us/fact: twin %.2f + schema (indexes, triggers, PRAGMAs) %.2f "
                 "+ store code (hash, JSON, checks) %.2f = %.2f\n",
                 mode, median(ut), median(schema_cost), median(code_cost), median(ua));
+  }
+  // What the disk allows, whatever the software: one fdatasync per commit of one fact.
+  if (auto f = done.find("fsync28k_x64"); f != done.end()) {
+    head();
+    std::printf("  ceiling of append over 1,000 entities (64 callers, one fact and one sync per "
+                "commit): %.0f syncs/s (fsync28k_x64; issue #3's bar: 20000 facts/s)\n",
+                f->second.rate_med);
+  }
+  if (auto f = done.find("fsync28k"); f != done.end()) {
+    head();
+    std::printf("  floor of one durable append on one connection: p50 %.0f us of fdatasync "
+                "(fsync28k), before any network or CPU\n",
+                f->second.p50_us);
   }
   for (const char* name : {"create_full", "create_normal"}) {
     auto c = done.find(name);
