@@ -549,7 +549,7 @@ run_result fsync_workload(const context& c, int kib, int threads) {
   std::vector<std::vector<double>> lat(static_cast<size_t>(threads));
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
-  std::atomic<bool> failed{false};
+  std::atomic<int> failed{0}; // the errno of the first failed pwrite or fdatasync
   auto body = [&](int t) {
     std::vector<char> block(bytes, 'y');
     auto& mine = lat[static_cast<size_t>(t)];
@@ -565,7 +565,8 @@ run_result fsync_workload(const context& c, int kib, int threads) {
                    static_cast<off_t>(i % slots) * static_cast<off_t>(bytes)) !=
             static_cast<ssize_t>(bytes) ||
           ::fdatasync(fds[static_cast<size_t>(t)]) != 0) {
-        failed.store(true);
+        int zero = 0;
+        failed.compare_exchange_strong(zero, errno != 0 ? errno : EIO);
         return;
       }
       mine.push_back(us_since(t1));
@@ -583,8 +584,8 @@ run_result fsync_workload(const context& c, int kib, int threads) {
     th.join();
   run_result r;
   r.seconds = us_since(t0) / 1e6;
-  if (failed.load())
-    die("pwrite/fdatasync failed in " + c.root.string());
+  if (int e = failed.load(); e != 0)
+    die("pwrite/fdatasync in " + c.root.string() + ": " + std::strerror(e));
   for (auto& v : lat)
     r.lat_us.insert(r.lat_us.end(), v.begin(), v.end());
   r.items = static_cast<int64_t>(r.lat_us.size());
