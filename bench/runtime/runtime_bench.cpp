@@ -12,9 +12,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -278,6 +281,13 @@ void print(const char* name, std::vector<run_result>& rs, const char* unit, cons
   std::fflush(stdout);
 }
 
+void usage(FILE* out) {
+  std::fprintf(out, "usage: runtime_bench [--benchmarks=append1,append1000,replay,cold,rss,churn] "
+                    "[--runs=N] [--num=N] [--concurrency=N] [--rss_entities=N] "
+                    "[--durability=full|normal] [--cache_kib=N] "
+                    "[--storage_threads=N] [--wal_checkpoint_frames=N]\n");
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -285,6 +295,23 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
     auto val = [&](const char* p) { return s.substr(std::strlen(p)); };
+    // A whole decimal number, else a message and exit 2 (std::stoi would throw or stop early).
+    auto number = [&](const char* p) {
+      std::string v = val(p);
+      char* end = nullptr;
+      errno = 0;
+      long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || errno != 0 || n < INT_MIN || n > INT_MAX) {
+        std::fprintf(stderr, "runtime_bench: %.*s needs a whole number, got '%s'\n",
+                     static_cast<int>(std::strlen(p) - 1), p, v.c_str());
+        std::exit(2);
+      }
+      return static_cast<int>(n);
+    };
+    if (s == "-h" || s == "--help") {
+      usage(stdout);
+      return 0;
+    }
     if (s.rfind("--benchmarks=", 0) == 0) {
       a.benchmarks.clear();
       std::string list = val("--benchmarks="), item;
@@ -297,29 +324,42 @@ int main(int argc, char** argv) {
           item.push_back(c);
         }
     } else if (s.rfind("--runs=", 0) == 0) {
-      a.runs = std::stoi(val("--runs="));
+      a.runs = number("--runs=");
     } else if (s.rfind("--num=", 0) == 0) {
-      a.num = std::stoi(val("--num="));
+      a.num = number("--num=");
     } else if (s.rfind("--concurrency=", 0) == 0) {
-      a.concurrency = std::stoi(val("--concurrency="));
+      a.concurrency = number("--concurrency=");
     } else if (s.rfind("--rss_entities=", 0) == 0) {
-      a.rss_entities = std::stoi(val("--rss_entities="));
+      a.rss_entities = number("--rss_entities=");
     } else if (s.rfind("--durability=", 0) == 0) {
       a.durability_mode = val("--durability=");
     } else if (s.rfind("--cache_kib=", 0) == 0) {
-      a.cache_kib = std::stoi(val("--cache_kib="));
+      a.cache_kib = number("--cache_kib=");
     } else if (s.rfind("--storage_threads=", 0) == 0) {
-      a.storage_threads = std::stoi(val("--storage_threads="));
+      a.storage_threads = number("--storage_threads=");
     } else if (s.rfind("--wal_checkpoint_frames=", 0) == 0) {
-      a.wal_checkpoint_frames = std::stoi(val("--wal_checkpoint_frames="));
+      a.wal_checkpoint_frames = number("--wal_checkpoint_frames=");
     } else {
-      std::fprintf(stderr,
-                   "usage: runtime_bench [--benchmarks=append1,append1000,replay,cold,rss,churn] "
-                   "[--runs=N] [--num=N] [--concurrency=N] [--rss_entities=N] "
-                   "[--durability=full|normal] [--cache_kib=N] "
-                   "[--storage_threads=N] [--wal_checkpoint_frames=N]\n");
+      usage(stderr);
       return 2;
     }
+  }
+  static const std::vector<std::string> known{"append1", "append1000", "replay",
+                                              "cold",    "rss",        "churn"};
+  for (auto& b : a.benchmarks)
+    if (std::find(known.begin(), known.end(), b) == known.end()) {
+      std::fprintf(stderr, "runtime_bench: unknown benchmark %s\n", b.c_str());
+      usage(stderr);
+      return 2;
+    }
+  if (!parse_durability(a.durability_mode)) {
+    std::fprintf(stderr, "runtime_bench: --durability must be full or normal, got '%s'\n",
+                 a.durability_mode.c_str());
+    return 2;
+  }
+  if (a.runs < 1 || a.num < 1 || a.concurrency < 1) {
+    std::fprintf(stderr, "runtime_bench: --runs, --num and --concurrency must be at least 1\n");
+    return 2;
   }
   std::printf("runtime_bench: durability %s, %d callers, %d calls per run, %d runs, %ld cores\n",
               a.durability_mode.c_str(), a.concurrency, a.num, a.runs,
@@ -337,12 +377,8 @@ int main(int argc, char** argv) {
         rs.push_back(bench_cold(a));
       else if (b == "rss")
         rs.push_back(bench_rss(a));
-      else if (b == "churn")
-        rs.push_back(bench_churn(a));
-      else {
-        std::fprintf(stderr, "unknown benchmark %s\n", b.c_str());
-        return 2;
-      }
+      else
+        rs.push_back(bench_churn(a)); // "churn": the names were checked above
     }
     if (b == "append1")
       print("append1", rs, "facts/s", "facts/commit", 100'000, true, false);
