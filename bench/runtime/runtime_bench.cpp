@@ -281,11 +281,49 @@ void print(const char* name, std::vector<run_result>& rs, const char* unit, cons
   std::fflush(stdout);
 }
 
+/// A named workload: how one run goes and how its runs are reported against the bar.
+struct workload {
+  const char* name;
+  run_result (*run)(const args_t&);
+  const char* unit;       ///< of the rate
+  const char* extra_name; ///< of run_result::extra
+  double bar;             ///< < 0: no bar
+  bool higher_is_better;
+  bool bar_on_extra; ///< the bar applies to `extra`, not to the rate
+};
+
+const std::vector<workload>& workloads() {
+  static const std::vector<workload> all{
+    {"append1", [](const args_t& a) { return bench_append(a, 1); }, "facts/s", "facts/commit",
+     100'000, true, false},
+    {"append1000", [](const args_t& a) { return bench_append(a, 1000); }, "facts/s", "facts/commit",
+     20'000, true, false},
+    {"replay", bench_replay, "calls/s", "-", 0, true, false},
+    {"cold", bench_cold, "act/s", "creates/s", 5'000, true, false},
+    {"rss", bench_rss, "active", "KiB/entity", 200, false, true},
+    // No bar: the figure to watch is KiB per ended activation.
+    {"churn", bench_churn, "act/s", "KiB/ended", -1, false, true},
+  };
+  return all;
+}
+
+const workload* find_workload(const std::string& name) {
+  for (auto& w : workloads())
+    if (name == w.name)
+      return &w;
+  return nullptr;
+}
+
 void usage(FILE* out) {
-  std::fprintf(out, "usage: runtime_bench [--benchmarks=append1,append1000,replay,cold,rss,churn] "
-                    "[--runs=N] [--num=N] [--concurrency=N] [--rss_entities=N] "
-                    "[--durability=full|normal] [--cache_kib=N] "
-                    "[--storage_threads=N] [--wal_checkpoint_frames=N]\n");
+  std::string names;
+  for (auto& w : workloads())
+    names += names.empty() ? w.name : std::string(",") + w.name;
+  std::fprintf(out,
+               "usage: runtime_bench [--benchmarks=%s] "
+               "[--runs=N] [--num=N] [--concurrency=N] [--rss_entities=N] "
+               "[--durability=full|normal] [--cache_kib=N] "
+               "[--storage_threads=N] [--wal_checkpoint_frames=N]\n",
+               names.c_str());
 }
 
 } // namespace
@@ -344,14 +382,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  static const std::vector<std::string> known{"append1", "append1000", "replay",
-                                              "cold",    "rss",        "churn"};
-  for (auto& b : a.benchmarks)
-    if (std::find(known.begin(), known.end(), b) == known.end()) {
+  std::vector<const workload*> chosen;
+  for (auto& b : a.benchmarks) {
+    chosen.push_back(find_workload(b));
+    if (chosen.back() == nullptr) {
       std::fprintf(stderr, "runtime_bench: unknown benchmark %s\n", b.c_str());
       usage(stderr);
       return 2;
     }
+  }
   if (!parse_durability(a.durability_mode)) {
     std::fprintf(stderr, "runtime_bench: --durability must be full or normal, got '%s'\n",
                  a.durability_mode.c_str());
@@ -364,34 +403,11 @@ int main(int argc, char** argv) {
   std::printf("runtime_bench: durability %s, %d callers, %d calls per run, %d runs, %ld cores\n",
               a.durability_mode.c_str(), a.concurrency, a.num, a.runs,
               sysconf(_SC_NPROCESSORS_ONLN));
-  for (auto& b : a.benchmarks) {
+  for (auto* w : chosen) {
     std::vector<run_result> rs;
-    for (int r = 0; r < a.runs; ++r) {
-      if (b == "append1")
-        rs.push_back(bench_append(a, 1));
-      else if (b == "append1000")
-        rs.push_back(bench_append(a, 1000));
-      else if (b == "replay")
-        rs.push_back(bench_replay(a));
-      else if (b == "cold")
-        rs.push_back(bench_cold(a));
-      else if (b == "rss")
-        rs.push_back(bench_rss(a));
-      else
-        rs.push_back(bench_churn(a)); // "churn": the names were checked above
-    }
-    if (b == "append1")
-      print("append1", rs, "facts/s", "facts/commit", 100'000, true, false);
-    else if (b == "append1000")
-      print("append1000", rs, "facts/s", "facts/commit", 20'000, true, false);
-    else if (b == "replay")
-      print("replay", rs, "calls/s", "-", 0, true, false);
-    else if (b == "cold")
-      print("cold", rs, "act/s", "creates/s", 5'000, true, false);
-    else if (b == "rss")
-      print("rss", rs, "active", "KiB/entity", 200, false, true);
-    else if (b == "churn") // no bar: the figure to watch is KiB per ended activation
-      print("churn", rs, "act/s", "KiB/ended", -1, false, true);
+    for (int r = 0; r < a.runs; ++r)
+      rs.push_back(w->run(a));
+    print(w->name, rs, w->unit, w->extra_name, w->bar, w->higher_is_better, w->bar_on_extra);
   }
   return 0;
 }

@@ -175,39 +175,50 @@ void drop_readahead(shim_file* f) {
   f->ra_next = -1;
 }
 
-/// A read of a -wal file: the read-ahead during a wal-index rebuild (file comment), else the
-/// base VFS's read.
-int wal_read(shim_file* f, void* out, int n, sqlite3_int64 off) {
+/// Copies the first bytes of the -wal (up to max_readahead) into f->ra for a wal-index rebuild
+/// (file comment). False when there is nothing after the header, or the copy cannot be made
+/// (allocation, a short read: the file shrank since its size was taken): the caller reads
+/// plainly then.
+bool make_readahead(shim_file* f) {
   auto* r = real(f);
-  if (f->ra != nullptr && off == f->ra_next && n >= 0 && off + n <= f->ra_len) {
-    std::memcpy(out, f->ra + off, static_cast<size_t>(n));
-    f->ra_next = off + n;
-    return SQLITE_OK;
-  }
-  drop_readahead(f);
-  if (off != 0 || n != wal_header_size)
-    return r->pMethods->xRead(r, out, n, off);
   sqlite3_int64 size = 0;
-  if (int rc = r->pMethods->xFileSize(r, &size); rc != SQLITE_OK || size <= wal_header_size)
-    return r->pMethods->xRead(r, out, n, off); // nothing after the header to read ahead
+  if (r->pMethods->xFileSize(r, &size) != SQLITE_OK || size <= wal_header_size)
+    return false;
   int64_t len = std::min<int64_t>(size, max_readahead);
   auto* copy = new (std::nothrow) char[static_cast<size_t>(len)];
   if (copy == nullptr)
-    return r->pMethods->xRead(r, out, n, off);
+    return false;
   // In reads of at most max_buffer bytes: the unix VFS expects no more per call (it asserts
   // that a read length fits in 17 bits, as it masks a write's).
   for (int64_t at = 0; at < len; at += static_cast<int64_t>(max_buffer)) {
     int chunk = static_cast<int>(std::min<int64_t>(len - at, static_cast<int64_t>(max_buffer)));
-    if (int rc = r->pMethods->xRead(r, copy + at, chunk, at); rc != SQLITE_OK) {
-      delete[] copy; // e.g. a short read: the file shrank since its size was taken
-      return r->pMethods->xRead(r, out, n, off);
+    if (r->pMethods->xRead(r, copy + at, chunk, at) != SQLITE_OK) {
+      delete[] copy;
+      return false;
     }
   }
   count(n_wal_readaheads);
   f->ra = copy;
   f->ra_len = len;
-  std::memcpy(out, copy, static_cast<size_t>(n));
-  f->ra_next = n;
+  f->ra_next = 0;
+  return true;
+}
+
+/// A read of a -wal file: served from the read-ahead copy when it continues the last read of a
+/// wal-index rebuild (file comment), or when it is the rebuild's first (the header) and a copy
+/// can be made; else the base VFS's read.
+int wal_read(shim_file* f, void* out, int n, sqlite3_int64 off) {
+  bool from_copy = f->ra != nullptr && off == f->ra_next && n >= 0 && off + n <= f->ra_len;
+  if (!from_copy) {
+    drop_readahead(f);
+    from_copy = off == 0 && n == wal_header_size && make_readahead(f);
+  }
+  if (!from_copy) {
+    auto* r = real(f);
+    return r->pMethods->xRead(r, out, n, off);
+  }
+  std::memcpy(out, f->ra + off, static_cast<size_t>(n));
+  f->ra_next = off + n;
   return SQLITE_OK;
 }
 
