@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <sqlite3.h>
 
 #include "factum/storage/entity_store.hpp"
@@ -677,76 +678,52 @@ std::vector<workload> all_workloads() {
 
 // -- driver -----------------------------------------------------------------------------------
 
-void usage(FILE* out) {
-  std::fprintf(out, "usage: store_bench [--benchmarks=a,b,c] [--num=N] [--runs=R] [--data=DIR]\n"
-                    "  --benchmarks  comma-separated workloads (default: all, in this order):\n");
-  for (auto& w : all_workloads())
-    std::fprintf(out, "                  %-22s default --num %" PRId64 " %s\n", w.name.c_str(),
-                 w.default_num, w.unit);
-  std::fprintf(
-    out, "  --num         items per run for every chosen workload (default: per workload)\n"
-         "  --runs        runs per workload; the median and min/max are reported "
-         "(default 5)\n"
-         "  --data        directory for the files (default: a fresh temp dir, removed "
-         "after)\n"
-         "  --keep_files  1: create and reopen runs keep their entity files, and a temp dir\n"
-         "                is not removed (a server never deletes entity files; on ext4 without\n"
-         "                a journal, deleted inodes slow every later creation for minutes)\n"
-         "  --spares      spare entity files kept ready for create_* (default 32, as the\n"
-         "                runtime; 0: every creation writes and syncs its own file)\n");
-}
-
+/// The options from the command line (CLI11); --help prints them and every workload's default
+/// --num. Exits 0 after --help, 2 with CLI11's message on anything refused (an unknown flag or
+/// workload, a count that is not a whole number in range).
 bench_options parse_args(int argc, char** argv) {
   bench_options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      usage(stdout);
-      std::exit(0);
-    }
-    std::string name = a, value;
-    if (auto eq = a.find('='); eq != std::string::npos) {
-      name = a.substr(0, eq);
-      value = a.substr(eq + 1);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      usage(stderr);
-      die("missing value for " + a);
-    }
-    auto number = [&](int64_t min) {
-      char* end = nullptr;
-      long long v = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || v < min)
-        die(name + " must be an integer >= " + std::to_string(min) + ", got '" + value + "'");
-      return static_cast<int64_t>(v);
-    };
-    if (name == "--benchmarks") {
-      size_t start = 0;
-      while (start <= value.size()) {
-        auto comma = value.find(',', start);
-        auto item = value.substr(start, comma == std::string::npos ? comma : comma - start);
-        if (!item.empty())
-          o.benchmarks.push_back(item);
-        if (comma == std::string::npos)
-          break;
-        start = comma + 1;
-      }
-    } else if (name == "--num") {
-      o.num = number(1);
-    } else if (name == "--runs") {
-      o.runs = static_cast<int>(number(1));
-    } else if (name == "--data") {
-      o.data = value;
-    } else if (name == "--keep_files") {
-      o.keep_files = number(0) != 0;
-    } else if (name == "--spares") {
-      o.spares = static_cast<int>(number(0));
-    } else {
-      usage(stderr);
-      die("unknown flag " + name);
-    }
+  std::vector<std::string> names;
+  std::string listing = "Workloads (default --num, unit), run in this order by default:\n";
+  for (auto& w : all_workloads()) {
+    names.push_back(w.name);
+    char line[128];
+    std::snprintf(line, sizeof line, "  %-22s %8" PRId64 " %s\n", w.name.c_str(), w.default_num,
+                  w.unit);
+    listing += line;
   }
+  CLI::App app{"The store benchmark of issue #2: named workloads, medians over runs, the bars "
+               "and the disk's ceilings.",
+               "store_bench"};
+  app.footer(listing);
+  app.add_option("--benchmarks", o.benchmarks,
+                 "comma-separated workloads (default: all, in the order below)")
+    ->delimiter(',')
+    ->check(CLI::IsMember(names));
+  app.add_option("--num", o.num, "items per run for every chosen workload (default: per workload)")
+    ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}));
+  app.add_option("--runs", o.runs, "runs per workload; the median and min/max are reported")
+    ->capture_default_str()
+    ->check(CLI::Range(1, 1'000'000));
+  app.add_option("--data", o.data, "directory for the files (default: a fresh temp dir, removed "
+                                   "after)");
+  int keep = 0;
+  app.add_option("--keep_files", keep,
+                 "1: create and reopen runs keep their entity files, and a temp dir is not "
+                 "removed (a server never deletes entity files; on ext4 without a journal, "
+                 "deleted inodes slow every later creation for minutes)")
+    ->check(CLI::Range(0, 1));
+  app.add_option("--spares", o.spares,
+                 "spare entity files kept ready for create_* (0: every creation writes and "
+                 "syncs its own file)")
+    ->capture_default_str()
+    ->check(CLI::Range(0, 1'000'000));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
+  }
+  o.keep_files = keep != 0;
   return o;
 }
 
@@ -867,13 +844,9 @@ int main(int argc, char** argv) {
       chosen.push_back(&w);
   } else {
     for (auto& name : opts.benchmarks) {
-      auto it =
-        std::find_if(table.begin(), table.end(), [&](const workload& w) { return w.name == name; });
-      if (it == table.end()) {
-        usage(stderr);
-        die("unknown benchmark " + name);
-      }
-      chosen.push_back(&*it);
+      // parse_args checked every name against the table.
+      chosen.push_back(&*std::find_if(table.begin(), table.end(),
+                                      [&](const workload& w) { return w.name == name; }));
     }
   }
 

@@ -26,6 +26,8 @@
 
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+
 #include "factum/runtime/runtime.hpp"
 
 using namespace factum;
@@ -314,92 +316,46 @@ const workload* find_workload(const std::string& name) {
   return nullptr;
 }
 
-void usage(FILE* out) {
-  std::string names;
-  for (auto& w : workloads())
-    names += names.empty() ? w.name : std::string(",") + w.name;
-  std::fprintf(out,
-               "usage: runtime_bench [--benchmarks=%s] "
-               "[--runs=N] [--num=N] [--concurrency=N] [--rss_entities=N] "
-               "[--durability=full|normal] [--cache_kib=N] "
-               "[--storage_threads=N] [--wal_checkpoint_frames=N]\n",
-               names.c_str());
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
   args_t a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    auto val = [&](const char* p) { return s.substr(std::strlen(p)); };
-    // A whole decimal number, else a message and exit 2 (std::stoi would throw or stop early).
-    auto number = [&](const char* p) {
-      std::string v = val(p);
-      char* end = nullptr;
-      errno = 0;
-      long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || errno != 0 || n < INT_MIN || n > INT_MAX) {
-        std::fprintf(stderr, "runtime_bench: %.*s needs a whole number, got '%s'\n",
-                     static_cast<int>(std::strlen(p) - 1), p, v.c_str());
-        std::exit(2);
-      }
-      return static_cast<int>(n);
-    };
-    if (s == "-h" || s == "--help") {
-      usage(stdout);
-      return 0;
-    }
-    if (s.rfind("--benchmarks=", 0) == 0) {
-      a.benchmarks.clear();
-      std::string list = val("--benchmarks="), item;
-      for (char c : list + ",")
-        if (c == ',') {
-          if (!item.empty())
-            a.benchmarks.push_back(item);
-          item.clear();
-        } else {
-          item.push_back(c);
-        }
-    } else if (s.rfind("--runs=", 0) == 0) {
-      a.runs = number("--runs=");
-    } else if (s.rfind("--num=", 0) == 0) {
-      a.num = number("--num=");
-    } else if (s.rfind("--concurrency=", 0) == 0) {
-      a.concurrency = number("--concurrency=");
-    } else if (s.rfind("--rss_entities=", 0) == 0) {
-      a.rss_entities = number("--rss_entities=");
-    } else if (s.rfind("--durability=", 0) == 0) {
-      a.durability_mode = val("--durability=");
-    } else if (s.rfind("--cache_kib=", 0) == 0) {
-      a.cache_kib = number("--cache_kib=");
-    } else if (s.rfind("--storage_threads=", 0) == 0) {
-      a.storage_threads = number("--storage_threads=");
-    } else if (s.rfind("--wal_checkpoint_frames=", 0) == 0) {
-      a.wal_checkpoint_frames = number("--wal_checkpoint_frames=");
-    } else {
-      usage(stderr);
-      return 2;
-    }
+  std::vector<std::string> names;
+  for (auto& w : workloads())
+    names.push_back(w.name);
+  CLI::App app{"In-process benchmark of the entity runtime (issue #3): named workloads, medians "
+               "over runs, each against its bar.",
+               "runtime_bench"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--benchmarks", a.benchmarks, "comma-separated workloads, run in this order")
+    ->delimiter(',')
+    ->check(CLI::IsMember(names));
+  app.add_option("--runs", a.runs, "runs per workload; the median and min/max are reported")
+    ->check(CLI::Range(1, INT_MAX));
+  app.add_option("--num", a.num, "calls per run (activations for cold, churn)")
+    ->check(CLI::Range(1, INT_MAX));
+  app.add_option("--concurrency", a.concurrency, "concurrent callers")
+    ->check(CLI::Range(1, INT_MAX));
+  app.add_option("--rss_entities", a.rss_entities, "entities kept active by rss")
+    ->check(CLI::Range(1, INT_MAX));
+  app.add_option("--durability", a.durability_mode, "full or normal")
+    ->check(CLI::IsMember({"full", "normal"}));
+  app.add_option("--cache_kib", a.cache_kib, "page cache per entity (0: the runtime's default)")
+    ->check(CLI::NonNegativeNumber);
+  app.add_option("--storage_threads", a.storage_threads,
+                 "storage threads (0: the runtime's default)")
+    ->check(CLI::NonNegativeNumber);
+  app.add_option("--wal_checkpoint_frames", a.wal_checkpoint_frames,
+                 "WAL frames before a checkpoint (0: the runtime's default)")
+    ->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2; // --help: 0; anything refused: its message, and 2
   }
   std::vector<const workload*> chosen;
-  for (auto& b : a.benchmarks) {
-    chosen.push_back(find_workload(b));
-    if (chosen.back() == nullptr) {
-      std::fprintf(stderr, "runtime_bench: unknown benchmark %s\n", b.c_str());
-      usage(stderr);
-      return 2;
-    }
-  }
-  if (!parse_durability(a.durability_mode)) {
-    std::fprintf(stderr, "runtime_bench: --durability must be full or normal, got '%s'\n",
-                 a.durability_mode.c_str());
-    return 2;
-  }
-  if (a.runs < 1 || a.num < 1 || a.concurrency < 1) {
-    std::fprintf(stderr, "runtime_bench: --runs, --num and --concurrency must be at least 1\n");
-    return 2;
-  }
+  for (auto& b : a.benchmarks)
+    chosen.push_back(find_workload(b)); // IsMember checked every name
   std::printf("runtime_bench: durability %s, %d callers, %d calls per run, %d runs, %ld cores\n",
               a.durability_mode.c_str(), a.concurrency, a.num, a.runs,
               sysconf(_SC_NPROCESSORS_ONLN));
