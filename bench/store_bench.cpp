@@ -696,8 +696,9 @@ bench_options parse_args(int argc, char** argv) {
                "and the disk's ceilings.",
                "store_bench"};
   app.footer(listing);
-  app.add_option("--benchmarks", o.benchmarks,
-                 "comma-separated workloads (default: all, in the order below)")
+  app
+    .add_option("--benchmarks", o.benchmarks,
+                "comma-separated workloads (default: all, in the order below)")
     ->delimiter(',')
     ->check(CLI::IsMember(names));
   app.add_option("--num", o.num, "items per run for every chosen workload (default: per workload)")
@@ -705,17 +706,20 @@ bench_options parse_args(int argc, char** argv) {
   app.add_option("--runs", o.runs, "runs per workload; the median and min/max are reported")
     ->capture_default_str()
     ->check(CLI::Range(1, 1'000'000));
-  app.add_option("--data", o.data, "directory for the files (default: a fresh temp dir, removed "
-                                   "after)");
+  app.add_option("--data", o.data,
+                 "directory for the files (default: a fresh temp dir, removed "
+                 "after)");
   int keep = 0;
-  app.add_option("--keep_files", keep,
-                 "1: create and reopen runs keep their entity files, and a temp dir is not "
-                 "removed (a server never deletes entity files; on ext4 without a journal, "
-                 "deleted inodes slow every later creation for minutes)")
+  app
+    .add_option("--keep_files", keep,
+                "1: create and reopen runs keep their entity files, and a temp dir is not "
+                "removed (a server never deletes entity files; on ext4 without a journal, "
+                "deleted inodes slow every later creation for minutes)")
     ->check(CLI::Range(0, 1));
-  app.add_option("--spares", o.spares,
-                 "spare entity files kept ready for create_* (0: every creation writes and "
-                 "syncs its own file)")
+  app
+    .add_option("--spares", o.spares,
+                "spare entity files kept ready for create_* (0: every creation writes and "
+                "syncs its own file)")
     ->capture_default_str()
     ->check(CLI::Range(0, 1'000'000));
   try {

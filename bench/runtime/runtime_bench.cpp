@@ -342,11 +342,13 @@ int main(int argc, char** argv) {
     ->check(CLI::IsMember({"full", "normal"}));
   app.add_option("--cache_kib", a.cache_kib, "page cache per entity (0: the runtime's default)")
     ->check(CLI::NonNegativeNumber);
-  app.add_option("--storage_threads", a.storage_threads,
-                 "storage threads (0: the runtime's default)")
+  app
+    .add_option("--storage_threads", a.storage_threads,
+                "storage threads (0: the runtime's default)")
     ->check(CLI::NonNegativeNumber);
-  app.add_option("--wal_checkpoint_frames", a.wal_checkpoint_frames,
-                 "WAL frames before a checkpoint (0: the runtime's default)")
+  app
+    .add_option("--wal_checkpoint_frames", a.wal_checkpoint_frames,
+                "WAL frames before a checkpoint (0: the runtime's default)")
     ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
