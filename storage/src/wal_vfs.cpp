@@ -37,7 +37,9 @@
 // rebuilds holding the WAL's write lock and every other WAL lock but the read locks, so no
 // connection in any process can change the WAL between the copy and the last frame read; its first
 // read after the rebuild (a page, 4096 bytes at a frame's page offset) is not in sequence and drops
-// the copy.
+// the copy. When the copy cannot be made (no memory for it, a read that comes back short) the
+// rebuild reads the WAL plainly, frame by frame; tests take that path through
+// wal_vfs_fail_next_readahead().
 //
 // Full pathnames: an absolute path without "." or ".." parts is returned as it is, without the
 // unix VFS's lstat of every component (x_full_pathname below says why that is safe).
@@ -80,6 +82,10 @@ std::atomic<uint64_t> n_wal_flushes{0}, n_passthrough{0}, n_wal_syncs{0}, n_db_s
 // The size of a WAL header (SQLite's WAL_HDRSIZE), and the most one read-ahead copies.
 constexpr int wal_header_size = 32;
 constexpr int64_t max_readahead = 512 * 1024;
+
+// The fault the next read-ahead meets (wal_vfs_fail_next_readahead; tests only): taken, and
+// reset, by the read-ahead itself.
+std::atomic<int> readahead_fault{0};
 
 void count(std::atomic<uint64_t>& n) {
   n.fetch_add(1, std::memory_order_relaxed);
@@ -185,14 +191,21 @@ bool make_readahead(shim_file* f) {
   if (r->pMethods->xFileSize(r, &size) != SQLITE_OK || size <= wal_header_size)
     return false;
   int64_t len = std::min<int64_t>(size, max_readahead);
-  auto* copy = new (std::nothrow) char[static_cast<size_t>(len)];
+  auto fault =
+    static_cast<readahead_fault_kind>(readahead_fault.exchange(0, std::memory_order_relaxed));
+  auto* copy = fault == readahead_fault_kind::allocation
+                 ? nullptr
+                 : new (std::nothrow) char[static_cast<size_t>(len)];
   if (copy == nullptr)
     return false;
   // In reads of at most max_buffer bytes: the unix VFS expects no more per call (it asserts
   // that a read length fits in 17 bits, as it masks a write's).
   for (int64_t at = 0; at < len; at += static_cast<int64_t>(max_buffer)) {
     int chunk = static_cast<int>(std::min<int64_t>(len - at, static_cast<int64_t>(max_buffer)));
-    if (r->pMethods->xRead(r, copy + at, chunk, at) != SQLITE_OK) {
+    int rc = r->pMethods->xRead(r, copy + at, chunk, at);
+    if (fault == readahead_fault_kind::short_read && at + chunk >= len)
+      rc = SQLITE_IOERR_SHORT_READ; // as if the file had shrunk since its size was taken
+    if (rc != SQLITE_OK) {
       delete[] copy;
       return false;
     }
@@ -459,6 +472,10 @@ void register_wal_vfs(sqlite3_vfs* base) {
   shim_methods.xFetch = x_fetch;
   shim_methods.xUnfetch = x_unfetch;
   sqlite3_vfs_register(&shim_vfs, 0);
+}
+
+void wal_vfs_fail_next_readahead(readahead_fault_kind kind) noexcept {
+  readahead_fault.store(static_cast<int>(kind), std::memory_order_relaxed);
 }
 
 wal_vfs_counters wal_vfs_stats() noexcept {

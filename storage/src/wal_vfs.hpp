@@ -29,4 +29,15 @@ struct wal_vfs_counters {
 };
 wal_vfs_counters wal_vfs_stats() noexcept;
 
+/// A fault for the next WAL read-ahead of the process (tests of its fallback).
+enum class readahead_fault_kind : int {
+  none = 0,
+  allocation = 1, ///< its copy cannot be allocated
+  short_read = 2, ///< its last read comes back short, as if the file had shrunk meanwhile
+};
+
+/// Makes the next read-ahead (in any thread) meet `kind`; the read-ahead takes it and then
+/// fails, so that the rebuild of the wal-index reads the WAL plainly. For tests only.
+void wal_vfs_fail_next_readahead(readahead_fault_kind kind) noexcept;
+
 } // namespace factum::detail

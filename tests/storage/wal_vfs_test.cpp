@@ -327,3 +327,52 @@ TEST_CASE("wal vfs: the wal-index rebuild at an open reads a kept WAL in a few l
     CHECK(u->last_seq() == commits);
   }
 }
+
+TEST_CASE("wal vfs: a wal-index rebuild whose read-ahead cannot be made (no memory, a short read) "
+          "reads the WAL plainly and finds every commit") {
+  test::temp_dir tmp;
+  REQUIRE(thread_read_syscalls() >= 0);
+  constexpr int commits = 40;
+  for (auto fault :
+       {detail::readahead_fault_kind::allocation, detail::readahead_fault_kind::short_read}) {
+    CAPTURE(static_cast<int>(fault));
+    std::string id = fault == detail::readahead_fault_kind::allocation ? "alloc" : "short";
+    auto o = opts_in(tmp.path());
+    o.wal_kept_on_close_kib = 8192; // the close keeps every frame: the next open rebuilds
+    std::string wal;
+    {
+      auto s = open_ok(o, id);
+      for (int i = 0; i < commits; ++i) {
+        REQUIRE(s->append(padded(i, 100)).is_ok());
+        REQUIRE(s->commit().is_ok());
+      }
+      wal = detail::with_suffix(s->path(), "-wal").string();
+    }
+    int64_t frames = (static_cast<int64_t>(fs::file_size(wal)) - 32) / (4096 + 24);
+    REQUIRE(frames >= commits);
+    detail::wal_vfs_fail_next_readahead(fault);
+    auto before = detail::wal_vfs_stats().wal_readaheads;
+    long reads0 = thread_read_syscalls();
+    auto s = open_ok(o, id);
+    long reads = thread_read_syscalls() - reads0;
+    // No read-ahead counted, and the frames read one by one (the plain path): at least one read
+    // per frame, where the read-ahead needs a few.
+    CHECK(detail::wal_vfs_stats().wal_readaheads == before);
+    CHECK(reads >= frames);
+    CHECK(s->last_seq() == commits);
+    auto v = s->verify();
+    REQUIRE(v.is_ok());
+    CHECK(v->ok);
+    fact_filter all;
+    all.limit = 1000;
+    auto facts = s->query(all);
+    REQUIRE(facts.is_ok());
+    REQUIRE(facts->size() == static_cast<size_t>(commits));
+    CHECK(nlohmann::json::parse(facts->back().data)["i"] == commits - 1);
+    s.reset();
+    // The fault was taken once: the next rebuild of the same WAL reads ahead again.
+    auto again = open_ok(o, id);
+    CHECK(detail::wal_vfs_stats().wal_readaheads == before + 1);
+    CHECK(again->last_seq() == commits);
+  }
+}
