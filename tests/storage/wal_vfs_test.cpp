@@ -74,6 +74,51 @@ long thread_read_syscalls() {
   return thread_io("syscr:");
 }
 
+/// WAL frames in a -wal file of `size` bytes (a 32-byte header, then 24 + 4096 bytes each).
+int64_t frames_in(int64_t size) {
+  return (size - 32) / (4096 + 24);
+}
+
+/// Options under which a close keeps every WAL frame, so that the next open rebuilds the
+/// wal-index from them.
+store_options kept_wal_opts(const fs::path& dir) {
+  auto o = opts_in(dir);
+  o.wal_kept_on_close_kib = 8192;
+  return o;
+}
+
+/// Makes entity `id` with `commits` one-fact commits (data padded by `pad` bytes), closes it
+/// and returns the size of the -wal it kept (at least one frame per commit).
+int64_t make_kept_wal(const store_options& o, const std::string& id, int commits, size_t pad) {
+  std::string wal;
+  {
+    auto s = open_ok(o, id);
+    for (int i = 0; i < commits; ++i) {
+      REQUIRE(s->append(padded(i, pad)).is_ok());
+      REQUIRE(s->commit().is_ok());
+    }
+    wal = detail::with_suffix(s->path(), "-wal").string();
+  }
+  auto size = static_cast<int64_t>(fs::file_size(wal));
+  REQUIRE(frames_in(size) >= commits); // the frames are there to be read
+  return size;
+}
+
+/// The reopened store holds every one of the `commits` facts, its chain verifies, and the last
+/// fact is the last commit's.
+void check_all_commits(entity_store& s, int commits) {
+  CHECK(s.last_seq() == commits);
+  auto v = s.verify();
+  REQUIRE(v.is_ok());
+  CHECK(v->ok);
+  fact_filter all;
+  all.limit = 10000;
+  auto facts = s.query(all);
+  REQUIRE(facts.is_ok());
+  REQUIRE(facts->size() == static_cast<size_t>(commits));
+  CHECK(nlohmann::json::parse(facts->back().data)["i"] == commits - 1);
+}
+
 } // namespace
 
 TEST_CASE("wal vfs: a commit of many WAL frames reaches the kernel in a few writes, not two per "
@@ -287,20 +332,9 @@ TEST_CASE("wal vfs: the wal-index rebuild at an open reads a kept WAL in a few l
   };
   for (auto [id, pad, commits] : {shape{"small", 100, 40}, shape{"big", 1500, 400}}) {
     CAPTURE(id);
-    auto o = opts_in(tmp.path());
-    o.wal_kept_on_close_kib = 8192; // the close keeps every frame: the next open rebuilds
-    std::string wal;
-    {
-      auto s = open_ok(o, id);
-      for (int i = 0; i < commits; ++i) {
-        REQUIRE(s->append(padded(i, pad)).is_ok());
-        REQUIRE(s->commit().is_ok());
-      }
-      wal = detail::with_suffix(s->path(), "-wal").string();
-    }
-    auto wal_size = static_cast<int64_t>(fs::file_size(wal));
-    int64_t frames = (wal_size - 32) / (4096 + 24);
-    REQUIRE(frames >= commits); // the frames are there to be read
+    auto o = kept_wal_opts(tmp.path());
+    auto wal_size = make_kept_wal(o, id, commits, pad);
+    int64_t frames = frames_in(wal_size);
     if (std::string_view(id) == "big")
       REQUIRE(wal_size > 512 * 1024);
     auto before = detail::wal_vfs_stats().wal_readaheads;
@@ -310,16 +344,7 @@ TEST_CASE("wal vfs: the wal-index rebuild at an open reads a kept WAL in a few l
     CHECK(detail::wal_vfs_stats().wal_readaheads == before + 1);
     if (std::string_view(id) == "small") // without the read-ahead: one per frame, and more
       CHECK(reads < frames / 2);
-    CHECK(s->last_seq() == commits);
-    auto v = s->verify();
-    REQUIRE(v.is_ok());
-    CHECK(v->ok);
-    fact_filter all;
-    all.limit = 10000;
-    auto facts = s->query(all);
-    REQUIRE(facts.is_ok());
-    REQUIRE(facts->size() == static_cast<size_t>(commits));
-    CHECK(nlohmann::json::parse(facts->back().data)["i"] == commits - 1);
+    check_all_commits(*s, commits);
     s.reset();
     // The same file through SQLite's own VFS (no read-ahead) reads the same.
     o.vfs = "unix";
@@ -337,19 +362,8 @@ TEST_CASE("wal vfs: a wal-index rebuild whose read-ahead cannot be made (no memo
        {detail::readahead_fault_kind::allocation, detail::readahead_fault_kind::short_read}) {
     CAPTURE(static_cast<int>(fault));
     std::string id = fault == detail::readahead_fault_kind::allocation ? "alloc" : "short";
-    auto o = opts_in(tmp.path());
-    o.wal_kept_on_close_kib = 8192; // the close keeps every frame: the next open rebuilds
-    std::string wal;
-    {
-      auto s = open_ok(o, id);
-      for (int i = 0; i < commits; ++i) {
-        REQUIRE(s->append(padded(i, 100)).is_ok());
-        REQUIRE(s->commit().is_ok());
-      }
-      wal = detail::with_suffix(s->path(), "-wal").string();
-    }
-    int64_t frames = (static_cast<int64_t>(fs::file_size(wal)) - 32) / (4096 + 24);
-    REQUIRE(frames >= commits);
+    auto o = kept_wal_opts(tmp.path());
+    int64_t frames = frames_in(make_kept_wal(o, id, commits, 100));
     detail::wal_vfs_fail_next_readahead(fault);
     auto before = detail::wal_vfs_stats().wal_readaheads;
     long reads0 = thread_read_syscalls();
@@ -359,16 +373,7 @@ TEST_CASE("wal vfs: a wal-index rebuild whose read-ahead cannot be made (no memo
     // per frame, where the read-ahead needs a few.
     CHECK(detail::wal_vfs_stats().wal_readaheads == before);
     CHECK(reads >= frames);
-    CHECK(s->last_seq() == commits);
-    auto v = s->verify();
-    REQUIRE(v.is_ok());
-    CHECK(v->ok);
-    fact_filter all;
-    all.limit = 1000;
-    auto facts = s->query(all);
-    REQUIRE(facts.is_ok());
-    REQUIRE(facts->size() == static_cast<size_t>(commits));
-    CHECK(nlohmann::json::parse(facts->back().data)["i"] == commits - 1);
+    check_all_commits(*s, commits);
     s.reset();
     // The fault was taken once: the next rebuild of the same WAL reads ahead again.
     auto again = open_ok(o, id);
