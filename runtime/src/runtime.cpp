@@ -486,7 +486,7 @@ size_t default_max_active() {
     auto n = static_cast<size_t>(rl.rlim_cur);
     if (n == RLIM_INFINITY || n > 1'000'000)
       n = 1'000'000;
-    // An open entity holds 4 descriptors: the database, -wal, -shm (SQLite's) and the -wal
+    // An open entity holds 4 descriptors: the database, -wal, -shm (its DMS lock) and the -wal
     // descriptor that deferred sync fdatasyncs. A quarter of the limit stays for sockets.
     return std::max<size_t>(16, (n - n / 4) / 4);
   }

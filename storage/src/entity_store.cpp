@@ -29,6 +29,7 @@
 #include "factum/storage/spare_pool.hpp"
 #include "factum/storage/utf8.hpp"
 #include "file_io.hpp"
+#include "ofd_file.hpp"
 #include "schema.hpp"
 #include "sqlite_global.hpp"
 #include "wal_vfs.hpp"
@@ -488,7 +489,7 @@ entity_store::~entity_store() {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     stmts_.reset();
     // A small -wal stays as it is (store_options::wal_kept_on_close_kib): no checkpoint, no
-    // sync. The -shm is emptied all the same by the last connection (ofd_file.cpp).
+    // sync. The -shm is kept too, empty as always (ofd_file.cpp: the wal-index is in memory).
     bool keep_wal = !opts_.read_only && opts_.wal_kept_on_close_kib > 0 &&
                     wal_bytes() <= int64_t{opts_.wal_kept_on_close_kib} * 1024;
     if (keep_wal) {
@@ -642,6 +643,70 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
   return s;
 }
 
+namespace {
+
+/// The first 32 bytes of a -wal file (its header: magic, page size, checkpoint sequence and
+/// salts, checksum), or fewer when it is shorter or missing.
+std::string wal_header(const fs::path& wal) {
+  std::string h(32, '\0');
+  int fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return {};
+  ssize_t n = ::pread(fd, h.data(), h.size(), 0);
+  ::close(fd);
+  h.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return h;
+}
+
+} // namespace
+
+status entity_store::copy_files(const fs::path& file, const fs::path& to) {
+  // The protocol (docs/storage-format.md section 2): under a read lock on the copy byte no
+  // checkpoint writes the database file, so one copy of it is one state. Commits append to
+  // the WAL meanwhile, and the copy's recovery stops at the first frame that is not whole
+  // (checksums), at a commit. A WAL restart (after a complete checkpoint: the database holds
+  // every page of the old generation) overwrites frames from the start: a copy that mixed the
+  // generations would replay an old prefix over newer pages, so the WAL header (whose salts a
+  // restart always changes) must be the same before and after the WAL's copy.
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return {errno == ENOENT ? errc::not_found : errc::io_error,
+            "cannot open " + file.string() + ": " + std::strerror(errno)};
+  struct flock fl {};
+  fl.l_type = F_RDLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = detail::ofd_copy_byte;
+  fl.l_len = 1;
+  int rc;
+  do {
+    rc = ::fcntl(fd, F_OFD_SETLKW, &fl); // waits only for a checkpoint in progress
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    int e = errno;
+    ::close(fd);
+    return {errc::io_error, "cannot lock " + file.string() + ": " + std::strerror(e)};
+  }
+  std::unique_ptr<int, void (*)(int*)> unlock(&fd, [](int* f) { ::close(*f); });
+  std::error_code ec;
+  fs::copy_file(file, to, fs::copy_options::overwrite_existing, ec);
+  if (ec)
+    return {errc::io_error, "cannot copy " + file.string() + ": " + ec.message()};
+  auto wal = detail::with_suffix(file, "-wal");
+  auto wal_to = detail::with_suffix(to, "-wal");
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    auto before = wal_header(wal);
+    fs::remove(wal_to, ec);
+    if (before.empty() && !fs::exists(wal, ec))
+      return status::ok(); // no WAL: the database file is the whole state
+    fs::copy_file(wal, wal_to, fs::copy_options::overwrite_existing, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      return {errc::io_error, "cannot copy " + wal.string() + ": " + ec.message()};
+    if (before == wal_header(wal) && before == wal_header(wal_to))
+      return status::ok();
+  }
+  return {errc::busy, "the WAL of " + file.string() + " restarted during every copy"};
+}
+
 result<std::unique_ptr<entity_store>> entity_store::open_file(const fs::path& file,
                                                               const store_options& opts) {
   std::error_code ec;
@@ -754,8 +819,8 @@ status entity_store::open_db() {
     sqlite3_wal_hook(db_, wal_hook, &wal_frames_);
   if (!opts_.read_only) {
     // Keep the -wal and -shm files across a close (the destructor keeps a small WAL as it is
-    // or checkpoints and truncates a larger one; ofd_file.cpp empties the -shm): a reopen then
-    // creates no inode.
+    // or checkpoints and truncates a larger one; the -shm is never written, ofd_file.cpp): a
+    // reopen then creates no inode.
     int keep = 1;
     sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &keep);
   }
@@ -853,7 +918,7 @@ status entity_store::migrate() {
       return {errc::corruption, path_.string() + " is not a database or is corrupt"};
     return fail(rc, what);
   };
-  // The reads of an open share one read transaction (one WAL read lock, one look at the -shm
+  // The reads of an open share one read transaction (one WAL read lock, one look at the wal-index
   // and the file) instead of taking one each. It ends before any write and on every return.
   // Not through the fault hook (tests count and fail the store's own statements), nor the
   // statement cache (a cached "BEGIN" would cost every open entity its memory for nothing).

@@ -1,35 +1,47 @@
 // ofd_file.cpp: main-database files with open-file-description locks (see ofd_file.hpp).
 //
-// The locking protocol is SQLite's own (os_unix.c, and https://sqlite.org/lockingv3.html,
-// https://sqlite.org/walformat.html section 2.3), on the same bytes:
+// The database file's locks are SQLite's own (os_unix.c, https://sqlite.org/lockingv3.html), on
+// the same bytes; the WAL's are not (https://sqlite.org/walformat.html section 2.3 has SQLite's):
 // - database file: PENDING byte 0x40000000, RESERVED the next one, SHARED the 510 after that.
 //   SHARED: a read lock on PENDING, then on the SHARED range, then PENDING released. RESERVED:
 //   a write lock on RESERVED. EXCLUSIVE: a write lock on PENDING (kept), then on the SHARED
 //   range. In WAL mode a connection holds SHARED while it is open; SQLite takes EXCLUSIVE at
 //   close to learn whether it is the last connection.
-// - -shm file: the eight WAL locks at bytes 120..127 (xShmLock's offsets), and the "DMS" byte
-//   128: every connection holds a read lock on it while it has the -shm mapped; the first one
-//   (a write lock is granted) truncates the file, so stale contents after a crash are never
-//   trusted and the wal-index is rebuilt from the WAL.
-// A connection that set SQLITE_FCNTL_PERSIST_WAL (an entity store's owner) keeps the -shm at its
-// last close, emptied, where SQLite would delete it: SQLite then keeps the -wal too (truncated
-// by journal_size_limit=0, or left with its frames when the close skips the checkpoint), so the
-// next open of the entity creates no file. "Last" is what SQLite itself checks before it
-// deletes: the closing connection got the database's EXCLUSIVE lock (every open connection
-// holds SHARED); a close without a checkpoint takes no such lock, and then "last" is a write
-// lock granted on the DMS byte (every connection with the -shm attached holds a read lock on
-// it). The next opener rebuilds the empty -shm from the WAL, as after a crash. With another
-// connection open the -shm is left whole. Emptying it also drops its dirty pages before
-// writeback would write them to the disk.
-// What differs from "unix": each connection has its own descriptors and its own locks (OFD
-// locks are owned by the open file description), so no process-wide table, no global mutex, and
-// no file descriptor kept open after a close. Each connection maps the -shm itself (MAP_SHARED
-// mappings of one file are coherent). Memory-mapped I/O of the database (xFetch) is not offered:
-// factum sets mmap_size=0.
+// - -shm file: only its "DMS" byte 128 is locked, and nothing is ever written to it. The
+//   wal-index SQLite would map from it lives in heap memory instead (below), so the -shm's
+//   DMS byte says which process has the index: the first connection of a process to a file
+//   write-locks it (kept while any connection of the process has the WAL open). A process
+//   using the "unix" VFS (a sqlite3 shell, an older factum) asks for a read lock on that byte
+//   to map the -shm: each refuses the other (SQLITE_BUSY), never share a WAL, and so never
+//   disagree on a wal-index.
+// - the copy byte (ofd_copy_byte, right after the SHARED range): every checkpoint of this VFS
+//   locks it for writing with the WAL's CKPT lock, before it writes the database file; a
+//   reader copying the file (entity_store::copy_files) holds it for reading, so the database
+//   file does not change under the copy (a checkpoint meanwhile gets SQLITE_BUSY and skips).
+//
+// The wal-index in heap memory: one per database file (device and inode) and process, shared
+// by every connection of the process that has the file's WAL open (an entity's owner and the
+// runtime's checkpointer), in a registry under a mutex. The WAL locks (xShmLock's eight) are an
+// in-memory table with the rules of os_unix.c's unixShmLock. A new index is zeroed, so SQLite
+// rebuilds it from the WAL (as after a crash). Against a mapped -shm this saves per activation
+// an mmap, a munmap, three ftruncates and some 40 fcntls (docs/performance.md, "Session 15").
+// Persistent WAL (SQLITE_FCNTL_PERSIST_WAL, an entity store's owner): the -shm file is kept,
+// empty, at the last close, where SQLite would delete it, so the next open creates no file.
+// A child of fork() forgets its parent's indexes (pthread_atfork; see forget_registry_in_child).
+//
+// What differs from "unix": each connection has its own descriptors and its own database
+// locks (OFD locks are owned by the open file description), so no process-wide table of open
+// files, no global mutex on open, and no file descriptor kept open after a close. Memory-mapped
+// I/O of the database (xFetch) is not offered: factum sets mmap_size=0.
+//
+// Threads: a sqlite3_file is used by one thread at a time (its connection's); a wal-index is
+// shared by the threads of its connections (its own mutex for the region table and the lock
+// table; SQLite itself orders its reads and writes of the index's contents with its locks and
+// xShmBarrier); the registry is any thread's (registry_mu).
 #include "ofd_file.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,8 +49,12 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <sqlite3.h>
@@ -55,19 +71,22 @@ constexpr off_t shm_base = 120;                        // first WAL lock byte in
 constexpr off_t shm_dms = shm_base + SQLITE_SHM_NLOCK; // 128
 constexpr off_t os_page = 4096;
 
-std::atomic<uint64_t> n_shm_kept{0};
-std::atomic<bool> populate_write{true}; // ofd_set_populate_write()
+constexpr off_t copy_byte = shared_first + shared_size; // see the file comment
+static_assert(copy_byte == ofd_copy_byte);
+constexpr int ckpt_lock = 1; // SQLite's WAL_CKPT_LOCK
 
 struct ofd_file {
   sqlite3_file base; // pMethods: set once open
   int fd = -1;
   int lock = SQLITE_LOCK_NONE;
   bool persist_wal = false;
+  bool read_only = false; // opened O_RDONLY
   bool psow = true;
-  const char* name = nullptr; // SQLite keeps it valid until xClose
-  int shm_fd = -1;
-  int region_size = 0;
-  std::vector<void*> regions;
+  const char* name = nullptr;     // SQLite keeps it valid until xClose
+  struct wal_index* wi = nullptr; // attached by xShmMap, detached by xShmUnmap or xClose
+  uint8_t shared_mask = 0;        // WAL locks this connection holds shared
+  uint8_t excl_mask = 0;          // and exclusively
+  bool copy_locked = false;       // the copy byte, taken with the CKPT lock by a checkpoint
 };
 
 ofd_file* of(sqlite3_file* p) {
@@ -95,18 +114,11 @@ int busy_or(int err, int ioerr) {
 
 // -- database file ------------------------------------------------------------------------------
 
-void unmap_shm(ofd_file* f) {
-  for (void* r : f->regions)
-    if (r != nullptr)
-      ::munmap(r, static_cast<size_t>(f->region_size));
-  f->regions.clear();
-}
+void detach_wal_index(ofd_file* f, bool unlink_shm);
 
 int x_close(sqlite3_file* p) {
   auto* f = of(p);
-  unmap_shm(f);
-  if (f->shm_fd >= 0)
-    ::close(f->shm_fd);
+  detach_wal_index(f, false);
   int rc = SQLITE_OK;
   if (f->fd >= 0 && ::close(f->fd) != 0 && errno != EINTR)
     rc = SQLITE_IOERR_CLOSE;
@@ -286,104 +298,194 @@ int x_device_characteristics(sqlite3_file* p) {
   return of(p)->psow ? SQLITE_IOCAP_POWERSAFE_OVERWRITE : 0;
 }
 
-// -- shared memory (the -shm file) --------------------------------------------------------------
+// -- the wal-index: heap memory shared by the connections of this process ---------------------
 
-int open_shm(ofd_file* f) {
-  std::string path = f->name;
-  path += "-shm";
+/// One per database file (device and inode) and process, shared by every connection of the
+/// process that has that file's WAL open (an entity's owner and its checkpointer).
+struct wal_index {
+  std::pair<dev_t, ino_t> id;
+  int attached = 0; ///< connections attached (registry_mu)
+  int shm_fd = -1;  ///< the -shm file, its DMS byte write-locked while this index exists
+  std::mutex mu;    ///< regions and the lock table
+  std::vector<std::unique_ptr<char[]>> regions;
+  int shared[SQLITE_SHM_NLOCK] = {}; ///< holders of each WAL lock in shared mode
+  bool excl[SQLITE_SHM_NLOCK] = {};  ///< each WAL lock held exclusively (by one connection)
+};
+
+struct id_hash {
+  size_t operator()(const std::pair<dev_t, ino_t>& k) const noexcept {
+    return std::hash<uint64_t>{}(static_cast<uint64_t>(k.second) * 0x9e3779b97f4a7c15ULL ^
+                                 static_cast<uint64_t>(k.first));
+  }
+};
+
+std::mutex registry_mu;
+std::unordered_map<std::pair<dev_t, ino_t>, wal_index*, id_hash> registry;
+
+/// A child of fork() must not find its parent's wal-indexes: they are copies that the parent
+/// goes on changing in its own memory. Forgotten (not freed: the parent's connections, which the
+/// child must not use either, still point at them); the child's own connections then ask for
+/// the DMS lock, which the parent's descriptors hold, and are refused while the parent has the
+/// file open.
+void forget_registry_in_child() {
+  new (&registry_mu) std::mutex;
+  new (&registry) std::unordered_map<std::pair<dev_t, ino_t>, wal_index*, id_hash>;
+}
+
+const bool atfork_set = [] {
+  ::pthread_atfork(nullptr, nullptr, forget_registry_in_child);
+  return true;
+}();
+
+/// Attaches f to its file's wal-index, making it (zeroed: SQLite then rebuilds it from the WAL)
+/// when this is the first connection of the process. SQLITE_BUSY when another process has the
+/// file's -shm attached (the DMS byte is not ours to lock).
+int attach_wal_index(ofd_file* f) {
   struct stat st {};
-  mode_t mode = ::fstat(f->fd, &st) == 0 ? (st.st_mode & 0777) : 0644;
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0)
-    return SQLITE_CANTOPEN;
-  // First to attach (nobody holds the DMS byte): the contents may be a crashed process's.
-  if (int e = set_lock(fd, F_WRLCK, shm_dms, 1); e == 0) {
-    if (::ftruncate(fd, 3) != 0) {
+  if (::fstat(f->fd, &st) != 0)
+    return SQLITE_IOERR_SHMOPEN;
+  std::lock_guard<std::mutex> g(registry_mu);
+  auto id = std::make_pair(st.st_dev, st.st_ino);
+  auto it = registry.find(id);
+  if (it == registry.end()) {
+    std::string path = f->name;
+    path += "-shm";
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 0777);
+    if (fd < 0)
+      return SQLITE_CANTOPEN;
+    if (int e = set_lock(fd, F_WRLCK, shm_dms, 1); e != 0) {
       ::close(fd);
-      return SQLITE_IOERR_SHMOPEN;
+      return busy_or(e, SQLITE_IOERR_LOCK);
     }
-  } else if (e != EAGAIN && e != EACCES) {
-    ::close(fd);
-    return SQLITE_IOERR_LOCK;
+    auto* wi = new (std::nothrow) wal_index;
+    if (wi == nullptr) {
+      ::close(fd);
+      return SQLITE_NOMEM;
+    }
+    wi->id = id;
+    wi->shm_fd = fd;
+    it = registry.emplace(id, wi).first;
   }
-  if (int e = set_lock(fd, F_RDLCK, shm_dms, 1); e != 0) { // a downgrade, or join the others
-    ::close(fd);
-    return busy_or(e, SQLITE_IOERR_LOCK);
-  }
-  f->shm_fd = fd;
+  f->wi = it->second;
+  ++f->wi->attached;
   return SQLITE_OK;
+}
+
+/// Releases f's WAL locks (and the copy byte with the CKPT lock) and detaches it; the last
+/// connection of the process frees the index and unlocks the -shm's DMS byte.
+void detach_wal_index(ofd_file* f, bool unlink_shm = false) {
+  auto* wi = f->wi;
+  if (wi == nullptr)
+    return;
+  {
+    std::lock_guard<std::mutex> g(wi->mu);
+    for (int i = 0; i < SQLITE_SHM_NLOCK; ++i) {
+      if ((f->excl_mask >> i) & 1)
+        wi->excl[i] = false;
+      if ((f->shared_mask >> i) & 1)
+        --wi->shared[i];
+    }
+  }
+  if (f->copy_locked)
+    set_lock(f->fd, F_UNLCK, copy_byte, 1);
+  f->copy_locked = false;
+  f->excl_mask = f->shared_mask = 0;
+  f->wi = nullptr;
+  std::lock_guard<std::mutex> g(registry_mu);
+  if (--wi->attached == 0) {
+    registry.erase(wi->id);
+    if (unlink_shm) {
+      std::string path = f->name;
+      path += "-shm";
+      ::unlink(path.c_str());
+    }
+    ::close(wi->shm_fd); // unlocks the DMS byte
+    delete wi;
+  }
 }
 
 int x_shm_map(sqlite3_file* p, int region, int size, int extend, void volatile** out) {
   auto* f = of(p);
   *out = nullptr;
-  if (f->shm_fd < 0)
-    if (int rc = open_shm(f); rc != SQLITE_OK)
+  if (f->wi == nullptr)
+    if (int rc = attach_wal_index(f); rc != SQLITE_OK)
       return rc;
-  if (f->region_size == 0)
-    f->region_size = size;
+  auto* wi = f->wi;
+  std::lock_guard<std::mutex> g(wi->mu);
   auto idx = static_cast<size_t>(region);
-  if (idx < f->regions.size() && f->regions[idx] != nullptr) {
-    *out = f->regions[idx];
-    return SQLITE_OK;
-  }
-  off_t need = static_cast<off_t>(region + 1) * size;
-  struct stat st {};
-  if (::fstat(f->shm_fd, &st) != 0)
-    return SQLITE_IOERR_SHMSIZE;
-  off_t had = st.st_size;
-  if (had < need) {
+  if (idx >= wi->regions.size() || !wi->regions[idx]) {
     if (!extend)
-      return SQLITE_OK;
-    if (::ftruncate(f->shm_fd, need) != 0)
-      return SQLITE_IOERR_SHMSIZE;
+      return SQLITE_OK; // not there yet: *out stays null, as SQLite expects
+    if (wi->regions.size() <= idx)
+      wi->regions.resize(idx + 1);
+    // Zeroed (value-initialised), and aligned for SQLite's 32-bit atomic accesses.
+    wi->regions[idx].reset(new (std::nothrow) char[static_cast<size_t>(size)]());
+    if (!wi->regions[idx])
+      return SQLITE_NOMEM;
   }
-  void* m = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED,
-                   f->shm_fd, static_cast<off_t>(region) * size);
-  if (m == MAP_FAILED)
-    return SQLITE_IOERR_SHMMAP;
-  if (had < need) {
-    // The new pages are faulted in writable at once (SQLite clears the whole region next): one
-    // call instead of a page fault per page, and the file system reserves their blocks here,
-    // so a full disk is an error now rather than a SIGBUS on a later access to the mapping.
-    // Kernels before 5.14 lack MADV_POPULATE_WRITE: one byte written at the end of each new
-    // page does the reserving there. (Not fallocate: it allocates the blocks at once, and the
-    // truncation at the last close must free them again; reopens measured ~40% slower with it.
-    // Delayed-allocation pages are dropped by that truncation before they reach the disk.)
-    int prc = populate_write.load(std::memory_order_relaxed)
-                ? ::madvise(m, static_cast<size_t>(size), MADV_POPULATE_WRITE)
-                : (errno = EINVAL, -1);
-    if (prc != 0) {
-      // EFAULT: a page could not be given a block (the file was just extended, so the mapping
-      // is not past its end): the file system is full, as ENOSPC or EDQUOT from the pwrite.
-      bool full = errno == EFAULT;
-      bool ok = errno == EINVAL;
-      for (off_t pg = had / os_page; ok && pg < need / os_page; ++pg) {
-        ok = ::pwrite(f->shm_fd, "", 1, pg * os_page + os_page - 1) == 1;
-        full = !ok && (errno == ENOSPC || errno == EDQUOT);
-      }
-      if (!ok) {
-        ::munmap(m, static_cast<size_t>(size));
-        return full ? SQLITE_FULL : SQLITE_IOERR_SHMSIZE;
-      }
-    }
-  }
-  if (f->regions.size() <= idx)
-    f->regions.resize(idx + 1, nullptr);
-  f->regions[idx] = m;
-  *out = m;
+  *out = wi->regions[idx].get();
   return SQLITE_OK;
 }
 
+/// SQLite's WAL locks, in memory (the rules of os_unix.c's unixShmLock): a shared lock is
+/// granted unless another connection holds it exclusively; an exclusive one unless another
+/// connection holds it in any mode. Never waits: SQLITE_BUSY, and SQLite retries or gives up.
+/// The CKPT lock taken exclusively (every checkpoint, the one at a close included, asks for it
+/// before it writes the database file) also takes the copy byte of the database file for
+/// writing, and is refused while a reader copies the file (holds that byte for reading).
 int x_shm_lock(sqlite3_file* p, int offset, int n, int flags) {
   auto* f = of(p);
-  if (f->shm_fd < 0)
+  auto* wi = f->wi;
+  if (wi == nullptr || offset < 0 || n < 1 || offset + n > SQLITE_SHM_NLOCK)
     return SQLITE_IOERR_SHMLOCK;
-  short type = (flags & SQLITE_SHM_UNLOCK) != 0   ? F_UNLCK
-               : (flags & SQLITE_SHM_SHARED) != 0 ? F_RDLCK
-                                                  : F_WRLCK;
-  if (int e = set_lock(f->shm_fd, type, shm_base + offset, n); e != 0)
-    return type == F_UNLCK ? SQLITE_IOERR_SHMLOCK : busy_or(e, SQLITE_IOERR_SHMLOCK);
+  auto mask = static_cast<uint8_t>(((1u << n) - 1) << offset);
+  if ((flags & SQLITE_SHM_UNLOCK) != 0) {
+    bool copy_held = (f->excl_mask & mask & (1u << ckpt_lock)) != 0 && f->copy_locked;
+    {
+      std::lock_guard<std::mutex> g(wi->mu);
+      for (int i = offset; i < offset + n; ++i) {
+        if ((f->excl_mask >> i) & 1)
+          wi->excl[i] = false;
+        if ((f->shared_mask >> i) & 1)
+          --wi->shared[i];
+      }
+    }
+    f->excl_mask &= static_cast<uint8_t>(~mask);
+    f->shared_mask &= static_cast<uint8_t>(~mask);
+    if (copy_held) {
+      f->copy_locked = false;
+      if (set_lock(f->fd, F_UNLCK, copy_byte, 1) != 0)
+        return SQLITE_IOERR_SHMLOCK;
+    }
+    return SQLITE_OK;
+  }
+  if ((flags & SQLITE_SHM_SHARED) != 0) { // n is 1 (SQLite's contract)
+    if ((f->shared_mask & mask) != 0)
+      return SQLITE_OK;
+    std::lock_guard<std::mutex> g(wi->mu);
+    if (wi->excl[offset])
+      return SQLITE_BUSY;
+    ++wi->shared[offset];
+    f->shared_mask |= mask;
+    return SQLITE_OK;
+  }
+  std::lock_guard<std::mutex> g(wi->mu);
+  for (int i = offset; i < offset + n; ++i)
+    if (((f->excl_mask >> i) & 1) == 0 &&
+        (wi->excl[i] || wi->shared[i] > ((f->shared_mask >> i) & 1)))
+      return SQLITE_BUSY;
+  // Only a checkpoint asks for the CKPT lock alone (the rebuild of the index takes it with the
+  // locks after it); a read-only connection never checkpoints, and could not lock for writing.
+  bool new_ckpt =
+    offset == ckpt_lock && n == 1 && !f->read_only && (f->excl_mask & (1u << ckpt_lock)) == 0;
+  if (new_ckpt) {
+    if (int e = set_lock(f->fd, F_WRLCK, copy_byte, 1); e != 0)
+      return busy_or(e, SQLITE_IOERR_SHMLOCK); // a reader is copying the file
+    f->copy_locked = true;
+  }
+  for (int i = offset; i < offset + n; ++i)
+    wi->excl[i] = true;
+  f->excl_mask |= mask;
   return SQLITE_OK;
 }
 
@@ -392,28 +494,12 @@ void x_shm_barrier(sqlite3_file*) {
 }
 
 int x_shm_unmap(sqlite3_file* p, int del) {
+  // SQLite asks for the deletion only while it holds the database's EXCLUSIVE lock, and never
+  // for a persistent WAL (an entity store's owner sets SQLITE_FCNTL_PERSIST_WAL): an entity's
+  // -shm stays, empty, and spares the next open a file creation. Deleted by the last
+  // connection of this process (the DMS lock says no other process has one).
   auto* f = of(p);
-  unmap_shm(f);
-  if (f->shm_fd >= 0) {
-    // SQLite asks for deletion only while it holds the database's EXCLUSIVE lock (no other
-    // connection anywhere has it open). A persistent WAL's connection never asks: under the
-    // same lock, or when its close skipped the checkpoint (and that lock), under the DMS byte
-    // held exclusively (no other connection anywhere has the -shm attached), the -shm is
-    // emptied and kept instead (see the file comment). The next opener rebuilds it from the
-    // WAL.
-    if (del != 0) {
-      std::string path = f->name;
-      path += "-shm";
-      ::unlink(path.c_str());
-    } else if (f->persist_wal &&
-               (f->lock == SQLITE_LOCK_EXCLUSIVE ||
-                set_lock(f->shm_fd, F_WRLCK, shm_dms, 1) == 0) &&
-               ::ftruncate(f->shm_fd, 0) == 0) {
-      n_shm_kept.fetch_add(1, std::memory_order_relaxed);
-    }
-    ::close(f->shm_fd); // releases this connection's -shm locks, DMS included
-    f->shm_fd = -1;
-  }
+  detach_wal_index(f, del != 0 && !f->persist_wal);
   return SQLITE_OK;
 }
 
@@ -454,14 +540,6 @@ std::size_t ofd_file_size() noexcept {
   return sizeof(ofd_file);
 }
 
-void ofd_set_populate_write(bool on) noexcept {
-  populate_write.store(on, std::memory_order_relaxed);
-}
-
-uint64_t ofd_shm_kept() noexcept {
-  return n_shm_kept.load(std::memory_order_relaxed);
-}
-
 int ofd_open(const char* name, sqlite3_file* out, int flags, int* out_flags) {
   auto* f = new (out) ofd_file{};
   f->base.pMethods = nullptr;
@@ -486,6 +564,7 @@ int ofd_open(const char* name, sqlite3_file* out, int flags, int* out_flags) {
     return SQLITE_CANTOPEN;
   }
   f->fd = fd;
+  f->read_only = read_only;
   f->name = name;
   f->psow = sqlite3_uri_boolean(name, "psow", 1) != 0;
   if (out_flags != nullptr)

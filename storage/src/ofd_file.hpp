@@ -8,9 +8,12 @@
 // (F_OFD_SETLK) belongs to the open file description, so every connection locks on its own and
 // nothing is shared between connections: no list, no global mutex. The byte ranges are SQLite's
 // (docs/storage-format.md section 2), and on Linux OFD locks and POSIX locks conflict with each
-// other, so other processes using the "unix" VFS (factum inspect, sqlite3) interoperate.
+// other, so other processes using the "unix" VFS (sqlite3) interoperate on the database file.
+// The WAL's index is kept in heap memory, one per file and process, not in a mapped -shm
+// (ofd_file.cpp says how, and why another process cannot share a WAL the process has open).
 //
-// Threads: one sqlite3_file per connection, used by one thread at a time; nothing is shared.
+// Threads: one sqlite3_file per connection, used by one thread at a time; a file's wal-index is
+// shared by the process's connections to it (ofd_file.cpp).
 #pragma once
 
 #include <cstddef>
@@ -27,11 +30,8 @@ std::size_t ofd_file_size() noexcept;
 /// only when the file is open).
 int ofd_open(const char* name, sqlite3_file* out, int flags, int* out_flags);
 
-/// -shm files emptied and kept at a last close since the process started (tests read it).
-uint64_t ofd_shm_kept() noexcept;
-
-/// Tests: false makes x_shm_map take the path of kernels without MADV_POPULATE_WRITE (before
-/// 5.14): one byte written at the end of each new -shm page. Default true.
-void ofd_set_populate_write(bool on) noexcept;
+/// The byte of a database file that a reader copying it (entity_store::copy_files) locks for
+/// reading and every checkpoint of factum's VFS locks for writing (ofd_file.cpp, file comment).
+inline constexpr long long ofd_copy_byte = 0x40000200;
 
 } // namespace factum::detail

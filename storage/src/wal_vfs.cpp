@@ -45,8 +45,8 @@
 // unix VFS's lstat of every component (x_full_pathname below says why that is safe).
 //
 // Main database files are not opened through the base VFS but by ofd_file.cpp (open-file-
-// description locks, no process-wide table; it also keeps a persistent WAL's -shm); -wal files
-// and everything else are.
+// description locks, no process-wide table, the wal-index in heap memory); -wal files and
+// everything else are.
 //
 // Threads: a sqlite3_file belongs to one connection, used by one thread at a time; the buffer
 // it holds during a commit is that file's. The database file and its WAL are the same
@@ -479,8 +479,8 @@ void wal_vfs_fail_next_readahead(readahead_fault_kind kind) noexcept {
 }
 
 wal_vfs_counters wal_vfs_stats() noexcept {
-  return {n_wal_flushes.load(), n_passthrough.load(), n_wal_syncs.load(),
-          n_db_syncs.load(),    ofd_shm_kept(),       n_wal_readaheads.load()};
+  return {n_wal_flushes.load(), n_passthrough.load(), n_wal_syncs.load(), n_db_syncs.load(),
+          n_wal_readaheads.load()};
 }
 
 } // namespace factum::detail

@@ -24,7 +24,6 @@ struct wal_vfs_counters {
   uint64_t passthrough = 0;    ///< writes passed on unbuffered (out of sequence)
   uint64_t wal_syncs = 0;      ///< xSync calls SQLite made on -wal files
   uint64_t db_syncs = 0;       ///< xSync calls SQLite made on other files (main databases)
-  uint64_t shm_kept = 0;       ///< -shm files emptied and kept at a last close (not deleted)
   uint64_t wal_readaheads = 0; ///< wal-index rebuilds whose WAL was read in one call
 };
 wal_vfs_counters wal_vfs_stats() noexcept;

@@ -418,10 +418,10 @@ TEST_CASE("read-only: inspecting closed files changes no byte, no mtime, and add
     ::unsetenv("TMPDIR");
 }
 
-TEST_CASE("read-only: a file a server holds open is read in place and sees its commits") {
+TEST_CASE("read-only: a file a server holds open is read through a copy that has its commits") {
   fixture f;
   entity_key k{"acme", "ledger", "a1"};
-  auto writer = open_store(f.tmp.path(), k); // like a running server: -wal and -shm exist
+  auto writer = open_store(f.tmp.path(), k); // like a running server
   REQUIRE(writer->append(draft("outcome", "late", t0 + 20'000, "", "", "")).is_ok());
   REQUIRE(writer->commit().is_ok());
   REQUIRE(writer->append(draft("outcome", "uncommitted", t0 + 21'000, "", "", "")).is_ok());

@@ -175,8 +175,10 @@ TEST_CASE("live: facts and verify read an entity that another process keeps comm
       d.data = {{"i", i}, {"pad", std::string(300, 'x')}};
       if (!(*s)->append(d).is_ok() || !(*s)->commit().is_ok())
         _exit(12);
-      if (i % 8 == 7 && !(*s)->checkpoint().is_ok())
-        _exit(13);
+      // BUSY: a reader was copying the file (a checkpoint waits for that: it is skipped).
+      if (i % 8 == 7)
+        if (auto st = (*s)->checkpoint(); !st.is_ok() && st.code() != errc::busy)
+          _exit(13);
     }
   }
   ::close(credit[0]);

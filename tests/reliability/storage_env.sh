@@ -91,7 +91,7 @@ metric() { curl -s "$base/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 
 # -- 1. the disk fills up --
 start
-# An entity that hibernates before the disk fills: activating it later needs a new -shm.
+# An entity that hibernates before the disk fills: activated again on the full disk below.
 post sleeper s1
 [ "$code" = 200 ] || fail "sleeper answered $code: $body"
 # (2 s: long enough that "other" below stays open across section 2's few requests.)
@@ -120,8 +120,8 @@ echo "storage_env: disk full after ${#acked[@]} appends: $code $(echo "$body" | 
 # The refused key is still refused while the disk is full (released, not stored).
 post fill "$refused"
 [ "$code" = 503 ] || fail "retry on a full disk answered $code: $body"
-# The last free blocks taken too: the sleeper's activation cannot extend its -shm. An error
-# (503), not a SIGBUS on the mapping: the VFS reserves the -shm's blocks when it maps them.
+# The last free blocks taken too: the sleeper's activation and its append find no block. An
+# error (503) and a server that goes on, not a crash.
 dd if=/dev/zero of="$mnt/filler" bs=4k 2> /dev/null || true
 post sleeper s2
 [ "$code" = 503 ] || fail "activation on a full disk answered $code: $body"

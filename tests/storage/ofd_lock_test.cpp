@@ -60,6 +60,15 @@ sqlite3* open_unix_in_child(const fs::path& path, int busy_ms) {
   return c;
 }
 
+/// In a forked child: a connection through `vfs`, or the child exits with 2.
+sqlite3* open_db_in_child(const fs::path& path, const char* vfs) {
+  sqlite3* c = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &c, SQLITE_OPEN_READWRITE, vfs) != SQLITE_OK)
+    _exit(2);
+  sqlite3_busy_timeout(c, 0);
+  return c;
+}
+
 /// Waits for the forked child and checks that it exited with status 0.
 void expect_child_ok(pid_t pid) {
   int status = 0;
@@ -139,11 +148,12 @@ TEST_CASE("ofd locks: two connections of one process exclude each other's writes
   sqlite3_close(b);
 }
 
-TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock against each other, and "
-          "their interleaved writes all land") {
+TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock a rollback-journal database "
+          "against each other, and their interleaved writes all land") {
+  // (A WAL database is not shared that way: the next test.)
   factum::test::temp_dir tmp;
   const char* vfs = factum::entity_store::default_vfs();
-  auto path = make_db(tmp.path(), "shared.db", "WAL");
+  auto path = make_db(tmp.path(), "shared.db", "DELETE");
 
   // The other process holds the write lock: factum's connection is refused, then gets it.
   {
@@ -212,27 +222,103 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock against e
   sqlite3_close(p);
 }
 
-TEST_CASE("ofd shm: a new -shm region is reserved and shared by every connection, with "
-          "MADV_POPULATE_WRITE and with the one-byte-per-page fallback of older kernels") {
+TEST_CASE("ofd shm: while a process of factum has a WAL database open, another process's unix VFS "
+          "is refused (the wal-index is in factum's memory), and the other way round") {
   factum::test::temp_dir tmp;
-  for (bool populate : {true, false}) {
-    CAPTURE(populate);
-    factum::detail::ofd_set_populate_write(populate);
-    auto path = make_db(tmp.path(), populate ? "pop.db" : "fallback.db", "wal");
-    sqlite3* a = open_db(path, factum::entity_store::default_vfs());
-    sqlite3* b = open_db(path, factum::entity_store::default_vfs());
-    REQUIRE(exec(a, "BEGIN") == SQLITE_OK);
-    for (int i = 0; i < 300; ++i)
-      REQUIRE(exec(a, "INSERT INTO t VALUES(randomblob(100))") == SQLITE_OK);
-    REQUIRE(exec(a, "COMMIT") == SQLITE_OK);
-    CHECK(count(b) == 300); // b found the frames through the wal-index a wrote
-    auto shm = path;
-    shm += "-shm";
-    CHECK(fs::file_size(shm) == 32768); // one region, 8 pages, whole
-    REQUIRE(exec(b, "INSERT INTO t VALUES(1)") == SQLITE_OK);
-    CHECK(count(a) == 301);
-    sqlite3_close(a);
-    sqlite3_close(b);
+  const char* vfs = factum::entity_store::default_vfs();
+  auto path = make_db(tmp.path(), "wal.db", "WAL");
+  {
+    sqlite3* p = open_db(path, vfs);
+    REQUIRE(exec(p, "INSERT INTO t VALUES (1)") == SQLITE_OK); // attached: DMS byte held
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      sqlite3* c = open_unix_in_child(path, 0);
+      int rc = exec(c, "SELECT count(*) FROM t") & 0xff;
+      _exit(rc == SQLITE_BUSY || rc == SQLITE_PROTOCOL ? 0 : 3);
+    }
+    expect_child_ok(pid);
+    CHECK(count(p) == 1); // and factum's connection goes on
+    sqlite3_close(p);
   }
-  factum::detail::ofd_set_populate_write(true);
+  // Closed: the other process reads and writes it, and while it holds it open (with its -shm
+  // mapped), factum's connection is the one refused.
+  channel ch;
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    sqlite3* c = open_unix_in_child(path, 0);
+    if (exec(c, "INSERT INTO t VALUES (2)") != SQLITE_OK)
+      _exit(2);
+    channel::put(ch.to_parent[1]);
+    channel::get(ch.to_child[0]);
+    sqlite3_close(c);
+    _exit(0);
+  }
+  REQUIRE(channel::get(ch.to_parent[0]));
+  sqlite3* p = open_db(path, vfs);
+  int rc = exec(p, "SELECT count(*) FROM t") & 0xff;
+  CHECK((rc == SQLITE_BUSY || rc == SQLITE_PROTOCOL));
+  sqlite3_close(p);
+  channel::put(ch.to_child[1]);
+  expect_child_ok(pid);
+  p = open_db(path, vfs);
+  CHECK(count(p) == 2);
+  sqlite3_close(p);
+}
+
+TEST_CASE("ofd shm: the connections of one process share one wal-index in memory, and the -shm "
+          "file is never written") {
+  factum::test::temp_dir tmp;
+  auto path = make_db(tmp.path(), "shared.db", "wal");
+  sqlite3* a = open_db(path, factum::entity_store::default_vfs());
+  sqlite3* b = open_db(path, factum::entity_store::default_vfs());
+  REQUIRE(exec(a, "BEGIN") == SQLITE_OK);
+  for (int i = 0; i < 300; ++i)
+    REQUIRE(exec(a, "INSERT INTO t VALUES(randomblob(100))") == SQLITE_OK);
+  REQUIRE(exec(a, "COMMIT") == SQLITE_OK);
+  CHECK(count(b) == 300); // b found the frames through the wal-index a wrote
+  auto shm = path;
+  shm += "-shm";
+  CHECK(fs::file_size(shm) == 0);
+  REQUIRE(exec(b, "INSERT INTO t VALUES(1)") == SQLITE_OK);
+  CHECK(count(a) == 301);
+  sqlite3_close(a);
+  CHECK(count(b) == 301); // the index outlives a's close
+  sqlite3_close(b);
+}
+
+TEST_CASE("ofd shm: a forked child does not inherit its parent's wal-index: it is refused while "
+          "the parent has the file open, and reads it once the parent closed it") {
+  factum::test::temp_dir tmp;
+  const char* vfs = factum::entity_store::default_vfs();
+  auto path = make_db(tmp.path(), "forked.db", "WAL");
+  sqlite3* p = open_db(path, vfs);
+  REQUIRE(exec(p, "INSERT INTO t VALUES (1)") == SQLITE_OK); // attached: the index is made
+  channel ch;
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    sqlite3* c = open_db_in_child(path, vfs);
+    int rc = exec(c, "SELECT count(*) FROM t") & 0xff;
+    if (rc != SQLITE_BUSY && rc != SQLITE_PROTOCOL)
+      _exit(3); // a copy of the parent's index would have let it in
+    sqlite3_close(c);
+    channel::put(ch.to_parent[1]);
+    channel::get(ch.to_child[0]);
+    c = open_db_in_child(path, vfs);
+    sqlite3_stmt* st = nullptr;
+    bool ok = sqlite3_prepare_v2(c, "SELECT count(*) FROM t", -1, &st, nullptr) == SQLITE_OK &&
+              sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) == 2;
+    sqlite3_finalize(st);
+    sqlite3_close(c);
+    _exit(ok ? 0 : 4);
+  }
+  ::close(ch.to_parent[1]); // a child that died gives end of file, not a wait forever
+  ::close(ch.to_child[0]);
+  REQUIRE(channel::get(ch.to_parent[0]));
+  REQUIRE(exec(p, "INSERT INTO t VALUES (2)") == SQLITE_OK);
+  sqlite3_close(p);
+  channel::put(ch.to_child[1]);
+  expect_child_ok(pid);
 }

@@ -2,9 +2,12 @@
 // entity_reader.hpp). Used by the one thread that runs a subcommand.
 #include "entity_reader.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <system_error>
 
 namespace fs = std::filesystem;
@@ -43,7 +46,6 @@ file_state stat_entity_file(const fs::path& db) {
     s.wal_size = static_cast<uint64_t>(st.st_size);
     s.wal_mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
   }
-  s.shm = ::stat(with_suffix(db, "-shm").c_str(), &st) == 0 && st.st_size > 0;
   return s;
 }
 
@@ -86,32 +88,53 @@ uint64_t entity_reader::file_bytes() const {
   return s.size + s.wal_size;
 }
 
+namespace {
+
+uint32_t be32(const unsigned char* b) {
+  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
+}
+
+/// Reads up to n bytes of `path` at `off`; fewer when it is shorter or missing.
+std::string read_at(const fs::path& path, size_t n, off_t off) {
+  std::string b(n, '\0');
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return {};
+  ssize_t got = ::pread(fd, b.data(), n, off);
+  ::close(fd);
+  b.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  return b;
+}
+
+/// Where the frame after the last one of the WAL's current generation starts in `wal` (a
+/// frame whose salts are its header's), or -1 without a valid header. A commit adds its first
+/// frame there, with those salts, even when a restart left older frames further on.
+int64_t next_frame_offset(const fs::path& wal) {
+  auto h = read_at(wal, 32, 0);
+  if (h.size() < 32)
+    return -1;
+  auto* hb = reinterpret_cast<const unsigned char*>(h.data());
+  uint32_t page = be32(hb + 8);
+  if (page < 512 || page > 65536 || (page & (page - 1)) != 0)
+    return -1;
+  int fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  int64_t off = 32;
+  unsigned char fh[24];
+  while (::pread(fd, fh, sizeof fh, off) == static_cast<ssize_t>(sizeof fh) &&
+         std::memcmp(fh + 8, hb + 16, 8) == 0)
+    off += 24 + page;
+  ::close(fd);
+  return off;
+}
+
+} // namespace
+
 status entity_reader::open_now() {
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    auto before = stat_entity_file(file_);
-    if (!before.db)
-      return {errc::not_found, "no such file: " + file_.string()};
-    if (before.wal && before.shm)
-      return open_in_place();
-    auto st = open_copy(before);
-    if (st.code() != errc::busy) // busy: the file changed while it was copied
-      return st;
-  }
-  return open_in_place(); // it keeps changing: a server is writing, so -wal/-shm are its own
-}
-
-status entity_reader::open_in_place() {
-  store_.reset();
-  auto r = entity_store::open_file(file_, read_only_options());
-  if (!r)
-    return r.error();
-  store_ = std::move(r.value());
-  in_place_ = true;
-  state_ = stat_entity_file(file_);
-  return status::ok();
-}
-
-status entity_reader::open_copy(const file_state& before) {
+  auto before = stat_entity_file(file_);
+  if (!before.db)
+    return {errc::not_found, "no such file: " + file_.string()};
   std::error_code ec;
   store_.reset();
   if (snap_dir_.empty()) {
@@ -123,40 +146,42 @@ status entity_reader::open_copy(const file_state& before) {
   auto copy = snap_dir_ / file_.filename();
   for (const char* s : {"", "-wal", "-shm", "-journal"})
     fs::remove(with_suffix(copy, s), ec);
-  fs::copy_file(file_, copy, fs::copy_options::overwrite_existing, ec);
-  if (ec)
-    return {errc::io_error, "cannot read " + file_.string() + ": " + ec.message()};
-  if (before.wal) {
-    fs::copy_file(with_suffix(file_, "-wal"), with_suffix(copy, "-wal"),
-                  fs::copy_options::overwrite_existing, ec);
-    if (ec)
-      return {errc::io_error, "cannot read " + file_.string() + "-wal: " + ec.message()};
-  }
-  auto after = stat_entity_file(file_);
-  if (!(after == before))
-    return {errc::busy, "changed while copied"};
-  auto r = entity_store::open_file(copy, read_only_options());
-  if (!r) {
-    // Report the real file, not the copy.
-    auto msg = r.error().message();
+  // Report the real file, not the copy.
+  auto real_name = [&](const status& st) {
+    auto msg = st.message();
     for (size_t at = 0; (at = msg.find(copy.string(), at)) != std::string::npos;
          at += file_.string().size())
       msg.replace(at, copy.string().size(), file_.string());
-    return {r.error().code(), msg};
-  }
+    return status{st.code(), msg};
+  };
+  if (auto st = entity_store::copy_files(file_, copy); !st)
+    return real_name(st);
+  auto r = entity_store::open_file(copy, read_only_options());
+  if (!r)
+    return real_name(r.error());
   store_ = std::move(r.value());
-  in_place_ = false;
   state_ = before;
+  wal_header_ = read_at(with_suffix(copy, "-wal"), 32, 0);
+  next_frame_ = next_frame_offset(with_suffix(copy, "-wal"));
   return status::ok();
 }
 
+bool entity_reader::changed() const {
+  if (!(stat_entity_file(file_) == state_))
+    return true;
+  auto wal = with_suffix(file_, "-wal");
+  auto h = read_at(wal, 32, 0);
+  if (h != wal_header_)
+    return true; // a restart, or a WAL that appeared or went
+  if (next_frame_ < 0)
+    return false;
+  // Same generation: a commit since the copy wrote its first frame where the copy's ended.
+  auto fh = read_at(wal, 24, static_cast<off_t>(next_frame_));
+  return fh.size() == 24 && h.size() == 32 && std::memcmp(fh.data() + 8, h.data() + 16, 8) == 0;
+}
+
 status entity_reader::refresh() {
-  if (in_place_)
-    return status::ok();
-  auto now = stat_entity_file(file_);
-  if (now == state_)
-    return status::ok();
-  return open_now();
+  return changed() ? open_now() : status::ok();
 }
 
 } // namespace factum::tools

@@ -1,14 +1,11 @@
 // entity_reader.hpp (private to factum_inspect): opens one entity file for reading without
 // changing anything on disk. Used by the one thread that runs a subcommand.
 //
-// SQLite's mode=ro still creates the -wal and -shm files of a WAL database when they are absent
-// (and cannot remove them on close), so reading a closed entity file in place would leave two
-// new files beside it, and would rebuild an existing -shm. The reader therefore opens the file
-// in place only when a -wal and a non-empty -shm exist (a server has it open, or crashed with it
-// open; a closed entity keeps both emptied, see docs/storage-format.md); otherwise it copies
-// the database (and its -wal) into a private temporary directory and opens the copy.
-// The copy is taken only when the file did not change while it was copied (size, mtime, inode,
-// and still no live -wal/-shm), else it is retried, then the file is opened in place.
+// Every file is read through a private copy: entity_store::copy_files copies the database and
+// its -wal into a temporary directory as one committed state, also while a server writes the
+// file (docs/storage-format.md section 2), and the copy is opened read-only. Nothing beside the
+// real file is created or changed (SQLite's mode=ro would create a missing -wal and -shm, and a
+// server's process keeps its wal-index to itself).
 #pragma once
 
 #include <cstdint>
@@ -30,11 +27,10 @@ struct file_state {
   bool wal = false;
   uint64_t wal_size = 0;
   int64_t wal_mtime_ns = 0;
-  bool shm = false; ///< a -shm file with content (one emptied at a last close counts as none)
   friend bool operator==(const file_state&, const file_state&) = default;
 };
 
-/// Stats `db`, `db`-wal and `db`-shm.
+/// Stats `db` and `db`-wal.
 file_state stat_entity_file(const std::filesystem::path& db);
 
 /// A read-only view of one entity file (in place or through a private copy).
@@ -54,26 +50,26 @@ class entity_reader {
   const entity_key& key() const { return store_->key(); }
   /// The real entity file (not the copy).
   const std::filesystem::path& path() const noexcept { return file_; }
-  /// True when reading a private copy.
-  bool snapshot() const noexcept { return !snap_dir_.empty() && !in_place_; }
+  /// True when reading a private copy (always, once open).
+  bool snapshot() const noexcept { return !snap_dir_.empty() && store_ != nullptr; }
   /// Bytes of the database file plus its -wal.
   uint64_t file_bytes() const;
 
-  /// Follow: makes new commits visible. In place, SQLite already sees them; a copy is
-  /// replaced by the file itself once a server has it open, or by a fresh copy when it changed.
+  /// Follow: makes new commits visible: a fresh copy when the file changed since the last one
+  /// (its stat, its WAL header, or a frame of the current generation past the copy's last).
   status refresh();
 
  private:
   explicit entity_reader(std::filesystem::path file) : file_(std::move(file)) {}
   status open_now();
-  status open_in_place();
-  status open_copy(const file_state& before);
+  bool changed() const;
 
   std::filesystem::path file_;
   std::filesystem::path snap_dir_;
   std::unique_ptr<entity_store> store_;
-  file_state state_;
-  bool in_place_ = false;
+  file_state state_;        ///< the file's stat before the copy was taken
+  std::string wal_header_;  ///< the copy's WAL header (empty without one)
+  int64_t next_frame_ = -1; ///< where the copy's current WAL generation ended, or -1
 };
 
 } // namespace factum::tools
