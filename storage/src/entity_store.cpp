@@ -247,6 +247,38 @@ status check_text_field(std::string_view v, std::string_view what, size_t max = 
 using detail::errno_code;
 using detail::sync_dir;
 
+/// The meta rows an open reads: the file's format and entity, and its fact id rows (schema
+/// version 4; absent rows read as empty).
+struct meta_rows {
+  std::string format;
+  entity_key key;
+  std::string fact_id_prefix;
+  std::string fact_id_legacy_until;
+};
+
+/// Reads every meta row in one statement (a handful: an open's one look at the table); the
+/// SQLite result code of the prepare or the last step (SQLITE_DONE when all were read).
+int read_meta(sqlite3* db, meta_rows& m) {
+  sqlite3_stmt* st = nullptr;
+  int rc = sqlite3_prepare_v2(db, "SELECT key, value FROM meta", -1, &st, nullptr);
+  if (rc != SQLITE_OK)
+    return rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    auto k = col_text(st, 0);
+    std::string* to = k == "format"                 ? &m.format
+                      : k == "tenant"               ? &m.key.tenant
+                      : k == "type"                 ? &m.key.type
+                      : k == "id"                   ? &m.key.id
+                      : k == "fact_id_prefix"       ? &m.fact_id_prefix
+                      : k == "fact_id_legacy_until" ? &m.fact_id_legacy_until
+                                                    : nullptr;
+    if (to != nullptr)
+      *to = col_text(st, 1);
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
 // Reads the meta rows that name a file's format and entity (absent rows read as empty).
 void read_identity(sqlite3* db, std::string& format, entity_key& key) {
   sqlite3_stmt* st = nullptr;
@@ -957,10 +989,24 @@ status entity_store::migrate() {
     return {errc::newer_schema, path_.string() + " has schema version " + std::to_string(version) +
                                   "; this factum reads up to " +
                                   std::to_string(current_schema_version)};
-  // Is this a factum file? A fresh one has no tables at all.
+  // Is this a factum file? A fresh one has no tables at all. A file with a schema version
+  // (every factum file has one: migrations set it) has its meta rows read in one statement,
+  // without a look at sqlite_master first: a missing meta table fails that statement.
   int tables = 0;
   bool has_meta = false;
-  {
+  meta_rows meta;
+  bool meta_read = false; // meta holds the file's rows as of this read transaction
+  if (version > 0) {
+    int rc = read_meta(db_, meta);
+    if (rc == SQLITE_DONE) {
+      tables = 1;
+      has_meta = meta_read = true;
+    } else if ((rc & 0xff) != SQLITE_ERROR) { // SQLITE_ERROR: no meta table, not a factum file
+      return corrupt_or(rc, "read meta");
+    } else {
+      tables = 1;
+    }
+  } else {
     sqlite3_stmt* st = nullptr;
     int rc = sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type='table'", -1, &st,
                                 nullptr);
@@ -978,8 +1024,12 @@ status entity_store::migrate() {
   if (tables > 0 || version > 0) {
     std::string format;
     entity_key stored;
-    if (has_meta)
+    if (meta_read) {
+      format = meta.format;
+      stored = meta.key;
+    } else if (has_meta) {
       read_identity(db_, format, stored);
+    }
     if (format != "factum-entity")
       return {errc::not_factum_file, path_.string() + " is a SQLite file but not a factum entity"};
     if (unclaimed(stored)) {
@@ -992,6 +1042,7 @@ status entity_store::migrate() {
       end_reading();
       if (auto st = claim(stored); !st)
         return st;
+      meta_read = false; // the claim wrote meta rows (the fact id prefix among them)
       reading = run("BEGIN");
     }
     if (key_.tenant.empty()) {
@@ -1044,11 +1095,14 @@ status entity_store::migrate() {
       return st;
     }
     schema_version_ = target;
+    meta_read = false; // the migrations wrote meta rows
     reading = run("BEGIN");
   } // an older file opened read-only is read as is: later versions' tables are absent
   if (auto st = load_head(); !st)
     return st;
-  if (auto st = load_fact_id_meta(); !st)
+  if (auto st = meta_read ? use_fact_id_meta(meta.fact_id_prefix, meta.fact_id_legacy_until)
+                          : load_fact_id_meta();
+      !st)
     return st;
   // Keys pending in the file belong to an activation that is gone (single activation).
   if (!opts_.read_only) {
@@ -1086,31 +1140,25 @@ status entity_store::load_head() {
 }
 
 status entity_store::load_fact_id_meta() {
+  if (schema_version_ < 4)
+    return use_fact_id_meta({}, {});
+  // Read once per open: a one-shot statement, not one kept in the cache for the connection.
+  meta_rows m;
+  if (int rc = read_meta(db_, m); rc != SQLITE_DONE)
+    return fail(rc, "read fact id meta");
+  return use_fact_id_meta(m.fact_id_prefix, m.fact_id_legacy_until);
+}
+
+status entity_store::use_fact_id_meta(const std::string& prefix, const std::string& legacy_until) {
   fact_id_prefix_.clear();
   legacy_ids_until_ = 0;
   if (schema_version_ < 4) { // a file kept at an older version: every id is old-style
     legacy_ids_until_ = std::numeric_limits<int64_t>::max();
     return status::ok();
   }
-  // Read once per open: a one-shot statement, not one kept in the cache for the connection.
-  sqlite3_stmt* m = nullptr;
-  int rc = sqlite3_prepare_v2(db_,
-                              "SELECT key, value FROM meta WHERE key IN "
-                              "('fact_id_prefix', 'fact_id_legacy_until')",
-                              -1, &m, nullptr);
-  if (rc != SQLITE_OK)
-    return fail(rc, "read fact id meta");
-  while ((rc = sqlite3_step(m)) == SQLITE_ROW) {
-    auto k = col_text(m, 0);
-    auto v = col_text(m, 1);
-    if (k == "fact_id_prefix")
-      fact_id_prefix_ = v;
-    else
-      legacy_ids_until_ = std::strtoll(v.c_str(), nullptr, 10);
-  }
-  sqlite3_finalize(m);
-  if (rc != SQLITE_DONE)
-    return fail(rc, "read fact id meta");
+  fact_id_prefix_ = prefix;
+  if (!legacy_until.empty())
+    legacy_ids_until_ = std::strtoll(legacy_until.c_str(), nullptr, 10);
   // Checked in release builds: appending with a malformed prefix would write ids that get()
   // cannot find.
   if (!valid_fact_id_prefix(fact_id_prefix_))

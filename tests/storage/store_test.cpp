@@ -1319,6 +1319,21 @@ TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") 
   auto r2 = entity_store::open_file(foreign, o);
   REQUIRE_FALSE(r2.is_ok());
   CHECK(r2.error().code() == errc::not_factum_file);
+  // With a schema version set (every factum file has one, and then its meta rows are read
+  // without a look at sqlite_master): no meta table, a meta table of another shape, or meta
+  // rows of another format are foreign all the same.
+  for (const char* sql : {"CREATE TABLE t(x); PRAGMA user_version=3",
+                          "CREATE TABLE meta(x, y); PRAGMA user_version=3",
+                          "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+                          "INSERT INTO meta VALUES ('format', 'other'); PRAGMA user_version=4"}) {
+    CAPTURE(sql);
+    auto versioned = tmp.path() / "versioned.db";
+    fs::remove(versioned);
+    REQUIRE(raw_exec(versioned, sql) == SQLITE_OK);
+    auto r = entity_store::open_file(versioned, o);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.error().code() == errc::not_factum_file);
+  }
 
   auto garbage = key("g").file_path(tmp.path());
   fs::create_directories(garbage.parent_path());

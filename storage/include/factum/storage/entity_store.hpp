@@ -405,6 +405,9 @@ class entity_store {
   status load_head();
   /// Reads the fact id prefix and the legacy boundary from meta (schema version 4).
   status load_fact_id_meta();
+  /// Takes the fact id prefix and the legacy boundary as read from meta (empty: absent), and
+  /// checks the prefix (schema version 4).
+  status use_fact_id_meta(const std::string& prefix, const std::string& legacy_until);
   status exec(const char* sql);
   status exec_cached(const char* sql);
   sqlite3_stmt* prepare(const char* sql);
