@@ -95,6 +95,25 @@ struct channel {
   }
 };
 
+/// Forks a process that opens `path` on SQLite's "unix" VFS and runs `first` (or exits with 2),
+/// tells the parent through `ch`, waits for the parent's word, and then exits with 0 when `then`
+/// succeeds on its connection, else 3. The parent waits for the first word before it returns.
+template <class Then>
+pid_t fork_unix_holder(const fs::path& path, const char* first, channel& ch, Then then) {
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    sqlite3* c = open_unix_in_child(path, 0);
+    if (exec(c, first) != SQLITE_OK)
+      _exit(2);
+    channel::put(ch.to_parent[1]);
+    channel::get(ch.to_child[0]);
+    _exit(then(c) ? 0 : 3);
+  }
+  REQUIRE(channel::get(ch.to_parent[0]));
+  return pid;
+}
+
 } // namespace
 
 TEST_CASE("ofd locks: two connections of one process exclude each other's writes, and the last "
@@ -158,18 +177,9 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock a rollbac
   // The other process holds the write lock: factum's connection is refused, then gets it.
   {
     channel ch;
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      sqlite3* c = open_unix_in_child(path, 0);
-      if (exec(c, "BEGIN IMMEDIATE") != SQLITE_OK)
-        _exit(2);
-      channel::put(ch.to_parent[1]);
-      channel::get(ch.to_child[0]);
-      _exit(exec(c, "INSERT INTO t VALUES (1)") == SQLITE_OK && exec(c, "COMMIT") == SQLITE_OK ? 0
-                                                                                               : 3);
-    }
-    REQUIRE(channel::get(ch.to_parent[0]));
+    pid_t pid = fork_unix_holder(path, "BEGIN IMMEDIATE", ch, [](sqlite3* c) {
+      return exec(c, "INSERT INTO t VALUES (1)") == SQLITE_OK && exec(c, "COMMIT") == SQLITE_OK;
+    });
     sqlite3* p = open_db(path, vfs);
     CHECK(exec(p, "BEGIN IMMEDIATE") == SQLITE_BUSY);
     channel::put(ch.to_child[1]);
@@ -244,18 +254,8 @@ TEST_CASE("ofd shm: while a process of factum has a WAL database open, another p
   // Closed: the other process reads and writes it, and while it holds it open (with its -shm
   // mapped), factum's connection is the one refused.
   channel ch;
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    sqlite3* c = open_unix_in_child(path, 0);
-    if (exec(c, "INSERT INTO t VALUES (2)") != SQLITE_OK)
-      _exit(2);
-    channel::put(ch.to_parent[1]);
-    channel::get(ch.to_child[0]);
-    sqlite3_close(c);
-    _exit(0);
-  }
-  REQUIRE(channel::get(ch.to_parent[0]));
+  pid_t pid = fork_unix_holder(path, "INSERT INTO t VALUES (2)", ch,
+                               [](sqlite3* c) { return sqlite3_close(c) == SQLITE_OK; });
   sqlite3* p = open_db(path, vfs);
   int rc = exec(p, "SELECT count(*) FROM t") & 0xff;
   CHECK((rc == SQLITE_BUSY || rc == SQLITE_PROTOCOL));
