@@ -279,21 +279,6 @@ int read_meta(sqlite3* db, meta_rows& m) {
   return rc;
 }
 
-// Reads the meta rows that name a file's format and entity (absent rows read as empty).
-void read_identity(sqlite3* db, std::string& format, entity_key& key) {
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(db, "SELECT key, value FROM meta WHERE key IN ('format','tenant','type','id')",
-                     -1, &st, nullptr);
-  while (st && sqlite3_step(st) == SQLITE_ROW) {
-    auto k = col_text(st, 0);
-    (k == "format"   ? format
-     : k == "tenant" ? key.tenant
-     : k == "type"   ? key.type
-                     : key.id) = col_text(st, 1);
-  }
-  sqlite3_finalize(st);
-}
-
 // Whether meta names no entity: a spare's placeholder rows (spare_pool.hpp).
 bool unclaimed(const entity_key& key) {
   return key.tenant.empty() && key.type.empty() && key.id.empty();
@@ -907,9 +892,9 @@ status entity_store::claim(entity_key& owner) {
     (void)restore();
     return st;
   }
-  owner = entity_key{};
-  std::string format;
-  read_identity(db_, format, owner);
+  meta_rows now;
+  read_meta(db_, now); // a failure reads as unclaimed; the INSERT below then fails too
+  owner = now.key;
   bool ok = true;
   if (unclaimed(owner)) {
     // Still unclaimed: no other connection got there first.
@@ -993,20 +978,8 @@ status entity_store::migrate() {
   // (every factum file has one: migrations set it) has its meta rows read in one statement,
   // without a look at sqlite_master first: a missing meta table fails that statement.
   int tables = 0;
-  bool has_meta = false;
-  meta_rows meta;
-  bool meta_read = false; // meta holds the file's rows as of this read transaction
-  if (version > 0) {
-    int rc = read_meta(db_, meta);
-    if (rc == SQLITE_DONE) {
-      tables = 1;
-      has_meta = meta_read = true;
-    } else if ((rc & 0xff) != SQLITE_ERROR) { // SQLITE_ERROR: no meta table, not a factum file
-      return corrupt_or(rc, "read meta");
-    } else {
-      tables = 1;
-    }
-  } else {
+  bool has_meta = version > 0;
+  if (version == 0) {
     sqlite3_stmt* st = nullptr;
     int rc = sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type='table'", -1, &st,
                                 nullptr);
@@ -1021,16 +994,14 @@ status entity_store::migrate() {
     if (rc != SQLITE_DONE)
       return corrupt_or(rc, "read schema");
   }
+  meta_rows meta; // as of this read transaction; read again after a claim or a migration
+  if (has_meta)
+    if (int rc = read_meta(db_, meta); rc != SQLITE_DONE && (rc & 0xff) != SQLITE_ERROR)
+      return corrupt_or(rc, "read meta"); // SQLITE_ERROR: no meta table: not a factum file
+  bool meta_stale = false;
   if (tables > 0 || version > 0) {
-    std::string format;
-    entity_key stored;
-    if (meta_read) {
-      format = meta.format;
-      stored = meta.key;
-    } else if (has_meta) {
-      read_identity(db_, format, stored);
-    }
-    if (format != "factum-entity")
+    entity_key stored = meta.key;
+    if (meta.format != "factum-entity")
       return {errc::not_factum_file, path_.string() + " is a SQLite file but not a factum entity"};
     if (unclaimed(stored)) {
       // An unclaimed file: a spare renamed into place whose claim has not run (a crash in
@@ -1042,7 +1013,7 @@ status entity_store::migrate() {
       end_reading();
       if (auto st = claim(stored); !st)
         return st;
-      meta_read = false; // the claim wrote meta rows (the fact id prefix among them)
+      meta_stale = true; // the claim wrote meta rows (the fact id prefix among them)
       reading = run("BEGIN");
     }
     if (key_.tenant.empty()) {
@@ -1095,14 +1066,17 @@ status entity_store::migrate() {
       return st;
     }
     schema_version_ = target;
-    meta_read = false; // the migrations wrote meta rows
+    meta_stale = true; // the migrations wrote meta rows
     reading = run("BEGIN");
   } // an older file opened read-only is read as is: later versions' tables are absent
   if (auto st = load_head(); !st)
     return st;
-  if (auto st = meta_read ? use_fact_id_meta(meta.fact_id_prefix, meta.fact_id_legacy_until)
-                          : load_fact_id_meta();
-      !st)
+  if (meta_stale) {
+    meta = {};
+    if (int rc = read_meta(db_, meta); rc != SQLITE_DONE)
+      return fail(rc, "read fact id meta");
+  }
+  if (auto st = use_fact_id_meta(meta.fact_id_prefix, meta.fact_id_legacy_until); !st)
     return st;
   // Keys pending in the file belong to an activation that is gone (single activation).
   if (!opts_.read_only) {
@@ -1137,16 +1111,6 @@ status entity_store::load_head() {
     return fail(rc, "read chain head");
   }
   return status::ok();
-}
-
-status entity_store::load_fact_id_meta() {
-  if (schema_version_ < 4)
-    return use_fact_id_meta({}, {});
-  // Read once per open: a one-shot statement, not one kept in the cache for the connection.
-  meta_rows m;
-  if (int rc = read_meta(db_, m); rc != SQLITE_DONE)
-    return fail(rc, "read fact id meta");
-  return use_fact_id_meta(m.fact_id_prefix, m.fact_id_legacy_until);
 }
 
 status entity_store::use_fact_id_meta(const std::string& prefix, const std::string& legacy_until) {

@@ -69,7 +69,6 @@ constexpr off_t shared_first = pending_byte + 2;
 constexpr off_t shared_size = 510;
 constexpr off_t shm_base = 120;                        // first WAL lock byte in the -shm
 constexpr off_t shm_dms = shm_base + SQLITE_SHM_NLOCK; // 128
-constexpr off_t os_page = 4096;
 
 constexpr off_t copy_byte = shared_first + shared_size; // see the file comment
 static_assert(copy_byte == ofd_copy_byte);
@@ -371,25 +370,35 @@ int attach_wal_index(ofd_file* f) {
   return SQLITE_OK;
 }
 
-/// Releases f's WAL locks (and the copy byte with the CKPT lock) and detaches it; the last
-/// connection of the process frees the index and unlocks the -shm's DMS byte.
-void detach_wal_index(ofd_file* f, bool unlink_shm = false) {
+/// Releases the WAL locks of `mask` that f holds (in either mode) from its index's lock table,
+/// and the copy byte when the CKPT lock is among them; 0, or the errno of the copy byte's unlock.
+int release_locks(ofd_file* f, uint8_t mask) {
   auto* wi = f->wi;
-  if (wi == nullptr)
-    return;
+  bool copy_held = f->copy_locked && (f->excl_mask & mask & (1u << ckpt_lock)) != 0;
   {
     std::lock_guard<std::mutex> g(wi->mu);
     for (int i = 0; i < SQLITE_SHM_NLOCK; ++i) {
-      if ((f->excl_mask >> i) & 1)
+      if ((f->excl_mask & mask) >> i & 1)
         wi->excl[i] = false;
-      if ((f->shared_mask >> i) & 1)
+      if ((f->shared_mask & mask) >> i & 1)
         --wi->shared[i];
     }
   }
-  if (f->copy_locked)
-    set_lock(f->fd, F_UNLCK, copy_byte, 1);
+  f->excl_mask &= static_cast<uint8_t>(~mask);
+  f->shared_mask &= static_cast<uint8_t>(~mask);
+  if (!copy_held)
+    return 0;
   f->copy_locked = false;
-  f->excl_mask = f->shared_mask = 0;
+  return set_lock(f->fd, F_UNLCK, copy_byte, 1);
+}
+
+/// Releases f's WAL locks (and the copy byte with the CKPT lock) and detaches it; the last
+/// connection of the process frees the index and unlocks the -shm's DMS byte.
+void detach_wal_index(ofd_file* f, bool unlink_shm) {
+  auto* wi = f->wi;
+  if (wi == nullptr)
+    return;
+  release_locks(f, 0xff);
   f->wi = nullptr;
   std::lock_guard<std::mutex> g(registry_mu);
   if (--wi->attached == 0) {
@@ -439,26 +448,8 @@ int x_shm_lock(sqlite3_file* p, int offset, int n, int flags) {
   if (wi == nullptr || offset < 0 || n < 1 || offset + n > SQLITE_SHM_NLOCK)
     return SQLITE_IOERR_SHMLOCK;
   auto mask = static_cast<uint8_t>(((1u << n) - 1) << offset);
-  if ((flags & SQLITE_SHM_UNLOCK) != 0) {
-    bool copy_held = (f->excl_mask & mask & (1u << ckpt_lock)) != 0 && f->copy_locked;
-    {
-      std::lock_guard<std::mutex> g(wi->mu);
-      for (int i = offset; i < offset + n; ++i) {
-        if ((f->excl_mask >> i) & 1)
-          wi->excl[i] = false;
-        if ((f->shared_mask >> i) & 1)
-          --wi->shared[i];
-      }
-    }
-    f->excl_mask &= static_cast<uint8_t>(~mask);
-    f->shared_mask &= static_cast<uint8_t>(~mask);
-    if (copy_held) {
-      f->copy_locked = false;
-      if (set_lock(f->fd, F_UNLCK, copy_byte, 1) != 0)
-        return SQLITE_IOERR_SHMLOCK;
-    }
-    return SQLITE_OK;
-  }
+  if ((flags & SQLITE_SHM_UNLOCK) != 0)
+    return release_locks(f, mask) == 0 ? SQLITE_OK : SQLITE_IOERR_SHMLOCK;
   if ((flags & SQLITE_SHM_SHARED) != 0) { // n is 1 (SQLite's contract)
     if ((f->shared_mask & mask) != 0)
       return SQLITE_OK;

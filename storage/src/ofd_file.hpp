@@ -5,8 +5,8 @@
 // belong to the process, so it must share lock state between connections to one file) and walks
 // it twice per open under a global mutex: each open paid ~0.18 us per database already open in
 // the process, serialised across threads (docs/performance.md, "Session 8"). An OFD lock
-// (F_OFD_SETLK) belongs to the open file description, so every connection locks on its own and
-// nothing is shared between connections: no list, no global mutex. The byte ranges are SQLite's
+// (F_OFD_SETLK) belongs to the open file description, so every connection locks on its own: no
+// list of open files, no global mutex on open. The byte ranges are SQLite's
 // (docs/storage-format.md section 2), and on Linux OFD locks and POSIX locks conflict with each
 // other, so other processes using the "unix" VFS (sqlite3) interoperate on the database file.
 // The WAL's index is kept in heap memory, one per file and process, not in a mapped -shm

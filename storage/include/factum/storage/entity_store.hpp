@@ -403,10 +403,8 @@ class entity_store {
   /// claimed meanwhile by another connection is left as it is (`owner` is then its key).
   status claim(entity_key& owner);
   status load_head();
-  /// Reads the fact id prefix and the legacy boundary from meta (schema version 4).
-  status load_fact_id_meta();
   /// Takes the fact id prefix and the legacy boundary as read from meta (empty: absent), and
-  /// checks the prefix (schema version 4).
+  /// checks the prefix (schema version 4; older versions: every id is old-style).
   status use_fact_id_meta(const std::string& prefix, const std::string& legacy_until);
   status exec(const char* sql);
   status exec_cached(const char* sql);
