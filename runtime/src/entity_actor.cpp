@@ -88,12 +88,13 @@ struct entity_state {
   int64_t commit_seq = 0;    ///< last seq of the commit in flight
   /// Replies of committed batches waiting for their WAL sync, with the batch generation.
   std::deque<std::tuple<uint64_t, reply_to, call_reply>> awaiting_sync;
-  uint64_t commit_gen = 0; ///< generation of the last commit
-  uint64_t synced_gen = 0; ///< every commit up to this generation is durable
-  bool sync_in_flight = false;
-  bool checkpointing = false; ///< a storage thread is checkpointing the WAL
-  int ckpt_rounds = 0;        ///< concurrent checkpoints in this cycle (maybe_checkpoint)
-  int ckpt_done = 0;          ///< WAL frames in the database after the last of them
+  uint64_t commit_gen = 0;     ///< generation of the last commit
+  uint64_t synced_gen = 0;     ///< every commit up to this generation is durable
+  int syncs_in_flight = 0;     ///< WAL syncs running on storage threads (they overlap)
+  uint64_t sync_asked_gen = 0; ///< the generation the latest of them covers
+  bool checkpointing = false;  ///< a storage thread is checkpointing the WAL
+  int ckpt_rounds = 0;         ///< concurrent checkpoints in this cycle (maybe_checkpoint)
+  int ckpt_done = 0;           ///< WAL frames in the database after the last of them
   bool busy = false;
   bool committing = false;
   bool flush_scheduled = false;
@@ -910,7 +911,7 @@ void start_commit(self_ptr self) {
     // A sync in flight resumes the entity when it returns (on_synced pumps). Without one (an
     // inline commit in durability normal) nothing comes back: run what queued meanwhile and
     // let an entity asked to hibernate close now. Within a suspended turn pump does nothing.
-    if (!s.sync_in_flight)
+    if (s.syncs_in_flight == 0)
       pump(self);
     return;
   }
@@ -944,11 +945,20 @@ void start_commit(self_ptr self) {
   });
 }
 
+/// WAL syncs of one entity that may run at once. A commit made while a sync runs starts
+/// another (up to this many) instead of waiting for that one to return: each covers every
+/// commit made before it began, and the kernel merges the cache flushes of overlapping ones.
+/// One at a time, the calls of a commit made just after a sync began waited for it and then
+/// for their own (docs/performance.md, Runtime, "Session 17").
+constexpr int max_syncs_in_flight = 4;
+
 void request_sync(self_ptr self) {
   auto& s = self->state;
-  if (s.sync_in_flight || s.synced_gen >= s.commit_gen)
+  if (s.syncs_in_flight >= max_syncs_in_flight || s.synced_gen >= s.commit_gen ||
+      s.sync_asked_gen >= s.commit_gen)
     return;
-  s.sync_in_flight = true;
+  ++s.syncs_in_flight;
+  s.sync_asked_gen = s.commit_gen;
   auto target = s.commit_gen;
   auto core = s.core;
   auto me = caf::actor_cast<caf::actor>(self);
@@ -1018,7 +1028,7 @@ void maybe_checkpoint(self_ptr self) {
 
 void on_synced(self_ptr self, uint64_t gen, int code, const std::string& msg) {
   auto& s = self->state;
-  s.sync_in_flight = false;
+  --s.syncs_in_flight;
   if (code != 0) {
     // Committed but not known durable: say so. A retry with the same key replays the result.
     auto ce = storage_error(status{static_cast<errc>(code), msg});
@@ -1225,7 +1235,7 @@ void maybe_close(self_ptr self) {
   auto& s = self->state;
   bool wanted = s.stopping || s.evict_requested || s.idle_fired;
   if (!wanted || s.ph != phase::ready || s.busy || s.committing || s.checkpointing ||
-      s.flush_scheduled || s.sync_in_flight || !s.awaiting_sync.empty() || !s.queue.empty() ||
+      s.flush_scheduled || s.syncs_in_flight > 0 || !s.awaiting_sync.empty() || !s.queue.empty() ||
       !s.batch.empty() || s.core->store->in_batch())
     return;
   s.ph = phase::closing;

@@ -419,25 +419,32 @@ struct entity_store::sync_state {
 status entity_store::sync() {
   if (!deferred_sync())
     return status::ok();
-  std::lock_guard<std::mutex> g(sync_->mu);
   auto wal = wal_path();
-  if (sync_->fd < 0) {
-    sync_->fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
-    if (sync_->fd < 0)
-      return {errc::io_error, "open " + wal.string() + " for sync: " + std::strerror(errno)};
-  }
-  if (!sync_->dir_synced) {
-    // The -wal file may be new, and so may the database file (a creation leaves its name to
-    // the first sync): their directory entries must be durable too.
-    if (int frc = opts_.fault ? opts_.fault(0, "sync_dir") : 0; frc != 0)
-      return {map_rc(frc), "fsync the directory of " + path_.string() + ": " + sqlite3_errstr(frc) +
-                             " (injected)"};
-    sync_dir(path_.parent_path());
-    sync_->dir_synced = true;
+  int fd;
+  {
+    // The descriptor and the directory sync under the mutex; the fdatasync outside it, so
+    // that syncs on several threads overlap (each covers the commits made before it began,
+    // and the kernel merges their cache flushes).
+    std::lock_guard<std::mutex> g(sync_->mu);
+    if (sync_->fd < 0) {
+      sync_->fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
+      if (sync_->fd < 0)
+        return {errc::io_error, "open " + wal.string() + " for sync: " + std::strerror(errno)};
+    }
+    if (!sync_->dir_synced) {
+      // The -wal file may be new, and so may the database file (a creation leaves its name to
+      // the first sync): their directory entries must be durable too.
+      if (int frc = opts_.fault ? opts_.fault(0, "sync_dir") : 0; frc != 0)
+        return {map_rc(frc), "fsync the directory of " + path_.string() + ": " +
+                               sqlite3_errstr(frc) + " (injected)"};
+      sync_dir(path_.parent_path());
+      sync_->dir_synced = true;
+    }
+    fd = sync_->fd;
   }
   if (int frc = opts_.fault ? opts_.fault(0, "sync") : 0; frc != 0)
     return {map_rc(frc), "sync " + wal.string() + ": " + sqlite3_errstr(frc) + " (injected)"};
-  if (::fdatasync(sync_->fd) != 0)
+  if (::fdatasync(fd) != 0)
     return {errc::io_error, "fdatasync " + wal.string() + ": " + std::strerror(errno)};
   return status::ok();
 }

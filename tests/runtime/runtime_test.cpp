@@ -102,6 +102,71 @@ TEST_CASE("runtime: 1000 concurrent calls to one entity give 1000 contiguous fac
   CHECK(v.json()["ok"] == true);
 }
 
+TEST_CASE("runtime: a commit made while its entity's WAL sync runs starts a sync of its own, and "
+          "no reply leaves before the sync that covers it") {
+  test::temp_dir tmp;
+  auto c = base_config(tmp.path());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool armed = false, held = false;
+  int in_sync = 0, most_in_sync = 0;
+  size_t replies_when_overlapped = SIZE_MAX;
+  std::vector<call_reply> replies;
+  // Runs on storage threads. The first sync after arming waits (bounded) for a second sync to
+  // begin: with one sync at a time per entity that never happens and the wait times out.
+  c.storage_fault = [&](uint64_t, std::string_view op) {
+    if (op != "sync")
+      return 0;
+    std::unique_lock<std::mutex> g(mu);
+    most_in_sync = std::max(most_in_sync, ++in_sync);
+    if (in_sync == 2 && replies_when_overlapped == SIZE_MAX)
+      replies_when_overlapped = replies.size();
+    cv.notify_all();
+    if (armed && !held) {
+      held = true;
+      cv.wait_for(g, 10s, [&] { return most_in_sync >= 2; });
+    }
+    --in_sync;
+    return 0;
+  };
+  auto rt = start_ok(c);
+  auto key = ek("ledger", "overlap");
+  REQUIRE(rt->call_sync(key, "append", R"({"type":"invocation","data":{}})").ok); // active now
+  {
+    std::lock_guard<std::mutex> g(mu);
+    armed = true;
+  }
+  // Two waves: the first commits and its sync is held; the second commits behind it.
+  constexpr size_t calls = 200;
+  auto send = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i)
+      rt->call(key, "append", json{{"type", "invocation"}, {"data", {{"i", i}}}}.dump(), {},
+               [&](call_reply r) {
+                 std::lock_guard<std::mutex> g(mu);
+                 replies.push_back(std::move(r));
+                 cv.notify_all();
+               });
+  };
+  send(0, calls / 2);
+  {
+    std::unique_lock<std::mutex> g(mu);
+    REQUIRE(cv.wait_for(g, 30s, [&] { return held; }));
+  }
+  send(calls / 2, calls);
+  std::unique_lock<std::mutex> g(mu);
+  REQUIRE(cv.wait_for(g, 60s, [&] { return replies.size() == calls; }));
+  CHECK(most_in_sync >= 2);
+  // While the first sync was held no commit after the activation was known durable: nothing
+  // had been answered when the second sync began.
+  CHECK(replies_when_overlapped == 0);
+  for (auto& r : replies)
+    CHECK_MESSAGE(r.ok, r.body);
+  g.unlock();
+  auto v = rt->call_sync(key, "@verify", "{}");
+  CHECK(v.json()["ok"] == true);
+  CHECK(v.json()["facts_checked"] == calls + 1);
+}
+
 TEST_CASE("runtime: a checkpoint that fails is counted apart from a busy one, calls go on, and "
           "checkpoints resume once the fault clears") {
   test::temp_dir tmp;

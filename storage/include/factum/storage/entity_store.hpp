@@ -261,7 +261,8 @@ class entity_store {
   status rollback();
   /// With defer_sync: fdatasyncs the WAL so that every commit() that returned before this call
   /// began is durable. Thread-safe against the owner using the store at the same time (it
-  /// touches only its own descriptor). Without defer_sync: nothing to do.
+  /// touches only its own descriptor) and against other sync() calls, which overlap (each
+  /// waits for its own fdatasync only). Without defer_sync: nothing to do.
   status sync();
   /// Frames in the WAL after the last commit (0 after a checkpoint that reset it).
   int wal_frames() const noexcept { return wal_frames_; }
