@@ -45,6 +45,7 @@ struct args_t {
   int cache_kib = 0;             // 0: the runtime's default
   int storage_threads = 0;       // 0: the runtime's default
   int wal_checkpoint_frames = 0; // 0: the runtime's default
+  int wal_grow_kib = -1;         // -1: the runtime's default
 };
 
 struct run_result {
@@ -86,6 +87,8 @@ std::unique_ptr<runtime> start(const fs::path& dir, const args_t& a, size_t max_
     c.storage_threads = static_cast<size_t>(a.storage_threads);
   if (a.wal_checkpoint_frames > 0)
     c.wal_checkpoint_frames = a.wal_checkpoint_frames;
+  if (a.wal_grow_kib >= 0)
+    c.wal_grow_kib = a.wal_grow_kib;
   add_builtin_types(c.types);
   auto r = runtime::start(std::move(c));
   if (!r) {
@@ -236,7 +239,8 @@ run_result rss_in_child(const args_t& a) {
                     " --durability=" + a.durability_mode +
                     " --cache_kib=" + std::to_string(a.cache_kib) +
                     " --storage_threads=" + std::to_string(a.storage_threads) +
-                    " --wal_checkpoint_frames=" + std::to_string(a.wal_checkpoint_frames);
+                    " --wal_checkpoint_frames=" + std::to_string(a.wal_checkpoint_frames) +
+                    " --wal_grow_kib=" + std::to_string(a.wal_grow_kib);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) {
     std::fprintf(stderr, "runtime_bench: rss: cannot start %s\n", exe);
@@ -392,6 +396,10 @@ int main(int argc, char** argv) {
     .add_option("--wal_checkpoint_frames", a.wal_checkpoint_frames,
                 "WAL frames before a checkpoint (0: the runtime's default)")
     ->check(CLI::NonNegativeNumber);
+  app
+    .add_option("--wal_grow_kib", a.wal_grow_kib,
+                "chunk a growing WAL is extended by (0: off; -1: the runtime's default)")
+    ->check(CLI::Range(-1, 65536));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

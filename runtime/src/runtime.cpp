@@ -502,6 +502,8 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   if (config.wal_checkpoint_frames < 1)
     return status{errc::invalid_argument,
                   "runtime_config.wal_checkpoint_frames must be at least 1"};
+  if (config.wal_grow_kib < 0 || config.wal_grow_kib > 65536)
+    return status{errc::invalid_argument, "runtime_config.wal_grow_kib must be 0..65536"};
   std::error_code ec;
   fs::create_directories(config.data_dir / "runtime", ec);
   if (ec)
@@ -540,6 +542,7 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   c.store_opts.mode = c.cfg.mode;
   c.store_opts.cache_kib = c.cfg.cache_kib;
   c.store_opts.wal_kept_on_close_kib = c.cfg.wal_kept_on_close_kib;
+  c.store_opts.wal_grow_kib = c.cfg.wal_grow_kib;
   c.store_opts.fault = c.cfg.storage_fault;
   if (c.cfg.spare_files < 0 || c.cfg.spare_files > 1024)
     return status{errc::invalid_argument, "runtime_config.spare_files must be 0..1024"};

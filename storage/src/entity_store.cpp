@@ -600,6 +600,8 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     return st;
   if (opts.data_dir.empty())
     return status{errc::invalid_argument, "store_options.data_dir is empty"};
+  if (opts.wal_grow_kib < 0 || opts.wal_grow_kib > 65536)
+    return status{errc::invalid_argument, "store_options.wal_grow_kib must be 0..65536"};
   if (opts.target_schema_version < 0 || opts.target_schema_version > current_schema_version)
     return status{errc::invalid_argument, "store_options.target_schema_version must be 0.." +
                                             std::to_string(current_schema_version)};
@@ -847,6 +849,10 @@ status entity_store::open_db() {
     // reopen then creates no inode.
     int keep = 1;
     sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &keep);
+    // Through factum's VFS (or a wrapper that passes file controls on): the -wal grows ahead
+    // (wal_vfs.cpp). Any other VFS answers SQLITE_NOTFOUND, and the -wal grows as SQLite writes.
+    sqlite3_int64 grow = sqlite3_int64{opts_.wal_grow_kib} * 1024;
+    sqlite3_file_control(db_, "main", detail::wal_grow_fcntl_op, &grow);
   }
   return migrate();
 }

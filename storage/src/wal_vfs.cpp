@@ -27,6 +27,23 @@
 // frames that are not in the file (the commit path above writes first and reports errors, so the
 // barrier has nothing to write in every path this file knows of).
 //
+// Growing ahead (store_options::wal_grow_kib, set per connection through the file control
+// wal_grow_fcntl_op on its database file): when a flushed write ends exactly at the end of a
+// -wal file of at least a quarter of the chunk, zeros are appended up to the next multiple of
+// the chunk (256 KiB by default), in the same commit, on the committing thread. The commits that
+// follow then overwrite blocks the file already has: their fdatasync writes data only, where an
+// append also writes the inode (size), the block bitmap and extent tree, twice the round trips
+// on this disk, and holds the inode table block that the inodes of other -wal files share (a
+// commit appending to another WAL waited on it). The zeros are never frames: recovery stops at
+// the first frame whose salts or checksum do not match the header's, as it does at the stale
+// frames a restarted WAL leaves behind. Only the bytes past the file's end are written (its
+// size is read first), so no frame is ever overwritten; a failed zero write leaves some zeros
+// and is otherwise ignored (the commit's frames were written before it). At the close of a
+// connection that grew the file, the file is cut back to the end of the last byte that
+// connection wrote, when SQLite kept it (a small WAL, store_options::wal_kept_on_close_kib):
+// everything past it is zeros (or frames of an older generation), so that the next open reads
+// no zeros and a kept WAL takes no more disk than its frames.
+//
 // Reads of a -wal file pass through, except during SQLite's rebuild of the wal-index from the
 // WAL (walIndexRecover, at the first open after a close that kept its frames, or after a crash):
 // it reads the 32-byte WAL header at offset 0 and then every frame in order, one pread each
@@ -77,7 +94,7 @@ sqlite3_vfs shim_vfs{};
 sqlite3_io_methods shim_methods{};
 
 std::atomic<uint64_t> n_wal_flushes{0}, n_passthrough{0}, n_wal_syncs{0}, n_db_syncs{0},
-  n_wal_readaheads{0};
+  n_wal_readaheads{0}, n_wal_grows{0}, n_wal_trims{0};
 
 // The size of a WAL header (SQLite's WAL_HDRSIZE), and the most one read-ahead copies.
 constexpr int wal_header_size = 32;
@@ -137,8 +154,15 @@ struct shim_file {
   shim_file* db = nullptr;    // WAL file: its database file
   char* ra = nullptr;         // WAL file: the read-ahead copy of its first ra_len bytes
   int64_t ra_len = 0;
-  int64_t ra_next = -1; // ... served only to a read starting here (the end of the last one)
+  int64_t ra_next = -1;    // ... served only to a read starting here (the end of the last one)
+  int64_t grow = 0;        // database file: its WAL grows ahead in chunks of this many bytes
+  int64_t known_size = -1; // WAL file: its size is at least this (-1: not known)
+  int64_t max_end = 0;     // WAL file: the end of the furthest byte this connection wrote
+  bool grown = false;      // WAL file: this connection appended zeros to it
 };
+
+// What a WAL grows by is written from here (in .bss: untouched pages cost no memory).
+const char zeros[0x1f000] = {};
 
 constexpr size_t real_offset = (sizeof(shim_file) + 15) & ~size_t{15};
 
@@ -157,6 +181,44 @@ uint32_t be32(const void* p) {
   return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
 }
 
+/// After a write that ended at `end`: appends zeros up to the next multiple of the chunk when
+/// that write reached the end of the file (file comment). Costs nothing while `end` stays inside
+/// the size last seen, one size query otherwise.
+void grow_ahead(shim_file* f, int64_t end) {
+  int64_t chunk = f->db != nullptr ? f->db->grow : 0;
+  if (chunk <= 0 || end < chunk / 4 || end <= f->known_size)
+    return;
+  auto* r = real(f);
+  sqlite3_int64 size = 0;
+  if (r->pMethods->xFileSize(r, &size) != SQLITE_OK)
+    return;
+  f->known_size = size;
+  if (size > end)
+    return; // the file reaches past this write already
+  int64_t target = (end / chunk + 1) * chunk;
+  for (int64_t at = size; at < target;) {
+    int n = static_cast<int>(std::min<int64_t>(target - at, static_cast<int64_t>(sizeof zeros)));
+    if (r->pMethods->xWrite(r, zeros, n, at) != SQLITE_OK)
+      return; // some zeros, or none: harmless, and the next write past the end tries again
+    at += n;
+    f->known_size = at;
+    f->grown = true;
+  }
+  count(n_wal_grows);
+}
+
+/// At the close of a WAL this connection grew: cuts what follows its last written byte (zeros,
+/// or frames of an older generation) when SQLite left the file longer (file comment).
+void trim_grown(shim_file* f) {
+  if (!f->grown || f->max_end <= 0)
+    return;
+  auto* r = real(f);
+  sqlite3_int64 size = 0;
+  if (r->pMethods->xFileSize(r, &size) == SQLITE_OK && size > f->max_end &&
+      r->pMethods->xTruncate(r, f->max_end) == SQLITE_OK)
+    count(n_wal_trims);
+}
+
 /// Writes the buffer to the base file. On failure the buffer is dropped (the commit it belongs
 /// to fails) and the error returned.
 int flush(shim_file* f) {
@@ -166,9 +228,14 @@ int flush(shim_file* f) {
   auto* r = real(f);
   int rc = r->pMethods->xWrite(r, f->buf, static_cast<int>(f->buf_len), f->buf_off);
   count(n_wal_flushes);
+  int64_t end = f->buf_off + static_cast<int64_t>(f->buf_len);
   give_buffer(f->buf);
   f->buf = nullptr;
   f->buf_len = 0;
+  if (rc == SQLITE_OK) {
+    f->max_end = std::max(f->max_end, end);
+    grow_ahead(f, end);
+  }
   return rc;
 }
 
@@ -241,6 +308,8 @@ int x_close(sqlite3_file* p) {
   auto* f = shim(p);
   int frc = f->is_wal ? flush(f) : SQLITE_OK;
   drop_readahead(f);
+  if (f->is_wal && frc == SQLITE_OK)
+    trim_grown(f);
   if (f->is_wal && f->db)
     f->db->wal = nullptr;
   if (!f->is_wal && f->wal)
@@ -272,7 +341,10 @@ int x_write(sqlite3_file* p, const void* data, int n, sqlite3_int64 off) {
       return rc;
     f->unbuffered = true;
     count(n_passthrough);
-    return real(p)->pMethods->xWrite(real(p), data, n, off);
+    int rc = real(p)->pMethods->xWrite(real(p), data, n, off);
+    if (rc == SQLITE_OK)
+      f->max_end = std::max<int64_t>(f->max_end, off + n);
+    return rc;
   }
   if (f->buf_len > 0 && (off != f->buf_off + static_cast<int64_t>(f->buf_len) ||
                          f->buf_len + static_cast<size_t>(n) > max_buffer))
@@ -280,7 +352,10 @@ int x_write(sqlite3_file* p, const void* data, int n, sqlite3_int64 off) {
       return rc;
   if (static_cast<size_t>(n) > max_buffer) { // cannot happen (pages are <= 64 KiB): as is
     f->next_off = off + n;
-    return real(p)->pMethods->xWrite(real(p), data, n, off);
+    int rc = real(p)->pMethods->xWrite(real(p), data, n, off);
+    if (rc == SQLITE_OK)
+      f->max_end = std::max<int64_t>(f->max_end, off + n);
+    return rc;
   }
   if (f->buf_len == 0) {
     f->buf = take_buffer();
@@ -304,6 +379,8 @@ int x_truncate(sqlite3_file* p, sqlite3_int64 size) {
     if (int rc = flush(f); rc != SQLITE_OK)
       return rc;
     f->next_off = -1;
+    f->known_size = -1;
+    f->max_end = std::min<int64_t>(f->max_end, size);
   }
   return real(p)->pMethods->xTruncate(real(p), size);
 }
@@ -338,6 +415,12 @@ int x_check_reserved_lock(sqlite3_file* p, int* out) {
 
 int x_file_control(sqlite3_file* p, int op, void* arg) {
   auto* f = shim(p);
+  if (op == wal_grow_fcntl_op) {
+    if (f->is_wal || arg == nullptr)
+      return SQLITE_NOTFOUND;
+    f->grow = std::max<int64_t>(0, *static_cast<sqlite3_int64*>(arg));
+    return SQLITE_OK;
+  }
   if (f->is_wal)
     if (int rc = flush(f); rc != SQLITE_OK)
       return rc;
@@ -479,8 +562,8 @@ void wal_vfs_fail_next_readahead(readahead_fault_kind kind) noexcept {
 }
 
 wal_vfs_counters wal_vfs_stats() noexcept {
-  return {n_wal_flushes.load(), n_passthrough.load(), n_wal_syncs.load(), n_db_syncs.load(),
-          n_wal_readaheads.load()};
+  return {n_wal_flushes.load(),    n_passthrough.load(), n_wal_syncs.load(), n_db_syncs.load(),
+          n_wal_readaheads.load(), n_wal_grows.load(),   n_wal_trims.load()};
 }
 
 } // namespace factum::detail

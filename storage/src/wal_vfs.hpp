@@ -1,7 +1,7 @@
 // wal_vfs.hpp (private to storage/): factum's SQLite VFS, a shim over the default one that
-// hands a commit's WAL writes to the kernel in one write instead of two per frame, reads a WAL
-// in one call when SQLite rebuilds its wal-index, and opens main database files itself
-// (ofd_file.hpp).
+// hands a commit's WAL writes to the kernel in one write instead of two per frame, grows a WAL
+// ahead in chunks of zeros, reads a WAL in one call when SQLite rebuilds its wal-index, and
+// opens main database files itself (ofd_file.hpp).
 // Registered once per process (sqlite_global_init); any thread may open files through it.
 #pragma once
 
@@ -14,6 +14,11 @@ namespace factum::detail {
 /// Name of the VFS: "factum".
 inline constexpr const char* wal_vfs_name = "factum";
 
+/// sqlite3_file_control op, on a main database opened through this VFS: `arg` points to a
+/// sqlite3_int64, the chunk in bytes by which its -wal grows ahead (wal_vfs.cpp; 0: it does
+/// not). Storage sets it at every read-write open (store_options::wal_grow_kib).
+inline constexpr int wal_grow_fcntl_op = 0x66610001;
+
 /// Registers the VFS over `base` (not as the default VFS). Called once, by sqlite_global_init.
 void register_wal_vfs(sqlite3_vfs* base);
 
@@ -25,6 +30,8 @@ struct wal_vfs_counters {
   uint64_t wal_syncs = 0;      ///< xSync calls SQLite made on -wal files
   uint64_t db_syncs = 0;       ///< xSync calls SQLite made on other files (main databases)
   uint64_t wal_readaheads = 0; ///< wal-index rebuilds whose WAL was read in one call
+  uint64_t wal_grows = 0;      ///< -wal files grown ahead by a chunk of zeros
+  uint64_t wal_trims = 0;      ///< -wal files cut back to their last written byte at a close
 };
 wal_vfs_counters wal_vfs_stats() noexcept;
 

@@ -277,6 +277,7 @@ TEST_CASE("wal vfs: a commit whose gathered WAL write fails (file size limit) is
           "rolled back, and leaves the file at the previous commit") {
   test::temp_dir tmp;
   auto o = opts_in(tmp.path());
+  o.wal_grow_kib = 0; // the frames' own write meets the limit (a grow-ahead's: its own test)
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -380,4 +381,163 @@ TEST_CASE("wal vfs: a wal-index rebuild whose read-ahead cannot be made (no memo
     CHECK(detail::wal_vfs_stats().wal_readaheads == before + 1);
     CHECK(again->last_seq() == commits);
   }
+}
+
+namespace {
+
+/// Where the last commit's frames end in a -wal that has not restarted.
+int64_t frames_end(const entity_store& s) {
+  return 32 + int64_t{s.wal_frames()} * (4096 + 24);
+}
+
+/// Whether bytes [from, to) of `file` are all zero.
+bool zeros_between(const fs::path& file, int64_t from, int64_t to) {
+  std::ifstream in(file, std::ios::binary);
+  in.seekg(from);
+  std::string bytes(static_cast<size_t>(to - from), '\1');
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return in.gcount() == static_cast<std::streamsize>(bytes.size()) &&
+         bytes.find_first_not_of('\0') == std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("wal vfs: a -wal that a commit makes longer grows ahead by zeros to the next 256 KiB, "
+          "the commits after it leave its size alone, and a close that keeps it cuts the zeros") {
+  test::temp_dir tmp;
+  constexpr int64_t chunk = 256 * 1024;
+  for (int grow_kib : {256, 0}) {
+    CAPTURE(grow_kib);
+    auto o = kept_wal_opts(tmp.path());
+    o.wal_grow_kib = grow_kib;
+    std::string id = "grow" + std::to_string(grow_kib);
+    auto grows0 = detail::wal_vfs_stats().wal_grows;
+    auto trims0 = detail::wal_vfs_stats().wal_trims;
+    auto s = open_ok(o, id);
+    auto wal = detail::with_suffix(s->path(), "-wal");
+    int commits = 0;
+    auto commit = [&] {
+      REQUIRE(s->append(padded(commits, 1500)).is_ok());
+      REQUIRE(s->commit().is_ok());
+      ++commits;
+    };
+    // Below a quarter of the chunk the file is its frames only (a young entity writes no zeros).
+    commit();
+    CHECK(static_cast<int64_t>(fs::file_size(wal)) == frames_end(*s));
+    while (frames_end(*s) < chunk / 4)
+      commit();
+    auto size = static_cast<int64_t>(fs::file_size(wal));
+    if (grow_kib == 0) {
+      CHECK(size == frames_end(*s));
+      CHECK(detail::wal_vfs_stats().wal_grows == grows0);
+    } else {
+      CHECK(size % chunk == 0);
+      CHECK(size > frames_end(*s));
+      CHECK(zeros_between(wal, frames_end(*s), size));
+      CHECK(detail::wal_vfs_stats().wal_grows == grows0 + 1);
+      // The commits that fit leave the size as it is: they overwrite zeros.
+      int fitting = 0;
+      while (frames_end(*s) + 3 * (4096 + 24) < size) {
+        commit();
+        ++fitting;
+        CHECK(static_cast<int64_t>(fs::file_size(wal)) == size);
+      }
+      CHECK(fitting >= 5);
+      // The next one past the end grows it by one more chunk.
+      while (frames_end(*s) <= size)
+        commit();
+      CHECK(static_cast<int64_t>(fs::file_size(wal)) == size + chunk);
+      CHECK(detail::wal_vfs_stats().wal_grows == grows0 + 2);
+    }
+    auto end = frames_end(*s);
+    s.reset(); // the close keeps the WAL (kept_wal_opts): no checkpoint
+    CHECK(static_cast<int64_t>(fs::file_size(wal)) == end);
+    CHECK(detail::wal_vfs_stats().wal_trims == trims0 + (grow_kib > 0 ? 1 : 0));
+    auto again = open_ok(o, id);
+    check_all_commits(*again, commits);
+  }
+}
+
+TEST_CASE("wal vfs: a process killed while its -wal ends in zeros it grew ahead loses no commit, "
+          "through factum's VFS or SQLite's own") {
+  test::temp_dir tmp;
+  auto o = opts_in(tmp.path());
+  o.mode = durability::full;   // every commit synced before the next begins
+  constexpr int commits = 120; // ~3 frames each of 4 KiB: past two chunks of 256 KiB
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    auto s = open_in_child(o, "killed");
+    for (int i = 0; i < commits; ++i)
+      if (!s->append(padded(i, 1500)).is_ok() || !s->commit().is_ok())
+        _exit(3);
+    ::kill(::getpid(), SIGKILL); // no close, no trim
+    _exit(4);
+  }
+  int wst = 0;
+  REQUIRE(waitpid(pid, &wst, 0) == pid);
+  REQUIRE_MESSAGE((WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL), "child status " << wst);
+  auto wal =
+    detail::with_suffix(entity_key{"acme", "ledger", "killed"}.file_path(tmp.path()), "-wal");
+  auto size = static_cast<int64_t>(fs::file_size(wal));
+  CHECK(size % (256 * 1024) == 0); // it ends in zeros grown ahead
+  for (std::string vfs : {"", "unix"}) {
+    CAPTURE(vfs);
+    auto u = o;
+    u.vfs = vfs;
+    u.mode = durability::normal;
+    auto s = open_ok(u, "killed");
+    check_all_commits(*s, commits);
+  }
+}
+
+TEST_CASE("wal vfs: a -wal whose zeros cannot be written (file size limit) still takes the commit "
+          "that reached its end, and grows ahead once it can") {
+  test::temp_dir tmp;
+  auto o = opts_in(tmp.path());
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    auto store = open_in_child(o, "nozeros");
+    auto& s = *store;
+    int i = 0;
+    auto wal = detail::with_suffix(s.path(), "-wal");
+    // Up to just below a quarter of the chunk: no zeros yet.
+    while (32 + int64_t{s.wal_frames()} * (4096 + 24) < 64 * 1024 - 8 * (4096 + 24))
+      if (!s.append(padded(i++, 100)).is_ok() || !s.commit().is_ok())
+        _exit(3);
+    std::error_code ec;
+    auto size = fs::file_size(wal, ec);
+    if (ec)
+      _exit(4);
+    // Room for the frames of the next commits, not for a chunk of zeros (EFBIG, signal ignored).
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{size + 40 * (4096 + 24), RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0)
+      _exit(5);
+    auto grows = detail::wal_vfs_stats().wal_grows;
+    while (32 + int64_t{s.wal_frames()} * (4096 + 24) < 64 * 1024 + 4 * (4096 + 24))
+      if (!s.append(padded(i++, 100)).is_ok() || !s.commit().is_ok())
+        _exit(6); // a failed zero write must not fail the commit
+    if (detail::wal_vfs_stats().wal_grows != grows)
+      _exit(7); // no chunk was complete
+    rlimit off{RLIM_INFINITY, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &off) != 0)
+      _exit(8);
+    // The limit lifted, the next commit that reaches the end grows the file.
+    while (detail::wal_vfs_stats().wal_grows == grows && i < 1000)
+      if (!s.append(padded(i++, 100)).is_ok() || !s.commit().is_ok())
+        _exit(9);
+    if (fs::file_size(wal, ec) % (256 * 1024) != 0)
+      _exit(10);
+    _exit(i < 1000 ? 0 : 11);
+  }
+  int wst = 0;
+  REQUIRE(waitpid(pid, &wst, 0) == pid);
+  REQUIRE_MESSAGE((WIFEXITED(wst) && WEXITSTATUS(wst) == 0), "child status " << WEXITSTATUS(wst));
+  auto s = open_ok(o, "nozeros");
+  CHECK(s->last_seq() > 10);
+  auto v = s->verify();
+  REQUIRE(v.is_ok());
+  CHECK(v->ok);
 }

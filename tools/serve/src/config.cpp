@@ -487,6 +487,7 @@ result<serve_config> parse_serve_config(const json& doc) {
                             "scheduler_threads",
                             "cache_kib",
                             "wal_kept_on_close_kib",
+                            "wal_grow_kib",
                             "spare_files",
                             "http_threads",
                             "key_ttl_ms",
@@ -546,6 +547,10 @@ result<serve_config> parse_serve_config(const json& doc) {
   if (auto st = read_int(doc, "wal_kept_on_close_kib", "", 0, 1 << 20, v); !st)
     return st;
   cfg.runtime.wal_kept_on_close_kib = static_cast<int>(v);
+  v = cfg.runtime.wal_grow_kib;
+  if (auto st = read_int(doc, "wal_grow_kib", "", 0, 65536, v); !st)
+    return st;
+  cfg.runtime.wal_grow_kib = static_cast<int>(v);
   v = cfg.runtime.spare_files;
   if (auto st = read_int(doc, "spare_files", "", 0, 1024, v); !st)
     return st;

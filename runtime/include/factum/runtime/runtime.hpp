@@ -95,6 +95,11 @@ struct runtime_config {
   /// close checkpoints (a closed entity is then wholly in its .db file, e.g. for backups that
   /// copy .db files only). Default 256 (store_options::wal_kept_on_close_kib).
   int wal_kept_on_close_kib = 256;
+  /// A WAL that a commit makes longer grows ahead by zeros to the next multiple of this many
+  /// KiB, so that the commits after it overwrite blocks the file has and their fdatasyncs write
+  /// no file-system metadata (store_options::wal_grow_kib). 0: a WAL grows by its frames only.
+  /// 0..65536; default 256.
+  int wal_grow_kib = 256;
   /// Entity files kept ready, made ahead by a thread of their own in <data_dir>/spares/: a new
   /// entity's file is then a rename of one and a small unsynced claim, instead of writing and
   /// fdatasyncing a new file on a storage thread (storage/spare_pool.hpp). 0: none, every
