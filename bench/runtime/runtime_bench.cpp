@@ -8,10 +8,13 @@
 // Threads: the main thread issues calls and waits on a condition variable; completions run on
 // CAF workers. (Google Benchmark is installed, but whole-runtime workloads with their own
 // concurrency and percentiles fit a db_bench-style driver better.)
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -232,26 +235,59 @@ run_result rss_in_child(const args_t& a) {
     std::exit(1);
   }
   exe[n] = '\0';
-  // Every value was checked by the parser (numbers, and names from a fixed list).
-  std::string cmd = std::string(rss_child_env) + "=1 '" + exe +
-                    "' --benchmarks=rss --runs=1 --concurrency=" + std::to_string(a.concurrency) +
-                    " --rss_entities=" + std::to_string(a.rss_entities) +
-                    " --durability=" + a.durability_mode +
-                    " --cache_kib=" + std::to_string(a.cache_kib) +
-                    " --storage_threads=" + std::to_string(a.storage_threads) +
-                    " --wal_checkpoint_frames=" + std::to_string(a.wal_checkpoint_frames) +
-                    " --wal_grow_kib=" + std::to_string(a.wal_grow_kib);
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) {
-    std::fprintf(stderr, "runtime_bench: rss: cannot start %s\n", exe);
+  // Started without a shell: the arguments reach it as they are, whatever the path holds.
+  std::vector<std::string> args{exe,
+                                "--benchmarks=rss",
+                                "--runs=1",
+                                "--concurrency=" + std::to_string(a.concurrency),
+                                "--rss_entities=" + std::to_string(a.rss_entities),
+                                "--durability=" + a.durability_mode,
+                                "--cache_kib=" + std::to_string(a.cache_kib),
+                                "--storage_threads=" + std::to_string(a.storage_threads),
+                                "--wal_checkpoint_frames=" +
+                                  std::to_string(a.wal_checkpoint_frames),
+                                "--wal_grow_kib=" + std::to_string(a.wal_grow_kib)};
+  std::vector<char*> argv;
+  for (auto& s : args)
+    argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e)
+    env_strings.emplace_back(*e);
+  env_strings.push_back(std::string(rss_child_env) + "=1");
+  std::vector<char*> envp;
+  for (auto& s : env_strings)
+    envp.push_back(s.data());
+  envp.push_back(nullptr);
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    std::fprintf(stderr, "runtime_bench: rss: pipe: %s\n", std::strerror(errno));
     std::exit(1);
   }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  posix_spawn_file_actions_addclose(&actions, fds[1]);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, exe, &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (rc != 0) {
+    std::fprintf(stderr, "runtime_bench: rss: cannot start %s: %s\n", exe, std::strerror(rc));
+    std::exit(1);
+  }
+  FILE* p = ::fdopen(fds[0], "r");
   run_result r;
   bool got = false;
   char line[512];
-  while (std::fgets(line, sizeof line, p) != nullptr)
+  while (p != nullptr && std::fgets(line, sizeof line, p) != nullptr)
     got = got || std::sscanf(line, "rss_child active=%lf kib=%lf", &r.ops_per_s, &r.extra) == 2;
-  if (::pclose(p) != 0 || !got) {
+  if (p != nullptr)
+    std::fclose(p);
+  int wst = 0;
+  bool ok = ::waitpid(pid, &wst, 0) == pid && WIFEXITED(wst) && WEXITSTATUS(wst) == 0;
+  if (!ok || !got) {
     std::fprintf(stderr, "runtime_bench: rss: the measuring process failed\n");
     std::exit(1);
   }
