@@ -47,6 +47,7 @@ struct args_t {
   std::string durability_mode = "full";
   int cache_kib = 0;             // 0: the runtime's default
   int storage_threads = 0;       // 0: the runtime's default
+  int sync_threads = 0;          // 0: the runtime's default
   int wal_checkpoint_frames = 0; // 0: the runtime's default
   int wal_grow_kib = -1;         // -1: the runtime's default
 };
@@ -88,6 +89,8 @@ std::unique_ptr<runtime> start(const fs::path& dir, const args_t& a, size_t max_
     c.cache_kib = a.cache_kib;
   if (a.storage_threads > 0)
     c.storage_threads = static_cast<size_t>(a.storage_threads);
+  if (a.sync_threads > 0)
+    c.sync_threads = static_cast<size_t>(a.sync_threads);
   if (a.wal_checkpoint_frames > 0)
     c.wal_checkpoint_frames = a.wal_checkpoint_frames;
   if (a.wal_grow_kib >= 0)
@@ -244,6 +247,7 @@ run_result rss_in_child(const args_t& a) {
                                 "--durability=" + a.durability_mode,
                                 "--cache_kib=" + std::to_string(a.cache_kib),
                                 "--storage_threads=" + std::to_string(a.storage_threads),
+                                "--sync_threads=" + std::to_string(a.sync_threads),
                                 "--wal_checkpoint_frames=" +
                                   std::to_string(a.wal_checkpoint_frames),
                                 "--wal_grow_kib=" + std::to_string(a.wal_grow_kib)};
@@ -427,6 +431,8 @@ int main(int argc, char** argv) {
   app
     .add_option("--storage_threads", a.storage_threads,
                 "storage threads (0: the runtime's default)")
+    ->check(CLI::NonNegativeNumber);
+  app.add_option("--sync_threads", a.sync_threads, "WAL sync threads (0: the runtime's default)")
     ->check(CLI::NonNegativeNumber);
   app
     .add_option("--wal_checkpoint_frames", a.wal_checkpoint_frames,

@@ -962,7 +962,7 @@ void request_sync(self_ptr self) {
   auto target = s.commit_gen;
   auto core = s.core;
   auto me = caf::actor_cast<caf::actor>(self);
-  s.rt->pool.post([core, me, target] {
+  s.rt->sync_pool.post([core, me, target] {
     auto st = core->store->sync();
     caf::anon_send(me, atoms::synced::value, target, static_cast<int>(st.code()), st.message());
   });

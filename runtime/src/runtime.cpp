@@ -631,6 +631,7 @@ void runtime::stop() {
   c.sys.reset();   // waits for every actor
   c.router.stop(); // after the actors: calls their ends hand back are answered UNAVAILABLE
   c.pool.stop();
+  c.sync_pool.stop();
   if (c.store_opts.spares)
     c.store_opts.spares->stop(); // the ready spares stay on disk for the next start
   std::lock_guard<std::mutex> g(c.alarms.mu);

@@ -172,11 +172,14 @@ struct alarm_directory {
 };
 
 struct runtime_core {
-  explicit runtime_core(runtime_config c) : cfg(std::move(c)), pool(cfg.storage_threads) {}
+  explicit runtime_core(runtime_config c)
+      : cfg(std::move(c)), pool(cfg.storage_threads), sync_pool(cfg.sync_threads) {}
 
   runtime_config cfg;
   store_options store_opts;
   storage_pool pool;
+  /// Runs entity_store::sync() of deferred-sync commits only (runtime_config::sync_threads).
+  storage_pool sync_pool;
   activation_registry reg;
   alarm_directory alarms;
   counters stats;

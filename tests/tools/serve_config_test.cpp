@@ -141,6 +141,11 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
   auto wr = parse_serve_config(w);
   REQUIRE(wr.is_ok());
   CHECK(wr->runtime.wal_kept_on_close_kib == 0);
+  CHECK(d->runtime.sync_threads == 16);
+  w["sync_threads"] = 4;
+  auto tr = parse_serve_config(w);
+  REQUIRE(tr.is_ok());
+  CHECK(tr->runtime.sync_threads == 4);
   CHECK(d->runtime.wal_grow_kib == 256);
   w["wal_grow_kib"] = 0;
   auto gr = parse_serve_config(w);
@@ -164,6 +169,7 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
   CHECK(err("wal_kept_on_close_kib", -1).find("wal_kept_on_close_kib") != std::string::npos);
   CHECK(err("spare_files", 1025).find("spare_files") != std::string::npos);
   CHECK(err("wal_grow_kib", 65537).find("wal_grow_kib") != std::string::npos);
+  CHECK(err("sync_threads", 0).find("sync_threads") != std::string::npos);
   CHECK(err("alarm_max_retries", 101).find("alarm_max_retries") != std::string::npos);
   CHECK(err("alarm_poll_ms", "fast").find("alarm_poll_ms") != std::string::npos);
   CHECK(

@@ -484,6 +484,7 @@ result<serve_config> parse_serve_config(const json& doc) {
                             "idle_timeout_ms",
                             "max_active_entities",
                             "storage_threads",
+                            "sync_threads",
                             "scheduler_threads",
                             "cache_kib",
                             "wal_kept_on_close_kib",
@@ -539,6 +540,10 @@ result<serve_config> parse_serve_config(const json& doc) {
   if (auto st = read_int(doc, "storage_threads", "", 1, 1024, v); !st)
     return st;
   cfg.runtime.storage_threads = static_cast<size_t>(v);
+  v = static_cast<int64_t>(cfg.runtime.sync_threads);
+  if (auto st = read_int(doc, "sync_threads", "", 1, 1024, v); !st)
+    return st;
+  cfg.runtime.sync_threads = static_cast<size_t>(v);
   v = cfg.runtime.cache_kib;
   if (auto st = read_int(doc, "cache_kib", "", 16, 1 << 20, v); !st)
     return st;

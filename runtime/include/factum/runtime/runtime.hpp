@@ -73,6 +73,11 @@ struct runtime_config {
   /// worker ever waits on the disk. Commits of different entities run in parallel on them.
   /// Default 8.
   size_t storage_threads = 8;
+  /// Threads that only fdatasync entities' WALs for commits made on CAF workers (deferred sync,
+  /// durability full), apart from the storage threads: a sync mostly waits on the device, and
+  /// the disk runs many at once, where more storage threads would slow the CPU-bound opens
+  /// and closes that share them (docs/performance.md, Runtime, "Session 17"). Default 16.
+  size_t sync_threads = 16;
   /// Idempotency key lifetime; 0 keeps keys until purged. Default 24 h.
   std::chrono::milliseconds key_ttl{std::chrono::hours(24)};
   /// Expired keys of an entity are purged by an alarm at most this often. Default 1 h.
