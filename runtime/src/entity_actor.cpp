@@ -3,13 +3,16 @@
 // Threads: everything here runs on the entity's actor (one CAF worker at a time), except the
 // jobs posted to the storage pool (open, slow-path commit, checkpoint on the actor's
 // connection, close), which own the store while they run; the actor does not touch the store
-// while such a job is in flight (`committing`, phases). Two jobs run beside the actor instead:
-// sync() (the WAL's own descriptor) and checkpoint_concurrently() (a connection of its own).
+// while such a job is in flight (`committing`, phases). Two kinds of job run beside the actor
+// instead: sync() on the sync pool (the WAL's own descriptor; up to max_syncs_in_flight of one
+// entity at once) and checkpoint_concurrently() on the storage pool (a connection of its own).
 //
 // A call's path: (atoms::call) -> queue -> pump() -> run_turn() [savepoint, key, handler] ->
 // finish_turn() [complete key, release savepoint, reply into the batch] -> flush (a message to
-// self, behind everything already queued: write coalescing) -> commit on a storage thread ->
-// on_committed() delivers every reply of the batch (the output gate).
+// self, behind everything already queued: write coalescing) -> commit on the actor, without
+// fsync -> sync() on a sync thread -> on_synced() releases every reply that sync covers (the
+// output gate). A batch that moved alarms commits and syncs on a storage thread instead, and
+// on_committed() delivers its replies.
 #include <cmath>
 #include <optional>
 #include <random>
