@@ -255,13 +255,11 @@ run_result rss_in_child(const args_t& a) {
   for (auto& s : args)
     argv.push_back(s.data());
   argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e)
-    env_strings.emplace_back(*e);
-  env_strings.push_back(std::string(rss_child_env) + "=1");
+  std::string child_var = std::string(rss_child_env) + "=1";
   std::vector<char*> envp;
-  for (auto& s : env_strings)
-    envp.push_back(s.data());
+  for (char** e = environ; *e != nullptr; ++e)
+    envp.push_back(*e);
+  envp.push_back(child_var.data());
   envp.push_back(nullptr);
   int fds[2];
   if (::pipe(fds) != 0) {

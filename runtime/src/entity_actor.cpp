@@ -93,7 +93,7 @@ struct entity_state {
   std::deque<std::tuple<uint64_t, reply_to, call_reply>> awaiting_sync;
   uint64_t commit_gen = 0;     ///< generation of the last commit
   uint64_t synced_gen = 0;     ///< every commit up to this generation is durable
-  int syncs_in_flight = 0;     ///< WAL syncs running on storage threads (they overlap)
+  int syncs_in_flight = 0;     ///< WAL syncs running on sync threads (they overlap)
   uint64_t sync_asked_gen = 0; ///< the generation the latest of them covers
   bool checkpointing = false;  ///< a storage thread is checkpointing the WAL
   int ckpt_rounds = 0;         ///< concurrent checkpoints in this cycle (maybe_checkpoint)

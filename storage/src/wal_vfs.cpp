@@ -219,23 +219,29 @@ void trim_grown(shim_file* f) {
     count(n_wal_trims);
 }
 
+/// Writes `n` bytes at `off` to the base file, and remembers how far this connection wrote.
+int base_write(shim_file* f, const void* data, int n, int64_t off) {
+  auto* r = real(f);
+  int rc = r->pMethods->xWrite(r, data, n, off);
+  if (rc == SQLITE_OK)
+    f->max_end = std::max<int64_t>(f->max_end, off + n);
+  return rc;
+}
+
 /// Writes the buffer to the base file. On failure the buffer is dropped (the commit it belongs
 /// to fails) and the error returned.
 int flush(shim_file* f) {
   f->commit_header = false;
   if (f->buf_len == 0)
     return SQLITE_OK;
-  auto* r = real(f);
-  int rc = r->pMethods->xWrite(r, f->buf, static_cast<int>(f->buf_len), f->buf_off);
+  int rc = base_write(f, f->buf, static_cast<int>(f->buf_len), f->buf_off);
   count(n_wal_flushes);
   int64_t end = f->buf_off + static_cast<int64_t>(f->buf_len);
   give_buffer(f->buf);
   f->buf = nullptr;
   f->buf_len = 0;
-  if (rc == SQLITE_OK) {
-    f->max_end = std::max(f->max_end, end);
+  if (rc == SQLITE_OK)
     grow_ahead(f, end);
-  }
   return rc;
 }
 
@@ -341,10 +347,7 @@ int x_write(sqlite3_file* p, const void* data, int n, sqlite3_int64 off) {
       return rc;
     f->unbuffered = true;
     count(n_passthrough);
-    int rc = real(p)->pMethods->xWrite(real(p), data, n, off);
-    if (rc == SQLITE_OK)
-      f->max_end = std::max<int64_t>(f->max_end, off + n);
-    return rc;
+    return base_write(f, data, n, off);
   }
   if (f->buf_len > 0 && (off != f->buf_off + static_cast<int64_t>(f->buf_len) ||
                          f->buf_len + static_cast<size_t>(n) > max_buffer))
@@ -352,10 +355,7 @@ int x_write(sqlite3_file* p, const void* data, int n, sqlite3_int64 off) {
       return rc;
   if (static_cast<size_t>(n) > max_buffer) { // cannot happen (pages are <= 64 KiB): as is
     f->next_off = off + n;
-    int rc = real(p)->pMethods->xWrite(real(p), data, n, off);
-    if (rc == SQLITE_OK)
-      f->max_end = std::max<int64_t>(f->max_end, off + n);
-    return rc;
+    return base_write(f, data, n, off);
   }
   if (f->buf_len == 0) {
     f->buf = take_buffer();
