@@ -94,7 +94,7 @@ sqlite3_vfs shim_vfs{};
 sqlite3_io_methods shim_methods{};
 
 std::atomic<uint64_t> n_wal_flushes{0}, n_passthrough{0}, n_wal_syncs{0}, n_db_syncs{0},
-  n_wal_readaheads{0}, n_wal_grows{0}, n_wal_trims{0};
+  n_wal_readaheads{0}, n_wal_grows{0}, n_wal_trims{0}, n_wal_starts{0};
 
 // The size of a WAL header (SQLite's WAL_HDRSIZE), and the most one read-ahead copies.
 constexpr int wal_header_size = 32;
@@ -340,6 +340,8 @@ int x_write(sqlite3_file* p, const void* data, int n, sqlite3_int64 off) {
   if (!f->is_wal)
     return real(p)->pMethods->xWrite(real(p), data, n, off);
   drop_readahead(f);
+  if (off == 0)
+    count(n_wal_starts); // the header of a new WAL generation (its first frame follows)
   bool in_sequence =
     !f->unbuffered && f->db != nullptr && (off == 0 || f->next_off < 0 || off == f->next_off);
   if (!in_sequence) {
@@ -563,7 +565,7 @@ void wal_vfs_fail_next_readahead(readahead_fault_kind kind) noexcept {
 
 wal_vfs_counters wal_vfs_stats() noexcept {
   return {n_wal_flushes.load(),    n_passthrough.load(), n_wal_syncs.load(), n_db_syncs.load(),
-          n_wal_readaheads.load(), n_wal_grows.load(),   n_wal_trims.load()};
+          n_wal_readaheads.load(), n_wal_grows.load(),   n_wal_trims.load(), n_wal_starts.load()};
 }
 
 } // namespace factum::detail

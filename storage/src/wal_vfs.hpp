@@ -32,6 +32,8 @@ struct wal_vfs_counters {
   uint64_t wal_readaheads = 0; ///< wal-index rebuilds whose WAL was read in one call
   uint64_t wal_grows = 0;      ///< -wal files grown ahead by a chunk of zeros
   uint64_t wal_trims = 0;      ///< -wal files cut back to their last written byte at a close
+  uint64_t wal_starts = 0;     ///< WAL headers written: a -wal's first commit, and each commit
+                               ///< that starts the WAL over after a complete checkpoint
 };
 wal_vfs_counters wal_vfs_stats() noexcept;
 

@@ -17,6 +17,7 @@
 #include "support/start_notes.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
+#include "wal_vfs.hpp"
 
 using namespace factum;
 using namespace std::chrono_literals;
@@ -239,12 +240,14 @@ TEST_CASE("runtime: a hot entity's WAL is checkpointed beside its commits and st
     auto c = base_config(tmp.path());
     c.wal_checkpoint_frames = 16;
     c.mode = mode;
+    c.spare_files = 0; // this entity's file is the only one factum's VFS writes a WAL for
     auto key = ek("ledger", "hot");
     auto wal = key.file_path(tmp.path());
     wal += "-wal";
     constexpr int calls = 1000; // one commit each (sequential), 4+ WAL frames per commit
     {
       auto rt = start_ok(c);
+      auto starts0 = detail::wal_vfs_stats().wal_starts;
       for (int i = 0; i < calls; ++i) {
         call_options o;
         o.idempotency_key = "k" + std::to_string(i);
@@ -253,6 +256,11 @@ TEST_CASE("runtime: a hot entity's WAL is checkpointed beside its commits and st
         REQUIRE_MESSAGE(r.ok, r.body);
       }
       CHECK(rt->stats().checkpoints >= 1);
+      // The WAL started over: a WAL header is written at the first commit of each generation
+      // (the entity's first, then every commit after a complete checkpoint). Several restarts,
+      // not one: 1,000 commits of 4+ frames against a threshold of 16 frames.
+      auto starts = detail::wal_vfs_stats().wal_starts - starts0;
+      CHECK(starts >= 3);
       // The -wal file never shrinks: its size is the largest the WAL grew. Without checkpoints
       // it would hold every commit's frames (4+ per commit, ~8 seen: over 16 MB); it restarts
       // instead (seen: ~80 frames at most in full; in normal, where commits come faster than
@@ -261,7 +269,8 @@ TEST_CASE("runtime: a hot entity's WAL is checkpointed beside its commits and st
       // The bound is the least a WAL that never restarted would hold: 4 frames per commit.
       auto size = std::filesystem::file_size(wal);
       CHECK(size < 32 + 4 * calls * (4096 + 24));
-      MESSAGE(rt->stats().checkpoints << " checkpoints, -wal file " << size << " bytes");
+      MESSAGE(rt->stats().checkpoints << " checkpoints, " << starts
+                                      << " WAL generations, -wal file " << size << " bytes");
       auto v = rt->call_sync(key, "@verify", "{}");
       CHECK(v.json()["ok"] == true);
     }

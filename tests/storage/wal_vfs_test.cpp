@@ -541,3 +541,26 @@ TEST_CASE("wal vfs: a -wal whose zeros cannot be written (file size limit) still
   REQUIRE(v.is_ok());
   CHECK(v->ok);
 }
+
+TEST_CASE("wal vfs: a WAL header is written at a -wal's first commit and again only at the commit "
+          "that starts it over after a complete checkpoint (counted as a WAL generation)") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_in(tmp.path()), "generations");
+  auto starts = [] { return detail::wal_vfs_stats().wal_starts; };
+  auto commit = [&](int i) {
+    REQUIRE(s->append(padded(i, 100)).is_ok());
+    REQUIRE(s->commit().is_ok());
+  };
+  auto s0 = starts();
+  commit(0);
+  CHECK(starts() == s0 + 1); // the first commit writes the header, then its frames
+  commit(1);
+  commit(2);
+  CHECK(starts() == s0 + 1); // later commits append frames under the same header
+  REQUIRE(s->checkpoint().is_ok());
+  CHECK(starts() == s0 + 1); // a checkpoint copies frames; it writes no WAL header
+  commit(3);
+  CHECK(starts() == s0 + 2); // the WAL was wholly copied: this commit starts it over
+  CHECK(s->wal_frames() < 4);
+  check_all_commits(*s, 4);
+}
