@@ -41,6 +41,7 @@
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/fact.hpp"
 #include "factum/storage/spare_pool.hpp"
+#include "fsync_probe.hpp"
 
 namespace fs = std::filesystem;
 using factum::durability;
@@ -521,80 +522,19 @@ run_result raw_workload(const context& c, std::string_view name, int64_t per_txn
   return r;
 }
 
-/// The disk's price of durability: `threads` threads, each with its own file, each writing
-/// `kib` KiB with one `pwrite` and then `fdatasync`ing, c.num syncs in all (rounded down to a
-/// multiple of `threads`). Each file is 1 MiB written and synced untimed first and is then
-/// overwritten in place, like a WAL after its first checkpoint: no size change, so no inode or
-/// bitmap write joins the data (a growing file costs about twice as much on ext4 without a
-/// journal; docs/performance.md). The ceilings the bars of issues #3 and #5 meet on a machine:
-/// `fsync28k` is one commit of one fact (7 WAL frames of 4 KiB + 24-byte headers), `fsync28k_x64`
-/// 64 callers each waiting for such a commit of its own entity, `fsync4k_x64` the same with the
-/// smallest commit a page-based WAL can make.
+/// The disk's price of durability (fsync_probe.hpp): `threads` threads, each overwriting its own
+/// file with `kib` KiB and fdatasyncing it, c.num syncs in all. The ceilings the bars of issues
+/// #3 and #5 meet on a machine: `fsync28k` is one commit of one fact (7 WAL frames of 4 KiB +
+/// 24-byte headers), `fsync28k_x64` 64 callers each waiting for such a commit of its own entity,
+/// `fsync4k_x64` the same with the smallest commit a page-based WAL can make.
 run_result fsync_workload(const context& c, int kib, int threads) {
-  const size_t bytes = static_cast<size_t>(kib) * 1024;
-  const off_t file_bytes = std::max<off_t>(1 << 20, static_cast<off_t>(bytes) * 4);
-  const int64_t per_thread = std::max<int64_t>(1, c.num / threads);
-  std::vector<int> fds;
-  std::vector<fs::path> paths;
-  for (int t = 0; t < threads; ++t) {
-    paths.push_back(c.root / ("fsync-" + c.tag + "-" + std::to_string(t) + ".dat"));
-    int fd = ::open(paths.back().c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-      die("open " + paths.back().string() + ": " + std::strerror(errno));
-    std::vector<char> fill(static_cast<size_t>(file_bytes), 'x');
-    if (::pwrite(fd, fill.data(), fill.size(), 0) != static_cast<ssize_t>(fill.size()) ||
-        ::fsync(fd) != 0)
-      die("prepare " + paths.back().string() + ": " + std::strerror(errno));
-    fds.push_back(fd);
-  }
-  std::vector<std::vector<double>> lat(static_cast<size_t>(threads));
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
-  std::atomic<int> failed{0}; // the errno of the first failed pwrite or fdatasync
-  auto body = [&](int t) {
-    std::vector<char> block(bytes, 'y');
-    auto& mine = lat[static_cast<size_t>(t)];
-    mine.reserve(static_cast<size_t>(per_thread));
-    const int64_t slots = file_bytes / static_cast<off_t>(bytes);
-    ready.fetch_add(1);
-    while (!go.load())
-      std::this_thread::yield();
-    for (int64_t i = 0; i < per_thread; ++i) {
-      auto t1 = clock_type::now();
-      block[0] = static_cast<char>(i);
-      if (::pwrite(fds[static_cast<size_t>(t)], block.data(), bytes,
-                   static_cast<off_t>(i % slots) * static_cast<off_t>(bytes)) !=
-            static_cast<ssize_t>(bytes) ||
-          ::fdatasync(fds[static_cast<size_t>(t)]) != 0) {
-        int zero = 0;
-        failed.compare_exchange_strong(zero, errno != 0 ? errno : EIO);
-        return;
-      }
-      mine.push_back(us_since(t1));
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t)
-    pool.emplace_back(body, t);
-  while (ready.load() < threads - 1)
-    std::this_thread::yield();
-  auto t0 = clock_type::now();
-  go.store(true);
-  body(0);
-  for (auto& th : pool)
-    th.join();
+  auto p = factum::bench::fsync_probe(c.root, c.tag, kib, threads, c.num);
+  if (!p.error.empty())
+    die(p.error);
   run_result r;
-  r.seconds = us_since(t0) / 1e6;
-  if (int e = failed.load(); e != 0)
-    die("pwrite/fdatasync in " + c.root.string() + ": " + std::strerror(e));
-  for (auto& v : lat)
-    r.lat_us.insert(r.lat_us.end(), v.begin(), v.end());
-  r.items = static_cast<int64_t>(r.lat_us.size());
-  for (size_t t = 0; t < fds.size(); ++t) {
-    ::close(fds[t]);
-    std::error_code ec;
-    fs::remove(paths[t], ec);
-  }
+  r.seconds = p.seconds;
+  r.items = static_cast<int64_t>(p.lat_us.size());
+  r.lat_us = std::move(p.lat_us);
   return r;
 }
 

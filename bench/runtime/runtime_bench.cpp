@@ -31,6 +31,7 @@
 #include <CLI/CLI.hpp>
 
 #include "factum/runtime/runtime.hpp"
+#include "fsync_probe.hpp"
 
 using namespace factum;
 using clk = std::chrono::steady_clock;
@@ -56,6 +57,7 @@ struct run_result {
   double ops_per_s = 0;
   double p50_us = 0, p99_us = 0;
   double extra = 0;
+  double ceiling = 0; ///< the disk's syncs/s at the same concurrency, just before; 0: not taken
 };
 
 double median(std::vector<double> v) {
@@ -156,10 +158,24 @@ run_result bench_append(const args_t& a, int entities) {
       return std::pair{entity_key{"bench", "ledger", "e" + std::to_string(i % entities)},
                        "warm-" + std::to_string(i)};
     });
+    // Where every commit holds one fact and needs a sync of its own (many entities, durability
+    // full), the disk's ceiling in the same minute: as many threads as callers, each
+    // overwriting its own file with a one-fact commit's 7 WAL frames and syncing it.
+    double ceiling = 0;
+    if (entities >= a.concurrency && a.durability_mode == "full") {
+      auto p =
+        factum::bench::fsync_probe(dir, "ceiling", 28, a.concurrency, int64_t{100} * a.concurrency);
+      if (!p.error.empty()) {
+        std::fprintf(stderr, "runtime_bench: disk ceiling probe: %s\n", p.error.c_str());
+        std::exit(1);
+      }
+      ceiling = p.rate();
+    }
     r = closed_loop(*rt, a.num, a.concurrency, [&](int i) {
       return std::pair{entity_key{"bench", "ledger", "e" + std::to_string(i % entities)},
                        "k-" + std::to_string(i)};
     });
+    r.ceiling = ceiling;
     auto st = rt->stats();
     r.extra = st.commits ? double(st.facts) / double(st.commits) : 0;
   }
@@ -364,6 +380,16 @@ void print(const char* name, std::vector<run_result>& rs, const char* unit, cons
     std::printf("no bar\n");
   else
     std::printf("bar %s %.0f: %s\n", higher_is_better ? ">=" : "<=", bar, pass ? "PASS" : "MISS");
+  std::vector<double> ceil;
+  for (auto& r : rs)
+    if (r.ceiling > 0)
+      ceil.push_back(r.ceiling);
+  if (!ceil.empty())
+    std::printf("  disk ceiling in the same runs: %.0f syncs/s [min %.0f max %.0f] (one thread per "
+                "caller, each overwriting a file of its own with 28 KiB and syncing it): the "
+                "figure above is %.0f%% of it\n",
+                median(ceil), *std::min_element(ceil.begin(), ceil.end()),
+                *std::max_element(ceil.begin(), ceil.end()), 100 * median(ops) / median(ceil));
   std::fflush(stdout);
 }
 
