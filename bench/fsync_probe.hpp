@@ -22,9 +22,9 @@ namespace factum::bench {
 
 /// What one probe measured: its wall time, one latency per sync, or why it failed.
 struct fsync_probe_result {
-  double seconds = 0;          ///< wall time of the timed part
-  std::vector<double> lat_us;  ///< one entry per pwrite + fdatasync, microseconds
-  std::string error;           ///< empty on success
+  double seconds = 0;         ///< wall time of the timed part
+  std::vector<double> lat_us; ///< one entry per pwrite + fdatasync, microseconds
+  std::string error;          ///< empty on success
   double rate() const { return seconds > 0 ? static_cast<double>(lat_us.size()) / seconds : 0; }
 };
 

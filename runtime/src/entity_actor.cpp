@@ -91,13 +91,15 @@ struct entity_state {
   int64_t commit_seq = 0;    ///< last seq of the commit in flight
   /// Replies of committed batches waiting for their WAL sync, with the batch generation.
   std::deque<std::tuple<uint64_t, reply_to, call_reply>> awaiting_sync;
-  uint64_t commit_gen = 0;     ///< generation of the last commit
-  uint64_t synced_gen = 0;     ///< every commit up to this generation is durable
-  int syncs_in_flight = 0;     ///< WAL syncs running on sync threads (they overlap)
-  uint64_t sync_asked_gen = 0; ///< the generation the latest of them covers
-  bool checkpointing = false;  ///< a storage thread is checkpointing the WAL
-  int ckpt_rounds = 0;         ///< concurrent checkpoints in this cycle (maybe_checkpoint)
-  int ckpt_done = 0;           ///< WAL frames in the database after the last of them
+  uint64_t commit_gen = 0; ///< generation of the last commit
+  uint64_t synced_gen = 0; ///< every commit up to this generation is durable
+  int syncs_in_flight = 0; ///< WAL syncs running on sync threads (they overlap)
+  /// The generation the latest sync asked for covers, or a commit that was durable when it
+  /// returned (slow path, durability normal): never below synced_gen.
+  uint64_t sync_asked_gen = 0;
+  bool checkpointing = false; ///< a storage thread is checkpointing the WAL
+  int ckpt_rounds = 0;        ///< concurrent checkpoints in this cycle (maybe_checkpoint)
+  int ckpt_done = 0;          ///< WAL frames in the database after the last of them
   bool busy = false;
   bool committing = false;
   bool flush_scheduled = false;
@@ -907,7 +909,7 @@ void start_commit(self_ptr self) {
       hold_until_synced(self, s.batch);
       request_sync(self);
     } else {
-      s.synced_gen = s.commit_gen;
+      s.sync_asked_gen = s.synced_gen = s.commit_gen;
       deliver(s.batch);
       maybe_checkpoint(self); // with deferred sync: after the sync (on_synced)
     }
@@ -957,9 +959,8 @@ constexpr int max_syncs_in_flight = 4;
 
 void request_sync(self_ptr self) {
   auto& s = self->state;
-  if (s.syncs_in_flight >= max_syncs_in_flight || s.synced_gen >= s.commit_gen ||
-      s.sync_asked_gen >= s.commit_gen)
-    return;
+  if (s.syncs_in_flight >= max_syncs_in_flight || s.sync_asked_gen >= s.commit_gen)
+    return; // at the cap (on_synced asks again), or every commit is covered already
   ++s.syncs_in_flight;
   s.sync_asked_gen = s.commit_gen;
   auto target = s.commit_gen;
@@ -1094,7 +1095,7 @@ void on_committed(self_ptr self, int code, const std::string& msg, bool alarms) 
     s.rt->stats.turns_committed.fetch_add(s.commit_turns, std::memory_order_relaxed);
     s.committed_seq = s.commit_seq;
     // Its sync covered every earlier commit of this file too.
-    s.synced_gen = ++s.commit_gen;
+    s.sync_asked_gen = s.synced_gen = ++s.commit_gen;
     release_synced(self);
     deliver(s.in_commit);
   } else {
