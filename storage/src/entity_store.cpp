@@ -684,6 +684,68 @@ std::string wal_header(const fs::path& wal) {
   return h;
 }
 
+uint32_t be32_at(const unsigned char* b) {
+  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
+}
+
+/// SQLite's WAL checksum (its walChecksumBytes) over `n` bytes (a multiple of 8), continuing
+/// from `s`: pairs of 32-bit words in the byte order the header's magic names.
+void wal_checksum(bool big_endian, const unsigned char* p, size_t n, uint32_t s[2]) {
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint32_t a, b;
+    if (big_endian) {
+      a = be32_at(p + i);
+      b = be32_at(p + i + 4);
+    } else {
+      a = uint32_t{p[i]} | uint32_t{p[i + 1]} << 8 | uint32_t{p[i + 2]} << 16 |
+          uint32_t{p[i + 3]} << 24;
+      b = uint32_t{p[i + 4]} | uint32_t{p[i + 5]} << 8 | uint32_t{p[i + 6]} << 16 |
+          uint32_t{p[i + 7]} << 24;
+    }
+    s[0] += a + s[1];
+    s[1] += b + s[0];
+  }
+}
+
+/// Where the last whole commit of `wal`'s current generation ends: the offset after the last
+/// commit frame (its header's database size is not 0) reached through frames whose salts are
+/// the header's and whose checksums hold, as SQLite's recovery decides. 0 without a valid
+/// header; 32 (the header alone) before the first commit. Frames up to there never change
+/// while the generation lasts (SQLite rewrites in place only frames of an unfinished
+/// transaction), so what a later commit adds starts there.
+int64_t wal_committed_end(const fs::path& wal) {
+  int fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
+  unsigned char h[32];
+  if (::pread(fd, h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
+    return 0;
+  uint32_t magic = be32_at(h), page = be32_at(h + 8);
+  if ((magic & 0xfffffffe) != 0x377f0682 || be32_at(h + 4) != 3007000 || page < 512 ||
+      page > 65536 || (page & (page - 1)) != 0)
+    return 0;
+  bool big_endian = (magic & 1) != 0;
+  uint32_t sum[2] = {0, 0};
+  wal_checksum(big_endian, h, 24, sum);
+  if (sum[0] != be32_at(h + 24) || sum[1] != be32_at(h + 28))
+    return 0;
+  std::vector<unsigned char> frame(24 + page);
+  int64_t off = 32, committed = 32;
+  while (::pread(fd, frame.data(), frame.size(), off) == static_cast<ssize_t>(frame.size())) {
+    if (be32_at(frame.data()) == 0 || std::memcmp(frame.data() + 8, h + 16, 8) != 0)
+      break; // no page number, or another generation's salts: not a frame of this one
+    wal_checksum(big_endian, frame.data(), 8, sum);
+    wal_checksum(big_endian, frame.data() + 24, page, sum);
+    if (sum[0] != be32_at(frame.data() + 16) || sum[1] != be32_at(frame.data() + 20))
+      break; // torn or stale: recovery stops here
+    off += static_cast<int64_t>(frame.size());
+    if (be32_at(frame.data() + 4) != 0)
+      committed = off;
+  }
+  return committed;
+}
+
 } // namespace
 
 status entity_store::copy_files(const fs::path& file, const fs::path& to) {
@@ -731,6 +793,61 @@ status entity_store::copy_files(const fs::path& file, const fs::path& to) {
       return status::ok();
   }
   return {errc::busy, "the WAL of " + file.string() + " restarted during every copy"};
+}
+
+result<bool> entity_store::refresh_copy(const fs::path& file, const fs::path& to) {
+  auto whole = [&]() -> result<bool> {
+    if (auto st = copy_files(file, to); !st)
+      return st;
+    return true;
+  };
+  auto wal = detail::with_suffix(file, "-wal");
+  auto wal_to = detail::with_suffix(to, "-wal");
+  std::error_code ec;
+  if (!fs::exists(to, ec))
+    return whole();
+  // The copy's WAL is still the source's generation when the headers match (a restart always
+  // changes the salts). Its frames up to its last whole commit are the source's too; what
+  // follows (commits since, or a tail the copy caught half-written) is copied again. A
+  // checkpoint since the copy changed only the source's database file, whose pages the copy's
+  // WAL holds newer or equal: the copy's old database file and its whole WAL are one state.
+  auto head = wal_header(wal_to);
+  int64_t from = head.size() == 32 ? wal_committed_end(wal_to) : 0;
+  if (from < 32 || wal_header(wal) != head)
+    return whole();
+  int in = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0)
+    return errno == ENOENT
+             ? whole()
+             : status{errc::io_error, "cannot open " + wal.string() + ": " + std::strerror(errno)};
+  std::unique_ptr<int, void (*)(int*)> close_in(&in, [](int* f) { ::close(*f); });
+  int out = ::open(wal_to.c_str(), O_WRONLY | O_CLOEXEC);
+  if (out < 0)
+    return status{errc::io_error, "cannot open " + wal_to.string() + ": " + std::strerror(errno)};
+  std::unique_ptr<int, void (*)(int*)> close_out(&out, [](int* f) { ::close(*f); });
+  if (::lseek(out, from, SEEK_SET) < 0)
+    return status{errc::io_error, "cannot seek " + wal_to.string() + ": " + std::strerror(errno)};
+  std::vector<char> buf(1 << 20);
+  int64_t off = from;
+  for (;;) {
+    ssize_t n = ::pread(in, buf.data(), buf.size(), off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return status{errc::io_error, "cannot read " + wal.string() + ": " + std::strerror(errno)};
+    if (n == 0)
+      break;
+    if (int e = detail::write_all(out, {buf.data(), static_cast<size_t>(n)}); e != 0)
+      return status{detail::errno_code(e),
+                    "cannot write " + wal_to.string() + ": " + std::strerror(e)};
+    off += n;
+  }
+  if (::ftruncate(out, off) != 0) // nothing of the copy's old tail past the source's end
+    return status{errc::io_error,
+                  "cannot truncate " + wal_to.string() + ": " + std::strerror(errno)};
+  if (wal_header(wal) != head)
+    return whole(); // restarted while being read: the bytes may mix generations
+  return false;
 }
 
 result<std::unique_ptr<entity_store>> entity_store::open_file(const fs::path& file,

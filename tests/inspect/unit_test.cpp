@@ -118,7 +118,7 @@ TEST_CASE("cells: percentages, sizes, ellipsis, widths") {
 }
 
 TEST_CASE("entity reader: a closed file and a live one are read through a copy, and a refresh "
-          "sees a commit made since") {
+          "sees a commit made since, copying the whole file again only after a WAL restart") {
   using namespace factum::test::inspect;
   test::temp_dir tmp;
   fill_fixture(tmp.path());
@@ -141,8 +141,10 @@ TEST_CASE("entity reader: a closed file and a live one are read through a copy, 
   REQUIRE((*r)->refresh().is_ok());
   auto q = (*r)->store().get(13);
   CHECK(q.is_ok());
+  CHECK((*r)->whole_copies() == 1); // the refresh copied the new commit's frames only
   // Commits that overwrite older frames inside the WAL's size (after a checkpoint let the WAL
   // restart) are seen too: the next frame's salts say so, whatever the size and mtime say.
+  // The restart takes one whole copy; the commits after it, their frames only.
   REQUIRE(writer->checkpoint().is_ok());
   for (int64_t seq = 14; seq <= 16; ++seq) {
     CAPTURE(seq);
@@ -150,7 +152,11 @@ TEST_CASE("entity reader: a closed file and a live one are read through a copy, 
     REQUIRE(writer->commit().is_ok());
     REQUIRE((*r)->refresh().is_ok());
     CHECK((*r)->store().get(seq).is_ok());
+    CHECK((*r)->whole_copies() == 2);
   }
+  REQUIRE((*r)->refresh().is_ok()); // nothing changed: nothing copied
+  CHECK((*r)->whole_copies() == 2);
+  CHECK((*r)->store().last_seq() == 16);
   // A file at another key's path is refused.
   auto moved = entity_key{"acme", "ledger", "zz"}.file_path(tmp.path());
   fs::create_directories(moved.parent_path());

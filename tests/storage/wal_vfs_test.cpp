@@ -564,3 +564,90 @@ TEST_CASE("wal vfs: a WAL header is written at a -wal's first commit and again o
   CHECK(s->wal_frames() < 4);
   check_all_commits(*s, 4);
 }
+
+namespace {
+
+/// The copy at `copy`, opened read-only as factum inspect opens its copies.
+std::unique_ptr<entity_store> open_copy(const fs::path& copy) {
+  store_options ro;
+  ro.read_only = true;
+  ro.create_if_missing = false;
+  auto r = entity_store::open_file(copy, ro);
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  return std::move(r.value());
+}
+
+} // namespace
+
+TEST_CASE("wal vfs: a copy of a live entity is brought up to date from its WAL's new commits, "
+          "its database file copied again only after a WAL restart, and a tail it caught torn "
+          "is copied again") {
+  test::temp_dir tmp;
+  auto s = open_ok(opts_in(tmp.path()), "live");
+  int commits = 0;
+  auto commit = [&] {
+    REQUIRE(s->append(padded(commits, 300)).is_ok());
+    REQUIRE(s->commit().is_ok());
+    ++commits;
+  };
+  for (int i = 0; i < 3; ++i)
+    commit();
+  fs::create_directories(tmp.path() / "copy");
+  auto copy = tmp.path() / "copy" / s->path().filename();
+  auto copy_wal = detail::with_suffix(copy, "-wal");
+  REQUIRE(entity_store::copy_files(s->path(), copy).is_ok());
+  check_all_commits(*open_copy(copy), 3);
+  // Commits since the copy: only the WAL's new frames are copied.
+  commit();
+  commit();
+  auto db_time = fs::last_write_time(copy);
+  auto r = entity_store::refresh_copy(s->path(), copy);
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  CHECK_FALSE(*r);
+  CHECK(fs::last_write_time(copy) == db_time);
+  check_all_commits(*open_copy(copy), 5); // opened and closed: the copy's WAL stays as it is
+  // A checkpoint changes the source's database file, not its WAL: still only the WAL.
+  REQUIRE(s->checkpoint().is_ok());
+  r = entity_store::refresh_copy(s->path(), copy);
+  REQUIRE(r.is_ok());
+  CHECK_FALSE(*r);
+  check_all_commits(*open_copy(copy), 5);
+  // The commit after that complete checkpoint restarts the WAL: a whole copy.
+  commit();
+  r = entity_store::refresh_copy(s->path(), copy);
+  REQUIRE(r.is_ok());
+  CHECK(*r);
+  CHECK(fs::last_write_time(copy) != db_time);
+  check_all_commits(*open_copy(copy), 6);
+  // A copy that caught its last commit torn (here: a byte of its last frame changed): the
+  // refresh starts at the copy's last whole commit, so the commit is copied again whole.
+  commit();
+  commit();
+  REQUIRE(entity_store::refresh_copy(s->path(), copy).is_ok());
+  {
+    // The last frame of the WAL's generation (frames of 24 + 4096 bytes after a 32-byte header,
+    // with the header's salts; older frames past them belong to the generation before).
+    std::fstream f(copy_wal, std::ios::in | std::ios::out | std::ios::binary);
+    std::string head(32, '\0'), fh(24, '\0');
+    REQUIRE(f.read(head.data(), 32));
+    std::streamoff last = -1;
+    for (std::streamoff off = 32;
+         f.seekg(off) && f.read(fh.data(), 24) && fh.compare(8, 8, head, 16, 8) == 0;
+         off += 24 + 4096)
+      last = off;
+    REQUIRE(last > 32);
+    f.clear();
+    f.seekp(last + 24 + 100);
+    f.put('\x7f');
+  }
+  CHECK(open_copy(copy)->last_seq() < commits); // the torn commit is not read
+  r = entity_store::refresh_copy(s->path(), copy);
+  REQUIRE(r.is_ok());
+  CHECK_FALSE(*r);
+  check_all_commits(*open_copy(copy), commits);
+  // The source's WAL gone (its entity closed and checkpointed into the database): whole copy.
+  s.reset();
+  r = entity_store::refresh_copy(tmp.path() / "acme" / "none.db", copy);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.error().code() == errc::not_found);
+}

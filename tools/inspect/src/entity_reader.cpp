@@ -131,7 +131,7 @@ int64_t next_frame_offset(const fs::path& wal) {
 
 } // namespace
 
-status entity_reader::open_now() {
+status entity_reader::open_now(bool refresh) {
   auto before = stat_entity_file(file_);
   if (!before.db)
     return {errc::not_found, "no such file: " + file_.string()};
@@ -144,8 +144,6 @@ status entity_reader::open_now() {
     snap_dir_ = tmpl;
   }
   auto copy = snap_dir_ / file_.filename();
-  for (const char* s : {"", "-wal", "-shm", "-journal"})
-    fs::remove(with_suffix(copy, s), ec);
   // Report the real file, not the copy.
   auto real_name = [&](const status& st) {
     auto msg = st.message();
@@ -154,8 +152,20 @@ status entity_reader::open_now() {
       msg.replace(at, copy.string().size(), file_.string());
     return status{st.code(), msg};
   };
-  if (auto st = entity_store::copy_files(file_, copy); !st)
-    return real_name(st);
+  if (refresh) {
+    // The copy's WAL gets what was committed since; the database file is copied again only
+    // after a WAL restart (following a large entity must not copy it at every commit).
+    auto r = entity_store::refresh_copy(file_, copy);
+    if (!r)
+      return real_name(r.error());
+    whole_copies_ += *r ? 1 : 0;
+  } else {
+    for (const char* s : {"", "-wal", "-shm", "-journal"})
+      fs::remove(with_suffix(copy, s), ec);
+    if (auto st = entity_store::copy_files(file_, copy); !st)
+      return real_name(st);
+    ++whole_copies_;
+  }
   auto r = entity_store::open_file(copy, read_only_options());
   if (!r)
     return real_name(r.error());
@@ -181,7 +191,7 @@ bool entity_reader::changed() const {
 }
 
 status entity_reader::refresh() {
-  return changed() ? open_now() : status::ok();
+  return changed() ? open_now(true) : status::ok();
 }
 
 } // namespace factum::tools

@@ -3,9 +3,10 @@
 //
 // Every file is read through a private copy: entity_store::copy_files copies the database and
 // its -wal into a temporary directory as one committed state, also while a server writes the
-// file (docs/storage-format.md section 2), and the copy is opened read-only. Nothing beside the
-// real file is created or changed (SQLite's mode=ro would create a missing -wal and -shm, and a
-// server's process keeps its wal-index to itself).
+// file (docs/storage-format.md section 2), and the copy is opened read-only; a refresh brings
+// the copy's -wal up to date (entity_store::refresh_copy). Nothing beside the real file is
+// created or changed (SQLite's mode=ro would create a missing -wal and -shm, and a server's
+// process keeps its wal-index to itself).
 #pragma once
 
 #include <cstdint>
@@ -55,13 +56,17 @@ class entity_reader {
   /// Bytes of the database file plus its -wal.
   uint64_t file_bytes() const;
 
-  /// Follow: makes new commits visible: a fresh copy when the file changed since the last one
-  /// (its stat, its WAL header, or a frame of the current generation past the copy's last).
+  /// Follow: makes new commits visible when the file changed since the last copy (its stat,
+  /// its WAL header, or a frame of the current generation past the copy's last): the copy's
+  /// WAL gets the commits made since, and the whole file is copied again only after its WAL
+  /// restarted (entity_store::refresh_copy).
   status refresh();
+  /// Whole copies of the file made so far (the first one included).
+  uint64_t whole_copies() const noexcept { return whole_copies_; }
 
  private:
   explicit entity_reader(std::filesystem::path file) : file_(std::move(file)) {}
-  status open_now();
+  status open_now(bool refresh = false);
   bool changed() const;
 
   std::filesystem::path file_;
@@ -70,6 +75,7 @@ class entity_reader {
   file_state state_;        ///< the file's stat before the copy was taken
   std::string wal_header_;  ///< the copy's WAL header (empty without one)
   int64_t next_frame_ = -1; ///< where the copy's current WAL generation ended, or -1
+  uint64_t whole_copies_ = 0;
 };
 
 } // namespace factum::tools

@@ -232,6 +232,14 @@ class entity_store {
   /// IO_ERROR when a file cannot be read or written, BUSY when the WAL restarted during each of
   /// 100 copies.
   static status copy_files(const std::filesystem::path& file, const std::filesystem::path& to);
+  /// Brings a copy that copy_files made at `to` (and closed since) up to the committed state of
+  /// `file` now, copying the database file again only when it must: while `file`'s -wal is the
+  /// generation the copy's holds, only what follows the copy's last whole commit is copied
+  /// (commits since; a tail the copy caught half-written), whatever checkpoints ran meanwhile.
+  /// After a WAL restart, with no WAL, or without a copy, it makes a whole copy (copy_files).
+  /// True when it made a whole copy. Errors as copy_files.
+  static result<bool> refresh_copy(const std::filesystem::path& file,
+                                   const std::filesystem::path& to);
 
   /// Rolls back an uncommitted batch and closes the file.
   ~entity_store();
