@@ -684,18 +684,14 @@ std::string wal_header(const fs::path& wal) {
   return h;
 }
 
-uint32_t be32_at(const unsigned char* b) {
-  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
-}
-
 /// SQLite's WAL checksum (its walChecksumBytes) over `n` bytes (a multiple of 8), continuing
 /// from `s`: pairs of 32-bit words in the byte order the header's magic names.
 void wal_checksum(bool big_endian, const unsigned char* p, size_t n, uint32_t s[2]) {
   for (size_t i = 0; i + 8 <= n; i += 8) {
     uint32_t a, b;
     if (big_endian) {
-      a = be32_at(p + i);
-      b = be32_at(p + i + 4);
+      a = detail::be32(p + i);
+      b = detail::be32(p + i + 4);
     } else {
       a = uint32_t{p[i]} | uint32_t{p[i + 1]} << 8 | uint32_t{p[i + 2]} << 16 |
           uint32_t{p[i + 3]} << 24;
@@ -721,26 +717,26 @@ int64_t wal_committed_end(const fs::path& wal) {
   unsigned char h[32];
   if (::pread(fd, h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
     return 0;
-  uint32_t magic = be32_at(h), page = be32_at(h + 8);
-  if ((magic & 0xfffffffe) != 0x377f0682 || be32_at(h + 4) != 3007000 || page < 512 ||
+  uint32_t magic = detail::be32(h), page = detail::be32(h + 8);
+  if ((magic & 0xfffffffe) != 0x377f0682 || detail::be32(h + 4) != 3007000 || page < 512 ||
       page > 65536 || (page & (page - 1)) != 0)
     return 0;
   bool big_endian = (magic & 1) != 0;
   uint32_t sum[2] = {0, 0};
   wal_checksum(big_endian, h, 24, sum);
-  if (sum[0] != be32_at(h + 24) || sum[1] != be32_at(h + 28))
+  if (sum[0] != detail::be32(h + 24) || sum[1] != detail::be32(h + 28))
     return 0;
   std::vector<unsigned char> frame(24 + page);
   int64_t off = 32, committed = 32;
   while (::pread(fd, frame.data(), frame.size(), off) == static_cast<ssize_t>(frame.size())) {
-    if (be32_at(frame.data()) == 0 || std::memcmp(frame.data() + 8, h + 16, 8) != 0)
+    if (detail::be32(frame.data()) == 0 || std::memcmp(frame.data() + 8, h + 16, 8) != 0)
       break; // no page number, or another generation's salts: not a frame of this one
     wal_checksum(big_endian, frame.data(), 8, sum);
     wal_checksum(big_endian, frame.data() + 24, page, sum);
-    if (sum[0] != be32_at(frame.data() + 16) || sum[1] != be32_at(frame.data() + 20))
+    if (sum[0] != detail::be32(frame.data() + 16) || sum[1] != detail::be32(frame.data() + 20))
       break; // torn or stale: recovery stops here
     off += static_cast<int64_t>(frame.size());
-    if (be32_at(frame.data() + 4) != 0)
+    if (detail::be32(frame.data() + 4) != 0)
       committed = off;
   }
   return committed;

@@ -1,12 +1,13 @@
-// file_io.hpp (private to storage/): the few POSIX file steps the entity store and the spare
-// pool share: whole writes, directory fsyncs, errno -> errc, sibling paths. Stateless; any
-// thread.
+// file_io.hpp (private to storage/): the few POSIX file steps the entity store, the spare pool
+// and the VFS share: whole writes, directory fsyncs, errno -> errc, sibling paths, big-endian
+// fields. Stateless; any thread.
 #pragma once
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <filesystem>
 #include <string_view>
 
@@ -41,6 +42,12 @@ inline int write_all(int fd, std::string_view bytes) {
       return errno;
   }
   return 0;
+}
+
+/// The big-endian 32-bit number at `p` (the byte order of SQLite's file headers and WAL frames).
+inline uint32_t be32(const void* p) {
+  auto* b = static_cast<const unsigned char*>(p);
+  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
 }
 
 /// `path` with `suffix` appended to its last component (`x.db` + `-wal` = `x.db-wal`).

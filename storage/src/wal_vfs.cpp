@@ -71,6 +71,7 @@
 // VFS and method tables are written once, at registration, before any open.
 #include "wal_vfs.hpp"
 
+#include "file_io.hpp"
 #include "ofd_file.hpp"
 
 #include <algorithm>
@@ -174,11 +175,6 @@ sqlite3_file* real(sqlite3_file* p) {
 }
 sqlite3_file* real(shim_file* f) {
   return real(&f->head);
-}
-
-uint32_t be32(const void* p) {
-  auto* b = static_cast<const unsigned char*>(p);
-  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
 }
 
 /// After a write that ended at `end`: appends zeros up to the next multiple of the chunk when
