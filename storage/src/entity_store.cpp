@@ -710,12 +710,11 @@ void wal_checksum(bool big_endian, const unsigned char* p, size_t n, uint32_t s[
 /// while the generation lasts (SQLite rewrites in place only frames of an unfinished
 /// transaction), so what a later commit adds starts there.
 int64_t wal_committed_end(const fs::path& wal) {
-  int fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  detail::scoped_fd fd(::open(wal.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0)
     return 0;
-  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
   unsigned char h[32];
-  if (::pread(fd, h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
+  if (::pread(fd.get(), h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
     return 0;
   uint32_t magic = detail::be32(h), page = detail::be32(h + 8);
   if ((magic & 0xfffffffe) != 0x377f0682 || detail::be32(h + 4) != 3007000 || page < 512 ||
@@ -728,7 +727,7 @@ int64_t wal_committed_end(const fs::path& wal) {
     return 0;
   std::vector<unsigned char> frame(24 + page);
   int64_t off = 32, committed = 32;
-  while (::pread(fd, frame.data(), frame.size(), off) == static_cast<ssize_t>(frame.size())) {
+  while (::pread(fd.get(), frame.data(), frame.size(), off) == static_cast<ssize_t>(frame.size())) {
     if (detail::be32(frame.data()) == 0 || std::memcmp(frame.data() + 8, h + 16, 8) != 0)
       break; // no page number, or another generation's salts: not a frame of this one
     wal_checksum(big_endian, frame.data(), 8, sum);
@@ -752,7 +751,8 @@ status entity_store::copy_files(const fs::path& file, const fs::path& to) {
   // every page of the old generation) overwrites frames from the start: a copy that mixed the
   // generations would replay an old prefix over newer pages, so the WAL header (whose salts a
   // restart always changes) must be the same before and after the WAL's copy.
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  detail::scoped_fd lock_fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  int fd = lock_fd.get(); // closing it releases the lock
   if (fd < 0)
     return {errno == ENOENT ? errc::not_found : errc::io_error,
             "cannot open " + file.string() + ": " + std::strerror(errno)};
@@ -765,12 +765,8 @@ status entity_store::copy_files(const fs::path& file, const fs::path& to) {
   do {
     rc = ::fcntl(fd, F_OFD_SETLKW, &fl); // waits only for a checkpoint in progress
   } while (rc != 0 && errno == EINTR);
-  if (rc != 0) {
-    int e = errno;
-    ::close(fd);
-    return {errc::io_error, "cannot lock " + file.string() + ": " + std::strerror(e)};
-  }
-  std::unique_ptr<int, void (*)(int*)> unlock(&fd, [](int* f) { ::close(*f); });
+  if (rc != 0)
+    return {errc::io_error, "cannot lock " + file.string() + ": " + std::strerror(errno)};
   std::error_code ec;
   fs::copy_file(file, to, fs::copy_options::overwrite_existing, ec);
   if (ec)
@@ -808,19 +804,19 @@ result<bool> entity_store::refresh_copy(const fs::path& file, const fs::path& to
   // checkpoint since the copy changed only the source's database file, whose pages the copy's
   // WAL holds newer or equal: the copy's old database file and its whole WAL are one state.
   auto head = wal_header(wal_to);
-  int64_t from = head.size() == 32 ? wal_committed_end(wal_to) : 0;
+  int64_t from = wal_committed_end(wal_to); // 0 when the copy has no valid WAL header
   if (from < 32 || wal_header(wal) != head)
     return whole();
-  int in = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
+  detail::scoped_fd in_fd(::open(wal.c_str(), O_RDONLY | O_CLOEXEC));
+  int in = in_fd.get();
   if (in < 0)
     return errno == ENOENT
              ? whole()
              : status{errc::io_error, "cannot open " + wal.string() + ": " + std::strerror(errno)};
-  std::unique_ptr<int, void (*)(int*)> close_in(&in, [](int* f) { ::close(*f); });
-  int out = ::open(wal_to.c_str(), O_WRONLY | O_CLOEXEC);
+  detail::scoped_fd out_fd(::open(wal_to.c_str(), O_WRONLY | O_CLOEXEC));
+  int out = out_fd.get();
   if (out < 0)
     return status{errc::io_error, "cannot open " + wal_to.string() + ": " + std::strerror(errno)};
-  std::unique_ptr<int, void (*)(int*)> close_out(&out, [](int* f) { ::close(*f); });
   if (::lseek(out, from, SEEK_SET) < 0)
     return status{errc::io_error, "cannot seek " + wal_to.string() + ": " + std::strerror(errno)};
   std::vector<char> buf(1 << 20);

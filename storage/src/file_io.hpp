@@ -1,6 +1,6 @@
 // file_io.hpp (private to storage/): the few POSIX file steps the entity store, the spare pool
 // and the VFS share: whole writes, directory fsyncs, errno -> errc, sibling paths, big-endian
-// fields. Stateless; any thread.
+// fields, descriptors closed at scope exit. Stateless; any thread.
 #pragma once
 
 #include <fcntl.h>
@@ -43,6 +43,22 @@ inline int write_all(int fd, std::string_view bytes) {
   }
   return 0;
 }
+
+/// Closes a descriptor when it goes out of scope (a negative one is left alone).
+class scoped_fd {
+ public:
+  explicit scoped_fd(int fd) noexcept : fd_(fd) {}
+  ~scoped_fd() {
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+  scoped_fd(const scoped_fd&) = delete;
+  scoped_fd& operator=(const scoped_fd&) = delete;
+  int get() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
 
 /// The big-endian 32-bit number at `p` (the byte order of SQLite's file headers and WAL frames).
 inline uint32_t be32(const void* p) {

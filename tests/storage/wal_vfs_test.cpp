@@ -104,13 +104,30 @@ int64_t make_kept_wal(const store_options& o, const std::string& id, int commits
   return size;
 }
 
+/// The store's chain of facts verifies.
+void check_verified(entity_store& s) {
+  auto v = s.verify();
+  REQUIRE(v.is_ok());
+  CHECK(v->ok);
+}
+
+/// Waits for the forked child `pid` and returns its wait status.
+int wait_child(pid_t pid) {
+  int wst = 0;
+  REQUIRE(waitpid(pid, &wst, 0) == pid);
+  return wst;
+}
+
+/// The child whose wait status is `wst` exited with status 0.
+void require_exited_ok(int wst) {
+  REQUIRE_MESSAGE((WIFEXITED(wst) && WEXITSTATUS(wst) == 0), "child status " << WEXITSTATUS(wst));
+}
+
 /// The reopened store holds every one of the `commits` facts, its chain verifies, and the last
 /// fact is the last commit's.
 void check_all_commits(entity_store& s, int commits) {
   CHECK(s.last_seq() == commits);
-  auto v = s.verify();
-  REQUIRE(v.is_ok());
-  CHECK(v->ok);
+  check_verified(s);
   fact_filter all;
   all.limit = 10000;
   auto facts = s.query(all);
@@ -213,9 +230,7 @@ TEST_CASE("wal vfs: readers and a checkpointer on other connections see only who
   CHECK(bad.load() == 0);
   CHECK(reads.load() > 0);
   CHECK(checkpoints.load() > 0);
-  auto v = reader->verify();
-  REQUIRE(v.is_ok());
-  CHECK(v->ok);
+  check_verified(*reader);
   fact_filter newest;
   newest.newest_first = true;
   newest.limit = 1;
@@ -256,20 +271,16 @@ TEST_CASE("wal vfs: a transaction larger than the page cache (frames rewritten i
       raise(SIGKILL);
       _exit(6);
     }
-    int wst = 0;
-    REQUIRE(waitpid(pid, &wst, 0) == pid);
+    int wst = wait_child(pid);
     if (round == 0)
-      REQUIRE_MESSAGE((WIFEXITED(wst) && WEXITSTATUS(wst) == 0),
-                      "child status " << WEXITSTATUS(wst));
+      require_exited_ok(wst);
     else
       REQUIRE((WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL));
     // Reopening recovers the wal-index from the -wal file alone, checking every frame's checksum:
     // a frame the VFS lost or a checksum it did not rewrite would drop the whole commit.
     auto s = open_ok(o, "spill");
     CHECK(s->last_seq() == 2000 * (round + 1));
-    auto v = s->verify();
-    REQUIRE(v.is_ok());
-    CHECK(v->ok);
+    check_verified(*s);
   }
 }
 
@@ -312,14 +323,10 @@ TEST_CASE("wal vfs: a commit whose gathered WAL write fails (file size limit) is
       _exit(10);
     _exit(0); // no close: the parent reads what the WAL holds
   }
-  int wst = 0;
-  REQUIRE(waitpid(pid, &wst, 0) == pid);
-  REQUIRE_MESSAGE((WIFEXITED(wst) && WEXITSTATUS(wst) == 0), "child status " << WEXITSTATUS(wst));
+  require_exited_ok(wait_child(pid));
   auto s = open_ok(o, "efbig");
   CHECK(s->last_seq() == 6);
-  auto v = s->verify();
-  REQUIRE(v.is_ok());
-  CHECK(v->ok);
+  check_verified(*s);
 }
 
 TEST_CASE("wal vfs: the wal-index rebuild at an open reads a kept WAL in a few large reads, "
@@ -474,8 +481,7 @@ TEST_CASE("wal vfs: a process killed while its -wal ends in zeros it grew ahead 
     ::kill(::getpid(), SIGKILL); // no close, no trim
     _exit(4);
   }
-  int wst = 0;
-  REQUIRE(waitpid(pid, &wst, 0) == pid);
+  int wst = wait_child(pid);
   REQUIRE_MESSAGE((WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL), "child status " << wst);
   auto wal =
     detail::with_suffix(entity_key{"acme", "ledger", "killed"}.file_path(tmp.path()), "-wal");
@@ -532,14 +538,10 @@ TEST_CASE("wal vfs: a -wal whose zeros cannot be written (file size limit) still
       _exit(10);
     _exit(i < 1000 ? 0 : 11);
   }
-  int wst = 0;
-  REQUIRE(waitpid(pid, &wst, 0) == pid);
-  REQUIRE_MESSAGE((WIFEXITED(wst) && WEXITSTATUS(wst) == 0), "child status " << WEXITSTATUS(wst));
+  require_exited_ok(wait_child(pid));
   auto s = open_ok(o, "nozeros");
   CHECK(s->last_seq() > 10);
-  auto v = s->verify();
-  REQUIRE(v.is_ok());
-  CHECK(v->ok);
+  check_verified(*s);
 }
 
 TEST_CASE("wal vfs: a WAL header is written at a -wal's first commit and again only at the commit "
