@@ -1,0 +1,218 @@
+// replay.cpp: rebuilds the tree a power cut could leave (replay.hpp). One thread.
+#include "replay.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <vector>
+
+#include "write_log.hpp"
+
+namespace fs = std::filesystem;
+
+namespace factum::powerloss {
+
+namespace {
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in)
+    throw std::runtime_error("replay: cannot read " + p.string());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct record {
+  record_header h;
+  std::string path;
+  std::string_view data;
+};
+
+std::string root_string(const fs::path& root) {
+  auto s = root.lexically_normal().string();
+  if (!s.empty() && s.back() == '/')
+    s.pop_back();
+  return s;
+}
+
+} // namespace
+
+snapshot take_snapshot(const fs::path& root) {
+  snapshot s;
+  struct stat st {};
+  if (::lstat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw std::runtime_error("snapshot: not a directory: " + root.string());
+  s.names[""] = {st.st_ino, true};
+  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
+       ++it) {
+    auto rel = fs::relative(it->path(), root).string();
+    if (::lstat(it->path().c_str(), &st) != 0)
+      throw std::runtime_error("snapshot: cannot stat " + it->path().string());
+    if (S_ISDIR(st.st_mode)) {
+      s.names[rel] = {st.st_ino, true};
+    } else if (S_ISREG(st.st_mode)) {
+      s.names[rel] = {st.st_ino, false};
+      if (!s.content.count(st.st_ino))
+        s.content[st.st_ino] = read_all(it->path());
+    } else {
+      throw std::runtime_error("snapshot: neither file nor directory: " + it->path().string());
+    }
+  }
+  return s;
+}
+
+replay_stats rebuild(const snapshot& base, const fs::path& root, const fs::path& log,
+                     const fs::path& out, bool everything) {
+  replay_stats stats;
+  const std::string bytes = read_all(log);
+  std::vector<record> recs;
+  for (size_t pos = 0; pos < bytes.size();) {
+    record r;
+    if (bytes.size() - pos < sizeof r.h) {
+      stats.torn_tail = true;
+      break;
+    }
+    std::memcpy(&r.h, bytes.data() + pos, sizeof r.h);
+    if (r.h.magic != record_header{}.magic)
+      throw std::runtime_error("replay: bad record at byte " + std::to_string(pos));
+    size_t need = sizeof r.h + r.h.path_len + r.h.data_len;
+    if (bytes.size() - pos < need) {
+      stats.torn_tail = true;
+      break;
+    }
+    r.path.assign(bytes.data() + pos + sizeof r.h, r.h.path_len);
+    r.data = std::string_view(bytes.data() + pos + sizeof r.h + r.h.path_len, r.h.data_len);
+    recs.push_back(std::move(r));
+    pos += need;
+  }
+  stats.records = recs.size();
+
+  // Inode numbers are reused once a file is gone; the model names each file by an identity of
+  // its own, given when its inode appears (base) or is created (add_name of a new inode).
+  uint64_t next_id = 1;
+  std::map<uint64_t, uint64_t> current; // inode -> identity now
+  auto id_of = [&](uint64_t ino) {
+    auto [it, fresh] = current.try_emplace(ino, 0);
+    if (fresh)
+      it->second = next_id++;
+    return it->second;
+  };
+  std::map<std::string, snapshot::entry> names; // relative path -> {identity, dir}
+  std::map<uint64_t, std::string> content;      // identity -> bytes on disk
+  for (auto& [rel, e] : base.names) {
+    auto id = id_of(e.ino);
+    names[rel] = {id, e.dir};
+    if (!e.dir) {
+      auto c = base.content.find(e.ino);
+      content[id] = c == base.content.end() ? std::string() : c->second;
+    }
+  }
+  std::vector<uint64_t> id(recs.size()), dir_id(recs.size());
+  std::map<uint64_t, uint64_t> synced_before; // identity -> a sync that began at this seq ended
+  for (size_t i = 0; i < recs.size(); ++i) {
+    auto& h = recs[i].h;
+    if (static_cast<op>(h.kind) == op::add_name && h.offset == 1)
+      current[h.ino] = next_id++;
+    if (static_cast<op>(h.kind) != op::drop_name)
+      id[i] = id_of(h.ino);
+    if (h.dir)
+      dir_id[i] = id_of(h.dir);
+    if (static_cast<op>(h.kind) == op::sync_end) {
+      if (h.offset >= i || static_cast<op>(recs[h.offset].h.kind) != op::sync_begin)
+        throw std::runtime_error("replay: sync_end without its sync_begin");
+      auto& s = synced_before[id[h.offset]];
+      s = std::max(s, h.offset);
+    }
+  }
+  auto synced = [&](uint64_t who, size_t seq) {
+    if (everything)
+      return true;
+    auto it = synced_before.find(who);
+    return it != synced_before.end() && seq < it->second;
+  };
+  const std::string prefix = root_string(root) + "/";
+  auto relative = [&](const std::string& abs) {
+    if (abs.compare(0, prefix.size(), prefix) != 0)
+      throw std::runtime_error("replay: a name outside the root: " + abs);
+    return abs.substr(prefix.size());
+  };
+  for (size_t i = 0; i < recs.size(); ++i) {
+    auto& r = recs[i];
+    switch (static_cast<op>(r.h.kind)) {
+    case op::write:
+    case op::zeros:
+    case op::truncate: {
+      if (!synced(id[i], i)) {
+        ++stats.lost_writes;
+        break;
+      }
+      ++stats.kept_writes;
+      auto& c = content[id[i]];
+      if (static_cast<op>(r.h.kind) == op::truncate) {
+        c.resize(r.h.offset);
+        break;
+      }
+      if (c.size() < r.h.offset + r.h.len)
+        c.resize(r.h.offset + r.h.len);
+      if (static_cast<op>(r.h.kind) == op::write)
+        c.replace(r.h.offset, r.h.len, r.data);
+      else
+        c.replace(r.h.offset, r.h.len, std::string(r.h.len, '\0'));
+      break;
+    }
+    case op::add_name:
+    case op::drop_name: {
+      if (!synced(dir_id[i], i)) {
+        ++stats.lost_names;
+        break;
+      }
+      ++stats.kept_names;
+      auto rel = relative(r.path);
+      if (static_cast<op>(r.h.kind) == op::add_name)
+        names[rel] = {id[i], r.h.len == 1};
+      else
+        names.erase(rel);
+      break;
+    }
+    case op::sync_begin:
+    case op::sync_end:
+      break;
+    default:
+      throw std::runtime_error("replay: unknown record kind " + std::to_string(r.h.kind));
+    }
+  }
+
+  // Write the tree out, parents first (a map orders "a" before "a/b"). A name whose directory
+  // did not survive is unreachable and left out; two names of one file become hard links.
+  fs::create_directory(out);
+  std::map<uint64_t, fs::path> written;
+  for (auto& [rel, e] : names) {
+    if (rel.empty())
+      continue;
+    auto parent = fs::path(rel).parent_path().string();
+    auto p = names.find(parent);
+    if (p == names.end() || !p->second.dir || !fs::is_directory(out / parent))
+      continue;
+    auto target = out / rel;
+    if (e.dir) {
+      fs::create_directory(target);
+      continue;
+    }
+    if (auto w = written.find(e.ino); w != written.end()) {
+      fs::create_hard_link(w->second, target);
+      continue;
+    }
+    std::ofstream f(target, std::ios::binary | std::ios::trunc);
+    auto& c = content[e.ino];
+    f.write(c.data(), static_cast<std::streamsize>(c.size()));
+    if (!f)
+      throw std::runtime_error("replay: cannot write " + target.string());
+    written[e.ino] = target;
+  }
+  return stats;
+}
+
+} // namespace factum::powerloss
