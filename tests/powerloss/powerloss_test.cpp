@@ -39,8 +39,7 @@ std::string file_text(const fs::path& p) {
 }
 
 // Runs `body` in a child that records every change under `root` into `log`, and waits for it.
-template <class F>
-void record_child(const fs::path& root, const fs::path& log, F body) {
+template <class F> void record_child(const fs::path& root, const fs::path& log, F body) {
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -261,10 +260,9 @@ round_result cut_round(const fs::path& dir, const fs::path& next, const fs::path
       REQUIRE_MESSAGE(rebuilt.names.count(rel), "the log missed " << rel);
       if (!e.dir && live.content[e.ino] != rebuilt.content[rebuilt.names[rel].ino]) {
         ++res.log_mismatches;
-        MESSAGE("the log does not give the bytes of " << rel << " (" << live.content[e.ino].size()
-                                                      << " bytes, rebuilt "
-                                                      << rebuilt.content[rebuilt.names[rel].ino].size()
-                                                      << ")");
+        MESSAGE("the log does not give the bytes of "
+                << rel << " (" << live.content[e.ino].size() << " bytes, rebuilt "
+                << rebuilt.content[rebuilt.names[rel].ino].size() << ")");
       }
     }
   for (auto& [rel, e] : rebuilt.names)
@@ -316,9 +314,10 @@ round_result cut_round(const fs::path& dir, const fs::path& next, const fs::path
 
 } // namespace
 
-TEST_CASE("power cut: durability full loses no acknowledged call, retries run exactly once and "
-          "chains verify on the tree a cut leaves (6 rounds, each on the last one's tree, the last 3 "
-          "with entities closing and WALs starting over all the time)") {
+TEST_CASE(
+  "power cut: durability full loses no acknowledged call, retries run exactly once and "
+  "chains verify on the tree a cut leaves (6 rounds, each on the last one's tree, the last 3 "
+  "with entities closing and WALs starting over all the time)") {
   test::temp_dir tmp;
   std::mt19937 rng(2026);
   auto dir = tmp.path() / "round0";
@@ -328,10 +327,11 @@ TEST_CASE("power cut: durability full loses no acknowledged call, retries run ex
     int kill_after = std::uniform_int_distribution<int>(30, 900)(rng);
     bool churn = round >= 3;
     auto res = cut_round(dir, next, tmp.path() / "log", durability::full, churn, round, kill_after);
-    MESSAGE("round " << round << std::string(churn ? " (churn)" : "") << ": cut after " << res.acked << " acknowledged calls; "
-                     << res.replay.records << " records, writes kept " << res.replay.kept_writes
-                     << " lost " << res.replay.lost_writes << ", names kept "
-                     << res.replay.kept_names << " lost " << res.replay.lost_names);
+    MESSAGE("round " << round << std::string(churn ? " (churn)" : "") << ": cut after " << res.acked
+                     << " acknowledged calls; " << res.replay.records << " records, writes kept "
+                     << res.replay.kept_writes << " lost " << res.replay.lost_writes
+                     << ", names kept " << res.replay.kept_names << " lost "
+                     << res.replay.lost_names);
     CHECK(res.acked >= kill_after);
     CHECK(res.log_mismatches == 0);
     CHECK(res.replay.lost_writes > 0); // the cut dropped something: the round tested a loss

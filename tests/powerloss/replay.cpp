@@ -178,10 +178,8 @@ replay_stats rebuild(const snapshot& base, const fs::path& root, const fs::path&
       break;
     }
     case op::sync_begin:
-    case op::sync_end:
-      break;
-    default:
-      throw std::runtime_error("replay: unknown record kind " + std::to_string(r.h.kind));
+    case op::sync_end: break;
+    default: throw std::runtime_error("replay: unknown record kind " + std::to_string(r.h.kind));
     }
   }
 

@@ -33,9 +33,9 @@ snapshot take_snapshot(const std::filesystem::path& root);
 /// What a rebuild kept and dropped (for the test's messages and checks).
 struct replay_stats {
   uint64_t records = 0;
-  uint64_t kept_writes = 0, lost_writes = 0;   ///< writes, zero runs and truncations
-  uint64_t kept_names = 0, lost_names = 0;     ///< names added or dropped
-  bool torn_tail = false;                      ///< the log ends inside a record (cut by the kill)
+  uint64_t kept_writes = 0, lost_writes = 0; ///< writes, zero runs and truncations
+  uint64_t kept_names = 0, lost_names = 0;   ///< names added or dropped
+  bool torn_tail = false;                    ///< the log ends inside a record (cut by the kill)
 };
 
 /// Writes to `out` (which must not exist) the tree a power cut at the end of `log` could leave

@@ -34,8 +34,7 @@ uint64_t next_seq = 0;    // the next record's seq, under mu
 std::string root_prefix;  // "<root>/"
 thread_local bool inside; // a call made by the log itself passes straight through
 
-template <class F>
-F real(const char* name) {
+template <class F> F real(const char* name) {
   void* p = dlsym(RTLD_NEXT, name);
   if (!p) {
     std::fprintf(stderr, "write_log: no libc symbol %s\n", name);
@@ -307,7 +306,7 @@ ssize_t do_write(int fd, const void* buf, size_t n) {
   if (inode_of(fd)) {
     struct stat st {};
     off = (::fcntl(fd, F_GETFL) & O_APPEND) && ::fstat(fd, &st) == 0 ? st.st_size
-                                                                       : ::lseek(fd, 0, SEEK_CUR);
+                                                                     : ::lseek(fd, 0, SEEK_CUR);
   }
   ssize_t rc = real_write(fd, buf, n);
   if (rc > 0 && off >= 0) {

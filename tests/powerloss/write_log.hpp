@@ -50,8 +50,7 @@ struct record_header {
 /// log whole (a change and its record are made under that lock), none after it happens; a
 /// sync that had begun and not yet recorded its end counts as not done (its caller never
 /// learns that it returned). The parent then kills the process.
-void start(const std::filesystem::path& log, const std::filesystem::path& root,
-           int control = -1);
+void start(const std::filesystem::path& log, const std::filesystem::path& root, int control = -1);
 
 /// The parent's side: asks the child behind `control` to stop changing files and waits until
 /// it has (false if the child is gone).
