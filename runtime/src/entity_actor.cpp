@@ -1181,8 +1181,9 @@ void start_open(self_ptr self) {
   auto rt = s.rt;
   auto key = s.key;
   auto me = caf::actor_cast<caf::actor>(self);
-  rt->pool.post([core, rt, key, me] {
-    auto r = entity_store::open(rt->store_opts, key);
+  const store_options* opts = &rt->store_opts_for(s.type);
+  rt->pool.post([core, rt, key, me, opts] {
+    auto r = entity_store::open(*opts, key);
     status st;
     if (r) {
       core->store = std::move(r.value());

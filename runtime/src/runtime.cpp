@@ -455,10 +455,15 @@ caf::actor spawn_alarm_scheduler(runtime_core* rt) {
 
 struct runtime::impl {
   std::unique_ptr<runtime_core> core;
-  int lock_fd = -1;
+  int lock_fd = -1; ///< holds DATA/runtime/LOCK: closed last, also by a start that fails
   std::atomic<bool> stopped{false};
   std::mutex stop_mu;
   std::vector<std::string> start_notes;
+  ~impl() {
+    core.reset();
+    if (lock_fd >= 0)
+      ::close(lock_fd);
+  }
 };
 
 runtime::runtime(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -468,9 +473,7 @@ runtime_core& detail::runtime_testing::core(runtime& rt) {
 }
 
 runtime::~runtime() {
-  stop();
-  if (impl_->lock_fd >= 0)
-    ::close(impl_->lock_fd);
+  stop(); // then impl's destructor releases the data directory
 }
 
 namespace {
@@ -554,6 +557,26 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   }
   c.store_opts.defer_sync = true;       // pipelined group commit (entity_actor.cpp, start_commit)
   c.store_opts.auto_checkpoint = false; // checkpoints on storage threads (maybe_checkpoint)
+  // Types whose files have other pages: the same options, and spares of their size.
+  for (auto& name : c.cfg.types.names()) {
+    int page = c.cfg.types.find(name)->page_size;
+    if (!valid_page_size(page))
+      return status{errc::invalid_argument, "entity type " + name + ": page_size " +
+                                              std::to_string(page) +
+                                              " is not a power of two from 512 to 65536"};
+    if (page == c.store_opts.page_size || c.store_opts_by_page.count(page))
+      continue;
+    auto o = c.store_opts;
+    o.page_size = page;
+    o.spares.reset();
+    if (c.cfg.spare_files > 0) {
+      auto spares = spare_pool::start(c.cfg.data_dir, c.cfg.spare_files, page);
+      if (!spares)
+        return spares.error();
+      o.spares = std::move(spares.value());
+    }
+    c.store_opts_by_page.emplace(page, std::move(o));
+  }
   if (!c.cfg.dead_letter_rules.is_null()) {
     auto rules = resilience::dead_letter_rules::from_json(c.cfg.dead_letter_rules);
     if (!rules)
@@ -634,6 +657,9 @@ void runtime::stop() {
   c.sync_pool.stop();
   if (c.store_opts.spares)
     c.store_opts.spares->stop(); // the ready spares stay on disk for the next start
+  for (auto& [page, o] : c.store_opts_by_page)
+    if (o.spares)
+      o.spares->stop();
   std::lock_guard<std::mutex> g(c.alarms.mu);
   c.alarms.index.reset();
   c.alarms.writer.reset();
@@ -707,13 +733,18 @@ runtime_stats runtime::stats() const {
   r.alarm_index_rebuilds = ld(s.alarm_index_rebuilds);
   r.alarm_index_changes = ld(s.alarm_index_changes);
   r.alarm_index_writes = ld(s.alarm_index_writes);
-  if (auto& spares = impl_->core->store_opts.spares) {
-    auto ps = spares->get_stats();
-    r.spare_files_taken = static_cast<uint64_t>(ps.taken);
-    r.spare_files_missed = static_cast<uint64_t>(ps.missed);
-    r.spare_files_ready = static_cast<uint64_t>(ps.ready);
-    r.spare_file_errors = static_cast<uint64_t>(ps.errors);
-  }
+  auto add_spares = [&r](const store_options& o) {
+    if (!o.spares)
+      return;
+    auto ps = o.spares->get_stats();
+    r.spare_files_taken += static_cast<uint64_t>(ps.taken);
+    r.spare_files_missed += static_cast<uint64_t>(ps.missed);
+    r.spare_files_ready += static_cast<uint64_t>(ps.ready);
+    r.spare_file_errors += static_cast<uint64_t>(ps.errors);
+  };
+  add_spares(impl_->core->store_opts);
+  for (auto& [page, o] : impl_->core->store_opts_by_page)
+    add_spares(o);
   r.checkpoints = ld(s.checkpoints);
   r.checkpoints_busy = ld(s.checkpoints_busy);
   r.checkpoint_failures = ld(s.checkpoint_failures);

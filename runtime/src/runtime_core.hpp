@@ -176,7 +176,20 @@ struct runtime_core {
       : cfg(std::move(c)), pool(cfg.storage_threads), sync_pool(cfg.sync_threads) {}
 
   runtime_config cfg;
+  /// How entity files are opened: files of pages of 4096 bytes (the storage default).
   store_options store_opts;
+  /// The same for each other page size a type asks for (entity_type::page_size), each with its
+  /// own spare pool. Filled at start, read-only afterwards.
+  std::map<int, store_options> store_opts_by_page;
+
+  /// The options an entity of `type` opens with.
+  const store_options& store_opts_for(const entity_type* type) const {
+    if (type && type->page_size != store_opts.page_size)
+      if (auto it = store_opts_by_page.find(type->page_size); it != store_opts_by_page.end())
+        return it->second;
+    return store_opts;
+  }
+
   storage_pool pool;
   /// Runs entity_store::sync() of deferred-sync commits only (runtime_config::sync_threads).
   storage_pool sync_pool;

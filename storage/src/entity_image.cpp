@@ -1,7 +1,10 @@
-// entity_image.cpp: the template database new entity files are copied from (entity_image.hpp).
-// One per process, built at the first creation and kept until exit; any thread, under mutex_.
+// entity_image.cpp: the template databases new entity files are copied from (entity_image.hpp).
+// One per page size per process, each built at the first creation with its page size and kept
+// until exit; any thread, under the template's mutex_ (the map of templates under its own).
 #include "entity_image.hpp"
 
+#include <map>
+#include <memory>
 #include <mutex>
 
 #include <sqlite3.h>
@@ -19,6 +22,8 @@ namespace {
 /// placeholder meta rows and user_version, and the statement that replaces the per-file meta.
 class entity_template {
  public:
+  explicit entity_template(int page_size) : page_size_(page_size) {}
+
   result<std::string> unclaimed() {
     std::lock_guard<std::mutex> guard(mutex_);
     if (!db_)
@@ -73,7 +78,8 @@ class entity_template {
     int rc =
       sqlite3_open_v2("factum-entity-template", &db,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, "memdb");
-    std::string script = "BEGIN;";
+    // The page size first: it is fixed when the first table is made.
+    std::string script = "PRAGMA page_size=" + std::to_string(page_size_) + ";BEGIN;";
     script += schema::fresh_v1;
     script += schema::v2;
     script += "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), ('tenant', ''), "
@@ -110,6 +116,7 @@ class entity_template {
     return status::ok();
   }
 
+  const int page_size_;
   std::mutex mutex_;
   sqlite3* db_ = nullptr; // built at the first image(); never closed
   sqlite3_stmt* upsert_ = nullptr;
@@ -120,21 +127,39 @@ class entity_template {
 
 namespace {
 
-entity_template& the_template() {
+// The template for `page_size` (valid), made at its first use. The templates live until exit,
+// like SQLite itself.
+entity_template& the_template(int page_size) {
   sqlite_global_init();
-  static entity_template* tmpl = new entity_template; // lives until exit, like SQLite itself
-  return *tmpl;
+  static std::mutex mu;
+  static auto* templates = new std::map<int, std::unique_ptr<entity_template>>;
+  std::lock_guard<std::mutex> g(mu);
+  auto& t = (*templates)[page_size];
+  if (!t)
+    t = std::make_unique<entity_template>(page_size);
+  return *t;
+}
+
+status check_page_size(int page_size) {
+  if (factum::valid_page_size(page_size))
+    return status::ok();
+  return {errc::invalid_argument,
+          "page size " + std::to_string(page_size) + " is not a power of two from 512 to 65536"};
 }
 
 } // namespace
 
 result<std::string> fresh_entity_image(const entity_key& key, int64_t created_at,
-                                       std::string_view fact_id_prefix) {
-  return the_template().image(key, created_at, fact_id_prefix);
+                                       std::string_view fact_id_prefix, int page_size) {
+  if (auto st = check_page_size(page_size); !st)
+    return st;
+  return the_template(page_size).image(key, created_at, fact_id_prefix);
 }
 
-result<std::string> unclaimed_entity_image() {
-  return the_template().unclaimed();
+result<std::string> unclaimed_entity_image(int page_size) {
+  if (auto st = check_page_size(page_size); !st)
+    return st;
+  return the_template(page_size).unclaimed();
 }
 
 } // namespace factum::detail

@@ -311,11 +311,11 @@ status write_new_file(const fs::path& tmp, std::string_view bytes) {
 // transaction without a journal and without syncs (nobody else can see the file yet), then WAL
 // mode, then one fdatasync.
 status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now, int version,
-                         const char* vfs) {
+                         int page_size, const char* vfs) {
   if (version == current_schema_version) {
     std::string prefix = "fct_";
     append_hex(prefix, random_u64(), 16);
-    auto image = detail::fresh_entity_image(key, now, prefix);
+    auto image = detail::fresh_entity_image(key, now, prefix, page_size);
     if (!image)
       return image.error();
     return write_new_file(tmp, *image);
@@ -336,7 +336,8 @@ status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now
   };
   if (rc != SQLITE_OK)
     return fail_with("open");
-  std::string script = "PRAGMA journal_mode=OFF;PRAGMA synchronous=OFF;BEGIN;";
+  std::string script = "PRAGMA page_size=" + std::to_string(page_size) +
+                       ";PRAGMA journal_mode=OFF;PRAGMA synchronous=OFF;BEGIN;";
   for (int v = 0; v < version; ++v) // an older version, for migration tests
     script += schema::migrations[v];
   char* err = nullptr;
@@ -602,6 +603,9 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     return status{errc::invalid_argument, "store_options.data_dir is empty"};
   if (opts.wal_grow_kib < 0 || opts.wal_grow_kib > 65536)
     return status{errc::invalid_argument, "store_options.wal_grow_kib must be 0..65536"};
+  if (!valid_page_size(opts.page_size))
+    return status{errc::invalid_argument,
+                  "store_options.page_size must be a power of two from 512 to 65536"};
   if (opts.target_schema_version < 0 || opts.target_schema_version > current_schema_version)
     return status{errc::invalid_argument, "store_options.target_schema_version must be 0.." +
                                             std::to_string(current_schema_version)};
@@ -643,13 +647,15 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     // at the open below. RENAME_NOREPLACE: a file another creator put in place meanwhile wins
     // (the spare goes back to the pool) and is opened below like any existing file.
     bool in_place = opts.spares && version == current_schema_version &&
+                    opts.spares->page_size() == opts.page_size &&
                     opts.spares->place(path) != spare_pool::placed::none;
     // Built aside and renamed into place: 1 fsync instead of ~10 for creating the schema in
     // place through WAL. The same RENAME_NOREPLACE rule.
     if (!in_place) {
       auto tmp = path;
       tmp += ".tmp-" + time_ordered_id("", 16);
-      if (auto st = build_entity_file(tmp, key, now_ms(), version, s->vfs_name()); !st)
+      if (auto st = build_entity_file(tmp, key, now_ms(), version, opts.page_size, s->vfs_name());
+          !st)
         return st;
       if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
         int e = errno;

@@ -51,21 +51,23 @@ bool single_link(const fs::path& file) {
 
 } // namespace
 
-result<std::shared_ptr<spare_pool>> spare_pool::start(const fs::path& data_dir, int target) {
+result<std::shared_ptr<spare_pool>> spare_pool::start(const fs::path& data_dir, int target,
+                                                      int page_size) {
   if (data_dir.empty())
     return status{errc::invalid_argument, "spare_pool: data_dir is empty"};
   if (target < 1 || target > 1024)
     return status{errc::invalid_argument, "spare_pool: target must be 1..1024"};
-  auto image = detail::unclaimed_entity_image();
+  auto image = detail::unclaimed_entity_image(page_size);
   if (!image)
     return image.error();
-  auto dir = data_dir / "spares";
+  auto dir =
+    data_dir / (page_size == 4096 ? std::string("spares") : "spares-" + std::to_string(page_size));
   std::error_code ec;
   fs::create_directories(dir / "making", ec);
   if (ec)
     return status{errc::io_error,
                   "spare_pool: cannot create " + dir.string() + ": " + ec.message()};
-  std::shared_ptr<spare_pool> pool(new spare_pool(dir, target));
+  std::shared_ptr<spare_pool> pool(new spare_pool(dir, target, page_size));
   // Keep what an earlier process finished (renamed to .db only after its fdatasync, its empty
   // -wal and -shm made before that) if it is this build's image and nothing wrote beside it;
   // delete the rest (a .tmp was cut short; another build's bytes would give a file of another
@@ -121,8 +123,8 @@ result<std::shared_ptr<spare_pool>> spare_pool::start(const fs::path& data_dir, 
   return pool;
 }
 
-spare_pool::spare_pool(fs::path dir, int target)
-    : dir_(std::move(dir)), making_(dir_ / "making"), target_(target) {}
+spare_pool::spare_pool(fs::path dir, int target, int page_size)
+    : dir_(std::move(dir)), making_(dir_ / "making"), target_(target), page_size_(page_size) {}
 
 spare_pool::~spare_pool() {
   stop();
@@ -259,7 +261,7 @@ void spare_pool::run() {
 
 status spare_pool::make_batch(int n, std::string& image) {
   if (image.empty()) {
-    auto img = detail::unclaimed_entity_image();
+    auto img = detail::unclaimed_entity_image(page_size_);
     if (!img)
       return img.error();
     image = std::move(*img);

@@ -53,7 +53,7 @@
 // Why that is coherent: SQLite reads the header and frames this way only while it rebuilds, and it
 // rebuilds holding the WAL's write lock and every other WAL lock but the read locks, so no
 // connection in any process can change the WAL between the copy and the last frame read; its first
-// read after the rebuild (a page, 4096 bytes at a frame's page offset) is not in sequence and drops
+// read after the rebuild (a page at a frame's page offset) is not in sequence and drops
 // the copy. When the copy cannot be made (no memory for it, a read that comes back short) the
 // rebuild reads the WAL plainly, frame by frame; tests take that path through
 // wal_vfs_fail_next_readahead().

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -42,6 +43,16 @@ std::unique_ptr<runtime> start_ok(runtime_config c) {
 
 entity_key ek(std::string type, std::string id) {
   return entity_key{"acme", std::move(type), std::move(id)};
+}
+
+// The page size a database file's header names (bytes 16-17, big-endian; 1 means 65536).
+int page_size_of(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  unsigned char h[18] = {};
+  in.read(reinterpret_cast<char*>(h), sizeof h);
+  REQUIRE(in.gcount() == 18);
+  int n = h[16] << 8 | h[17];
+  return n == 1 ? 65536 : n;
 }
 
 json facts_of(runtime& rt, const entity_key& k, json filter = json::object()) {
@@ -203,8 +214,9 @@ TEST_CASE("runtime: a checkpoint that fails is counted apart from a busy one, ca
   CHECK(st.checkpoint_failures <= static_cast<uint64_t>(injected.load()));
   CHECK(st.checkpoints_busy == 0); // an I/O error is not reported as busy
   // Nothing was checkpointed: the WAL holds every commit (4+ frames each).
+  const auto frame = static_cast<uintmax_t>(page_size_of(key.file_path(tmp.path()))) + 24;
   auto grown = std::filesystem::file_size(wal);
-  CHECK(grown > 200 * 4 * 4096);
+  CHECK(grown > 200 * 4 * frame);
   failing = false;
   auto starts0 = detail::wal_vfs_stats().wal_starts;
   for (int i = 200; i < 400; ++i)
@@ -225,7 +237,7 @@ TEST_CASE("runtime: a checkpoint that fails is counted apart from a busy one, ca
   auto size = std::filesystem::file_size(wal);
   MESSAGE("-wal file " << grown << " bytes after the failing checkpoints, " << size
                        << " after; WAL generations since: " << starts);
-  CHECK(size < grown - 256 * 1024 + 200 * 4 * (4096 + 24));
+  CHECK(size < grown - 256 * 1024 + 200 * 4 * frame);
   auto v = rt->call_sync(key, "@verify", "{}");
   CHECK(v.json()["ok"] == true);
   CHECK(v.json()["facts_checked"] == 400);
@@ -338,17 +350,25 @@ TEST_CASE("runtime: new entities are spare files made ahead, the ready ones outl
     auto r = rt.call_sync(key, "append", json{{"type", "invocation"}, {"data", {}}}.dump(), o);
     REQUIRE_MESSAGE(r.ok, r.body);
   };
-  auto spares_on_disk = [&] {
+  // ledger files have pages of 1 KiB: their spares are the pool of that size, in spares-1024/;
+  // the pool of 4 KiB (spares/, for the webhook type here) runs beside it.
+  auto spares_on_disk = [&](const char* dir) {
     int n = 0;
-    for (auto& e : std::filesystem::directory_iterator(tmp.path() / "spares"))
+    for (auto& e : std::filesystem::directory_iterator(tmp.path() / dir))
       n += e.path().extension() == ".db";
     return n;
   };
   {
     auto rt = start_ok(c);
-    auto& spares = detail::runtime_testing::core(*rt).store_opts.spares;
+    auto& core = detail::runtime_testing::core(*rt);
+    REQUIRE(core.store_opts.spares);
+    REQUIRE(core.store_opts_by_page.count(1024));
+    auto& spares = core.store_opts_by_page.at(1024).spares;
     REQUIRE(spares);
+    CHECK(spares->page_size() == 1024);
+    CHECK(spares->dir() == tmp.path() / "spares-1024");
     REQUIRE(spares->wait_ready(3, std::chrono::seconds(30)) == 3);
+    REQUIRE(core.store_opts.spares->wait_ready(3, std::chrono::seconds(30)) == 3);
     for (int i = 0; i < 5; ++i) {
       append(*rt, ek("ledger", "s" + std::to_string(i)));
       spares->wait_ready(3, std::chrono::seconds(30)); // refilled before the next one
@@ -356,13 +376,15 @@ TEST_CASE("runtime: new entities are spare files made ahead, the ready ones outl
     auto st = rt->stats();
     CHECK(st.spare_files_taken == 5);
     CHECK(st.spare_files_missed == 0);
-    CHECK(st.spare_files_ready == 3);
+    CHECK(st.spare_files_ready == 6); // 3 of each size
     CHECK(st.spare_file_errors == 0);
-  } // stop: the maker thread ends, three ready spares stay
-  CHECK(spares_on_disk() == 3);
+    CHECK(core.store_opts.spares->get_stats().taken == 0);
+  } // stop: the maker threads end, three ready spares of each size stay
+  CHECK(spares_on_disk("spares-1024") == 3);
+  CHECK(spares_on_disk("spares") == 3);
   {
     auto rt = start_ok(c);
-    auto& spares = detail::runtime_testing::core(*rt).store_opts.spares;
+    auto& spares = detail::runtime_testing::core(*rt).store_opts_by_page.at(1024).spares;
     CHECK(spares->get_stats().reused == 3);
     append(*rt, ek("ledger", "after-restart"));
     CHECK(rt->stats().spare_files_taken == 1);
@@ -379,6 +401,7 @@ TEST_CASE("runtime: new entities are spare files made ahead, the ready ones outl
     REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
     CHECK(s.value()->last_seq() == 1);
     CHECK(s.value()->verify()->ok);
+    CHECK(page_size_of(ek("ledger", "s" + std::to_string(i)).file_path(tmp.path())) == 1024);
   }
   c.spare_files = 0;
   test::temp_dir none;
@@ -386,12 +409,76 @@ TEST_CASE("runtime: new entities are spare files made ahead, the ready ones outl
   {
     auto rt = start_ok(c);
     CHECK_FALSE(detail::runtime_testing::core(*rt).store_opts.spares);
+    CHECK_FALSE(detail::runtime_testing::core(*rt).store_opts_by_page.at(1024).spares);
     append(*rt, ek("ledger", "no-spare"));
     CHECK(rt->stats().spare_files_taken == 0);
   }
   CHECK_FALSE(std::filesystem::exists(none.path() / "spares"));
+  CHECK_FALSE(std::filesystem::exists(none.path() / "spares-1024"));
+  CHECK(page_size_of(ek("ledger", "no-spare").file_path(none.path())) == 1024);
   c.spare_files = 1025;
   CHECK_FALSE(runtime::start(c).is_ok());
+}
+
+TEST_CASE("runtime: each entity type's files have its page size, from spares of that size, kept "
+          "across reopens; a page size SQLite cannot have is refused at start") {
+  test::temp_dir tmp;
+  auto c = base_config(tmp.path());
+  c.spare_files = 2;
+  entity_registry types;
+  add_builtin_types(types);
+  auto ledger = *types.find("ledger");
+  CHECK(ledger.page_size == 1024); // one fact per call
+  ledger.name = "ledger8k";
+  ledger.page_size = 8192;
+  c.types.add(ledger);
+  auto append = [](runtime& rt, const entity_key& key) {
+    call_options o;
+    o.idempotency_key = "k-" + key.id;
+    auto r = rt.call_sync(key, "append", json{{"type", "invocation"}, {"data", {}}}.dump(), o);
+    REQUIRE_MESSAGE(r.ok, r.body);
+    return r.replayed;
+  };
+  for (int round = 0; round < 2; ++round) { // the second reopens the first's files
+    auto rt = start_ok(c);
+    auto& core = detail::runtime_testing::core(*rt);
+    REQUIRE(core.store_opts_by_page.count(8192));
+    REQUIRE(core.store_opts.spares->wait_ready(2, std::chrono::seconds(30)) == 2);
+    for (auto& [page, o] : core.store_opts_by_page)
+      REQUIRE(o.spares->wait_ready(2, std::chrono::seconds(30)) == 2);
+    for (const char* type : {"ledger", "ledger8k", "webhook"}) {
+      auto key = ek(type, "p" + std::to_string(round));
+      if (std::string(type) == "webhook") { // a call that fails still creates the file
+        (void)rt->call_sync(key, "@verify", "{}");
+      } else {
+        CHECK_FALSE(append(*rt, key));
+        // p0's key again: a replay, in round 1 from the file round 0 made and closed.
+        CHECK(append(*rt, ek(type, "p0")));
+      }
+    }
+    CHECK(rt->stats().spare_files_missed == 0);
+  }
+  CHECK(page_size_of(ek("ledger", "p0").file_path(tmp.path())) == 1024);
+  CHECK(page_size_of(ek("ledger", "p1").file_path(tmp.path())) == 1024);
+  CHECK(page_size_of(ek("ledger8k", "p0").file_path(tmp.path())) == 8192);
+  CHECK(page_size_of(ek("webhook", "p0").file_path(tmp.path())) == 4096);
+  CHECK(std::filesystem::is_directory(tmp.path() / "spares-8192"));
+  {
+    auto rt = start_ok(c);
+    auto v = rt->call_sync(ek("ledger8k", "p0"), "@verify", "{}");
+    REQUIRE(v.ok);
+    CHECK(v.json()["facts_checked"] == 1); // p0's call ran once, then replayed
+  }
+  // Each refused start releases the data directory (the next one would be BUSY otherwise).
+  for (int bad : {0, 100, 1000, 131072}) {
+    auto b = c;
+    ledger.page_size = bad;
+    b.types.add(ledger);
+    auto r = runtime::start(b);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK_MESSAGE(r.error().code() == errc::invalid_argument, r.error().to_string());
+    CHECK(r.error().message().find("ledger8k") != std::string::npos);
+  }
 }
 
 TEST_CASE(

@@ -904,14 +904,69 @@ std::set<uint64_t> inodes_in(const fs::path& dir) {
   return out;
 }
 
-std::shared_ptr<spare_pool> full_pool(const fs::path& data_dir, int target) {
-  auto pool = spare_pool::start(data_dir, target);
+std::shared_ptr<spare_pool> full_pool(const fs::path& data_dir, int target, int page_size = 4096) {
+  auto pool = spare_pool::start(data_dir, target, page_size);
   REQUIRE_MESSAGE(pool.is_ok(), pool.error().to_string());
   REQUIRE((*pool)->wait_ready(target, std::chrono::seconds(30)) == target);
   return *pool;
 }
 
 } // namespace
+
+TEST_CASE("create: a new file has the store's page size, from the template or a spare of that "
+          "size only, and keeps it; sizes SQLite cannot have are refused") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  auto reference = open_ok(o, key("p4096"))->path();
+  for (int page : {512, 1024, 8192, 65536}) {
+    CAPTURE(page);
+    o.page_size = page;
+    auto k = key("p" + std::to_string(page));
+    auto path = open_ok(o, k)->path();
+    CHECK(raw_rows(path, "PRAGMA page_size")[0][0] == std::to_string(page));
+    CHECK(raw_rows(path, "PRAGMA integrity_check")[0][0] == "ok");
+    CHECK(raw_rows(path, "PRAGMA journal_mode")[0][0] == "wal");
+    CHECK(schema_lines(path) == schema_lines(reference));
+    // A file keeps the size it was made with, whatever the opener asks for new files.
+    o.page_size = 4096;
+    auto s = open_ok(o, k);
+    REQUIRE(s->append(draft("after-reopen")).is_ok());
+    REQUIRE(s->commit().is_ok());
+    s.reset();
+    CHECK(raw_rows(path, "PRAGMA page_size")[0][0] == std::to_string(page));
+  }
+  // An older schema version (built with SQL, for migration tests) gets the size too.
+  auto old = o;
+  old.page_size = 1024;
+  old.target_schema_version = 1;
+  CHECK(raw_rows(open_ok(old, key("old-1024"))->path(), "PRAGMA page_size")[0][0] == "1024");
+  // Spares of 1 KiB live apart and serve only stores that make files of 1 KiB.
+  auto pool = full_pool(tmp.path(), 2, 1024);
+  CHECK(pool->page_size() == 1024);
+  CHECK(pool->dir() == tmp.path() / "spares-1024");
+  for (auto& e : fs::directory_iterator(pool->dir()))
+    if (e.path().extension() == ".db")
+      CHECK(raw_rows(e.path(), "PRAGMA page_size")[0][0] == "1024");
+  o.spares = pool;
+  o.page_size = 4096;
+  CHECK_FALSE(open_ok(o, key("not-from-spare"))->claimed_on_open());
+  CHECK(pool->get_stats().taken == 0);
+  o.page_size = 1024;
+  auto from_spare = open_ok(o, key("from-spare"));
+  CHECK(from_spare->claimed_on_open());
+  CHECK(pool->get_stats().taken == 1);
+  CHECK(raw_rows(from_spare->path(), "PRAGMA page_size")[0][0] == "1024");
+  for (int bad : {0, 256, 1000, 131072}) {
+    CAPTURE(bad);
+    auto b = opts_for(tmp.path());
+    b.page_size = bad;
+    auto r = entity_store::open(b, key("bad"));
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.error().code() == errc::invalid_argument);
+    CHECK_FALSE(spare_pool::start(tmp.path(), 1, bad).is_ok());
+  }
+  CHECK_FALSE(fs::exists(key("bad").file_path(tmp.path())));
+}
 
 TEST_CASE("spares: a creation renames a synced spare into place and claims it with one unsynced "
           "WAL transaction, and the pool refills") {

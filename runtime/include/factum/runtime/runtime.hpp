@@ -163,7 +163,7 @@ struct runtime_stats {
   /// found none ready and made their own file (the spares could not keep up, or are off).
   uint64_t spare_files_taken = 0;
   uint64_t spare_files_missed = 0;
-  uint64_t spare_files_ready = 0; ///< spares ready now (at most spare_files)
+  uint64_t spare_files_ready = 0; ///< spares ready now (at most spare_files per page size)
   /// Batches of spares the maker thread failed to make (disk full, a file in the way): it tries
   /// again each second, and new entities meanwhile make their own files. Rising: look at disk.
   uint64_t spare_file_errors = 0;

@@ -88,6 +88,12 @@ struct store_options {
   /// the zeros off again when its close keeps the file. 0: a -wal grows by its frames only.
   /// 0..65536; default 256.
   int wal_grow_kib = 256;
+  /// Page size, in bytes, of a file this open creates (a power of two from 512 to 65536); a
+  /// file keeps the size it was made with, which SQLite reads from its header. Smaller pages
+  /// make small commits cheaper (a one-fact commit writes 7 pages: with 1 KiB pages its WAL
+  /// frames are 7 KiB instead of 28 KiB) and large ones dearer (more pages per fact, more
+  /// b-tree levels). A spare is used only when its pool makes this size. Default 4096.
+  int page_size = 4096;
   /// Caps the file size (PRAGMA max_page_count); 0 = no cap. For disk-full tests.
   int64_t max_page_count = 0;
   /// Fault injection (tests only); empty in production.
@@ -102,6 +108,12 @@ struct store_options {
   /// commit's WAL writes reach the kernel as one write. Tests name a wrapper of it here.
   std::string vfs;
 };
+
+/// Whether `page_size` is one an entity file may have (store_options::page_size): a power of
+/// two from 512 to 65536, as SQLite allows.
+inline bool valid_page_size(int page_size) noexcept {
+  return page_size >= 512 && page_size <= 65536 && (page_size & (page_size - 1)) == 0;
+}
 
 /// The schema version this build writes (PRAGMA user_version).
 inline constexpr int current_schema_version = 4;

@@ -60,10 +60,12 @@ class spare_pool {
     int ready = 0; ///< spares ready now
   };
 
-  /// Opens (creating it if needed) `<data_dir>/spares/`, keeps the valid spares in it, deletes
-  /// the rest, and starts the maker thread. `target` must be 1..1024.
+  /// Opens (creating it if needed) the pool's directory, `<data_dir>/spares/` for files of
+  /// pages of 4096 bytes and `<data_dir>/spares-<page_size>/` for any other size, keeps the
+  /// valid spares in it, deletes the rest, and starts the maker thread. `target` must be
+  /// 1..1024; `page_size` a power of two from 512 to 65536.
   static result<std::shared_ptr<spare_pool>> start(const std::filesystem::path& data_dir,
-                                                   int target);
+                                                   int target, int page_size = 4096);
 
   spare_pool(const spare_pool&) = delete;
   spare_pool& operator=(const spare_pool&) = delete;
@@ -116,14 +118,17 @@ class spare_pool {
 
   stats get_stats() const;
 
-  /// `<data_dir>/spares`.
+  /// `<data_dir>/spares` (or `spares-<page_size>`).
   const std::filesystem::path& dir() const noexcept { return dir_; }
+
+  /// The page size of the files this pool makes.
+  int page_size() const noexcept { return page_size_; }
 
   /// The number of spares the pool keeps ready.
   int target() const noexcept { return target_; }
 
  private:
-  spare_pool(std::filesystem::path dir, int target);
+  spare_pool(std::filesystem::path dir, int target, int page_size);
   void run();
   status make_batch(int n, std::string& image);
   stats snapshot() const; ///< stats_ with `ready` filled in; the caller holds mu_
@@ -131,6 +136,7 @@ class spare_pool {
   const std::filesystem::path dir_;
   const std::filesystem::path making_; ///< dir_/making: the maker's files until whole
   const int target_;
+  const int page_size_;
   mutable std::mutex mu_;
   std::condition_variable wake_;  // the maker: a spare was taken, or stop
   std::condition_variable ready_; // wait_ready(): spares were made, or stop
