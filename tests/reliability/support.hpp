@@ -197,13 +197,15 @@ inline disk_counts count_on_disk(const std::filesystem::path& data_dir) {
 }
 
 /// Every regular file below `dir`, recursively (to show nothing was created outside it),
-/// except the spare entity files a runtime makes ahead in `dir/spares` on its own schedule.
+/// except the spare entity files a runtime makes ahead in `dir/spares` (and `dir/spares-<page
+/// size>`) on its own schedule.
 inline size_t files_below(const std::filesystem::path& dir) {
   size_t n = 0;
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
        it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_directory() && it->path() == dir / "spares")
+    if (it->is_directory() && it->path().parent_path() == dir &&
+        it->path().filename().string().rfind("spares", 0) == 0)
       it.disable_recursion_pending();
     n += it->is_regular_file();
   }

@@ -421,7 +421,7 @@ TEST_CASE("runtime: new entities are spare files made ahead, the ready ones outl
 }
 
 TEST_CASE("runtime: each entity type's files have its page size, from spares of that size, kept "
-          "across reopens; a page size SQLite cannot have is refused at start") {
+          "across reopens, and a page size SQLite cannot have is refused at start") {
   test::temp_dir tmp;
   auto c = base_config(tmp.path());
   c.spare_files = 2;

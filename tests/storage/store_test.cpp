@@ -914,7 +914,7 @@ std::shared_ptr<spare_pool> full_pool(const fs::path& data_dir, int target, int 
 } // namespace
 
 TEST_CASE("create: a new file has the store's page size, from the template or a spare of that "
-          "size only, and keeps it; sizes SQLite cannot have are refused") {
+          "size only, and keeps it, and sizes SQLite cannot have are refused") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   auto reference = open_ok(o, key("p4096"))->path();
