@@ -26,6 +26,7 @@
 #include "factum/storage/entity_store.hpp"
 #include "powerloss/replay.hpp"
 #include "powerloss/write_log.hpp"
+#include "support/keyed_load.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -143,7 +144,6 @@ TEST_CASE("power cut model: only what a sync of the file (bytes) or of its direc
 
 namespace {
 
-constexpr int entities = 8;
 constexpr int keys_per_round = 1200;
 
 // With `churn`, entities keep closing and opening (3 open at most, for 8) and WALs keep being
@@ -161,58 +161,56 @@ runtime_config cut_config(const fs::path& dir, durability mode, bool churn) {
   return c;
 }
 
-entity_key key_for(int k) {
-  return {"acme", "ledger", "e" + std::to_string(k % entities)};
-}
-std::string idem(int round, int k) {
-  return "p" + std::to_string(round) + "-k" + std::to_string(k);
-}
-std::string body(int round, int k) {
-  return json{{"type", "invocation"}, {"data", {{"round", round}, {"k", k}}}}.dump();
-}
-
-// The child: concurrent calls with a key each; every reply goes to `fd` as the key's number.
-[[noreturn]] void child_load(const fs::path& dir, durability mode, bool churn, int round, int fd) {
-  auto r = runtime::start(cut_config(dir, mode, churn));
-  if (!r)
-    _exit(2);
-  auto& rt = *r.value();
-  std::mutex mu;
-  std::condition_variable cv;
-  int in_flight = 0;
-  for (int k = 0; k < keys_per_round; ++k) {
-    {
-      std::unique_lock<std::mutex> g(mu);
-      cv.wait(g, [&] { return in_flight < 32; });
-      ++in_flight;
+// A forked child whose changes under `root` are recorded in `log` (write_log.hpp), reporting
+// acknowledged call numbers on a pipe, and the parent's means to read them and cut its power.
+class recorded_child {
+ public:
+  // Forks; the child starts the log and runs `body(ack_fd)`, which must not return.
+  template <class F> recorded_child(const fs::path& root, const fs::path& log, F body) {
+    int fds[2], control[2];
+    REQUIRE(pipe(fds) == 0);
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) == 0);
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      ::close(control[0]);
+      powerloss::start(log, root, control[1]);
+      body(fds[1]);
+      _exit(4);
     }
-    call_options o;
-    o.idempotency_key = idem(round, k);
-    rt.call(key_for(k), "append", body(round, k), o, [&, k](call_reply rep) {
-      if (rep.ok) {
-        int32_t v = k;
-        if (::write(fd, &v, sizeof v) != sizeof v)
-          _exit(3);
-      }
-      std::lock_guard<std::mutex> g(mu);
-      --in_flight;
-      cv.notify_all();
-    });
+    ::close(fds[1]);
+    ::close(control[1]);
+    acks_ = fds[0];
+    control_ = control[0];
   }
-  std::unique_lock<std::mutex> g(mu);
-  cv.wait(g, [&] { return in_flight == 0; });
-  int32_t end = -1;
-  (void)!::write(fd, &end, sizeof end);
-  for (;;)
-    ::pause(); // the parent cuts the power; the runtime is never stopped
-}
+
+  /// Reads acknowledgements until `n` of them (or the child's end marker).
+  void read_acks(int n) { test::read_acks(acks_, acked_, n); }
+
+  /// The power cut: the log frozen (no file changes from here on), the child killed; the
+  /// replies it wrote before are acknowledged too. Returns every acknowledged call.
+  const std::set<int>& cut() {
+    CHECK(powerloss::freeze(control_));
+    ::kill(pid_, SIGKILL);
+    int wst = 0;
+    waitpid(pid_, &wst, 0);
+    ::close(control_);
+    test::read_acks(acks_, acked_);
+    ::close(acks_);
+    return acked_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int acks_ = -1, control_ = -1;
+  std::set<int> acked_;
+};
 
 struct round_result {
   int acked = 0;
-  int acked_lost = 0; ///< acknowledged keys that ran again after the cut
-  int wrong_effects = 0;
-  int bad_chains = 0;
-  int log_mismatches = 0; ///< files whose bytes the whole log does not give
+  test::keyed_load::outcome check; ///< the retries on the tree the cut left
+  int log_mismatches = 0;          ///< files whose bytes the whole log does not give
   powerloss::replay_stats replay;
 };
 
@@ -222,34 +220,16 @@ round_result cut_round(const fs::path& dir, const fs::path& next, const fs::path
                        durability mode, bool churn, int round, int kill_after) {
   round_result res;
   auto base = powerloss::take_snapshot(dir);
-  int fds[2], control[2];
-  REQUIRE(pipe(fds) == 0);
-  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    ::close(control[0]);
-    powerloss::start(log, dir, control[1]);
-    child_load(dir, mode, churn, round, fds[1]);
-  }
-  ::close(fds[1]);
-  ::close(control[1]);
-  std::set<int> acked;
-  int32_t v;
-  while (static_cast<int>(acked.size()) < kill_after && ::read(fds[0], &v, sizeof v) == sizeof v &&
-         v >= 0)
-    acked.insert(v);
-  CHECK(powerloss::freeze(control[0])); // the cut: no file changes from here on
-  ::kill(pid, SIGKILL);
-  int wst = 0;
-  waitpid(pid, &wst, 0);
-  ::close(control[0]);
-  // Replies written to the pipe before the kill landed were acknowledged too.
-  while (::read(fds[0], &v, sizeof v) == sizeof v)
-    if (v >= 0)
-      acked.insert(v);
-  ::close(fds[0]);
+  recorded_child child(dir, log, [&](int fd) {
+    auto r = runtime::start(cut_config(dir, mode, churn));
+    if (!r)
+      _exit(2);
+    test::keyed_load{"p", round, 8, keys_per_round}.run(*r.value(), fd);
+    for (;;)
+      ::pause(); // the parent cuts the power; the runtime is never stopped
+  });
+  child.read_acks(kill_after);
+  auto acked = child.cut();
   res.acked = static_cast<int>(acked.size());
   // The log's own check: taken whole, it rebuilds the tree the child left (every name, every
   // byte; -shm files are written through mmap, which the log does not see, and never synced).
@@ -274,43 +254,8 @@ round_result cut_round(const fs::path& dir, const fs::path& next, const fs::path
 
   auto r = runtime::start(cut_config(next, mode, churn));
   REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  auto& rt = *r.value();
-  std::vector<std::future<call_reply>> replies;
-  for (int k = 0; k < keys_per_round; ++k) {
-    auto p = std::make_shared<std::promise<call_reply>>();
-    replies.push_back(p->get_future());
-    call_options o;
-    o.idempotency_key = idem(round, k);
-    rt.call(key_for(k), "append", body(round, k), o,
-            [p](call_reply rep) { p->set_value(std::move(rep)); });
-  }
-  for (int k = 0; k < keys_per_round; ++k) {
-    auto rep = replies[k].get();
-    REQUIRE_MESSAGE(rep.ok, rep.body);
-    if (acked.count(k) && !rep.replayed)
-      ++res.acked_lost;
-  }
-  std::map<std::string, int> effects;
-  for (int e = 0; e < entities; ++e) {
-    auto k = key_for(e);
-    int64_t after = 0;
-    for (;;) {
-      auto q = rt.call_sync(k, "@facts", json{{"after_seq", after}, {"limit", 5000}}.dump());
-      REQUIRE(q.ok);
-      auto arr = q.json();
-      if (arr.empty())
-        break;
-      for (auto& f : arr)
-        ++effects[f.value("idempotency_key", "")];
-      after = arr.back()["seq"].get<int64_t>();
-    }
-    auto ver = rt.call_sync(k, "@verify", "{}");
-    if (!ver.ok || ver.json()["ok"] != true)
-      ++res.bad_chains;
-  }
-  for (int k = 0; k < keys_per_round; ++k)
-    res.wrong_effects += effects[idem(round, k)] != 1;
-  rt.stop();
+  res.check = test::keyed_load{"p", round, 8, keys_per_round}.retry_and_check(*r.value(), acked);
+  r.value()->stop();
   return res;
 }
 
@@ -337,9 +282,9 @@ TEST_CASE(
     CHECK(res.acked >= kill_after);
     CHECK(res.log_mismatches == 0);
     CHECK(res.replay.lost_writes > 0); // the cut dropped something: the round tested a loss
-    CHECK(res.acked_lost == 0);
-    CHECK(res.wrong_effects == 0);
-    CHECK(res.bad_chains == 0);
+    CHECK_MESSAGE(res.check.acked_ran_again == 0, res.check.first_problem);
+    CHECK_MESSAGE(res.check.wrong_effects == 0, res.check.first_problem);
+    CHECK_MESSAGE(res.check.bad_chains == 0, res.check.first_problem);
     fs::remove_all(dir);
     dir = next;
   }
@@ -352,12 +297,13 @@ TEST_CASE("power cut canary: durability normal, which promises only to survive a
   fs::create_directories(dir);
   auto res =
     cut_round(dir, tmp.path() / "round1", tmp.path() / "log", durability::normal, false, 0, 300);
-  MESSAGE("normal: " << res.acked << " acknowledged, " << res.acked_lost << " lost by the cut");
+  MESSAGE("normal: " << res.acked << " acknowledged, " << res.check.acked_ran_again
+                     << " lost by the cut");
   CHECK(res.acked >= 300);
-  CHECK(res.acked_lost > 0);
+  CHECK(res.check.acked_ran_again > 0);
   // What was lost ran again, once: the keys went with their facts.
-  CHECK(res.wrong_effects == 0);
-  CHECK(res.bad_chains == 0);
+  CHECK_MESSAGE(res.check.wrong_effects == 0, res.check.first_problem);
+  CHECK_MESSAGE(res.check.bad_chains == 0, res.check.first_problem);
 }
 
 namespace {
@@ -408,31 +354,9 @@ TEST_CASE("power cut: an alarm whose arming was acknowledged is on the tree a cu
   auto dir = tmp.path() / "live";
   fs::create_directories(dir);
   auto base = powerloss::take_snapshot(dir);
-  int fds[2], control[2];
-  REQUIRE(pipe(fds) == 0);
-  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    ::close(control[0]);
-    powerloss::start(tmp.path() / "log", dir, control[1]);
-    child_arms(dir, fds[1]);
-  }
-  ::close(fds[1]);
-  ::close(control[1]);
-  std::set<int> acked;
-  int32_t v;
-  while (static_cast<int>(acked.size()) < 30 && ::read(fds[0], &v, sizeof v) == sizeof v)
-    acked.insert(v);
-  CHECK(powerloss::freeze(control[0]));
-  ::kill(pid, SIGKILL);
-  int wst = 0;
-  waitpid(pid, &wst, 0);
-  ::close(control[0]);
-  while (::read(fds[0], &v, sizeof v) == sizeof v)
-    acked.insert(v);
-  ::close(fds[0]);
+  recorded_child child(dir, tmp.path() / "log", [&](int fd) { child_arms(dir, fd); });
+  child.read_acks(30);
+  auto acked = child.cut();
   auto cut = tmp.path() / "cut";
   auto st = powerloss::rebuild(base, dir, tmp.path() / "log", cut);
   CHECK(st.lost_writes > 0);
