@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -65,7 +66,7 @@ snapshot take_snapshot(const fs::path& root) {
 }
 
 replay_stats rebuild(const snapshot& base, const fs::path& root, const fs::path& log,
-                     const fs::path& out, bool everything) {
+                     const fs::path& out, bool everything, uint32_t torn_seed) {
   replay_stats stats;
   const std::string bytes = read_all(log);
   std::vector<record> recs;
@@ -139,13 +140,33 @@ replay_stats rebuild(const snapshot& base, const fs::path& root, const fs::path&
       throw std::runtime_error("replay: a name outside the root: " + abs);
     return abs.substr(prefix.size());
   };
+  std::mt19937 rng(torn_seed);
+  auto coin = [&] { return torn_seed != 0 && (rng() & 1) != 0; };
   for (size_t i = 0; i < recs.size(); ++i) {
     auto& r = recs[i];
     switch (static_cast<op>(r.h.kind)) {
     case op::write:
     case op::zeros:
     case op::truncate: {
-      if (!synced(id[i], i)) {
+      bool kept = synced(id[i], i);
+      if (!kept && torn_seed != 0 && static_cast<op>(r.h.kind) != op::truncate) {
+        // Torn: each 512-byte piece (aligned in the file) on disk or not, on its own.
+        auto& c = content[id[i]];
+        for (uint64_t at = r.h.offset; at < r.h.offset + r.h.len;) {
+          uint64_t end = std::min(r.h.offset + r.h.len, (at / 512 + 1) * 512);
+          if (coin()) {
+            if (c.size() < end)
+              c.resize(end);
+            if (static_cast<op>(r.h.kind) == op::write)
+              c.replace(at, end - at, r.data.substr(at - r.h.offset, end - at));
+            else
+              c.replace(at, end - at, std::string(end - at, '\0'));
+            ++stats.torn_pieces;
+          }
+          at = end;
+        }
+      }
+      if (!kept && !(static_cast<op>(r.h.kind) == op::truncate && coin())) {
         ++stats.lost_writes;
         break;
       }
@@ -165,7 +186,7 @@ replay_stats rebuild(const snapshot& base, const fs::path& root, const fs::path&
     }
     case op::add_name:
     case op::drop_name: {
-      if (!synced(dir_id[i], i)) {
+      if (!synced(dir_id[i], i) && !coin()) {
         ++stats.lost_names;
         break;
       }

@@ -35,15 +35,20 @@ struct replay_stats {
   uint64_t records = 0;
   uint64_t kept_writes = 0, lost_writes = 0; ///< writes, zero runs and truncations
   uint64_t kept_names = 0, lost_names = 0;   ///< names added or dropped
+  uint64_t torn_pieces = 0;                  ///< unsynced 512-byte pieces kept (torn_seed)
   bool torn_tail = false;                    ///< the log ends inside a record (cut by the kill)
 };
 
 /// Writes to `out` (which must not exist) the tree a power cut at the end of `log` could leave
 /// of the tree that was `base` under `root` when recording began. Throws std::runtime_error on
 /// a log it cannot read. With `everything`, every change counts as synced: the tree the process
-/// left in the page cache (the log's own check: it must equal the live tree).
+/// left in the page cache (the log's own check: it must equal the live tree). With a non-zero
+/// `torn_seed`, changes no sync covered are not all lost but each kept or lost at random (seeded):
+/// a write in pieces of 512 bytes, each piece on its own (torn writes, and later bytes on disk
+/// before earlier ones), a truncation or a name as a whole: what a disk that reorders and tears
+/// writes between syncs may leave.
 replay_stats rebuild(const snapshot& base, const std::filesystem::path& root,
                      const std::filesystem::path& log, const std::filesystem::path& out,
-                     bool everything = false);
+                     bool everything = false, uint32_t torn_seed = 0);
 
 } // namespace factum::powerloss
