@@ -260,29 +260,30 @@ round_result cut_round(const fs::path& dir, const fs::path& next, const fs::path
   return res;
 }
 
-} // namespace
-
-TEST_CASE(
-  "power cut: durability full loses no acknowledged call, retries run exactly once and "
-  "chains verify on the tree a cut leaves (6 rounds, each on the last one's tree, the last 3 "
-  "with entities closing and WALs starting over all the time)") {
+// `rounds` rounds in durability full, each on the tree the last one's cut left, churning from
+// round `churn_from` on; `torn`: each cut keeps a random part of what no sync covered.
+void full_rounds(int rounds, int churn_from, bool torn, uint32_t seed) {
   test::temp_dir tmp;
-  std::mt19937 rng(2026);
+  std::mt19937 rng(seed);
   auto dir = tmp.path() / "round0";
   fs::create_directories(dir);
-  for (int round = 0; round < 6; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     auto next = tmp.path() / ("round" + std::to_string(round + 1));
     int kill_after = std::uniform_int_distribution<int>(30, 900)(rng);
-    bool churn = round >= 3;
-    auto res = cut_round(dir, next, tmp.path() / "log", durability::full, churn, round, kill_after);
-    MESSAGE("round " << round << std::string(churn ? " (churn)" : "") << ": cut after " << res.acked
-                     << " acknowledged calls; " << res.replay.records << " records, writes kept "
-                     << res.replay.kept_writes << " lost " << res.replay.lost_writes
-                     << ", names kept " << res.replay.kept_names << " lost "
-                     << res.replay.lost_names);
+    bool churn = round >= churn_from;
+    auto res = cut_round(dir, next, tmp.path() / "log", durability::full, churn, round, kill_after,
+                         torn ? static_cast<uint32_t>(round + 1) : 0);
+    MESSAGE(std::string(torn ? "torn " : "")
+            << "round " << round << std::string(churn ? " (churn)" : "") << ": cut after "
+            << res.acked << " acknowledged calls; " << res.replay.records
+            << " records, writes kept " << res.replay.kept_writes << " lost "
+            << res.replay.lost_writes << ", names kept " << res.replay.kept_names << " lost "
+            << res.replay.lost_names << ", unsynced 512-byte pieces kept "
+            << res.replay.torn_pieces);
     CHECK(res.acked >= kill_after);
     CHECK(res.log_mismatches == 0);
-    CHECK(res.replay.lost_writes > 0); // the cut dropped something: the round tested a loss
+    // The cut dropped (or, torn, tore) something: the round tested a loss.
+    CHECK((torn ? res.replay.torn_pieces : res.replay.lost_writes) > 0);
     CHECK_MESSAGE(res.check.acked_ran_again == 0, res.check.first_problem);
     CHECK_MESSAGE(res.check.wrong_effects == 0, res.check.first_problem);
     CHECK_MESSAGE(res.check.bad_chains == 0, res.check.first_problem);
@@ -291,31 +292,19 @@ TEST_CASE(
   }
 }
 
+} // namespace
+
+TEST_CASE(
+  "power cut: durability full loses no acknowledged call, retries run exactly once and "
+  "chains verify on the tree a cut leaves (6 rounds, each on the last one's tree, the last 3 "
+  "with entities closing and WALs starting over all the time)") {
+  full_rounds(6, 3, false, 2026);
+}
+
 TEST_CASE("power cut, torn: durability full loses no acknowledged call when the cut keeps a random "
           "part of what no sync covered, in 512-byte pieces (4 rounds, each on the last one's "
           "tree, the last 2 churning)") {
-  test::temp_dir tmp;
-  std::mt19937 rng(77);
-  auto dir = tmp.path() / "round0";
-  fs::create_directories(dir);
-  for (int round = 0; round < 4; ++round) {
-    auto next = tmp.path() / ("round" + std::to_string(round + 1));
-    int kill_after = std::uniform_int_distribution<int>(30, 900)(rng);
-    bool churn = round >= 2;
-    auto res = cut_round(dir, next, tmp.path() / "log", durability::full, churn, round, kill_after,
-                         static_cast<uint32_t>(round + 1));
-    MESSAGE("torn round " << round << std::string(churn ? " (churn)" : "") << ": cut after "
-                          << res.acked << " acknowledged calls; " << res.replay.torn_pieces
-                          << " unsynced pieces of 512 bytes kept, " << res.replay.lost_writes
-                          << " writes not whole");
-    CHECK(res.replay.torn_pieces > 0); // the cut tore something
-    CHECK(res.log_mismatches == 0);
-    CHECK_MESSAGE(res.check.acked_ran_again == 0, res.check.first_problem);
-    CHECK_MESSAGE(res.check.wrong_effects == 0, res.check.first_problem);
-    CHECK_MESSAGE(res.check.bad_chains == 0, res.check.first_problem);
-    fs::remove_all(dir);
-    dir = next;
-  }
+  full_rounds(4, 2, true, 77);
 }
 
 TEST_CASE("power cut canary: durability normal, which promises only to survive a process "
