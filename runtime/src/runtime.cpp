@@ -655,11 +655,8 @@ void runtime::stop() {
   c.router.stop(); // after the actors: calls their ends hand back are answered UNAVAILABLE
   c.pool.stop();
   c.sync_pool.stop();
-  if (c.store_opts.spares)
-    c.store_opts.spares->stop(); // the ready spares stay on disk for the next start
-  for (auto& [page, o] : c.store_opts_by_page)
-    if (o.spares)
-      o.spares->stop();
+  for (auto* spares : c.spare_pools())
+    spares->stop(); // the ready spares stay on disk for the next start
   std::lock_guard<std::mutex> g(c.alarms.mu);
   c.alarms.index.reset();
   c.alarms.writer.reset();
@@ -733,18 +730,13 @@ runtime_stats runtime::stats() const {
   r.alarm_index_rebuilds = ld(s.alarm_index_rebuilds);
   r.alarm_index_changes = ld(s.alarm_index_changes);
   r.alarm_index_writes = ld(s.alarm_index_writes);
-  auto add_spares = [&r](const store_options& o) {
-    if (!o.spares)
-      return;
-    auto ps = o.spares->get_stats();
+  for (auto* spares : impl_->core->spare_pools()) {
+    auto ps = spares->get_stats();
     r.spare_files_taken += static_cast<uint64_t>(ps.taken);
     r.spare_files_missed += static_cast<uint64_t>(ps.missed);
     r.spare_files_ready += static_cast<uint64_t>(ps.ready);
     r.spare_file_errors += static_cast<uint64_t>(ps.errors);
-  };
-  add_spares(impl_->core->store_opts);
-  for (auto& [page, o] : impl_->core->store_opts_by_page)
-    add_spares(o);
+  }
   r.checkpoints = ld(s.checkpoints);
   r.checkpoints_busy = ld(s.checkpoints_busy);
   r.checkpoint_failures = ld(s.checkpoint_failures);

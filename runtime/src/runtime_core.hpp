@@ -182,12 +182,21 @@ struct runtime_core {
   /// own spare pool. Filled at start, read-only afterwards.
   std::map<int, store_options> store_opts_by_page;
 
-  /// The options an entity of `type` opens with.
+  /// The options an entity of `type` opens with (the map never holds the default size).
   const store_options& store_opts_for(const entity_type* type) const {
-    if (type && type->page_size != store_opts.page_size)
-      if (auto it = store_opts_by_page.find(type->page_size); it != store_opts_by_page.end())
-        return it->second;
-    return store_opts;
+    auto it = type ? store_opts_by_page.find(type->page_size) : store_opts_by_page.end();
+    return it == store_opts_by_page.end() ? store_opts : it->second;
+  }
+
+  /// Every spare pool running: the default size's and each other page size's.
+  std::vector<spare_pool*> spare_pools() const {
+    std::vector<spare_pool*> out;
+    if (store_opts.spares)
+      out.push_back(store_opts.spares.get());
+    for (auto& [page, o] : store_opts_by_page)
+      if (o.spares)
+        out.push_back(o.spares.get());
+    return out;
   }
 
   storage_pool pool;
