@@ -476,28 +476,46 @@ int wal_hook(void* p, sqlite3*, const char*, int frames) {
 // -- statement cache ----------------------------------------------------------------------------
 
 struct entity_store::stmt_cache {
-  /// Looked up by the SQL text without copying it into a std::string (one per append before).
+  /// Statements of literal texts, by the text's address (a turn touches a handful of them; a
+  /// short array scanned by pointer beats hashing a 100-byte text, most so with a thousand
+  /// entities' caches competing for the CPU cache).
+  std::vector<std::pair<const char*, sqlite3_stmt*>> by_address;
+  /// Looked up by the SQL text without copying it into a std::string.
   struct text_hash {
     using is_transparent = void;
     size_t operator()(std::string_view s) const noexcept {
       return std::hash<std::string_view>{}(s);
     }
   };
-  std::unordered_map<std::string, sqlite3_stmt*, text_hash, std::equal_to<>> map;
+  std::unordered_map<std::string, sqlite3_stmt*, text_hash, std::equal_to<>> by_text;
   ~stmt_cache() {
-    for (auto& [_, st] : map)
+    for (auto& [_, st] : by_address)
+      sqlite3_finalize(st);
+    for (auto& [_, st] : by_text)
       sqlite3_finalize(st);
   }
 };
 
-sqlite3_stmt* entity_store::prepare(const char* sql) {
-  auto it = stmts_->map.find(std::string_view(sql));
-  if (it != stmts_->map.end())
+sqlite3_stmt* entity_store::prepare(sql_literal sql) {
+  for (auto& [text, st] : stmts_->by_address)
+    if (text == sql.text)
+      return st;
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v3(db_, sql.text, -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr) != SQLITE_OK)
+    return nullptr;
+  stmts_->by_address.emplace_back(sql.text, st);
+  return st;
+}
+
+sqlite3_stmt* entity_store::prepare_text(const std::string& sql) {
+  auto it = stmts_->by_text.find(std::string_view(sql));
+  if (it != stmts_->by_text.end())
     return it->second;
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr) != SQLITE_OK)
+  if (sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr) !=
+      SQLITE_OK)
     return nullptr;
-  stmts_->map.emplace(sql, st);
+  stmts_->by_text.emplace(sql, st);
   return st;
 }
 
@@ -568,12 +586,12 @@ status entity_store::exec(const char* sql) {
   return status::ok();
 }
 
-status entity_store::exec_cached(const char* sql) {
+status entity_store::exec_cached(sql_literal sql) {
   auto st = prepare(sql);
   if (!st)
-    return fail(sqlite3_errcode(db_), sql);
+    return fail(sqlite3_errcode(db_), sql.text);
   stmt_guard g{st};
-  return step_done(st, sql);
+  return step_done(st, sql.text);
 }
 
 status entity_store::step_done(sqlite3_stmt* st, const char* what) {
@@ -1486,7 +1504,7 @@ result<std::vector<fact>> entity_store::query(const fact_filter& f) {
   if (!f.idempotency_key.empty())
     sql += " AND idempotency_key = ?9";
   sql += f.newest_first ? " ORDER BY seq DESC LIMIT ?10" : " ORDER BY seq ASC LIMIT ?10";
-  auto st = prepare(sql.c_str());
+  auto st = prepare_text(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare fact query");
   stmt_guard g{st};
@@ -1522,7 +1540,7 @@ result<std::vector<fact>> entity_store::query(const fact_filter& f) {
 
 result<fact> entity_store::get(int64_t seq) {
   static const std::string sql = std::string("SELECT ") + fact_columns + " FROM facts WHERE seq=?";
-  auto st = prepare(sql.c_str());
+  auto st = prepare_text(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare get fact");
   stmt_guard g{st};
@@ -1553,7 +1571,7 @@ result<fact> entity_store::get(std::string_view fact_id) {
     return not_found();
   static const std::string sql =
     std::string("SELECT ") + fact_columns + " FROM facts WHERE fact_id=?";
-  auto st = prepare(sql.c_str());
+  auto st = prepare_text(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare get fact");
   stmt_guard g{st};
@@ -1793,7 +1811,7 @@ result<int64_t> entity_store::purge_expired_keys(int64_t now) {
 
 result<idempotency_record> entity_store::get_key(std::string_view key) {
   static const std::string sql = std::string(key_select) + "WHERE key=?";
-  auto st = prepare(sql.c_str());
+  auto st = prepare_text(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare key lookup");
   stmt_guard g{st};
@@ -1810,7 +1828,7 @@ result<idempotency_record> entity_store::get_key(std::string_view key) {
 
 result<std::vector<idempotency_record>> entity_store::list_keys(int64_t limit) {
   static const std::string sql = std::string(key_select) + "ORDER BY created_at DESC LIMIT ?";
-  auto st = prepare(sql.c_str());
+  auto st = prepare_text(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare list keys");
   stmt_guard g{st};
@@ -1877,7 +1895,7 @@ status entity_store::cancel_alarm(std::string_view name) {
 
 result<std::vector<alarm_record>> entity_store::list_alarms() {
   static const std::string sql = std::string(alarm_select) + "ORDER BY due_at, name";
-  auto st = prepare(sql.c_str());
+  auto st = prepare_text(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare list alarms");
   stmt_guard g{st};
@@ -1892,7 +1910,7 @@ result<std::vector<alarm_record>> entity_store::list_alarms() {
 
 result<std::optional<alarm_record>> entity_store::next_alarm() {
   static const std::string sql = std::string(alarm_select) + "ORDER BY due_at, name LIMIT 1";
-  auto st = prepare(sql.c_str());
+  auto st = prepare_text(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare next alarm");
   stmt_guard g{st};
@@ -1906,7 +1924,7 @@ result<std::optional<alarm_record>> entity_store::next_alarm() {
 
 result<alarm_record> entity_store::get_alarm(std::string_view name) {
   static const std::string sql = std::string(alarm_select) + "WHERE name=?";
-  auto st = prepare(sql.c_str());
+  auto st = prepare_text(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare get alarm");
   stmt_guard g{st};
@@ -1995,7 +2013,7 @@ result<dead_letter_record> entity_store::get_dead_letter(std::string_view id) {
   if (schema_version_ < 2)
     return status{errc::not_found, "no such dead letter"};
   static const std::string sql = std::string(dl_select) + "WHERE id=?";
-  auto st = prepare(sql.c_str());
+  auto st = prepare_text(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare get dead letter");
   stmt_guard g{st};
@@ -2016,7 +2034,7 @@ entity_store::list_dead_letters(std::optional<dl_status> filter, int64_t limit) 
   static const std::string all = std::string(dl_select) + "ORDER BY created_at, id LIMIT ?2";
   static const std::string by =
     std::string(dl_select) + "WHERE status=?1 ORDER BY created_at, id LIMIT ?2";
-  auto st = prepare(filter ? by.c_str() : all.c_str());
+  auto st = prepare_text(filter ? by : all);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare list dead letters");
   stmt_guard g{st};
@@ -2117,9 +2135,9 @@ result<int64_t> entity_store::put_config(std::string_view config_id, std::string
 result<config_record> entity_store::get_config(std::string_view config_id, int64_t version) {
   if (schema_version_ < 2)
     return status{errc::not_found, "no such config"};
-  auto st = prepare(version > 0 ? "SELECT config_id, version, body, created_at FROM configs "
-                                  "WHERE config_id=?1 AND version=?2"
-                                : "SELECT config_id, version, body, created_at FROM configs "
+  auto st = version > 0 ? prepare("SELECT config_id, version, body, created_at FROM configs "
+                                  "WHERE config_id=?1 AND version=?2")
+                        : prepare("SELECT config_id, version, body, created_at FROM configs "
                                   "WHERE config_id=?1 ORDER BY version DESC LIMIT 1");
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare get config");

@@ -4,6 +4,7 @@
 // at once.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -434,9 +435,20 @@ class entity_store {
   /// Takes the fact id prefix and the legacy boundary as read from meta (empty: absent), and
   /// checks the prefix (schema version 4; older versions: every id is old-style).
   status use_fact_id_meta(const std::string& prefix, const std::string& legacy_until);
+  /// A SQL text fixed at compile time (a string literal, or another array of static storage):
+  /// its prepared statement is cached by the text's address, which names that one text for the
+  /// life of the process, so a lookup compares pointers instead of hashing the text (the
+  /// per-call statements of a turn: the key's lookup and record, the fact's insert, the
+  /// savepoint). consteval: a text built at run time does not compile here (prepare_text).
+  struct sql_literal {
+    template <std::size_t N> consteval sql_literal(const char (&s)[N]) noexcept : text(s) {}
+    const char* text;
+  };
   status exec(const char* sql);
-  status exec_cached(const char* sql);
-  sqlite3_stmt* prepare(const char* sql);
+  status exec_cached(sql_literal sql);
+  sqlite3_stmt* prepare(sql_literal sql);
+  /// A SQL text built at run time (fact queries with optional filters): cached by its text.
+  sqlite3_stmt* prepare_text(const std::string& sql);
   status step_done(sqlite3_stmt* st, const char* what);
   status fail(int rc, std::string_view what);
   status ensure_batch();
