@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,8 +26,23 @@ struct fsync_probe_result {
   double seconds = 0;         ///< wall time of the timed part
   std::vector<double> lat_us; ///< one entry per pwrite + fdatasync, microseconds
   std::string error;          ///< empty on success
+  /// CPU time (user + system) the probe's threads spent in their timed loops, summed: on a
+  /// virtual machine most of a sync's price is the guest kernel's, not the disk's.
+  double cpu_seconds = 0;
   double rate() const { return seconds > 0 ? static_cast<double>(lat_us.size()) / seconds : 0; }
+  /// Microseconds of CPU per pwrite + fdatasync.
+  double cpu_us_per_sync() const {
+    return lat_us.empty() ? 0 : cpu_seconds * 1e6 / static_cast<double>(lat_us.size());
+  }
 };
+
+/// The CPU time (user + system) the calling thread has used, in seconds.
+inline double thread_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_THREAD, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 
 /// `threads` threads, each with its own file in `dir`, each writing `kib` KiB with one `pwrite`
 /// and then `fdatasync`ing, `num` syncs in all (rounded down to a multiple of `threads`, at
@@ -75,6 +91,7 @@ inline fsync_probe_result fsync_probe(const std::filesystem::path& dir, const st
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   std::atomic<int> failed{0}; // the errno of the first failed pwrite or fdatasync
+  std::vector<double> cpu(static_cast<size_t>(threads), 0.0);
   auto body = [&](int t) {
     std::vector<char> block(bytes, 'y');
     auto& mine = lat[static_cast<size_t>(t)];
@@ -83,6 +100,13 @@ inline fsync_probe_result fsync_probe(const std::filesystem::path& dir, const st
     ready.fetch_add(1);
     while (!go.load())
       std::this_thread::yield();
+    const double cpu0 = thread_cpu_seconds();
+    struct cpu_mark { // also on the early return of a failed call
+      std::vector<double>& cpu;
+      int t;
+      double cpu0;
+      ~cpu_mark() { cpu[static_cast<size_t>(t)] = thread_cpu_seconds() - cpu0; }
+    } mark{cpu, t, cpu0};
     for (int64_t i = 0; i < per_thread; ++i) {
       auto t1 = clock_type::now();
       block[0] = static_cast<char>(i);
@@ -112,6 +136,8 @@ inline fsync_probe_result fsync_probe(const std::filesystem::path& dir, const st
     r.error = "pwrite/fdatasync in " + dir.string() + ": " + std::strerror(e);
   for (auto& v : lat)
     r.lat_us.insert(r.lat_us.end(), v.begin(), v.end());
+  for (double c : cpu)
+    r.cpu_seconds += c;
   cleanup();
   return r;
 }

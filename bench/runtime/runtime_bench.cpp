@@ -58,7 +58,17 @@ struct run_result {
   double p50_us = 0, p99_us = 0;
   double extra = 0;
   double ceiling = 0; ///< the disk's syncs/s at the same concurrency, just before; 0: not taken
+  double ceiling_cpu_us = 0; ///< CPU per sync of that probe (its threads', user + system)
+  double cpu_us = 0;         ///< the process's CPU (user + system, every thread) per call
 };
+
+/// The CPU time (user + system) of the whole process so far, in seconds.
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -116,6 +126,7 @@ run_result closed_loop(runtime& rt, int n, int conc, Make make, bool expect_repl
   static const std::string body =
     R"({"type":"invocation","data":{"payload":"0123456789012345678901234567890123456789"}})";
   auto t0 = clk::now();
+  const double cpu0 = process_cpu_seconds();
   for (int i = 0; i < n; ++i) {
     {
       std::unique_lock<std::mutex> g(mu);
@@ -138,6 +149,7 @@ run_result closed_loop(runtime& rt, int n, int conc, Make make, bool expect_repl
   std::unique_lock<std::mutex> g(mu);
   cv.wait(g, [&] { return in_flight == 0; });
   double secs = std::chrono::duration<double>(clk::now() - t0).count();
+  const double cpu_us = (process_cpu_seconds() - cpu0) * 1e6 / n;
   if (failed || wrong) { // a run with failed calls measures nothing: no figure, no verdict
     std::fprintf(stderr,
                  "runtime_bench: %d calls failed, %d had an unexpected replay flag: run invalid\n",
@@ -145,7 +157,9 @@ run_result closed_loop(runtime& rt, int n, int conc, Make make, bool expect_repl
     std::exit(1);
   }
   std::sort(lat.begin(), lat.end());
-  return {n / secs, lat[n / 2], lat[std::min<size_t>(n - 1, n * 99 / 100)], 0};
+  run_result r{n / secs, lat[n / 2], lat[std::min<size_t>(n - 1, n * 99 / 100)], 0};
+  r.cpu_us = cpu_us;
+  return r;
 }
 
 run_result bench_append(const args_t& a, int entities) {
@@ -160,22 +174,25 @@ run_result bench_append(const args_t& a, int entities) {
     });
     // Where every commit holds one fact and needs a sync of its own (many entities, durability
     // full), the disk's ceiling in the same minute: as many threads as callers, each
-    // overwriting its own file with a one-fact commit's 7 WAL frames and syncing it.
-    double ceiling = 0;
+    // overwriting its own file with a one-fact commit's 7 WAL frames (of the ledger's 1 KiB
+    // pages: 7 KiB) and syncing it, and the CPU each such sync costs.
+    double ceiling = 0, ceiling_cpu_us = 0;
     if (entities >= a.concurrency && a.durability_mode == "full") {
       auto p =
-        factum::bench::fsync_probe(dir, "ceiling", 28, a.concurrency, int64_t{100} * a.concurrency);
+        factum::bench::fsync_probe(dir, "ceiling", 7, a.concurrency, int64_t{100} * a.concurrency);
       if (!p.error.empty()) {
         std::fprintf(stderr, "runtime_bench: disk ceiling probe: %s\n", p.error.c_str());
         std::exit(1);
       }
       ceiling = p.rate();
+      ceiling_cpu_us = p.cpu_us_per_sync();
     }
     r = closed_loop(*rt, a.num, a.concurrency, [&](int i) {
       return std::pair{entity_key{"bench", "ledger", "e" + std::to_string(i % entities)},
                        "k-" + std::to_string(i)};
     });
     r.ceiling = ceiling;
+    r.ceiling_cpu_us = ceiling_cpu_us;
     auto st = rt->stats();
     r.extra = st.commits ? double(st.facts) / double(st.commits) : 0;
   }
@@ -364,32 +381,46 @@ run_result bench_churn(const args_t& a) {
 
 void print(const char* name, std::vector<run_result>& rs, const char* unit, const char* extra_name,
            double bar, bool higher_is_better, bool bar_on_extra) {
-  std::vector<double> ops, p50, p99, ex;
+  std::vector<double> ops, p50, p99, ex, cpu;
   for (auto& r : rs) {
     ops.push_back(r.ops_per_s);
     p50.push_back(r.p50_us);
     p99.push_back(r.p99_us);
     ex.push_back(r.extra);
+    cpu.push_back(r.cpu_us);
   }
   double v = bar_on_extra ? median(ex) : median(ops);
   bool pass = higher_is_better ? v >= bar : v <= bar;
-  std::printf("%-12s %12.0f %-10s p50 %8.0f us  p99 %8.0f us  %s %8.1f  [min %.0f max %.0f]  ",
-              name, median(ops), unit, median(p50), median(p99), extra_name, median(ex),
+  char cpu_text[32] = "     -"; // rss times no calls
+  if (median(cpu) > 0)
+    std::snprintf(cpu_text, sizeof cpu_text, "%6.1f", median(cpu));
+  std::printf("%-12s %12.0f %-10s p50 %8.0f us  p99 %8.0f us  %s %8.1f  cpu %s us/call  "
+              "[min %.0f max %.0f]  ",
+              name, median(ops), unit, median(p50), median(p99), extra_name, median(ex), cpu_text,
               *std::min_element(ops.begin(), ops.end()), *std::max_element(ops.begin(), ops.end()));
   if (bar < 0)
     std::printf("no bar\n");
   else
     std::printf("bar %s %.0f: %s\n", higher_is_better ? ">=" : "<=", bar, pass ? "PASS" : "MISS");
-  std::vector<double> ceil;
+  std::vector<double> ceil, ceil_cpu;
   for (auto& r : rs)
-    if (r.ceiling > 0)
+    if (r.ceiling > 0) {
       ceil.push_back(r.ceiling);
-  if (!ceil.empty())
+      ceil_cpu.push_back(r.ceiling_cpu_us);
+    }
+  if (!ceil.empty()) {
     std::printf("  disk ceiling in the same runs: %.0f syncs/s [min %.0f max %.0f] (one thread per "
-                "caller, each overwriting a file of its own with 28 KiB and syncing it): the "
+                "caller, each overwriting a file of its own with 7 KiB and syncing it): the "
                 "figure above is %.0f%% of it\n",
                 median(ceil), *std::min_element(ceil.begin(), ceil.end()),
                 *std::max_element(ceil.begin(), ceil.end()), 100 * median(ops) / median(ceil));
+    // The kernel's work per sync bounds the rate on this machine's cores whatever the disk.
+    double per_sync = median(ceil_cpu);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    std::printf("  CPU per such sync: %.1f us (pwrite + fdatasync, the probe's threads): %ld cores "
+                "allow at most %.0f syncs/s with no other work\n",
+                per_sync, cores, per_sync > 0 ? double(cores) * 1e6 / per_sync : 0.0);
+  }
   std::fflush(stdout);
 }
 

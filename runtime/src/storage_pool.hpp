@@ -22,15 +22,20 @@ class storage_pool {
 
   /// Queues a job. Jobs posted after stop() are run inline (nothing is ever dropped).
   void post(std::function<void()> job) {
+    bool queued = false;
     {
       std::lock_guard<std::mutex> g(mu_);
       if (!stopped_) {
         jobs_.push_back(std::move(job));
-        cv_.notify_one();
-        return;
+        queued = true;
       }
     }
-    job();
+    // Woken after the unlock: a thread woken under the lock would find it held and sleep again
+    // until the unlock wakes it a second time.
+    if (queued)
+      cv_.notify_one();
+    else
+      job();
   }
 
   /// Runs every queued job, then joins the threads.
