@@ -435,11 +435,12 @@ class entity_store {
   /// Takes the fact id prefix and the legacy boundary as read from meta (empty: absent), and
   /// checks the prefix (schema version 4; older versions: every id is old-style).
   status use_fact_id_meta(const std::string& prefix, const std::string& legacy_until);
-  /// A SQL text fixed at compile time (a string literal, or another array of static storage):
-  /// its prepared statement is cached by the text's address, which names that one text for the
-  /// life of the process, so a lookup compares pointers instead of hashing the text (the
-  /// per-call statements of a turn: the key's lookup and record, the fact's insert, the
-  /// savepoint). consteval: a text built at run time does not compile here (prepare_text).
+  /// A SQL text fixed at compile time: a string literal, whose prepared statement is cached by
+  /// the literal's address (it names that one text for the life of the process), so a lookup
+  /// compares pointers instead of hashing the text (the per-call statements of a turn: the
+  /// key's lookup and record, the fact's insert, the savepoint). consteval: an array whose
+  /// address is not a constant expression, such as a text built at run time, does not compile
+  /// here (prepare_text takes those).
   struct sql_literal {
     template <std::size_t N> consteval sql_literal(const char (&s)[N]) noexcept : text(s) {}
     const char* text;
