@@ -36,10 +36,11 @@ struct fsync_probe_result {
   }
 };
 
-/// The CPU time (user + system) the calling thread has used, in seconds.
-inline double thread_cpu_seconds() {
+/// CPU time (user + system) used so far, in seconds: by the calling thread (RUSAGE_THREAD) or by
+/// the whole process (RUSAGE_SELF, as runtime_bench reads it per call).
+inline double cpu_seconds(int who = RUSAGE_THREAD) {
   rusage u{};
-  ::getrusage(RUSAGE_THREAD, &u);
+  ::getrusage(who, &u);
   return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
@@ -100,12 +101,12 @@ inline fsync_probe_result fsync_probe(const std::filesystem::path& dir, const st
     ready.fetch_add(1);
     while (!go.load())
       std::this_thread::yield();
-    const double cpu0 = thread_cpu_seconds();
+    const double cpu0 = cpu_seconds();
     struct cpu_mark { // also on the early return of a failed call
       std::vector<double>& cpu;
       int t;
       double cpu0;
-      ~cpu_mark() { cpu[static_cast<size_t>(t)] = thread_cpu_seconds() - cpu0; }
+      ~cpu_mark() { cpu[static_cast<size_t>(t)] = cpu_seconds() - cpu0; }
     } mark{cpu, t, cpu0};
     for (int64_t i = 0; i < per_thread; ++i) {
       auto t1 = clock_type::now();

@@ -62,14 +62,6 @@ struct run_result {
   double cpu_us = 0;         ///< the process's CPU (user + system, every thread) per call
 };
 
-/// The CPU time (user + system) of the whole process so far, in seconds.
-double process_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -126,7 +118,7 @@ run_result closed_loop(runtime& rt, int n, int conc, Make make, bool expect_repl
   static const std::string body =
     R"({"type":"invocation","data":{"payload":"0123456789012345678901234567890123456789"}})";
   auto t0 = clk::now();
-  const double cpu0 = process_cpu_seconds();
+  const double cpu0 = factum::bench::cpu_seconds(RUSAGE_SELF);
   for (int i = 0; i < n; ++i) {
     {
       std::unique_lock<std::mutex> g(mu);
@@ -149,7 +141,7 @@ run_result closed_loop(runtime& rt, int n, int conc, Make make, bool expect_repl
   std::unique_lock<std::mutex> g(mu);
   cv.wait(g, [&] { return in_flight == 0; });
   double secs = std::chrono::duration<double>(clk::now() - t0).count();
-  const double cpu_us = (process_cpu_seconds() - cpu0) * 1e6 / n;
+  const double cpu_us = (factum::bench::cpu_seconds(RUSAGE_SELF) - cpu0) * 1e6 / n;
   if (failed || wrong) { // a run with failed calls measures nothing: no figure, no verdict
     std::fprintf(stderr,
                  "runtime_bench: %d calls failed, %d had an unexpected replay flag: run invalid\n",

@@ -560,10 +560,8 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   // Types whose files have other pages: the same options, and spares of their size.
   for (auto& name : c.cfg.types.names()) {
     int page = c.cfg.types.find(name)->page_size;
-    if (!valid_page_size(page))
-      return status{errc::invalid_argument, "entity type " + name + ": page_size " +
-                                              std::to_string(page) +
-                                              " is not a power of two from 512 to 65536"};
+    if (auto st = check_page_size(page); !st)
+      return status{st.code(), "entity type " + name + ": " + st.message()};
     if (page == c.store_opts.page_size || c.store_opts_by_page.count(page))
       continue;
     auto o = c.store_opts;

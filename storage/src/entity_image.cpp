@@ -140,13 +140,6 @@ entity_template& the_template(int page_size) {
   return *t;
 }
 
-status check_page_size(int page_size) {
-  if (factum::valid_page_size(page_size))
-    return status::ok();
-  return {errc::invalid_argument,
-          "page size " + std::to_string(page_size) + " is not a power of two from 512 to 65536"};
-}
-
 } // namespace
 
 result<std::string> fresh_entity_image(const entity_key& key, int64_t created_at,

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -206,7 +207,17 @@ struct stmt_guard {
   }
 };
 
-constexpr const char* fact_columns =
+/// Literal SQL texts joined at compile time. Kept in a `static constexpr` array, the result is
+/// a literal text for entity_store::prepare (cached by its address, like a string literal).
+template <std::size_t... N>
+consteval std::array<char, (N + ...) - sizeof...(N) + 1> sql_concat(const char (&... parts)[N]) {
+  std::array<char, (N + ...) - sizeof...(N) + 1> out{}; // the last char stays '\0'
+  std::size_t at = 0;
+  ((std::copy_n(parts, N - 1, out.begin() + at), at += N - 1), ...);
+  return out;
+}
+
+constexpr char fact_columns[] =
   "seq, fact_id, type, subtype, ts, tool_id, config_id, config_version, trace_id, "
   "idempotency_key, amount, currency, from_entity, to_entity, data, prev_hash, hash";
 
@@ -621,9 +632,8 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     return status{errc::invalid_argument, "store_options.data_dir is empty"};
   if (opts.wal_grow_kib < 0 || opts.wal_grow_kib > 65536)
     return status{errc::invalid_argument, "store_options.wal_grow_kib must be 0..65536"};
-  if (!valid_page_size(opts.page_size))
-    return status{errc::invalid_argument,
-                  "store_options.page_size must be a power of two from 512 to 65536"};
+  if (auto st = check_page_size(opts.page_size); !st)
+    return status{st.code(), "store_options: " + st.message()};
   if (opts.target_schema_version < 0 || opts.target_schema_version > current_schema_version)
     return status{errc::invalid_argument, "store_options.target_schema_version must be 0.." +
                                             std::to_string(current_schema_version)};
@@ -1539,8 +1549,8 @@ result<std::vector<fact>> entity_store::query(const fact_filter& f) {
 }
 
 result<fact> entity_store::get(int64_t seq) {
-  static const std::string sql = std::string("SELECT ") + fact_columns + " FROM facts WHERE seq=?";
-  auto st = prepare_text(sql);
+  static constexpr auto sql = sql_concat("SELECT ", fact_columns, " FROM facts WHERE seq=?");
+  auto st = prepare(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare get fact");
   stmt_guard g{st};
@@ -1569,9 +1579,8 @@ result<fact> entity_store::get(std::string_view fact_id) {
   // Old-style ids exist only in files from before version 4, which keep the UNIQUE index.
   if (legacy_ids_until_ == 0)
     return not_found();
-  static const std::string sql =
-    std::string("SELECT ") + fact_columns + " FROM facts WHERE fact_id=?";
-  auto st = prepare_text(sql);
+  static constexpr auto sql = sql_concat("SELECT ", fact_columns, " FROM facts WHERE fact_id=?");
+  auto st = prepare(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare get fact");
   stmt_guard g{st};
@@ -1654,7 +1663,7 @@ result<verify_report> entity_store::verify() {
 // -- idempotency keys ---------------------------------------------------------------------------
 
 namespace {
-constexpr const char* key_select =
+constexpr char key_select[] =
   "SELECT key, status, fingerprint, response, created_at, expires_at FROM idempotency_keys ";
 
 idempotency_record read_key(sqlite3_stmt* st) {
@@ -1810,8 +1819,8 @@ result<int64_t> entity_store::purge_expired_keys(int64_t now) {
 }
 
 result<idempotency_record> entity_store::get_key(std::string_view key) {
-  static const std::string sql = std::string(key_select) + "WHERE key=?";
-  auto st = prepare_text(sql);
+  static constexpr auto sql = sql_concat(key_select, "WHERE key=?");
+  auto st = prepare(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare key lookup");
   stmt_guard g{st};
@@ -1827,8 +1836,8 @@ result<idempotency_record> entity_store::get_key(std::string_view key) {
 }
 
 result<std::vector<idempotency_record>> entity_store::list_keys(int64_t limit) {
-  static const std::string sql = std::string(key_select) + "ORDER BY created_at DESC LIMIT ?";
-  auto st = prepare_text(sql);
+  static constexpr auto sql = sql_concat(key_select, "ORDER BY created_at DESC LIMIT ?");
+  auto st = prepare(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare list keys");
   stmt_guard g{st};
@@ -1856,8 +1865,7 @@ result<std::optional<int64_t>> entity_store::next_key_expiry() {
 // -- alarms -------------------------------------------------------------------------------------
 
 namespace {
-constexpr const char* alarm_select =
-  "SELECT name, due_at, payload, attempts, created_at FROM alarms ";
+constexpr char alarm_select[] = "SELECT name, due_at, payload, attempts, created_at FROM alarms ";
 alarm_record read_alarm(sqlite3_stmt* st) {
   return alarm_record{col_text(st, 0), sqlite3_column_int64(st, 1), col_text(st, 2),
                       sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4)};
@@ -1894,8 +1902,8 @@ status entity_store::cancel_alarm(std::string_view name) {
 }
 
 result<std::vector<alarm_record>> entity_store::list_alarms() {
-  static const std::string sql = std::string(alarm_select) + "ORDER BY due_at, name";
-  auto st = prepare_text(sql);
+  static constexpr auto sql = sql_concat(alarm_select, "ORDER BY due_at, name");
+  auto st = prepare(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare list alarms");
   stmt_guard g{st};
@@ -1909,8 +1917,8 @@ result<std::vector<alarm_record>> entity_store::list_alarms() {
 }
 
 result<std::optional<alarm_record>> entity_store::next_alarm() {
-  static const std::string sql = std::string(alarm_select) + "ORDER BY due_at, name LIMIT 1";
-  auto st = prepare_text(sql);
+  static constexpr auto sql = sql_concat(alarm_select, "ORDER BY due_at, name LIMIT 1");
+  auto st = prepare(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare next alarm");
   stmt_guard g{st};
@@ -1923,8 +1931,8 @@ result<std::optional<alarm_record>> entity_store::next_alarm() {
 }
 
 result<alarm_record> entity_store::get_alarm(std::string_view name) {
-  static const std::string sql = std::string(alarm_select) + "WHERE name=?";
-  auto st = prepare_text(sql);
+  static constexpr auto sql = sql_concat(alarm_select, "WHERE name=?");
+  auto st = prepare(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare get alarm");
   stmt_guard g{st};
@@ -1940,7 +1948,7 @@ result<alarm_record> entity_store::get_alarm(std::string_view name) {
 // -- dead letters -------------------------------------------------------------------------------
 
 namespace {
-constexpr const char* dl_select =
+constexpr char dl_select[] =
   "SELECT id, operation, payload, idempotency_key, config_id, config_version, error_code, "
   "error_message, error_category, reason, attempts, first_attempt_at, last_attempt_at, trace_id, "
   "status, next_retry_at, expires_at, created_at, updated_at FROM dead_letters ";
@@ -2012,8 +2020,8 @@ status entity_store::put_dead_letter(const dead_letter_record& d) {
 result<dead_letter_record> entity_store::get_dead_letter(std::string_view id) {
   if (schema_version_ < 2)
     return status{errc::not_found, "no such dead letter"};
-  static const std::string sql = std::string(dl_select) + "WHERE id=?";
-  auto st = prepare_text(sql);
+  static constexpr auto sql = sql_concat(dl_select, "WHERE id=?");
+  auto st = prepare(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare get dead letter");
   stmt_guard g{st};
@@ -2031,10 +2039,10 @@ entity_store::list_dead_letters(std::optional<dl_status> filter, int64_t limit) 
   std::vector<dead_letter_record> out;
   if (schema_version_ < 2)
     return out;
-  static const std::string all = std::string(dl_select) + "ORDER BY created_at, id LIMIT ?2";
-  static const std::string by =
-    std::string(dl_select) + "WHERE status=?1 ORDER BY created_at, id LIMIT ?2";
-  auto st = prepare_text(filter ? by : all);
+  static constexpr auto all = sql_concat(dl_select, "ORDER BY created_at, id LIMIT ?2");
+  static constexpr auto by =
+    sql_concat(dl_select, "WHERE status=?1 ORDER BY created_at, id LIMIT ?2");
+  auto st = filter ? prepare(by) : prepare(all);
   if (!st)
     return fail(sqlite3_errcode(db_), "prepare list dead letters");
   stmt_guard g{st};

@@ -4,6 +4,7 @@
 // at once.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -114,6 +115,15 @@ struct store_options {
 /// two from 512 to 65536, as SQLite allows.
 inline bool valid_page_size(int page_size) noexcept {
   return page_size >= 512 && page_size <= 65536 && (page_size & (page_size - 1)) == 0;
+}
+
+/// ok when valid_page_size(page_size), else invalid_argument naming the size: the one check of
+/// the store options, the templates of new files and the runtime's entity types.
+inline status check_page_size(int page_size) {
+  if (valid_page_size(page_size))
+    return status::ok();
+  return {errc::invalid_argument,
+          "page size " + std::to_string(page_size) + " is not a power of two from 512 to 65536"};
 }
 
 /// The schema version this build writes (PRAGMA user_version).
@@ -435,14 +445,17 @@ class entity_store {
   /// Takes the fact id prefix and the legacy boundary as read from meta (empty: absent), and
   /// checks the prefix (schema version 4; older versions: every id is old-style).
   status use_fact_id_meta(const std::string& prefix, const std::string& legacy_until);
-  /// A SQL text fixed at compile time: a string literal, whose prepared statement is cached by
-  /// the literal's address (it names that one text for the life of the process), so a lookup
-  /// compares pointers instead of hashing the text (the per-call statements of a turn: the
-  /// key's lookup and record, the fact's insert, the savepoint). consteval: an array whose
-  /// address is not a constant expression, such as a text built at run time, does not compile
-  /// here (prepare_text takes those).
+  /// A SQL text fixed at compile time: a string literal, or literals joined into a `static
+  /// constexpr` array (sql_concat in entity_store.cpp). Its prepared statement is cached by the
+  /// text's address (it names that one text for the life of the process), so a lookup compares
+  /// pointers instead of hashing the text (the per-call statements of a turn: the key's lookup
+  /// and record, the fact's insert, the savepoint). consteval: an array whose address is not a
+  /// constant expression, such as a text built at run time, does not compile here
+  /// (prepare_text takes those).
   struct sql_literal {
     template <std::size_t N> consteval sql_literal(const char (&s)[N]) noexcept : text(s) {}
+    template <std::size_t N>
+    consteval sql_literal(const std::array<char, N>& s) noexcept : text(s.data()) {}
     const char* text;
   };
   status exec(const char* sql);
