@@ -7,18 +7,10 @@
 
 #include <caf/all.hpp>
 
+#include "call_request.hpp"
 #include "factum/entities/call.hpp"
 
 namespace factum {
-
-/// A call as it travels to an entity actor.
-struct call_request {
-  std::string method;
-  std::string args; ///< JSON text
-  std::string idempotency_key;
-  std::string trace_id;
-  std::string fingerprint;
-};
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, call_request& x) {
   return f(caf::meta::type_name("factum.call_request"), x.method, x.args, x.idempotency_key,
@@ -27,7 +19,7 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, call_reply& x) {
   return f(caf::meta::type_name("factum.call_reply"), x.ok, x.body, x.code, x.category,
-           x.http_status, x.retryable, x.replayed);
+           x.http_status, x.retryable, x.replayed, x.retry_after_ms);
 }
 
 namespace atoms {

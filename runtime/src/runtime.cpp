@@ -336,28 +336,33 @@ void runtime_core::route(const entity_key& key, call_request req, std::chrono::m
 
 // -- alarm index --------------------------------------------------------------------------------
 
-void runtime_core::sync_alarm_index(const entity_key& key, std::optional<int64_t> next,
-                                    bool before_commit) {
+status runtime_core::sync_alarm_index(const entity_key& key, std::optional<int64_t> next,
+                                      bool before_commit) {
   auto& a = alarms;
   auto k = key.to_string();
   std::unique_lock<std::mutex> g(a.mu);
   // What the index says, or will say once the changes queued and being applied are.
   int64_t have = -1; // -1: no entry
   if (auto q = a.queued.find(k); q != a.queued.end()) {
-    have = q->second.due_ms;
+    have = q->second.entry.due_ms;
   } else if (auto f = a.applying.find(k); f != a.applying.end()) {
-    have = f->second.due_ms;
+    have = f->second.entry.due_ms;
   } else {
     auto cur = a.index->due_of(key);
-    have = cur && cur->has_value() ? cur->value() : -1;
+    if (!cur)
+      return cur.error();
+    have = cur->has_value() ? cur->value() : -1;
   }
   int64_t want = next ? *next : -1;
   bool earlier = want >= 0 && (have < 0 || want < have);
   // Before the entity commits, only an earlier due time is written (the index may say earlier
   // than the entity, never later); after it, any change.
   if (before_commit ? !earlier : want == have)
-    return;
-  a.queued[k] = alarm_index_entry{key, want};
+    return status::ok();
+  auto outcome = std::make_shared<status>();
+  auto& c = a.queued[k];
+  c.entry = alarm_index_entry{key, want};
+  c.waiters.push_back(outcome);
   uint64_t ticket = ++a.tickets;
   // Group commit: wait until a batch holding this change is applied, applying one ourselves
   // whenever nobody is.
@@ -373,20 +378,77 @@ void runtime_core::sync_alarm_index(const entity_key& key, std::optional<int64_t
     std::vector<alarm_index_entry> batch;
     batch.reserve(a.applying.size());
     for (auto& [_, e] : a.applying)
-      batch.push_back(e);
+      batch.push_back(e.entry);
     g.unlock();
-    (void)a.writer->apply(batch); // one transaction, one sync (durability full)
-    stats.alarm_index_changes.fetch_add(batch.size(), std::memory_order_relaxed);
-    stats.alarm_index_writes.fetch_add(1, std::memory_order_relaxed);
+    auto st = a.writer->apply(batch); // one transaction, one sync (durability full)
+    if (st) {
+      stats.alarm_index_changes.fetch_add(batch.size(), std::memory_order_relaxed);
+      stats.alarm_index_writes.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      stats.alarm_index_failures.fetch_add(1, std::memory_order_relaxed);
+      log_event({{"level", "error"},
+                 {"event", "alarm_index_write_failed"},
+                 {"changes", batch.size()},
+                 {"detail", st.to_string()}});
+    }
     g.lock();
+    for (auto& [_, e] : a.applying)
+      for (auto& w : e.waiters)
+        *w = st;
     a.applying.clear();
     a.applied = upto;
     a.flushing = false;
     a.done.notify_all();
   }
   g.unlock();
-  if (earlier && scheduler)
+  if (*outcome && earlier && scheduler)
     caf::anon_send(scheduler, atoms::kick::value);
+  return *outcome;
+}
+
+// -- quarantined entities -----------------------------------------------------------------------
+
+void runtime_core::remember_suspect(const std::string& key_str) {
+  std::lock_guard<std::mutex> g(suspects_mu);
+  suspects.insert(key_str);
+}
+
+status runtime_core::resync_if_suspect(const store_options& opts, const entity_key& key,
+                                       const std::string& key_str) {
+  {
+    std::lock_guard<std::mutex> g(suspects_mu);
+    if (!suspects.count(key_str))
+      return status::ok();
+  }
+  auto st = entity_store::resync(opts, key);
+  if (st) {
+    stats.resyncs.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> g(suspects_mu);
+    suspects.erase(key_str);
+  }
+  return st;
+}
+
+void runtime_core::log_quarantine(const std::string& key_str, const status& why) {
+  log_event({{"level", "error"},
+             {"event", "entity_quarantined"},
+             {"entity", key_str},
+             {"detail", why.to_string()},
+             {"action", "unanswered calls failed 503; the entity closes and re-syncs its files "
+                        "at its next activation"}});
+}
+
+void runtime_core::log_event(nlohmann::json fields) {
+  nlohmann::json line = {{"ts", now_ms()}};
+  for (auto& [k, v] : fields.items())
+    line[k] = std::move(v);
+  auto text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (cfg.log) {
+    cfg.log(text);
+    return;
+  }
+  text.push_back('\n');
+  std::fwrite(text.data(), 1, text.size(), stderr);
 }
 
 // -- alarm scheduler ----------------------------------------------------------------------------
@@ -749,6 +811,10 @@ runtime_stats runtime::stats() const {
   r.breaker_transitions = ld(s.breaker_transitions);
   r.breaker_fast_fails = ld(s.breaker_fast_fails);
   r.dead_letters = ld(s.dead_letters);
+  r.quarantines = ld(s.quarantines);
+  r.resyncs = ld(s.resyncs);
+  r.alarm_index_failures = ld(s.alarm_index_failures);
+  r.alarms_parked = ld(s.alarms_parked);
   return r;
 }
 

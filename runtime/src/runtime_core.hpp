@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -162,9 +163,14 @@ struct alarm_directory {
   std::mutex mu; ///< guards everything below; never held during a write to `writer`
   std::unique_ptr<alarm_index> index;  ///< reads (under mu): the scheduler, decisions
   std::unique_ptr<alarm_index> writer; ///< apply(): only by the thread that set `flushing`
+  /// A change waiting to be written, with the outcome slots of everyone waiting for it.
+  struct change {
+    alarm_index_entry entry;
+    std::vector<std::shared_ptr<status>> waiters;
+  };
   /// Changes queued for the next batch, and those in the batch being applied, by key string
   /// (the latest change of a key wins): what the index will say once they are applied.
-  std::unordered_map<std::string, alarm_index_entry> queued, applying;
+  std::unordered_map<std::string, change> queued, applying;
   bool flushing = false;
   uint64_t tickets = 0; ///< changes queued so far
   uint64_t applied = 0; ///< changes queued before the last finished batch
@@ -245,8 +251,24 @@ struct runtime_core {
   // -- alarms (storage threads) --
 
   /// Makes the index agree with an entity's next due alarm (`next` empty: none). When
-  /// `before_commit`, only moves the entry earlier (never later) and kicks the scheduler.
-  void sync_alarm_index(const entity_key& key, std::optional<int64_t> next, bool before_commit);
+  /// `before_commit`, only moves the entry earlier (never later) and kicks the scheduler. The
+  /// write's outcome: a caller that needed an earlier entry must not go on when it failed.
+  status sync_alarm_index(const entity_key& key, std::optional<int64_t> next, bool before_commit);
+
+  // -- quarantined entities (storage threads) --
+
+  /// Remembers that `key_str`'s WAL may hold writes no sync covered (a quarantine that could
+  /// not mark the file itself): its next open re-syncs the files first.
+  void remember_suspect(const std::string& key_str);
+  /// Re-syncs the files of `key` when remember_suspect() named it (entity_store::resync()).
+  status resync_if_suspect(const store_options& opts, const entity_key& key,
+                           const std::string& key_str);
+  /// Logs that `key_str` was quarantined, and why.
+  void log_quarantine(const std::string& key_str, const status& why);
+  /// Writes one event line to cfg.log (or standard error): `fields` plus "ts".
+  void log_event(nlohmann::json fields);
+  std::mutex suspects_mu;
+  std::unordered_set<std::string> suspects; ///< guarded by suspects_mu
 
   int64_t now() const { return now_ms(); }
 };

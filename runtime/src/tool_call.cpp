@@ -6,6 +6,8 @@
 // class arguments): every awaited operation here is first bound to a named variable.
 #include "tool_call.hpp"
 
+#include "call_errors.hpp"
+
 #include "factum/resilience/money.hpp"
 #include "factum/storage/sha256.hpp"
 
@@ -15,10 +17,6 @@ using nlohmann::json;
 using namespace factum::resilience;
 
 namespace {
-
-call_error storage_failure(const status& st) {
-  return call_error(error_category::transient, "STORAGE_UNAVAILABLE", st.message(), 503);
-}
 
 bool nonzero(const std::string& amount) {
   auto d = decimal::parse(amount);
@@ -166,7 +164,7 @@ void record_breaker(tool_host& h, const std::string& tool,
   breaker_record rec{tool, std::string(to_string(br.state())), br.to_json().dump(),
                      h.ctx().now_ms()};
   if (auto st = h.store().put_breaker(rec); !st)
-    throw storage_failure(st);
+    throw storage_error(st);
 }
 
 task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
@@ -378,7 +376,8 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
         dl.status = dl_status::pending;
       dl.expires_at_ms = rules.expires_at(cls.reason, now);
       if (auto st = h.store().put_dead_letter(dl); !st)
-        throw storage_failure(st);
+        throw storage_error(st);
+      h.dead_letter_written(dl);
       if (dl.next_retry_ms)
         h.set_internal_alarm(dead_letter_alarm(dl.id), *dl.next_retry_ms);
       if (is_new)
@@ -446,7 +445,7 @@ json list_dead_letters(tool_host& h, const json& args) {
     throw client_error("INVALID_QUERY", "limit must be between 1 and 10000");
   auto r = h.store().list_dead_letters(filter, limit);
   if (!r)
-    throw storage_failure(r.error());
+    throw storage_error(r.error());
   json out = json::array();
   for (auto& d : *r)
     out.push_back(to_json(d));
@@ -462,7 +461,7 @@ json act_on_dead_letter(tool_host& h, const json& args) {
   if (!r) {
     if (r.error().code() == errc::not_found)
       throw not_found_error("DEAD_LETTER_NOT_FOUND", "no dead letter " + id.substr(0, 128));
-    throw storage_failure(r.error());
+    throw storage_error(r.error());
   }
   auto dl = std::move(r.value());
   auto next = apply_action(dl.status, *action);
@@ -480,7 +479,8 @@ json act_on_dead_letter(tool_host& h, const json& args) {
     h.cancel_internal_alarm(dead_letter_alarm(dl.id));
   }
   if (auto st = h.store().put_dead_letter(dl); !st)
-    throw storage_failure(st);
+    throw storage_error(st);
+  h.dead_letter_written(dl);
   fact_draft d;
   d.type = "lifecycle";
   d.subtype = "dead_letter_" + std::string(to_string(*action));
@@ -495,7 +495,7 @@ json act_on_dead_letter(tool_host& h, const json& args) {
 json list_breakers(tool_host& h) {
   auto r = h.store().list_breakers();
   if (!r)
-    throw storage_failure(r.error());
+    throw storage_error(r.error());
   json out = json::array();
   int64_t now = h.ctx().now_ms();
   for (auto& b : *r) {

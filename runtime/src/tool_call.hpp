@@ -16,6 +16,7 @@
 #include "factum/resilience/retry_budget.hpp"
 #include "factum/resilience/retry_policy.hpp"
 #include "factum/runtime/runtime.hpp"
+#include "factum/storage/entity_store.hpp"
 
 namespace factum::detail {
 
@@ -40,6 +41,9 @@ class tool_host {
   /// the entity's timer in step.
   virtual void set_internal_alarm(const std::string& name, int64_t due_ms) = 0;
   virtual void cancel_internal_alarm(const std::string& name) = 0;
+  /// A dead letter was written in the running turn (created, rescheduled or moved by an
+  /// operator): the entity keeps track of the idempotency keys that live ones own.
+  virtual void dead_letter_written(const dead_letter_record& dl) = 0;
 };
 
 /// ctx.call_tool(): see context::call_tool.

@@ -257,6 +257,7 @@ status check_text_field(std::string_view v, std::string_view what, size_t max = 
 
 using detail::errno_code;
 using detail::sync_dir;
+using detail::with_suffix;
 
 /// The meta rows an open reads: the file's format and entity, and its fact id rows (schema
 /// version 4; absent rows read as empty).
@@ -449,7 +450,9 @@ status entity_store::sync() {
       if (int frc = opts_.fault ? opts_.fault(0, "sync_dir") : 0; frc != 0)
         return {map_rc(frc), "fsync the directory of " + path_.string() + ": " +
                                sqlite3_errstr(frc) + " (injected)"};
-      sync_dir(path_.parent_path());
+      if (int e = sync_dir(path_.parent_path()); e != 0)
+        return {errno_code(e),
+                "fsync the directory of " + path_.string() + ": " + std::strerror(e)};
       sync_->dir_synced = true;
     }
     fd = sync_->fd;
@@ -458,6 +461,76 @@ status entity_store::sync() {
     return {map_rc(frc), "sync " + wal.string() + ": " + sqlite3_errstr(frc) + " (injected)"};
   if (::fdatasync(fd) != 0)
     return {errc::io_error, "fdatasync " + wal.string() + ": " + std::strerror(errno)};
+  return status::ok();
+}
+
+// -- files whose sync failed -------------------------------------------------------------------
+
+status entity_store::mark_unsynced() {
+  unsynced_ = true;
+  // The marker need survive a process crash only: a power cut takes the page cache, and with
+  // it every write no sync covered, which is what the marker warns of.
+  auto marker = with_suffix(path_, unsynced_suffix);
+  int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return {errno_code(errno), "create " + marker.string() + ": " + std::strerror(errno)};
+  ::close(fd);
+  return status::ok();
+}
+
+status entity_store::resync(const store_options& opts, const entity_key& key) {
+  auto path = key.file_path(opts.data_dir);
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    return status::ok(); // never created: nothing to make durable
+  return resync_files(path, opts.fault);
+}
+
+status entity_store::resync_files(const fs::path& path, const fault_hook& fault) {
+  if (int frc = fault ? fault(0, "resync") : 0; frc != 0)
+    return {map_rc(frc), "re-sync " + path.string() + ": " + sqlite3_errstr(frc) + " (injected)"};
+  auto fail_errno = [](const std::string& what) {
+    int e = errno;
+    return status{errno_code(e), what + ": " + std::strerror(e)};
+  };
+  // After a failed fdatasync the kernel may have dropped the failed pages' dirty state: a
+  // later fdatasync would not write them again. So every byte of the -wal is written again
+  // (what a read returns now: the page cache, or the disk where the cache lost it) and synced.
+  auto wal = with_suffix(path, "-wal");
+  if (detail::scoped_fd fd(::open(wal.c_str(), O_RDWR | O_CLOEXEC)); fd.get() >= 0) {
+    std::string buf(1 << 20, '\0');
+    for (off_t off = 0;;) {
+      ssize_t n = ::pread(fd.get(), buf.data(), buf.size(), off);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return fail_errno("read " + wal.string());
+      if (n == 0)
+        break;
+      for (ssize_t done = 0; done < n;) {
+        ssize_t w =
+          ::pwrite(fd.get(), buf.data() + done, static_cast<size_t>(n - done), off + done);
+        if (w < 0 && errno == EINTR)
+          continue;
+        if (w <= 0)
+          return fail_errno("write " + wal.string());
+        done += w;
+      }
+      off += n;
+    }
+    if (::fdatasync(fd.get()) != 0)
+      return fail_errno("fdatasync " + wal.string());
+  } else if (errno != ENOENT) {
+    return fail_errno("open " + wal.string());
+  }
+  if (detail::scoped_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      fd.get() < 0 || ::fdatasync(fd.get()) != 0)
+    return fail_errno("fdatasync " + path.string());
+  if (int e = sync_dir(path.parent_path()); e != 0)
+    return {errno_code(e), "fsync " + path.parent_path().string() + ": " + std::strerror(e)};
+  auto marker = with_suffix(path, unsynced_suffix);
+  if (::unlink(marker.c_str()) != 0 && errno != ENOENT)
+    return fail_errno("remove " + marker.string());
   return status::ok();
 }
 
@@ -544,8 +617,11 @@ entity_store::~entity_store() {
     stmts_.reset();
     // A small -wal stays as it is (store_options::wal_kept_on_close_kib): no checkpoint, no
     // sync. The -shm is kept too, empty as always (ofd_file.cpp: the wal-index is in memory).
-    bool keep_wal = !opts_.read_only && opts_.wal_kept_on_close_kib > 0 &&
-                    wal_bytes() <= int64_t{opts_.wal_kept_on_close_kib} * 1024;
+    // A store marked unsynced keeps its WAL whatever its size: nothing of it is copied into
+    // the database before the next open has re-synced it.
+    bool keep_wal = !opts_.read_only &&
+                    (unsynced_ || (opts_.wal_kept_on_close_kib > 0 &&
+                                   wal_bytes() <= int64_t{opts_.wal_kept_on_close_kib} * 1024));
     if (keep_wal) {
       sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
     } else if (!opts_.read_only) {
@@ -644,6 +720,13 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
   if (!exists && (opts.read_only || !opts.create_if_missing))
     return status{errc::not_found,
                   "no entity " + key.to_string() + " in " + opts.data_dir.string()};
+  // A quarantine left the file marked: its WAL may hold writes whose sync failed. They are
+  // written again and synced before anything is read from the file (mark_unsynced()).
+  if (exists && !opts.read_only && fs::exists(with_suffix(path, unsynced_suffix), ec)) {
+    if (auto st = resync_files(path, opts.fault); !st)
+      return st;
+    s->resynced_ = true;
+  }
   int version =
     opts.target_schema_version > 0 ? opts.target_schema_version : current_schema_version;
   // A -wal at the path without its database (only an operator deleting a .db leaves one: the
@@ -670,7 +753,9 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
       return status{errno_code(ec.value()), "cannot create " + dir.string() + ": " + ec.message()};
     if (opts.mode == durability::full)
       for (auto it = made.rbegin(); it != made.rend(); ++it)
-        sync_dir(it->parent_path());
+        if (int e = sync_dir(it->parent_path()); e != 0)
+          return status{errno_code(e),
+                        "fsync " + it->parent_path().string() + ": " + std::strerror(e)};
     // A spare (spare_pool.hpp): a synced file already on disk, renamed into place and claimed
     // at the open below. RENAME_NOREPLACE: a file another creator put in place meanwhile wins
     // (the spare goes back to the pool) and is opened below like any existing file.
@@ -2069,6 +2154,20 @@ result<int64_t> entity_store::purge_dead_letters(int64_t now) {
   if (auto s = step_done(st, "purge dead letters"); !s)
     return s;
   return static_cast<int64_t>(sqlite3_changes(db_));
+}
+
+result<std::optional<int64_t>> entity_store::next_dead_letter_expiry() {
+  if (schema_version_ < 2)
+    return std::optional<int64_t>{};
+  auto st = prepare("SELECT MIN(expires_at) FROM dead_letters WHERE expires_at IS NOT NULL "
+                    "AND status IN ('resolved', 'discarded', 'acknowledged')");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare next dead letter expiry");
+  stmt_guard g{st};
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW)
+    return fail(rc, "next dead letter expiry");
+  return col_opt(st, 0);
 }
 
 // -- breakers -----------------------------------------------------------------------------------

@@ -15,14 +15,15 @@
 
 namespace factum::detail {
 
-/// fsyncs a directory so that its new entries survive power loss (best effort: a directory
-/// that cannot be opened is left as it is).
-inline void sync_dir(const std::filesystem::path& dir) {
+/// fsyncs a directory so that its new entries survive power loss: 0, or the errno of the open
+/// or of the fsync that failed (the caller must not take the entries for durable then).
+inline int sync_dir(const std::filesystem::path& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  if (fd < 0)
+    return errno;
+  int e = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return e;
 }
 
 /// The code for an operating-system error: a read-only file system and a full disk are named.

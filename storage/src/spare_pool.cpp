@@ -29,7 +29,7 @@ using detail::with_suffix;
 /// A spare's empty companions, made with it and moved with it.
 constexpr const char* companions[] = {"-wal", "-shm"};
 
-void make_shards(const fs::path& data_dir);
+bool make_shards(const fs::path& data_dir);
 
 // Whether `file` holds exactly `image` (a spare of this build).
 bool same_bytes(const fs::path& file, const std::string& image) {
@@ -213,7 +213,9 @@ namespace {
 
 // Makes the 256 shard directories entities/00 .. entities/ff that are missing, and fsyncs
 // their parents, so that no creation has to (entity_store::open makes a missing one itself).
-void make_shards(const fs::path& data_dir) {
+// False when a directory sync failed: the caller tries again before it makes spares, which
+// would otherwise go into directories whose names may not survive a power cut.
+bool make_shards(const fs::path& data_dir) {
   auto root = data_dir / "entities";
   std::error_code ec;
   bool made_root = !fs::exists(root, ec) && fs::create_directory(root, ec);
@@ -223,18 +225,30 @@ void make_shards(const fs::path& data_dir) {
     char name[3] = {hex[i >> 4], hex[i & 15], '\0'};
     made_any |= fs::create_directory(root / name, ec); // false when it exists
   }
-  if (made_any)
-    detail::sync_dir(root);
-  if (made_root)
-    detail::sync_dir(data_dir);
+  if (made_any && detail::sync_dir(root) != 0)
+    return false;
+  if (made_root && detail::sync_dir(data_dir) != 0)
+    return false;
+  return true;
 }
 
 } // namespace
 
 void spare_pool::run() {
-  make_shards(dir_.parent_path());
   std::string image;
   std::unique_lock<std::mutex> g(mu_);
+  // No spare goes into a shard directory whose name a power cut could take away.
+  for (;;) {
+    g.unlock();
+    bool made = make_shards(dir_.parent_path());
+    g.lock();
+    if (made)
+      break;
+    ++stats_.errors;
+    ready_.notify_all();
+    if (wake_.wait_for(g, std::chrono::seconds(1), [&] { return stopping_; }))
+      return;
+  }
   // Refills start once `step` spares are gone, not at the first: a batch of several files
   // costs the creations that run beside it less than as many batches of one (measured:
   // docs/performance.md, session 11).

@@ -35,6 +35,9 @@ struct call_reply {
   int http_status = 200;
   bool retryable = false; ///< a retry with the same key may succeed
   bool replayed = false;  ///< answered from the idempotency record, not run again
+  /// How long the caller should wait before retrying, in ms (0: no advice); HTTP sends it as
+  /// Retry-After.
+  int64_t retry_after_ms = 0;
 
   /// The body parsed (result or problem).
   nlohmann::json json() const { return nlohmann::json::parse(body, nullptr, false); }

@@ -126,6 +126,10 @@ struct runtime_config {
   nlohmann::json dead_letter_rules;
   /// Fault injection for storage tests: applied to every entity store. Default none.
   fault_hook storage_fault;
+  /// Where the runtime writes what an operator must hear of (an entity quarantined after a
+  /// failed sync, alarms parked, the alarm index failing): one JSON object per line, with
+  /// "ts", "level" and "event". Default: standard error. `factum serve` passes its log.
+  std::function<void(std::string_view line)> log;
 };
 
 /// Counters for /metrics and tests. Monotonic unless said otherwise.
@@ -174,6 +178,17 @@ struct runtime_stats {
   /// Checkpoints that failed with any other error (I/O, disk full, ...). While they fail, the
   /// entity's WAL keeps growing; a rising count needs an operator.
   uint64_t checkpoint_failures = 0;
+  /// Entities quarantined: a WAL sync failed (or a commit failed with an I/O error), so their
+  /// unanswered calls failed 503 and they closed without trusting their WAL. Any is an alert.
+  uint64_t quarantines = 0;
+  /// Entity files re-synced before an open (rewritten WAL, fdatasync, directory fsync) because
+  /// a quarantine marked them.
+  uint64_t resyncs = 0;
+  /// Writes of the alarm index that failed (a commit that needed one was refused).
+  uint64_t alarm_index_failures = 0;
+  /// Alarm wakes that could not reach their entity (type not hosted, file that cannot open):
+  /// the index entry is parked with a backoff so that other alarms keep firing.
+  uint64_t alarms_parked = 0;
 };
 
 namespace detail {

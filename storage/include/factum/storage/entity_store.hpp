@@ -302,6 +302,19 @@ class entity_store {
   /// touches only its own descriptor) and against other sync() calls, which overlap (each
   /// waits for its own fdatasync only). Without defer_sync: nothing to do.
   status sync();
+  /// A sync of this store failed (or a commit failed with an I/O error): its WAL may hold
+  /// writes that are not on disk, and that a later fdatasync would not write again. Marks the
+  /// file (a `-unsynced` file beside it) and makes the close keep the WAL as it is, without a
+  /// checkpoint; the next open() re-syncs the files (resync()) before it reads anything, so
+  /// that what it then serves is durable. An error: the marker could not be made (the caller
+  /// must then call resync() itself before the next open).
+  status mark_unsynced();
+  /// Writes every byte of the entity's -wal again and fdatasyncs it, fdatasyncs the database
+  /// file and fsyncs their directory, then removes the mark of mark_unsynced(). No connection
+  /// may have the file open. Ok when the entity has no file.
+  static status resync(const store_options& opts, const entity_key& key);
+  /// Whether this open re-synced the files first (mark_unsynced() of an earlier store).
+  bool resynced_on_open() const noexcept { return resynced_; }
   /// Frames in the WAL after the last commit (0 after a checkpoint that reset it).
   int wal_frames() const noexcept { return wal_frames_; }
   /// Copies the WAL into the database file (PASSIVE) so the WAL can restart from its beginning.
@@ -389,6 +402,8 @@ class entity_store {
                                                             int64_t limit);
   /// Deletes resolved/discarded/acknowledged dead letters whose retention ended.
   result<int64_t> purge_dead_letters(int64_t now);
+  /// The earliest expiry among dead letters that purge_dead_letters() may delete, if any.
+  result<std::optional<int64_t>> next_dead_letter_expiry();
 
   // -- circuit breakers --
 
@@ -425,6 +440,10 @@ class entity_store {
   };
 
   status open_db();
+  /// resync() of the file at `path`.
+  static status resync_files(const std::filesystem::path& path, const fault_hook& fault);
+  /// The name of mark_unsynced()'s marker beside the database file.
+  static constexpr const char* unsynced_suffix = "-unsynced";
   /// The -wal file beside the database, and its size in bytes (-1 when there is none).
   std::filesystem::path wal_path() const;
   int64_t wal_bytes() const;
@@ -489,7 +508,9 @@ class entity_store {
   bool in_turn_ = false;
   bool dirty_ = false;
   int64_t released_on_open_ = 0;
-  bool claimed_ = false; // this open claimed an unclaimed file
+  bool claimed_ = false;  // this open claimed an unclaimed file
+  bool unsynced_ = false; // mark_unsynced(): the close keeps the WAL unchecked
+  bool resynced_ = false; // this open re-synced the files first
   uint64_t op_index_ = 0;
   int wal_frames_ = 0;
   struct sync_state;

@@ -1,0 +1,108 @@
+// entity_context.hpp (private): the context a handler sees (factum/entities/context.hpp) and
+// the tool host of its resilient tool calls (tool_call.hpp), over the entity's store and its
+// turn runner. What needs the actor system (committing at an await, routing a call to another
+// entity, a timer) goes through context_port, which the entity actor implements: this class
+// itself has no CAF in it. Touched only on the entity's actor thread, during a turn.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <random>
+
+#include "tool_call.hpp"
+#include "turn_runner.hpp"
+
+namespace factum::detail {
+
+/// What the context needs from the entity actor.
+class context_port {
+ public:
+  virtual ~context_port() = default;
+  /// The running turn is suspended at an await: commit what it wrote. Returns the thread-safe
+  /// function that asks the actor to resume the turn with `token`.
+  virtual std::function<void()> commit_at_await(uint64_t token) = 0;
+  /// A fresh token (awaits, timers).
+  virtual uint64_t next_token() = 0;
+  /// Sends a call to another entity; `done` runs once, on any thread.
+  virtual void route(const entity_key& key, call_request req, std::chrono::milliseconds timeout,
+                     std::function<void(call_reply)> done) = 0;
+  /// Calls `done(true)` on the actor after `d`.
+  virtual void start_timer(std::chrono::milliseconds d, std::function<void(bool)> done) = 0;
+};
+
+/// The runtime-wide things the context reads (read-only while the runtime runs).
+struct context_env {
+  const runtime_config* cfg = nullptr;
+  counters* stats = nullptr;
+  const resilience::classifier* classifier = nullptr;
+  const resilience::dead_letter_rules* dl_rules = nullptr;
+  const entity_key* key = nullptr;
+};
+
+class entity_context final : public context, public tool_host {
+ public:
+  entity_context(context_env env, turn_runner& runner, context_port& port)
+      : env_(env), runner_(runner), port_(port) {}
+
+  /// The store of the activation (null between activations).
+  void attach(entity_store* store) noexcept { store_ = store; }
+
+  // -- tool_host --
+  context& ctx() override { return *this; }
+  entity_store& store() override { return *store_; }
+  const runtime_config& config() override { return *env_.cfg; }
+  counters& stats() override { return *env_.stats; }
+  std::mt19937_64& rng() override;
+  std::map<std::string, resilience::circuit_breaker>& breakers() override {
+    return runner_.breakers();
+  }
+  std::map<std::string, resilience::retry_budget>& budgets() override { return runner_.budgets(); }
+  const resilience::classifier& classify() override { return *env_.classifier; }
+  const resilience::dead_letter_rules& dl_rules() override { return *env_.dl_rules; }
+  std::string retrying_dead_letter() override;
+  void set_internal_alarm(const std::string& name, int64_t due_ms) override {
+    set_alarm_internal(name, due_ms, "{}", 0);
+  }
+  void cancel_internal_alarm(const std::string& name) override { cancel_alarm(name); }
+  void dead_letter_written(const dead_letter_record& dl) override {
+    runner_.dead_letter_written(dl);
+  }
+
+  // -- context --
+  task<tool_reply> call_tool(tool_request req) override;
+  const entity_key& key() const override { return *env_.key; }
+  const call_info& call() const override;
+  int64_t now_ms() const override { return factum::now_ms(); }
+  fact append(fact_draft d) override;
+  std::vector<fact> query(const fact_filter& f) override;
+  nlohmann::json sql(std::string_view q, const nlohmann::json& params) override;
+  nlohmann::json sql_write(std::string_view q, const nlohmann::json& params) override;
+  void set_alarm(std::string name, int64_t due_ms, nlohmann::json payload) override;
+  void cancel_alarm(std::string_view name) override;
+  std::vector<alarm_record> alarms() override;
+  std::optional<config_record> config(std::string_view id, int64_t version) override;
+  int64_t put_config(std::string_view id, const nlohmann::json& body) override;
+  std::function<void()> suspend_turn(std::coroutine_handle<> h) override;
+
+  /// Sets an alarm, the runtime's own (names starting with '@') included.
+  void set_alarm_internal(std::string name, int64_t due_ms, std::string payload, int64_t attempts);
+
+ protected:
+  void start_entity_call(const std::string& type, const std::string& id, std::string method,
+                         std::string args_json, call_options opts,
+                         std::function<void(call_reply)> done) override;
+  void start_tool_call(const tool_request& req, std::function<void(tool_reply)> done) override;
+  void start_timer(std::chrono::milliseconds d, std::function<void(bool)> done) override {
+    port_.start_timer(d, std::move(done));
+  }
+
+ private:
+  context_env env_;
+  turn_runner& runner_;
+  context_port& port_;
+  entity_store* store_ = nullptr;
+  std::unique_ptr<std::mt19937_64> rng_; // 2.5 KiB when made
+};
+
+} // namespace factum::detail

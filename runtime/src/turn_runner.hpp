@@ -1,0 +1,186 @@
+// turn_runner.hpp (private): the turns of one entity, run on its store: a call (its
+// idempotency key checked, the handler, the key recorded in the turn's own savepoint), the
+// activation, an alarm (its retries and its dead letter), the retry of a dead letter, the
+// runtime's purge of expired keys and dead letters; every failure as an error fact.
+//
+// A plain class: no actor system. The entity actor owns one, feeds it turns one at a time and
+// commits what they wrote (the actor's start_commit, output_gate.hpp); doctest drives it with a
+// store in a temporary directory and a fake host (tests/runtime/turn_runner_test.cpp). Touched
+// only on the entity's actor thread.
+#pragma once
+
+#include <coroutine>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "call_errors.hpp"
+#include "call_request.hpp"
+#include "counters.hpp"
+#include "factum/entities/context.hpp"
+#include "factum/entities/entity.hpp"
+#include "factum/resilience/circuit_breaker.hpp"
+#include "factum/resilience/retry_budget.hpp"
+#include "factum/runtime/runtime.hpp"
+#include "factum/storage/entity_store.hpp"
+
+namespace factum::detail {
+
+class reply_sink;
+
+/// Where a call's answer goes: its caller's reply sink (runtime_core.hpp). Empty for turns
+/// nobody waits on (activation, alarms, the runtime's own retries).
+struct reply_to {
+  std::shared_ptr<reply_sink> sink;
+  /// Hands `r` to the sink (defined beside reply_sink); nothing when empty.
+  void deliver(call_reply r);
+};
+
+enum class turn_kind { call, activate, alarm };
+
+/// A turn waiting in an entity's queue.
+struct queued {
+  turn_kind kind = turn_kind::call;
+  call_request req;
+  reply_to rp; ///< empty for turns nobody waits on
+};
+
+/// The turn that runs now.
+struct turn_state {
+  queued item;
+  call_info info;
+  bool suspended = false;
+  bool woken = false;
+  std::coroutine_handle<> handle;
+  uint64_t token = 0;
+  alarm_record alarm;         ///< alarm turns: the alarm that is due
+  std::string dead_letter_id; ///< a turn that retries a dead letter
+  std::vector<std::string> alarms_set;
+  int64_t started_ms = 0;
+  bool key_on_disk = false; ///< a pending row was committed (the turn awaited something)
+  /// A commit at one of the turn's awaits failed: what it wrote before the await is gone, so
+  /// the turn fails (retryably) whatever its handler returns.
+  std::optional<status> lost_at_await;
+};
+
+/// What the runner needs from its owner (the entity actor; a fake in tests).
+class turn_host {
+ public:
+  virtual ~turn_host() = default;
+  /// The answer of a turn, once, when the turn ends (into the batch the next commit covers).
+  virtual void turn_answered(queued& item, call_reply r) = 0;
+};
+
+/// What a batch of turns wrote that the commit must know.
+struct batch_marks {
+  uint64_t turns = 0;        ///< turns whose writes the batch keeps
+  bool alarms_moved = false; ///< an alarm was set or cancelled (the alarm index must follow)
+};
+
+class entity_context;
+
+/// The name of the runtime's own alarm that purges expired keys and dead letters.
+inline constexpr const char* purge_alarm = "@purge_keys";
+
+/// The turns of one entity.
+class turn_runner {
+ public:
+  /// What does not change while the entity's actor lives.
+  struct env {
+    const runtime_config* cfg = nullptr;
+    counters* stats = nullptr;
+    const entity_type* type = nullptr;
+    const entity_key* key = nullptr;
+  };
+
+  turn_runner(env e, turn_host& host) : env_(e), host_(host) {}
+
+  // -- activation --
+
+  /// The store, the entity instance and the context of a new activation.
+  void attach(entity_store& store, entity& instance, entity_context& ctx);
+  /// The activation ends: forgets everything of it.
+  void detach();
+
+  // -- turns --
+
+  /// Whether a call may queue: a call whose idempotency key belongs to a call accepted and
+  /// not yet answered gets 409 at once (the reply to send), instead of queueing behind it.
+  std::optional<call_reply> accept(const call_request& req);
+  /// Runs `item` until it ends (its answer goes to the host) or suspends at an await.
+  void run(queued item);
+  /// Ends the running turn with the handler's outcome (`err`, or `value` for a call).
+  void finish(std::exception_ptr err, std::optional<nlohmann::json> value);
+  /// The turn that runs (or waits at an await), if any.
+  turn_state* current() noexcept { return turn_ ? &*turn_ : nullptr; }
+  bool busy() const noexcept { return turn_.has_value(); }
+
+  // -- awaits --
+
+  /// The running turn reached an await (a commit point): its writes so far are kept, its key
+  /// becomes a pending row. The owner then commits.
+  void suspend(std::coroutine_handle<> h, uint64_t token);
+  /// The commit at the running turn's await failed with `st` (its writes are gone).
+  void lost_at_await(const status& st);
+  /// The running turn resumes after its await.
+  void resume();
+
+  // -- the batch --
+
+  batch_marks& marks() noexcept { return marks_; }
+  /// A commit failed: what this activation remembers of the writes it rolled back goes too.
+  void commit_failed();
+
+  // -- what tool calls and operators touch (through the context) --
+
+  std::map<std::string, resilience::circuit_breaker>& breakers() noexcept { return breakers_; }
+  std::map<std::string, resilience::retry_budget>& budgets() noexcept { return budgets_; }
+  /// A dead letter was written in this turn: keeps the keys that live dead letters own, and
+  /// arms the purge of one whose retention runs.
+  void dead_letter_written(const dead_letter_record& dl);
+
+ private:
+  entity_store& store() { return *store_; }
+  int64_t now() const;
+  void answer(queued& item, call_reply r);
+  /// A keyed call's answer from its key alone (replay, conflict), or nothing: run it.
+  std::optional<call_reply> check_key(const call_request& req, int64_t now);
+  std::optional<std::string> dead_letter_owning(const std::string& key);
+  void run_call();
+  void run_alarm(int64_t now);
+  void run_dead_letter_retry();
+  void run_purge(int64_t now);
+  nlohmann::json run_internal(const std::string& method, const nlohmann::json& args);
+  void arm_purge(int64_t due_ms);
+  call_reply finish_ok(const std::optional<nlohmann::json>& value);
+  call_reply finish_failed(const call_error& ce);
+  void alarm_failed(const call_error& ce);
+  void dead_letter_retry_failed(const call_error& ce);
+  void append_error_fact(const call_error& ce, const std::string& subtype,
+                         const nlohmann::json& extra);
+
+  env env_;
+  turn_host& host_;
+  entity_store* store_ = nullptr;
+  entity* instance_ = nullptr;
+  entity_context* ctx_ = nullptr;
+  std::optional<turn_state> turn_;
+  batch_marks marks_;
+  /// The purge alarm is known to be set (so a keyed call need not look).
+  bool purge_alarm_known_ = false;
+  /// Keys of calls accepted and not yet answered.
+  std::unordered_set<std::string> keys_in_flight_;
+  /// Keys that live dead letters own (key -> dead letter id), loaded at the first keyed call
+  /// of the activation; a hint, checked against the store when it names a key.
+  std::optional<std::unordered_map<std::string, std::string>> dead_letter_keys_;
+  /// Breakers (loaded from the store) and retry budgets of this activation.
+  std::map<std::string, resilience::circuit_breaker> breakers_;
+  std::map<std::string, resilience::retry_budget> budgets_;
+};
+
+} // namespace factum::detail

@@ -1,0 +1,329 @@
+// turn_runner_test.cpp: the turn runner (runtime/src/turn_runner.hpp) and the handler context
+// driven without an actor system: a real entity store in a temporary directory, a fake host
+// that records answers and commits at awaits on the test thread, and a tool that fails on
+// demand. Each case names the failure path it covers. Test thread only.
+#include <doctest/doctest.h>
+
+#include <sqlite3.h>
+
+#include <deque>
+
+#include "entity_context.hpp"
+#include "support/temp_dir.hpp"
+#include "turn_runner.hpp"
+
+using namespace factum;
+using namespace factum::detail;
+using nlohmann::json;
+
+namespace {
+
+/// A handler that appends a fact, awaits a timer, appends another.
+class awaiter final : public entity {
+ public:
+  task<json> two_steps(context& ctx, json) {
+    fact_draft d;
+    d.type = "step";
+    d.subtype = "before";
+    ctx.append(d);
+    co_await ctx.sleep(std::chrono::milliseconds(1));
+    d.subtype = "after";
+    auto f = ctx.append(d);
+    co_return json{{"seq", f.seq}};
+  }
+  /// Delivers through the tool "vendor" (the runtime's resilient call).
+  task<json> deliver(context& ctx, json) {
+    tool_request req;
+    req.tool = "vendor";
+    req.operation = "deliver";
+    auto op = ctx.call_tool(std::move(req));
+    tool_reply r = co_await op;
+    if (!r.ok) {
+      call_error e(r.category, r.error_code.empty() ? "DELIVERY_FAILED" : r.error_code,
+                   "delivery failed");
+      if (!r.dead_letter_id.empty())
+        e.details["dead_letter_id"] = r.dead_letter_id;
+      throw e;
+    }
+    co_return json{{"delivered", true}};
+  }
+  task<void> on_alarm(context& ctx, const alarm_record& a) override {
+    if (fail_alarms_ > 0) {
+      --fail_alarms_;
+      throw transient_error("ALARM_FAILED", "asked to fail");
+    }
+    fact_draft d;
+    d.type = "alarm_ran";
+    d.data = {{"name", a.name}, {"payload", json::parse(a.payload, nullptr, false)}};
+    ctx.append(d);
+    co_return;
+  }
+  static inline int fail_alarms_ = 0;
+};
+
+/// The host: answers recorded; awaits resumed by the test's drive loop.
+struct fake_host final : turn_host, context_port {
+  entity_store* store = nullptr;
+  turn_runner* runner = nullptr;
+  std::vector<call_reply> answers;
+  std::deque<uint64_t> wakes;
+  uint64_t tokens = 1;
+  int commits_failed = 0;
+
+  void turn_answered(queued&, call_reply r) override { answers.push_back(std::move(r)); }
+  std::function<void()> commit_at_await(uint64_t token) override {
+    if (store->dirty())
+      commit();
+    return [this, token] { wakes.push_back(token); };
+  }
+  uint64_t next_token() override { return tokens++; }
+  void route(const entity_key&, call_request, std::chrono::milliseconds,
+             std::function<void(call_reply)> done) override {
+    done(call_reply::failure(error_category::client, "NO_ROUTE", "no other entities here", 400));
+  }
+  void start_timer(std::chrono::milliseconds, std::function<void(bool)> done) override {
+    done(true); // at once: the wake is queued, resumed by drive()
+  }
+  /// Commits the batch as the actor's fast path would; a failure is what the actor reports.
+  void commit() {
+    if (auto st = store->commit(); !st) {
+      ++commits_failed;
+      runner->commit_failed();
+      if (auto* t = runner->current(); t && t->suspended)
+        runner->lost_at_await(st);
+    }
+  }
+  /// Resumes suspended turns until none waits.
+  void drive() {
+    while (!wakes.empty()) {
+      auto tok = wakes.front();
+      wakes.pop_front();
+      auto* t = runner->current();
+      REQUIRE(t);
+      REQUIRE(t->token == tok);
+      t->woken = true;
+      runner->resume();
+    }
+  }
+};
+
+/// One entity's store, runner and context, as an activation has them.
+struct bench {
+  test::temp_dir dir;
+  runtime_config cfg;
+  counters stats;
+  resilience::classifier classifier;
+  resilience::dead_letter_rules dl_rules;
+  entity_key key{"acme", "awaiter", "a1"};
+  entity_type type;
+  std::unique_ptr<entity_store> store;
+  std::unique_ptr<entity> instance = std::make_unique<awaiter>();
+  fake_host host;
+  turn_runner runner{turn_runner::env{&cfg, &stats, &type, &key}, host};
+  entity_context ctx{context_env{&cfg, &stats, &classifier, &dl_rules, &key}, runner, host};
+  /// Fails every COMMIT while set (SQLITE_FULL: a disk that filled up).
+  bool fail_commits = false;
+  int vendor_calls = 0;
+  bool vendor_ok = false;
+
+  bench() {
+    type = type_builder<awaiter>("awaiter")
+             .method("two_steps", &awaiter::two_steps)
+             .method("deliver", &awaiter::deliver)
+             .build();
+    cfg.data_dir = dir.path();
+    cfg.alarm_max_retries = 0; // the first failure of an alarm dead-letters it
+    cfg.tools["vendor"] = [this](const tool_request&, std::function<void(tool_reply)> done) {
+      ++vendor_calls;
+      tool_reply r;
+      r.ok = vendor_ok;
+      r.http_status = vendor_ok ? 200 : 503;
+      if (!vendor_ok)
+        r.error_message = "vendor down";
+      done(std::move(r));
+    };
+    tool_policy p;
+    p.retry = {{"max_attempts", 1}};
+    cfg.tool_policies["vendor"] = p;
+    store_options o;
+    o.data_dir = dir.path();
+    o.fault = [this](uint64_t, std::string_view sql) {
+      return fail_commits && sql.rfind("COMMIT", 0) == 0 ? SQLITE_FULL : SQLITE_OK;
+    };
+    auto s = entity_store::open(o, key);
+    REQUIRE(s.is_ok());
+    store = std::move(s.value());
+    host.store = store.get();
+    host.runner = &runner;
+    ctx.attach(store.get());
+    runner.attach(*store, *instance, ctx);
+  }
+
+  /// Runs one call (key optional) to its end, committing as the actor would; its answer.
+  call_reply call(const std::string& method, const std::string& key_ = "", json args = {}) {
+    queued q;
+    q.req.method = method;
+    q.req.args = args.is_null() ? "{}" : args.dump();
+    q.req.idempotency_key = key_;
+    q.req.fingerprint = key_.empty() ? "" : "fp-" + method;
+    REQUIRE_FALSE(runner.accept(q.req));
+    return run(std::move(q));
+  }
+  call_reply run(queued q) {
+    auto before = host.answers.size();
+    runner.run(std::move(q));
+    host.drive();
+    REQUIRE_FALSE(runner.busy());
+    if (store->dirty())
+      host.commit();
+    else if (store->in_batch())
+      (void)store->commit();
+    REQUIRE(host.answers.size() == before + 1);
+    return host.answers.back();
+  }
+  /// Runs the alarm turn (whatever is due now).
+  void alarm() {
+    queued q;
+    q.kind = turn_kind::alarm;
+    run(std::move(q));
+  }
+  int64_t count_facts(const std::string& type_, const std::string& subtype = "") {
+    fact_filter f;
+    f.type = type_;
+    if (!subtype.empty())
+      f.subtype = subtype;
+    f.limit = 1000;
+    auto r = store->query(f);
+    REQUIRE(r.is_ok());
+    return static_cast<int64_t>(r->size());
+  }
+};
+
+} // namespace
+
+TEST_CASE("turn runner: a keyed call records its key with its result, and a retry replays it") {
+  bench b;
+  auto r = b.call("two_steps", "k1");
+  REQUIRE(r.ok);
+  auto again = b.call("two_steps", "k1");
+  CHECK(again.ok);
+  CHECK(again.replayed);
+  CHECK(again.body == r.body);
+  CHECK(b.count_facts("step") == 2);
+}
+
+TEST_CASE("turn runner: a commit that fails at an await fails the turn retryably and leaves its "
+          "key free (it used to store a terminal 409 after the await)") {
+  bench b;
+  b.fail_commits = true;
+  auto r = b.call("two_steps", "k1");
+  CHECK_FALSE(r.ok);
+  CHECK(r.retryable);
+  CHECK(r.http_status == 503);
+  CHECK(r.code == "STORAGE_FULL");
+  CHECK(b.host.commits_failed >= 1);
+  // Nothing of the call is on disk: neither its facts nor a record of its key.
+  b.fail_commits = false;
+  CHECK(b.count_facts("step") == 0);
+  CHECK(b.store->get_key("k1").error().code() == errc::not_found);
+  // The retry runs the call, once.
+  auto again = b.call("two_steps", "k1");
+  REQUIRE(again.ok);
+  CHECK_FALSE(again.replayed);
+  CHECK(b.count_facts("step") == 2);
+}
+
+TEST_CASE("turn runner: a dead letter of an alarm can be retried: its handler runs again with the "
+          "alarm's payload (it used to look the alarm up as a method, forever)") {
+  bench b;
+  awaiter::fail_alarms_ = 1;
+  alarm_record a{"remind", factum::now_ms() - 10, R"({"who":"ops"})", 0, factum::now_ms()};
+  REQUIRE(b.store->set_alarm(a).is_ok());
+  REQUIRE(b.store->commit().is_ok());
+  b.alarm(); // fails; alarm_max_retries 0: a dead letter
+  auto dls = b.store->list_dead_letters(std::nullopt, 10);
+  REQUIRE(dls.is_ok());
+  REQUIRE(dls->size() == 1);
+  auto id = dls->front().id;
+  CHECK(dls->front().operation == "@alarm:remind");
+  CHECK(b.count_facts("alarm_ran") == 0);
+  // The operator retries it: a retry alarm due now, then the alarm turn runs it.
+  auto op = b.call("@dead_letter", "", json{{"id", id}, {"action", "retry"}});
+  REQUIRE_MESSAGE(op.ok, op.body);
+  b.alarm();
+  auto dl = b.store->get_dead_letter(id);
+  REQUIRE(dl.is_ok());
+  CHECK(dl->status == dl_status::resolved);
+  REQUIRE(b.count_facts("alarm_ran") == 1);
+  fact_filter f;
+  f.type = "alarm_ran";
+  auto ran = b.store->query(f);
+  CHECK(json::parse(ran->front().data)["payload"]["who"] == "ops");
+  CHECK(json::parse(ran->front().data)["name"] == "remind");
+}
+
+TEST_CASE("turn runner: while a dead letter owns a call's key, a retry of the call gets 409 with "
+          "the dead letter's id and never runs the call again") {
+  bench b;
+  auto r = b.call("deliver", "order-1");
+  REQUIRE_FALSE(r.ok);
+  CHECK(b.vendor_calls == 1);
+  auto id = r.json()["dead_letter_id"].get<std::string>();
+  REQUIRE_FALSE(id.empty());
+  auto dl = b.store->get_dead_letter(id);
+  REQUIRE(dl.is_ok());
+  CHECK(dl->idempotency_key == "order-1");
+  // The client retries with the same key: the dead letter's retry owns the call.
+  auto again = b.call("deliver", "order-1");
+  CHECK(again.http_status == 409);
+  CHECK(again.code == "IDEMPOTENCY_KEY_IN_USE");
+  CHECK(again.json()["dead_letter_id"] == id);
+  CHECK(b.vendor_calls == 1);
+  // The dead letter's retry succeeds: the key is the retry's result, which a client replays.
+  b.vendor_ok = true;
+  auto op = b.call("@dead_letter", "", json{{"id", id}, {"action", "retry"}});
+  REQUIRE_MESSAGE(op.ok, op.body);
+  b.alarm();
+  CHECK(b.vendor_calls == 2);
+  auto done = b.call("deliver", "order-1");
+  CHECK(done.ok);
+  CHECK(done.replayed);
+  CHECK(b.vendor_calls == 2);
+  // A discarded dead letter frees its key: the client's call runs (no effect happened).
+  b.vendor_ok = false;
+  auto r2 = b.call("deliver", "order-2");
+  auto id2 = r2.json()["dead_letter_id"].get<std::string>();
+  REQUIRE(b.call("@dead_letter", "", json{{"id", id2}, {"action", "discard"}}).ok);
+  b.vendor_ok = true;
+  auto r3 = b.call("deliver", "order-2");
+  CHECK(r3.ok);
+  CHECK(b.vendor_calls == 4);
+}
+
+TEST_CASE("turn runner: an operator's breaker change whose commit fails is forgotten, not kept in "
+          "memory") {
+  bench b;
+  b.vendor_ok = true;
+  b.fail_commits = true;
+  auto forced = b.call("@breaker", "", json{{"tool", "vendor"}, {"action", "force-open"}});
+  CHECK(forced.ok); // the turn ran; its commit (below) fails
+  CHECK(b.host.commits_failed == 1);
+  b.fail_commits = false;
+  // The store never saw the force-open: calls go through.
+  auto r = b.call("deliver");
+  CHECK(r.ok);
+  CHECK(b.vendor_calls == 1);
+}
+
+TEST_CASE("turn runner: a resolved dead letter arms the purge of its retention by itself") {
+  bench b;
+  auto r = b.call("deliver");
+  auto id = r.json()["dead_letter_id"].get<std::string>();
+  CHECK(b.store->get_alarm(purge_alarm).error().code() == errc::not_found);
+  REQUIRE(b.call("@dead_letter", "", json{{"id", id}, {"action", "acknowledge"}}).ok);
+  auto dl = b.store->get_dead_letter(id);
+  REQUIRE(dl->expires_at_ms);
+  auto purge = b.store->get_alarm(purge_alarm);
+  REQUIRE(purge.is_ok());
+  CHECK(purge->due_ms == *dl->expires_at_ms);
+}
