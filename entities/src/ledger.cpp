@@ -1,5 +1,5 @@
-// ledger.cpp: the built-in `ledger` entity type, a generic fact log (BRIEF "Built-in entity
-// types"). Runs on its entity's actor thread.
+// ledger.cpp: the built-in `ledger` entity type, a generic fact log (`append` one fact, read the
+// `recent` ones; docs/http-api.md). Runs on its entity's actor thread.
 #include "factum/entities/entity.hpp"
 
 namespace factum {
@@ -61,7 +61,7 @@ void add_webhook_type(entity_registry& registry);
 void add_builtin_types(entity_registry& registry) {
   add_webhook_type(registry);
   // One fact per call: pages of 1 KiB make each commit's WAL frames a quarter of the bytes
-  // (docs/performance.md, session 19).
+  // (docs/performance.md, "What the figures rest on": +30-50% across 1,000 entities).
   registry.add(type_builder<ledger>("ledger")
                  .method("append", &ledger::append)
                  .method("recent", &ledger::recent)

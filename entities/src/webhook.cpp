@@ -1,7 +1,7 @@
-// webhook.cpp: the built-in `webhook` entity type (BRIEF "Built-in entity types"): delivers a
-// JSON payload to a configured tool with that tool's retry policy, circuit breaker and price.
-// Failures append error and cost facts; exhausted retries become dead letters (the runtime's
-// resilient tool call does both). Runs on its entity's actor thread.
+// webhook.cpp: the built-in `webhook` entity type: delivers a JSON payload to a configured tool
+// with that tool's retry policy, circuit breaker and price. Failures append error and cost
+// facts; exhausted retries become dead letters (the runtime's resilient tool call does both).
+// Runs on its entity's actor thread.
 #include "factum/entities/entity.hpp"
 
 namespace factum {

@@ -1,4 +1,4 @@
-// escrow.cpp: examples/escrow's `escrow` entity (seed 001) and its state machine. The state is
+// escrow.cpp: examples/escrow's `escrow` entity and its state machine. The state is
 // the fold of the escrow's `escrow.*` facts (factum/examples/escrow.hpp): activation replays
 // them, and `rebuild` replays them again on demand. Invalid transitions and unauthorized actors
 // are terminal client/authorization errors (stored under the idempotency key, never retried);
@@ -243,9 +243,9 @@ class escrow_entity final : public entity {
   }
 
   /// {"event_id", "type": "PaymentSucceeded", "payload": {...}}: a payment provider's event
-  /// (seed 001's webhook). De-duplicated by event_id, then queued: an alarm processes it, so a
-  /// poison event is retried by the runtime and finally becomes a dead letter, without blocking
-  /// the escrow's commands.
+  /// (delivered by its webhook). De-duplicated by event_id, then queued: an alarm processes it,
+  /// so a poison event is retried by the runtime and finally becomes a dead letter, without
+  /// blocking the escrow's commands.
   json ingest(context& ctx, json args) {
     fresh(ctx);
     require_object(args);
@@ -352,7 +352,7 @@ class escrow_entity final : public entity {
     settled();
   }
 
-  /// The release/refund saga (seed 001, "Transfer Failed After State Update"): the state
+  /// The release/refund saga (a payout that fails after the state changed): the state
   /// changes first (a fact, committed when the payout is awaited), then the payout tool runs
   /// with its retries; if it fails for good, a compensating fact restores the previous state,
   /// is committed, and the failure is answered (with the dead letter the runtime made, which

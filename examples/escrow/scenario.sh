@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scenario.sh: examples/escrow end to end (seed 001). Starts the fake payout provider and a real
+# scenario.sh: examples/escrow end to end. Starts the fake payout provider and a real
 # `factum serve` hosting `escrow`, then drives, over HTTP with curl, and checks from the facts:
 # the happy path, invalid transitions and unauthorized actors as terminal client errors,
 # de-duplicated commands and events, the release saga's compensation and an operator's retry of

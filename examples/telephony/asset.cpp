@@ -1,4 +1,4 @@
-// asset.cpp: examples/telephony's `asset` entity (seed 000): a call-tracking asset (a tracked
+// asset.cpp: examples/telephony's `asset` entity: a call-tracking asset (a tracked
 // phone number) that places calls through the `telephony` tool. Every attempt's error and
 // cost, the breaker's transitions and the dead letters are appended by the runtime's resilient
 // tool call; the asset adds its own invocation and outcome facts, answers with the fallback

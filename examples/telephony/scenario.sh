@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scenario.sh: examples/telephony end to end (seed 000). Starts the fake telephony vendor and a
+# scenario.sh: examples/telephony end to end. Starts the fake telephony vendor and a
 # real `factum serve` hosting `asset`, then places calls over HTTP while the vendor times out,
 # rate-limits (429 + Retry-After), goes down (503) and charges for failed calls, and checks
 # from the facts: retries with backoff and jitter, Retry-After honoured, the breaker opening,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scenario.sh: examples/workflow end to end (seed 004). Starts the fake vendor (one process
+# scenario.sh: examples/workflow end to end. Starts the fake vendor (one process
 # playing inventory, payments and shipping) and a real `factum serve` hosting `order_workflow`,
 # then drives over HTTP and checks from the facts: each step retrying with its own policy
 # (fixed, exponential, linear), one idempotency key = one execution, an exhausted step as a dead

@@ -1,4 +1,4 @@
-// workflow.cpp: examples/workflow's `order_workflow` entity (seed 004): an order process of
+// workflow.cpp: examples/workflow's `order_workflow` entity: an order process of
 // three steps, each a call to its own tool with its own retry policy (the tool's versioned
 // config: inventory fixed, payments exponential, shipping linear backoff). A step whose retries
 // are exhausted ends the execution as a dead letter (the runtime's); an operator's retry of that

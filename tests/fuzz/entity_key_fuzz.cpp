@@ -1,9 +1,10 @@
 // tests/fuzz/entity_key_fuzz.cpp: entity key validation and the key -> file path rule
 // (storage/include/factum/storage/entity_key.hpp) on arbitrary bytes. Properties: parse()
-// accepts exactly "a/b/c" with three parts that the BRIEF's rule (1..128 of [A-Za-z0-9._:-],
-// not starting with '.') accepts, checked against an independent oracle; to_string() and
-// parse() round-trip; the file path is always DATA/entities/<2 hex>/<64 hex>.db, whatever the
-// key; distinct keys get distinct digests. Single-threaded.
+// accepts exactly "a/b/c" with three parts that the key rule (1..128 of [A-Za-z0-9._:-], not
+// starting with '.'; docs/http-api.md, "Routes") accepts, checked against an independent
+// oracle; to_string() and parse() round-trip; the file path is always
+// DATA/entities/<2 hex>/<64 hex>.db, whatever the key; distinct keys get distinct digests.
+// Single-threaded.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -13,7 +14,7 @@
 
 namespace {
 
-/// The BRIEF's rule, written independently of validate_key_part.
+/// The key rule, written independently of validate_key_part.
 bool oracle_part(std::string_view s) {
   if (s.empty() || s.size() > 128 || s[0] == '.')
     return false;

@@ -1,4 +1,4 @@
-// crash_driver.cpp: crash rounds over HTTP against the real `factum serve` binary (issue #9).
+// crash_driver.cpp: crash rounds over HTTP against the real `factum serve` binary.
 // Each round starts the server on one data directory and runs a bounded load over several
 // connections and ledger entities: first the retries of every earlier request that got no
 // response (same Idempotency-Key, same body), then new requests with unique keys; it SIGKILLs

@@ -181,7 +181,7 @@ TEST_CASE("hostile: non-ASCII keys and invalid UTF-8 or 10,000-deep JSON bodies"
   expect(f, "10,000 open brackets", post_json(t, std::string(10000, '[')), 400, "JSON_TOO_DEEP");
   CHECK(f.entity_files() == 1); // nothing reached the entity h
   // SQL as a fact *type* reaches the ledger, which refuses it (a type is a token): 400, and the
-  // failure is recorded as one error fact (BRIEF guarantee 5), never as the fact asked for.
+  // failure is recorded as one error fact (README.md, guarantee 5), never as the fact asked for.
   auto a = exchange(
     f.port(), post_json(t, R"({"type":"x'); DROP TABLE facts; --"})", "Idempotency-Key: sqlt\r\n"));
   CHECK(a.status == 400);

@@ -36,7 +36,7 @@ void trip(circuit_breaker& b, int64_t now) {
 
 } // namespace
 
-TEST_CASE("circuit_breaker: seed 003 defaults") {
+TEST_CASE("circuit_breaker: defaults") {
   breaker_config c;
   CHECK(c.count_window.size == 10);
   CHECK(c.count_window.failure_threshold == 5);

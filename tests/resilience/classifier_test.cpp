@@ -1,5 +1,5 @@
-// classifier_test.cpp: the failure classifier: the BRIEF's HTTP table, transport errors,
-// tool-reported errors with seed 002's message heuristics as a fallback only, per-tool
+// classifier_test.cpp: the failure classifier: the default HTTP table, transport errors,
+// tool-reported errors with keyword heuristics over the message as a fallback only, per-tool
 // overrides and their JSON form. Single-threaded.
 #include <doctest/doctest.h>
 
@@ -96,7 +96,7 @@ TEST_CASE("classifier: transport errors") {
                        failure_reason::server_error});
   CHECK(c.classify_transport(transport_error::connection_refused).code == "CONNECTION_REFUSED");
   CHECK(c.classify_transport(transport_error::connection_refused).retryable);
-  // DNS and TLS failures fail fast (seed 003) but still count against the tool.
+  // DNS and TLS failures fail fast but still count against the tool.
   auto dns = c.classify_transport(transport_error::dns_failure);
   CHECK(dns.code == "DNS_FAILURE");
   CHECK_FALSE(dns.retryable);

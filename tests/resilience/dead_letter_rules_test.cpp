@@ -1,4 +1,4 @@
-// dead_letter_rules_test.cpp: seed 003's per-reason retention and automatic retry, seed 004's
+// dead_letter_rules_test.cpp: the default per-reason retention and automatic retry, the
 // state machine (every pair checked), operator actions and the JSON configuration.
 // Single-threaded.
 #include <doctest/doctest.h>
@@ -19,7 +19,7 @@ constexpr int64_t day = 24 * hour;
 
 } // namespace
 
-TEST_CASE("dead_letter_rules: seed 003 defaults: initial status and next retry") {
+TEST_CASE("dead_letter_rules: defaults: initial status and next retry") {
   dead_letter_rules r;
   CHECK(r.initial_status(failure_reason::rate_limit) == dl_status::scheduled);
   CHECK(r.initial_status(failure_reason::server_error) == dl_status::scheduled);

@@ -1,5 +1,5 @@
 // retry_policy_test.cpp: backoff growth and caps, jitter bounds over many seeded samples,
-// decorrelated jitter, Retry-After, seed presets, priorities and the JSON form. Single-threaded.
+// decorrelated jitter, Retry-After, preset policies, priorities and the JSON form. Single-threaded.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -94,14 +94,14 @@ TEST_CASE("retry_policy: jitter stays within its bounds over many seeded samples
   CHECK(lo < d / 2 + d / 20);
   CHECK(mean == doctest::Approx(d * 0.75).epsilon(0.03));
 
-  sample(jitter_kind::ratio, 0.5, lo, hi, mean); // seed 002: [0.5, 1.5]
+  sample(jitter_kind::ratio, 0.5, lo, hi, mean); // [0.5 d, 1.5 d]
   CHECK(lo >= d / 2);
   CHECK(hi <= d * 3 / 2);
   CHECK(lo < d * 55 / 100);
   CHECK(hi > d * 145 / 100);
   CHECK(mean == doctest::Approx(static_cast<double>(d)).epsilon(0.03));
 
-  sample(jitter_kind::ratio, 0.25, lo, hi, mean); // seed 003: ±25 %
+  sample(jitter_kind::ratio, 0.25, lo, hi, mean); // ±25 %, as the HTTP presets
   CHECK(lo >= d * 3 / 4);
   CHECK(hi <= d * 5 / 4);
 
@@ -181,7 +181,7 @@ TEST_CASE("retry_policy: Retry-After wins over the computed delay and is capped"
   CHECK_FALSE(p.next_delay(5, {}, 7000, rng));
 }
 
-TEST_CASE("retry_policy: seed 000's per-operation table, exactly") {
+TEST_CASE("retry_policy: the per-operation table, exactly") {
   struct row {
     operation_kind op;
     int64_t base, max;
@@ -209,7 +209,7 @@ TEST_CASE("retry_policy: seed 000's per-operation table, exactly") {
   CHECK_FALSE(parse_operation_kind("email"));
 }
 
-TEST_CASE("retry_policy: priorities reproduce seed 000's context configs") {
+TEST_CASE("retry_policy: priorities give the realtime, default and background policies") {
   auto rt = priority_policy(retry_priority::realtime);
   CHECK(rt.base_delay_ms == 500);
   CHECK(rt.max_delay_ms == 5000);
@@ -233,7 +233,7 @@ TEST_CASE("retry_policy: priorities reproduce seed 000's context configs") {
   CHECK(to_string(retry_priority::normal) == "default");
 }
 
-TEST_CASE("retry_policy: seed 003's HTTP presets") {
+TEST_CASE("retry_policy: presets per HTTP status") {
   std::mt19937_64 rng(1);
   auto p429 = http_status_policy(429);
   REQUIRE(p429);

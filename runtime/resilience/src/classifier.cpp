@@ -1,5 +1,5 @@
-// classifier.cpp: the default failure table, per-tool overrides, and seed 002's message
-// heuristics for tool-reported errors without a status. Pure functions over plain values; any
+// classifier.cpp: the default failure table, per-tool overrides, and keyword heuristics over the
+// message for tool-reported errors without a status. Pure functions over plain values; any
 // single thread.
 #include "factum/resilience/classifier.hpp"
 
@@ -110,7 +110,7 @@ std::optional<classification> well_known_code(std::string_view code) {
   return std::nullopt;
 }
 
-// Seed 002's keyword classification, used only for tool errors without a status. Checked in
+// Keyword classification of a message, used only for tool errors without a status. Checked in
 // order: the more specific phrases first.
 std::optional<classification> heuristic(std::string_view code, std::string_view message) {
   using ec = error_category;

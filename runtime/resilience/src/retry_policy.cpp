@@ -1,5 +1,6 @@
-// retry_policy.cpp: backoff, jitter and Retry-After arithmetic, the seed presets, and the JSON
-// form of a policy. Pure functions over plain values; any single thread.
+// retry_policy.cpp: backoff, jitter and Retry-After arithmetic, the preset policies (per
+// operation, per priority, per HTTP status), and the JSON form of a policy. Pure functions over
+// plain values; any single thread.
 #include "factum/resilience/retry_policy.hpp"
 
 #include <algorithm>

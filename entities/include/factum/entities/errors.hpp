@@ -1,5 +1,6 @@
-// factum/entities/errors.hpp: the error taxonomy (BRIEF "Error taxonomy", seed 000) and
-// call_error, the exception a handler throws to fail a call. Plain values; any thread.
+// factum/entities/errors.hpp: the error taxonomy (seven categories, each with its retry rule and
+// default HTTP status) and call_error, the exception a handler throws to fail a call. Plain
+// values; any thread.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// factum/examples/escrow.hpp: the escrow state machine of examples/escrow (seed 001) as pure
+// factum/examples/escrow.hpp: the escrow state machine of examples/escrow as pure
 // functions over facts, so that the entity, its tests and any reader rebuild one state the same
 // way: the state is nothing but the fold of the escrow's `escrow.*` facts. Plain values; any
 // thread.
@@ -14,7 +14,7 @@
 
 namespace factum::examples::escrow {
 
-/// The states (seed 001): AWAIT_FUNDS -> FUNDED -> DELIVERED -> RELEASED, with disputes
+/// The states: AWAIT_FUNDS -> FUNDED -> DELIVERED -> RELEASED, with disputes
 /// (FUNDED or DELIVERED -> DISPUTED -> RELEASED or REFUNDED). "" before `open`.
 inline constexpr std::string_view await_funds = "AWAIT_FUNDS";
 inline constexpr std::string_view funded = "FUNDED";

@@ -1,4 +1,4 @@
-// factum/runtime/http_server.hpp: the HTTP/1.1 gateway of `factum serve` (BRIEF "HTTP API").
+// factum/runtime/http_server.hpp: the HTTP/1.1 gateway of `factum serve` (docs/http-api.md).
 // It owns its Asio I/O threads; requests go to the runtime with runtime::call and come back on
 // the connection's strand, so no I/O thread ever waits on an actor. Every public member
 // function is thread-safe. Boost.Beast stays behind this header (runtime/src/http/).

@@ -1,4 +1,4 @@
-// factum/runtime/http_tool.hpp: the HTTP transport of external tools (issue #4). An
+// factum/runtime/http_tool.hpp: the HTTP transport of external tools (docs/tools.md). An
 // http_tool_client owns its own Asio I/O thread and a keep-alive connection pool per tool; it
 // turns http_tool_options into tool_fn callables for runtime_config::tools. A tool_fn never
 // blocks its caller (a CAF worker): the request is posted to the client's thread, and `done`

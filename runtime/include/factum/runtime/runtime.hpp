@@ -76,7 +76,7 @@ struct runtime_config {
   /// Threads that only fdatasync entities' WALs for commits made on CAF workers (deferred sync,
   /// durability full), apart from the storage threads: a sync mostly waits on the device, and
   /// the disk runs many at once, where more storage threads would slow the CPU-bound opens
-  /// and closes that share them (docs/performance.md, Runtime, "Session 17"). Default 16.
+  /// and closes that share them (docs/performance.md, "What the figures rest on"). Default 16.
   size_t sync_threads = 16;
   /// Idempotency key lifetime; 0 keeps keys until purged. Default 24 h.
   std::chrono::milliseconds key_ttl{std::chrono::hours(24)};
@@ -122,7 +122,8 @@ struct runtime_config {
   std::map<std::string, tool_fn> tools;
   /// Resilience policy per tool name; a tool without one gets tool_policy{}. Default none.
   std::map<std::string, tool_policy> tool_policies;
-  /// Dead-letter rules by failure reason (dead_letter_rules JSON); null: seed 003's table.
+  /// Dead-letter rules by failure reason (dead_letter_rules JSON); null: the defaults of
+  /// resilience::dead_letter_rules (its header's table).
   nlohmann::json dead_letter_rules;
   /// Fault injection for storage tests: applied to every entity store. Default none.
   fault_hook storage_fault;

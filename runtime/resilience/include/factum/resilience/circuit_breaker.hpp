@@ -1,7 +1,7 @@
-// factum/resilience/circuit_breaker.hpp: the per-(entity, tool) circuit breaker (BRIEF "Circuit
-// breakers", seeds 000 and 003): CLOSED, OPEN, HALF_OPEN, FORCED_OPEN, DISABLED; count- and
-// time-based windows; transitions reported for `lifecycle` facts; full state as JSON. No clock
-// of its own: every call takes now_ms. Any single thread (not thread-safe): the entity's actor.
+// factum/resilience/circuit_breaker.hpp: the per-(entity, tool) circuit breaker: CLOSED, OPEN,
+// HALF_OPEN, FORCED_OPEN, DISABLED; count- and time-based windows; transitions reported for
+// `lifecycle` facts; full state as JSON. No clock of its own: every call takes now_ms. Any single
+// thread (not thread-safe): the entity's actor.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@
 
 namespace factum::resilience {
 
-/// The breaker's states; their names are the upper-case strings of the BRIEF and storage.
+/// The breaker's states; their names are the upper-case strings of the HTTP API and storage.
 enum class breaker_state {
   closed,      ///< CLOSED: calls pass, outcomes are recorded in the windows
   open,        ///< OPEN: calls fast-fail until the cooldown has elapsed
@@ -51,7 +51,7 @@ struct time_window_config {
   friend bool operator==(const time_window_config&, const time_window_config&) = default;
 };
 
-/// Breaker settings. The defaults are seed 003's: open on 5 failures in the last 10 calls, or
+/// Breaker settings. The defaults: open on 5 failures in the last 10 calls, or
 /// on 10 failures (or a failure rate >= 50 % over at least 10 calls) in the last 60 s; 120 s
 /// cooldown; HALF_OPEN lets 1 trial through and closes on 1 success; a trial whose outcome is
 /// not reported within 60 s ("60 s test window") is presumed lost and frees its slot.

@@ -1,7 +1,7 @@
 // factum/resilience/classifier.hpp: maps HTTP statuses, transport errors and tool-reported
-// errors onto the error taxonomy (BRIEF "Error taxonomy", seed 000), a stable error code and the
-// dead-letter failure reason (seed 003). Plain values; any single thread (not thread-safe while
-// overrides are being changed; const use from several threads is fine).
+// errors onto the error taxonomy (factum/entities/errors.hpp), a stable error code and the
+// dead-letter failure reason (dead_letter_rules.hpp). Plain values; any single thread (not
+// thread-safe while overrides are being changed; const use from several threads is fine).
 #pragma once
 
 #include <map>
@@ -22,7 +22,7 @@ enum class transport_error {
   timeout,            ///< no answer in time (connect or read): TIMEOUT, transient
   connection_reset,   ///< the peer reset the connection: CONNECTION_RESET, transient
   connection_refused, ///< nothing listens: CONNECTION_REFUSED, transient (never reached it)
-  dns_failure,        ///< the host name did not resolve: DNS_FAILURE, fail fast (seed 003)
+  dns_failure,        ///< the host name did not resolve: DNS_FAILURE, fail fast (network)
   tls,                ///< handshake or certificate failure: TLS_ERROR, fail fast (config)
   other,              ///< anything else: TRANSPORT_ERROR, external (retried with backoff)
 };
@@ -32,14 +32,14 @@ std::string_view to_string(transport_error e) noexcept;
 /// The transport error named by to_string(), or nullopt.
 std::optional<transport_error> parse_transport_error(std::string_view s) noexcept;
 
-/// Why an operation became a dead letter; selects its retention and automatic retry (seed 003's
-/// "DLQ Processing Rules", see dead_letter_rules.hpp).
+/// Why an operation became a dead letter; selects its retention and automatic retry (the table
+/// in dead_letter_rules.hpp).
 enum class failure_reason {
   rate_limit,      ///< 429 / rate limited
   server_error,    ///< 5xx, connection failures, unavailable
   timeout,         ///< timeouts, 408, 504
   invalid_payload, ///< client and data-integrity errors: 400, 404, 409, 422 ...
-  unauthorized,    ///< 401, 403 (seed 003's "Authentication")
+  unauthorized,    ///< 401, 403 ("authentication" is accepted as its name too)
   budget,          ///< 402: budget exhausted
   unknown,         ///< anything else (e.g. a tool's unexplained failure)
 };
@@ -88,7 +88,7 @@ struct classification_override {
   friend bool operator==(const classification_override&, const classification_override&) = default;
 };
 
-/// Maps failures onto the taxonomy. Without overrides it follows the BRIEF's table:
+/// Maps failures onto the taxonomy. Without overrides it follows this table:
 ///
 /// | HTTP status              | category       | code         | reason          | retried    |
 /// |--------------------------|----------------|--------------|-----------------|------------|
@@ -107,9 +107,9 @@ struct classification_override {
 /// order: a per-tool code override; a well-known code, case-insensitive (TIMEOUT/ETIMEDOUT,
 /// CONNECTION_RESET/ECONNRESET, CONNECTION_REFUSED/ECONNREFUSED, DNS_FAILURE/ENOTFOUND/
 /// EAI_AGAIN, TLS_ERROR/TLS, RATE_LIMITED; so transport_error's names work too); the reply's
-/// own category when it is not `external` (the default, which claims nothing); seed 002's
-/// message heuristics over code and message; finally `external`, retryable, with the tool's
-/// code (or TOOL_ERROR) and reason unknown.
+/// own category when it is not `external` (the default, which claims nothing); keyword
+/// heuristics over code and message (`heuristic` in classifier.cpp); finally `external`,
+/// retryable, with the tool's code (or TOOL_ERROR) and reason unknown.
 class classifier {
  public:
   /// A classifier with the default table and no overrides.

@@ -1,7 +1,7 @@
-// factum/resilience/dead_letter_rules.hpp: what happens to a dead letter (BRIEF "Dead letter
-// queue"): retention and automatic retry by failure reason (seed 003's "DLQ Processing Rules"),
-// and the allowed moves between the states pending, scheduled, resolved, discarded and
-// acknowledged (seed 004). Plain values; any single thread (not thread-safe).
+// factum/resilience/dead_letter_rules.hpp: what happens to a dead letter: retention and
+// automatic retry by failure reason (the table of dead_letter_rules below), and the allowed
+// moves between the states pending, scheduled, resolved, discarded and acknowledged. Plain
+// values; any single thread (not thread-safe).
 #pragma once
 
 #include <array>
@@ -25,11 +25,11 @@ struct dead_letter_rule {
   /// operator acts).
   std::optional<int64_t> auto_retry_after_ms;
   /// Whether a caller's hint (the Retry-After or the breaker's remaining cooldown) replaces
-  /// auto_retry_after_ms when given (seed 003's "after cooldown").
+  /// auto_retry_after_ms when given (a retry "after the cooldown").
   bool use_cooldown_hint = false;
-  int64_t max_auto_retries = 3; ///< automatic retries at most (seed 003: max_retries 3)
+  int64_t max_auto_retries = 3; ///< automatic retries at most
   bool manual_review = false;   ///< an operator should look at it (informational)
-  int64_t alert_per_hour = 0;   ///< seed 003's alert threshold, per hour (informational)
+  int64_t alert_per_hour = 0;   ///< alert threshold, dead letters per hour (informational)
 
   friend bool operator==(const dead_letter_rule&, const dead_letter_rule&) = default;
 };
@@ -46,8 +46,8 @@ std::string_view to_string(dl_action a) noexcept;
 /// The action named by to_string(), or nullopt.
 std::optional<dl_action> parse_dl_action(std::string_view s) noexcept;
 
-/// The dead-letter state machine (seed 004: pending -> scheduled -> resolved/discarded, and
-/// acknowledged for "reviewed, no action"):
+/// The dead-letter state machine (pending -> scheduled -> resolved/discarded, and acknowledged
+/// for "reviewed, no action"):
 ///
 ///   pending      -> scheduled, discarded, acknowledged
 ///   scheduled    -> resolved (the retry succeeded), scheduled (failed, retried again),
@@ -69,8 +69,8 @@ bool is_final(dl_status s) noexcept;
 /// (e.g. discarding a resolved dead letter).
 result<dl_status> apply_action(dl_status from, dl_action action);
 
-/// Retention and automatic retry per failure reason. Defaults (seed 003's table; budget, which
-/// it lacks, is treated like invalid_payload but kept 30 days for the accounts):
+/// Retention and automatic retry per failure reason. Defaults (budget is treated like
+/// invalid_payload but kept 30 days for the accounts):
 ///
 /// | reason          | retention | automatic retry              | manual review | alert/h |
 /// |-----------------|-----------|------------------------------|---------------|---------|
@@ -82,7 +82,7 @@ result<dl_status> apply_action(dl_status from, dl_action action);
 /// | budget          | 30 d      | never (needs more budget)    | yes           | 1       |
 /// | unknown         | 30 d      | never (manual only)          | yes           | 10      |
 ///
-/// Automatic retries: at most 3 each (the DLQ schema's max_retries default).
+/// Automatic retries: at most 3 each.
 class dead_letter_rules {
  public:
   /// The defaults above.

@@ -1,5 +1,5 @@
-// factum/resilience/retry_budget.hpp: the retry budget of one (entity, tool) pair (seed 002's
-// "Retry Budgets"; Finagle/gRPC style): retries may add at most a fraction of the calls, plus a
+// factum/resilience/retry_budget.hpp: the retry budget of one (entity, tool) pair (Finagle/gRPC
+// style): retries may add at most a fraction of the calls, plus a
 // small floor, over a sliding window, so retries cannot multiply the load on a failing tool.
 // Plain value type; any single thread (not thread-safe): the entity's actor.
 #pragma once

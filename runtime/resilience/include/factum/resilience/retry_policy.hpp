@@ -1,7 +1,7 @@
 // factum/resilience/retry_policy.hpp: how long to wait before the next attempt of a failed
 // operation: exponential/linear/constant backoff, jitter (none, full, equal, ratio,
-// decorrelated), Retry-After, per-operation defaults (seed 000), HTTP presets (seed 003) and
-// priorities. Plain value type; any single thread (not thread-safe; the rng is the caller's).
+// decorrelated), Retry-After, per-operation defaults, presets per HTTP status and priorities.
+// Plain value type; any single thread (not thread-safe; the rng is the caller's).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +19,8 @@ namespace factum::resilience {
 /// How the un-jittered delay grows with the attempt number n (1 = the first attempt failed).
 enum class backoff_kind {
   exponential, ///< base * multiplier^(n-1)
-  linear,      ///< base * n (seed 003's 504 row: 5 s, 10 s)
-  constant,    ///< base every time (seed 003's 429 row: "wait exactly 60 s between")
+  linear,      ///< base * n (the 504 preset of http_status_policy: 5 s, 10 s)
+  constant,    ///< base every time (the 429 preset: exactly 60 s between attempts)
 };
 
 /// How randomness spreads the delay d (already capped at max_delay_ms).
@@ -28,8 +28,8 @@ enum class jitter_kind {
   none,         ///< d
   full,         ///< uniform in [0, d]
   equal,        ///< d/2 + uniform in [0, d/2]
-  ratio,        ///< d * (1 + u * jitter_ratio), u uniform in [-1, 1] (seed 000; seed 002's
-                ///< [0.5, 1.5] is jitter_ratio 0.5); clamped to max_delay_ms
+  ratio,        ///< d * (1 + u * jitter_ratio), u uniform in [-1, 1] (jitter_ratio 0.5 gives
+                ///< [0.5 d, 1.5 d]); clamped to max_delay_ms
   decorrelated, ///< AWS "decorrelated jitter": uniform in [base, 3 * previous], capped at
                 ///< max_delay_ms; previous defaults to base; the backoff kind is not used
 };
@@ -37,11 +37,12 @@ enum class jitter_kind {
 /// The caller's urgency. with_priority() derives a policy for it from a normal one.
 enum class retry_priority {
   realtime,   ///< fail fast: half the delays, at most 5 s apart, at most 2 attempts
-  normal,     ///< the policy as configured ("default" in JSON and in seed 000)
+  normal,     ///< the policy as configured ("default" in JSON)
   background, ///< patient: 5x the delays and the ceiling, 2x the attempts
 };
 
-/// The operations of seed 000's "Retry Policies by Operation" table, exactly its rows.
+/// The operations with a default policy of their own (operation_policy; the per-operation table,
+/// checked row by row in tests/resilience/retry_policy_test.cpp).
 enum class operation_kind {
   fact_append,      ///< 1 s .. 60 s, 3 attempts: fast fail, facts critical
   entity_create,    ///< 1 s .. 60 s, 3 attempts: low retry, avoid duplicates
@@ -73,7 +74,7 @@ std::optional<operation_kind> parse_operation_kind(std::string_view s) noexcept;
 /// A uniform double in [0, 1) from 53 bits of `rng` (the same sequence on every platform).
 double uniform01(std::mt19937_64& rng) noexcept;
 
-/// A retry policy. The defaults are seed 000's "Default: balanced" context config: 1 s base,
+/// A retry policy. The defaults are the balanced policy of normal priority: 1 s base,
 /// 60 s ceiling, 5 attempts, multiplier 2, ratio jitter 0.5. Retry-After is honoured and capped
 /// at 5 minutes.
 ///
@@ -115,7 +116,7 @@ struct retry_policy {
   /// This policy scaled for a priority (document of retry_priority): realtime halves
   /// base_delay_ms, caps max_delay_ms at 5 s (never below the new base) and max_attempts at 2;
   /// background multiplies both delays by 5 and max_attempts by 2; normal changes nothing.
-  /// Applied to the default policy this yields seed 000's three context configs exactly.
+  /// Applied to the default policy this yields the three priority policies (priority_policy).
   retry_policy with_priority(retry_priority p) const;
 
   /// Ok, or INVALID_ARGUMENT naming the first bad field (negative delays, max < base,
@@ -131,18 +132,18 @@ struct retry_policy {
   friend bool operator==(const retry_policy&, const retry_policy&) = default;
 };
 
-/// seed 000's per-operation defaults (multiplier 2, ratio jitter 0.5, exponential backoff).
+/// The per-operation defaults of operation_kind (multiplier 2, ratio jitter 0.5, exponential
+/// backoff).
 retry_policy operation_policy(operation_kind k);
 
-/// seed 000's default policy for a priority (= retry_policy{}.with_priority(p)).
+/// The default policy for a priority (= retry_policy{}.with_priority(p)).
 retry_policy priority_policy(retry_priority p);
 
-/// seed 003's "Retry Strategy Decision" row for an HTTP status, or nullopt for a status it does
-/// not retry. Its "Max Attempts" column counts retries (its examples list that many delays), so
-/// max_attempts here is one more: 429: constant 60 s, no jitter, 6 attempts; 500: exponential
-/// 1 s, ±25 % jitter, 4 attempts; 502 and 503: exponential 2 s, ±25 %, 4 attempts; 504: linear
-/// 5 s (5 s, 10 s), no jitter, 3 attempts. 401 ("refresh the token, retry once") is left to the
-/// caller: authorization failures are not retried by factum.
+/// The retry policy for an HTTP status, or nullopt for a status not retried. max_attempts counts
+/// every attempt, the first included (5 retries of a 429 are 6 attempts): 429: constant 60 s, no
+/// jitter, 6 attempts; 500: exponential 1 s, ±25 % jitter, 4 attempts; 502 and 503: exponential
+/// 2 s, ±25 %, 4 attempts; 504: linear 5 s (5 s, 10 s), no jitter, 3 attempts. 401 ("refresh the
+/// token, retry once") is left to the caller: authorization failures are not retried by factum.
 std::optional<retry_policy> http_status_policy(int status);
 
 } // namespace factum::resilience
