@@ -516,6 +516,8 @@ void start_open(self_ptr self) {
       if (r) {
         core->store = std::move(r.value());
         core->released_on_open = core->store->released_on_open();
+        if (core->store->resynced_on_open())
+          rt->stats.resyncs.fetch_add(1, std::memory_order_relaxed);
         auto n = core->store->next_alarm();
         core->next_alarm.reset();
         if (n && n->has_value())

@@ -406,6 +406,11 @@ status runtime_core::sync_alarm_index(const entity_key& key, std::optional<int64
   return *outcome;
 }
 
+void runtime_core::wake_failed(const alarm_index_entry& e, std::string reason) {
+  std::lock_guard<std::mutex> g(alarms.mu);
+  alarms.failed_wakes.push_back({e, std::move(reason)});
+}
+
 // -- quarantined entities -----------------------------------------------------------------------
 
 void runtime_core::remember_suspect(const std::string& key_str) {
@@ -461,8 +466,41 @@ struct scheduler_state {
   std::unordered_map<std::string, std::pair<int64_t, int64_t>> woken; // key -> (due, at)
 };
 
+/// How long an alarm whose entity could not be woken waits before the next try: 1 s, doubling
+/// with each failed try, at most an hour.
+int64_t park_backoff_ms(int64_t attempts) {
+  return std::min<int64_t>(3'600'000, int64_t{1000} << std::min<int64_t>(attempts, 12));
+}
+
+/// Parks the index entries whose wake failed since the last scan (runtime_core::wake_failed):
+/// due() leaves them out for a while, so that other entities' alarms keep firing. How many.
+size_t park_failed_wakes(runtime_core* rt) {
+  std::vector<failed_wake> failed;
+  {
+    std::lock_guard<std::mutex> g(rt->alarms.mu);
+    failed.swap(rt->alarms.failed_wakes);
+  }
+  int64_t now = rt->now();
+  for (auto& f : failed) {
+    int64_t until = now + park_backoff_ms(f.entry.park_attempts);
+    auto st = rt->with_index_writer(
+      [&](alarm_index& w) { return w.park(f.entry.key, f.entry.due_ms, until, f.reason); });
+    rt->stats.alarms_parked.fetch_add(1, std::memory_order_relaxed);
+    rt->log_event({{"level", "warn"},
+                   {"event", "alarm_parked"},
+                   {"entity", f.entry.key.to_string()},
+                   {"due_ms", f.entry.due_ms},
+                   {"retry_at_ms", until},
+                   {"attempts", f.entry.park_attempts + 1},
+                   {"reason", f.reason},
+                   {"written", st.is_ok()}});
+  }
+  return failed.size();
+}
+
 void scheduler_scan(caf::stateful_actor<scheduler_state>* self, runtime_core* rt) {
   auto& s = self->state;
+  park_failed_wakes(rt);
   int64_t now = rt->now();
   std::vector<alarm_index_entry> due;
   std::optional<int64_t> next;
@@ -483,8 +521,19 @@ void scheduler_scan(caf::stateful_actor<scheduler_state>* self, runtime_core* rt
     if (w != s.woken.end() && w->second.first == e.due_ms)
       continue; // woken recently for this very due time
     s.woken[k] = {e.due_ms, now};
+    // A wake that cannot reach its entity (type not hosted, file that does not open, a call
+    // that times out) is parked at the next scan; the runtime stopping is no failure.
     rt->route(e.key, call_request{"@wake", "", "", "", ""}, std::chrono::seconds(30),
-              [](call_reply) {});
+              [rt, e](call_reply r) {
+                if (!r.ok && r.code != "UNAVAILABLE")
+                  rt->wake_failed(e, r.code + ": " + r.json().value("detail", std::string()));
+              });
+  }
+  // Wakes that failed at once (an unknown type) are parked now, and the entries behind them
+  // looked at without waiting for the next tick.
+  if (park_failed_wakes(rt) > 0) {
+    self->send(self, atoms::kick::value);
+    return;
   }
   int64_t poll = rt->cfg.alarm_poll.count();
   int64_t delay = poll;
@@ -671,6 +720,7 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   if (!writer)
     return writer.error();
   c.alarms.writer = std::move(writer.value());
+  c.alarms.writer->set_fault(c.cfg.alarm_index_fault);
   c.sys_cfg = std::make_unique<caf::actor_system_config>();
   size_t workers = c.cfg.scheduler_threads ? c.cfg.scheduler_threads
                                            : std::max(2u, std::thread::hardware_concurrency());

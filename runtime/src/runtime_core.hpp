@@ -155,6 +155,12 @@ class reply_sink : public std::enable_shared_from_this<reply_sink> {
   bool queued_ = false; ///< entry_ is valid (guarded by the router thread's mutex)
 };
 
+/// A wake of the alarm scheduler that did not reach its entity, and why.
+struct failed_wake {
+  alarm_index_entry entry;
+  std::string reason;
+};
+
 /// The alarm index: written by storage threads, read by the scheduler. Writes are group
 /// commits (runtime_core::sync_alarm_index): the storage threads that need a change durable at
 /// the same time queue it, one of them applies the queue in one transaction on `writer` while
@@ -172,6 +178,8 @@ struct alarm_directory {
   /// (the latest change of a key wins): what the index will say once they are applied.
   std::unordered_map<std::string, change> queued, applying;
   bool flushing = false;
+  /// Wakes that failed since the scheduler's last scan (it parks their entries).
+  std::vector<failed_wake> failed_wakes;
   uint64_t tickets = 0; ///< changes queued so far
   uint64_t applied = 0; ///< changes queued before the last finished batch
   std::condition_variable done;
@@ -254,6 +262,22 @@ struct runtime_core {
   /// `before_commit`, only moves the entry earlier (never later) and kicks the scheduler. The
   /// write's outcome: a caller that needed an earlier entry must not go on when it failed.
   status sync_alarm_index(const entity_key& key, std::optional<int64_t> next, bool before_commit);
+
+  /// Runs `fn(writer)` with the index's writer connection to itself, waiting while a batch
+  /// of sync_alarm_index() writes it (any thread that may block).
+  template <class Fn> status with_index_writer(Fn&& fn) {
+    std::unique_lock<std::mutex> g(alarms.mu);
+    alarms.done.wait(g, [&] { return !alarms.flushing; });
+    alarms.flushing = true;
+    g.unlock();
+    auto st = fn(*alarms.writer);
+    g.lock();
+    alarms.flushing = false;
+    alarms.done.notify_all();
+    return st;
+  }
+  /// A wake of the alarm scheduler failed (any thread): parked at its next scan.
+  void wake_failed(const alarm_index_entry& e, std::string reason);
 
   // -- quarantined entities (storage threads) --
 

@@ -43,11 +43,42 @@ result<std::unique_ptr<alarm_index>> alarm_index::open(const fs::path& data_dir,
   sql += mode == durability::full ? "FULL;" : "NORMAL;";
   sql += "CREATE TABLE IF NOT EXISTS alarm_index("
          "  digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, type TEXT NOT NULL, id TEXT NOT NULL,"
-         "  due_at INTEGER NOT NULL) WITHOUT ROWID;"
+         "  due_at INTEGER NOT NULL, parked_until INTEGER, park_attempts INTEGER NOT NULL "
+         "  DEFAULT 0, park_reason TEXT) WITHOUT ROWID;"
          "CREATE INDEX IF NOT EXISTS alarm_index_by_due ON alarm_index(due_at);";
   if (sqlite3_exec(ix->db_, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
     return sql_error(ix->db_, "create");
+  // An index made before alarms could be parked gains the columns (derived data: no version).
+  bool has_parked = false;
+  sqlite3_stmt* info = nullptr;
+  if (sqlite3_prepare_v2(ix->db_, "PRAGMA table_info(alarm_index)", -1, &info, nullptr) !=
+      SQLITE_OK)
+    return sql_error(ix->db_, "table_info");
+  while (sqlite3_step(info) == SQLITE_ROW)
+    has_parked |= col(info, 1) == "parked_until";
+  sqlite3_finalize(info);
+  if (!has_parked &&
+      sqlite3_exec(ix->db_,
+                   "ALTER TABLE alarm_index ADD COLUMN parked_until INTEGER;"
+                   "ALTER TABLE alarm_index ADD COLUMN park_attempts INTEGER NOT NULL DEFAULT 0;"
+                   "ALTER TABLE alarm_index ADD COLUMN park_reason TEXT;",
+                   nullptr, nullptr, nullptr) != SQLITE_OK)
+    return sql_error(ix->db_, "add park columns");
   return ix;
+}
+
+void alarm_index::set_fault(fault_hook fault) {
+  fault_ = std::move(fault);
+}
+
+status alarm_index::injected(const char* what) {
+  if (!fault_)
+    return status::ok();
+  int rc = fault_(0, what);
+  if (rc == SQLITE_OK)
+    return status::ok();
+  return {rc == SQLITE_FULL ? errc::full : errc::io_error,
+          std::string("alarm index: ") + what + ": " + sqlite3_errstr(rc) + " (injected)"};
 }
 
 alarm_index::~alarm_index() {
@@ -58,6 +89,8 @@ alarm_index::~alarm_index() {
 status alarm_index::apply(const std::vector<alarm_index_entry>& changes) {
   if (changes.empty())
     return status::ok();
+  if (auto st = injected("apply"); !st)
+    return st;
   if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
     return sql_error(db_, "begin");
   sqlite3_stmt* up = nullptr;
@@ -99,8 +132,9 @@ status alarm_index::apply(const std::vector<alarm_index_entry>& changes) {
 result<std::vector<alarm_index_entry>> alarm_index::due(int64_t until_ms, int64_t limit) {
   sqlite3_stmt* st = nullptr;
   if (sqlite3_prepare_v2(db_,
-                         "SELECT tenant, type, id, due_at FROM alarm_index WHERE due_at <= ? "
-                         "ORDER BY due_at LIMIT ?",
+                         "SELECT tenant, type, id, due_at, park_attempts FROM alarm_index "
+                         "WHERE due_at <= ?1 AND (parked_until IS NULL OR parked_until <= ?1) "
+                         "ORDER BY due_at LIMIT ?2",
                          -1, &st, nullptr) != SQLITE_OK)
     return sql_error(db_, "due");
   sqlite3_bind_int64(st, 1, until_ms);
@@ -108,7 +142,8 @@ result<std::vector<alarm_index_entry>> alarm_index::due(int64_t until_ms, int64_
   std::vector<alarm_index_entry> out;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    out.push_back({entity_key{col(st, 0), col(st, 1), col(st, 2)}, sqlite3_column_int64(st, 3)});
+    out.push_back({entity_key{col(st, 0), col(st, 1), col(st, 2)}, sqlite3_column_int64(st, 3),
+                   sqlite3_column_int64(st, 4)});
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) // an I/O error is not the end of the results
     return sql_error(db_, "due");
@@ -117,7 +152,9 @@ result<std::vector<alarm_index_entry>> alarm_index::due(int64_t until_ms, int64_
 
 result<std::optional<int64_t>> alarm_index::next_due() {
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT MIN(due_at) FROM alarm_index", -1, &st, nullptr) != SQLITE_OK)
+  // A parked entry is due again when its parking ends.
+  if (sqlite3_prepare_v2(db_, "SELECT MIN(MAX(due_at, IFNULL(parked_until, 0))) FROM alarm_index",
+                         -1, &st, nullptr) != SQLITE_OK)
     return sql_error(db_, "next due");
   std::optional<int64_t> out;
   int rc = sqlite3_step(st);
@@ -148,6 +185,49 @@ result<std::optional<int64_t>> alarm_index::due_of(const entity_key& key) {
 
 result<std::vector<alarm_index_entry>> alarm_index::all() {
   return due(INT64_MAX, INT64_MAX);
+}
+
+status alarm_index::park(const entity_key& key, int64_t due_ms, int64_t until_ms,
+                         std::string_view reason) {
+  if (auto st = injected("park"); !st)
+    return st;
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "UPDATE alarm_index SET parked_until=?, park_attempts=park_attempts+1, "
+                         "park_reason=? WHERE digest=? AND due_at=?",
+                         -1, &st, nullptr) != SQLITE_OK)
+    return sql_error(db_, "park");
+  auto d = key.digest();
+  sqlite3_bind_int64(st, 1, until_ms);
+  sqlite3_bind_text(st, 2, reason.data(), static_cast<int>(reason.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 3, d.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 4, due_ms);
+  int rc = sqlite3_step(st);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return sql_error(db_, "park");
+  return status::ok();
+}
+
+result<std::vector<alarm_index_parked>> alarm_index::parked() {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT tenant, type, id, due_at, parked_until, park_attempts, "
+                         "park_reason FROM alarm_index WHERE parked_until IS NOT NULL "
+                         "ORDER BY due_at",
+                         -1, &st, nullptr) != SQLITE_OK)
+    return sql_error(db_, "parked");
+  std::vector<alarm_index_parked> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    out.push_back({{entity_key{col(st, 0), col(st, 1), col(st, 2)}, sqlite3_column_int64(st, 3),
+                    sqlite3_column_int64(st, 5)},
+                   sqlite3_column_int64(st, 4),
+                   col(st, 6)});
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return sql_error(db_, "parked");
+  return out;
 }
 
 result<fs::path> alarm_index::set_aside(const fs::path& data_dir) {

@@ -2,6 +2,10 @@
 // a failing handler with exponential backoff and then dead-letter it.
 #include <doctest/doctest.h>
 
+#include <sqlite3.h>
+
+#include <atomic>
+
 #include <condition_variable>
 #include <fstream>
 #include <limits>
@@ -197,4 +201,82 @@ TEST_CASE("alarms: a failing handler is retried with exponential backoff, then d
   CHECK(facts(*rt, k, {{"type", "error"}, {"subtype", "max_retries_exceeded"}}).size() == 1);
   CHECK(call_ok(*rt, k, "@alarms", json::object()).empty());
   CHECK(events.count("alarm:bad") == 4);
+}
+
+TEST_CASE("alarms: 600 index entries the runtime cannot wake (a type no longer hosted, a file "
+          "that does not open) are parked, and a healthy alarm behind them fires") {
+  test::temp_dir tmp;
+  auto healthy = entity_key{"acme", "alarmer", "healthy"};
+  {
+    auto rt = start_ok(alarm_config(tmp.path()));
+    call_ok(*rt, healthy, "arm", {{"name", "h"}, {"delay_ms", 1500}, {"tag", "starved"}});
+  } // stopped before it is due
+  // 600 entries due long before it: 590 of a type this runtime does not host, 10 of hosted
+  // entities whose files are garbage.
+  int64_t now = factum::now_ms();
+  {
+    auto ix = alarm_index::open(tmp.path(), durability::full);
+    REQUIRE(ix.is_ok());
+    std::vector<alarm_index_entry> junk;
+    for (int i = 0; i < 590; ++i)
+      junk.push_back({entity_key{"acme", "retired", "r" + std::to_string(i)}, now - 60'000 + i});
+    for (int i = 0; i < 10; ++i) {
+      entity_key k{"acme", "alarmer", "broken" + std::to_string(i)};
+      auto file = k.file_path(tmp.path());
+      std::filesystem::create_directories(file.parent_path());
+      std::ofstream(file, std::ios::binary) << std::string(8192, 'Z');
+      junk.push_back({k, now - 30'000 + i});
+    }
+    REQUIRE((*ix)->apply(junk).is_ok());
+  }
+  auto rt = start_ok(alarm_config(tmp.path()));
+  // Before parking, the scheduler took the 512 oldest due entries at every scan, found none of
+  // them wakeable, and never reached the healthy one.
+  REQUIRE(events.wait_for("alarm:starved", 1, 20s));
+  CHECK(rt->stats().alarms_parked >= 600);
+  auto ix = alarm_index::open(tmp.path(), durability::full);
+  REQUIRE(ix.is_ok());
+  auto parked = (*ix)->parked();
+  REQUIRE(parked.is_ok());
+  CHECK(parked->size() == 600);
+  int unknown = 0, unopenable = 0;
+  for (auto& p : *parked) {
+    CHECK(p.parked_until_ms > now);
+    unknown += p.reason.rfind("UNKNOWN_ENTITY_TYPE", 0) == 0;
+    unopenable += p.entry.key.type == "alarmer";
+  }
+  CHECK(unknown == 590);
+  CHECK(unopenable == 10);
+}
+
+TEST_CASE("alarms: when the alarm index cannot be written (disk full), a call that sets an alarm "
+          "is refused and nothing is kept, and once it can the alarm fires after hibernation") {
+  test::temp_dir tmp;
+  std::atomic<bool> full{true};
+  auto c = alarm_config(tmp.path());
+  c.idle_timeout = 50ms;
+  c.alarm_index_fault = [&](uint64_t, std::string_view what) {
+    return full.load() && what == "apply" ? SQLITE_FULL : SQLITE_OK;
+  };
+  auto rt = start_ok(std::move(c));
+  auto k = entity_key{"acme", "alarmer", "index-full"};
+  call_options o;
+  o.idempotency_key = "arm-1";
+  auto args = json{{"name", "x"}, {"delay_ms", 300}, {"tag", "index-full"}}.dump();
+  auto r = rt->call_sync(k, "arm", args, o);
+  // Before, the entity committed its alarm (200) while the index write failed: a hibernated
+  // entity's alarm then never fired.
+  CHECK_FALSE(r.ok);
+  CHECK(r.http_status == 503);
+  CHECK(r.code == "STORAGE_FULL");
+  CHECK(r.retryable);
+  CHECK(rt->stats().alarm_index_failures >= 1);
+  CHECK(call_ok(*rt, k, "@alarms", json::object()).empty());
+  full = false;
+  auto again = rt->call_sync(k, "arm", args, o);
+  REQUIRE_MESSAGE(again.ok, again.body);
+  CHECK_FALSE(again.replayed);
+  REQUIRE(events.wait_for("alarm:index-full", 1, 10s));
+  CHECK(rt->stats().hibernations >= 1); // it fired through the index, after hibernating
+  CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
 }

@@ -127,6 +127,9 @@ struct runtime_config {
   nlohmann::json dead_letter_rules;
   /// Fault injection for storage tests: applied to every entity store. Default none.
   fault_hook storage_fault;
+  /// Fault injection for tests: applied to the alarm index's writes (alarm_index::set_fault).
+  /// Default none.
+  fault_hook alarm_index_fault;
   /// Where the runtime writes what an operator must hear of (an entity quarantined after a
   /// failed sync, alarms parked, the alarm index failing): one JSON object per line, with
   /// "ts", "level" and "event". Default: standard error. `factum serve` passes its log.

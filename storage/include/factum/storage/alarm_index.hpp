@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "factum/storage/entity_key.hpp"
@@ -28,6 +30,15 @@ namespace factum {
 struct alarm_index_entry {
   entity_key key;
   int64_t due_ms = 0;
+  /// Times the runtime could not wake the entity for this due time (park()); read by due().
+  int64_t park_attempts = 0;
+};
+
+/// An entry whose entity could not be woken (park()).
+struct alarm_index_parked {
+  alarm_index_entry entry;
+  int64_t parked_until_ms = 0; ///< due() leaves it out until then
+  std::string reason;          ///< why the last wake failed
 };
 
 /// What rebuild() found in the entity files.
@@ -53,10 +64,21 @@ class alarm_index {
   /// Sets the due time of each entity (one transaction, committed on return). A due time of
   /// -1 removes the entity's entry.
   status apply(const std::vector<alarm_index_entry>& changes);
-  /// Entries due at or before `until_ms`, earliest first.
+  /// Entries due at or before `until_ms` and not parked past it, earliest first.
   result<std::vector<alarm_index_entry>> due(int64_t until_ms, int64_t limit);
-  /// The earliest due time, if any.
+  /// The earliest time an entry is due (a parked one: when its parking ends), if any.
   result<std::optional<int64_t>> next_due();
+  /// The entity of `key` could not be woken for its alarm due at `due_ms` (its type is not
+  /// hosted, its file cannot be opened): due() leaves the entry out until `until_ms`, so that
+  /// the alarms of other entities keep firing. Counts the attempt and keeps the reason. No
+  /// change when the entry's due time is no longer `due_ms`; apply() of the entity's next due
+  /// time ends the parking.
+  status park(const entity_key& key, int64_t due_ms, int64_t until_ms, std::string_view reason);
+  /// Every parked entry (inspection, tests).
+  result<std::vector<alarm_index_parked>> parked();
+  /// Fault injection for tests: called with (0, "apply") or (0, "park") before each write; a
+  /// non-zero SQLite code fails the write (SQLITE_FULL as a full disk). Default none.
+  void set_fault(fault_hook fault);
   /// The due time the index holds for `key`, if any.
   result<std::optional<int64_t>> due_of(const entity_key& key);
   /// Every entry (tests, inspection).
@@ -68,7 +90,9 @@ class alarm_index {
 
  private:
   alarm_index() = default;
+  status injected(const char* what);
   sqlite3* db_ = nullptr;
+  fault_hook fault_;
 };
 
 } // namespace factum
