@@ -17,6 +17,7 @@
 // sync() on a sync thread -> on_synced(): the output gate releases every reply the sync covers.
 // A batch that moved alarms commits and syncs on a storage thread instead (the alarm index
 // written first), and on_committed() hands its replies to the gate.
+#include <algorithm>
 #include <optional>
 
 #include "entity_context.hpp"
@@ -450,6 +451,12 @@ void pump(self_ptr self) {
       item.rp.deliver(call_reply::success("null"));
       item.rp = {};
     }
+    if (item.rp.sink && item.rp.sink->answered()) {
+      // Its caller was answered CALL_TIMEOUT while it waited: it never runs (a retry does).
+      s.rt->stats.calls_dropped.fetch_add(1, std::memory_order_relaxed);
+      runner.drop(item);
+      continue;
+    }
     runner.run(std::move(item));
   }
   if (runner.busy() || s.committing)
@@ -500,6 +507,21 @@ void on_idle_check(self_ptr self) {
   maybe_close(self);
 }
 
+/// Opens the entity's file only if it exists (NOT_FOUND otherwise).
+result<std::unique_ptr<entity_store>> open_existing(const store_options& opts,
+                                                    const entity_key& key) {
+  auto o = opts;
+  o.create_if_missing = false;
+  return entity_store::open(o, key);
+}
+
+/// Whether a queued turn may create the entity's file: a call of one of its type's methods.
+/// Reads and operator actions (internal methods, '@...') and the alarm scheduler's wakes never
+/// create one: an entity that was never written answers them 404 ENTITY_NOT_FOUND.
+bool creates_file(const queued& q) {
+  return q.kind == turn_kind::call && (q.req.method.empty() || q.req.method[0] != '@');
+}
+
 void start_open(self_ptr self) {
   auto& s = self->state;
   s.ph = phase::opening;
@@ -509,10 +531,11 @@ void start_open(self_ptr self) {
   auto key_str = s.key_str;
   auto me = caf::actor_cast<caf::actor>(self);
   const store_options* opts = &rt->store_opts_for(s.type);
-  rt->pool.post([core, rt, key, key_str, me, opts] {
+  bool create = std::any_of(s.queue.begin(), s.queue.end(), creates_file);
+  rt->pool.post([core, rt, key, key_str, me, opts, create] {
     status st = rt->resync_if_suspect(*opts, key, key_str);
     if (st) {
-      auto r = entity_store::open(*opts, key);
+      auto r = create ? entity_store::open(*opts, key) : open_existing(*opts, key);
       if (r) {
         core->store = std::move(r.value());
         core->released_on_open = core->store->released_on_open();
@@ -537,13 +560,28 @@ void start_open(self_ptr self) {
 void on_opened(self_ptr self, int code, const std::string& msg) {
   auto& s = self->state;
   if (code != 0) {
-    auto ce = storage_error(status{static_cast<errc>(code), msg});
-    for (auto& q : s.queue)
+    bool absent = static_cast<errc>(code) == errc::not_found;
+    auto ce = absent ? not_found_error("ENTITY_NOT_FOUND", "no entity " + s.key_str +
+                                                             ": nothing was ever written to it")
+                     : storage_error(status{static_cast<errc>(code), msg});
+    std::deque<queued> writes; // arrived while an open that does not create ran
+    for (auto& q : s.queue) {
+      if (absent && creates_file(q)) {
+        writes.push_back(std::move(q));
+        continue;
+      }
       if (q.rp.sink) {
         s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
         q.rp.deliver(call_reply::failure(ce));
       }
-    s.queue.clear();
+      if (q.kind == turn_kind::call)
+        s.runner->drop(q);
+    }
+    s.queue = std::move(writes);
+    if (!s.queue.empty()) {
+      start_open(self); // with a file to create this time
+      return;
+    }
     s.rt->release_slot(s.key_str);
     s.rt->unregister(s.key_str, caf::actor_cast<caf::actor>(self));
     self->quit();
@@ -635,6 +673,18 @@ void on_call(self_ptr self, std::shared_ptr<reply_sink>& sink) {
     q.rp = std::move(rp);
     s.queue.push_back(std::move(q));
     pump(self);
+    return;
+  }
+  if (s.queue.size() >= s.rt->cfg.max_queued_calls) {
+    s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.calls_overloaded.fetch_add(1, std::memory_order_relaxed);
+    call_error e(error_category::transient, "ENTITY_OVERLOADED",
+                 "entity " + s.key_str + " has " + std::to_string(s.queue.size()) +
+                   " calls waiting; retry later",
+                 429);
+    auto r = call_reply::failure(e);
+    r.retry_after_ms = 1000;
+    rp.deliver(std::move(r));
     return;
   }
   if (auto refused = s.runner->accept(req)) {

@@ -138,7 +138,7 @@ reply_sink::reply_sink(runtime_core* rt, entity_key key, std::string key_str, ca
 reply_sink::~reply_sink() {
   rt_->router.remove(*this); // first: the router thread may be looking at the entry
   auto st = state_.load(std::memory_order_acquire);
-  if (st == answered)
+  if (st == answered_)
     return;
   if (st == taken) { // the actor took the call and ended without answering it
     if (finish(call_reply::failure(error_category::transient, "UNAVAILABLE",
@@ -167,8 +167,8 @@ call_request reply_sink::take() {
 
 bool reply_sink::finish(call_reply r) {
   int s = state_.load(std::memory_order_acquire);
-  while (s != answered) {
-    if (state_.compare_exchange_weak(s, answered, std::memory_order_acq_rel)) {
+  while (s != answered_) {
+    if (state_.compare_exchange_weak(s, answered_, std::memory_order_acq_rel)) {
       auto done = std::move(done_);
       done(std::move(r));
       return true;
@@ -480,22 +480,25 @@ size_t park_failed_wakes(runtime_core* rt) {
     std::lock_guard<std::mutex> g(rt->alarms.mu);
     failed.swap(rt->alarms.failed_wakes);
   }
+  if (failed.empty())
+    return 0;
   int64_t now = rt->now();
-  for (auto& f : failed) {
-    int64_t until = now + park_backoff_ms(f.entry.park_attempts);
-    auto st = rt->with_index_writer(
-      [&](alarm_index& w) { return w.park(f.entry.key, f.entry.due_ms, until, f.reason); });
-    rt->stats.alarms_parked.fetch_add(1, std::memory_order_relaxed);
+  std::vector<alarm_index_parked> parks;
+  parks.reserve(failed.size());
+  for (auto& f : failed)
+    parks.push_back({f.entry, now + park_backoff_ms(f.entry.park_attempts), std::move(f.reason)});
+  auto st = rt->with_index_writer([&](alarm_index& w) { return w.park(parks); });
+  rt->stats.alarms_parked.fetch_add(parks.size(), std::memory_order_relaxed);
+  for (auto& p : parks)
     rt->log_event({{"level", "warn"},
                    {"event", "alarm_parked"},
-                   {"entity", f.entry.key.to_string()},
-                   {"due_ms", f.entry.due_ms},
-                   {"retry_at_ms", until},
-                   {"attempts", f.entry.park_attempts + 1},
-                   {"reason", f.reason},
+                   {"entity", p.entry.key.to_string()},
+                   {"due_ms", p.entry.due_ms},
+                   {"retry_at_ms", p.parked_until_ms},
+                   {"attempts", p.entry.park_attempts + 1},
+                   {"reason", p.reason},
                    {"written", st.is_ok()}});
-  }
-  return failed.size();
+  return parks.size();
 }
 
 void scheduler_scan(caf::stateful_actor<scheduler_state>* self, runtime_core* rt) {
@@ -865,6 +868,8 @@ runtime_stats runtime::stats() const {
   r.resyncs = ld(s.resyncs);
   r.alarm_index_failures = ld(s.alarm_index_failures);
   r.alarms_parked = ld(s.alarms_parked);
+  r.calls_overloaded = ld(s.calls_overloaded);
+  r.calls_dropped = ld(s.calls_dropped);
   return r;
 }
 

@@ -135,11 +135,13 @@ class reply_sink : public std::enable_shared_from_this<reply_sink> {
   void deliver(call_reply r);
   /// The deadline passed (router thread).
   void expire();
+  /// Whether the call has its answer already (its deadline passed before the entity ran it).
+  bool answered() const noexcept { return state_.load(std::memory_order_acquire) == answered_; }
 
  private:
   friend class call_router_thread;
   friend struct runtime_core;
-  enum : int { pending = 0, taken = 1, answered = 2 };
+  enum : int { pending = 0, taken = 1, answered_ = 2 };
   bool finish(call_reply r);
 
   runtime_core* rt_;

@@ -112,6 +112,11 @@ class turn_runner {
   /// Whether a call may queue: a call whose idempotency key belongs to a call accepted and
   /// not yet answered gets 409 at once (the reply to send), instead of queueing behind it.
   std::optional<call_reply> accept(const call_request& req);
+  /// Forgets a call that will not run (answered without a turn): its key is free again.
+  void drop(const queued& item) {
+    if (item.kind == turn_kind::call && !item.req.idempotency_key.empty())
+      keys_in_flight_.erase(item.req.idempotency_key);
+  }
   /// Runs `item` until it ends (its answer goes to the host) or suspends at an await.
   void run(queued item);
   /// Ends the running turn with the handler's outcome (`err`, or `value` for a call).

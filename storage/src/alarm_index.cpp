@@ -187,25 +187,36 @@ result<std::vector<alarm_index_entry>> alarm_index::all() {
   return due(INT64_MAX, INT64_MAX);
 }
 
-status alarm_index::park(const entity_key& key, int64_t due_ms, int64_t until_ms,
-                         std::string_view reason) {
+status alarm_index::park(const std::vector<alarm_index_parked>& parks) {
+  if (parks.empty())
+    return status::ok();
   if (auto st = injected("park"); !st)
     return st;
+  if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
+    return sql_error(db_, "begin");
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "UPDATE alarm_index SET parked_until=?, park_attempts=park_attempts+1, "
-                         "park_reason=? WHERE digest=? AND due_at=?",
-                         -1, &st, nullptr) != SQLITE_OK)
-    return sql_error(db_, "park");
-  auto d = key.digest();
-  sqlite3_bind_int64(st, 1, until_ms);
-  sqlite3_bind_text(st, 2, reason.data(), static_cast<int>(reason.size()), SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 3, d.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st, 4, due_ms);
-  int rc = sqlite3_step(st);
+  bool ok = sqlite3_prepare_v2(db_,
+                               "UPDATE alarm_index SET parked_until=?, "
+                               "park_attempts=park_attempts+1, park_reason=? "
+                               "WHERE digest=? AND due_at=?",
+                               -1, &st, nullptr) == SQLITE_OK;
+  for (auto& p : parks) {
+    if (!ok)
+      break;
+    auto d = p.entry.key.digest();
+    sqlite3_bind_int64(st, 1, p.parked_until_ms);
+    sqlite3_bind_text(st, 2, p.reason.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, d.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, p.entry.due_ms);
+    ok = sqlite3_step(st) == SQLITE_DONE;
+    sqlite3_reset(st);
+  }
   sqlite3_finalize(st);
-  if (rc != SQLITE_DONE)
-    return sql_error(db_, "park");
+  if (!ok || sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    auto err = sql_error(db_, "park");
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return err;
+  }
   return status::ok();
 }
 

@@ -153,8 +153,7 @@ TEST_CASE("tenant isolation: the same type/id is another entity for another tena
                       append_body("secret", {{"i", i}}).dump())
               .status == 200);
   auto theirs = c.request("GET", "/v1/entities/ledger/shared/facts", {{"X-API-Key", globex_key}});
-  REQUIRE(theirs.status == 200);
-  CHECK(theirs.json() == json::array());
+  check_problem(theirs, 404, "ENTITY_NOT_FOUND"); // globex's ledger/shared was never written
   auto own = c.request("POST", "/v1/entities/ledger/shared/append", json_headers(globex_key, "a-0"),
                        append_body("mine").dump());
   REQUIRE(own.status == 200);
@@ -364,7 +363,12 @@ TEST_CASE("dead-letter and breaker routes reach the runtime's internal methods, 
   gateway_fixture f;
   http_client c(f.port());
   auto auth = header_list{{"X-API-Key", acme_key}};
-  // operator_test.cpp drives real dead letters and breakers; here: the routes answer.
+  // operator_test.cpp drives real dead letters and breakers; here: the routes answer, on an
+  // entity that exists (reads of one that does not are 404 ENTITY_NOT_FOUND).
+  check_problem(c.request("GET", "/v1/entities/ledger/d/breakers", auth), 404, "ENTITY_NOT_FOUND");
+  REQUIRE(c.request("POST", "/v1/entities/ledger/d/append", json_headers(acme_key, "d-0"),
+                    append_body("note").dump())
+            .status == 200);
   for (auto path : {"/v1/entities/ledger/d/dead-letters", "/v1/entities/ledger/d/breakers",
                     "/v1/entities/ledger/d/dead-letters?status=pending&limit=5"}) {
     CAPTURE(path);

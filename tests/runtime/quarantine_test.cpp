@@ -86,6 +86,10 @@ TEST_CASE("quarantine: a failed WAL sync fails the call 503 with a retry delay, 
   CHECK(r.code == "STORAGE_UNAVAILABLE");
   CHECK(r.retryable);
   CHECK(r.retry_after_ms > 0);
+  // The reply leaves before the actor counts the quarantine: wait for the counter.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while ((*rt)->stats().quarantines == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms); // waiting for a counter the entity's actor bumps
   CHECK((*rt)->stats().quarantines == 1);
   // The commit landed in the WAL; whether it is on disk nobody knows. The retry waits for the
   // next activation, which writes the WAL again and syncs it before reading it: then the replay

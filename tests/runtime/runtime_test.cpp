@@ -449,7 +449,7 @@ TEST_CASE("runtime: each entity type's files have its page size, from spares of 
     for (const char* type : {"ledger", "ledger8k", "webhook"}) {
       auto key = ek(type, "p" + std::to_string(round));
       if (std::string(type) == "webhook") { // a call that fails still creates the file
-        (void)rt->call_sync(key, "@verify", "{}");
+        (void)rt->call_sync(key, "deliver", "{}");
       } else {
         CHECK_FALSE(append(*rt, key));
         // p0's key again: a replay, in round 1 from the file round 0 made and closed.

@@ -125,6 +125,10 @@ struct runtime_config {
   /// Dead-letter rules by failure reason (dead_letter_rules JSON); null: the defaults of
   /// resilience::dead_letter_rules (its header's table).
   nlohmann::json dead_letter_rules;
+  /// Calls one entity may have queued (accepted, not yet run): one more is answered 429
+  /// ENTITY_OVERLOADED with a retry delay, as Durable Objects answers an overloaded object.
+  /// Default 1000.
+  size_t max_queued_calls = 1000;
   /// Fault injection for storage tests: applied to every entity store. Default none.
   fault_hook storage_fault;
   /// Fault injection for tests: applied to the alarm index's writes (alarm_index::set_fault).
@@ -193,6 +197,10 @@ struct runtime_stats {
   /// Alarm wakes that could not reach their entity (type not hosted, file that cannot open):
   /// the index entry is parked with a backoff so that other alarms keep firing.
   uint64_t alarms_parked = 0;
+  /// Calls refused 429 ENTITY_OVERLOADED (runtime_config::max_queued_calls).
+  uint64_t calls_overloaded = 0;
+  /// Calls never run because their caller had been answered 504 CALL_TIMEOUT while they waited.
+  uint64_t calls_dropped = 0;
 };
 
 namespace detail {

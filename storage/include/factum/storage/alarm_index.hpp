@@ -68,12 +68,12 @@ class alarm_index {
   result<std::vector<alarm_index_entry>> due(int64_t until_ms, int64_t limit);
   /// The earliest time an entry is due (a parked one: when its parking ends), if any.
   result<std::optional<int64_t>> next_due();
-  /// The entity of `key` could not be woken for its alarm due at `due_ms` (its type is not
-  /// hosted, its file cannot be opened): due() leaves the entry out until `until_ms`, so that
-  /// the alarms of other entities keep firing. Counts the attempt and keeps the reason. No
-  /// change when the entry's due time is no longer `due_ms`; apply() of the entity's next due
-  /// time ends the parking.
-  status park(const entity_key& key, int64_t due_ms, int64_t until_ms, std::string_view reason);
+  /// Entities that could not be woken for their alarm due at `entry.due_ms` (their type is not
+  /// hosted, their file cannot be opened), in one transaction: due() leaves each entry out
+  /// until `until_ms`, so that the alarms of other entities keep firing. Counts the attempt and
+  /// keeps the reason. No change to an entry whose due time is no longer `entry.due_ms`;
+  /// apply() of an entity's next due time ends its parking.
+  status park(const std::vector<alarm_index_parked>& parks);
   /// Every parked entry (inspection, tests).
   result<std::vector<alarm_index_parked>> parked();
   /// Fault injection for tests: called with (0, "apply") or (0, "park") before each write; a
