@@ -465,7 +465,7 @@ class entity_store {
   /// checks the prefix (schema version 4; older versions: every id is old-style).
   status use_fact_id_meta(const std::string& prefix, const std::string& legacy_until);
   /// A SQL text fixed at compile time: a string literal, or literals joined into a `static
-  /// constexpr` array (sql_concat in entity_store.cpp). Its prepared statement is cached by the
+  /// constexpr` array (sql_concat in store_sql.hpp). Its prepared statement is cached by the
   /// text's address (it names that one text for the life of the process), so a lookup compares
   /// pointers instead of hashing the text (the per-call statements of a turn: the key's lookup
   /// and record, the fact's insert, the savepoint). consteval: an array whose address is not a

@@ -1,0 +1,240 @@
+// store_keys.cpp: an entity's idempotency keys (see entity_store.hpp): begin, peek, record,
+// settle, release, purge and list them. Owned by the store's owner thread, one at a time.
+#include "factum/storage/entity_store.hpp"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store_sql.hpp"
+
+namespace factum {
+
+using detail::bind_text;
+using detail::col_opt;
+using detail::col_text;
+using detail::sql_concat;
+using detail::stmt_guard;
+
+// -- idempotency keys ---------------------------------------------------------------------------
+
+std::string_view to_string(key_status s) noexcept {
+  switch (s) {
+  case key_status::pending: return "pending";
+  case key_status::completed: return "completed";
+  case key_status::failed: return "failed";
+  }
+  return "pending";
+}
+
+namespace {
+
+key_status parse_key_status(std::string_view s) {
+  if (s == "completed")
+    return key_status::completed;
+  if (s == "failed")
+    return key_status::failed;
+  return key_status::pending;
+}
+
+constexpr char key_select[] =
+  "SELECT key, status, fingerprint, response, created_at, expires_at FROM idempotency_keys ";
+
+idempotency_record read_key(sqlite3_stmt* st) {
+  idempotency_record r;
+  r.key = col_text(st, 0);
+  r.status = parse_key_status(col_text(st, 1));
+  r.fingerprint = col_text(st, 2);
+  r.response = col_text(st, 3);
+  r.created_at_ms = sqlite3_column_int64(st, 4);
+  r.expires_at_ms = col_opt(st, 5);
+  return r;
+}
+} // namespace
+
+result<key_begin_result> entity_store::peek_key(std::string_view key, std::string_view fingerprint,
+                                                int64_t now) {
+  key_begin_result out;
+  auto r = get_key(key);
+  if (!r) {
+    if (r.error().code() != errc::not_found)
+      return r.error();
+    return out;
+  }
+  out.record = std::move(r.value());
+  bool expired = out.record.expires_at_ms && *out.record.expires_at_ms <= now &&
+                 out.record.status != key_status::pending;
+  if (expired)
+    out.outcome = key_outcome::fresh;
+  else if (out.record.fingerprint != fingerprint)
+    out.outcome = key_outcome::mismatch;
+  else if (out.record.status == key_status::pending)
+    out.outcome = key_outcome::in_flight;
+  else if (out.record.status == key_status::completed)
+    out.outcome = key_outcome::completed;
+  else
+    out.outcome = key_outcome::failed;
+  return out;
+}
+
+result<key_begin_result> entity_store::begin_key(std::string_view key, std::string_view fingerprint,
+                                                 int64_t ttl_ms, int64_t now) {
+  if (key.empty() || key.size() > 255)
+    return status{errc::invalid_argument, "idempotency key must be 1 to 255 characters"};
+  if (ttl_ms < 0)
+    return status{errc::invalid_argument, "idempotency key TTL must not be negative"};
+  auto peek = peek_key(key, fingerprint, now);
+  if (!peek)
+    return peek;
+  if (peek->outcome != key_outcome::fresh)
+    return peek;
+  key_begin_result out;
+  if (auto st = ensure_batch(); !st)
+    return st;
+  // Fresh means no record or an expired settled one: REPLACE drops the expired record.
+  auto ins = prepare("INSERT OR REPLACE INTO idempotency_keys(key, status, fingerprint, response, "
+                     "created_at, expires_at) VALUES (?, 'pending', ?, NULL, ?, ?)");
+  if (!ins)
+    return fail(sqlite3_errcode(db_), "prepare key insert");
+  stmt_guard g{ins};
+  bind_text(ins, 1, key);
+  bind_text(ins, 2, fingerprint);
+  sqlite3_bind_int64(ins, 3, now);
+  if (ttl_ms > 0)
+    sqlite3_bind_int64(ins, 4, now + ttl_ms);
+  else
+    sqlite3_bind_null(ins, 4);
+  if (auto st = step_done(ins, "insert key"); !st)
+    return st;
+  out.outcome = key_outcome::fresh;
+  out.record = idempotency_record{std::string(key),
+                                  key_status::pending,
+                                  std::string(fingerprint),
+                                  "",
+                                  now,
+                                  ttl_ms > 0 ? std::optional<int64_t>(now + ttl_ms) : std::nullopt};
+  return out;
+}
+
+status entity_store::record_key(std::string_view key, key_status st_, std::string_view fingerprint,
+                                std::string_view response, int64_t ttl_ms, int64_t now) {
+  if (key.empty() || key.size() > 255)
+    return {errc::invalid_argument, "idempotency key must be 1 to 255 characters"};
+  if (st_ == key_status::pending || ttl_ms < 0)
+    return {errc::invalid_argument, "record_key stores completed or failed keys"};
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("INSERT OR REPLACE INTO idempotency_keys(key, status, fingerprint, response, "
+                    "created_at, expires_at) VALUES (?,?,?,?,?,?)");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare record key");
+  stmt_guard g{st};
+  bind_text(st, 1, key);
+  bind_text(st, 2, to_string(st_));
+  bind_text(st, 3, fingerprint);
+  bind_text(st, 4, response);
+  sqlite3_bind_int64(st, 5, now);
+  if (ttl_ms > 0)
+    sqlite3_bind_int64(st, 6, now + ttl_ms);
+  else
+    sqlite3_bind_null(st, 6);
+  return step_done(st, "record key");
+}
+
+status entity_store::complete_key(std::string_view key, std::string_view response) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("UPDATE idempotency_keys SET status='completed', response=? "
+                    "WHERE key=? AND status='pending'");
+  stmt_guard g{st};
+  bind_text(st, 1, response);
+  bind_text(st, 2, key);
+  if (auto s = step_done(st, "complete key"); !s)
+    return s;
+  if (sqlite3_changes(db_) != 1)
+    return {errc::conflict, "idempotency key is not pending"};
+  return status::ok();
+}
+
+status entity_store::fail_key(std::string_view key, std::string_view response) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("UPDATE idempotency_keys SET status='failed', response=? "
+                    "WHERE key=? AND status='pending'");
+  stmt_guard g{st};
+  bind_text(st, 1, response);
+  bind_text(st, 2, key);
+  if (auto s = step_done(st, "fail key"); !s)
+    return s;
+  if (sqlite3_changes(db_) != 1)
+    return {errc::conflict, "idempotency key is not pending"};
+  return status::ok();
+}
+
+status entity_store::release_key(std::string_view key) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("DELETE FROM idempotency_keys WHERE key=? AND status='pending'");
+  stmt_guard g{st};
+  bind_text(st, 1, key);
+  return step_done(st, "release key");
+}
+
+result<int64_t> entity_store::purge_expired_keys(int64_t now) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto st = prepare("DELETE FROM idempotency_keys WHERE expires_at IS NOT NULL AND expires_at <= ? "
+                    "AND status <> 'pending'");
+  stmt_guard g{st};
+  sqlite3_bind_int64(st, 1, now);
+  if (auto s = step_done(st, "purge keys"); !s)
+    return s;
+  return static_cast<int64_t>(sqlite3_changes(db_));
+}
+
+result<idempotency_record> entity_store::get_key(std::string_view key) {
+  static constexpr auto sql = sql_concat(key_select, "WHERE key=?");
+  auto st = prepare(sql);
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare key lookup");
+  stmt_guard g{st};
+  bind_text(st, 1, key);
+  if (int frc = fault_check("key lookup"); frc != SQLITE_OK)
+    return fail(frc, "key lookup");
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    return read_key(st);
+  if (rc == SQLITE_DONE)
+    return status{errc::not_found, "no such idempotency key"};
+  return fail(rc, "key lookup");
+}
+
+result<std::vector<idempotency_record>> entity_store::list_keys(int64_t limit) {
+  static constexpr auto sql = sql_concat(key_select, "ORDER BY created_at DESC LIMIT ?");
+  auto st = prepare(sql);
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare list keys");
+  stmt_guard g{st};
+  sqlite3_bind_int64(st, 1, limit);
+  std::vector<idempotency_record> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    out.push_back(read_key(st));
+  if (rc != SQLITE_DONE)
+    return fail(rc, "list keys");
+  return out;
+}
+
+result<std::optional<int64_t>> entity_store::next_key_expiry() {
+  auto st = prepare("SELECT MIN(expires_at) FROM idempotency_keys WHERE expires_at IS NOT NULL");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "prepare next key expiry");
+  stmt_guard g{st};
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW)
+    return fail(rc, "next key expiry");
+  return col_opt(st, 0);
+}
+
+} // namespace factum

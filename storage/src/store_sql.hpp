@@ -1,0 +1,122 @@
+// store_sql.hpp (private to storage/): what the entity store's source files (entity_store.cpp
+// and store_*.cpp) share besides the class: SQLite result codes as errc, binding and column
+// helpers, the statement guard, SQL texts joined at compile time, the building of a new file.
+// Stateless; any thread (a store itself is used by one owner thread at a time).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "factum/storage/entity_key.hpp"
+#include "factum/storage/status.hpp"
+
+namespace factum::detail {
+
+// -- result codes -------------------------------------------------------------------------------
+
+/// The errc of a SQLite result code (primary or extended): storage's one mapping.
+inline errc map_rc(int rc) {
+  switch (rc & 0xff) {
+  case SQLITE_FULL: return errc::full;
+  case SQLITE_IOERR:
+  case SQLITE_CANTOPEN:
+  case SQLITE_PROTOCOL: return errc::io_error;
+  case SQLITE_CORRUPT:
+  case SQLITE_NOTADB: return errc::corruption;
+  case SQLITE_READONLY: return errc::read_only;
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED: return errc::busy;
+  case SQLITE_CONSTRAINT: return errc::conflict;
+  case SQLITE_AUTH:
+  case SQLITE_ERROR: return errc::invalid_argument;
+  default: return errc::internal;
+  }
+}
+
+// -- ids ----------------------------------------------------------------------------------------
+
+/// A random number from a generator of the calling thread (store_facts.cpp). Any thread.
+uint64_t random_u64();
+
+/// Appends the low `digits` hex digits of `v` (lowercase, zero-padded) to `out`.
+inline void append_hex(std::string& out, uint64_t v, int digits) {
+  static constexpr char hex[] = "0123456789abcdef";
+  for (int i = digits - 1; i >= 0; --i)
+    out.push_back(hex[(v >> (i * 4)) & 0xf]);
+}
+
+// -- binding and columns ------------------------------------------------------------------------
+
+// Binding helpers: empty strings and zero optionals become NULL.
+inline void bind_text(sqlite3_stmt* st, int i, std::string_view s) {
+  sqlite3_bind_text(st, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+}
+inline void bind_text_or_null(sqlite3_stmt* st, int i, std::string_view s) {
+  if (s.empty())
+    sqlite3_bind_null(st, i);
+  else
+    bind_text(st, i, s);
+}
+inline void bind_int_or_null(sqlite3_stmt* st, int i, int64_t v) {
+  if (v == 0)
+    sqlite3_bind_null(st, i);
+  else
+    sqlite3_bind_int64(st, i, v);
+}
+inline void bind_opt(sqlite3_stmt* st, int i, const std::optional<int64_t>& v) {
+  if (v)
+    sqlite3_bind_int64(st, i, *v);
+  else
+    sqlite3_bind_null(st, i);
+}
+
+inline std::string col_text(sqlite3_stmt* st, int i) {
+  auto p = sqlite3_column_text(st, i);
+  return p ? std::string(reinterpret_cast<const char*>(p),
+                         static_cast<size_t>(sqlite3_column_bytes(st, i)))
+           : std::string();
+}
+inline std::optional<int64_t> col_opt(sqlite3_stmt* st, int i) {
+  if (sqlite3_column_type(st, i) == SQLITE_NULL)
+    return std::nullopt;
+  return sqlite3_column_int64(st, i);
+}
+
+// Resets a statement when it leaves scope so that it never holds a read transaction open.
+struct stmt_guard {
+  sqlite3_stmt* st;
+  ~stmt_guard() {
+    if (st) {
+      sqlite3_reset(st);
+      sqlite3_clear_bindings(st);
+    }
+  }
+};
+
+/// Literal SQL texts joined at compile time. Kept in a `static constexpr` array, the result is
+/// a literal text for entity_store::prepare (cached by its address, like a string literal).
+template <std::size_t... N>
+consteval std::array<char, (N + ...) - sizeof...(N) + 1> sql_concat(const char (&... parts)[N]) {
+  std::array<char, (N + ...) - sizeof...(N) + 1> out{}; // the last char stays '\0'
+  std::size_t at = 0;
+  ((std::copy_n(parts, N - 1, out.begin() + at), at += N - 1), ...);
+  return out;
+}
+
+// -- new files ----------------------------------------------------------------------------------
+
+/// Builds a new entity file at `tmp` (store_schema.cpp; the caller renames it into place; a
+/// failure leaves no file), at schema version `version`, with pages of `page_size` bytes,
+/// through the SQLite VFS `vfs` when it takes SQL. Any thread.
+status build_entity_file(const std::filesystem::path& tmp, const entity_key& key, int64_t now,
+                         int version, int page_size, const char* vfs);
+
+} // namespace factum::detail
