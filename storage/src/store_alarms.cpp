@@ -11,10 +11,8 @@
 
 namespace factum {
 
-using detail::bind_text;
 using detail::col_text;
 using detail::sql_concat;
-using detail::stmt_guard;
 
 // -- alarms -------------------------------------------------------------------------------------
 
@@ -33,70 +31,45 @@ status entity_store::set_alarm(const alarm_record& a) {
     return {errc::invalid_argument, "alarm due time and attempts must not be negative"};
   if (!nlohmann::json::accept(a.payload))
     return {errc::invalid_argument, "alarm payload must be JSON"};
-  if (auto st = ensure_batch(); !st)
-    return st;
-  auto st = prepare("INSERT OR REPLACE INTO alarms(name, due_at, payload, attempts, created_at) "
-                    "VALUES (?,?,?,?,?)");
-  stmt_guard g{st};
-  bind_text(st, 1, a.name);
-  sqlite3_bind_int64(st, 2, a.due_ms);
-  bind_text(st, 3, a.payload);
-  sqlite3_bind_int64(st, 4, a.attempts);
-  sqlite3_bind_int64(st, 5, a.created_at_ms ? a.created_at_ms : now_ms());
-  return step_done(st, "set alarm");
+  return write_bound("INSERT OR REPLACE INTO alarms(name, due_at, payload, attempts, created_at) "
+                     "VALUES (?,?,?,?,?)",
+                     "set alarm", a.name, a.due_ms, a.payload, a.attempts,
+                     a.created_at_ms ? a.created_at_ms : now_ms());
 }
 
 status entity_store::cancel_alarm(std::string_view name) {
-  if (auto st = ensure_batch(); !st)
-    return st;
-  auto st = prepare("DELETE FROM alarms WHERE name=?");
-  stmt_guard g{st};
-  bind_text(st, 1, name);
-  return step_done(st, "cancel alarm");
+  return write_bound("DELETE FROM alarms WHERE name=?", "cancel alarm", name);
 }
 
 result<std::vector<alarm_record>> entity_store::list_alarms() {
   static constexpr auto sql = sql_concat(alarm_select, "ORDER BY due_at, name");
-  auto st = prepare(sql);
-  if (!st)
-    return fail(sqlite3_errcode(db_), "prepare list alarms");
-  stmt_guard g{st};
   std::vector<alarm_record> out;
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    out.push_back(read_alarm(st));
-  if (rc != SQLITE_DONE)
-    return fail(rc, "list alarms");
+  if (auto st =
+        read_rows(sql, "list alarms", [&](sqlite3_stmt* row) { out.push_back(read_alarm(row)); });
+      !st)
+    return st;
   return out;
 }
 
 result<std::optional<alarm_record>> entity_store::next_alarm() {
   static constexpr auto sql = sql_concat(alarm_select, "ORDER BY due_at, name LIMIT 1");
-  auto st = prepare(sql);
-  if (!st)
-    return fail(sqlite3_errcode(db_), "prepare next alarm");
-  stmt_guard g{st};
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW)
-    return std::optional<alarm_record>(read_alarm(st));
-  if (rc == SQLITE_DONE)
-    return std::optional<alarm_record>();
-  return fail(rc, "next alarm");
+  std::optional<alarm_record> next;
+  if (auto found = read_row(sql, "next alarm", [&](sqlite3_stmt* row) { next = read_alarm(row); });
+      !found)
+    return found.error();
+  return next;
 }
 
 result<alarm_record> entity_store::get_alarm(std::string_view name) {
   static constexpr auto sql = sql_concat(alarm_select, "WHERE name=?");
-  auto st = prepare(sql);
-  if (!st)
-    return fail(sqlite3_errcode(db_), "prepare get alarm");
-  stmt_guard g{st};
-  bind_text(st, 1, name);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW)
-    return read_alarm(st);
-  if (rc == SQLITE_DONE)
+  alarm_record a;
+  auto found = read_row(
+    sql, "get alarm", [&](sqlite3_stmt* row) { a = read_alarm(row); }, name);
+  if (!found)
+    return found.error();
+  if (!*found)
     return status{errc::not_found, "no such alarm"};
-  return fail(rc, "get alarm");
+  return a;
 }
 
 } // namespace factum

@@ -21,13 +21,13 @@
 namespace factum {
 
 using detail::append_hex;
-using detail::bind_int_or_null;
 using detail::bind_text;
-using detail::bind_text_or_null;
 using detail::col_text;
+using detail::int_or_null;
 using detail::random_u64;
 using detail::sql_concat;
 using detail::stmt_guard;
+using detail::text_or_null;
 
 // -- ids ----------------------------------------------------------------------------------------
 
@@ -231,32 +231,17 @@ result<fact> entity_store::append(const fact_draft& d) {
   f.prev_hash = head_hash_;
   f.hash = compute_hash(f);
 
-  auto st = prepare("INSERT INTO facts(seq, fact_id, type, subtype, ts, tool_id, config_id, "
-                    "config_version, trace_id, idempotency_key, amount, currency, from_entity, "
-                    "to_entity, data, prev_hash, hash) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  if (!st)
-    return fail(sqlite3_errcode(db_), "prepare fact insert");
-  stmt_guard g{st};
-  sqlite3_bind_int64(st, 1, f.seq);
-  bind_text(st, 2, f.fact_id);
-  bind_text(st, 3, f.type);
-  bind_text_or_null(st, 4, f.subtype);
-  sqlite3_bind_int64(st, 5, f.timestamp_ms);
-  bind_text_or_null(st, 6, f.tool_id);
-  bind_text_or_null(st, 7, f.config_id);
-  bind_int_or_null(st, 8, f.config_version);
-  bind_text_or_null(st, 9, f.trace_id);
-  bind_text_or_null(st, 10, f.idempotency_key);
-  bind_text_or_null(st, 11, f.amount);
-  bind_text_or_null(st, 12, f.currency);
-  bind_text_or_null(st, 13, f.from_entity);
-  bind_text_or_null(st, 14, f.to_entity);
-  bind_text(st, 15, f.data);
-  bind_text(st, 16, f.prev_hash);
-  bind_text(st, 17, f.hash);
-  if (auto s = step_done(st, "append fact"); !s)
-    return s;
+  if (auto st = step_bound(
+        "INSERT INTO facts(seq, fact_id, type, subtype, ts, tool_id, config_id, config_version, "
+        "trace_id, idempotency_key, amount, currency, from_entity, to_entity, data, prev_hash, "
+        "hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "append fact", f.seq, f.fact_id, f.type, text_or_null{f.subtype}, f.timestamp_ms,
+        text_or_null{f.tool_id}, text_or_null{f.config_id}, int_or_null{f.config_version},
+        text_or_null{f.trace_id}, text_or_null{f.idempotency_key}, text_or_null{f.amount},
+        text_or_null{f.currency}, text_or_null{f.from_entity}, text_or_null{f.to_entity}, f.data,
+        f.prev_hash, f.hash);
+      !st)
+    return st;
   last_seq_ = f.seq;
   head_hash_ = f.hash;
   return f;
@@ -346,17 +331,14 @@ result<std::vector<fact>> entity_store::query(const fact_filter& f) {
 
 result<fact> entity_store::get(int64_t seq) {
   static constexpr auto sql = sql_concat("SELECT ", fact_columns, " FROM facts WHERE seq=?");
-  auto st = prepare(sql);
-  if (!st)
-    return fail(sqlite3_errcode(db_), "prepare get fact");
-  stmt_guard g{st};
-  sqlite3_bind_int64(st, 1, seq);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW)
-    return read_fact(st, key_);
-  if (rc == SQLITE_DONE)
+  fact f;
+  auto found = read_row(
+    sql, "get fact", [&](sqlite3_stmt* row) { f = read_fact(row, key_); }, seq);
+  if (!found)
+    return found.error();
+  if (!*found)
     return status{errc::not_found, "no fact with seq " + std::to_string(seq)};
-  return fail(rc, "get fact");
+  return f;
 }
 
 result<fact> entity_store::get(std::string_view fact_id) {
@@ -376,17 +358,14 @@ result<fact> entity_store::get(std::string_view fact_id) {
   if (legacy_ids_until_ == 0)
     return not_found();
   static constexpr auto sql = sql_concat("SELECT ", fact_columns, " FROM facts WHERE fact_id=?");
-  auto st = prepare(sql);
-  if (!st)
-    return fail(sqlite3_errcode(db_), "prepare get fact");
-  stmt_guard g{st};
-  bind_text(st, 1, fact_id);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW)
-    return read_fact(st, key_);
-  if (rc == SQLITE_DONE)
+  fact f;
+  auto found = read_row(
+    sql, "get fact", [&](sqlite3_stmt* row) { f = read_fact(row, key_); }, fact_id);
+  if (!found)
+    return found.error();
+  if (!*found)
     return not_found();
-  return fail(rc, "get fact");
+  return f;
 }
 
 result<verify_report> entity_store::verify() {

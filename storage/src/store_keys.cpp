@@ -51,6 +51,12 @@ idempotency_record read_key(sqlite3_stmt* st) {
   r.expires_at_ms = col_opt(st, 5);
   return r;
 }
+
+/// When a key stored at `now` expires: never when `ttl_ms` is 0.
+std::optional<int64_t> expiry(int64_t now, int64_t ttl_ms) {
+  return ttl_ms > 0 ? std::optional<int64_t>(now + ttl_ms) : std::nullopt;
+}
+
 } // namespace
 
 result<key_begin_result> entity_store::peek_key(std::string_view key, std::string_view fingerprint,
@@ -89,31 +95,17 @@ result<key_begin_result> entity_store::begin_key(std::string_view key, std::stri
     return peek;
   if (peek->outcome != key_outcome::fresh)
     return peek;
-  key_begin_result out;
-  if (auto st = ensure_batch(); !st)
-    return st;
   // Fresh means no record or an expired settled one: REPLACE drops the expired record.
-  auto ins = prepare("INSERT OR REPLACE INTO idempotency_keys(key, status, fingerprint, response, "
-                     "created_at, expires_at) VALUES (?, 'pending', ?, NULL, ?, ?)");
-  if (!ins)
-    return fail(sqlite3_errcode(db_), "prepare key insert");
-  stmt_guard g{ins};
-  bind_text(ins, 1, key);
-  bind_text(ins, 2, fingerprint);
-  sqlite3_bind_int64(ins, 3, now);
-  if (ttl_ms > 0)
-    sqlite3_bind_int64(ins, 4, now + ttl_ms);
-  else
-    sqlite3_bind_null(ins, 4);
-  if (auto st = step_done(ins, "insert key"); !st)
+  if (auto st =
+        write_bound("INSERT OR REPLACE INTO idempotency_keys(key, status, fingerprint, "
+                    "response, created_at, expires_at) VALUES (?, 'pending', ?, NULL, ?, ?)",
+                    "insert key", key, fingerprint, now, expiry(now, ttl_ms));
+      !st)
     return st;
+  key_begin_result out;
   out.outcome = key_outcome::fresh;
-  out.record = idempotency_record{std::string(key),
-                                  key_status::pending,
-                                  std::string(fingerprint),
-                                  "",
-                                  now,
-                                  ttl_ms > 0 ? std::optional<int64_t>(now + ttl_ms) : std::nullopt};
+  out.record = idempotency_record{
+    std::string(key), key_status::pending, std::string(fingerprint), "", now, expiry(now, ttl_ms)};
   return out;
 }
 
@@ -123,73 +115,43 @@ status entity_store::record_key(std::string_view key, key_status st_, std::strin
     return {errc::invalid_argument, "idempotency key must be 1 to 255 characters"};
   if (st_ == key_status::pending || ttl_ms < 0)
     return {errc::invalid_argument, "record_key stores completed or failed keys"};
-  if (auto st = ensure_batch(); !st)
-    return st;
-  auto st = prepare("INSERT OR REPLACE INTO idempotency_keys(key, status, fingerprint, response, "
-                    "created_at, expires_at) VALUES (?,?,?,?,?,?)");
-  if (!st)
-    return fail(sqlite3_errcode(db_), "prepare record key");
-  stmt_guard g{st};
-  bind_text(st, 1, key);
-  bind_text(st, 2, to_string(st_));
-  bind_text(st, 3, fingerprint);
-  bind_text(st, 4, response);
-  sqlite3_bind_int64(st, 5, now);
-  if (ttl_ms > 0)
-    sqlite3_bind_int64(st, 6, now + ttl_ms);
-  else
-    sqlite3_bind_null(st, 6);
-  return step_done(st, "record key");
+  return write_bound("INSERT OR REPLACE INTO idempotency_keys(key, status, fingerprint, response, "
+                     "created_at, expires_at) VALUES (?,?,?,?,?,?)",
+                     "record key", key, to_string(st_), fingerprint, response, now,
+                     expiry(now, ttl_ms));
 }
 
 status entity_store::complete_key(std::string_view key, std::string_view response) {
-  if (auto st = ensure_batch(); !st)
-    return st;
-  auto st = prepare("UPDATE idempotency_keys SET status='completed', response=? "
-                    "WHERE key=? AND status='pending'");
-  stmt_guard g{st};
-  bind_text(st, 1, response);
-  bind_text(st, 2, key);
-  if (auto s = step_done(st, "complete key"); !s)
-    return s;
-  if (sqlite3_changes(db_) != 1)
-    return {errc::conflict, "idempotency key is not pending"};
-  return status::ok();
+  return settle_key(key, key_status::completed, response);
 }
 
 status entity_store::fail_key(std::string_view key, std::string_view response) {
-  if (auto st = ensure_batch(); !st)
+  return settle_key(key, key_status::failed, response);
+}
+
+status entity_store::settle_key(std::string_view key, key_status to, std::string_view response) {
+  const char* what = to == key_status::completed ? "complete key" : "fail key";
+  if (auto st = write_bound("UPDATE idempotency_keys SET status=?, response=? "
+                            "WHERE key=? AND status='pending'",
+                            what, to_string(to), response, key);
+      !st)
     return st;
-  auto st = prepare("UPDATE idempotency_keys SET status='failed', response=? "
-                    "WHERE key=? AND status='pending'");
-  stmt_guard g{st};
-  bind_text(st, 1, response);
-  bind_text(st, 2, key);
-  if (auto s = step_done(st, "fail key"); !s)
-    return s;
   if (sqlite3_changes(db_) != 1)
     return {errc::conflict, "idempotency key is not pending"};
   return status::ok();
 }
 
 status entity_store::release_key(std::string_view key) {
-  if (auto st = ensure_batch(); !st)
-    return st;
-  auto st = prepare("DELETE FROM idempotency_keys WHERE key=? AND status='pending'");
-  stmt_guard g{st};
-  bind_text(st, 1, key);
-  return step_done(st, "release key");
+  return write_bound("DELETE FROM idempotency_keys WHERE key=? AND status='pending'", "release key",
+                     key);
 }
 
 result<int64_t> entity_store::purge_expired_keys(int64_t now) {
-  if (auto st = ensure_batch(); !st)
+  if (auto st = write_bound("DELETE FROM idempotency_keys WHERE expires_at IS NOT NULL AND "
+                            "expires_at <= ? AND status <> 'pending'",
+                            "purge keys", now);
+      !st)
     return st;
-  auto st = prepare("DELETE FROM idempotency_keys WHERE expires_at IS NOT NULL AND expires_at <= ? "
-                    "AND status <> 'pending'");
-  stmt_guard g{st};
-  sqlite3_bind_int64(st, 1, now);
-  if (auto s = step_done(st, "purge keys"); !s)
-    return s;
   return static_cast<int64_t>(sqlite3_changes(db_));
 }
 
@@ -212,29 +174,22 @@ result<idempotency_record> entity_store::get_key(std::string_view key) {
 
 result<std::vector<idempotency_record>> entity_store::list_keys(int64_t limit) {
   static constexpr auto sql = sql_concat(key_select, "ORDER BY created_at DESC LIMIT ?");
-  auto st = prepare(sql);
-  if (!st)
-    return fail(sqlite3_errcode(db_), "prepare list keys");
-  stmt_guard g{st};
-  sqlite3_bind_int64(st, 1, limit);
   std::vector<idempotency_record> out;
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    out.push_back(read_key(st));
-  if (rc != SQLITE_DONE)
-    return fail(rc, "list keys");
+  if (auto st = read_rows(
+        sql, "list keys", [&](sqlite3_stmt* row) { out.push_back(read_key(row)); }, limit);
+      !st)
+    return st;
   return out;
 }
 
 result<std::optional<int64_t>> entity_store::next_key_expiry() {
-  auto st = prepare("SELECT MIN(expires_at) FROM idempotency_keys WHERE expires_at IS NOT NULL");
-  if (!st)
-    return fail(sqlite3_errcode(db_), "prepare next key expiry");
-  stmt_guard g{st};
-  int rc = sqlite3_step(st);
-  if (rc != SQLITE_ROW)
-    return fail(rc, "next key expiry");
-  return col_opt(st, 0);
+  std::optional<int64_t> next;
+  if (auto found =
+        read_row("SELECT MIN(expires_at) FROM idempotency_keys WHERE expires_at IS NOT NULL",
+                 "next key expiry", [&](sqlite3_stmt* row) { next = col_opt(row, 0); });
+      !found)
+    return found.error();
+  return next;
 }
 
 } // namespace factum

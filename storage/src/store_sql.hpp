@@ -1,7 +1,9 @@
 // store_sql.hpp (private to storage/): what the entity store's source files (entity_store.cpp
 // and store_*.cpp) share besides the class: SQLite result codes as errc, binding and column
-// helpers, the statement guard, SQL texts joined at compile time, the building of a new file.
-// Stateless; any thread (a store itself is used by one owner thread at a time).
+// helpers, the statement guard, SQL texts joined at compile time, the building of a new file,
+// and the entity_store member templates that prepare, bind and step one cached statement. The
+// free functions are stateless (any thread); the member templates run on the store's owner
+// thread, one at a time, like every member of entity_store.
 #pragma once
 
 #include <sqlite3.h>
@@ -16,6 +18,7 @@
 #include <string_view>
 
 #include "factum/storage/entity_key.hpp"
+#include "factum/storage/entity_store.hpp"
 #include "factum/storage/status.hpp"
 
 namespace factum::detail {
@@ -78,6 +81,38 @@ inline void bind_opt(sqlite3_stmt* st, int i, const std::optional<int64_t>& v) {
     sqlite3_bind_null(st, i);
 }
 
+/// A text that bind_args binds as NULL when it is empty.
+struct text_or_null {
+  std::string_view text;
+};
+/// A number that bind_args binds as NULL when it is 0.
+struct int_or_null {
+  int64_t value;
+};
+
+inline void bind_arg(sqlite3_stmt* st, int i, std::string_view s) {
+  bind_text(st, i, s);
+}
+inline void bind_arg(sqlite3_stmt* st, int i, int64_t v) {
+  sqlite3_bind_int64(st, i, v);
+}
+inline void bind_arg(sqlite3_stmt* st, int i, const std::optional<int64_t>& v) {
+  bind_opt(st, i, v);
+}
+inline void bind_arg(sqlite3_stmt* st, int i, text_or_null v) {
+  bind_text_or_null(st, i, v.text);
+}
+inline void bind_arg(sqlite3_stmt* st, int i, int_or_null v) {
+  bind_int_or_null(st, i, v.value);
+}
+
+/// Binds `args` to the parameters ?1, ?2, ... of `st`, in order: texts (std::string_view),
+/// numbers (int64_t), optional numbers (NULL when empty), text_or_null, int_or_null.
+template <class... A> void bind_args([[maybe_unused]] sqlite3_stmt* st, const A&... args) {
+  [[maybe_unused]] int i = 0;
+  (bind_arg(st, ++i, args), ...);
+}
+
 inline std::string col_text(sqlite3_stmt* st, int i) {
   auto p = sqlite3_column_text(st, i);
   return p ? std::string(reinterpret_cast<const char*>(p),
@@ -120,3 +155,59 @@ status build_entity_file(const std::filesystem::path& tmp, const entity_key& key
                          int version, int page_size, const char* vfs);
 
 } // namespace factum::detail
+
+namespace factum {
+
+// -- one statement: prepare, bind, step ---------------------------------------------------------
+
+template <class... A>
+status entity_store::step_bound(sql_literal sql, const char* what, const A&... args) {
+  auto st = prepare(sql);
+  if (!st)
+    return fail(sqlite3_errcode(db_), std::string("prepare ") + what);
+  detail::stmt_guard g{st};
+  detail::bind_args(st, args...);
+  return step_done(st, what);
+}
+
+template <class... A>
+status entity_store::write_bound(sql_literal sql, const char* what, const A&... args) {
+  if (auto st = ensure_batch(); !st)
+    return st;
+  return step_bound(sql, what, args...);
+}
+
+template <class Row, class... A>
+result<bool> entity_store::read_row(sql_literal sql, const char* what, Row&& row,
+                                    const A&... args) {
+  auto st = prepare(sql);
+  if (!st)
+    return fail(sqlite3_errcode(db_), std::string("prepare ") + what);
+  detail::stmt_guard g{st};
+  detail::bind_args(st, args...);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    row(st);
+    return true;
+  }
+  if (rc == SQLITE_DONE)
+    return false;
+  return fail(rc, what);
+}
+
+template <class Row, class... A>
+status entity_store::read_rows(sql_literal sql, const char* what, Row&& row, const A&... args) {
+  auto st = prepare(sql);
+  if (!st)
+    return fail(sqlite3_errcode(db_), std::string("prepare ") + what);
+  detail::stmt_guard g{st};
+  detail::bind_args(st, args...);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    row(st);
+  if (rc != SQLITE_DONE)
+    return fail(rc, what);
+  return status::ok();
+}
+
+} // namespace factum

@@ -483,6 +483,20 @@ class entity_store {
   /// A SQL text built at run time (fact queries with optional filters): cached by its text.
   sqlite3_stmt* prepare_text(const std::string& sql);
   status step_done(sqlite3_stmt* st, const char* what);
+  /// Prepares `sql` (cached), binds `args` to ?1, ?2, ... (detail::bind_args in store_sql.hpp,
+  /// which defines these templates) and steps it once through step_done(); reset on return.
+  template <class... A> status step_bound(sql_literal sql, const char* what, const A&... args);
+  /// A write of one statement: step_bound() in the open batch, opening one when none is open.
+  template <class... A> status write_bound(sql_literal sql, const char* what, const A&... args);
+  /// A read of at most one row: steps `sql` (cached, `args` bound as by step_bound()) once;
+  /// true after `row(statement)` read the row, false when there is none.
+  template <class Row, class... A>
+  result<bool> read_row(sql_literal sql, const char* what, Row&& row, const A&... args);
+  /// A read of every row: `row(statement)` reads each row of `sql` in turn.
+  template <class Row, class... A>
+  status read_rows(sql_literal sql, const char* what, Row&& row, const A&... args);
+  /// Marks a pending key `to` (completed or failed) with its response: complete_key, fail_key.
+  status settle_key(std::string_view key, key_status to, std::string_view response);
   status fail(int rc, std::string_view what);
   status ensure_batch();
   status check_writable() const;
