@@ -7,6 +7,7 @@
 
 #include "file_io.hpp"
 #include "sqlite_global.hpp"
+#include "store_sql.hpp"
 
 namespace fs = std::filesystem;
 
@@ -15,9 +16,8 @@ namespace factum {
 namespace {
 
 status sql_error(sqlite3* db, const char* what) {
-  int rc = sqlite3_errcode(db) & 0xff;
-  errc code = rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT ? errc::corruption : errc::io_error;
-  return {code, std::string("alarm index: ") + what + ": " + sqlite3_errmsg(db)};
+  return {detail::map_rc(sqlite3_errcode(db)),
+          std::string("alarm index: ") + what + ": " + sqlite3_errmsg(db)};
 }
 
 std::string col(sqlite3_stmt* st, int i) {
@@ -77,7 +77,7 @@ status alarm_index::injected(const char* what) {
   int rc = fault_(0, what);
   if (rc == SQLITE_OK)
     return status::ok();
-  return {rc == SQLITE_FULL ? errc::full : errc::io_error,
+  return {detail::map_rc(rc),
           std::string("alarm index: ") + what + ": " + sqlite3_errstr(rc) + " (injected)"};
 }
 

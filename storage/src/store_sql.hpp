@@ -1,9 +1,9 @@
 // store_sql.hpp (private to storage/): what the entity store's source files (entity_store.cpp
-// and store_*.cpp) share besides the class: SQLite result codes as errc, binding and column
-// helpers, the statement guard, SQL texts joined at compile time, the building of a new file,
-// and the entity_store member templates that prepare, bind and step one cached statement. The
-// free functions are stateless (any thread); the member templates run on the store's owner
-// thread, one at a time, like every member of entity_store.
+// and store_*.cpp) share besides the class: SQLite result codes as errc (alarm_index.cpp maps
+// them here too), binding and column helpers, the statement guard, SQL texts joined at compile
+// time, the building of a new file, and the entity_store member templates that prepare, bind and
+// step one cached statement. The free functions are stateless (any thread); the member templates
+// run on the store's owner thread, one at a time, like every member of entity_store.
 #pragma once
 
 #include <sqlite3.h>
