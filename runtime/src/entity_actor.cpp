@@ -21,6 +21,7 @@
 #include <optional>
 
 #include "entity_context.hpp"
+#include "factum/storage/entity_store.hpp"
 #include "output_gate.hpp"
 #include "runtime_core.hpp"
 

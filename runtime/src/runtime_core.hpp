@@ -24,6 +24,7 @@
 #include "factum/resilience/dead_letter_rules.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/alarm_index.hpp"
+#include "factum/storage/entity_store.hpp"
 #include "messages.hpp"
 #include "storage_pool.hpp"
 

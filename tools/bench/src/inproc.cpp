@@ -10,6 +10,7 @@
 #include <set>
 
 #include "factum/runtime/runtime.hpp"
+#include "factum/storage/entity_store.hpp"
 #include "target.hpp"
 
 namespace factum::tools::bench_detail {

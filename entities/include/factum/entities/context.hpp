@@ -16,8 +16,8 @@
 #include "factum/entities/call.hpp"
 #include "factum/entities/task.hpp"
 #include "factum/storage/entity_key.hpp"
-#include "factum/storage/entity_store.hpp"
 #include "factum/storage/fact.hpp"
+#include "factum/storage/records.hpp"
 
 namespace factum {
 

@@ -18,6 +18,7 @@
 
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/fact.hpp"
+#include "factum/storage/records.hpp"
 #include "factum/storage/status.hpp"
 
 struct sqlite3;
@@ -129,11 +130,7 @@ inline status check_page_size(int page_size) {
 /// The schema version this build writes (PRAGMA user_version).
 inline constexpr int current_schema_version = 4;
 
-// -- records ------------------------------------------------------------------------------------
-
-/// Status of an idempotency key as stored.
-enum class key_status { pending, completed, failed };
-std::string_view to_string(key_status s) noexcept;
+// -- begin_key's records (the others: records.hpp) ----------------------------------------------
 
 /// What begin_key found.
 enum class key_outcome {
@@ -144,87 +141,9 @@ enum class key_outcome {
   mismatch,  ///< known with a different fingerprint: answer 422
 };
 
-struct idempotency_record {
-  std::string key;
-  key_status status = key_status::pending;
-  std::string fingerprint;
-  std::string response; ///< stored response (JSON text) for completed/failed
-  int64_t created_at_ms = 0;
-  std::optional<int64_t> expires_at_ms; ///< empty: kept until purged
-};
-
 struct key_begin_result {
   key_outcome outcome = key_outcome::fresh;
   idempotency_record record; ///< the stored record (for completed/failed/in_flight/mismatch)
-};
-
-struct alarm_record {
-  std::string name;
-  int64_t due_ms = 0;
-  std::string payload = "{}"; ///< JSON text
-  int64_t attempts = 0;       ///< failed handler runs so far
-  int64_t created_at_ms = 0;
-};
-
-/// Dead letter states (seed 004).
-enum class dl_status { pending, scheduled, resolved, discarded, acknowledged };
-std::string_view to_string(dl_status s) noexcept;
-result<dl_status> parse_dl_status(std::string_view text);
-
-struct dead_letter_record {
-  std::string id;        ///< "dl_..."
-  std::string operation; ///< method or tool operation name
-  std::string payload = "{}";
-  std::string idempotency_key;
-  std::string config_id;
-  int64_t config_version = 0;
-  std::string error_code;
-  std::string error_message;
-  std::string error_category;
-  std::string reason; ///< failure reason (rate_limit, server_error, timeout, ...)
-  int64_t attempts = 0;
-  int64_t first_attempt_ms = 0;
-  int64_t last_attempt_ms = 0;
-  std::string trace_id;
-  dl_status status = dl_status::pending;
-  std::optional<int64_t> next_retry_ms;
-  std::optional<int64_t> expires_at_ms;
-  int64_t created_at_ms = 0;
-  int64_t updated_at_ms = 0;
-};
-
-struct breaker_record {
-  std::string tool_id;
-  std::string state;       ///< CLOSED, OPEN, HALF_OPEN, FORCED_OPEN, DISABLED
-  std::string data = "{}"; ///< JSON: counters, window, opened_at (owned by the runtime)
-  int64_t updated_at_ms = 0;
-};
-
-struct config_record {
-  std::string config_id;
-  int64_t version = 0;
-  std::string body = "{}"; ///< JSON text; a version is immutable
-  int64_t created_at_ms = 0;
-};
-
-/// What verify() found.
-struct verify_report {
-  bool ok = true;
-  int64_t facts_checked = 0;
-  int64_t first_bad_seq = 0;         ///< first fact that fails the chain; 0 when none does
-  std::string problem;               ///< the first problem; empty when ok
-  std::vector<std::string> problems; ///< every problem found (schema, triggers, first bad fact)
-};
-
-/// Summary of an entity for listings.
-struct entity_info {
-  entity_key key;
-  std::filesystem::path path;
-  int schema_version = 0;
-  int64_t fact_count = 0;
-  int64_t last_fact_ms = 0;
-  int64_t created_at_ms = 0;
-  uint64_t file_bytes = 0; ///< the database file plus its -wal
 };
 
 // -- the store ----------------------------------------------------------------------------------

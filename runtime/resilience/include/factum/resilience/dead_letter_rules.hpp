@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "factum/resilience/classifier.hpp"
-#include "factum/storage/entity_store.hpp"
+#include "factum/storage/records.hpp"
 #include "factum/storage/status.hpp"
 
 namespace factum::resilience {

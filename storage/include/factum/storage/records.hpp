@@ -1,0 +1,104 @@
+// factum/storage/records.hpp: the records an entity's store keeps and hands out (idempotency
+// keys, alarms, dead letters, circuit breakers, versioned configs, the chain's check, an
+// entity's summary), apart from the store itself (entity_store.hpp, which includes this): the
+// tenant API (factum/entities/context.hpp) names them without seeing the store. Plain value
+// types; any thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "factum/storage/entity_key.hpp"
+#include "factum/storage/status.hpp"
+
+namespace factum {
+
+// -- records ------------------------------------------------------------------------------------
+
+/// Status of an idempotency key as stored.
+enum class key_status { pending, completed, failed };
+std::string_view to_string(key_status s) noexcept;
+
+struct idempotency_record {
+  std::string key;
+  key_status status = key_status::pending;
+  std::string fingerprint;
+  std::string response; ///< stored response (JSON text) for completed/failed
+  int64_t created_at_ms = 0;
+  std::optional<int64_t> expires_at_ms; ///< empty: kept until purged
+};
+
+struct alarm_record {
+  std::string name;
+  int64_t due_ms = 0;
+  std::string payload = "{}"; ///< JSON text
+  int64_t attempts = 0;       ///< failed handler runs so far
+  int64_t created_at_ms = 0;
+};
+
+/// Dead letter states (their moves: factum/resilience/dead_letter_rules.hpp).
+enum class dl_status { pending, scheduled, resolved, discarded, acknowledged };
+std::string_view to_string(dl_status s) noexcept;
+result<dl_status> parse_dl_status(std::string_view text);
+
+struct dead_letter_record {
+  std::string id;        ///< "dl_..."
+  std::string operation; ///< method or tool operation name
+  std::string payload = "{}";
+  std::string idempotency_key;
+  std::string config_id;
+  int64_t config_version = 0;
+  std::string error_code;
+  std::string error_message;
+  std::string error_category;
+  std::string reason; ///< failure reason (rate_limit, server_error, timeout, ...)
+  int64_t attempts = 0;
+  int64_t first_attempt_ms = 0;
+  int64_t last_attempt_ms = 0;
+  std::string trace_id;
+  dl_status status = dl_status::pending;
+  std::optional<int64_t> next_retry_ms;
+  std::optional<int64_t> expires_at_ms;
+  int64_t created_at_ms = 0;
+  int64_t updated_at_ms = 0;
+};
+
+struct breaker_record {
+  std::string tool_id;
+  std::string state;       ///< CLOSED, OPEN, HALF_OPEN, FORCED_OPEN, DISABLED
+  std::string data = "{}"; ///< JSON: counters, window, opened_at (owned by the runtime)
+  int64_t updated_at_ms = 0;
+};
+
+struct config_record {
+  std::string config_id;
+  int64_t version = 0;
+  std::string body = "{}"; ///< JSON text; a version is immutable
+  int64_t created_at_ms = 0;
+};
+
+/// What verify() found.
+struct verify_report {
+  bool ok = true;
+  int64_t facts_checked = 0;
+  int64_t first_bad_seq = 0;         ///< first fact that fails the chain; 0 when none does
+  std::string problem;               ///< the first problem; empty when ok
+  std::vector<std::string> problems; ///< every problem found (schema, triggers, first bad fact)
+};
+
+/// Summary of an entity for listings.
+struct entity_info {
+  entity_key key;
+  std::filesystem::path path;
+  int schema_version = 0;
+  int64_t fact_count = 0;
+  int64_t last_fact_ms = 0;
+  int64_t created_at_ms = 0;
+  uint64_t file_bytes = 0; ///< the database file plus its -wal
+};
+
+} // namespace factum
