@@ -1,7 +1,14 @@
-// factum/storage/entity_store.hpp: one entity's SQLite database. The only part of factum that
-// includes <sqlite3.h> (with alarm_index.hpp). Not thread-safe: one owner at a time (the
-// entity's actor, or a storage thread it hands the store to while it waits); never two threads
-// at once.
+// factum/storage/entity_store.hpp: one entity's SQLite database. Not thread-safe: one owner at
+// a time (the entity's actor, or a storage thread it hands the store to while it waits); never
+// two threads at once.
+//
+// No public header includes <sqlite3.h>: this one and alarm_index.hpp only declare SQLite's
+// types. The files that include it are in storage/src (store_sql.hpp, for the store's files;
+// alarm_index.cpp; entity_image.cpp, which builds the template files; wal_vfs.cpp and
+// ofd_file.cpp, factum's VFS), bench/store_bench.cpp (its plain SQLite workloads) and
+// four tests: tests/storage/store_test.cpp, tests/storage/ofd_lock_test.cpp,
+// tests/inspect/support.hpp and tests/reliability/faults_test.cpp (SQLite's result codes for
+// the fault seam, raw SQL and SQLite's own locks on files behind the store's back).
 #pragma once
 
 #include <array>
