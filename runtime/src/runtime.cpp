@@ -621,11 +621,10 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
                   "runtime_config.wal_checkpoint_frames must be at least 1"};
   if (config.wal_grow_kib < 0 || config.wal_grow_kib > 65536)
     return status{errc::invalid_argument, "runtime_config.wal_grow_kib must be 0..65536"};
-  std::error_code ec;
-  fs::create_directories(config.data_dir / "runtime", ec);
-  if (ec)
-    return status{errc::io_error,
-                  "cannot create " + config.data_dir.string() + ": " + ec.message()};
+  // The data directory's own entries (entities/, runtime/) are durable before anything is
+  // acknowledged: an entity's first sync makes only its shard directory's entries durable.
+  if (auto st = prepare_data_dir(config.data_dir, config.mode); !st)
+    return st;
   auto p = std::make_unique<impl>();
   // One process per data directory: the single-activation guarantee depends on it.
   auto lock_path = config.data_dir / "runtime" / "LOCK";

@@ -333,12 +333,11 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
       auto& rules = h.dl_rules();
       dead_letter_record dl;
       auto retrying = h.retrying_dead_letter();
-      int64_t auto_retries_done = 0;
       if (!retrying.empty()) {
         auto old = h.store().get_dead_letter(retrying);
         if (old) {
           dl = std::move(old.value());
-          auto_retries_done = 1;
+          ++dl.auto_retries; // this run was one of its retries, and it failed
         }
       }
       bool is_new = dl.id.empty();
@@ -369,9 +368,9 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
       dl.status = rules.initial_status(cls.reason);
       dl.next_retry_ms.reset();
       if (dl.status == dl_status::scheduled)
-        dl.next_retry_ms = delay && is_new ? std::optional<int64_t>(now + *delay)
-                                           : rules.next_retry_at(cls.reason, now, auto_retries_done,
-                                                                 r.retry_after_ms);
+        dl.next_retry_ms =
+          delay && is_new ? std::optional<int64_t>(now + *delay)
+                          : rules.next_retry_at(cls.reason, now, dl.auto_retries, r.retry_after_ms);
       if (dl.status == dl_status::scheduled && !dl.next_retry_ms)
         dl.status = dl_status::pending;
       dl.expires_at_ms = rules.expires_at(cls.reason, now);
@@ -387,7 +386,8 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
       life.data = {{"dead_letter_id", dl.id},
                    {"status", std::string(to_string(dl.status))},
                    {"reason", dl.reason},
-                   {"attempts", dl.attempts}};
+                   {"attempts", dl.attempts},
+                   {"auto_retries", dl.auto_retries}};
       if (dl.next_retry_ms)
         life.data["next_retry_at"] = *dl.next_retry_ms;
       append_or_throw(h, std::move(life));
@@ -416,7 +416,8 @@ json to_json(const dead_letter_record& d) {
             {"last_attempt_at", d.last_attempt_ms},
             {"status", std::string(to_string(d.status))},
             {"created_at", d.created_at_ms},
-            {"updated_at", d.updated_at_ms}};
+            {"updated_at", d.updated_at_ms},
+            {"auto_retries", d.auto_retries}};
   if (!d.idempotency_key.empty())
     j["idempotency_key"] = d.idempotency_key;
   if (!d.trace_id.empty())
@@ -473,6 +474,7 @@ json act_on_dead_letter(tool_host& h, const json& args) {
   dl.updated_at_ms = now;
   if (*action == dl_action::retry) {
     dl.next_retry_ms = now;
+    dl.auto_retries = 0; // an operator's retry starts the automatic ones over
     h.set_internal_alarm(dead_letter_alarm(dl.id), now);
   } else {
     dl.next_retry_ms.reset();

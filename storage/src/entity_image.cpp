@@ -82,6 +82,7 @@ class entity_template {
     std::string script = "PRAGMA page_size=" + std::to_string(page_size_) + ";BEGIN;";
     script += schema::fresh_v1;
     script += schema::v2;
+    script += schema::v5;
     script += "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), ('tenant', ''), "
               "('type', ''), ('id', ''), ('created_at', '0'), ('fact_id_prefix', '');"
               "PRAGMA user_version=" +

@@ -137,7 +137,13 @@ INSERT INTO meta(key, value) VALUES
   ('fact_id_legacy_until', (SELECT COALESCE(MAX(seq), 0) FROM facts));
 )sql";
 
-inline constexpr const char* migrations[] = {v1, v2, v3, v4};
+/// Version 5: a dead letter counts the retries run for it since it was made or an operator last
+/// retried it (`auto_retries`), so that automatic retries stop at their rule's cap.
+inline constexpr const char* v5 = R"sql(
+ALTER TABLE dead_letters ADD COLUMN auto_retries INTEGER NOT NULL DEFAULT 0;
+)sql";
+
+inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5};
 
 /// Migration 1 as a new file gets it at version 4: the same tables, indexes and triggers that
 /// migrations 1, 3 and 4 leave, except that `facts.fact_id` has no UNIQUE constraint (and so no

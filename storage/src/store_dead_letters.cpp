@@ -44,10 +44,14 @@ result<dl_status> parse_dl_status(std::string_view s) {
 // -- dead letters -------------------------------------------------------------------------------
 
 namespace {
-constexpr char dl_select[] =
+// Files at schema version 5 have auto_retries; older ones (a read-only open does not migrate)
+// do not: their dead letters read as 0.
+constexpr char dl_columns[] =
   "SELECT id, operation, payload, idempotency_key, config_id, config_version, error_code, "
   "error_message, error_category, reason, attempts, first_attempt_at, last_attempt_at, trace_id, "
-  "status, next_retry_at, expires_at, created_at, updated_at FROM dead_letters ";
+  "status, next_retry_at, expires_at, created_at, updated_at";
+constexpr char dl_from[] = ", auto_retries FROM dead_letters ";
+constexpr char dl_from_v4[] = ", 0 FROM dead_letters ";
 
 dead_letter_record read_dl(sqlite3_stmt* st) {
   dead_letter_record d;
@@ -71,13 +75,14 @@ dead_letter_record read_dl(sqlite3_stmt* st) {
   d.expires_at_ms = col_opt(st, 16);
   d.created_at_ms = sqlite3_column_int64(st, 17);
   d.updated_at_ms = sqlite3_column_int64(st, 18);
+  d.auto_retries = sqlite3_column_int64(st, 19);
   return d;
 }
 } // namespace
 
 status entity_store::put_dead_letter(const dead_letter_record& d) {
-  if (schema_version_ < 2)
-    return {errc::internal, "dead letters need schema version 2"};
+  if (schema_version_ < 5)
+    return {errc::internal, "writing dead letters needs schema version 5"};
   if (d.id.empty() || d.id.size() > 128)
     return {errc::invalid_argument, "dead letter id must be 1 to 128 characters"};
   if (!nlohmann::json::accept(d.payload))
@@ -87,21 +92,24 @@ status entity_store::put_dead_letter(const dead_letter_record& d) {
     "INSERT OR REPLACE INTO dead_letters(id, operation, payload, idempotency_key, config_id, "
     "config_version, error_code, error_message, error_category, reason, attempts, "
     "first_attempt_at, last_attempt_at, trace_id, status, next_retry_at, expires_at, created_at, "
-    "updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    "updated_at, auto_retries) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     "put dead letter", d.id, d.operation, d.payload, text_or_null{d.idempotency_key},
     text_or_null{d.config_id}, int_or_null{d.config_version}, d.error_code, d.error_message,
     d.error_category, d.reason, d.attempts, d.first_attempt_ms, d.last_attempt_ms,
     text_or_null{d.trace_id}, to_string(d.status), d.next_retry_ms, d.expires_at_ms,
-    d.created_at_ms ? d.created_at_ms : now, d.updated_at_ms ? d.updated_at_ms : now);
+    d.created_at_ms ? d.created_at_ms : now, d.updated_at_ms ? d.updated_at_ms : now,
+    d.auto_retries);
 }
 
 result<dead_letter_record> entity_store::get_dead_letter(std::string_view id) {
   if (schema_version_ < 2)
     return status{errc::not_found, "no such dead letter"};
-  static constexpr auto sql = sql_concat(dl_select, "WHERE id=?");
+  static constexpr auto sql = sql_concat(dl_columns, dl_from, "WHERE id=?");
+  static constexpr auto sql_v4 = sql_concat(dl_columns, dl_from_v4, "WHERE id=?");
   dead_letter_record d;
-  auto found = read_row(
-    sql, "get dead letter", [&](sqlite3_stmt* row) { d = read_dl(row); }, id);
+  auto read = [&](sqlite3_stmt* row) { d = read_dl(row); };
+  auto found = schema_version_ >= 5 ? read_row(sql, "get dead letter", read, id)
+                                    : read_row(sql_v4, "get dead letter", read, id);
   if (!found)
     return found.error();
   if (!*found)
@@ -114,12 +122,19 @@ entity_store::list_dead_letters(std::optional<dl_status> filter, int64_t limit) 
   std::vector<dead_letter_record> out;
   if (schema_version_ < 2)
     return out;
-  static constexpr auto all = sql_concat(dl_select, "ORDER BY created_at, id LIMIT ?");
+  static constexpr auto all = sql_concat(dl_columns, dl_from, "ORDER BY created_at, id LIMIT ?");
   static constexpr auto by =
-    sql_concat(dl_select, "WHERE status=? ORDER BY created_at, id LIMIT ?");
+    sql_concat(dl_columns, dl_from, "WHERE status=? ORDER BY created_at, id LIMIT ?");
+  static constexpr auto all_v4 =
+    sql_concat(dl_columns, dl_from_v4, "ORDER BY created_at, id LIMIT ?");
+  static constexpr auto by_v4 =
+    sql_concat(dl_columns, dl_from_v4, "WHERE status=? ORDER BY created_at, id LIMIT ?");
   auto row = [&](sqlite3_stmt* st) { out.push_back(read_dl(st)); };
-  auto st = filter ? read_rows(by, "list dead letters", row, to_string(*filter), limit)
-                   : read_rows(all, "list dead letters", row, limit);
+  bool v5 = schema_version_ >= 5;
+  auto st = filter ? (v5 ? read_rows(by, "list dead letters", row, to_string(*filter), limit)
+                         : read_rows(by_v4, "list dead letters", row, to_string(*filter), limit))
+                   : (v5 ? read_rows(all, "list dead letters", row, limit)
+                         : read_rows(all_v4, "list dead letters", row, limit));
   if (!st)
     return st;
   return out;

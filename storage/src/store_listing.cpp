@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <system_error>
 #include <vector>
@@ -21,6 +22,38 @@ namespace factum {
 
 using detail::col_text;
 using detail::stmt_guard;
+
+// -- the data directory -------------------------------------------------------------------------
+
+status prepare_data_dir(const fs::path& data_dir, durability mode) {
+  std::vector<fs::path> made; // directories made here, outermost last
+  std::error_code ec;
+  for (auto d = data_dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path())
+    made.push_back(d);
+  for (const char* sub : {"entities", "runtime"})
+    if (!fs::exists(data_dir / sub, ec))
+      made.insert(made.begin(), data_dir / sub);
+  for (auto it = made.rbegin(); it != made.rend(); ++it)
+    if (!fs::create_directory(*it, ec) && ec)
+      return {detail::errno_code(ec.value()),
+              "cannot create " + it->string() + ": " + ec.message()};
+  if (mode != durability::full)
+    return status::ok();
+  // Children first, then their parents: a name is durable once its directory's sync returned.
+  std::vector<fs::path> to_sync = {data_dir};
+  for (auto& d : made)
+    if (d != data_dir)
+      to_sync.push_back(d.parent_path());
+  std::sort(to_sync.begin(), to_sync.end());
+  to_sync.erase(std::unique(to_sync.begin(), to_sync.end()), to_sync.end());
+  std::sort(to_sync.begin(), to_sync.end(), [](const fs::path& a, const fs::path& b) {
+    return std::distance(a.begin(), a.end()) > std::distance(b.begin(), b.end());
+  });
+  for (auto& d : to_sync)
+    if (int e = detail::sync_dir(d); e != 0)
+      return {detail::errno_code(e), "fsync " + d.string() + ": " + std::strerror(e)};
+  return status::ok();
+}
 
 // -- summary ------------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ TEST_CASE("verify: intact entities pass, one or all") {
   CHECK(one.code == 0);
   CHECK(one.err == "");
   CHECK(one.out == "ENTITY          RESULT  FACTS  SCHEMA  FIRST_BAD_SEQ  PROBLEM\n"
-                   "acme/ledger/a1  ok         12       4              -  -\n");
+                   "acme/ledger/a1  ok         12       5              -  -\n");
   auto all = run_cli({"inspect", "verify", "--data", tmp.path().string()});
   CHECK(all.code == 0);
   auto ls = lines(all.out);

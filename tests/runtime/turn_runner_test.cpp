@@ -327,3 +327,35 @@ TEST_CASE("turn runner: a resolved dead letter arms the purge of its retention b
   REQUIRE(purge.is_ok());
   CHECK(purge->due_ms == *dl->expires_at_ms);
 }
+
+TEST_CASE("turn runner: the automatic retries of a dead letter stop at its rule's cap (they went "
+          "on every hour forever)") {
+  bench b;
+  auto r = b.call("deliver");
+  auto id = r.json()["dead_letter_id"].get<std::string>();
+  int retries = 0;
+  for (int i = 0; i < 10; ++i) {
+    auto dl = b.store->get_dead_letter(id);
+    REQUIRE(dl.is_ok());
+    if (dl->status != dl_status::scheduled)
+      break;
+    // Its retry alarm is due: run it now rather than in an hour.
+    int64_t now = factum::now_ms();
+    REQUIRE(b.store->set_alarm({"@dl:" + id, now - 1, "{}", 0, now}).is_ok());
+    REQUIRE(b.store->commit().is_ok());
+    b.alarm();
+    ++retries;
+  }
+  auto dl = b.store->get_dead_letter(id);
+  CHECK(retries == 3); // server_error: 3 automatic retries
+  CHECK(dl->status == dl_status::pending);
+  CHECK(dl->auto_retries == 3);
+  CHECK_FALSE(dl->next_retry_ms);
+  CHECK(b.store->get_alarm("@dl:" + id).error().code() == errc::not_found);
+  CHECK(b.vendor_calls == 4);
+  // An operator's retry starts them over.
+  REQUIRE(b.call("@dead_letter", "", json{{"id", id}, {"action", "retry"}}).ok);
+  b.alarm();
+  CHECK(b.store->get_dead_letter(id)->auto_retries == 1);
+  CHECK(b.store->get_dead_letter(id)->status == dl_status::scheduled);
+}

@@ -584,6 +584,45 @@ TEST_CASE("dead letters, breakers and configs round-trip") {
   REQUIRE(s->commit().is_ok());
 }
 
+TEST_CASE("schema: migration 5 gives a version-4 file's dead letters an auto_retries count of 0, "
+          "which a read-only open of the old file reads too") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.target_schema_version = 4;
+  fs::path file;
+  {
+    auto s = open_ok(o);
+    file = s->path();
+    REQUIRE(s->append(draft("invocation")).is_ok());
+    REQUIRE(s->commit().is_ok());
+  }
+  REQUIRE(raw_exec(file, "INSERT INTO dead_letters(id, operation, payload, error_code, "
+                         "error_message, error_category, reason, attempts, first_attempt_at, "
+                         "last_attempt_at, status, created_at, updated_at) VALUES ('dl_old', "
+                         "'deliver', '{}', 'HTTP_503', 'down', 'transient', 'server_error', 5, 1, "
+                         "2, 'scheduled', 1, 2)") == SQLITE_OK);
+  {
+    auto ro = opts_for(tmp.path());
+    ro.read_only = true;
+    auto s = open_ok(ro);
+    CHECK(s->schema_version() == 4);
+    auto d = s->get_dead_letter("dl_old");
+    REQUIRE(d.is_ok());
+    CHECK(d->auto_retries == 0);
+    CHECK(s->list_dead_letters(dl_status::scheduled, 10)->size() == 1);
+  }
+  auto s = open_ok(opts_for(tmp.path()));
+  CHECK(s->schema_version() == current_schema_version);
+  auto d = s->get_dead_letter("dl_old");
+  REQUIRE(d.is_ok());
+  CHECK(d->auto_retries == 0);
+  CHECK(d->attempts == 5);
+  d->auto_retries = 2;
+  REQUIRE(s->put_dead_letter(*d).is_ok());
+  CHECK(s->get_dead_letter("dl_old")->auto_retries == 2);
+  REQUIRE(s->commit().is_ok());
+}
+
 TEST_CASE("schema: a version-1 file migrates to the current version and keeps its facts") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
@@ -735,7 +774,8 @@ TEST_CASE("verify: a fact id that is not derived from its seq is reported at its
   CHECK(named);
 }
 
-TEST_CASE("schema: a version-3 file migrates to 4: old ids keep their index, new ids are derived") {
+TEST_CASE("schema: a version-3 file migrates to 4 and on: old ids keep their index, new ids are "
+          "derived") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   o.target_schema_version = 3;
@@ -747,7 +787,7 @@ TEST_CASE("schema: a version-3 file migrates to 4: old ids keep their index, new
     REQUIRE(s->commit().is_ok());
   }
   auto s = open_ok(opts_for(tmp.path()));
-  CHECK(s->schema_version() == 4);
+  CHECK(s->schema_version() == current_schema_version);
   auto prefix = meta_value(s->path(), "fact_id_prefix");
   REQUIRE(prefix.size() == 20);
   CHECK(meta_value(s->path(), "fact_id_legacy_until") == "3");

@@ -135,7 +135,7 @@ inline status check_page_size(int page_size) {
 }
 
 /// The schema version this build writes (PRAGMA user_version).
-inline constexpr int current_schema_version = 4;
+inline constexpr int current_schema_version = 5;
 
 // -- begin_key's records (the others: records.hpp) ----------------------------------------------
 
@@ -456,6 +456,12 @@ class entity_store {
   struct sync_state;
   std::unique_ptr<sync_state> sync_;
 };
+
+/// Creates `data_dir` (and its parents), `data_dir/entities` and `data_dir/runtime` where missing,
+/// and, in durability full, fsyncs each directory whose entries changed (the data directory
+/// itself always), so that no entity acknowledged later can lose its path to a power cut through
+/// a parent that was never synced. IO_ERROR (READ_ONLY, FULL) naming the directory. Any thread.
+status prepare_data_dir(const std::filesystem::path& data_dir, durability mode);
 
 /// Every entity database file under data_dir (entities/<shard>/<digest>.db), in path order.
 std::vector<std::filesystem::path> list_entity_files(const std::filesystem::path& data_dir);

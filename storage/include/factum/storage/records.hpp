@@ -65,6 +65,9 @@ struct dead_letter_record {
   std::optional<int64_t> expires_at_ms;
   int64_t created_at_ms = 0;
   int64_t updated_at_ms = 0;
+  /// Retries run since it was made or an operator last retried it: automatic retries stop at
+  /// the cap of its reason's rule (schema version 5; 0 in older files).
+  int64_t auto_retries = 0;
 };
 
 struct breaker_record {
