@@ -24,6 +24,7 @@
 
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/entity_store.hpp"
+#include "powerloss/harness.hpp"
 #include "powerloss/replay.hpp"
 #include "powerloss/write_log.hpp"
 #include "support/keyed_load.hpp"
@@ -41,20 +42,7 @@ std::string file_text(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// Runs `body` in a child that records every change under `root` into `log`, and waits for it.
-template <class F> void record_child(const fs::path& root, const fs::path& log, F body) {
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    powerloss::start(log, root);
-    body();
-    _exit(0);
-  }
-  int wst = 0;
-  REQUIRE(waitpid(pid, &wst, 0) == pid);
-  REQUIRE(WIFEXITED(wst));
-  REQUIRE(WEXITSTATUS(wst) == 0);
-}
+using powerloss::record_child;
 
 int write_file(const fs::path& p, const std::string& s) {
   int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
@@ -161,51 +149,7 @@ runtime_config cut_config(const fs::path& dir, durability mode, bool churn) {
   return c;
 }
 
-// A forked child whose changes under `root` are recorded in `log` (write_log.hpp), reporting
-// acknowledged call numbers on a pipe, and the parent's means to read them and cut its power.
-class recorded_child {
- public:
-  // Forks; the child starts the log and runs `body(ack_fd)`, which must not return.
-  template <class F> recorded_child(const fs::path& root, const fs::path& log, F body) {
-    int fds[2], control[2];
-    REQUIRE(pipe(fds) == 0);
-    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) == 0);
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::close(fds[0]);
-      ::close(control[0]);
-      powerloss::start(log, root, control[1]);
-      body(fds[1]);
-      _exit(4);
-    }
-    ::close(fds[1]);
-    ::close(control[1]);
-    acks_ = fds[0];
-    control_ = control[0];
-  }
-
-  /// Reads acknowledgements until `n` of them (or the child's end marker).
-  void read_acks(int n) { test::read_acks(acks_, acked_, n); }
-
-  /// The power cut: the log frozen (no file changes from here on), the child killed; the
-  /// replies it wrote before are acknowledged too. Returns every acknowledged call.
-  const std::set<int>& cut() {
-    CHECK(powerloss::freeze(control_));
-    ::kill(pid_, SIGKILL);
-    int wst = 0;
-    waitpid(pid_, &wst, 0);
-    ::close(control_);
-    test::read_acks(acks_, acked_);
-    ::close(acks_);
-    return acked_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int acks_ = -1, control_ = -1;
-  std::set<int> acked_;
-};
+using powerloss::recorded_child;
 
 struct round_result {
   int acked = 0;
@@ -232,25 +176,8 @@ round_result cut_round(const fs::path& dir, const fs::path& next, const fs::path
   child.read_acks(kill_after);
   auto acked = child.cut();
   res.acked = static_cast<int>(acked.size());
-  // The log's own check: taken whole, it rebuilds the tree the child left (every name, every
-  // byte; -shm files are written through mmap, which the log does not see, and never synced).
-  auto whole = next.string() + "-whole";
-  powerloss::rebuild(base, dir, log, whole, true);
-  auto live = powerloss::take_snapshot(dir), rebuilt = powerloss::take_snapshot(whole);
-  auto shm = [](const std::string& p) { return p.size() > 4 && p.ends_with("-shm"); };
-  for (auto& [rel, e] : live.names)
-    if (!shm(rel)) {
-      REQUIRE_MESSAGE(rebuilt.names.count(rel), "the log missed " << rel);
-      if (!e.dir && live.content[e.ino] != rebuilt.content[rebuilt.names[rel].ino]) {
-        ++res.log_mismatches;
-        MESSAGE("the log does not give the bytes of "
-                << rel << " (" << live.content[e.ino].size() << " bytes, rebuilt "
-                << rebuilt.content[rebuilt.names[rel].ino].size() << ")");
-      }
-    }
-  for (auto& [rel, e] : rebuilt.names)
-    CHECK_MESSAGE(live.names.count(rel), "the log has " << rel << ", the tree has not");
-  fs::remove_all(whole);
+  // The log's own check: taken whole, it rebuilds the tree the child left.
+  res.log_mismatches = powerloss::whole_log_mismatches(base, dir, log, next.string() + "-whole");
   res.replay = powerloss::rebuild(base, dir, log, next, false, torn_seed);
 
   auto r = runtime::start(cut_config(next, mode, churn));

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -32,6 +33,36 @@ struct record {
   std::string_view data;
 };
 
+// The syncs of one file (or directory) that returned 0, and its writeback errors, by seq. A
+// change of a file's bytes at seq i is on disk when a sync began after it and returned before
+// the first writeback error after it (if any): Linux marks the pages of a failed writeback
+// clean, so no later sync writes them (write_log.hpp, op::write_error). A name in a directory
+// needs only the sync: what a file system does with the entries of a directory whose fsync
+// failed is its own (they are metadata, not pages of the directory), and is not modelled.
+struct sync_history {
+  std::vector<std::pair<uint64_t, uint64_t>> good; // (begin, end), sorted by begin
+  std::vector<uint64_t> min_end;                   // min_end[k]: the least end of good[k..]
+  std::vector<uint64_t> errors;                    // ascending
+
+  void prepare() {
+    std::sort(good.begin(), good.end());
+    min_end.assign(good.size(), 0);
+    uint64_t m = UINT64_MAX;
+    for (size_t k = good.size(); k-- > 0;)
+      min_end[k] = m = std::min(m, good[k].second);
+  }
+  // 1 kept, 0 lost, -1 lost to a writeback error only (never with !data).
+  int covers(uint64_t seq, bool data) const {
+    auto g =
+      std::upper_bound(good.begin(), good.end(), std::pair<uint64_t, uint64_t>{seq, UINT64_MAX});
+    if (g == good.end())
+      return 0;
+    auto e = std::upper_bound(errors.begin(), errors.end(), seq);
+    uint64_t limit = e == errors.end() || !data ? UINT64_MAX : *e;
+    return min_end[static_cast<size_t>(g - good.begin())] < limit ? 1 : -1;
+  }
+};
+
 std::string root_string(const fs::path& root) {
   auto s = root.lexically_normal().string();
   if (!s.empty() && s.back() == '/')
@@ -39,7 +70,44 @@ std::string root_string(const fs::path& root) {
   return s;
 }
 
+// The records of a log's bytes (views into them), up to a record the kill cut short.
+std::vector<record> parse(const std::string& bytes, bool& torn_tail) {
+  std::vector<record> recs;
+  for (size_t pos = 0; pos < bytes.size();) {
+    record r;
+    if (bytes.size() - pos < sizeof r.h) {
+      torn_tail = true;
+      break;
+    }
+    std::memcpy(&r.h, bytes.data() + pos, sizeof r.h);
+    if (r.h.magic != record_header{}.magic)
+      throw std::runtime_error("replay: bad record at byte " + std::to_string(pos));
+    size_t need = sizeof r.h + r.h.path_len + r.h.data_len;
+    if (bytes.size() - pos < need) {
+      torn_tail = true;
+      break;
+    }
+    r.path.assign(bytes.data() + pos + sizeof r.h, r.h.path_len);
+    r.data = std::string_view(bytes.data() + pos + sizeof r.h + r.h.path_len, r.h.data_len);
+    recs.push_back(std::move(r));
+    pos += need;
+  }
+  return recs;
+}
+
 } // namespace
+
+std::vector<logged_name> logged_names(const fs::path& log) {
+  const std::string bytes = read_all(log);
+  bool torn = false;
+  std::vector<logged_name> out;
+  for (auto& r : parse(bytes, torn)) {
+    auto kind = static_cast<op>(r.h.kind);
+    if (kind == op::add_name || kind == op::drop_name || kind == op::injected)
+      out.push_back({kind, r.path});
+  }
+  return out;
+}
 
 snapshot take_snapshot(const fs::path& root) {
   snapshot s;
@@ -69,26 +137,7 @@ replay_stats rebuild(const snapshot& base, const fs::path& root, const fs::path&
                      const fs::path& out, bool everything, uint32_t torn_seed) {
   replay_stats stats;
   const std::string bytes = read_all(log);
-  std::vector<record> recs;
-  for (size_t pos = 0; pos < bytes.size();) {
-    record r;
-    if (bytes.size() - pos < sizeof r.h) {
-      stats.torn_tail = true;
-      break;
-    }
-    std::memcpy(&r.h, bytes.data() + pos, sizeof r.h);
-    if (r.h.magic != record_header{}.magic)
-      throw std::runtime_error("replay: bad record at byte " + std::to_string(pos));
-    size_t need = sizeof r.h + r.h.path_len + r.h.data_len;
-    if (bytes.size() - pos < need) {
-      stats.torn_tail = true;
-      break;
-    }
-    r.path.assign(bytes.data() + pos + sizeof r.h, r.h.path_len);
-    r.data = std::string_view(bytes.data() + pos + sizeof r.h + r.h.path_len, r.h.data_len);
-    recs.push_back(std::move(r));
-    pos += need;
-  }
+  auto recs = parse(bytes, stats.torn_tail);
   stats.records = recs.size();
 
   // Inode numbers are reused once a file is gone; the model names each file by an identity of
@@ -112,27 +161,41 @@ replay_stats rebuild(const snapshot& base, const fs::path& root, const fs::path&
     }
   }
   std::vector<uint64_t> id(recs.size()), dir_id(recs.size());
-  std::map<uint64_t, uint64_t> synced_before; // identity -> a sync that began at this seq ended
+  std::map<uint64_t, sync_history> history; // identity -> its syncs and writeback errors
   for (size_t i = 0; i < recs.size(); ++i) {
     auto& h = recs[i].h;
-    if (static_cast<op>(h.kind) == op::add_name && h.offset == 1)
+    auto kind = static_cast<op>(h.kind);
+    if (kind == op::add_name && h.offset == 1)
       current[h.ino] = next_id++;
-    if (static_cast<op>(h.kind) != op::drop_name)
+    if (kind != op::drop_name && kind != op::injected)
       id[i] = id_of(h.ino);
-    if (h.dir)
+    if (h.dir && kind != op::injected)
       dir_id[i] = id_of(h.dir);
-    if (static_cast<op>(h.kind) == op::sync_end) {
+    if (kind == op::sync_end || kind == op::sync_failed) {
       if (h.offset >= i || static_cast<op>(recs[h.offset].h.kind) != op::sync_begin)
-        throw std::runtime_error("replay: sync_end without its sync_begin");
-      auto& s = synced_before[id[h.offset]];
-      s = std::max(s, h.offset);
+        throw std::runtime_error("replay: a sync's end without its sync_begin");
+      if (kind == op::sync_end)
+        history[id[h.offset]].good.push_back({h.offset, i});
+      else
+        ++stats.failed_syncs;
     }
+    if (kind == op::write_error) {
+      history[id[i]].errors.push_back(i);
+      ++stats.write_errors;
+    }
+    if (kind == op::injected)
+      ++stats.injected;
   }
-  auto synced = [&](uint64_t who, size_t seq) {
+  for (auto& [_, h] : history)
+    h.prepare();
+  // 1: the change at `seq` of `who` (its bytes: `data`, else a name in it) is on disk; 0: lost;
+  // -1: lost to a writeback error (a sync began after it and returned, but no sync that did so
+  // had returned by the error).
+  auto covered = [&](uint64_t who, size_t seq, bool data) {
     if (everything)
-      return true;
-    auto it = synced_before.find(who);
-    return it != synced_before.end() && seq < it->second;
+      return 1;
+    auto it = history.find(who);
+    return it == history.end() ? 0 : it->second.covers(seq, data);
   };
   const std::string prefix = root_string(root) + "/";
   auto relative = [&](const std::string& abs) {
@@ -148,7 +211,9 @@ replay_stats rebuild(const snapshot& base, const fs::path& root, const fs::path&
     case op::write:
     case op::zeros:
     case op::truncate: {
-      bool kept = synced(id[i], i);
+      int cover = covered(id[i], i, true);
+      bool kept = cover > 0;
+      stats.lost_to_errors += cover < 0;
       if (!kept && torn_seed != 0 && static_cast<op>(r.h.kind) != op::truncate) {
         // Torn: each 512-byte piece (aligned in the file) on disk or not, on its own.
         auto& c = content[id[i]];
@@ -186,7 +251,7 @@ replay_stats rebuild(const snapshot& base, const fs::path& root, const fs::path&
     }
     case op::add_name:
     case op::drop_name: {
-      if (!synced(dir_id[i], i) && !coin()) {
+      if (!covered(dir_id[i], i, false) && !coin()) {
         ++stats.lost_names;
         break;
       }
@@ -199,7 +264,10 @@ replay_stats rebuild(const snapshot& base, const fs::path& root, const fs::path&
       break;
     }
     case op::sync_begin:
-    case op::sync_end: break;
+    case op::sync_end:
+    case op::sync_failed:
+    case op::write_error:
+    case op::injected: break;
     default: throw std::runtime_error("replay: unknown record kind " + std::to_string(r.h.kind));
     }
   }

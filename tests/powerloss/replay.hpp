@@ -7,13 +7,21 @@
 // returned; a new, removed or renamed name is on disk once such a sync *of the directory that
 // holds it* has returned (a rename is its new name and the removal of its old one, each in its
 // own directory). Every other change is lost: the harshest state a power cut can leave, and a
-// legal one (an ext4 without a journal, as on this machine, may lose any of them).
+// legal one (an ext4 without a journal, as on this machine, may lose any of them). After a
+// failed sync of a file, Linux's rule (op::write_error): a change of its bytes that no sync
+// had made durable by the writeback error is lost for good, even if a later sync of the file
+// returns 0; only what is written again after the error can be made durable. (Names in a
+// directory whose fsync failed are only not synced by it: a file system's metadata after an
+// error is its own.)
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
+
+#include "write_log.hpp"
 
 namespace factum::powerloss {
 
@@ -36,7 +44,11 @@ struct replay_stats {
   uint64_t kept_writes = 0, lost_writes = 0; ///< writes, zero runs and truncations
   uint64_t kept_names = 0, lost_names = 0;   ///< names added or dropped
   uint64_t torn_pieces = 0;                  ///< unsynced 512-byte pieces kept (torn_seed)
-  bool torn_tail = false;                    ///< the log ends inside a record (cut by the kill)
+  uint64_t lost_to_errors = 0; ///< changes a later sync covered that a writeback error lost
+  uint64_t failed_syncs = 0;   ///< syncs that returned an error (op::sync_failed)
+  uint64_t write_errors = 0;   ///< writeback errors (op::write_error)
+  uint64_t injected = 0;       ///< calls the fault plan failed (op::injected)
+  bool torn_tail = false;      ///< the log ends inside a record (cut by the kill)
 };
 
 /// Writes to `out` (which must not exist) the tree a power cut at the end of `log` could leave
@@ -50,5 +62,15 @@ struct replay_stats {
 replay_stats rebuild(const snapshot& base, const std::filesystem::path& root,
                      const std::filesystem::path& log, const std::filesystem::path& out,
                      bool everything = false, uint32_t torn_seed = 0);
+
+/// A record of a log that names a path: a name added or dropped, or a call the fault plan
+/// failed (write_log.hpp).
+struct logged_name {
+  op kind;
+  std::string path;
+};
+
+/// The records of `log` that name a path, in the log's order (for a test's checks).
+std::vector<logged_name> logged_names(const std::filesystem::path& log);
 
 } // namespace factum::powerloss

@@ -2,7 +2,9 @@
 // through which factum, SQLite and libstdc++ change files; each forwards to libc's own
 // (dlsym(RTLD_NEXT)) and, while recording, appends a record under mu. Calls made inside libc
 // (fopen's open, remove's unlink) do not come here: the ones factum's code paths reach are
-// listed below, and a test checks that a plain workload's files are all in the log.
+// listed below, and a test checks that a plain workload's files are all in the log. The fault
+// plan (set_faults()) is applied here too, under mu: which calls fail, and each descriptor's
+// view of its file's writeback errors.
 // Any thread; recording state is written once by start() before the code under test runs.
 #include "write_log.hpp"
 
@@ -13,11 +15,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -33,6 +37,23 @@ int log_fd = -1;          // the log, written with libc's write
 uint64_t next_seq = 0;    // the next record's seq, under mu
 std::string root_prefix;  // "<root>/"
 thread_local bool inside; // a call made by the log itself passes straight through
+
+// The fault plan (set_faults()), under mu. Empty: every call passes as it would without it.
+struct planned {
+  fault f;
+  uint64_t seen = 0; // matching calls so far
+};
+std::vector<planned> plan;
+int notify_fd = -1;
+int32_t notify_value = 0;
+// Writeback errors (errseq): each file's count of errors, and for each descriptor opened under
+// the root while recording, its file and the count it has seen. Under mu.
+std::map<uint64_t, uint64_t> wb_errors; // inode -> writeback errors so far
+struct descriptor {
+  uint64_t ino = 0;
+  uint64_t seen = 0;
+};
+std::map<int, descriptor> descriptors;
 
 template <class F> F real(const char* name) {
   void* p = dlsym(RTLD_NEXT, name);
@@ -51,8 +72,9 @@ bool active() {
 }
 
 struct inside_guard {
+  bool was = inside;
   inside_guard() { inside = true; }
-  ~inside_guard() { inside = false; }
+  ~inside_guard() { inside = was; }
 };
 
 // Appends one record; under mu. Returns its seq.
@@ -134,6 +156,60 @@ uint64_t parent_ino(const std::string& abs) {
   return lstat_ino(std::filesystem::path(abs).parent_path().string());
 }
 
+// -- the fault plan -------------------------------------------------------------------------------
+
+// The path `fd` names now ("" when unknown).
+std::string fd_path(int fd) {
+  char link[4096];
+  auto proc = "/proc/self/fd/" + std::to_string(fd);
+  ssize_t n = ::readlink(proc.c_str(), link, sizeof link - 1);
+  return n > 0 ? std::string(link, static_cast<size_t>(n)) : std::string();
+}
+
+bool planned_for(fault::call what) {
+  for (auto& p : plan)
+    if (p.f.what == what)
+      return true;
+  return false;
+}
+
+// Counts a call of kind `what` on `path` against every fault that matches it; the index of the
+// first fault that fails it, or -1. Under mu.
+int fails(fault::call what, const std::string& path, int accmode = -1) {
+  int hit = -1;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    auto& p = plan[i];
+    if (p.f.what != what || path.find(p.f.path_has) == std::string::npos ||
+        path.size() < p.f.path_ends.size() ||
+        path.compare(path.size() - p.f.path_ends.size(), std::string::npos, p.f.path_ends) != 0 ||
+        (p.f.accmode >= 0 && accmode != p.f.accmode))
+      continue;
+    ++p.seen;
+    if (hit < 0 && p.seen >= p.f.first && p.seen < p.f.first + p.f.count)
+      hit = static_cast<int>(i);
+  }
+  return hit;
+}
+
+// Logs the failure fault `i` made on `path` and tells the notify descriptor. Under mu.
+void injected(int i, const std::string& path, uint64_t ino, uint64_t result) {
+  append(op::injected, ino, static_cast<uint64_t>(i), plan[i].f.what, result, path);
+  if (notify_fd >= 0) {
+    FACTUM_REAL(write);
+    (void)!real_write(notify_fd, &notify_value, sizeof notify_value);
+  }
+}
+
+// Remembers which file descriptor `fd` (just opened) is on, and that it has seen its file's
+// writeback errors so far. Under mu.
+void opened(int fd) {
+  descriptors.erase(fd);
+  if (fd < 0)
+    return;
+  if (uint64_t ino = inode_of(fd, true))
+    descriptors[fd] = {ino, wb_errors[ino]};
+}
+
 // Logs a write of `n` bytes of `data` at `off` of `fd`; under mu.
 void log_write(int fd, const void* data, size_t n, off_t off) {
   uint64_t ino = inode_of(fd);
@@ -150,9 +226,9 @@ void log_write(int fd, const void* data, size_t n, off_t off) {
 }
 
 // What an open with these flags changes: a new name, or a truncation. Under mu.
-int logged_open(int dirfd, const char* path, int flags, mode_t mode, bool at) {
+int logged_open(int dirfd, const char* path, const std::string& abs, int flags, mode_t mode,
+                bool at) {
   FACTUM_REAL(openat);
-  std::string abs = absolute(dirfd, path);
   bool tracked = under_root(abs) && (flags & (O_CREAT | O_TRUNC));
   bool existed = tracked && lstat_ino(abs) != 0;
   int fd = real_openat(at ? dirfd : AT_FDCWD, path, flags, mode);
@@ -173,11 +249,68 @@ int do_open(int dirfd, const char* path, int flags, mode_t mode, bool at) {
     return real_openat(at ? dirfd : AT_FDCWD, path, flags, mode);
   }
   std::lock_guard<std::mutex> g(mu);
-  return logged_open(dirfd, path, flags, mode, at);
+  std::string abs = absolute(dirfd, path);
+  if (!under_root(abs))
+    return logged_open(dirfd, path, abs, flags, mode, at);
+  if (int i = fails(fault::open, abs, flags & O_ACCMODE); i >= 0) {
+    inside_guard ig;
+    injected(i, abs, 0, static_cast<uint64_t>(plan[i].f.error));
+    errno = plan[i].f.error;
+    return -1;
+  }
+  int fd = logged_open(dirfd, path, abs, flags, mode, at);
+  int saved = errno;
+  opened(fd);
+  errno = saved;
+  return fd;
 }
 
 mode_t mode_arg(int flags, va_list ap) {
   return (flags & (O_CREAT | O_TMPFILE)) ? static_cast<mode_t>(va_arg(ap, int)) : 0;
+}
+
+// Before the sync: an injected failure's write error (fault::sync). Under mu. The fault's
+// index, or -1.
+int sync_fault(int fd, uint64_t ino) {
+  if (!planned_for(fault::sync))
+    return -1;
+  auto path = fd_path(fd);
+  int i = under_root(path) ? fails(fault::sync, path) : -1;
+  if (i < 0)
+    return -1;
+  injected(i, path, ino, static_cast<uint64_t>(plan[i].f.error));
+  append(op::write_error, ino, 0, 0, 0);
+  uint64_t n = ++wb_errors[ino];
+  if (auto d = descriptors.find(fd); d != descriptors.end() && d->second.ino == ino)
+    d->second.seen = n; // this call reports it
+  return i;
+}
+
+// After the sync returned `rc` (errno `err`): what the caller learns, and its record. A sync
+// that returned 0 on a descriptor that has not seen its file's last writeback error reports it
+// (errseq); a real failure is a writeback error of its own. Under mu.
+int sync_result(int fd, uint64_t ino, uint64_t begin, int rc, int& err, int injected_fault) {
+  auto d = descriptors.find(fd);
+  if (d != descriptors.end() && d->second.ino != ino)
+    d = descriptors.end();
+  if (injected_fault >= 0) {
+    rc = -1;
+    err = plan[injected_fault].f.error;
+  } else if (rc == 0 && d != descriptors.end() && d->second.seen < wb_errors[ino]) {
+    d->second.seen = wb_errors[ino];
+    rc = -1;
+    err = EIO;
+  } else if (rc != 0) {
+    append(op::write_error, ino, 0, 0, 0);
+    uint64_t n = ++wb_errors[ino];
+    if (d != descriptors.end())
+      d->second.seen = n;
+  }
+  if (rc == 0)
+    append(op::sync_end, ino, 0, begin, 0);
+  else
+    append(op::sync_failed, ino, 0, begin, static_cast<uint64_t>(err));
+  return rc;
 }
 
 int do_sync(int fd, bool data_only) {
@@ -186,21 +319,24 @@ int do_sync(int fd, bool data_only) {
   if (!active())
     return data_only ? real_fdatasync(fd) : real_fsync(fd);
   uint64_t ino = 0, begin = 0;
+  int fault_index = -1;
   {
     std::lock_guard<std::mutex> g(mu);
     inside_guard ig;
     ino = inode_of(fd, true);
-    if (ino)
+    if (ino) {
+      fault_index = sync_fault(fd, ino);
       begin = append(op::sync_begin, ino, 0, 0, 0);
+    }
   }
   int rc = data_only ? real_fdatasync(fd) : real_fsync(fd);
-  if (rc == 0 && ino) {
-    int saved = errno;
+  int err = errno;
+  if (ino) {
     std::lock_guard<std::mutex> g(mu);
     inside_guard ig;
-    append(op::sync_end, ino, 0, begin, 0);
-    errno = saved;
+    rc = sync_result(fd, ino, begin, rc, err, fault_index);
   }
+  errno = err;
   return rc;
 }
 
@@ -280,11 +416,32 @@ int do_link(int olddir, const char* from, int newdir, const char* to, int flags)
   return rc;
 }
 
+// Whether a write of `n` bytes to `fd` fails (fault::write): the fault's index, or -1. A fault
+// with an errno sets it (nothing is to be written); a short one leaves the caller to write half
+// of the bytes. Under mu.
+int write_fault(int fd, size_t n) {
+  if (n == 0 || !planned_for(fault::write))
+    return -1;
+  auto path = fd_path(fd);
+  int i = under_root(path) ? fails(fault::write, path) : -1;
+  if (i < 0)
+    return -1;
+  int e = plan[i].f.error;
+  injected(i, path, inode_of(fd), e != 0 ? static_cast<uint64_t>(e) : std::max<size_t>(1, n / 2));
+  errno = e;
+  return i;
+}
+
 ssize_t do_pwrite(int fd, const void* buf, size_t n, off_t off) {
   FACTUM_REAL(pwrite64);
   if (!active())
     return real_pwrite64(fd, buf, n, off);
   std::lock_guard<std::mutex> g(mu);
+  if (int i = write_fault(fd, n); i >= 0) {
+    if (plan[i].f.error != 0)
+      return -1;
+    n = std::max<size_t>(1, n / 2);
+  }
   ssize_t rc = real_pwrite64(fd, buf, n, off);
   if (rc > 0) {
     int saved = errno;
@@ -307,6 +464,11 @@ ssize_t do_write(int fd, const void* buf, size_t n) {
     struct stat st {};
     off = (::fcntl(fd, F_GETFL) & O_APPEND) && ::fstat(fd, &st) == 0 ? st.st_size
                                                                      : ::lseek(fd, 0, SEEK_CUR);
+  }
+  if (int i = write_fault(fd, n); i >= 0) {
+    if (plan[i].f.error != 0)
+      return -1;
+    n = std::max<size_t>(1, n / 2);
   }
   ssize_t rc = real_write(fd, buf, n);
   if (rc > 0 && off >= 0) {
@@ -365,6 +527,15 @@ int do_fallocate(int fd, int mode, off_t off, off_t len) {
 }
 
 } // namespace
+
+void set_faults(std::vector<fault> faults, int notify, int32_t value) {
+  std::lock_guard<std::mutex> g(mu);
+  plan.clear();
+  for (auto& f : faults)
+    plan.push_back({std::move(f), 0});
+  notify_fd = notify;
+  notify_value = value;
+}
 
 void start(const std::filesystem::path& log, const std::filesystem::path& root, int control) {
   FACTUM_REAL(openat);

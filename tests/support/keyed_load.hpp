@@ -1,15 +1,17 @@
 // keyed_load.hpp: the workload of the crash and power-cut rounds (tests only): concurrent
 // appends to `ledger` entities, each call with an idempotency key of its own, its
 // acknowledgement reported on a pipe; and the check after a restart: every key retried, the
-// acknowledged ones must replay, one fact per key, every chain valid. run() on the child's
-// threads (the runtime's callbacks), the rest on the test's thread.
+// acknowledged ones must replay, one fact per key, every chain valid. run() and run_retrying()
+// on the child's threads (the runtime's callbacks), the rest on the test's thread.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -65,6 +67,59 @@ struct keyed_load {
     cv.wait(g, [&] { return open == 0; });
     int32_t end = -1;
     (void)!::write(fd, &end, sizeof end);
+  }
+
+  /// Marks run_retrying() writes to `fd` besides call numbers and the end (-1).
+  static constexpr int32_t retried_mark = -3;   ///< a call failed retryably; it is made again
+  static constexpr int32_t recovered_mark = -5; ///< a call acknowledged after a retry
+
+  /// As run(), but a call answered with a retryable failure is made again with the same key, at
+  /// once (a quarantined entity keeps the calls that reach it queued for its next activation),
+  /// up to `attempts` times in all; each retry writes retried_mark to `fd`, and an
+  /// acknowledgement after one its call number and then recovered_mark. `acked(n)` runs after
+  /// the nth acknowledgement was written (on the thread that wrote it).
+  void run_retrying(runtime& rt, int fd, int attempts,
+                    const std::function<void(int)>& acked = {}) const {
+    std::atomic<int> acks{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    int open = 0;
+    auto mark = [fd](int32_t v) {
+      if (::write(fd, &v, sizeof v) != sizeof v)
+        _exit(3);
+    };
+    std::function<void(int, int)> issue = [&](int k, int attempt) {
+      call_options o;
+      o.idempotency_key = idem(k);
+      rt.call(key_for(k), "append", body(k), o, [&, k, attempt](call_reply rep) {
+        if (!rep.ok && rep.retryable && attempt < attempts) {
+          mark(retried_mark);
+          issue(k, attempt + 1);
+          return;
+        }
+        if (rep.ok) {
+          mark(k);
+          if (attempt > 1)
+            mark(recovered_mark);
+          if (int n = ++acks; acked)
+            acked(n);
+        }
+        std::lock_guard<std::mutex> g(mu);
+        --open;
+        cv.notify_all();
+      });
+    };
+    for (int k = 0; k < keys; ++k) {
+      {
+        std::unique_lock<std::mutex> g(mu);
+        cv.wait(g, [&] { return open < in_flight; });
+        ++open;
+      }
+      issue(k, 1);
+    }
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait(g, [&] { return open == 0; });
+    mark(-1);
   }
 
   /// What retry_and_check() found.
