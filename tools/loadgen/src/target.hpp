@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "factum/tools/bench.hpp"
+#include "factum/tools/loadgen.hpp"
 
-namespace factum::tools::bench_detail {
+namespace factum::tools::loadgen {
 
 /// One request: a call of `method` on entity `type`/`id`, or (read) a fact query.
 struct request {
@@ -105,4 +105,4 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
                            const std::string& fact_type, const std::vector<std::string>& alarm_ids,
                            int64_t allowed_extra);
 
-} // namespace factum::tools::bench_detail
+} // namespace factum::tools::loadgen

@@ -17,7 +17,7 @@
 #include "factum/http/client.hpp"
 #include "target.hpp"
 
-namespace factum::tools::bench_detail {
+namespace factum::tools::loadgen {
 
 namespace {
 
@@ -153,4 +153,4 @@ std::unique_ptr<target> make_http_target(const bench_options& opts, std::string&
   return t;
 }
 
-} // namespace factum::tools::bench_detail
+} // namespace factum::tools::loadgen
