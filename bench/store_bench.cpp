@@ -1,8 +1,9 @@
-// store_bench.cpp: the store benchmark of issue #2, in the manner of leveldb's db_bench: named
-// workloads chosen with --benchmarks=a,b,c, each run --runs times, one line per workload with
-// the median (and min/max) over runs. Owns nothing but its own data directory; single-threaded
-// (everything runs on the main thread, as one entity's store is driven by one owner at a time),
-// but for the fsync*_xN workloads, which sync N files from N threads of their own.
+// store_bench.cpp: the benchmark of the per-entity store against its bars (docs/performance.md,
+// "Where the bars stand"), in the manner of leveldb's db_bench: named workloads chosen with
+// --benchmarks=a,b,c, each run --runs times, one line per workload with the median (and min/max)
+// over runs. Owns nothing but its own data directory; single-threaded (everything runs on the main
+// thread, as one entity's store is driven by one owner at a time), but for the fsync*_xN workloads,
+// which sync N files from N threads of their own.
 //
 // Why not Google Benchmark (libbenchmark-dev is installed): its model is "repeat a small function
 // until the timing is stable", with the iteration count chosen by the library. These workloads
@@ -205,10 +206,11 @@ run_result append_workload(const context& c, std::string_view name, int64_t per_
 }
 
 /// One call with an Idempotency-Key, one call per commit (no coalescing: the worst case).
-/// idem_*: the issue's path, a turn (savepoint) holding begin_key(fresh key, written pending) +
-/// one fact + complete_key, then the commit. idem_fast_*: the runtime's current path for a call
-/// that never waits (entity_actor.cpp): peek_key (a read), then a turn holding one fact +
-/// record_key (one INSERT of the finished key), then the commit. Latency: one call.
+/// idem_*: the two-step path first specified for keyed calls, a turn (savepoint) holding
+/// begin_key(fresh key, written pending) + one fact + complete_key, then the commit. idem_fast_*:
+/// the runtime's current path for a call that never waits (entity_actor.cpp): peek_key (a read),
+/// then a turn holding one fact + record_key (one INSERT of the finished key), then the commit.
+/// Latency: one call.
 run_result idem_workload(const context& c, std::string_view name, durability mode, bool fast) {
   auto dir = c.root / "idem";
   auto store = open_store(store_opts(dir, mode), entity_id(c, name));
@@ -427,8 +429,9 @@ void sql_ok(sqlite3* db, int rc, const char* what) {
 
 /// Which table the raw SQLite workloads write.
 enum class raw_target {
-  /// The twin of issue #2: a plain table with the columns of `facts` (no UNIQUE, no index, no
-  /// trigger) in a file of its own; everything but WAL and synchronous is SQLite's default.
+  /// The twin the store's bars compare with: a plain table with the columns of `facts` (no
+  /// UNIQUE, no index, no trigger) in a file of its own; everything but WAL and synchronous is
+  /// SQLite's default.
   twin,
   /// Diagnostic: the store's own file (created by entity_store::open, so with every index and
   /// trigger of the real schema) and the store's connection PRAGMAs, written by plain SQLite
@@ -523,10 +526,11 @@ run_result raw_workload(const context& c, std::string_view name, int64_t per_txn
 }
 
 /// The disk's price of durability (fsync_probe.hpp): `threads` threads, each overwriting its own
-/// file with `kib` KiB and fdatasyncing it, c.num syncs in all. The ceilings the bars of issues
-/// #3 and #5 meet on a machine: `fsync28k` is one commit of one fact (7 WAL frames of 4 KiB +
-/// 24-byte headers), `fsync28k_x64` 64 callers each waiting for such a commit of its own entity,
-/// `fsync4k_x64` the same with the smallest commit a page-based WAL can make.
+/// file with `kib` KiB and fdatasyncing it, c.num syncs in all. The ceilings the runtime's and the
+/// HTTP bars meet on a machine (docs/performance.md, "Where the bars stand"): `fsync28k` is one
+/// commit of one fact (7 WAL frames of 4 KiB + 24-byte headers), `fsync28k_x64` 64 callers each
+/// waiting for such a commit of its own entity, `fsync4k_x64` the same with the smallest commit a
+/// page-based WAL can make.
 run_result fsync_workload(const context& c, int kib, int threads) {
   auto p = factum::bench::fsync_probe(c.root, c.tag, kib, threads, c.num);
   if (!p.error.empty())
@@ -632,8 +636,8 @@ bench_options parse_args(int argc, char** argv) {
                   w.unit);
     listing += line;
   }
-  CLI::App app{"The store benchmark of issue #2: named workloads, medians over runs, the bars "
-               "and the disk's ceilings.",
+  CLI::App app{"The benchmark of the per-entity store: named workloads, medians over runs, the "
+               "store's bars and the disk's ceilings.",
                "store_bench"};
   app.footer(listing);
   app
@@ -713,7 +717,7 @@ void print_bars(const std::map<std::string, summary>& done) {
   bool header = false;
   auto head = [&] {
     if (!header)
-      std::printf("bars (issue #2) and the disk's ceilings:\n");
+      std::printf("the store's bars and the disk's ceilings:\n");
     header = true;
   };
   for (const char* mode : {"full", "normal"}) {
@@ -758,7 +762,7 @@ void print_bars(const std::map<std::string, summary>& done) {
   if (auto f = done.find("fsync28k_x64"); f != done.end()) {
     head();
     std::printf("  ceiling of append over 1,000 entities (64 callers, one fact and one sync per "
-                "commit): %.0f syncs/s (fsync28k_x64; issue #3's bar: 20000 facts/s)\n",
+                "commit): %.0f syncs/s (fsync28k_x64; the runtime's bar: 20000 facts/s)\n",
                 f->second.rate_med);
   }
   if (auto f = done.find("fsync28k"); f != done.end()) {

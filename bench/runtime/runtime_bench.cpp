@@ -1,7 +1,8 @@
-// runtime_bench.cpp: in-process benchmark of the entity runtime (issue #3), in the manner of
-// leveldb's db_bench: named workloads, medians over runs. No HTTP. Closed loop with a fixed
-// number of concurrent callers; each call appends one fact to a `ledger` entity with a unique
-// idempotency key, exactly the hot path of `POST .../ledger/{id}/append`.
+// runtime_bench.cpp: in-process benchmark of the entity runtime against the runtime's bars
+// (docs/performance.md, "Where the bars stand"), in the manner of leveldb's db_bench: named
+// workloads, medians over runs. No HTTP. Closed loop with a fixed number of concurrent callers;
+// each call appends one fact to a `ledger` entity with a unique idempotency key, exactly the hot
+// path of `POST .../ledger/{id}/append`.
 //
 //   runtime_bench --benchmarks=append1,append1000,replay,cold,rss,churn --runs=3
 //
@@ -416,7 +417,8 @@ void print(const char* name, std::vector<run_result>& rs, const char* unit, cons
   std::fflush(stdout);
 }
 
-/// A named workload: how one run goes and how its runs are reported against the issue's bar.
+/// A named workload: how one run goes and how its runs are reported against its bar
+/// (docs/performance.md, "Where the bars stand").
 struct workload {
   const char* name;
   run_result (*run)(const args_t&);
@@ -433,7 +435,7 @@ const std::vector<workload>& workloads() {
      100'000, true, false},
     {"append1000", [](const args_t& a) { return bench_append(a, 1000); }, "facts/s", "facts/commit",
      20'000, true, false},
-    {"replay", bench_replay, "calls/s", "-", -1, true, false}, // no bar in the issue
+    {"replay", bench_replay, "calls/s", "-", -1, true, false}, // no bar for replays
     {"cold", bench_cold, "act/s", "creates/s", 5'000, true, false},
     {"rss", bench_rss, "active", "KiB/entity", 200, false, true},
     // No bar: the figure to watch is KiB per ended activation.
@@ -456,8 +458,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> names;
   for (auto& w : workloads())
     names.push_back(w.name);
-  CLI::App app{"In-process benchmark of the entity runtime (issue #3): named workloads, medians "
-               "over runs, each against its bar.",
+  CLI::App app{"In-process benchmark of the entity runtime: named workloads, medians over runs, "
+               "each against its bar (docs/performance.md, \"Where the bars stand\").",
                "runtime_bench"};
   app.option_defaults()->always_capture_default();
   app.add_option("--benchmarks", a.benchmarks, "comma-separated workloads, run in this order")

@@ -1,4 +1,4 @@
-// histogram_test.cpp: the bench's log-linear histogram (tools/bench): bucket boundaries, exact
+// histogram_test.cpp: the bench's log-linear histogram (tools/loadgen): bucket boundaries, exact
 // small values, percentile error bound, merge, concurrent recording. One thread unless stated.
 #include <doctest/doctest.h>
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "factum/tools/bench.hpp"
+#include "factum/tools/loadgen.hpp"
 #include "target.hpp"
 
 using factum::tools::bench_options;
@@ -170,7 +170,7 @@ TEST_CASE("bench smoke: the verification catches a missing and a mismatched ackn
   auto j = run(o);
   REQUIRE(j["verify"]["ok"] == true);
   std::string prefix = j["run_id"].get<std::string>() + "-";
-  using namespace factum::tools::bench_detail;
+  using namespace factum::tools::loadgen;
   // The run's own acks are not exported; rebuild two from the files: a real key with the wrong
   // seq, and a key that was never written.
   std::vector<ack> acks{{"e0", prefix + "never-written", 1, "fct_x"}};

@@ -1,32 +1,27 @@
-// client.hpp: a small synchronous HTTP/1.1 client for the gateway tests (keep-alive, raw bytes,
-// a deadline on every exchange). Its Beast code lives in client.cpp, the tests' only Beast
-// translation unit. One client per thread.
+// client.hpp: the gateway tests' HTTP client: factum's synchronous client
+// (factum/http/client.hpp) on 127.0.0.1 with a 15 s deadline per exchange and no body limit, its
+// replies with JSON helpers. Header-only (no Beast here). One client per thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "factum/http/client.hpp"
+
 namespace factum::test {
 
-/// A response, or the transport error that prevented one.
-struct http_reply {
-  int status = 0; ///< 0: no response (error says why)
-  std::string error;
-  std::map<std::string, std::string> headers; ///< names in lower case
-  std::string body;
-
-  /// A header's value, or "" when absent.
-  std::string header(const std::string& lower_name) const {
-    auto it = headers.find(lower_name);
-    return it == headers.end() ? std::string() : it->second;
+/// A response, or the transport error that prevented one (status 0; `error` says
+/// "<stage>: <message>").
+struct http_reply : http::client::reply {
+  http_reply(http::client::reply r) : reply(std::move(r)) {
+    if (failed != http::client::failure::none)
+      error = std::string(http::client::to_string(failed_at)) + ": " + error;
   }
+
   nlohmann::json json() const { return nlohmann::json::parse(body, nullptr, false); }
   /// The problem's code (problem+json bodies), or "".
   std::string code() const {
@@ -37,35 +32,45 @@ struct http_reply {
   }
 };
 
-using header_list = std::vector<std::pair<std::string, std::string>>;
+using http::client::header_list;
 
 /// One keep-alive connection to 127.0.0.1:port; reconnects when the server closed it.
 class http_client {
  public:
-  explicit http_client(uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(15));
-  ~http_client();
-  http_client(const http_client&) = delete;
-  http_client& operator=(const http_client&) = delete;
+  explicit http_client(uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(15))
+      : client_("127.0.0.1", port, options(timeout)) {}
 
   /// Sends one request and reads its response.
   http_reply request(const std::string& verb, const std::string& target,
-                     const header_list& headers = {}, const std::string& body = {});
+                     const header_list& headers = {}, const std::string& body = {}) {
+    return client_.request(verb, target, headers, body);
+  }
 
   /// Sends `bytes` as they are and reads one response (status 0 when the server closed the
   /// connection or `timeout` passed first).
-  http_reply raw(const std::string& bytes, std::chrono::milliseconds timeout);
+  http_reply raw(const std::string& bytes, std::chrono::milliseconds timeout) {
+    return client_.raw(bytes, timeout);
+  }
 
   /// Connects now (without sending anything); false when the connection was refused.
-  bool connect();
+  bool connect() { return client_.connect(); }
 
   /// Whether the server closed the connection: a read sees end of stream within `timeout`.
-  bool closed_by_server(std::chrono::milliseconds timeout);
+  bool closed_by_server(std::chrono::milliseconds timeout) {
+    return client_.closed_by_server(timeout);
+  }
 
-  void close();
+  void close() { client_.close(); }
 
  private:
-  struct impl;
-  std::unique_ptr<impl> impl_;
+  static http::client::sync_options options(std::chrono::milliseconds timeout) {
+    http::client::sync_options o;
+    o.timeout = timeout;
+    o.max_body = std::nullopt;
+    return o;
+  }
+
+  http::client::sync_client client_;
 };
 
 } // namespace factum::test

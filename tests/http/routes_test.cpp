@@ -233,6 +233,41 @@ TEST_CASE("405 METHOD_NOT_ALLOWED with an Allow header") {
   check_problem(a, 405, "METHOD_NOT_ALLOWED");
 }
 
+TEST_CASE("the route table: names are matched decoded under /v1/entities/ only, and each refusal "
+          "counts under its route's label") {
+  gateway_fixture f;
+  http_client c(f.port());
+  header_list key{{"X-API-Key", acme_key}};
+  // An unknown action is a 404 whatever the method; an action with another method is a 405.
+  check_problem(c.request("GET", "/v1/entities/ledger/x/dead-letters/dl1/explode", key), 404,
+                "ROUTE_NOT_FOUND");
+  auto dl = c.request("PUT", "/v1/entities/ledger/x/dead-letters", key);
+  check_problem(dl, 405, "METHOD_NOT_ALLOWED");
+  CHECK(dl.header("allow") == "GET, POST");
+  // "%66acts" is "facts": the listing for GET (of an entity never written: 404 from the
+  // runtime), a call of the method "facts" for POST.
+  check_problem(c.request("GET", "/v1/entities/ledger/x/%66acts", key), 404, "ENTITY_NOT_FOUND");
+  check_problem(c.request("POST", "/v1/entities/ledger/x/%66acts", json_headers(), "{}"), 404,
+                "METHOD_NOT_FOUND");
+  // Operational paths are matched as sent; a bad escape is refused only where names are decoded.
+  check_problem(c.request("GET", "/%68ealthz"), 404, "ROUTE_NOT_FOUND");
+  check_problem(c.request("GET", "/v1/entities/ledger/x/y/%zz", key), 400, "INVALID_PATH");
+  check_problem(c.request("GET", "/v1/%zz"), 404, "ROUTE_NOT_FOUND");
+  auto m = c.request("GET", "/metrics").body;
+  auto count = [&](const std::string& route, int status) {
+    auto needle = "factum_http_requests_total{route=\"" + route + "\",status=\"" +
+                  std::to_string(status) + "\"} ";
+    auto at = m.find(needle);
+    return at == std::string::npos ? 0 : std::stoi(m.substr(at + needle.size()));
+  };
+  CHECK(count("dead_letter_action", 404) == 1);
+  CHECK(count("dead_letters", 405) == 1);
+  CHECK(count("facts", 404) == 1);
+  CHECK(count("call", 404) == 1);
+  CHECK(count("unmatched", 404) == 2);
+  CHECK(count("unmatched", 400) == 1);
+}
+
 TEST_CASE("415 and 400: Content-Type, malformed JSON, invalid UTF-8 and deep JSON write nothing") {
   gateway_fixture f;
   http_client c(f.port());

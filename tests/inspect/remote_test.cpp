@@ -12,7 +12,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "http_client.hpp"
 #include "remote.hpp"
 #include "support.hpp"
 
@@ -20,7 +19,7 @@ using namespace factum;
 using namespace factum::test::inspect;
 namespace net = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
 
 namespace {
@@ -68,8 +67,8 @@ class fake_server {
       if (ec || stop_)
         return;
       beast::flat_buffer buf;
-      http::request<http::string_body> req;
-      http::read(sock, buf, req, ec);
+      bhttp::request<bhttp::string_body> req;
+      bhttp::read(sock, buf, req, ec);
       if (ec)
         continue;
       std::string target(req.target());
@@ -79,12 +78,12 @@ class fake_server {
         keys_.emplace_back(req["X-API-Key"]);
       }
       canned c = handler_(target);
-      http::response<http::string_body> res{static_cast<http::status>(c.status), 11};
-      res.set(http::field::content_type, c.content_type);
+      bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(c.status), 11};
+      res.set(bhttp::field::content_type, c.content_type);
       res.body() = c.body;
       res.keep_alive(false);
       res.prepare_payload();
-      http::write(sock, res, ec);
+      bhttp::write(sock, res, ec);
       sock.shutdown(tcp::socket::shutdown_both, ec);
     }
   }
@@ -327,25 +326,26 @@ TEST_CASE("remote: HTTP failures are exit 7 (404: 3), bad URLs are usage errors"
 }
 
 TEST_CASE("remote: URL parsing and query encoding") {
-  using tools::parse_http_url;
-  auto a = parse_http_url("http://127.0.0.1:8080");
+  using tools::parse_server_url;
+  auto a = parse_server_url("http://127.0.0.1:8080");
   REQUIRE(a.is_ok());
   CHECK(a->host == "127.0.0.1");
-  CHECK(a->port == "8080");
-  CHECK(a->base_path == "");
-  auto b = parse_http_url("http://[::1]:9/api/");
+  CHECK(a->port == 8080);
+  CHECK(a->path == "");
+  auto b = parse_server_url("http://[::1]:9/api/");
   REQUIRE(b.is_ok());
   CHECK(b->host == "::1");
-  CHECK(b->base_path == "/api");
-  auto c = parse_http_url("http://localhost");
+  CHECK(b->path == "/api");
+  auto c = parse_server_url("http://localhost");
   REQUIRE(c.is_ok());
-  CHECK(c->port == "80");
+  CHECK(c->port == 80);
   for (auto* bad : {"https://x", "ftp://x", "http://", "http://u@h:1", "http://h:0", "http://h:x",
                     "http://h:70000", "http://h/p?q=1", "127.0.0.1:80", "http://h:"}) {
     CAPTURE(bad);
-    CHECK_FALSE(parse_http_url(bad).is_ok());
+    CHECK_FALSE(parse_server_url(bad).is_ok());
   }
-  CHECK(tools::url_encode("a b/c~d%") == "a%20b%2Fc~d%25");
+  CHECK(parse_server_url("https://x").error().message().find("SSH tunnel") != std::string::npos);
+  CHECK(parse_server_url("http://h:x").error().message().find("bad --server URL") == 0);
   fact_filter f;
   f.limit = 5;
   CHECK(tools::facts_query(f) == "?limit=5");

@@ -2,8 +2,8 @@
 // subcommand family lives in its own module and registers itself here.
 #include <CLI/CLI.hpp>
 
-#include "factum/tools/bench.hpp"
 #include "factum/tools/inspect.hpp"
+#include "factum/tools/loadgen.hpp"
 #include "factum/tools/serve.hpp"
 
 int main(int argc, char** argv) {

@@ -1,7 +1,9 @@
-// http/gateway.cpp: the HTTP API (BRIEF "HTTP API") over runtime::call: routes, tenant from
-// X-API-Key, entity key validation before anything touches it, registry checks, JSON checks,
-// Idempotency-Key handling, problem+json bodies, metrics and one log line per error. handle()
-// runs on an I/O thread and never blocks; runtime replies arrive on CAF workers.
+// http/gateway.cpp: the HTTP API (docs/http-api.md) over runtime::call: a route table (method and
+// path pattern -> one handler per route) and the steps the handlers share: tenant from
+// X-API-Key, entity key validation before anything touches it, registry checks, query parsing,
+// JSON checks, Idempotency-Key and fingerprint, problem+json bodies, metrics and one log line
+// per error. handle() runs on an I/O thread and never blocks; runtime replies arrive on CAF
+// workers.
 #include "http/gateway.hpp"
 
 #include <ctime>
@@ -129,18 +131,503 @@ query_result parse_query(std::string_view query, std::initializer_list<std::stri
   return out;
 }
 
-} // namespace
+// -- one exchange --
 
-struct gateway::exchange {
-  std::string route = "unmatched";
-  std::string verb;
-  std::string path;
+/// One request on its way through the gateway: the request, where the answer goes, and what
+/// the metrics and the error log line say about it. Shared with the runtime's reply callback.
+struct exchange {
+  http_request req;
+  std::function<void(http_response)> done;
+  std::string route = "unmatched"; ///< the metrics label and the log line's "route"
+  std::string verb;                ///< clipped, for the log line
+  std::string path;                ///< clipped, for the log line
+  std::string_view query;          ///< into req.target, without '?'
+  std::vector<std::string> seg;    ///< the path's segments (decoded under /v1/entities/)
   std::string trace_id;
   std::string tenant;
   std::string code;
   std::string detail;
   clock_type::time_point started = clock_type::now();
 };
+using exchange_ptr = std::shared_ptr<exchange>;
+
+/// A refusal: the status, problem code and detail of a problem+json answer.
+struct refusal {
+  int status = 400;
+  std::string_view code;
+  std::string detail;
+  bool close = false; ///< close the connection after the answer
+};
+/// The outcome of one step: a refusal that ends the request, or nullopt to carry on.
+using verdict = std::optional<refusal>;
+
+http_response problem(exchange& x, int status, std::string_view code, std::string detail) {
+  http_response r;
+  r.status = status;
+  r.content_type = problem_type;
+  r.body = problem_body(status, code, detail);
+  r.trace_id = x.trace_id;
+  x.code = code;
+  x.detail = std::move(detail);
+  return r;
+}
+
+/// Counts the answer, logs it when it is an error (4xx/5xx), and hands it to x.done.
+void finish(gateway& gw, exchange& x, http_response r) {
+  gw.metrics().count_request(x.route, r.status);
+  if (r.status >= 400) {
+    if (x.code.empty() || x.detail.empty()) {
+      auto p = json::parse(r.body, nullptr, false);
+      if (p.is_object()) {
+        if (x.code.empty() && p.contains("code") && p["code"].is_string())
+          x.code = p["code"].get<std::string>();
+        if (x.detail.empty() && p.contains("detail") && p["detail"].is_string())
+          x.detail = p["detail"].get<std::string>();
+      }
+    }
+    auto ms = std::chrono::duration<double, std::milli>(clock_type::now() - x.started).count();
+    gw.log({{"level", r.status >= 500 ? "error" : "warn"},
+            {"event", "request_failed"},
+            {"trace_id", x.trace_id},
+            {"method", x.verb},
+            {"path", x.path},
+            {"route", x.route},
+            {"status", r.status},
+            {"code", x.code},
+            {"detail", std::string(clip(x.detail, 512))},
+            {"tenant", x.tenant.empty() ? json(nullptr) : json(x.tenant)},
+            {"replayed", r.replayed},
+            {"duration_ms", static_cast<double>(static_cast<int64_t>(ms * 1000)) / 1000}});
+  }
+  x.done(std::move(r));
+}
+
+void refuse(gateway& gw, exchange& x, refusal no) {
+  auto r = problem(x, no.status, no.code, std::move(no.detail));
+  r.close = no.close;
+  finish(gw, x, std::move(r));
+}
+
+// -- shared steps --
+
+/// The trace id (W3C traceparent or X-Trace-Id, else a new one), the path and the query.
+void begin(exchange& x) {
+  x.verb = std::string(clip(x.req.verb, 16));
+  x.trace_id = incoming_trace_id(x.req.traceparent, x.req.x_trace_id);
+  if (x.trace_id.empty())
+    x.trace_id = new_trace_id();
+  std::string_view target = x.req.target;
+  auto qpos = target.find('?');
+  std::string_view path = target.substr(0, qpos);
+  x.query = qpos == std::string_view::npos ? std::string_view{} : target.substr(qpos + 1);
+  x.path = std::string(clip(path, 256));
+}
+
+/// The segments of an absolute path: percent-decoded under /v1/entities/{type}/{id}/ (where
+/// they are names), as sent elsewhere.
+verdict split_segments(exchange& x) {
+  std::string_view path = x.req.target;
+  path = path.substr(0, path.find('?'));
+  if (path.empty() || path.front() != '/')
+    return refusal{400, "BAD_REQUEST", "the request target must be an absolute path"};
+  auto raw = split_path(path);
+  bool decode = raw.size() >= 5 && raw[0] == "v1" && raw[1] == "entities";
+  for (auto s : raw) {
+    if (!decode) {
+      x.seg.emplace_back(s);
+      continue;
+    }
+    auto d = percent_decode(s);
+    if (!d)
+      return refusal{400, "INVALID_PATH", "malformed percent-encoding in the path"};
+    x.seg.push_back(std::move(*d));
+  }
+  return std::nullopt;
+}
+
+verdict no_query(const exchange& x) {
+  if (!x.query.empty())
+    return refusal{400, "INVALID_QUERY", "this route takes no query parameters"};
+  return std::nullopt;
+}
+
+/// Entity routes answer 503 (and close) once the server drains or the runtime stops.
+verdict check_running(gateway& gw) {
+  if (gw.draining() || gw.rt().stopping())
+    return refusal{503, "UNAVAILABLE", "the server is stopping; retry on another instance", true};
+  return std::nullopt;
+}
+
+/// The tenant, only from X-API-Key. Two keys (a proxy adding one, a client sending two tenants'
+/// keys) are ambiguous: refused rather than "the first one wins". Every configured digest is
+/// compared, in constant time, whatever matched before.
+verdict authenticate(const http_server_config& cfg, const http_request& req,
+                     const http_tenant*& tenant) {
+  if (req.api_key_count > 1)
+    return refusal{401, "UNAUTHORIZED", "send exactly one X-API-Key header"};
+  tenant = nullptr;
+  if (req.has_api_key && !req.api_key.empty()) {
+    auto digest = sha256_hex(req.api_key);
+    for (auto& t : cfg.tenants)
+      for (auto& k : t.key_sha256)
+        if (constant_time_equal(digest, k))
+          tenant = &t;
+  }
+  if (!tenant)
+    return refusal{401, "UNAUTHORIZED",
+                   req.has_api_key ? "unknown API key" : "missing X-API-Key header"};
+  return std::nullopt;
+}
+
+/// The entity key's type and id, validated before anything else touches them.
+verdict check_entity_key(const std::string& type, const std::string& id) {
+  if (auto st = check_key_part(type, "entity type"); !st)
+    return refusal{400, "INVALID_ENTITY_KEY", st.message()};
+  if (auto st = check_key_part(id, "entity id"); !st)
+    return refusal{400, "INVALID_ENTITY_KEY", st.message()};
+  return std::nullopt;
+}
+
+/// A write's headers and body: at most one valid Idempotency-Key (into opts); a body is JSON
+/// (Content-Type, syntax, depth).
+verdict check_write(const http_server_config& cfg, const http_request& req, call_options& opts) {
+  if (req.idempotency_key_count > 1)
+    return refusal{400, "INVALID_IDEMPOTENCY_KEY", "send at most one Idempotency-Key header"};
+  if (req.idempotency_key_count == 1) {
+    if (!valid_idempotency_key(req.idempotency_key))
+      return refusal{400, "INVALID_IDEMPOTENCY_KEY",
+                     "an Idempotency-Key is 1 to 255 printable ASCII characters"};
+    opts.idempotency_key = req.idempotency_key;
+  }
+  if (req.body.empty())
+    return std::nullopt;
+  if (!req.has_content_type || req.content_type_count > 1 ||
+      !is_json_content_type(req.content_type))
+    return refusal{415, "UNSUPPORTED_MEDIA_TYPE",
+                   "the body must be sent as Content-Type: application/json"};
+  auto c = check_json(req.body, cfg.limits.max_json_depth);
+  if (c.verdict == json_verdict::too_deep)
+    return refusal{400, "JSON_TOO_DEEP", c.message};
+  if (c.verdict == json_verdict::invalid)
+    return refusal{400, "INVALID_JSON", c.message};
+  return std::nullopt;
+}
+
+/// Whether a call of type.method needs an Idempotency-Key: the server config's override, else
+/// the method's own option.
+bool requires_key(const http_server_config& cfg, const std::string& type, const std::string& method,
+                  const method_def& def) {
+  auto it = cfg.require_idempotency_key.find(type);
+  if (it != cfg.require_idempotency_key.end()) {
+    if (auto m = it->second.find(method); m != it->second.end())
+      return m->second;
+    if (auto all = it->second.find("*"); all != it->second.end())
+      return all->second;
+  }
+  return def.options.requires_idempotency_key;
+}
+
+/// The idempotency fingerprint of a write: SHA-256 of "POST\n<canonical path>\n<payload>".
+std::string fingerprint(std::string_view canonical, std::string_view payload) {
+  std::string fp;
+  fp.reserve(canonical.size() + payload.size() + 8);
+  fp.append("POST\n").append(canonical).push_back('\n');
+  fp.append(payload);
+  return sha256_hex(fp);
+}
+
+// -- entity routes --
+
+/// What an entity route works on, once the shared checks passed.
+struct entity_ref {
+  const http_tenant& tenant;
+  const std::string& type; ///< x.seg[2], validated
+  const std::string& id;   ///< x.seg[3], validated
+  const entity_type& def;
+
+  /// The canonical path of a write for its fingerprint: /v1/entities/{type}/{id}/{rest}.
+  std::string canonical(std::string_view rest) const {
+    return "/v1/entities/" + type + "/" + id + "/" + std::string(rest);
+  }
+};
+
+/// The checks every entity route shares: running, tenant, key, type. Refuses and returns
+/// nullopt when one fails.
+std::optional<entity_ref> entity_gate(gateway& gw, exchange& x) {
+  const http_tenant* tenant = nullptr;
+  verdict no = check_running(gw);
+  if (!no)
+    no = authenticate(gw.config(), x.req, tenant);
+  if (!no) {
+    x.tenant = tenant->name;
+    no = check_entity_key(x.seg[2], x.seg[3]);
+  }
+  const entity_type* def = nullptr;
+  if (!no && !(def = gw.rt().config().types.find(x.seg[2])))
+    no = refusal{404, "UNKNOWN_ENTITY_TYPE", "no entity type " + x.seg[2]};
+  if (no) {
+    refuse(gw, x, std::move(*no));
+    return std::nullopt;
+  }
+  return entity_ref{*tenant, x.seg[2], x.seg[3], *def};
+}
+
+/// The call options every entity route starts from.
+call_options base_options(gateway& gw, const exchange& x) {
+  call_options opts;
+  opts.trace_id = x.trace_id;
+  opts.timeout = gw.config().call_timeout;
+  return opts;
+}
+
+/// Hands the call to the runtime; its reply becomes the answer.
+void run_call(gateway& gw, const exchange_ptr& x, const entity_ref& e, std::string method,
+              std::string args, call_options opts) {
+  entity_key key{e.tenant.name, e.type, e.id};
+  auto t0 = clock_type::now();
+  gw.rt().call(key, std::move(method), std::move(args), std::move(opts),
+               [&gw, x, t0](call_reply r) {
+                 gw.metrics().observe_call(clock_type::now() - t0);
+                 http_response res;
+                 res.trace_id = x->trace_id;
+                 res.replayed = r.replayed;
+                 if (r.ok) {
+                   res.status = 200;
+                   res.body = std::move(r.body);
+                 } else {
+                   res.status = r.http_status > 0 ? r.http_status : 500;
+                   res.content_type = problem_type;
+                   res.body = std::move(r.body);
+                   x->code = r.code;
+                 }
+                 finish(gw, *x, std::move(res));
+               });
+}
+
+/// POST .../{method}: a call of one of the type's methods with the body as arguments.
+void call_method(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
+  const auto& method = x->seg[4];
+  if (method.empty() || method.front() == '@' || !validate_key_part(method, "method"))
+    return refuse(gw, *x,
+                  {404, "METHOD_NOT_FOUND",
+                   "entity type " + e.type + " has no method " + std::string(clip(method, 128))});
+  const auto* def = e.def.find(method);
+  if (!def)
+    return refuse(gw, *x,
+                  {404, "METHOD_NOT_FOUND", "entity type " + e.type + " has no method " + method});
+  auto opts = base_options(gw, *x);
+  verdict no = no_query(*x);
+  if (!no)
+    no = check_write(gw.config(), x->req, opts);
+  if (!no && opts.idempotency_key.empty() && requires_key(gw.config(), e.type, method, *def))
+    no = refusal{400, "IDEMPOTENCY_KEY_REQUIRED",
+                 e.type + "." + method + " requires an Idempotency-Key header"};
+  if (no)
+    return refuse(gw, *x, std::move(*no));
+  std::string args = x->req.body.empty() ? std::string("{}") : std::move(x->req.body);
+  if (!opts.idempotency_key.empty())
+    opts.fingerprint = fingerprint(e.canonical(method), args);
+  run_call(gw, x, e, method, std::move(args), std::move(opts));
+}
+
+/// GET .../facts: a page of facts; the filters are the query's.
+void list_facts(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
+  auto q = parse_query(x->query, {"type", "subtype", "trace_id", "tool_id", "idempotency_key"},
+                       {"since", "until", "after_seq", "before_seq"}, true, true);
+  if (!q.error.empty())
+    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+  // Type filters are fact tokens: refused here, so that a bad filter never reaches the entity
+  // (where a failed call would be recorded as an error fact).
+  for (const char* name : {"type", "subtype"})
+    if (q.args.contains(name))
+      if (auto st = validate_fact_token(q.args[name].get<std::string>(), name); !st)
+        return refuse(gw, *x, {400, "INVALID_QUERY", st.message()});
+  run_call(gw, x, e, "@facts", q.args.dump(), base_options(gw, *x));
+}
+
+/// GET .../dead-letters: the entity's dead letters, optionally of one status.
+void list_dead_letters(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
+  auto q = parse_query(x->query, {"status"}, {}, true, false);
+  if (!q.error.empty())
+    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+  if (q.args.contains("status")) {
+    auto s = q.args["status"].get<std::string>();
+    if (s != "pending" && s != "scheduled" && s != "resolved" && s != "discarded" &&
+        s != "acknowledged")
+      return refuse(gw, *x,
+                    {400, "INVALID_QUERY",
+                     "parameter 'status' must be pending, scheduled, resolved, discarded or "
+                     "acknowledged"});
+  }
+  run_call(gw, x, e, "@dead_letters", q.args.dump(), base_options(gw, *x));
+}
+
+/// GET .../breakers: the entity's circuit breakers.
+void list_breakers(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
+  if (auto no = no_query(*x))
+    return refuse(gw, *x, std::move(*no));
+  run_call(gw, x, e, "@breakers", "{}", base_options(gw, *x));
+}
+
+/// POST .../{dead-letters|breakers}/{name}/{action}: an operator's action; the body's object
+/// members travel along with the name and the action.
+void operator_action(gateway& gw, const exchange_ptr& x, const entity_ref& e, bool dead_letter) {
+  const auto& name = x->seg[5];
+  const auto& action = x->seg[6];
+  auto opts = base_options(gw, *x);
+  verdict no = no_query(*x);
+  if (!no)
+    no = check_write(gw.config(), x->req, opts);
+  if (!no)
+    if (auto st = check_key_part(name, dead_letter ? "dead letter id" : "tool"); !st)
+      no = refusal{400, "INVALID_ARGUMENT", st.message()};
+  if (no)
+    return refuse(gw, *x, std::move(*no));
+  json args = json::object();
+  if (!x->req.body.empty()) {
+    auto b = json::parse(x->req.body, nullptr, false);
+    if (b.is_object())
+      args = std::move(b);
+  }
+  args[dead_letter ? "id" : "tool"] = name;
+  args["action"] = action;
+  if (!opts.idempotency_key.empty())
+    opts.fingerprint = fingerprint(e.canonical(x->seg[4] + "/" + name + "/" + action), x->req.body);
+  run_call(gw, x, e, dead_letter ? "@dead_letter" : "@breaker", args.dump(), std::move(opts));
+}
+
+void dead_letter_action(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
+  operator_action(gw, x, e, true);
+}
+
+void breaker_action(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
+  operator_action(gw, x, e, false);
+}
+
+// -- operational routes --
+
+/// GET /healthz: 200 while serving, 503 once draining or stopping.
+void get_healthz(gateway& gw, const exchange_ptr& x) {
+  if (auto no = no_query(*x))
+    return refuse(gw, *x, std::move(*no));
+  if (gw.draining() || gw.rt().stopping())
+    return refuse(gw, *x, {503, "UNAVAILABLE", "the server is stopping"});
+  http_response r;
+  r.trace_id = x->trace_id;
+  r.body = R"({"status":"ok"})";
+  finish(gw, *x, std::move(r));
+}
+
+/// GET /metrics: the Prometheus text of the gateway's and the runtime's counters.
+void get_metrics(gateway& gw, const exchange_ptr& x) {
+  if (auto no = no_query(*x))
+    return refuse(gw, *x, std::move(*no));
+  http_response r;
+  r.trace_id = x->trace_id;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = gw.metrics().render(gw.rt().stats());
+  finish(gw, *x, std::move(r));
+}
+
+// -- the route table --
+
+/// One route: a method, a path pattern ("{name}" matches any one segment, "{name:a|b}" only
+/// those values), the metrics label, and its handler: an operational one, or an entity one
+/// that runs after entity_gate.
+struct route {
+  std::string_view method;
+  std::string_view pattern;
+  std::string_view label;
+  void (*answer)(gateway&, const exchange_ptr&) = nullptr;
+  void (*entity)(gateway&, const exchange_ptr&, const entity_ref&) = nullptr;
+  /// The 404 detail of a path that fits but for a value a "{name:a|b}" segment does not list.
+  std::string_view unknown_value = {};
+};
+
+/// First match wins; a path that fits routes of other methods only is 405 with their Allow.
+constexpr route routes[] = {
+  {"GET", "/healthz", "healthz", get_healthz},
+  {"GET", "/metrics", "metrics", get_metrics},
+  {"GET", "/v1/entities/{type}/{id}/facts", "facts", nullptr, list_facts},
+  {"GET", "/v1/entities/{type}/{id}/dead-letters", "dead_letters", nullptr, list_dead_letters},
+  {"GET", "/v1/entities/{type}/{id}/breakers", "breakers", nullptr, list_breakers},
+  {"POST", "/v1/entities/{type}/{id}/{method}", "call", nullptr, call_method},
+  {"POST", "/v1/entities/{type}/{id}/dead-letters/{dead_letter}/{action:retry|discard|acknowledge}",
+   "dead_letter_action", nullptr, dead_letter_action,
+   "a dead letter's action is retry, discard or acknowledge"},
+  {"POST", "/v1/entities/{type}/{id}/breakers/{tool}/{action:force-open|reset}", "breaker_action",
+   nullptr, breaker_action, "a breaker's action is force-open or reset"},
+};
+
+enum class fit { no, but_value, yes };
+
+/// Whether `value` is one of the '|'-separated `values`.
+bool listed(std::string_view values, std::string_view value) {
+  for (;;) {
+    auto bar = values.find('|');
+    if (values.substr(0, bar) == value)
+      return true;
+    if (bar == std::string_view::npos)
+      return false;
+    values.remove_prefix(bar + 1);
+  }
+}
+
+/// Whether `seg` fits `pattern`: yes, no, or but_value (only a "{name:a|b}" segment differs).
+/// Walks the pattern in place: routing allocates nothing.
+fit fits(std::string_view pattern, const std::vector<std::string>& seg) {
+  bool value_differs = false;
+  size_t i = 0;
+  pattern.remove_prefix(1); // the leading '/'
+  for (;;) {
+    auto slash = pattern.find('/');
+    auto p = pattern.substr(0, slash);
+    if (i == seg.size())
+      return fit::no;
+    const auto& s = seg[i++];
+    if (p.front() != '{') {
+      if (p != s)
+        return fit::no;
+    } else if (auto colon = p.find(':'); colon != std::string_view::npos) {
+      value_differs = value_differs || !listed(p.substr(colon + 1, p.size() - colon - 2), s);
+    }
+    if (slash == std::string_view::npos)
+      break;
+    pattern.remove_prefix(slash + 1);
+  }
+  if (i != seg.size())
+    return fit::no;
+  return value_differs ? fit::but_value : fit::yes;
+}
+
+/// What the table says about a request: the route to run, or what the refusal needs.
+struct selection {
+  const route* chosen = nullptr;
+  const route* fitting = nullptr;   ///< the first route the path fits, whatever its method
+  const route* but_value = nullptr; ///< the first route the path fits but for a listed value
+  std::string allow;                ///< the methods of the routes the path fits
+};
+
+selection select_route(const exchange& x) {
+  selection out;
+  for (const auto& r : routes) {
+    auto f = fits(r.pattern, x.seg);
+    if (f == fit::but_value && !out.but_value)
+      out.but_value = &r;
+    if (f != fit::yes)
+      continue;
+    if (r.method == x.req.verb) {
+      out.chosen = &r;
+      return out;
+    }
+    out.fitting = out.fitting ? out.fitting : &r;
+    if (out.allow.find(r.method) == std::string::npos)
+      out.allow += (out.allow.empty() ? "" : ", ") + std::string(r.method);
+  }
+  return out;
+}
+
+} // namespace
 
 gateway::gateway(runtime& rt, http_server_config cfg) : rt_(rt), cfg_(std::move(cfg)) {
   if (!cfg_.log)
@@ -158,46 +645,6 @@ void gateway::log(json line) const {
   cfg_.log(out.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-http_response gateway::problem(exchange& x, int status, std::string_view code, std::string detail) {
-  http_response r;
-  r.status = status;
-  r.content_type = problem_type;
-  r.body = problem_body(status, code, detail);
-  r.trace_id = x.trace_id;
-  x.code = code;
-  x.detail = std::move(detail);
-  return r;
-}
-
-void gateway::finish(exchange& x, http_response r, const std::function<void(http_response)>& done) {
-  metrics_.count_request(x.route, r.status);
-  if (r.status >= 400) {
-    if (x.code.empty() || x.detail.empty()) {
-      auto p = json::parse(r.body, nullptr, false);
-      if (p.is_object()) {
-        if (x.code.empty() && p.contains("code") && p["code"].is_string())
-          x.code = p["code"].get<std::string>();
-        if (x.detail.empty() && p.contains("detail") && p["detail"].is_string())
-          x.detail = p["detail"].get<std::string>();
-      }
-    }
-    auto ms = std::chrono::duration<double, std::milli>(clock_type::now() - x.started).count();
-    log({{"level", r.status >= 500 ? "error" : "warn"},
-         {"event", "request_failed"},
-         {"trace_id", x.trace_id},
-         {"method", x.verb},
-         {"path", x.path},
-         {"route", x.route},
-         {"status", r.status},
-         {"code", x.code},
-         {"detail", std::string(clip(x.detail, 512))},
-         {"tenant", x.tenant.empty() ? json(nullptr) : json(x.tenant)},
-         {"replayed", r.replayed},
-         {"duration_ms", static_cast<double>(static_cast<int64_t>(ms * 1000)) / 1000}});
-  }
-  done(std::move(r));
-}
-
 http_response gateway::reject(int status, std::string_view code, std::string detail,
                               std::string_view verb, std::string_view target,
                               std::string_view traceparent, std::string_view x_trace_id) {
@@ -208,276 +655,40 @@ http_response gateway::reject(int status, std::string_view code, std::string det
   x.trace_id = incoming_trace_id(traceparent, x_trace_id);
   if (x.trace_id.empty())
     x.trace_id = new_trace_id();
-  auto r = problem(x, status, code, std::move(detail));
-  r.close = true;
   http_response out;
-  finish(x, std::move(r), [&out](http_response v) { out = std::move(v); });
+  x.done = [&out](http_response v) { out = std::move(v); };
+  refuse(*this, x, {status, code, std::move(detail), true});
   return out;
-}
-
-const http_tenant* gateway::authenticate(const http_request& req) const {
-  if (!req.has_api_key || req.api_key.empty())
-    return nullptr;
-  auto digest = sha256_hex(req.api_key);
-  const http_tenant* found = nullptr;
-  // Every configured digest is compared, in constant time, whatever matched before.
-  for (auto& t : cfg_.tenants)
-    for (auto& k : t.key_sha256)
-      if (constant_time_equal(digest, k))
-        found = &t;
-  return found;
-}
-
-bool gateway::requires_key(const std::string& type, const std::string& method,
-                           const method_def& def) const {
-  auto it = cfg_.require_idempotency_key.find(type);
-  if (it != cfg_.require_idempotency_key.end()) {
-    if (auto m = it->second.find(method); m != it->second.end())
-      return m->second;
-    if (auto all = it->second.find("*"); all != it->second.end())
-      return all->second;
-  }
-  return def.options.requires_idempotency_key;
 }
 
 void gateway::handle(http_request req, std::function<void(http_response)> done) {
   auto x = std::make_shared<exchange>();
-  x->verb = std::string(clip(req.verb, 16));
-  x->trace_id = incoming_trace_id(req.traceparent, req.x_trace_id);
-  if (x->trace_id.empty())
-    x->trace_id = new_trace_id();
-  std::string_view target = req.target;
-  auto qpos = target.find('?');
-  std::string_view path = target.substr(0, qpos);
-  std::string_view query =
-    qpos == std::string_view::npos ? std::string_view{} : target.substr(qpos + 1);
-  x->path = std::string(clip(path, 256));
-  auto fail = [&](int status, std::string_view code, std::string detail) {
-    finish(*x, problem(*x, status, code, std::move(detail)), done);
-  };
-  auto not_allowed = [&](std::string allow) {
-    auto r =
-      problem(*x, 405, "METHOD_NOT_ALLOWED", req.verb + " is not allowed here; use " + allow);
-    r.allow = std::move(allow);
-    finish(*x, std::move(r), done);
-  };
-  if (path.empty() || path.front() != '/')
-    return fail(400, "BAD_REQUEST", "the request target must be an absolute path");
-  auto raw = split_path(path);
-
-  // -- operational routes --
-  if (raw.size() == 1 && (raw[0] == "healthz" || raw[0] == "metrics")) {
-    x->route = std::string(raw[0]);
-    if (req.verb != "GET")
-      return not_allowed("GET");
-    if (!query.empty())
-      return fail(400, "INVALID_QUERY", "this route takes no query parameters");
-    http_response r;
-    r.trace_id = x->trace_id;
-    if (raw[0] == "metrics") {
-      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      r.body = metrics_.render(rt_.stats());
-      return finish(*x, std::move(r), done);
-    }
-    if (draining() || rt_.stopping())
-      return fail(503, "UNAVAILABLE", "the server is stopping");
-    r.body = R"({"status":"ok"})";
-    return finish(*x, std::move(r), done);
+  x->req = std::move(req);
+  x->done = std::move(done);
+  begin(*x);
+  if (auto no = split_segments(*x))
+    return refuse(*this, *x, std::move(*no));
+  auto sel = select_route(*x);
+  if (!sel.chosen && sel.fitting) {
+    x->route = std::string(sel.fitting->label);
+    auto r = problem(*x, 405, "METHOD_NOT_ALLOWED",
+                     x->req.verb + " is not allowed here; use " + sel.allow);
+    r.allow = std::move(sel.allow);
+    return finish(*this, *x, std::move(r));
   }
-
-  // -- entity routes: /v1/entities/{type}/{id}/... --
-  if (raw.size() < 5 || raw[0] != "v1" || raw[1] != "entities")
-    return fail(404, "ROUTE_NOT_FOUND", "no route for " + std::string(clip(path, 200)));
-  std::vector<std::string> seg;
-  for (auto s : raw) {
-    auto d = percent_decode(s);
-    if (!d)
-      return fail(400, "INVALID_PATH", "malformed percent-encoding in the path");
-    seg.push_back(std::move(*d));
+  if (!sel.chosen && sel.but_value) {
+    x->route = std::string(sel.but_value->label);
+    return refuse(*this, *x, {404, "ROUTE_NOT_FOUND", std::string(sel.but_value->unknown_value)});
   }
-  enum class kind { call, facts, dead_letters, breakers, dead_letter_action, breaker_action };
-  kind k;
-  if (seg.size() == 5) {
-    const auto& tail = seg[4];
-    bool listing = tail == "facts" || tail == "dead-letters" || tail == "breakers";
-    if (req.verb == "POST") {
-      k = kind::call;
-      x->route = "call";
-    } else if (req.verb == "GET" && listing) {
-      k = tail == "facts" ? kind::facts : tail == "breakers" ? kind::breakers : kind::dead_letters;
-      x->route = tail == "facts" ? "facts" : tail == "breakers" ? "breakers" : "dead_letters";
-    } else {
-      x->route = listing ? tail : "call";
-      return not_allowed(listing ? "GET, POST" : "POST");
-    }
-  } else if (seg.size() == 7 && (seg[4] == "dead-letters" || seg[4] == "breakers")) {
-    bool dl = seg[4] == "dead-letters";
-    x->route = dl ? "dead_letter_action" : "breaker_action";
-    k = dl ? kind::dead_letter_action : kind::breaker_action;
-    bool known = dl ? (seg[6] == "retry" || seg[6] == "discard" || seg[6] == "acknowledge")
-                    : (seg[6] == "force-open" || seg[6] == "reset");
-    if (!known)
-      return fail(404, "ROUTE_NOT_FOUND",
-                  dl ? "a dead letter's action is retry, discard or acknowledge"
-                     : "a breaker's action is force-open or reset");
-    if (req.verb != "POST")
-      return not_allowed("POST");
-  } else {
-    return fail(404, "ROUTE_NOT_FOUND", "no route for " + std::string(clip(path, 200)));
-  }
-
-  if (draining() || rt_.stopping()) {
-    auto r = problem(*x, 503, "UNAVAILABLE", "the server is stopping; retry on another instance");
-    r.close = true;
-    return finish(*x, std::move(r), done);
-  }
-
-  // -- tenant: only from X-API-Key --
-  // Two keys (a proxy adding one, a client sending two tenants' keys) are ambiguous: refused
-  // rather than "the first one wins".
-  if (req.api_key_count > 1)
-    return fail(401, "UNAUTHORIZED", "send exactly one X-API-Key header");
-  auto* tenant = authenticate(req);
-  if (!tenant)
-    return fail(401, "UNAUTHORIZED",
-                req.has_api_key ? "unknown API key" : "missing X-API-Key header");
-  x->tenant = tenant->name;
-
-  // -- entity key: validated before anything else touches it --
-  const auto& type = seg[2];
-  const auto& id = seg[3];
-  if (auto st = check_key_part(type, "entity type"); !st)
-    return fail(400, "INVALID_ENTITY_KEY", st.message());
-  if (auto st = check_key_part(id, "entity id"); !st)
-    return fail(400, "INVALID_ENTITY_KEY", st.message());
-  const auto* et = rt_.config().types.find(type);
-  if (!et)
-    return fail(404, "UNKNOWN_ENTITY_TYPE", "no entity type " + type);
-
-  std::string method;
-  std::string args;
-  call_options opts;
-  opts.trace_id = x->trace_id;
-  opts.timeout = cfg_.call_timeout;
-  const method_def* def = nullptr;
-
-  if (k == kind::call) {
-    method = seg[4];
-    if (method.empty() || method.front() == '@' || !validate_key_part(method, "method"))
-      return fail(404, "METHOD_NOT_FOUND",
-                  "entity type " + type + " has no method " + std::string(clip(method, 128)));
-    def = et->find(method);
-    if (!def)
-      return fail(404, "METHOD_NOT_FOUND", "entity type " + type + " has no method " + method);
-  }
-
-  // -- query --
-  if (k == kind::facts) {
-    auto q = parse_query(query, {"type", "subtype", "trace_id", "tool_id", "idempotency_key"},
-                         {"since", "until", "after_seq", "before_seq"}, true, true);
-    if (!q.error.empty())
-      return fail(400, "INVALID_QUERY", q.error);
-    // Type filters are fact tokens: refused here, so that a bad filter never reaches the
-    // entity (where a failed call would be recorded as an error fact).
-    for (const char* name : {"type", "subtype"})
-      if (q.args.contains(name))
-        if (auto st = validate_fact_token(q.args[name].get<std::string>(), name); !st)
-          return fail(400, "INVALID_QUERY", st.message());
-    method = "@facts";
-    args = q.args.dump();
-  } else if (k == kind::dead_letters) {
-    auto q = parse_query(query, {"status"}, {}, true, false);
-    if (!q.error.empty())
-      return fail(400, "INVALID_QUERY", q.error);
-    if (q.args.contains("status")) {
-      auto s = q.args["status"].get<std::string>();
-      if (s != "pending" && s != "scheduled" && s != "resolved" && s != "discarded" &&
-          s != "acknowledged")
-        return fail(400, "INVALID_QUERY",
-                    "parameter 'status' must be pending, scheduled, resolved, discarded or "
-                    "acknowledged");
-    }
-    method = "@dead_letters";
-    args = q.args.dump();
-  } else if (!query.empty()) {
-    return fail(400, "INVALID_QUERY", "this route takes no query parameters");
-  } else if (k == kind::breakers) {
-    method = "@breakers";
-    args = "{}";
-  }
-
-  // -- writes: Idempotency-Key, Content-Type, body --
-  if (req.verb == "POST") {
-    if (req.idempotency_key_count > 1)
-      return fail(400, "INVALID_IDEMPOTENCY_KEY", "send at most one Idempotency-Key header");
-    if (req.idempotency_key_count == 1) {
-      if (!valid_idempotency_key(req.idempotency_key))
-        return fail(400, "INVALID_IDEMPOTENCY_KEY",
-                    "an Idempotency-Key is 1 to 255 printable ASCII characters");
-      opts.idempotency_key = req.idempotency_key;
-    }
-    json extra = json::object();
-    if (!req.body.empty()) {
-      if (!req.has_content_type || req.content_type_count > 1 ||
-          !is_json_content_type(req.content_type))
-        return fail(415, "UNSUPPORTED_MEDIA_TYPE",
-                    "the body must be sent as Content-Type: application/json");
-      auto c = check_json(req.body, cfg_.limits.max_json_depth);
-      if (c.verdict == json_verdict::too_deep)
-        return fail(400, "JSON_TOO_DEEP", c.message);
-      if (c.verdict == json_verdict::invalid)
-        return fail(400, "INVALID_JSON", c.message);
-    }
-    std::string canonical = "/v1/entities/" + type + "/" + id + "/" + seg[4];
-    if (k == kind::call) {
-      if (opts.idempotency_key.empty() && requires_key(type, method, *def))
-        return fail(400, "IDEMPOTENCY_KEY_REQUIRED",
-                    type + "." + method + " requires an Idempotency-Key header");
-      args = req.body.empty() ? std::string("{}") : std::move(req.body);
-    } else {
-      canonical += "/" + seg[5] + "/" + seg[6];
-      const auto& name = seg[5];
-      bool dl = k == kind::dead_letter_action;
-      if (auto st = check_key_part(name, dl ? "dead letter id" : "tool"); !st)
-        return fail(400, "INVALID_ARGUMENT", st.message());
-      if (!req.body.empty()) {
-        auto b = json::parse(req.body, nullptr, false);
-        if (b.is_object())
-          extra = std::move(b);
-      }
-      extra[dl ? "id" : "tool"] = name;
-      extra["action"] = seg[6];
-      method = dl ? "@dead_letter" : "@breaker";
-      args = extra.dump();
-    }
-    if (!opts.idempotency_key.empty()) {
-      std::string fp;
-      fp.reserve(canonical.size() + args.size() + 8);
-      fp.append("POST\n").append(canonical).push_back('\n');
-      fp.append(k == kind::call ? args : req.body);
-      opts.fingerprint = sha256_hex(fp);
-    }
-  }
-
-  entity_key key{tenant->name, type, id};
-  auto t0 = clock_type::now();
-  rt_.call(key, std::move(method), std::move(args), std::move(opts),
-           [this, x, t0, done = std::move(done)](call_reply r) mutable {
-             metrics_.observe_call(clock_type::now() - t0);
-             http_response res;
-             res.trace_id = x->trace_id;
-             res.replayed = r.replayed;
-             if (r.ok) {
-               res.status = 200;
-               res.body = std::move(r.body);
-             } else {
-               res.status = r.http_status > 0 ? r.http_status : 500;
-               res.content_type = problem_type;
-               res.body = std::move(r.body);
-               x->code = r.code;
-             }
-             finish(*x, std::move(res), done);
-           });
+  if (!sel.chosen)
+    return refuse(*this, *x,
+                  {404, "ROUTE_NOT_FOUND", "no route for " + std::string(clip(x->path, 200))});
+  const route* chosen = sel.chosen;
+  x->route = std::string(chosen->label);
+  if (chosen->answer)
+    return chosen->answer(*this, x);
+  if (auto e = entity_gate(*this, *x))
+    chosen->entity(*this, x, *e);
 }
 
 } // namespace factum::http

@@ -1,7 +1,8 @@
-// http/gateway.hpp: the HTTP API's semantics without the transport: routing, authentication,
-// validation, the runtime call, the mapping of call_reply to a response, metrics and the error
-// log. handle() runs on an I/O thread and never blocks; its `done` runs on that thread or on a
-// CAF worker (the transport posts the response back to the connection's strand).
+// http/gateway.hpp: the HTTP API's semantics without the transport: routing (a route table in
+// gateway.cpp), authentication, validation, the runtime call, the mapping of call_reply to a
+// response, metrics and the error log. handle() runs on an I/O thread and never blocks; its
+// `done` runs on that thread or on a CAF worker (the transport posts the response back to the
+// connection's strand).
 #pragma once
 
 #include <atomic>
@@ -101,14 +102,6 @@ class gateway {
   runtime& rt() { return rt_; }
 
  private:
-  struct exchange;
-
-  void finish(exchange& x, http_response r, const std::function<void(http_response)>& done);
-  http_response problem(exchange& x, int status, std::string_view code, std::string detail);
-  const http_tenant* authenticate(const http_request& req) const;
-  bool requires_key(const std::string& type, const std::string& method,
-                    const method_def& def) const;
-
   runtime& rt_;
   http_server_config cfg_;
   http_metrics metrics_;

@@ -23,8 +23,9 @@ nlohmann::json alarm_json(const alarm_record& a, int64_t now);
 nlohmann::json breaker_json(const breaker_record& b);
 nlohmann::json dead_letter_json(const dead_letter_record& d);
 
-/// Reads a fact in the BRIEF's JSON view (as the HTTP API sends it). `timestamp` may be
-/// milliseconds or an ISO 8601 string; `amount` a decimal string (or an integer).
+/// Reads a fact in its JSON view (docs/storage-format.md sections 6 and 7), as the HTTP API
+/// sends it. `timestamp` may be milliseconds or an ISO 8601 string; `amount` a decimal string (or
+/// an integer).
 result<fact> fact_from_json(const nlohmann::json& j);
 /// Reads a dead letter as dead_letter_json writes it (times as x_at or x_ms, ms or ISO).
 result<dead_letter_record> dead_letter_from_json(const nlohmann::json& j);

@@ -1,5 +1,5 @@
-// remote.cpp: the HTTP API reader of `factum inspect --server` (see remote.hpp). Used by the
-// one thread that runs a subcommand.
+// remote.cpp: the HTTP API reader of `factum inspect --server` (see remote.hpp), over factum's
+// synchronous HTTP client. Used by the one thread that runs a subcommand.
 #include "remote.hpp"
 
 #include "records.hpp"
@@ -8,22 +8,18 @@ namespace factum::tools {
 
 using nlohmann::json;
 
-std::string url_encode(std::string_view s) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                c == '-' || c == '.' || c == '_' || c == '~';
-    if (keep) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(hex[c >> 4]);
-      out.push_back(hex[c & 0xf]);
-    }
+namespace {
+
+/// What an exchange was doing, for messages: "connect to", "send the request to", ...
+std::string_view doing(http::client::stage st) {
+  switch (st) {
+  case http::client::stage::write: return "send the request to";
+  case http::client::stage::read: return "read the response of";
+  default: return "connect to";
   }
-  return out;
 }
+
+} // namespace
 
 std::string facts_query(const fact_filter& f) {
   std::string q;
@@ -31,7 +27,7 @@ std::string facts_query(const fact_filter& f) {
     q += q.empty() ? '?' : '&';
     q += name;
     q += '=';
-    q += url_encode(value);
+    q += http::client::percent_encode(value);
   };
   if (!f.type.empty())
     add("type", f.type);
@@ -49,9 +45,21 @@ std::string facts_query(const fact_filter& f) {
   return q;
 }
 
+result<http::client::url> parse_server_url(std::string_view url) {
+  if (url.rfind("https://", 0) == 0)
+    return status{errc::invalid_argument,
+                  "https is not supported: factum inspect speaks plain HTTP to a server on this "
+                  "machine (http://127.0.0.1:PORT); reach a remote server through an SSH tunnel"};
+  auto u = http::client::parse_url(url);
+  if (!u)
+    return status{errc::invalid_argument, "bad --server URL \"" + std::string(url.substr(0, 200)) +
+                                            "\": " + u.error().message()};
+  return u;
+}
+
 result<remote_api> remote_api::make(std::string_view url, std::string api_key,
                                     std::chrono::milliseconds timeout) {
-  auto ep = parse_http_url(url);
+  auto ep = parse_server_url(url);
   if (!ep)
     return ep.error();
   if (api_key.empty())
@@ -61,14 +69,38 @@ result<remote_api> remote_api::make(std::string_view url, std::string api_key,
 }
 
 std::string remote_api::entity_path(const entity_key& key, const char* what) const {
-  return "/v1/entities/" + url_encode(key.type) + "/" + url_encode(key.id) + "/" + what;
+  return "/v1/entities/" + http::client::percent_encode(key.type) + "/" +
+         http::client::percent_encode(key.id) + "/" + what;
 }
 
 result<json> remote_api::get_json(const std::string& target) const {
-  auto r = http_get(ep_, target, {{"X-API-Key", api_key_}}, timeout_);
-  if (!r)
-    return r.error();
-  auto& res = *r;
+  using http::client::failure;
+  http::client::sync_options o;
+  o.timeout = timeout_; // one deadline for the whole exchange
+  o.loopback_only = true;
+  http::client::sync_client client(server_.host, server_.port, o);
+  auto res = client.request("GET", server_.path + target,
+                            {{"User-Agent", "factum-inspect"},
+                             {"Accept", "application/json"},
+                             {"Connection", "close"},
+                             {"X-API-Key", api_key_}});
+  std::string where = "http://" + server_.host + ":" + std::to_string(server_.port);
+  switch (res.failed) {
+  case failure::none: break;
+  case failure::not_loopback:
+    return status{errc::invalid_argument,
+                  "refusing to send the API key in clear text to " + res.error +
+                    ": --server must be a loopback address (127.0.0.1, ::1, localhost)"};
+  case failure::resolve:
+    return status{errc::unavailable, "cannot resolve " + server_.host + ": " + res.error};
+  case failure::timeout:
+    return status{errc::unavailable, "timed out after " + std::to_string(timeout_.count()) +
+                                       " ms trying to " + std::string(doing(res.failed_at)) + " " +
+                                       where};
+  default:
+    return status{errc::unavailable,
+                  "cannot " + std::string(doing(res.failed_at)) + " " + where + ": " + res.error};
+  }
   auto body = json::parse(res.body, nullptr, false);
   if (res.status < 200 || res.status > 299) {
     std::string msg = "server answered " + std::to_string(res.status) +

@@ -1,6 +1,7 @@
 // remote.hpp (private to factum_inspect): reads facts, dead letters and breakers of an entity
-// through the HTTP API of a running `factum serve` (BRIEF "HTTP API"; the tenant comes from the
-// API key). Used by the one thread that runs a subcommand.
+// through the HTTP API of a running `factum serve` (docs/http-api.md; the tenant comes from the
+// API key), with factum's synchronous HTTP client over plain HTTP to a loopback address only
+// (the API key travels in a header). Used by the one thread that runs a subcommand.
 #pragma once
 
 #include <chrono>
@@ -9,16 +10,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "factum/http/client.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/fact.hpp"
 #include "factum/storage/status.hpp"
-#include "http_client.hpp"
 
 namespace factum::tools {
 
-/// Percent-encodes a query value or path segment (RFC 3986 unreserved characters kept).
-std::string url_encode(std::string_view s);
+/// Parses --server's `http://host[:port][/base]` (http::client::parse_url); INVALID_ARGUMENT
+/// names the URL and says why not (https has its own advice).
+result<http::client::url> parse_server_url(std::string_view url);
 
 /// The query string (with '?', or "") for the facts route: type, subtype, since, until,
 /// after_seq, trace_id, limit. The API has no filter for tool, idempotency key or before_seq,
@@ -27,7 +29,10 @@ std::string facts_query(const fact_filter& f);
 
 class remote_api {
  public:
-  /// Checks the URL (plain http only) and keeps the key. INVALID_ARGUMENT on a bad URL.
+  /// Checks the URL (plain http only) and keeps the key. INVALID_ARGUMENT on a bad URL. Each
+  /// request opens its own connection (Connection: close) to an address that must be loopback
+  /// (INVALID_ARGUMENT otherwise); connection, timeout and protocol failures are UNAVAILABLE;
+  /// bodies over 64 MiB fail.
   static result<remote_api> make(std::string_view url, std::string api_key,
                                  std::chrono::milliseconds timeout);
 
@@ -39,13 +44,13 @@ class remote_api {
   result<std::vector<breaker_record>> breakers(const entity_key& key) const;
 
  private:
-  remote_api(http_endpoint ep, std::string api_key, std::chrono::milliseconds timeout)
-      : ep_(std::move(ep)), api_key_(std::move(api_key)), timeout_(timeout) {}
+  remote_api(http::client::url server, std::string api_key, std::chrono::milliseconds timeout)
+      : server_(std::move(server)), api_key_(std::move(api_key)), timeout_(timeout) {}
   std::string entity_path(const entity_key& key, const char* what) const;
   /// GET `target`; a 2xx JSON body, else NOT_FOUND (404) or UNAVAILABLE naming the problem.
   result<nlohmann::json> get_json(const std::string& target) const;
 
-  http_endpoint ep_;
+  http::client::url server_;
   std::string api_key_;
   std::chrono::milliseconds timeout_;
 };

@@ -1,9 +1,9 @@
-// factum/runtime/http_tool.hpp: the HTTP transport of external tools (docs/tools.md). An
-// http_tool_client owns its own Asio I/O thread and a keep-alive connection pool per tool; it
-// turns http_tool_options into tool_fn callables for runtime_config::tools. A tool_fn never
-// blocks its caller (a CAF worker): the request is posted to the client's thread, and `done`
-// runs there exactly once. Every public member function is thread-safe. Boost.Beast stays
-// behind this header (runtime/src/http/tool_client.cpp). Wire protocol: docs/tools.md.
+// factum/runtime/http_tool.hpp: the HTTP transport of external tools. An http_tool_client owns
+// its own I/O thread and a keep-alive connection pool per tool (factum's HTTP client,
+// factum/http/client.hpp); it turns http_tool_options into tool_fn callables for
+// runtime_config::tools. A tool_fn never blocks its caller (a CAF worker): the request is posted
+// to the client's thread, and `done` runs there exactly once. Every public member function is
+// thread-safe. Boost.Beast stays behind the HTTP client. Wire protocol: docs/tools.md.
 #pragma once
 
 #include <chrono>

@@ -13,7 +13,7 @@
 #include "factum/storage/entity_store.hpp"
 #include "target.hpp"
 
-namespace factum::tools::bench_detail {
+namespace factum::tools::loadgen {
 
 namespace {
 
@@ -306,4 +306,4 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
   return v;
 }
 
-} // namespace factum::tools::bench_detail
+} // namespace factum::tools::loadgen

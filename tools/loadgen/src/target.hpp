@@ -1,7 +1,7 @@
 // target.hpp: what the bench drives: a request/response seam with two implementations, the
-// embedded runtime (inproc.cpp) and a Beast HTTP client (http_client.cpp). send() may be called
-// from any thread; `done` runs exactly once on a worker thread of the target (CAF or Asio) and
-// must not block.
+// embedded runtime (inproc.cpp) and factum's HTTP client (http_target.cpp). send() may be called
+// from any thread; `done` runs exactly once on a worker thread of the target (CAF or the HTTP
+// client's I/O thread) and must not block.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "factum/tools/bench.hpp"
+#include "factum/tools/loadgen.hpp"
 
-namespace factum::tools::bench_detail {
+namespace factum::tools::loadgen {
 
 /// One request: a call of `method` on entity `type`/`id`, or (read) a fact query.
 struct request {
@@ -74,7 +74,7 @@ std::unique_ptr<inproc_target> make_inproc_target(const bench_options& opts,
                                                   const std::string& data_dir, int64_t max_active,
                                                   alarm_sink* alarms, std::string& error);
 
-/// A keep-alive HTTP/1.1 client with opts.concurrency connections on one io_context thread.
+/// A keep-alive HTTP/1.1 client with opts.concurrency connections on one I/O thread.
 std::unique_ptr<target> make_http_target(const bench_options& opts, std::string& error);
 
 /// An acknowledged append: which entity, which key, what the server answered.
@@ -105,4 +105,4 @@ verify_result verify_local(const std::string& data_dir, const std::string& tenan
                            const std::string& fact_type, const std::vector<std::string>& alarm_ids,
                            int64_t allowed_extra);
 
-} // namespace factum::tools::bench_detail
+} // namespace factum::tools::loadgen

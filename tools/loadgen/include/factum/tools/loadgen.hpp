@@ -1,8 +1,9 @@
-// factum/tools/bench.hpp: the `factum bench` subcommand (issue #8): named workloads against the
-// embedded runtime (in-process) or a running `factum serve` (HTTP), closed or open loop, with a
-// latency histogram, server CPU and peak RSS, and a verification that the facts on disk equal the
-// acknowledged calls. Registration runs on the thread that builds the command line; run_bench
-// runs on the calling thread and uses its own worker threads (CAF or Asio) for completions.
+// factum/tools/loadgen.hpp: the load generator behind the `factum bench` subcommand: named
+// workloads against the embedded runtime (in-process) or a running `factum serve` (HTTP), closed
+// or open loop, with a latency histogram, server CPU and peak RSS, and a verification that the
+// facts on disk equal the acknowledged calls. Registration runs on the thread that builds the
+// command line; run_bench runs on the calling thread and uses its own worker threads (CAF or the
+// HTTP client's I/O thread) for completions.
 #pragma once
 
 #include <cstdint>

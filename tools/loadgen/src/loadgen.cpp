@@ -1,6 +1,6 @@
-// bench.cpp: `factum bench` (issue #8): the command line, the workloads, the closed- and
-// open-loop drivers, and the report (table, JSON, CSV). Runs on the calling thread; request
-// completions run on the target's threads (CAF workers or the Asio thread) and only touch
+// loadgen.cpp: `factum bench`: the command line, the workloads, the closed- and open-loop
+// drivers, and the report (table, JSON, CSV). Runs on the calling thread; request completions
+// run on the target's threads (CAF workers or the HTTP client's I/O thread) and only touch
 // atomics, the histogram and mutex-guarded collections here; the progress line has its own thread.
 #include <unistd.h>
 
@@ -23,13 +23,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "factum/tools/bench.hpp"
 #include "factum/tools/histogram.hpp"
+#include "factum/tools/loadgen.hpp"
 #include "target.hpp"
 
 namespace factum::tools {
 
-using namespace bench_detail;
+using namespace loadgen;
 
 namespace {
 
