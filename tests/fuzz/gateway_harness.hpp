@@ -71,8 +71,8 @@ class gateway_harness {
     auto started = runtime::start(std::move(rc));
     rt_ = std::move(*started);
     http_server_config hc;
-    hc.tenants.push_back({"acme", {api_key_sha256(api_key)}});
-    hc.tenants.push_back({"globex", {api_key_sha256(other_key)}});
+    hc.tenants.push_back({"acme", {{api_key_sha256(api_key), scope_all}}});
+    hc.tenants.push_back({"globex", {{api_key_sha256(other_key)}}});
     hc.require_idempotency_key["orders"]["cancel"] = true;
     hc.limits.max_json_depth = max_json_depth;
     hc.log = [this](std::string_view line) {

@@ -44,7 +44,7 @@ TEST_CASE("config: defaults") {
   CHECK(c.tools == json::object());
   CHECK_FALSE(c.dev);
   REQUIRE(c.http.tenants.size() == 1);
-  CHECK(c.http.tenants[0].key_sha256[0] == api_key_sha256("k"));
+  CHECK(c.http.tenants[0].keys[0].sha256 == api_key_sha256("k"));
 }
 
 TEST_CASE("config: every key is read") {
@@ -146,7 +146,7 @@ TEST_CASE("config: errors name the offending key") {
                                      }()}}}}});
   auto r = parse_serve_config(up);
   REQUIRE(r.is_ok());
-  CHECK(r->http.tenants[0].key_sha256[0] == api_key_sha256("k"));
+  CHECK(r->http.tenants[0].keys[0].sha256 == api_key_sha256("k"));
 }
 
 TEST_CASE("config: --listen overrides, comments are ignored") {

@@ -45,7 +45,9 @@ class gateway_fixture {
     http_server_config hc;
     hc.host = "127.0.0.1";
     hc.port = 0;
-    hc.tenants = {{"acme", {api_key_sha256(acme_key)}}, {"globex", {api_key_sha256(globex_key)}}};
+    // acme's key may do everything (operator tests use it); globex's reads and writes only.
+    hc.tenants = {{"acme", {{api_key_sha256(acme_key), scope_all}}},
+                  {"globex", {{api_key_sha256(globex_key)}}}};
     hc.require_idempotency_key["ledger"]["append"] = true;
     hc.log = [this](std::string_view line) {
       std::lock_guard<std::mutex> g(log_mu_);

@@ -139,6 +139,25 @@ TEST_CASE("503 TOO_MANY_CONNECTIONS past max_connections") {
   }));
 }
 
+TEST_CASE("429 TOO_MANY_CONNECTIONS past max_connections_per_client, while the server has room") {
+  gateway_fixture f([](runtime_config&, http_server_config& h) {
+    h.limits.max_connections = 100;
+    h.limits.max_connections_per_client = 2;
+  });
+  http_client a(f.port()), b(f.port()), c(f.port());
+  REQUIRE(a.request("GET", "/healthz").status == 200);
+  REQUIRE(b.request("GET", "/healthz").status == 200);
+  auto r = c.request("GET", "/healthz");
+  CHECK(r.status == 429);
+  CHECK(r.code() == "TOO_MANY_CONNECTIONS");
+  CHECK(r.json()["detail"].get<std::string>().find("client address") != std::string::npos);
+  a.close();
+  CHECK(eventually([&] {
+    http_client d(f.port());
+    return d.request("GET", "/healthz").status == 200;
+  }));
+}
+
 TEST_CASE("Expect: 100-continue is answered, then the body is read") {
   gateway_fixture f;
   http_client c(f.port());

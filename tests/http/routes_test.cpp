@@ -4,6 +4,10 @@
 // /metrics. Runs on the test thread.
 #include <doctest/doctest.h>
 
+#include <sqlite3.h>
+
+#include <atomic>
+
 #include <regex>
 #include <sstream>
 
@@ -425,4 +429,79 @@ TEST_CASE("dead-letter and breaker routes reach the runtime's internal methods, 
   check_problem(c.request("POST", "/v1/entities/ledger/d/breakers/t/reset",
                           {{"X-API-Key", acme_key}, {"Content-Type", "application/json"}}, "{"),
                 400, "INVALID_JSON");
+}
+
+TEST_CASE("API key scopes: a key without 'operate' cannot move dead letters or breakers, a "
+          "read-only key cannot call methods: 403 INSUFFICIENT_SCOPE, nothing written") {
+  const std::string reader = "key-acme-reader";
+  gateway_fixture f([&](runtime_config&, http_server_config& hc) {
+    hc.tenants[0].keys.push_back({api_key_sha256(reader), scope_read});
+  });
+  http_client c(f.port());
+  REQUIRE(c.request("POST", "/v1/entities/ledger/s1/append", json_headers(acme_key, "s-0"),
+                    append_body("note").dump())
+            .status == 200);
+  // globex's key reads and writes its own entities, but does not operate them.
+  REQUIRE(c.request("POST", "/v1/entities/ledger/s1/append", json_headers(globex_key, "g-0"),
+                    append_body("note").dump())
+            .status == 200);
+  auto force = c.request("POST", "/v1/entities/ledger/s1/breakers/crm/force-open",
+                         json_headers(globex_key, "g-1"));
+  check_problem(force, 403, "INSUFFICIENT_SCOPE");
+  CHECK(force.json()["detail"].get<std::string>().find("'operate'") != std::string::npos);
+  auto retry = c.request("POST", "/v1/entities/ledger/s1/dead-letters/dl_x/retry",
+                         json_headers(globex_key, "g-2"));
+  check_problem(retry, 403, "INSUFFICIENT_SCOPE");
+  CHECK(f.facts("globex", "ledger", "s1").size() == 1); // nothing appended by the refusals
+  // A read-only key reads, and is refused a call.
+  CHECK(c.request("GET", "/v1/entities/ledger/s1/facts", {{"X-API-Key", reader}}).status == 200);
+  auto write = c.request("POST", "/v1/entities/ledger/s1/append", json_headers(reader, "r-1"),
+                         append_body("note").dump());
+  check_problem(write, 403, "INSUFFICIENT_SCOPE");
+  CHECK(f.facts("acme", "ledger", "s1").size() == 1);
+  // acme's key has every scope: the operator route is reached.
+  CHECK(c.request("POST", "/v1/entities/ledger/s1/breakers/crm/force-open",
+                  json_headers(acme_key, "a-1"))
+          .status == 200);
+}
+
+TEST_CASE("a control character in a query filter (?trace_id=%00) answers 400 INVALID_QUERY") {
+  gateway_fixture f;
+  http_client c(f.port());
+  REQUIRE(c.request("POST", "/v1/entities/ledger/q/append", json_headers(acme_key, "q-0"),
+                    append_body("note").dump())
+            .status == 200);
+  for (auto q : {"trace_id=%00", "type=a%00b", "tool_id=%1F", "idempotency_key=%7F"}) {
+    CAPTURE(q);
+    auto r =
+      c.request("GET", std::string("/v1/entities/ledger/q/facts?") + q, {{"X-API-Key", acme_key}});
+    check_problem(r, 400, "INVALID_QUERY");
+  }
+  // Nothing reached the entity (a failed call there would have appended an error fact).
+  CHECK(f.facts("acme", "ledger", "q").size() == 1);
+}
+
+TEST_CASE("a call refused for a while (a quarantine's 503, an overloaded entity's 429) carries "
+          "Retry-After") {
+  std::atomic<bool> fail_sync{false};
+  gateway_fixture f([&](runtime_config& rc, http_server_config&) {
+    rc.storage_fault = [&](uint64_t, std::string_view what) {
+      return fail_sync.load() && what == "sync" ? SQLITE_IOERR_FSYNC : SQLITE_OK;
+    };
+    rc.log = [](std::string_view) {};
+  });
+  http_client c(f.port());
+  REQUIRE(c.request("POST", "/v1/entities/ledger/r/append", json_headers(acme_key, "r-0"),
+                    append_body("note").dump())
+            .status == 200);
+  fail_sync = true;
+  auto r = c.request("POST", "/v1/entities/ledger/r/append", json_headers(acme_key, "r-1"),
+                     append_body("note").dump());
+  fail_sync = false;
+  check_problem(r, 503, "STORAGE_UNAVAILABLE");
+  CHECK(r.header("retry-after") == "1");
+  auto again = c.request("POST", "/v1/entities/ledger/r/append", json_headers(acme_key, "r-1"),
+                         append_body("note").dump());
+  CHECK(again.status == 200);
+  CHECK(again.header("retry-after").empty());
 }

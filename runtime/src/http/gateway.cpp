@@ -6,6 +6,7 @@
 // workers.
 #include "http/gateway.hpp"
 
+#include <algorithm>
 #include <ctime>
 
 #include "factum/storage/fact.hpp"
@@ -103,6 +104,13 @@ query_result parse_query(std::string_view query, std::initializer_list<std::stri
     if (in(p.name, strings)) {
       if (p.value.empty() || p.value.size() > 255) {
         out.error = "parameter '" + p.name + "' must be 1..255 characters";
+        return out;
+      }
+      // No value of a filter has a control character (a NUL would match nothing and answer an
+      // empty 200 where the caller meant something else).
+      if (std::any_of(p.value.begin(), p.value.end(),
+                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+        out.error = "parameter '" + p.name + "' must not contain control characters";
         return out;
       }
       out.args[p.name] = p.value;
@@ -262,16 +270,18 @@ verdict check_running(gateway& gw) {
 /// keys) are ambiguous: refused rather than "the first one wins". Every configured digest is
 /// compared, in constant time, whatever matched before.
 verdict authenticate(const http_server_config& cfg, const http_request& req,
-                     const http_tenant*& tenant) {
+                     const http_tenant*& tenant, uint8_t& scopes) {
   if (req.api_key_count > 1)
     return refusal{401, "UNAUTHORIZED", "send exactly one X-API-Key header"};
   tenant = nullptr;
   if (req.has_api_key && !req.api_key.empty()) {
     auto digest = sha256_hex(req.api_key);
     for (auto& t : cfg.tenants)
-      for (auto& k : t.key_sha256)
-        if (constant_time_equal(digest, k))
+      for (auto& k : t.keys)
+        if (constant_time_equal(digest, k.sha256)) {
           tenant = &t;
+          scopes = k.scopes;
+        }
   }
   if (!tenant)
     return refusal{401, "UNAUTHORIZED",
@@ -351,17 +361,27 @@ struct entity_ref {
   }
 };
 
-/// The checks every entity route shares: running, tenant, key, type. Refuses and returns
-/// nullopt when one fails.
-std::optional<entity_ref> entity_gate(gateway& gw, exchange& x) {
+std::string_view scope_name(uint8_t scope) {
+  return scope == scope_read ? "read" : scope == scope_write ? "write" : "operate";
+}
+
+/// The checks every entity route shares: running, tenant, the key's scope for the route, entity
+/// key, type. Refuses and returns nullopt when one fails.
+std::optional<entity_ref> entity_gate(gateway& gw, exchange& x, uint8_t scope) {
   const http_tenant* tenant = nullptr;
+  uint8_t scopes = 0;
   verdict no = check_running(gw);
   if (!no)
-    no = authenticate(gw.config(), x.req, tenant);
+    no = authenticate(gw.config(), x.req, tenant, scopes);
   if (!no) {
     x.tenant = tenant->name;
-    no = check_entity_key(x.seg[2], x.seg[3]);
+    if ((scopes & scope) == 0)
+      no = refusal{403, "INSUFFICIENT_SCOPE",
+                   "this API key lacks the '" + std::string(scope_name(scope)) +
+                     "' scope this route needs"};
   }
+  if (!no)
+    no = check_entity_key(x.seg[2], x.seg[3]);
   const entity_type* def = nullptr;
   if (!no && !(def = gw.rt().config().types.find(x.seg[2])))
     no = refusal{404, "UNKNOWN_ENTITY_TYPE", "no entity type " + x.seg[2]};
@@ -398,6 +418,7 @@ void run_call(gateway& gw, const exchange_ptr& x, const entity_ref& e, std::stri
                    res.status = r.http_status > 0 ? r.http_status : 500;
                    res.content_type = problem_type;
                    res.body = std::move(r.body);
+                   res.retry_after_s = (r.retry_after_ms + 999) / 1000;
                    x->code = r.code;
                  }
                  finish(gw, *x, std::move(res));
@@ -540,6 +561,8 @@ struct route {
   std::string_view label;
   void (*answer)(gateway&, const exchange_ptr&) = nullptr;
   void (*entity)(gateway&, const exchange_ptr&, const entity_ref&) = nullptr;
+  /// The API key scope an entity route needs (api_scope).
+  uint8_t scope = 0;
   /// The 404 detail of a path that fits but for a value a "{name:a|b}" segment does not list.
   std::string_view unknown_value = {};
 };
@@ -548,15 +571,16 @@ struct route {
 constexpr route routes[] = {
   {"GET", "/healthz", "healthz", get_healthz},
   {"GET", "/metrics", "metrics", get_metrics},
-  {"GET", "/v1/entities/{type}/{id}/facts", "facts", nullptr, list_facts},
-  {"GET", "/v1/entities/{type}/{id}/dead-letters", "dead_letters", nullptr, list_dead_letters},
-  {"GET", "/v1/entities/{type}/{id}/breakers", "breakers", nullptr, list_breakers},
-  {"POST", "/v1/entities/{type}/{id}/{method}", "call", nullptr, call_method},
+  {"GET", "/v1/entities/{type}/{id}/facts", "facts", nullptr, list_facts, scope_read},
+  {"GET", "/v1/entities/{type}/{id}/dead-letters", "dead_letters", nullptr, list_dead_letters,
+   scope_read},
+  {"GET", "/v1/entities/{type}/{id}/breakers", "breakers", nullptr, list_breakers, scope_read},
+  {"POST", "/v1/entities/{type}/{id}/{method}", "call", nullptr, call_method, scope_write},
   {"POST", "/v1/entities/{type}/{id}/dead-letters/{dead_letter}/{action:retry|discard|acknowledge}",
-   "dead_letter_action", nullptr, dead_letter_action,
+   "dead_letter_action", nullptr, dead_letter_action, scope_operate,
    "a dead letter's action is retry, discard or acknowledge"},
   {"POST", "/v1/entities/{type}/{id}/breakers/{tool}/{action:force-open|reset}", "breaker_action",
-   nullptr, breaker_action, "a breaker's action is force-open or reset"},
+   nullptr, breaker_action, scope_operate, "a breaker's action is force-open or reset"},
 };
 
 enum class fit { no, but_value, yes };
@@ -687,7 +711,7 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   x->route = std::string(chosen->label);
   if (chosen->answer)
     return chosen->answer(*this, x);
-  if (auto e = entity_gate(*this, *x))
+  if (auto e = entity_gate(*this, *x, chosen->scope))
     chosen->entity(*this, x, *e);
 }
 

@@ -69,10 +69,11 @@ struct http_response {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
-  std::string trace_id;  ///< echoed as X-Trace-Id
-  bool replayed = false; ///< adds Idempotent-Replayed: true
-  std::string allow;     ///< 405: the Allow header
-  bool close = false;    ///< close the connection after writing
+  std::string trace_id;      ///< echoed as X-Trace-Id
+  bool replayed = false;     ///< adds Idempotent-Replayed: true
+  std::string allow;         ///< 405: the Allow header
+  bool close = false;        ///< close the connection after writing
+  int64_t retry_after_s = 0; ///< > 0: the Retry-After header (seconds)
 };
 
 /// The HTTP API over one runtime.

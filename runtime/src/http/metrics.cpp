@@ -170,6 +170,22 @@ std::string http_metrics::render(const runtime_stats& rt) const {
   metric(out, "factum_breaker_fast_fails_total", "counter",
          "Tool calls refused by an open circuit breaker.", rt.breaker_fast_fails);
   metric(out, "factum_dead_letters_total", "counter", "Dead letters created.", rt.dead_letters);
+  metric(out, "factum_quarantines_total", "counter",
+         "Entities quarantined after a failed WAL sync (their unanswered calls failed 503); any "
+         "is an alert: look at the disk.",
+         rt.quarantines);
+  metric(out, "factum_resyncs_total", "counter",
+         "Entity files written again and synced before an open, after a quarantine.", rt.resyncs);
+  metric(out, "factum_alarm_index_failures_total", "counter",
+         "Alarm index writes that failed (the commits that needed them were refused).",
+         rt.alarm_index_failures);
+  metric(out, "factum_alarms_parked_total", "counter",
+         "Alarm wakes that could not reach their entity, parked with a backoff.", rt.alarms_parked);
+  metric(out, "factum_calls_overloaded_total", "counter",
+         "Calls refused 429 ENTITY_OVERLOADED (an entity's queue was full).", rt.calls_overloaded);
+  metric(out, "factum_calls_dropped_total", "counter",
+         "Calls never run because their caller had been answered 504 while they waited.",
+         rt.calls_dropped);
   return out;
 }
 

@@ -5,6 +5,8 @@
 // CAF workers and are posted back to the connection's strand, so no Asio thread ever waits.
 #include "factum/runtime/http_server.hpp"
 
+#include <sys/resource.h>
+
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -20,6 +22,8 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+
+#include <sys/resource.h>
 
 #include "http/gateway.hpp"
 
@@ -66,7 +70,8 @@ struct http_server::impl {
   std::mutex mu;
   std::condition_variable cv;
   std::unordered_map<session*, std::weak_ptr<session>> sessions; // guarded by mu
-  int64_t in_flight = 0;                                         // guarded by mu
+  std::unordered_map<std::string, size_t> per_client; // open sessions per address; under mu
+  int64_t in_flight = 0;                              // guarded by mu
 
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket s, const std::shared_ptr<impl>& self);
@@ -90,8 +95,10 @@ struct http_server::impl {
     if (in_flight == 0)
       cv.notify_all();
   }
-  void session_gone(session* s) {
+  void session_gone(session* s, const std::string& client) {
     std::lock_guard<std::mutex> g(mu);
+    if (auto it = per_client.find(client); it != per_client.end() && --it->second == 0)
+      per_client.erase(it);
     sessions.erase(s);
     gw.metrics().connections.fetch_sub(1);
     if (sessions.empty())
@@ -116,17 +123,25 @@ namespace {
 /// One connection. Every member function runs on the connection's strand.
 class session : public std::enable_shared_from_this<session> {
  public:
-  session(tcp::socket&& s, std::shared_ptr<http_server::impl> srv)
-      : stream_(std::move(s)), srv_(std::move(srv)), deadline_(stream_.get_executor()) {}
+  session(tcp::socket&& s, std::shared_ptr<http_server::impl> srv, std::string client)
+      : stream_(std::move(s)), srv_(std::move(srv)), deadline_(stream_.get_executor()),
+        client_(std::move(client)) {}
 
-  ~session() { srv_->session_gone(this); }
+  ~session() { srv_->session_gone(this, client_); }
 
-  /// Starts reading requests, or answers 503 and closes when `refuse`.
-  void start(bool refuse) {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this(), refuse] {
-      if (refuse)
+  /// Why a new connection is refused, if it is.
+  enum class refusal { none, server_full, client_full };
+
+  /// Starts reading requests, or answers the refusal and closes.
+  void start(refusal why) {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this(), why] {
+      if (why == refusal::server_full)
         self->refuse(503, "TOO_MANY_CONNECTIONS",
                      "the server has reached its connection limit; retry later");
+      else if (why == refusal::client_full)
+        self->refuse(429, "TOO_MANY_CONNECTIONS",
+                     "this client address has reached its connection limit "
+                     "(limits.max_connections_per_client); reuse or close connections");
       else
         self->read_request();
     });
@@ -289,6 +304,8 @@ class session : public std::enable_shared_from_this<session> {
       res_.set("Idempotent-Replayed", "true");
     if (!r.allow.empty())
       res_.set(bhttp::field::allow, r.allow);
+    if (r.retry_after_s > 0)
+      res_.set(bhttp::field::retry_after, std::to_string(r.retry_after_s));
     bool keep = keep_alive_ && !r.close && !srv_->gw.draining() && !srv_->closing.load();
     res_.keep_alive(keep);
     res_.body() = std::move(r.body);
@@ -340,6 +357,7 @@ class session : public std::enable_shared_from_this<session> {
   beast::tcp_stream stream_;
   std::shared_ptr<http_server::impl> srv_;
   net::steady_timer deadline_;
+  std::string client_; ///< the peer's address (per-client connection count)
   uint64_t deadline_gen_ = 0;
   bool timed_out_ = false;
   bool closed_ = false;
@@ -384,26 +402,49 @@ void http_server::impl::on_accept(beast::error_code ec, tcp::socket s,
   } else {
     beast::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);
-    bool refuse;
+    auto peer = s.remote_endpoint(ignored);
+    std::string client = ignored ? std::string() : peer.address().to_string();
+    auto why = session::refusal::none;
     std::shared_ptr<session> sess;
     {
       std::lock_guard<std::mutex> g(mu);
-      refuse = sessions.size() >= gw.config().limits.max_connections;
-      sess = std::make_shared<session>(std::move(s), self);
+      auto& mine = per_client[client];
+      if (sessions.size() >= gw.config().limits.max_connections)
+        why = session::refusal::server_full;
+      else if (mine >= gw.config().limits.max_connections_per_client)
+        why = session::refusal::client_full;
+      ++mine; // every session counts until it is gone, the refused ones too
+      sess = std::make_shared<session>(std::move(s), self, std::move(client));
       sessions.emplace(sess.get(), sess);
     }
     gw.metrics().connections.fetch_add(1);
     gw.metrics().connections_total.fetch_add(1);
-    if (refuse)
+    if (why != session::refusal::none)
       gw.metrics().connections_refused.fetch_add(1);
-    sess->start(refuse);
+    sess->start(why);
   }
   do_accept();
 }
 
 result<std::unique_ptr<http_server>> http_server::start(runtime& rt, http_server_config config) {
+  // The runtime keeps three quarters of RLIMIT_NOFILE for entity files (4 descriptors each);
+  // connections get the rest, less a few for the listener, the tools and the alarm index.
+  size_t asked = config.limits.max_connections;
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    size_t budget = static_cast<size_t>(rl.rlim_cur) / 4;
+    budget = budget > 64 ? budget - 32 : 32;
+    config.limits.max_connections = std::min(config.limits.max_connections, budget);
+  }
   auto p = std::make_shared<impl>(rt, std::move(config));
   p->weak_self = p;
+  if (p->gw.config().limits.max_connections < asked)
+    p->gw.log({{"level", "warn"},
+               {"event", "max_connections_lowered"},
+               {"asked", asked},
+               {"max_connections", p->gw.config().limits.max_connections},
+               {"detail", "a quarter of RLIMIT_NOFILE is left to connections; raise the "
+                          "descriptor limit to allow more"}});
   const auto& cfg = p->gw.config();
   beast::error_code ec;
   std::string host = cfg.host;

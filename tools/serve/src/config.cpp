@@ -117,11 +117,37 @@ status parse_tenants(const json& doc, serve_config& cfg) {
     http_tenant tenant;
     tenant.name = name;
     for (size_t i = 0; i < keys->size(); ++i) {
-      auto& k = (*keys)[i];
       std::string kpath = path + ".api_keys[" + std::to_string(i) + "]";
-      if (!k.is_string() || k.get<std::string>().empty())
-        return bad(kpath, "must be a non-empty string");
-      auto s = k.get<std::string>();
+      http_api_key key;
+      const json* k = &(*keys)[i];
+      if (k->is_object()) {
+        // {"key": "...", "scopes": ["read", "write", "operate"]}
+        if (auto st = check_keys(*k, kpath + ".", {"key", "scopes"}); !st)
+          return st;
+        auto sc = k->find("scopes");
+        if (sc == k->end() || !sc->is_array() || sc->empty())
+          return bad(kpath + ".scopes", "must be a non-empty array of \"read\", \"write\", "
+                                        "\"operate\"");
+        key.scopes = 0;
+        for (auto& v : *sc) {
+          auto n = v.is_string() ? v.get<std::string>() : std::string();
+          uint8_t bit = n == "read"      ? scope_read
+                        : n == "write"   ? scope_write
+                        : n == "operate" ? scope_operate
+                                         : 0;
+          if (!bit)
+            return bad(kpath + ".scopes", "must name only \"read\", \"write\" and \"operate\"");
+          key.scopes |= bit;
+        }
+        auto kk = k->find("key");
+        if (kk == k->end())
+          return bad(kpath + ".key", "required: the API key (as in a plain entry)");
+        k = &*kk;
+        kpath += ".key";
+      }
+      if (!k->is_string() || k->get<std::string>().empty())
+        return bad(kpath, "must be a non-empty string, or {\"key\": ..., \"scopes\": [...]}");
+      auto s = k->get<std::string>();
       std::string digest;
       if (s.rfind("sha256:", 0) == 0) {
         digest = s.substr(7);
@@ -137,7 +163,8 @@ status parse_tenants(const json& doc, serve_config& cfg) {
       }
       if (!seen_keys.insert(digest).second)
         return bad(kpath, "this API key is configured twice (each key names one tenant)");
-      tenant.key_sha256.push_back(std::move(digest));
+      key.sha256 = std::move(digest);
+      tenant.keys.push_back(std::move(key));
     }
     cfg.http.tenants.push_back(std::move(tenant));
   }
@@ -225,7 +252,7 @@ status parse_limits(const json& doc, serve_config& cfg) {
   auto& l = *it;
   if (auto st = check_keys(l, "limits.",
                            {"max_body_bytes", "max_json_depth", "max_header_bytes",
-                            "request_timeout_ms", "max_connections"});
+                            "request_timeout_ms", "max_connections", "max_connections_per_client"});
       !st)
     return st;
   auto& out = cfg.http.limits;
@@ -249,6 +276,10 @@ status parse_limits(const json& doc, serve_config& cfg) {
   if (auto st = read_int(l, "max_connections", "limits.", 1, 1'000'000, v); !st)
     return st;
   out.max_connections = static_cast<size_t>(v);
+  v = static_cast<int64_t>(out.max_connections_per_client);
+  if (auto st = read_int(l, "max_connections_per_client", "limits.", 1, 1'000'000, v); !st)
+    return st;
+  out.max_connections_per_client = static_cast<size_t>(v);
   return status::ok();
 }
 

@@ -18,12 +18,29 @@
 
 namespace factum {
 
+/// What an API key may do, as bits: read (GET facts, dead letters, breakers), write (calls of
+/// the entity types' methods), operate (move dead letters, force-open or reset breakers).
+enum api_scope : uint8_t {
+  scope_read = 1,
+  scope_write = 2,
+  scope_operate = 4,
+  scope_all = scope_read | scope_write | scope_operate,
+};
+
+/// One API key of a tenant.
+struct http_api_key {
+  /// SHA-256 digest (64 lowercase hex characters) of the key.
+  std::string sha256;
+  /// Its scopes (api_scope bits). Default read and write: operating dead letters and breakers
+  /// must be granted.
+  uint8_t scopes = scope_read | scope_write;
+};
+
 /// One tenant and the API keys that authenticate it.
 struct http_tenant {
   /// The tenant part of every entity key this tenant reaches (a valid key part).
   std::string name;
-  /// SHA-256 digests (64 lowercase hex characters) of the tenant's API keys.
-  std::vector<std::string> key_sha256;
+  std::vector<http_api_key> keys;
 };
 
 /// Request and connection limits. Every field documents its default.
@@ -38,8 +55,14 @@ struct http_limits {
   /// answers 408 and the connection closes. An idle keep-alive connection is closed after it.
   /// Default 30 s.
   std::chrono::milliseconds request_timeout{30'000};
-  /// Open connections at once; one more is answered 503 and closed. Default 10,000.
+  /// Open connections at once; one more is answered 503 TOO_MANY_CONNECTIONS and closed. Lowered
+  /// at start to a quarter of RLIMIT_NOFILE (the part the runtime leaves to sockets; the rest
+  /// is its budget for entity files), with a log line saying so. Default 10,000.
   size_t max_connections = 10'000;
+  /// Open connections from one client address at once; one more is answered 429
+  /// TOO_MANY_CONNECTIONS and closed, so that one client cannot take every connection. Behind a
+  /// proxy every client has the proxy's address. Default 1,000.
+  size_t max_connections_per_client = 1'000;
 };
 
 /// Configuration of the gateway. Every field documents its default.
@@ -103,7 +126,7 @@ class http_server {
   std::shared_ptr<impl> impl_;
 };
 
-/// SHA-256 (hex) of an API key: the form http_tenant::key_sha256 holds.
+/// SHA-256 (hex) of an API key: the form http_api_key::sha256 holds.
 std::string api_key_sha256(std::string_view api_key);
 
 } // namespace factum
