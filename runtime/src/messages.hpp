@@ -19,7 +19,7 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, call_reply& x) {
   return f(caf::meta::type_name("factum.call_reply"), x.ok, x.body, x.code, x.category,
-           x.http_status, x.retryable, x.replayed, x.retry_after_ms);
+           x.http_status, x.retryable, x.replayed, x.retry_after_ms, x.cursor);
 }
 
 namespace atoms {

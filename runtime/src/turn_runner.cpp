@@ -339,9 +339,15 @@ json turn_runner::run_internal(const std::string& method, const json& args) {
     auto f = fact_filter::from_json(args);
     if (!f)
       throw storage_error(f.error());
+    f->max_bytes = env_.cfg->max_facts_bytes;
+    bool more = false;
+    auto facts = value_or_throw(store().query(*f, &more));
     json out = json::array();
-    for (auto& fa : value_or_throw(store().query(*f)))
+    for (auto& fa : facts)
       out.push_back(to_json(fa));
+    if (more && !facts.empty())
+      turn_->cursor =
+        (f->newest_first ? "before_seq=" : "after_seq=") + std::to_string(facts.back().seq);
     return out;
   }
   if (method == "@verify") {
@@ -473,8 +479,11 @@ call_reply turn_runner::finish_ok(const std::optional<json>& value) {
   }
   throw_if(store.end_turn(true));
   ++marks_.turns;
-  return t.item.kind == turn_kind::call ? call_reply::success(std::move(body))
-                                        : call_reply::success("null");
+  if (t.item.kind != turn_kind::call)
+    return call_reply::success("null");
+  auto reply = call_reply::success(std::move(body));
+  reply.cursor = std::move(t.cursor);
+  return reply;
 }
 
 call_reply turn_runner::finish_failed(const call_error& ce) {

@@ -66,6 +66,8 @@ struct turn_state {
   /// A commit at one of the turn's awaits failed: what it wrote before the await is gone, so
   /// the turn fails (retryably) whatever its handler returns.
   std::optional<status> lost_at_await;
+  /// A read whose page was full: where the next one starts (call_reply::cursor).
+  std::string cursor;
 };
 
 /// What the runner needs from its owner (the entity actor; a fake in tests).

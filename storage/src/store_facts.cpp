@@ -269,7 +269,7 @@ result<std::vector<fact>> entity_store::append_many(const std::vector<fact_draft
   return out;
 }
 
-result<std::vector<fact>> entity_store::query(const fact_filter& f) {
+result<std::vector<fact>> entity_store::query(const fact_filter& f, bool* more) {
   if (auto st = f.validate(); !st)
     return st;
   // The SQL text is built only from constant fragments; every value is a bound parameter.
@@ -317,14 +317,34 @@ result<std::vector<fact>> entity_store::query(const fact_filter& f) {
     bind_text(st, 8, f.tool_id);
   if (!f.idempotency_key.empty())
     bind_text(st, 9, f.idempotency_key);
-  sqlite3_bind_int64(st, 10, f.limit);
+  // One row past the limit says whether there is more.
+  sqlite3_bind_int64(st, 10, more ? f.limit + 1 : f.limit);
+  if (more)
+    *more = false;
   std::vector<fact> out;
+  int64_t bytes = 0;
   int rc;
   if (int frc = fault_check("query facts"); frc != SQLITE_OK)
     return fail(frc, "query facts");
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (static_cast<int64_t>(out.size()) == f.limit) { // the row past the limit
+      if (more)
+        *more = true;
+      break;
+    }
+    // What a fact costs in memory and in a response: its data plus ~300 bytes of ids, hashes,
+    // names and timestamps. Counted before it is read, so a cap is never overrun by more than
+    // one fact (and the first is always taken).
+    int64_t size = sqlite3_column_bytes(st, 14) + 300; // column 14: data
+    if (f.max_bytes > 0 && !out.empty() && bytes + size > f.max_bytes) {
+      if (more)
+        *more = true;
+      break;
+    }
+    bytes += size;
     out.push_back(read_fact(st, key_));
-  if (rc != SQLITE_DONE)
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
     return fail(rc, "query facts");
   return out;
 }

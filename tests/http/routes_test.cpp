@@ -505,3 +505,36 @@ TEST_CASE("a call refused for a while (a quarantine's 503, an overloaded entity'
   CHECK(again.status == 200);
   CHECK(again.header("retry-after").empty());
 }
+
+TEST_CASE("GET facts of large facts stops at the server's byte cap and a Link header names the "
+          "next page: following it reads every fact once") {
+  gateway_fixture f([](runtime_config& rc, http_server_config&) { rc.max_facts_bytes = 16'000; });
+  http_client c(f.port());
+  std::string pad(4000, 'p');
+  for (int i = 0; i < 12; ++i)
+    REQUIRE(c.request("POST", "/v1/entities/ledger/big/append",
+                      json_headers(acme_key, "b-" + std::to_string(i)),
+                      append_body("blob", {{"i", i}, {"pad", pad}}).dump())
+              .status == 200);
+  std::string target = "/v1/entities/ledger/big/facts?type=blob&limit=100";
+  std::vector<int64_t> seqs;
+  int pages = 0;
+  while (!target.empty() && pages < 20) {
+    auto r = c.request("GET", target, {{"X-API-Key", acme_key}});
+    REQUIRE(r.status == 200);
+    ++pages;
+    for (auto& x : r.json())
+      seqs.push_back(x["seq"].get<int64_t>());
+    auto link = r.header("link");
+    target.clear();
+    if (!link.empty()) {
+      CHECK(link.find("rel=\"next\"") != std::string::npos);
+      CHECK(link.find("type=blob") != std::string::npos); // the filters go on
+      target = link.substr(1, link.find('>') - 1);
+    }
+  }
+  CHECK(pages >= 3);
+  REQUIRE(seqs.size() == 12);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    CHECK(seqs[i] == static_cast<int64_t>(i + 1));
+}

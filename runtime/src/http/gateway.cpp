@@ -400,6 +400,24 @@ call_options base_options(gateway& gw, const exchange& x) {
   return opts;
 }
 
+/// The Link header of a page whose reply says where the next one starts: the request's own
+/// path and query, its after_seq/before_seq replaced by the cursor ("after_seq=42").
+std::string next_link(const exchange& x, const std::string& cursor) {
+  std::string_view target = x.req.target;
+  std::string link = "<" + std::string(target.substr(0, target.find('?'))) + "?";
+  std::string_view q = x.query;
+  while (!q.empty()) {
+    auto amp = q.find('&');
+    auto part = q.substr(0, amp);
+    if (!part.starts_with("after_seq=") && !part.starts_with("before_seq=") && !part.empty())
+      link.append(part).push_back('&');
+    if (amp == std::string_view::npos)
+      break;
+    q.remove_prefix(amp + 1);
+  }
+  return link + cursor + ">; rel=\"next\"";
+}
+
 /// Hands the call to the runtime; its reply becomes the answer.
 void run_call(gateway& gw, const exchange_ptr& x, const entity_ref& e, std::string method,
               std::string args, call_options opts) {
@@ -414,6 +432,8 @@ void run_call(gateway& gw, const exchange_ptr& x, const entity_ref& e, std::stri
                  if (r.ok) {
                    res.status = 200;
                    res.body = std::move(r.body);
+                   if (!r.cursor.empty())
+                     res.link = next_link(*x, r.cursor);
                  } else {
                    res.status = r.http_status > 0 ? r.http_status : 500;
                    res.content_type = problem_type;

@@ -74,6 +74,7 @@ struct http_response {
   std::string allow;         ///< 405: the Allow header
   bool close = false;        ///< close the connection after writing
   int64_t retry_after_s = 0; ///< > 0: the Retry-After header (seconds)
+  std::string link;          ///< the Link header (a page's next page), when not empty
 };
 
 /// The HTTP API over one runtime.

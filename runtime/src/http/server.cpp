@@ -306,6 +306,8 @@ class session : public std::enable_shared_from_this<session> {
       res_.set(bhttp::field::allow, r.allow);
     if (r.retry_after_s > 0)
       res_.set(bhttp::field::retry_after, std::to_string(r.retry_after_s));
+    if (!r.link.empty())
+      res_.set(bhttp::field::link, r.link);
     bool keep = keep_alive_ && !r.close && !srv_->gw.draining() && !srv_->closing.load();
     res_.keep_alive(keep);
     res_.body() = std::move(r.body);

@@ -73,7 +73,7 @@ std::string remote_api::entity_path(const entity_key& key, const char* what) con
          http::client::percent_encode(key.id) + "/" + what;
 }
 
-result<json> remote_api::get_json(const std::string& target) const {
+result<json> remote_api::get_json(const std::string& target, std::string* link) const {
   using http::client::failure;
   http::client::sync_options o;
   o.timeout = timeout_; // one deadline for the whole exchange
@@ -116,24 +116,35 @@ result<json> remote_api::get_json(const std::string& target) const {
   }
   if (body.is_discarded())
     return status{errc::unavailable, "server sent a body that is not JSON for GET " + target};
+  if (link)
+    *link = res.header("link");
   return body;
 }
 
 result<std::vector<fact>> remote_api::facts(const entity_key& key, const fact_filter& f) const {
-  auto body = get_json(entity_path(key, "facts") + facts_query(f));
-  if (!body)
-    return body.error();
-  auto list = json_list(*body, "facts");
-  if (!list)
-    return list.error();
+  // The server stops a page early when its facts are large (a Link header then says where the
+  // next one starts): such pages are joined until `f.limit` facts or the end.
   std::vector<fact> out;
-  for (auto& j : *list) {
-    auto one = fact_from_json(j);
-    if (!one)
-      return one.error();
-    out.push_back(std::move(*one));
+  auto page = f;
+  for (;;) {
+    std::string link;
+    auto body = get_json(entity_path(key, "facts") + facts_query(page), &link);
+    if (!body)
+      return body.error();
+    auto list = json_list(*body, "facts");
+    if (!list)
+      return list.error();
+    for (auto& j : *list) {
+      auto one = fact_from_json(j);
+      if (!one)
+        return one.error();
+      out.push_back(std::move(*one));
+    }
+    if (link.empty() || list->empty() || static_cast<int64_t>(out.size()) >= f.limit)
+      return out;
+    page.after_seq = out.back().seq;
+    page.limit = f.limit - static_cast<int64_t>(out.size());
   }
-  return out;
 }
 
 result<std::vector<dead_letter_record>> remote_api::dead_letters(const entity_key& key) const {

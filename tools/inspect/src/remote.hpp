@@ -47,8 +47,9 @@ class remote_api {
   remote_api(http::client::url server, std::string api_key, std::chrono::milliseconds timeout)
       : server_(std::move(server)), api_key_(std::move(api_key)), timeout_(timeout) {}
   std::string entity_path(const entity_key& key, const char* what) const;
-  /// GET `target`; a 2xx JSON body, else NOT_FOUND (404) or UNAVAILABLE naming the problem.
-  result<nlohmann::json> get_json(const std::string& target) const;
+  /// GET `target`; a 2xx JSON body (with `link`, its Link header too: "" without one), else
+  /// NOT_FOUND (404) or UNAVAILABLE naming the problem.
+  result<nlohmann::json> get_json(const std::string& target, std::string* link = nullptr) const;
 
   http::client::url server_;
   std::string api_key_;

@@ -38,6 +38,10 @@ struct call_reply {
   /// How long the caller should wait before retrying, in ms (0: no advice); HTTP sends it as
   /// Retry-After.
   int64_t retry_after_ms = 0;
+  /// A read whose page was full (its limit, or the runtime's byte cap): where the next page
+  /// starts, as a query fragment ("after_seq=42", or "before_seq=17" newest first); empty when
+  /// there is nothing more. HTTP sends it as a Link header (rel="next").
+  std::string cursor;
 
   /// The body parsed (result or problem).
   nlohmann::json json() const { return nlohmann::json::parse(body, nullptr, false); }

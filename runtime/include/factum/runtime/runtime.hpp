@@ -129,6 +129,10 @@ struct runtime_config {
   /// ENTITY_OVERLOADED with a retry delay, as Durable Objects answers an overloaded object.
   /// Default 1000.
   size_t max_queued_calls = 1000;
+  /// A read of facts (@facts, GET .../facts) stops once its facts hold about this many bytes,
+  /// whatever its limit, and says where the next page starts (call_reply::cursor): a page of
+  /// 10,000 facts of 1 MiB would otherwise be built whole in memory. Default 4 MiB.
+  int64_t max_facts_bytes = 4 * 1024 * 1024;
   /// Fault injection for storage tests: applied to every entity store. Default none.
   fault_hook storage_fault;
   /// Fault injection for tests: applied to the alarm index's writes (alarm_index::set_fault).

@@ -267,8 +267,9 @@ class entity_store {
   result<fact> append(const fact_draft& draft);
   /// Appends several facts in order (one batch).
   result<std::vector<fact>> append_many(const std::vector<fact_draft>& drafts);
-  /// Facts matching `filter`, in seq order (or newest first).
-  result<std::vector<fact>> query(const fact_filter& filter);
+  /// Facts matching `filter`, in seq order (or newest first). With `more`, says whether
+  /// matching facts were left out because the page was full (its limit, or its max_bytes).
+  result<std::vector<fact>> query(const fact_filter& filter, bool* more = nullptr);
   /// One fact by seq or by fact_id; NOT_FOUND when absent.
   result<fact> get(int64_t seq);
   result<fact> get(std::string_view fact_id);

@@ -82,6 +82,10 @@ struct fact_filter {
   std::string idempotency_key;
   int64_t limit = 100; ///< 1..10000
   bool newest_first = false;
+  /// Stop once the facts read hold about this many bytes (their data, ids, hashes and
+  /// metadata); 0: no cap. At least one fact is returned whatever its size. Not read from JSON:
+  /// the runtime sets it (runtime_config::max_facts_bytes).
+  int64_t max_bytes = 0;
 
   /// Checks ranges (limit, negative seq or time); INVALID_ARGUMENT with the offending field.
   status validate() const;
