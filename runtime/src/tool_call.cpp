@@ -167,12 +167,42 @@ void record_breaker(tool_host& h, const std::string& tool,
     throw storage_error(st);
 }
 
-task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
+namespace {
+
+/// One logical tool call: its request with the key every attempt sends, the config version it
+/// locked, and what the attempts so far left behind. Lives in the coroutine frame of
+/// resilient_tool_call; the steps below are plain functions over it.
+struct tool_call_plan {
+  tool_request req;
+  const tool_policy* pol = nullptr;
+  locked_config cfg;
+  retry_policy rp;
+  std::string amount, currency, vendor;
+  bool charge_on_failure = false, idempotent = true;
+  int64_t max_inline = 5000;
+  circuit_breaker* br = nullptr;
+  retry_budget* budget = nullptr;
+  int64_t first_attempt = 0;
+  std::vector<std::string> error_fact_ids; ///< the failed attempts' error facts
+  std::optional<int64_t> prev_delay;
+
+  fact_draft base_fact(std::string type, std::string subtype) const {
+    fact_draft d;
+    d.type = std::move(type);
+    d.subtype = std::move(subtype);
+    d.tool_id = req.tool;
+    d.config_id = cfg.id;
+    d.config_version = cfg.version;
+    return d;
+  }
+};
+
+/// The call's plan: the trace id and Idempotency-Key the transport sends (the key is the same
+/// for every attempt of this logical call, and for a dead letter's retries, which re-run the
+/// call with its key, so that a vendor can de-duplicate: docs/tools.md), the config version in
+/// force, the breaker and the budget.
+tool_call_plan plan_call(tool_host& h, tool_request req) {
   auto& ctx = h.ctx();
-  h.stats().tool_calls.fetch_add(1, std::memory_order_relaxed);
-  // What the transport sends as X-Trace-Id and Idempotency-Key: the key is the same for every
-  // attempt of this logical call (and for a dead letter's retries, which re-run the call with
-  // its key), so a vendor can de-duplicate (docs/tools.md).
   if (req.trace_id.empty())
     req.trace_id = ctx.call().trace_id;
   if (req.idempotency_key.empty())
@@ -182,220 +212,254 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
         : "fk_" + sha256_hex(ctx.key().to_string() + "\n" + ctx.call().idempotency_key + "\n" +
                              req.tool + "\n" + req.operation + "\n" + req.payload.dump())
                     .substr(0, 40);
-  const auto& pol = policy_of(h.config(), req.tool);
-  auto cfg = lock_config(h, req.tool);
-  retry_policy rp;
-  if (auto r = retry_policy::from_json(cfg.body.value("retry", json::object())))
-    rp = *r;
-  auto price = cfg.body.value("price", json::object());
-  std::string amount = price.value("amount", "0");
-  std::string currency = price.value("currency", "USD");
-  bool charge_on_failure = price.value("charge_on_failure", false);
-  std::string vendor = price.value("vendor", "vendor_" + req.tool);
-  bool idempotent = cfg.body.value("idempotent", true);
-  int64_t max_inline = cfg.body.value("max_inline_delay_ms", int64_t{5000});
-  auto& br = breaker_for(h, req.tool, cfg.body.value("breaker", json::object()));
-  auto& budget = budget_for(h, req.tool, cfg.body.value("budget", json::object()));
-  int64_t first_attempt = ctx.now_ms();
-  budget.on_call(first_attempt);
+  tool_call_plan p;
+  p.pol = &policy_of(h.config(), req.tool);
+  p.cfg = lock_config(h, req.tool);
+  if (auto r = retry_policy::from_json(p.cfg.body.value("retry", json::object())))
+    p.rp = *r;
+  auto price = p.cfg.body.value("price", json::object());
+  p.amount = price.value("amount", "0");
+  p.currency = price.value("currency", "USD");
+  p.charge_on_failure = price.value("charge_on_failure", false);
+  p.vendor = price.value("vendor", "vendor_" + req.tool);
+  p.idempotent = p.cfg.body.value("idempotent", true);
+  p.max_inline = p.cfg.body.value("max_inline_delay_ms", int64_t{5000});
+  p.br = &breaker_for(h, req.tool, p.cfg.body.value("breaker", json::object()));
+  p.budget = &budget_for(h, req.tool, p.cfg.body.value("budget", json::object()));
+  p.first_attempt = ctx.now_ms();
+  p.budget->on_call(p.first_attempt);
+  p.req = std::move(req);
+  return p;
+}
 
-  auto base_fact = [&](std::string type, std::string subtype) {
-    fact_draft d;
-    d.type = std::move(type);
-    d.subtype = std::move(subtype);
-    d.tool_id = req.tool;
-    d.config_id = cfg.id;
-    d.config_version = cfg.version;
-    return d;
-  };
-  auto cost_fact = [&](const std::string& charged, bool failed, const std::string& error_fact_id) {
-    auto d = base_fact("cost", "tool_usage");
-    d.amount = charged;
-    d.currency = currency;
-    d.from_entity = ctx.key().tenant;
-    d.to_entity = vendor;
-    d.data = {{"operation", req.operation}, {"failed", failed}};
-    if (!error_fact_id.empty())
-      d.data["error_fact_id"] = error_fact_id;
+void append_cost(tool_host& h, const tool_call_plan& p, const std::string& charged, bool failed,
+                 const std::string& error_fact_id) {
+  auto d = p.base_fact("cost", "tool_usage");
+  d.amount = charged;
+  d.currency = p.currency;
+  d.from_entity = h.ctx().key().tenant;
+  d.to_entity = p.vendor;
+  d.data = {{"operation", p.req.operation}, {"failed", failed}};
+  if (!error_fact_id.empty())
+    d.data["error_fact_id"] = error_fact_id;
+  append_or_throw(h, std::move(d));
+}
+
+/// The breaker refused attempt `attempt`: its error fact, and the reply when there is no
+/// fallback.
+tool_reply refused_by_breaker(tool_host& h, const tool_call_plan& p, int attempt,
+                              const breaker_decision& decision) {
+  h.stats().breaker_fast_fails.fetch_add(1, std::memory_order_relaxed);
+  auto d = p.base_fact("error", "external");
+  d.data = {{"error_code", "CIRCUIT_OPEN"},
+            {"error_message", "the circuit breaker of " + p.req.tool + " is " +
+                                std::string(to_string(decision.state))},
+            {"category", "transient"},
+            {"circuit_state", std::string(to_string(decision.state))},
+            {"retry_attempt", attempt - 1},
+            {"max_retries", p.rp.max_attempts - 1},
+            {"cost_incurred", "0"},
+            {"resolved", false}};
+  append_or_throw(h, std::move(d));
+  record_breaker(h, p.req.tool, std::nullopt);
+  tool_reply r;
+  r.ok = false;
+  r.http_status = 503;
+  r.error_code = "CIRCUIT_OPEN";
+  r.error_message = "circuit breaker open for " + p.req.tool;
+  r.category = error_category::transient;
+  r.retry_after_ms = decision.retry_after_ms;
+  r.attempts = attempt - 1;
+  return r;
+}
+
+/// What the vendor charged for an attempt (its own figure, else the configured price when it
+/// charges), as an exact decimal.
+std::string charged_for(const tool_call_plan& p, const tool_reply& r) {
+  return !r.cost_amount.empty()          ? r.cost_amount
+         : (r.ok || p.charge_on_failure) ? p.amount
+                                         : std::string("0");
+}
+
+/// A successful attempt: the breaker, the outcome that resolves earlier failures, the cost.
+void attempt_succeeded(tool_host& h, tool_call_plan& p, int attempt, int64_t now,
+                       const tool_reply& r) {
+  record_breaker(h, p.req.tool, p.br->on_success(now));
+  if (!p.error_fact_ids.empty()) {
+    auto d = p.base_fact("outcome", "resolved_after_retry");
+    d.data = {
+      {"operation", p.req.operation}, {"attempts", attempt}, {"resolves", p.error_fact_ids}};
     append_or_throw(h, std::move(d));
-  };
+  }
+  if (auto charged = charged_for(p, r); nonzero(charged))
+    append_cost(h, p, charged, false, "");
+}
 
-  std::vector<std::string> error_fact_ids;
-  std::optional<int64_t> prev_delay;
-  tool_reply last;
+/// A failed attempt: its classification, error fact, cost and breaker move.
+classification attempt_failed(tool_host& h, tool_call_plan& p, int attempt, int64_t now,
+                              tool_reply& r) {
+  h.stats().tool_failures.fetch_add(1, std::memory_order_relaxed);
+  auto cls = classify_reply(h, p.req.tool, r, p.idempotent);
+  r.category = cls.category;
+  auto charged = charged_for(p, r);
+  auto ed = p.base_fact("error", std::string(to_string(cls.category)));
+  ed.data = {{"error_code", cls.code},
+             {"error_message", r.error_message},
+             {"category", std::string(to_string(cls.category))},
+             {"http_status", r.http_status},
+             {"retry_attempt", attempt},
+             {"max_retries", p.rp.max_attempts - 1},
+             {"retryable", cls.retryable},
+             {"cost_incurred", charged},
+             {"currency", p.currency},
+             {"resolved", false}};
+  auto ef = append_or_throw(h, std::move(ed));
+  p.error_fact_ids.push_back(ef.fact_id);
+  if (nonzero(charged))
+    append_cost(h, p, charged, true, ef.fact_id);
+  record_breaker(h, p.req.tool, p.br->on_failure(now, cls.category));
+  if (r.error_code.empty())
+    r.error_code = cls.code;
+  return cls;
+}
+
+/// The retry budget is spent: its error fact; the reply says so.
+void budget_spent(tool_host& h, const tool_call_plan& p, int attempt, tool_reply& r) {
+  auto d = p.base_fact("error", "budget");
+  d.data = {{"error_code", "RETRY_BUDGET_EXHAUSTED"},
+            {"error_message", "the retry budget of " + p.req.tool + " is spent"},
+            {"category", "budget"},
+            {"retry_attempt", attempt},
+            {"resolved", false}};
+  append_or_throw(h, std::move(d));
+  r.error_code = "RETRY_BUDGET_EXHAUSTED";
+}
+
+/// The dead letter of a call whose retries ran out (`delay` empty) or whose next wait is too
+/// long to hold the entity: made, or updated when this run was one of its retries; its retry
+/// alarm set when its reason retries automatically and its cap is not reached.
+void dead_letter(tool_host& h, const tool_call_plan& p, int attempt, int64_t now,
+                 const classification& cls, std::optional<int64_t> delay, tool_reply& r) {
+  auto& ctx = h.ctx();
+  if (!delay) {
+    auto d = p.base_fact("error", "max_retries_exceeded");
+    d.data = {{"error_code", cls.code},
+              {"error_message", r.error_message},
+              {"category", std::string(to_string(cls.category))},
+              {"retry_attempt", attempt},
+              {"max_retries", p.rp.max_attempts - 1},
+              {"resolved", false}};
+    append_or_throw(h, std::move(d));
+  }
+  auto& rules = h.dl_rules();
+  dead_letter_record dl;
+  if (auto retrying = h.retrying_dead_letter(); !retrying.empty())
+    if (auto old = h.store().get_dead_letter(retrying)) {
+      dl = std::move(old.value());
+      ++dl.auto_retries; // this run was one of its retries, and it failed
+    }
+  bool is_new = dl.id.empty();
+  if (is_new) {
+    dl.id = new_dead_letter_id(h);
+    dl.operation = ctx.call().method;
+    dl.payload = json{{"args", json::parse(ctx.call().args_json, nullptr, false)},
+                      {"tool", p.req.tool},
+                      {"tool_operation", p.req.operation},
+                      {"tool_payload", p.req.payload},
+                      {"fingerprint", ctx.call().fingerprint}}
+                   .dump();
+    dl.idempotency_key = ctx.call().idempotency_key;
+    dl.config_id = p.cfg.id;
+    dl.config_version = p.cfg.version;
+    dl.first_attempt_ms = p.first_attempt;
+    dl.created_at_ms = now;
+    dl.trace_id = ctx.call().trace_id;
+    dl.attempts = 0;
+  }
+  dl.error_code = cls.code;
+  dl.error_message = r.error_message;
+  dl.error_category = std::string(to_string(cls.category));
+  dl.reason = std::string(to_string(cls.reason));
+  dl.attempts += attempt;
+  dl.last_attempt_ms = now;
+  dl.updated_at_ms = now;
+  dl.status = rules.initial_status(cls.reason);
+  dl.next_retry_ms.reset();
+  if (dl.status == dl_status::scheduled)
+    dl.next_retry_ms = delay && is_new
+                         ? std::optional<int64_t>(now + *delay)
+                         : rules.next_retry_at(cls.reason, now, dl.auto_retries, r.retry_after_ms);
+  if (dl.status == dl_status::scheduled && !dl.next_retry_ms)
+    dl.status = dl_status::pending;
+  dl.expires_at_ms = rules.expires_at(cls.reason, now);
+  if (auto st = h.store().put_dead_letter(dl); !st)
+    throw storage_error(st);
+  h.dead_letter_written(dl);
+  if (dl.next_retry_ms)
+    h.set_internal_alarm(dead_letter_alarm(dl.id), *dl.next_retry_ms);
+  if (is_new)
+    h.stats().dead_letters.fetch_add(1, std::memory_order_relaxed);
+  auto life = p.base_fact("lifecycle", is_new ? "dead_letter_created" : "dead_letter_retry_failed");
+  life.data = {{"dead_letter_id", dl.id},
+               {"status", std::string(to_string(dl.status))},
+               {"reason", dl.reason},
+               {"attempts", dl.attempts},
+               {"auto_retries", dl.auto_retries}};
+  if (dl.next_retry_ms)
+    life.data["next_retry_at"] = *dl.next_retry_ms;
+  append_or_throw(h, std::move(life));
+  r.dead_letter_id = dl.id;
+}
+
+} // namespace
+
+task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
+  auto& ctx = h.ctx();
+  h.stats().tool_calls.fetch_add(1, std::memory_order_relaxed);
+  auto p = plan_call(h, std::move(req));
   for (int attempt = 1;; ++attempt) {
     int64_t now = ctx.now_ms();
-    auto decision = br.allow(now);
+    auto decision = p.br->allow(now);
     if (decision.transition)
-      record_breaker(h, req.tool, decision.transition);
+      record_breaker(h, p.req.tool, decision.transition);
     if (!decision.allowed) {
-      h.stats().breaker_fast_fails.fetch_add(1, std::memory_order_relaxed);
-      auto d = base_fact("error", "external");
-      d.data = {{"error_code", "CIRCUIT_OPEN"},
-                {"error_message", "the circuit breaker of " + req.tool + " is " +
-                                    std::string(to_string(decision.state))},
-                {"category", "transient"},
-                {"circuit_state", std::string(to_string(decision.state))},
-                {"retry_attempt", attempt - 1},
-                {"max_retries", rp.max_attempts - 1},
-                {"cost_incurred", "0"},
-                {"resolved", false}};
-      append_or_throw(h, std::move(d));
-      record_breaker(h, req.tool, std::nullopt);
-      if (pol.fallback) {
-        auto fb_op = async_op<tool_reply>(ctx, [&pol, req](std::function<void(tool_reply)> done) {
-          pol.fallback(req, std::move(done));
+      auto refused = refused_by_breaker(h, p, attempt, decision);
+      if (!p.pol->fallback)
+        co_return refused;
+      auto fb_op =
+        async_op<tool_reply>(ctx, [pol = p.pol, r = p.req](std::function<void(tool_reply)> done) {
+          pol->fallback(r, std::move(done));
         });
-        tool_reply fb = co_await fb_op;
-        fb.attempts = attempt - 1;
-        if (fb.body.is_object())
-          fb.body["fallback"] = true;
-        co_return fb;
-      }
-      tool_reply r;
-      r.ok = false;
-      r.http_status = 503;
-      r.error_code = "CIRCUIT_OPEN";
-      r.error_message = "circuit breaker open for " + req.tool;
-      r.category = error_category::transient;
-      r.retry_after_ms = decision.retry_after_ms;
-      r.attempts = attempt - 1;
-      co_return r;
+      tool_reply fb = co_await fb_op;
+      fb.attempts = attempt - 1;
+      if (fb.body.is_object())
+        fb.body["fallback"] = true;
+      co_return fb;
     }
-    auto op = ctx.call_tool_once(req);
+    auto op = ctx.call_tool_once(p.req);
     tool_reply r = co_await op;
     r.attempts = attempt;
     now = ctx.now_ms();
-    std::string charged = !r.cost_amount.empty()        ? r.cost_amount
-                          : (r.ok || charge_on_failure) ? amount
-                                                        : std::string("0");
     if (r.ok) {
-      record_breaker(h, req.tool, br.on_success(now));
-      if (!error_fact_ids.empty()) {
-        auto d = base_fact("outcome", "resolved_after_retry");
-        d.data = {
-          {"operation", req.operation}, {"attempts", attempt}, {"resolves", error_fact_ids}};
-        append_or_throw(h, std::move(d));
-      }
-      if (nonzero(charged))
-        cost_fact(charged, false, "");
+      attempt_succeeded(h, p, attempt, now, r);
       co_return r;
     }
-    h.stats().tool_failures.fetch_add(1, std::memory_order_relaxed);
-    auto cls = classify_reply(h, req.tool, r, idempotent);
-    r.category = cls.category;
-    auto ed = base_fact("error", std::string(to_string(cls.category)));
-    ed.data = {{"error_code", cls.code},
-               {"error_message", r.error_message},
-               {"category", std::string(to_string(cls.category))},
-               {"http_status", r.http_status},
-               {"retry_attempt", attempt},
-               {"max_retries", rp.max_attempts - 1},
-               {"retryable", cls.retryable},
-               {"cost_incurred", charged},
-               {"currency", currency},
-               {"resolved", false}};
-    auto ef = append_or_throw(h, std::move(ed));
-    error_fact_ids.push_back(ef.fact_id);
-    if (nonzero(charged))
-      cost_fact(charged, true, ef.fact_id);
-    record_breaker(h, req.tool, br.on_failure(now, cls.category));
-    if (r.error_code.empty())
-      r.error_code = cls.code;
-    last = r;
+    auto cls = attempt_failed(h, p, attempt, now, r);
     if (!cls.retryable)
       co_return r;
-    auto delay = rp.next_delay(attempt, prev_delay, r.retry_after_ms, h.rng());
-    if (delay && !budget.try_spend(now)) {
-      auto d = base_fact("error", "budget");
-      d.data = {{"error_code", "RETRY_BUDGET_EXHAUSTED"},
-                {"error_message", "the retry budget of " + req.tool + " is spent"},
-                {"category", "budget"},
-                {"retry_attempt", attempt},
-                {"resolved", false}};
-      append_or_throw(h, std::move(d));
-      r.error_code = "RETRY_BUDGET_EXHAUSTED";
+    auto delay = p.rp.next_delay(attempt, p.prev_delay, r.retry_after_ms, h.rng());
+    if (delay && !p.budget->try_spend(now)) {
+      budget_spent(h, p, attempt, r);
       co_return r;
     }
-    if (!delay || *delay > max_inline) {
+    if (!delay || *delay > p.max_inline) {
       // Exhausted, or a wait too long to hold the entity: a dead letter (retried by an alarm
       // when its reason retries automatically).
-      if (!delay) {
-        auto d = base_fact("error", "max_retries_exceeded");
-        d.data = {{"error_code", cls.code},
-                  {"error_message", r.error_message},
-                  {"category", std::string(to_string(cls.category))},
-                  {"retry_attempt", attempt},
-                  {"max_retries", rp.max_attempts - 1},
-                  {"resolved", false}};
-        append_or_throw(h, std::move(d));
-      }
-      auto& rules = h.dl_rules();
-      dead_letter_record dl;
-      auto retrying = h.retrying_dead_letter();
-      if (!retrying.empty()) {
-        auto old = h.store().get_dead_letter(retrying);
-        if (old) {
-          dl = std::move(old.value());
-          ++dl.auto_retries; // this run was one of its retries, and it failed
-        }
-      }
-      bool is_new = dl.id.empty();
-      if (is_new) {
-        dl.id = new_dead_letter_id(h);
-        dl.operation = ctx.call().method;
-        dl.payload = json{{"args", json::parse(ctx.call().args_json, nullptr, false)},
-                          {"tool", req.tool},
-                          {"tool_operation", req.operation},
-                          {"tool_payload", req.payload},
-                          {"fingerprint", ctx.call().fingerprint}}
-                       .dump();
-        dl.idempotency_key = ctx.call().idempotency_key;
-        dl.config_id = cfg.id;
-        dl.config_version = cfg.version;
-        dl.first_attempt_ms = first_attempt;
-        dl.created_at_ms = now;
-        dl.trace_id = ctx.call().trace_id;
-        dl.attempts = 0;
-      }
-      dl.error_code = cls.code;
-      dl.error_message = r.error_message;
-      dl.error_category = std::string(to_string(cls.category));
-      dl.reason = std::string(to_string(cls.reason));
-      dl.attempts += attempt;
-      dl.last_attempt_ms = now;
-      dl.updated_at_ms = now;
-      dl.status = rules.initial_status(cls.reason);
-      dl.next_retry_ms.reset();
-      if (dl.status == dl_status::scheduled)
-        dl.next_retry_ms =
-          delay && is_new ? std::optional<int64_t>(now + *delay)
-                          : rules.next_retry_at(cls.reason, now, dl.auto_retries, r.retry_after_ms);
-      if (dl.status == dl_status::scheduled && !dl.next_retry_ms)
-        dl.status = dl_status::pending;
-      dl.expires_at_ms = rules.expires_at(cls.reason, now);
-      if (auto st = h.store().put_dead_letter(dl); !st)
-        throw storage_error(st);
-      h.dead_letter_written(dl);
-      if (dl.next_retry_ms)
-        h.set_internal_alarm(dead_letter_alarm(dl.id), *dl.next_retry_ms);
-      if (is_new)
-        h.stats().dead_letters.fetch_add(1, std::memory_order_relaxed);
-      auto life =
-        base_fact("lifecycle", is_new ? "dead_letter_created" : "dead_letter_retry_failed");
-      life.data = {{"dead_letter_id", dl.id},
-                   {"status", std::string(to_string(dl.status))},
-                   {"reason", dl.reason},
-                   {"attempts", dl.attempts},
-                   {"auto_retries", dl.auto_retries}};
-      if (dl.next_retry_ms)
-        life.data["next_retry_at"] = *dl.next_retry_ms;
-      append_or_throw(h, std::move(life));
-      r.dead_letter_id = dl.id;
+      dead_letter(h, p, attempt, now, cls, delay, r);
       co_return r;
     }
     h.stats().tool_retries.fetch_add(1, std::memory_order_relaxed);
-    prev_delay = delay;
+    p.prev_delay = delay;
     auto wait = ctx.sleep(std::chrono::milliseconds(*delay));
     co_await wait;
   }

@@ -230,14 +230,96 @@ status entity_store::claim(entity_key& owner) {
   return result;
 }
 
-status entity_store::migrate() {
-  auto corrupt_or = [&](int rc, const char* what) -> status {
-    if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT)
-      return {errc::corruption, path_.string() + " is not a database or is corrupt"};
-    return fail(rc, what);
+status entity_store::open_error(int rc, const char* what) {
+  if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT)
+    return {errc::corruption, path_.string() + " is not a database or is corrupt"};
+  return fail(rc, what);
+}
+
+result<int> entity_store::read_schema_version() {
+  sqlite3_stmt* st = nullptr;
+  int rc = sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &st, nullptr);
+  if (rc != SQLITE_OK)
+    return open_error(rc, "read user_version");
+  int version = 0;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    version = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW)
+    return open_error(rc, "read user_version");
+  return version;
+}
+
+result<int> entity_store::count_tables(bool& has_meta) {
+  sqlite3_stmt* st = nullptr;
+  int rc =
+    sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type='table'", -1, &st, nullptr);
+  if (rc != SQLITE_OK)
+    return open_error(rc, "read schema");
+  int tables = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    ++tables;
+    if (std::strcmp(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "meta") == 0)
+      has_meta = true;
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return open_error(rc, "read schema");
+  return tables;
+}
+
+status entity_store::write_migrations(int version, int target) {
+  if (auto st = exec_cached("BEGIN IMMEDIATE"); !st)
+    return st;
+  auto rollback_with = [&](status st) {
+    (void)exec("ROLLBACK");
+    return st;
   };
-  // The reads of an open share one read transaction (one WAL read lock, one look at the wal-index
-  // and the file) instead of taking one each. It ends before any write and on every return.
+  for (int v = version; v < target; ++v)
+    if (auto st = exec(schema::migrations[v]); !st)
+      return rollback_with(
+        {st.code(), "migrate to schema version " + std::to_string(v + 1) + ": " + st.message()});
+  if (version == 0) { // a new file made in place (tests): its meta rows
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db_, "INSERT INTO meta(key, value) VALUES (?, ?)", -1, &st, nullptr);
+    auto put = [&](const char* k, const std::string& v) {
+      sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
+      bind_text(st, 2, v);
+      int rc = sqlite3_step(st);
+      sqlite3_reset(st);
+      return rc == SQLITE_DONE;
+    };
+    bool ok = put("format", "factum-entity") && put("tenant", key_.tenant) &&
+              put("type", key_.type) && put("id", key_.id) &&
+              put("created_at", std::to_string(now_ms()));
+    sqlite3_finalize(st);
+    if (!ok)
+      return rollback_with({errc::io_error, "write meta: " + std::string(sqlite3_errmsg(db_))});
+  }
+  std::string uv = "PRAGMA user_version=" + std::to_string(target);
+  if (auto st = exec(uv.c_str()); !st)
+    return rollback_with(st);
+  if (auto st = exec_cached("COMMIT"); !st)
+    return rollback_with(st);
+  schema_version_ = target;
+  return status::ok();
+}
+
+result<int64_t> entity_store::count_pending_keys() {
+  sqlite3_stmt* st = prepare("SELECT COUNT(*) FROM idempotency_keys WHERE status='pending'");
+  if (!st)
+    return fail(sqlite3_errcode(db_), "count pending keys");
+  stmt_guard g{st};
+  int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+  return n;
+}
+
+/// Long for a reason: every read of an open shares one read transaction (one WAL read lock, one
+/// look at the wal-index and the file), which must end before each write (a claim, the
+/// migrations, releasing pending keys) and on every return; the steps themselves are the
+/// functions above.
+status entity_store::migrate() {
   // Not through the fault hook (tests count and fail the store's own statements), nor the
   // statement cache (a cached "BEGIN" would cost every open entity its memory for nothing).
   auto run = [&](const char* sql) {
@@ -253,54 +335,35 @@ status entity_store::migrate() {
     decltype(end_reading)& end;
     ~read_guard() { end(); }
   } guard{end_reading};
-  int version = 0;
-  {
-    sqlite3_stmt* st = nullptr;
-    int rc = sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &st, nullptr);
-    if (rc != SQLITE_OK)
-      return corrupt_or(rc, "read user_version");
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-      version = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_ROW)
-      return corrupt_or(rc, "read user_version");
-  }
+  auto version = read_schema_version();
+  if (!version)
+    return version.error();
   int target =
     opts_.target_schema_version > 0 ? opts_.target_schema_version : current_schema_version;
   if (target > current_schema_version) // open() refuses it too, before building a file
     return {errc::invalid_argument, "store_options.target_schema_version must be 0.." +
                                       std::to_string(current_schema_version)};
-  if (version > current_schema_version)
-    return {errc::newer_schema, path_.string() + " has schema version " + std::to_string(version) +
+  if (*version > current_schema_version)
+    return {errc::newer_schema, path_.string() + " has schema version " + std::to_string(*version) +
                                   "; this factum reads up to " +
                                   std::to_string(current_schema_version)};
   // Is this a factum file? A fresh one has no tables at all. A file with a schema version
   // (every factum file has one: migrations set it) has its meta rows read in one statement,
   // without a look at sqlite_master first: a missing meta table fails that statement.
   int tables = 0;
-  bool has_meta = version > 0;
-  if (version == 0) {
-    sqlite3_stmt* st = nullptr;
-    int rc = sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type='table'", -1, &st,
-                                nullptr);
-    if (rc != SQLITE_OK)
-      return corrupt_or(rc, "read schema");
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-      ++tables;
-      if (std::strcmp(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "meta") == 0)
-        has_meta = true;
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE)
-      return corrupt_or(rc, "read schema");
+  bool has_meta = *version > 0;
+  if (*version == 0) {
+    auto n = count_tables(has_meta);
+    if (!n)
+      return n.error();
+    tables = *n;
   }
   meta_rows meta; // as of this read transaction; read again after a claim or a migration
   if (has_meta)
     if (int rc = read_meta(db_, meta); rc != SQLITE_DONE && (rc & 0xff) != SQLITE_ERROR)
-      return corrupt_or(rc, "read meta"); // SQLITE_ERROR: no meta table: not a factum file
+      return open_error(rc, "read meta"); // SQLITE_ERROR: no meta table: not a factum file
   bool meta_stale = false;
-  if (tables > 0 || version > 0) {
+  if (tables > 0 || *version > 0) {
     entity_key stored = meta.key;
     if (meta.format != "factum-entity")
       return {errc::not_factum_file, path_.string() + " is a SQLite file but not a factum entity"};
@@ -326,47 +389,11 @@ status entity_store::migrate() {
   } else if (opts_.read_only || key_.tenant.empty()) {
     return {errc::not_factum_file, path_.string() + " is empty, not a factum entity"};
   }
-  schema_version_ = version;
-  if (version < target && !opts_.read_only) {
+  schema_version_ = *version;
+  if (*version < target && !opts_.read_only) {
     end_reading();
-    if (auto st = exec_cached("BEGIN IMMEDIATE"); !st)
+    if (auto st = write_migrations(*version, target); !st)
       return st;
-    for (int v = version; v < target; ++v) {
-      if (auto st = exec(schema::migrations[v]); !st) {
-        (void)exec("ROLLBACK");
-        return {st.code(),
-                "migrate to schema version " + std::to_string(v + 1) + ": " + st.message()};
-      }
-    }
-    if (version == 0) {
-      sqlite3_stmt* st = nullptr;
-      sqlite3_prepare_v2(db_, "INSERT INTO meta(key, value) VALUES (?, ?)", -1, &st, nullptr);
-      auto put = [&](const char* k, const std::string& v) {
-        sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
-        bind_text(st, 2, v);
-        int rc = sqlite3_step(st);
-        sqlite3_reset(st);
-        return rc == SQLITE_DONE;
-      };
-      bool ok = put("format", "factum-entity") && put("tenant", key_.tenant) &&
-                put("type", key_.type) && put("id", key_.id) &&
-                put("created_at", std::to_string(now_ms()));
-      sqlite3_finalize(st);
-      if (!ok) {
-        (void)exec("ROLLBACK");
-        return {errc::io_error, "write meta: " + std::string(sqlite3_errmsg(db_))};
-      }
-    }
-    std::string uv = "PRAGMA user_version=" + std::to_string(target);
-    if (auto st = exec(uv.c_str()); !st) {
-      (void)exec("ROLLBACK");
-      return st;
-    }
-    if (auto st = exec_cached("COMMIT"); !st) {
-      (void)exec("ROLLBACK");
-      return st;
-    }
-    schema_version_ = target;
     meta_stale = true; // the migrations wrote meta rows
     reading = run("BEGIN");
   } // an older file opened read-only is read as is: later versions' tables are absent
@@ -381,13 +408,11 @@ status entity_store::migrate() {
     return st;
   // Keys pending in the file belong to an activation that is gone (single activation).
   if (!opts_.read_only) {
-    sqlite3_stmt* st = prepare("SELECT COUNT(*) FROM idempotency_keys WHERE status='pending'");
-    if (!st)
-      return fail(sqlite3_errcode(db_), "count pending keys");
-    stmt_guard g{st};
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) > 0) {
-      released_on_open_ = sqlite3_column_int64(st, 0);
-      sqlite3_reset(st);
+    auto pending = count_pending_keys();
+    if (!pending)
+      return pending.error();
+    if (*pending > 0) {
+      released_on_open_ = *pending;
       end_reading();
       if (auto s2 = exec("DELETE FROM idempotency_keys WHERE status='pending'"); !s2)
         return s2;

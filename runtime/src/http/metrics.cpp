@@ -57,6 +57,7 @@ void http_metrics::observe_call(std::chrono::nanoseconds d) {
                          std::memory_order_relaxed);
 }
 
+/// Long for a reason: one statement per metric, in the order /metrics lists them.
 std::string http_metrics::render(const runtime_stats& rt) const {
   std::string out;
   out.reserve(8192);

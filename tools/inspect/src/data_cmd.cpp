@@ -132,142 +132,126 @@ int run_entities(const run_ctx& ctx, const common_options& c, const std::string&
 
 // -- economics ----------------------------------------------------------------------------------
 
-int run_economics(const run_ctx& ctx, const common_options& c, const std::string& scope_text,
-                  const std::string& since, const std::string& until) {
-  entity_scope scope;
-  if (int rc = prepare_scope(ctx, c, scope_text, "economics", scope))
-    return rc;
-  fact_options fo;
-  fo.since = since;
-  fo.until = until;
-  auto window = make_filter(ctx, fo);
-  if (!window)
-    return ctx.fail(window.error());
+namespace {
 
-  struct money {
-    int64_t facts = 0, failed_facts = 0;
-    exact_decimal succeeded, failed, total;
-    void add(const exact_decimal& amount, bool is_failed) {
-      ++facts;
-      total += amount;
-      if (is_failed) {
-        ++failed_facts;
-        failed += amount;
-      } else {
-        succeeded += amount;
-      }
+/// Sums of cost facts: all of them, those of failed calls and those of succeeded ones.
+struct money {
+  int64_t facts = 0, failed_facts = 0;
+  exact_decimal succeeded, failed, total;
+  void add(const exact_decimal& amount, bool is_failed) {
+    ++facts;
+    total += amount;
+    if (is_failed) {
+      ++failed_facts;
+      failed += amount;
+    } else {
+      succeeded += amount;
     }
-    /// The three sums at one scale: "0.00" rather than "0" beside "1.25".
-    std::string text(const exact_decimal& d) const {
-      return d.to_string(std::max({succeeded.scale(), failed.scale(), total.scale()}));
-    }
-  };
+  }
+  /// The three sums at one scale: "0.00" rather than "0" beside "1.25".
+  std::string text(const exact_decimal& d) const {
+    return d.to_string(std::max({succeeded.scale(), failed.scale(), total.scale()}));
+  }
+};
+
+/// What `economics` adds up over the entities of its scope.
+struct economics {
   using cost_key = std::tuple<std::string, std::string, std::string>; // tool, currency, subtype
   std::map<cost_key, money> costs;
   std::map<std::string, money> by_currency;
   std::map<std::string, int64_t> errors_by_category;
   int64_t outcomes = 0, errors = 0, entities = 0, cost_facts_without_amount = 0;
-  int rc = exit_ok;
-  auto note_error = [&](const std::string& where, const status& err) {
-    ctx.warn(where + ": " + err.message());
-    if (rc == exit_ok)
-      rc = exit_code_for(err.code());
-  };
 
-  auto st = for_each_entity(
-    c.data, scope,
-    [&](entity_reader& r) {
-      ++entities;
-      auto& store = r.store();
-      fact_filter f = *window;
-      f.type = "cost";
-      auto s1 = scan_facts(store, f, [&](fact& x) {
-        if (x.amount.empty()) {
-          ++cost_facts_without_amount;
-          return;
-        }
-        auto amount = exact_decimal::parse(x.amount);
-        if (!amount) {
-          ctx.warn(r.key().to_string() + " seq " + std::to_string(x.seq) + ": " +
-                   amount.error().message());
-          return;
-        }
-        auto data = nlohmann::json::parse(x.data, nullptr, false);
-        bool failed = data.is_object() && data.contains("failed") && data["failed"] == true;
-        costs[{x.tool_id, x.currency, x.subtype}].add(*amount, failed);
-        by_currency[x.currency].add(*amount, failed);
-      });
-      if (!s1)
-        return note_error(r.key().to_string(), s1);
-      f.type = "error";
-      auto s2 = scan_facts(store, f, [&](fact& x) {
-        ++errors;
-        auto data = nlohmann::json::parse(x.data, nullptr, false);
-        std::string category;
-        for (auto* k : {"category", "error_type"})
-          if (category.empty() && data.is_object() && data.contains(k) && data[k].is_string())
-            category = data[k].get<std::string>();
-        ++errors_by_category[category.empty() ? "unknown" : category];
-      });
-      if (!s2)
-        return note_error(r.key().to_string(), s2);
-      f.type = "outcome";
-      auto s3 = scan_facts(store, f, [&](fact&) { ++outcomes; });
-      if (!s3)
-        return note_error(r.key().to_string(), s3);
-    },
-    [&](const fs::path& file, const status& err) {
-      ctx.warn(naming(file, err));
-      if (rc == exit_ok)
-        rc = exit_code_for(err.code());
+  int64_t attempts() const { return outcomes + errors; }
+
+  /// Adds one entity's cost, error and outcome facts in `window`.
+  status add(const run_ctx& ctx, entity_reader& r, const fact_filter& window) {
+    ++entities;
+    auto& store = r.store();
+    fact_filter f = window;
+    f.type = "cost";
+    auto s1 = scan_facts(store, f, [&](fact& x) {
+      if (x.amount.empty()) {
+        ++cost_facts_without_amount;
+        return;
+      }
+      auto amount = exact_decimal::parse(x.amount);
+      if (!amount) {
+        ctx.warn(r.key().to_string() + " seq " + std::to_string(x.seq) + ": " +
+                 amount.error().message());
+        return;
+      }
+      auto data = nlohmann::json::parse(x.data, nullptr, false);
+      bool failed = data.is_object() && data.contains("failed") && data["failed"] == true;
+      costs[{x.tool_id, x.currency, x.subtype}].add(*amount, failed);
+      by_currency[x.currency].add(*amount, failed);
     });
-  if (!st)
-    return ctx.fail(st);
-
-  int64_t attempts = outcomes + errors;
-  auto rate = [](int64_t n, int64_t d) {
-    return d > 0 ? nlohmann::json(static_cast<double>(n) / static_cast<double>(d))
-                 : nlohmann::json(nullptr);
-  };
-  if (ctx.json) {
-    for (auto& [k, m] : costs)
-      ctx.json_line({{"kind", "cost"},
-                     {"tool_id", std::get<0>(k)},
-                     {"currency", std::get<1>(k)},
-                     {"subtype", std::get<2>(k)},
-                     {"facts", m.facts},
-                     {"failed_facts", m.failed_facts},
-                     {"succeeded", m.text(m.succeeded)},
-                     {"failed", m.text(m.failed)},
-                     {"total", m.text(m.total)}});
-    for (auto& [cur, m] : by_currency)
-      ctx.json_line({{"kind", "cost_total"},
-                     {"currency", cur},
-                     {"facts", m.facts},
-                     {"failed_facts", m.failed_facts},
-                     {"succeeded", m.text(m.succeeded)},
-                     {"failed", m.text(m.failed)},
-                     {"total", m.text(m.total)}});
-    for (auto& [cat, n] : errors_by_category)
-      ctx.json_line({{"kind", "errors"},
-                     {"category", cat},
-                     {"count", n},
-                     {"share", rate(n, errors)},
-                     {"rate", rate(n, attempts)}});
-    ctx.json_line({{"kind", "summary"},
-                   {"scope", scope.to_string()},
-                   {"since", window->since_ms ? nlohmann::json(*window->since_ms) : nullptr},
-                   {"until", window->until_ms ? nlohmann::json(*window->until_ms) : nullptr},
-                   {"entities", entities},
-                   {"outcomes", outcomes},
-                   {"errors", errors},
-                   {"error_rate", rate(errors, attempts)}});
-    return rc;
+    if (!s1)
+      return s1;
+    f.type = "error";
+    auto s2 = scan_facts(store, f, [&](fact& x) {
+      ++errors;
+      auto data = nlohmann::json::parse(x.data, nullptr, false);
+      std::string category;
+      for (auto* k : {"category", "error_type"})
+        if (category.empty() && data.is_object() && data.contains(k) && data[k].is_string())
+          category = data[k].get<std::string>();
+      ++errors_by_category[category.empty() ? "unknown" : category];
+    });
+    if (!s2)
+      return s2;
+    f.type = "outcome";
+    return scan_facts(store, f, [&](fact&) { ++outcomes; });
   }
+};
+
+nlohmann::json rate(int64_t n, int64_t d) {
+  return d > 0 ? nlohmann::json(static_cast<double>(n) / static_cast<double>(d))
+               : nlohmann::json(nullptr);
+}
+
+void print_economics_json(const run_ctx& ctx, const economics& e, const entity_scope& scope,
+                          const fact_filter& window) {
+  for (auto& [k, m] : e.costs)
+    ctx.json_line({{"kind", "cost"},
+                   {"tool_id", std::get<0>(k)},
+                   {"currency", std::get<1>(k)},
+                   {"subtype", std::get<2>(k)},
+                   {"facts", m.facts},
+                   {"failed_facts", m.failed_facts},
+                   {"succeeded", m.text(m.succeeded)},
+                   {"failed", m.text(m.failed)},
+                   {"total", m.text(m.total)}});
+  for (auto& [cur, m] : e.by_currency)
+    ctx.json_line({{"kind", "cost_total"},
+                   {"currency", cur},
+                   {"facts", m.facts},
+                   {"failed_facts", m.failed_facts},
+                   {"succeeded", m.text(m.succeeded)},
+                   {"failed", m.text(m.failed)},
+                   {"total", m.text(m.total)}});
+  for (auto& [cat, n] : e.errors_by_category)
+    ctx.json_line({{"kind", "errors"},
+                   {"category", cat},
+                   {"count", n},
+                   {"share", rate(n, e.errors)},
+                   {"rate", rate(n, e.attempts())}});
+  ctx.json_line({{"kind", "summary"},
+                 {"scope", scope.to_string()},
+                 {"since", window.since_ms ? nlohmann::json(*window.since_ms) : nullptr},
+                 {"until", window.until_ms ? nlohmann::json(*window.until_ms) : nullptr},
+                 {"entities", e.entities},
+                 {"outcomes", e.outcomes},
+                 {"errors", e.errors},
+                 {"error_rate", rate(e.errors, e.attempts())}});
+}
+
+void print_economics_text(const run_ctx& ctx, const economics& e, const entity_scope& scope,
+                          const fact_filter& window) {
   ctx.out << ctx.bold("window") << ": "
-          << (window->since_ms ? ctx.time(*window->since_ms) : std::string("beginning")) << " .. "
-          << (window->until_ms ? ctx.time(*window->until_ms) : std::string("now")) << ", "
-          << scope.to_string() << " (" << entities << (entities == 1 ? " entity" : " entities")
+          << (window.since_ms ? ctx.time(*window.since_ms) : std::string("beginning")) << " .. "
+          << (window.until_ms ? ctx.time(*window.until_ms) : std::string("now")) << ", "
+          << scope.to_string() << " (" << e.entities << (e.entities == 1 ? " entity" : " entities")
           << ")\n\n"
           << ctx.bold("costs") << '\n';
   text_table ct({{"TOOL"},
@@ -278,7 +262,7 @@ int run_economics(const run_ctx& ctx, const common_options& c, const std::string
                  {"SUCCEEDED", true},
                  {"FAILED", true},
                  {"TOTAL", true}});
-  for (auto& [k, m] : costs)
+  for (auto& [k, m] : e.costs)
     ct.add({or_dash(std::get<0>(k)), std::get<1>(k), or_dash(std::get<2>(k)),
             std::to_string(m.facts), std::to_string(m.failed_facts), m.text(m.succeeded),
             m.text(m.failed), m.text(m.total)});
@@ -290,19 +274,58 @@ int run_economics(const run_ctx& ctx, const common_options& c, const std::string
                  {"SUCCEEDED", true},
                  {"FAILED", true},
                  {"TOTAL", true}});
-  for (auto& [cur, m] : by_currency)
+  for (auto& [cur, m] : e.by_currency)
     tt.add({cur, std::to_string(m.facts), std::to_string(m.failed_facts), m.text(m.succeeded),
             m.text(m.failed), m.text(m.total)});
   tt.print(ctx);
   ctx.out << '\n'
-          << ctx.bold("errors") << ": " << errors << " of " << attempts
-          << " outcomes and errors, error rate " << percent(errors, attempts) << '\n';
+          << ctx.bold("errors") << ": " << e.errors << " of " << e.attempts()
+          << " outcomes and errors, error rate " << percent(e.errors, e.attempts()) << '\n';
   text_table et({{"CATEGORY"}, {"ERRORS", true}, {"SHARE", true}, {"RATE", true}});
-  for (auto& [cat, n] : errors_by_category)
-    et.add({cat, std::to_string(n), percent(n, errors), percent(n, attempts)});
+  for (auto& [cat, n] : e.errors_by_category)
+    et.add({cat, std::to_string(n), percent(n, e.errors), percent(n, e.attempts())});
   et.print(ctx);
-  if (cost_facts_without_amount > 0)
-    ctx.out << cost_facts_without_amount << " cost facts without an amount were skipped\n";
+  if (e.cost_facts_without_amount > 0)
+    ctx.out << e.cost_facts_without_amount << " cost facts without an amount were skipped\n";
+}
+
+} // namespace
+
+int run_economics(const run_ctx& ctx, const common_options& c, const std::string& scope_text,
+                  const std::string& since, const std::string& until) {
+  entity_scope scope;
+  if (int rc = prepare_scope(ctx, c, scope_text, "economics", scope))
+    return rc;
+  fact_options fo;
+  fo.since = since;
+  fo.until = until;
+  auto window = make_filter(ctx, fo);
+  if (!window)
+    return ctx.fail(window.error());
+  economics e;
+  int rc = exit_ok;
+  auto note = [&](const std::string& where, const status& err) {
+    ctx.warn(where + ": " + err.message());
+    if (rc == exit_ok)
+      rc = exit_code_for(err.code());
+  };
+  auto st = for_each_entity(
+    c.data, scope,
+    [&](entity_reader& r) {
+      if (auto s = e.add(ctx, r, *window); !s)
+        note(r.key().to_string(), s);
+    },
+    [&](const fs::path& file, const status& err) {
+      ctx.warn(naming(file, err));
+      if (rc == exit_ok)
+        rc = exit_code_for(err.code());
+    });
+  if (!st)
+    return ctx.fail(st);
+  if (ctx.json)
+    print_economics_json(ctx, e, scope, *window);
+  else
+    print_economics_text(ctx, e, scope, *window);
   return rc;
 }
 

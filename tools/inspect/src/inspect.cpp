@@ -153,6 +153,8 @@ void add_inspect_command(CLI::App& app, int* exit_code) {
   add_inspect_command(app, exit_code, inspect_io{});
 }
 
+/// Long for a reason: one declaration per subcommand (its options and the function that runs
+/// it), which reads best as one table; each runner lives in its own file.
 void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
   auto s = std::make_shared<shared_state>();
   s->io = std::move(io);

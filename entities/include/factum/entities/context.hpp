@@ -32,7 +32,8 @@ struct call_info {
   std::string fingerprint;
 };
 
-/// A request to an external tool (resilience issue #4 adds retries and breakers around it).
+/// A request to an external tool (context::call_tool wraps it in the runtime's retries, breaker,
+/// budget, cost and error facts, and dead letters).
 struct tool_request {
   std::string tool;
   std::string operation;

@@ -382,6 +382,15 @@ class entity_store {
   /// The PRAGMA synchronous statement configure() runs for this store.
   const char* synchronous_pragma() const noexcept;
   status migrate();
+  /// The steps of migrate() (store_schema.cpp): an open's error for a SQLite code (CORRUPTION
+  /// for a file that is no database), the file's user_version, its tables (and whether `meta`
+  /// is one), the migrations from `version` to `target` in one write transaction, and the keys
+  /// left pending by an activation that is gone.
+  status open_error(int rc, const char* what);
+  result<int> read_schema_version();
+  result<int> count_tables(bool& has_meta);
+  status write_migrations(int version, int target);
+  result<int64_t> count_pending_keys();
   /// Writes this store's key into the meta rows of an unclaimed file (a spare renamed into
   /// place, spare_pool.hpp) in one WAL transaction without a sync, and sets `owner` to the key
   /// the file names afterwards. Called from migrate() outside its read transaction; a file

@@ -63,7 +63,8 @@ std::string canonical_serialization(const fact& f);
 /// sha256_hex(canonical_serialization(f)).
 std::string compute_hash(const fact& f);
 
-/// The BRIEF's JSON view of a fact (canonical fields plus `hash`), as compact JSON text.
+/// The JSON view of a fact that the HTTP API and `factum inspect` show (canonical fields plus
+/// `hash`), as compact JSON text.
 std::string to_json_text(const fact& f);
 
 /// The JSON view as a json value.
