@@ -48,6 +48,21 @@ int default_http_status(error_category c) noexcept {
   return 500;
 }
 
+error_category category_of_status(int http_status) noexcept {
+  switch (http_status) {
+  case 401:
+  case 403: return error_category::authorization;
+  case 402: return error_category::budget;
+  case 408:
+  case 429:
+  case 503:
+  case 504:
+  case 507: return error_category::transient;
+  case 409: return error_category::data_integrity;
+  default: return http_status >= 500 ? error_category::server : error_category::client;
+  }
+}
+
 call_error client_error(std::string code, std::string message) {
   return call_error(error_category::client, std::move(code), std::move(message), 400);
 }
@@ -72,16 +87,19 @@ std::string title_for(int status) {
   case 402: return "Payment Required";
   case 403: return "Forbidden";
   case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
   case 408: return "Request Timeout";
   case 409: return "Conflict";
   case 413: return "Content Too Large";
   case 415: return "Unsupported Media Type";
   case 422: return "Unprocessable Content";
   case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
   case 500: return "Internal Server Error";
   case 502: return "Bad Gateway";
   case 503: return "Service Unavailable";
   case 504: return "Gateway Timeout";
+  case 507: return "Insufficient Storage";
   default: return "Error";
   }
 }

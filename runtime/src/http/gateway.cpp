@@ -23,47 +23,9 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr std::string_view problem_type = "application/problem+json";
 
-std::string_view title_of(int status) {
-  switch (status) {
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 403: return "Forbidden";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 408: return "Request Timeout";
-  case 409: return "Conflict";
-  case 413: return "Content Too Large";
-  case 415: return "Unsupported Media Type";
-  case 422: return "Unprocessable Content";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 503: return "Service Unavailable";
-  case 504: return "Gateway Timeout";
-  default: return "Error";
-  }
-}
-
-std::string_view category_of(int status) {
-  switch (status) {
-  case 401:
-  case 403: return "authorization";
-  case 408:
-  case 429:
-  case 503:
-  case 504: return "transient";
-  case 409: return "data_integrity";
-  default: return status >= 500 ? "server" : "client";
-  }
-}
-
+/// A problem+json body of the gateway's own (the taxonomy's category, title and form).
 std::string problem_body(int status, std::string_view code, const std::string& detail) {
-  json p = {{"type", "urn:factum:problem:" + std::string(code)},
-            {"title", title_of(status)},
-            {"status", status},
-            {"detail", detail},
-            {"code", code},
-            {"category", category_of(status)}};
-  return p.dump(-1, ' ', false, json::error_handler_t::replace);
+  return call_reply::failure(category_of_status(status), std::string(code), detail, status).body;
 }
 
 /// A key part as the HTTP API accepts it: validate_key_part, and no '..' anywhere.

@@ -33,6 +33,12 @@ bool retryable(error_category c, bool idempotent = true) noexcept;
 /// The HTTP status a failure of this category maps to by default.
 int default_http_status(error_category c) noexcept;
 
+/// The category of a refusal known only by its HTTP status (the gateway's own, before any
+/// entity runs): 401/403 authorization, 402 budget, 408/429/503/504/507 transient, 409
+/// data_integrity, other 4xx client, other 5xx server. The other direction of
+/// default_http_status, kept beside it.
+error_category category_of_status(int http_status) noexcept;
+
 /// A failed call: thrown by handlers, stored for terminal failures, carried to callers.
 class call_error : public std::runtime_error {
  public:
