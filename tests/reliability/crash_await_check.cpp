@@ -56,87 +56,116 @@ void count_fact(const fact& f, const json& d, call_record& c, figures& fig) {
   }
 }
 
-/// One entity: its chain, its facts against the calls, its dead letters and keys.
-void check_entity(entity_store& store, int e, std::map<std::string, call_record*>& by_key,
-                  figures& fig) {
-  auto name = entity_id(e);
-  auto v = store.verify();
-  if (!v || !v->ok)
-    fail("hash chain of " + name + " does not verify" +
-         (v ? " (first bad seq " + std::to_string(v->first_bad_seq) + ")" : ""));
-  std::map<std::string, dead_letter_seen> dls;
-  std::map<std::string, std::string> dl_of_key; // call key -> dead letter id
-  auto listed = store.list_dead_letters(std::nullopt, 100000);
-  if (!listed)
-    return fail("dead letters of " + name + ": " + listed.error().to_string());
-  for (auto& d : *listed) {
-    ++fig.dead_letters;
-    auto it = by_key.find(d.idempotency_key);
-    if (it == by_key.end() || it->second->entity != e) {
-      fail(name + ": dead letter " + d.id + " has an unknown key '" + d.idempotency_key + "'");
-      continue;
+/// One entity's log against the calls: its dead letters first, then its facts in order.
+class entity_check {
+ public:
+  entity_check(int e, std::map<std::string, call_record*>& by_key, figures& fig)
+      : e_(e), name_(entity_id(e)), by_key_(by_key), fig_(fig) {}
+
+  /// Every dead letter belongs to a call of this entity (one per key at most), carries the
+  /// trace id of one of the key's requests and is resolved.
+  void dead_letters(entity_store& store) {
+    auto listed = store.list_dead_letters(std::nullopt, 100000);
+    if (!listed)
+      return fail("dead letters of " + name_ + ": " + listed.error().to_string());
+    for (auto& d : *listed) {
+      ++fig_.dead_letters;
+      auto* c = call_of(d.idempotency_key);
+      if (!c) {
+        fail(name_ + ": dead letter " + d.id + " has an unknown key '" + d.idempotency_key + "'");
+        continue;
+      }
+      if (!dl_of_key_.emplace(c->key, d.id).second)
+        fail("key " + c->key + " has two dead letters: " + dl_of_key_[c->key] + " and " + d.id);
+      if (d.status != dl_status::resolved)
+        fail("dead letter " + d.id + " of key " + c->key + " is left " +
+             std::string(to_string(d.status)));
+      if (std::find(c->traces.begin(), c->traces.end(), d.trace_id) == c->traces.end())
+        fail("dead letter " + d.id + " has trace id " + d.trace_id + ", which no request of key " +
+             c->key + " sent");
+      if (!c->dead_letter.empty() && c->dead_letter != d.id)
+        fail("key " + c->key + " was told of dead letter " + c->dead_letter + ", the file has " +
+             d.id);
+      c->dead_letter = d.id;
+      c->dead_letter_created_ms = d.created_at_ms;
+      dls_[d.id].record = d;
     }
-    auto& c = *it->second;
-    if (!dl_of_key.emplace(c.key, d.id).second)
-      fail("key " + c.key + " has two dead letters: " + dl_of_key[c.key] + " and " + d.id);
-    if (d.status != dl_status::resolved)
-      fail("dead letter " + d.id + " of key " + c.key + " is left " +
-           std::string(to_string(d.status)));
-    if (std::find(c.traces.begin(), c.traces.end(), d.trace_id) == c.traces.end())
-      fail("dead letter " + d.id + " has trace id " + d.trace_id + ", which no request of key " +
-           c.key + " sent");
-    if (!c.dead_letter.empty() && c.dead_letter != d.id)
-      fail("key " + c.key + " was told of dead letter " + c.dead_letter + ", the file has " + d.id);
-    c.dead_letter = d.id;
-    c.dead_letter_created_ms = d.created_at_ms;
-    dls[d.id].record = d;
   }
-  auto err = test::for_each_fact(store, [&](const fact& f) {
-    ++fig.facts;
+
+  /// One fact, in seq order.
+  void fact_seen(const fact& f) {
+    ++fig_.facts;
     auto d = json::parse(f.data, nullptr, false);
     if (f.idempotency_key.empty()) {
       auto id = d.is_object() ? d.value("dead_letter_id", "") : std::string();
-      if (f.type == "lifecycle" && f.subtype == "dead_letter_resolved" && dls.count(id))
-        ++dls[id].resolved_facts;
+      if (f.type == "lifecycle" && f.subtype == "dead_letter_resolved" && dls_.count(id))
+        ++dls_[id].resolved_facts;
       if (f.type == "lifecycle" && f.subtype == "dead_letter_retry")
-        ++fig.operator_retry_facts;
+        ++fig_.operator_retry_facts;
       return;
     }
-    auto it = by_key.find(f.idempotency_key);
-    if (it == by_key.end() || it->second->entity != e) {
-      fail(name + " seq " + std::to_string(f.seq) + " has an unknown key '" + f.idempotency_key +
-           "'");
-      return;
-    }
-    auto& c = *it->second;
+    auto* c = call_of(f.idempotency_key);
+    if (!c)
+      return fail(name_ + " seq " + std::to_string(f.seq) + " has an unknown key '" +
+                  f.idempotency_key + "'");
     if (f.type == "lifecycle" && f.subtype == "dead_letter_created") {
       auto id = d.value("dead_letter_id", "");
-      if (!dls.count(id) || dls[id].record.idempotency_key != c.key)
-        fail("key " + c.key + " seq " + std::to_string(f.seq) + " created dead letter " + id +
+      if (!dls_.count(id) || dls_[id].record.idempotency_key != c->key)
+        fail("key " + c->key + " seq " + std::to_string(f.seq) + " created dead letter " + id +
              ", which is not its own in the file");
       else
-        dls[id].created_seq = f.seq;
+        dls_[id].created_seq = f.seq;
     }
     // Once its dead letter exists, only the dead letter's retries may run the call: every fact
     // of the key then carries the dead letter's trace id.
-    if (auto o = dl_of_key.find(c.key); o != dl_of_key.end()) {
-      auto& dl = dls[o->second];
+    if (auto o = dl_of_key_.find(c->key); o != dl_of_key_.end()) {
+      auto& dl = dls_[o->second];
       if (dl.created_seq > 0 && f.seq > dl.created_seq && f.trace_id != dl.record.trace_id)
-        fail("key " + c.key + " ran outside dead letter " + dl.record.id + " while it owned it: " +
+        fail("key " + c->key + " ran outside dead letter " + dl.record.id + " while it owned it: " +
              f.type + "/" + f.subtype + " at seq " + std::to_string(f.seq) + " has trace " +
              f.trace_id + ", the dead letter's is " + dl.record.trace_id);
     }
-    count_fact(f, d, c, fig);
-  });
-  if (!err.empty())
-    fail("facts of " + name + ": " + err);
-  for (auto& [id, dl] : dls) {
-    if (dl.created_seq == 0)
-      fail("dead letter " + id + " has no dead_letter_created fact");
-    if (dl.record.status == dl_status::resolved && dl.resolved_facts != 1)
-      fail("dead letter " + id + " has " + std::to_string(dl.resolved_facts) +
-           " dead_letter_resolved facts");
+    count_fact(f, d, *c, fig_);
   }
+
+  /// After the last fact: each dead letter was created, and resolved once.
+  void finish() {
+    for (auto& [id, dl] : dls_) {
+      if (dl.created_seq == 0)
+        fail("dead letter " + id + " has no dead_letter_created fact");
+      if (dl.record.status == dl_status::resolved && dl.resolved_facts != 1)
+        fail("dead letter " + id + " has " + std::to_string(dl.resolved_facts) +
+             " dead_letter_resolved facts");
+    }
+  }
+
+ private:
+  call_record* call_of(const std::string& key) {
+    auto it = by_key_.find(key);
+    return it == by_key_.end() || it->second->entity != e_ ? nullptr : it->second;
+  }
+
+  int e_;
+  std::string name_;
+  std::map<std::string, call_record*>& by_key_;
+  figures& fig_;
+  std::map<std::string, dead_letter_seen> dls_;
+  std::map<std::string, std::string> dl_of_key_; // call key -> dead letter id
+};
+
+/// One entity: its chain, its dead letters and its facts.
+void check_entity(entity_store& store, int e, std::map<std::string, call_record*>& by_key,
+                  figures& fig) {
+  auto v = store.verify();
+  if (!v || !v->ok)
+    fail("hash chain of " + entity_id(e) + " does not verify" +
+         (v ? " (first bad seq " + std::to_string(v->first_bad_seq) + ")" : ""));
+  entity_check check(e, by_key, fig);
+  check.dead_letters(store);
+  auto err = test::for_each_fact(store, [&](const fact& f) { check.fact_seen(f); });
+  if (!err.empty())
+    fail("facts of " + entity_id(e) + ": " + err);
+  check.finish();
 }
 
 /// The stored answer of every settled key of entity `e` is the one its client got.

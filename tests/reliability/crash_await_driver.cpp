@@ -491,71 +491,86 @@ kill_mark run_round(test::serve_process& srv, vendor_control& vendor, std::mutex
 
 // -- the end: settle every call --
 
+/// A scheduled dead letter is retried by its alarm when its time comes. One whose time passed
+/// 2 s ago, while this server has run for 2 s, has lost its alarm: a runtime defect
+/// (docs/reliability.md, "Handlers that await"). The operator retries it (scheduled ->
+/// scheduled); --strict makes it a failure instead.
+class lost_alarms {
+ public:
+  lost_alarms(figures& fig, const options& o) : fig_(fig), o_(o), started_(wall_ms()) {}
+
+  /// Whether the operator should retry `d` (a dead letter as the HTTP API lists it).
+  bool retry(const json& d) {
+    auto now = wall_ms();
+    auto due = d.value("next_retry_at", now);
+    if (d.value("status", "") != "scheduled" || now - started_ < 2000 || due + 2000 > now)
+      return false;
+    auto id = d.value("id", "");
+    if (seen_.insert(id).second) {
+      ++fig_.lost_alarms;
+      std::lock_guard<std::mutex> g(print_mu);
+      std::cout << "dead letter " << id << " of key " << d.value("idempotency_key", "")
+                << " is scheduled for " << due << " (" << now - due
+                << " ms ago) and was not retried" << std::endl;
+    }
+    if (o_.strict)
+      fail("dead letter " + id + " lost its alarm");
+    return !o_.strict;
+  }
+
+ private:
+  figures& fig_;
+  const options& o_;
+  int64_t started_;
+  std::set<std::string> seen_;
+};
+
+/// Sends every call that is not settled once more; how many are still not settled, or -1 when
+/// the server is gone.
+int64_t retry_open_calls(test::http_client& http, call_list& calls, std::mutex& mu, figures& fig) {
+  int64_t open = 0;
+  for (auto& c : calls) {
+    if (c.state == call_state::acked || c.state == call_state::terminal)
+      continue;
+    test::header_list headers;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      headers = next_request(c);
+    }
+    auto r = http.request("POST", entity_path(c.entity) + "/deliver", headers, c.body);
+    std::lock_guard<std::mutex> g(mu);
+    if (apply_reply(c, r, fig) == next_step::gone)
+      return -1;
+    open += c.state != call_state::acked && c.state != call_state::terminal;
+  }
+  return open;
+}
+
 /// With the vendor healthy: retries every call that is not settled and has the operator retry
 /// every dead letter that waits for one, until every call is answered 2xx (or a stored
 /// terminal failure) and every dead letter is resolved (bounded: 40 s).
 void settle(uint16_t port, call_list& calls, std::mutex& mu, figures& fig, const options& o) {
   test::http_client http(port, 20s);
-  auto started = wall_ms();
   auto deadline = steady_ms() + 40'000;
-  std::set<std::string> stuck;
-  // A scheduled dead letter is retried by its alarm when its time comes. One whose time passed
-  // 2 s ago, while this server has run for 2 s, has lost its alarm: a runtime defect
-  // (docs/reliability.md, "Handlers that await"). The operator retries it (scheduled ->
-  // scheduled); --strict makes it a failure instead.
-  auto lost_its_alarm = [&](const json& d) {
-    auto now = wall_ms();
-    if (d.value("status", "") != "scheduled" || now - started < 2000 ||
-        d.value("next_retry_at", now) + 2000 > now)
-      return false;
-    auto id = d.value("id", "");
-    if (stuck.insert(id).second) {
-      ++fig.lost_alarms;
-      std::lock_guard<std::mutex> g(print_mu);
-      std::cout << "dead letter " << id << " of key " << d.value("idempotency_key", "")
-                << " is scheduled for " << d.value("next_retry_at", int64_t{0}) << " ("
-                << now - d.value("next_retry_at", now) << " ms ago) and was not retried"
-                << std::endl;
-    }
-    if (o.strict)
-      fail("dead letter " + id + " lost its alarm");
-    return !o.strict;
-  };
+  lost_alarms lost(fig, o);
   int open_dead_letters = 0;
-  size_t open_calls = 0;
+  int64_t open_calls = 0;
   while (steady_ms() < deadline) {
     ++fig.settle_passes;
-    open_calls = 0;
-    for (auto& c : calls) {
-      if (c.state == call_state::acked || c.state == call_state::terminal)
-        continue;
-      test::header_list headers;
-      {
-        std::lock_guard<std::mutex> g(mu);
-        headers = next_request(c);
-      }
-      auto r = http.request("POST", entity_path(c.entity) + "/deliver", headers, c.body);
-      std::lock_guard<std::mutex> g(mu);
-      if (apply_reply(c, r, fig) == next_step::gone) {
-        fail("factum serve stopped answering while the calls were settled");
-        return;
-      }
-      open_calls += c.state != call_state::acked && c.state != call_state::terminal;
-    }
-    open_dead_letters = sweep_dead_letters(
-      http, o, "",
-      [&](const json& d) {
-        auto st = d.value("status", "");
-        return st == "pending" || st == "acknowledged" || lost_its_alarm(d);
-      },
-      [&] {
-        std::lock_guard<std::mutex> g(mu);
-        ++fig.operator_retries;
-      });
-    if (open_dead_letters < 0) {
-      fail("factum serve stopped answering while the dead letters were settled");
-      return;
-    }
+    open_calls = retry_open_calls(http, calls, mu, fig);
+    if (open_calls >= 0)
+      open_dead_letters = sweep_dead_letters(
+        http, o, "",
+        [&](const json& d) {
+          auto st = d.value("status", "");
+          return st == "pending" || st == "acknowledged" || lost.retry(d);
+        },
+        [&] {
+          std::lock_guard<std::mutex> g(mu);
+          ++fig.operator_retries;
+        });
+    if (open_calls < 0 || open_dead_letters < 0)
+      return fail("factum serve stopped answering while the calls were settled");
     if (open_calls == 0 && open_dead_letters == 0)
       return;
     std::this_thread::sleep_for(100ms);
