@@ -12,28 +12,20 @@
 // Usage: reliability_crash --factum PATH [--rounds N] [--seed S] [--connections C]
 //                          [--entities E] [--keep]
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <cstring>
-#include <fcntl.h>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "factum/storage/entity_store.hpp"
+#include "crash_support.hpp"
 #include "factum/storage/sha256.hpp"
 #include "http/client.hpp"
 #include "support/temp_dir.hpp"
@@ -111,117 +103,16 @@ bool take_ack(call_record& c, const factum::test::http_reply& r) {
   return true;
 }
 
-// -- the server process --
+// -- the server --
 
-class server {
- public:
-  server(const options& o, const std::filesystem::path& dir) : opt_(o), dir_(dir) {}
-  ~server() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int st;
-      ::waitpid(pid_, &st, 0);
-    }
-  }
-
-  /// Starts `factum serve` and waits (bounded) for the start line with the port.
-  bool start(int round, const std::string& durability) {
-    auto cfg = dir_ / "serve.json";
-    {
-      json c = {{"listen", "127.0.0.1:0"},
-                {"data_dir", (dir_ / "data").string()},
-                {"durability", durability},
-                {"storage_threads", 4},
-                {"tenants", {{"acme", {{"api_keys", {"sha256:" + factum::sha256_hex(api_key)}}}}}},
-                {"types", {"ledger"}}};
-      std::ofstream(cfg) << c.dump(2);
-    }
-    log_ = dir_ / ("serve-" + std::to_string(round) + ".log");
-    pid_t pid = ::fork();
-    if (pid < 0)
-      return false;
-    if (pid == 0) {
-      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 2);
-        ::close(fd);
-      }
-      int null = ::open("/dev/null", O_WRONLY);
-      if (null >= 0)
-        ::dup2(null, 1);
-      ::execl(opt_.factum.c_str(), opt_.factum.c_str(), "serve", "--config", cfg.c_str(),
-              static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    pid_ = pid;
-    auto deadline = std::chrono::steady_clock::now() + 15s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::ifstream in(log_);
-      std::string line;
-      while (std::getline(in, line)) {
-        auto p = line.find("\"port\":");
-        if (p != std::string::npos) {
-          port_ = static_cast<uint16_t>(std::stoi(line.substr(p + 7)));
-          return true;
-        }
-      }
-      int st;
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        fail("server exited at start; log: " + slurp());
-        return false;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    fail("no start line within 15 s; log: " + slurp());
-    return false;
-  }
-
-  void kill_now() {
-    ::kill(pid_, SIGKILL);
-    int st;
-    ::waitpid(pid_, &st, 0);
-    pid_ = -1;
-  }
-
-  /// SIGTERM and wait for exit code 0 (bounded: SIGKILL after 30 s).
-  bool stop() {
-    ::kill(pid_, SIGTERM);
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    int st = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-          fail("server did not exit 0 after SIGTERM; log: " + slurp());
-          return false;
-        }
-        return true;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    fail("server did not stop within 30 s after SIGTERM");
-    kill_now();
-    return false;
-  }
-
-  uint16_t port() const { return port_; }
-
-  std::string slurp() const {
-    std::ifstream in(log_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto s = ss.str();
-    return s.size() > 4000 ? s.substr(s.size() - 4000) : s;
-  }
-
- private:
-  const options& opt_;
-  std::filesystem::path dir_;
-  std::filesystem::path log_;
-  pid_t pid_ = -1;
-  uint16_t port_ = 0;
-};
+nlohmann::json serve_config(const std::filesystem::path& dir, const std::string& durability) {
+  return {{"listen", "127.0.0.1:0"},
+          {"data_dir", (dir / "data").string()},
+          {"durability", durability},
+          {"storage_threads", 4},
+          {"tenants", {{"acme", {{"api_keys", {"sha256:" + factum::sha256_hex(api_key)}}}}}},
+          {"types", {"ledger"}}};
+}
 
 // -- phases --
 
@@ -247,8 +138,9 @@ void retry_unanswered(std::vector<call_record>& calls, uint16_t port, figures& f
 /// same key, same body), then new calls with unique keys, over `o.connections` connections;
 /// SIGKILLs the server after `kill_after` acknowledgements, so a kill may also land among the
 /// retries. Returns the new calls; `pending` is updated in place.
-std::vector<call_record> load(server& srv, int round, const options& o, std::mt19937_64& rng,
-                              int64_t kill_after, std::vector<call_record>& pending, figures& fig) {
+std::vector<call_record> load(factum::test::serve_process& srv, int round, const options& o,
+                              std::mt19937_64& rng, int64_t kill_after,
+                              std::vector<call_record>& pending, figures& fig) {
   const int64_t max_calls = 100000;
   std::mutex mu;
   std::vector<call_record> calls;
@@ -333,11 +225,8 @@ void check_on_disk(const std::filesystem::path& data, const std::vector<call_rec
     by_key[c.key] = &c;
   std::map<std::string, int> seen;
   for (int e = 0; e < o.entities; ++e) {
-    factum::store_options so;
-    so.data_dir = data;
-    so.read_only = true; // not immutable: an entity the last run did not open keeps its -wal
-    factum::entity_key key{"acme", "ledger", entity_id(e)};
-    auto s = factum::entity_store::open(so, key);
+    // Not immutable: an entity the last run did not open keeps its -wal.
+    auto s = factum::test::open_read_only(data, {"acme", "ledger", entity_id(e)});
     if (!s) {
       fail("cannot open " + entity_id(e) + ": " + s.error().to_string());
       continue;
@@ -346,45 +235,33 @@ void check_on_disk(const std::filesystem::path& data, const std::vector<call_rec
     if (!v || !v->ok)
       fail("hash chain of " + entity_id(e) + " does not verify" +
            (v ? " (first bad seq " + std::to_string(v->first_bad_seq) + ")" : ""));
-    int64_t after = 0;
-    for (;;) {
-      factum::fact_filter f;
-      f.after_seq = after;
-      f.limit = 10000;
-      auto facts = (*s)->query(f);
-      if (!facts) {
-        fail("query " + entity_id(e) + ": " + facts.error().to_string());
-        break;
+    auto err = factum::test::for_each_fact(**s, [&](const factum::fact& fact) {
+      if (fact.type != "invocation") {
+        fail(entity_id(e) + " has an unexpected " + fact.type + " fact at seq " +
+             std::to_string(fact.seq) + ": " + fact.data);
+        return;
       }
-      if (facts->empty())
-        break;
-      for (auto& fact : *facts) {
-        after = fact.seq;
-        if (fact.type != "invocation") {
-          fail(entity_id(e) + " has an unexpected " + fact.type + " fact at seq " +
-               std::to_string(fact.seq) + ": " + fact.data);
-          continue;
-        }
-        ++fig.facts;
-        auto it = by_key.find(fact.idempotency_key);
-        if (it == by_key.end()) {
-          fail(entity_id(e) + " seq " + std::to_string(fact.seq) + " has an unknown key '" +
-               fact.idempotency_key + "'");
-          continue;
-        }
-        auto& c = *it->second;
-        if (++seen[c.key] > 1)
-          fail("key " + c.key + " has more than one fact");
-        if (c.entity != e)
-          fail("key " + c.key + " landed on the wrong entity");
-        auto d = json::parse(fact.data, nullptr, false);
-        if (!d.is_object() || d.value("k", "") != c.key)
-          fail("key " + c.key + ": fact data does not match its request");
-        if (c.acked && (c.seq != fact.seq || c.fact_id != fact.fact_id))
-          fail("key " + c.key + " was acknowledged as seq " + std::to_string(c.seq) + " " +
-               c.fact_id + " but is seq " + std::to_string(fact.seq) + " " + fact.fact_id);
+      ++fig.facts;
+      auto it = by_key.find(fact.idempotency_key);
+      if (it == by_key.end()) {
+        fail(entity_id(e) + " seq " + std::to_string(fact.seq) + " has an unknown key '" +
+             fact.idempotency_key + "'");
+        return;
       }
-    }
+      auto& c = *it->second;
+      if (++seen[c.key] > 1)
+        fail("key " + c.key + " has more than one fact");
+      if (c.entity != e)
+        fail("key " + c.key + " landed on the wrong entity");
+      auto d = json::parse(fact.data, nullptr, false);
+      if (!d.is_object() || d.value("k", "") != c.key)
+        fail("key " + c.key + ": fact data does not match its request");
+      if (c.acked && (c.seq != fact.seq || c.fact_id != fact.fact_id))
+        fail("key " + c.key + " was acknowledged as seq " + std::to_string(c.seq) + " " +
+             c.fact_id + " but is seq " + std::to_string(fact.seq) + " " + fact.fact_id);
+    });
+    if (!err.empty())
+      fail("query " + entity_id(e) + ": " + err);
   }
   for (auto& c : calls)
     if (!seen.count(c.key))
@@ -435,12 +312,16 @@ int main(int argc, char** argv) {
     bool last = round == o.rounds + 1;
     // Alternate durability modes: both must survive a process crash.
     std::string durability = round % 2 ? "full" : "normal";
-    server srv(o, tmp.path());
-    if (!srv.start(round, durability))
+    factum::test::serve_process srv(o.factum, tmp.path());
+    if (auto e = srv.start(serve_config(tmp.path(), durability), std::to_string(round));
+        !e.empty()) {
+      fail(e);
       break;
+    }
     if (last) {
       retry_unanswered(pending, srv.port(), fig);
-      srv.stop();
+      if (auto e = srv.stop(); !e.empty())
+        fail(e);
       break;
     }
     // Mostly a kill after some hundred acknowledgements; one round in four kills almost at once,

@@ -1,8 +1,9 @@
 // fake_vendor.cpp: the fake vendor (fake_vendor.hpp): a Beast HTTP/1.1 server with keep-alive,
 // the control API under /_vendor/, the vendor-call behaviours (modes and scripted responses),
-// pricing, Idempotency-Key de-duplication and the counters. The only Beast translation unit of
-// factum_fake_vendor. Sessions run on the vendor's single Asio thread; the control state is
-// guarded by a mutex because tests also change it from their own threads.
+// pricing, Idempotency-Key de-duplication and the counters (in all and per Idempotency-Key). The
+// only Beast translation unit of factum_fake_vendor. Sessions run on the vendor's single Asio
+// thread; the control state is guarded by a mutex because tests also change it from their own
+// threads.
 #include "factum/fake_vendor/fake_vendor.hpp"
 
 #include <algorithm>
@@ -58,8 +59,10 @@ struct mode_state {
   std::string name = "ok";
   int64_t retry_after_s = 1;
   double fail_ratio = 0.3;
+  double timeout_ratio = 0.0; ///< share of `flaky` calls held without an answer
   uint64_t seed = 1;
   int64_t delay_ms = 0;
+  int64_t delay_jitter_ms = 0; ///< a random extra wait of 0..this, per answer
   int64_t hold_ms = max_hold_ms;
   std::optional<std::string> price; ///< unset: no X-Cost header and nothing charged
   bool charge_failed = false;
@@ -69,6 +72,16 @@ struct mode_state {
 struct stored_answer {
   int status = 200;
   std::string body;
+};
+
+/// What the vendor did with the calls of one Idempotency-Key (GET /_vendor/keys).
+struct key_counts {
+  uint64_t calls = 0;
+  uint64_t delivered = 0; ///< 2xx answers made fresh (not replays)
+  uint64_t replayed = 0;  ///< 2xx answers replayed from the key's stored answer
+  uint64_t failed = 0;    ///< non-2xx answers
+  uint64_t no_answer = 0; ///< held (timeout) or reset
+  uint64_t in_flight = 0; ///< calls of this key being handled now
 };
 
 std::string problem(const std::string& why) {
@@ -119,6 +132,7 @@ struct vendor::impl {
   std::mt19937_64 rng{1};                    // guarded by mu
   std::deque<action> script;                 // guarded by mu
   std::map<std::string, stored_answer> keys; // guarded by mu
+  std::map<std::string, key_counts> per_key; // guarded by mu
   uint64_t calls = 0;                        // guarded by mu (and the counters below)
   std::map<std::string, uint64_t> by_status;
   decimal charged_total = decimal::parse("0").value();
@@ -132,6 +146,7 @@ struct vendor::impl {
   std::string apply_mode(const json& body);
   std::string apply_script(const json& body);
   json stats_json() const;
+  json keys_json() const;
   void reset_all();
   void do_accept();
   void close_all();
@@ -197,6 +212,8 @@ class session : public std::enable_shared_from_this<session> {
     bool post = req_.method() == bhttp::verb::post;
     if (path == "/_vendor/stats" && req_.method() == bhttp::verb::get)
       return respond(200, v_.stats_json().dump(), {});
+    if (path == "/_vendor/keys" && req_.method() == bhttp::verb::get)
+      return respond(200, v_.keys_json().dump(), {});
     if (path == "/_vendor/reset" && post) {
       v_.reset_all();
       return respond(200, json{{"ok", true}}.dump(), {});
@@ -227,12 +244,17 @@ class session : public std::enable_shared_from_this<session> {
       ++v_.in_flight;
       v_.max_in_flight = std::max(v_.max_in_flight, v_.in_flight);
       auto& m = v_.mode;
+      auto jitter = [&] {
+        return m.delay_jitter_ms > 0
+                 ? std::uniform_int_distribution<int64_t>(0, m.delay_jitter_ms)(v_.rng)
+                 : int64_t{0};
+      };
       if (auto it = key.empty() ? v_.keys.end() : v_.keys.find(key); it != v_.keys.end()) {
         ++v_.duplicates;
         replay = true;
         a.status = it->second.status;
         body = it->second.body;
-        a.delay_ms = m.delay_ms;
+        a.delay_ms = m.delay_ms + jitter();
         if (m.price)
           cost = "0";
       } else {
@@ -242,6 +264,9 @@ class session : public std::enable_shared_from_this<session> {
         } else {
           a.delay_ms = m.delay_ms;
           a.hold_ms = m.hold_ms;
+          double draw =
+            m.name == "flaky" ? std::uniform_real_distribution<double>(0.0, 1.0)(v_.rng) : 1.0;
+          a.delay_ms += jitter();
           auto fail = [&](int status) {
             a.status = status;
             a.body = json{{"error", status == 429   ? "rate limited"
@@ -259,9 +284,10 @@ class session : public std::enable_shared_from_this<session> {
             fail(503);
           else if (m.name == "error")
             fail(500);
-          else if (m.name == "flaky" &&
-                   std::uniform_real_distribution<double>(0.0, 1.0)(v_.rng) < m.fail_ratio)
+          else if (m.name == "flaky" && draw < m.fail_ratio)
             fail(503);
+          else if (m.name == "flaky" && draw < m.fail_ratio + m.timeout_ratio)
+            a.kind = action::hold;
         }
         if (a.kind == action::answer) {
           if (a.body.is_null()) {
@@ -295,8 +321,19 @@ class session : public std::enable_shared_from_this<session> {
       ++v_.by_status[a.kind == action::reset  ? std::string("reset")
                      : a.kind == action::hold ? std::string("timeout")
                                               : std::to_string(a.status)];
+      if (!key.empty()) {
+        auto& k = v_.per_key[key];
+        ++k.calls;
+        ++k.in_flight;
+        bool ok = a.status >= 200 && a.status < 300;
+        ++(a.kind != action::answer ? k.no_answer
+           : !ok                    ? k.failed
+           : replay                 ? k.replayed
+                                    : k.delivered);
+      }
     }
     in_call_ = true;
+    call_key_ = key;
     auto go = [this, a, cost, replay, body] {
       if (a.kind == action::reset) {
         // An abortive close: the peer sees a connection reset and no answer.
@@ -340,6 +377,8 @@ class session : public std::enable_shared_from_this<session> {
     in_call_ = false;
     std::lock_guard<std::mutex> g(v_.mu);
     --v_.in_flight;
+    if (auto it = v_.per_key.find(call_key_); !call_key_.empty() && it != v_.per_key.end())
+      --it->second.in_flight;
   }
 
   void respond(int status, std::string body, std::map<std::string, std::string> headers) {
@@ -385,6 +424,7 @@ class session : public std::enable_shared_from_this<session> {
   bool keep_alive_ = true;
   bool closed_ = false;
   bool in_call_ = false;
+  std::string call_key_; ///< the Idempotency-Key of the call in progress
 };
 
 } // namespace
@@ -396,8 +436,8 @@ std::string vendor::impl::apply_mode(const json& body) {
     return "the mode must be a JSON object";
   std::string err;
   if (!known_keys(body,
-                  {"mode", "retry_after_s", "fail_ratio", "seed", "delay_ms", "hold_ms", "price",
-                   "charge_failed"},
+                  {"mode", "retry_after_s", "fail_ratio", "timeout_ratio", "seed", "delay_ms",
+                   "delay_jitter_ms", "hold_ms", "price", "charge_failed"},
                   err, ""))
     return err;
   std::lock_guard<std::mutex> g(mu);
@@ -411,6 +451,7 @@ std::string vendor::impl::apply_mode(const json& body) {
   }
   if (!read_int(body, "retry_after_s", 0, 86'400, m.retry_after_s, err, "") ||
       !read_int(body, "delay_ms", 0, max_hold_ms, m.delay_ms, err, "") ||
+      !read_int(body, "delay_jitter_ms", 0, max_hold_ms, m.delay_jitter_ms, err, "") ||
       !read_int(body, "hold_ms", 0, max_hold_ms, m.hold_ms, err, ""))
     return err;
   if (auto it = body.find("fail_ratio"); it != body.end()) {
@@ -418,6 +459,13 @@ std::string vendor::impl::apply_mode(const json& body) {
       return "fail_ratio must be a number between 0 and 1";
     m.fail_ratio = it->get<double>();
   }
+  if (auto it = body.find("timeout_ratio"); it != body.end()) {
+    if (!it->is_number() || it->get<double>() < 0.0 || it->get<double>() > 1.0)
+      return "timeout_ratio must be a number between 0 and 1";
+    m.timeout_ratio = it->get<double>();
+  }
+  if (m.fail_ratio + m.timeout_ratio > 1.0)
+    return "fail_ratio + timeout_ratio must be at most 1";
   bool reseed = false;
   if (auto it = body.find("seed"); it != body.end()) {
     if (!it->is_number_unsigned())
@@ -530,8 +578,10 @@ json vendor::impl::stats_json() const {
   json m = {{"mode", mode.name},
             {"retry_after_s", mode.retry_after_s},
             {"fail_ratio", mode.fail_ratio},
+            {"timeout_ratio", mode.timeout_ratio},
             {"seed", mode.seed},
             {"delay_ms", mode.delay_ms},
+            {"delay_jitter_ms", mode.delay_jitter_ms},
             {"hold_ms", mode.hold_ms},
             {"charge_failed", mode.charge_failed}};
   m["price"] = mode.price ? json(*mode.price) : json(nullptr);
@@ -548,12 +598,32 @@ json vendor::impl::stats_json() const {
           {"mode", m}};
 }
 
+json vendor::impl::keys_json() const {
+  std::lock_guard<std::mutex> g(mu);
+  json out = json::object();
+  for (auto& [k, c] : per_key)
+    out[k] = {{"calls", c.calls},   {"delivered", c.delivered}, {"replayed", c.replayed},
+              {"failed", c.failed}, {"no_answer", c.no_answer}, {"in_flight", c.in_flight}};
+  return {{"keys", std::move(out)}};
+}
+
 void vendor::impl::reset_all() {
   std::lock_guard<std::mutex> g(mu);
   mode = mode_state{};
   rng.seed(mode.seed);
   script.clear();
   keys.clear();
+  // Calls in progress stay counted in in_flight (as in the totals): they end later.
+  for (auto it = per_key.begin(); it != per_key.end();) {
+    if (it->second.in_flight == 0) {
+      it = per_key.erase(it);
+      continue;
+    }
+    key_counts left;
+    left.in_flight = it->second.in_flight;
+    it->second = left;
+    ++it;
+  }
   calls = 0;
   by_status.clear();
   charged_total = decimal::parse("0").value();
@@ -636,6 +706,9 @@ std::string vendor::script(const json& body) {
 }
 json vendor::stats() const {
   return impl_->stats_json();
+}
+json vendor::keys() const {
+  return impl_->keys_json();
 }
 void vendor::reset() {
   impl_->reset_all();

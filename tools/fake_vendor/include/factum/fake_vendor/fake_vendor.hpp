@@ -3,8 +3,8 @@
 // Every POST to a path outside /_vendor/ is a vendor call, answered according to a mode (ok,
 // timeout, rate_limit, down, error, reset, flaky) or a queue of scripted responses; the vendor
 // prices calls (X-Cost), de-duplicates by Idempotency-Key and counts everything it did
-// (GET /_vendor/stats). It runs on its own Asio thread; every public member function is
-// thread-safe.
+// (GET /_vendor/stats; per Idempotency-Key, GET /_vendor/keys). It runs on its own Asio thread;
+// every public member function is thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,8 @@ class vendor {
   std::string script(const nlohmann::json& body);
   /// Same as `GET /_vendor/stats`.
   nlohmann::json stats() const;
+  /// Same as `GET /_vendor/keys`: what happened to the calls of each Idempotency-Key.
+  nlohmann::json keys() const;
   /// Same as `POST /_vendor/reset`: default mode, empty script, zero counters, no stored keys.
   void reset();
 

@@ -1,0 +1,247 @@
+// crash_support.hpp: what the crash drivers (crash_driver.cpp, crash_await_driver.cpp) share:
+// the child processes they start and kill by pid (`factum serve` on a configuration of the
+// driver's making, its port read from the start log line; `factum-fake-vendor`, its port read
+// from --port-file), and a read-only walk over an entity's facts with the storage library.
+// Header-only; used on the driver's main thread.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "factum/storage/entity_store.hpp"
+
+namespace factum::test {
+
+// -- child processes --
+
+/// One child process: fork/exec with stdout to /dev/null and stderr to a log file. Killed with
+/// SIGKILL (and reaped) when it is still running at destruction.
+class child_process {
+ public:
+  child_process() = default;
+  ~child_process() { kill_now(); }
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+
+  /// Starts argv[0] with the arguments after it; false when fork failed.
+  bool spawn(const std::vector<std::string>& argv, const std::filesystem::path& log) {
+    log_ = log;
+    pid_t pid = ::fork();
+    if (pid < 0)
+      return false;
+    if (pid == 0) {
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 2);
+        ::close(fd);
+      }
+      int null = ::open("/dev/null", O_WRONLY);
+      if (null >= 0)
+        ::dup2(null, 1);
+      std::vector<char*> args;
+      for (auto& a : argv)
+        args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      _exit(127);
+    }
+    pid_ = pid;
+    return true;
+  }
+
+  /// Whether the child has exited (it is then reaped).
+  bool exited() {
+    int st;
+    if (pid_ > 0 && ::waitpid(pid_, &st, WNOHANG) == pid_)
+      pid_ = -1;
+    return pid_ <= 0;
+  }
+
+  /// SIGKILL and reap.
+  void kill_now() {
+    if (pid_ <= 0)
+      return;
+    ::kill(pid_, SIGKILL);
+    int st;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+  }
+
+  /// SIGTERM and wait (bounded: SIGKILL after `limit`); "" when it exited with code 0, else
+  /// what happened.
+  std::string stop(std::chrono::seconds limit) {
+    if (pid_ <= 0)
+      return "not running";
+    ::kill(pid_, SIGTERM);
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    int st = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+          return "did not exit 0 after SIGTERM";
+        return {};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill_now();
+    return "did not stop within " + std::to_string(limit.count()) + " s after SIGTERM";
+  }
+
+  /// The last `n` bytes of the log.
+  std::string log_tail(size_t n = 4000) const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto s = ss.str();
+    return s.size() > n ? s.substr(s.size() - n) : s;
+  }
+
+ private:
+  std::filesystem::path log_;
+  pid_t pid_ = -1;
+};
+
+/// Polls `ready` every 10 ms until it is true, the child exited or `limit` passed; "" when
+/// ready, else why not (`what` names the wait).
+inline std::string wait_ready(child_process& p, const std::function<bool()>& ready,
+                              std::chrono::seconds limit, const std::string& what) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready())
+      return {};
+    if (p.exited())
+      return what + ": the process exited; log: " + p.log_tail();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return what + ": nothing within " + std::to_string(limit.count()) + " s; log: " + p.log_tail();
+}
+
+/// `factum serve` on a configuration the driver writes to `dir`/serve.json.
+class serve_process {
+ public:
+  serve_process(std::string factum, std::filesystem::path dir)
+      : factum_(std::move(factum)), dir_(std::move(dir)) {}
+
+  /// Writes `config` (which should listen on 127.0.0.1:0) and starts the server with its log in
+  /// `dir`/serve-`tag`.log; waits (bounded) for the start line with the port. "" or why not.
+  std::string start(const nlohmann::json& config, const std::string& tag) {
+    auto cfg = dir_ / "serve.json";
+    std::ofstream(cfg) << config.dump(2);
+    auto log = dir_ / ("serve-" + tag + ".log");
+    if (!proc_.spawn({factum_, "serve", "--config", cfg.string()}, log))
+      return "fork failed";
+    port_ = 0;
+    return wait_ready(
+      proc_,
+      [&] {
+        std::ifstream in(log);
+        std::string line;
+        while (std::getline(in, line))
+          if (auto p = line.find("\"port\":"); p != std::string::npos) {
+            port_ = static_cast<uint16_t>(std::stoi(line.substr(p + 7)));
+            return true;
+          }
+        return false;
+      },
+      std::chrono::seconds(15), "factum serve start line");
+  }
+
+  void kill_now() { proc_.kill_now(); }
+  /// SIGTERM; "" when it exited 0 within 30 s, else why not (with the log's tail).
+  std::string stop() {
+    auto e = proc_.stop(std::chrono::seconds(30));
+    return e.empty() ? e : "factum serve " + e + "; log: " + proc_.log_tail();
+  }
+  uint16_t port() const { return port_; }
+  std::string log_tail() const { return proc_.log_tail(); }
+
+ private:
+  std::string factum_;
+  std::filesystem::path dir_;
+  child_process proc_;
+  uint16_t port_ = 0;
+};
+
+/// `factum-fake-vendor --listen 127.0.0.1:0 --port-file F` (tools/fake_vendor/README.md).
+class vendor_process {
+ public:
+  /// Starts the vendor with its files in `dir`; waits (bounded) for its port. "" or why not.
+  std::string start(const std::string& binary, const std::filesystem::path& dir) {
+    auto port_file = dir / "vendor.port";
+    if (!proc_.spawn({binary, "--listen", "127.0.0.1:0", "--port-file", port_file.string()},
+                     dir / "vendor.log"))
+      return "fork failed";
+    return wait_ready(
+      proc_,
+      [&] {
+        std::ifstream in(port_file);
+        int p = 0;
+        if (!(in >> p) || p <= 0)
+          return false;
+        port_ = static_cast<uint16_t>(p);
+        return true;
+      },
+      std::chrono::seconds(10), "fake vendor port file");
+  }
+
+  /// SIGTERM; "" when it exited 0 within 10 s.
+  std::string stop() {
+    auto e = proc_.stop(std::chrono::seconds(10));
+    return e.empty() ? e : "fake vendor " + e;
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  child_process proc_;
+  uint16_t port_ = 0;
+};
+
+// -- the files on disk --
+
+/// Calls `each` with every fact of `store` in seq order (pages of 10,000); "" or the query's
+/// error.
+inline std::string for_each_fact(entity_store& store,
+                                 const std::function<void(const fact&)>& each) {
+  int64_t after = 0;
+  for (;;) {
+    fact_filter f;
+    f.after_seq = after;
+    f.limit = 10000;
+    auto facts = store.query(f);
+    if (!facts)
+      return facts.error().to_string();
+    if (facts->empty())
+      return {};
+    for (auto& fact : *facts) {
+      after = fact.seq;
+      each(fact);
+    }
+  }
+}
+
+/// Opens one entity read-only, as the crash checks do: not `immutable`, so that a `-wal` left
+/// by a killed process is read (docs/reliability.md, "Crash rounds").
+inline result<std::unique_ptr<entity_store>> open_read_only(const std::filesystem::path& data,
+                                                            const entity_key& key) {
+  store_options so;
+  so.data_dir = data;
+  so.read_only = true;
+  return entity_store::open(so, key);
+}
+
+} // namespace factum::test
