@@ -133,14 +133,18 @@ circuit_breaker& breaker_for(tool_host& h, const std::string& tool, const json& 
   auto it = m.find(tool);
   if (it != m.end())
     return it->second;
-  // State survives hibernation and restart: it lives in the entity's breakers table.
+  // State survives hibernation and restart: it lives in the entity's breakers table. Trials
+  // the stored state counts in flight are not: the cache is empty only between turns, so their
+  // callers (a dead process's, or an ended turn's) will never report.
   auto stored = h.store().list_breakers();
   if (stored)
     for (auto& b : *stored)
       if (b.tool_id == tool) {
         auto j = json::parse(b.data, nullptr, false);
-        if (auto cb = circuit_breaker::from_json(j))
+        if (auto cb = circuit_breaker::from_json(j)) {
+          cb->forget_trials();
           return m.emplace(tool, std::move(cb.value())).first->second;
+        }
       }
   breaker_config bc;
   if (breaker_json.is_object())

@@ -175,7 +175,6 @@ void turn_runner::run(queued item) {
   turn_.emplace();
   auto& t = *turn_;
   t.item = std::move(item);
-  t.started_ms = now;
   t.info.method = t.item.req.method;
   t.info.idempotency_key = t.item.req.idempotency_key;
   t.info.trace_id = t.item.req.trace_id;
@@ -320,6 +319,8 @@ void turn_runner::arm_purge(int64_t due_ms) {
 }
 
 void turn_runner::dead_letter_written(const dead_letter_record& dl) {
+  if (turn_ && dl.id == turn_->dead_letter_id)
+    turn_->dead_letter_rewritten = true;
   if (dead_letter_keys_ && !dl.idempotency_key.empty()) {
     if (owns_key(dl.status))
       (*dead_letter_keys_)[dl.idempotency_key] = dl.id;
@@ -412,8 +413,12 @@ void turn_runner::resume() {
 
 void turn_runner::commit_failed() {
   purge_alarm_known_ = false;
-  breakers_.clear(); // reloaded from the store, which no longer has what the batch wrote
   dead_letter_keys_.reset();
+  // Reloaded from the store, which no longer has what the batch wrote. A turn suspended at an
+  // await may be in a tool call that holds its breaker: that turn fails (lost_at_await), and
+  // finish_failed clears them when it ends.
+  if (!turn_ || !turn_->suspended)
+    breakers_.clear();
 }
 
 // -- ending a turn ------------------------------------------------------------------------------
@@ -500,11 +505,12 @@ call_reply turn_runner::finish_failed(const call_error& ce) {
       alarm_failed(ce);
     else
       append_error_fact(ce, "", json::object());
+    // The key may have been committed as pending at an await: release it. A dead letter's
+    // retry gives it back to the dead letter, which still owns it (check_key names it).
+    if (t.key_on_disk && !t.info.idempotency_key.empty())
+      throw_if(store.release_key(t.info.idempotency_key));
     if (t.item.kind == turn_kind::call && !t.info.idempotency_key.empty()) {
-      // The key may have been committed as pending at an await: release it, and store the
-      // failure when it is terminal so that a retry replays it.
-      if (t.key_on_disk)
-        throw_if(store.release_key(t.info.idempotency_key));
+      // Store the failure when it is terminal so that a retry replays it.
       if (!ce.retryable())
         throw_if(store.record_key(t.info.idempotency_key, key_status::failed,
                                   t.item.req.fingerprint, reply.body,
@@ -525,7 +531,7 @@ void turn_runner::dead_letter_retry_failed(const call_error& ce) {
   auto& store = this->store();
   append_error_fact(ce, "", json{{"dead_letter_id", t.dead_letter_id}});
   auto dl = store.get_dead_letter(t.dead_letter_id);
-  if (dl && dl->updated_at_ms < t.started_ms) { // the tool did not reschedule it
+  if (dl && !t.dead_letter_rewritten) { // the tool did not reschedule it
     dl->status = dl_status::pending;
     dl->updated_at_ms = now();
     dl->next_retry_ms.reset();

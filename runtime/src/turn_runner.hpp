@@ -60,8 +60,10 @@ struct turn_state {
   uint64_t token = 0;
   alarm_record alarm;         ///< alarm turns: the alarm that is due
   std::string dead_letter_id; ///< a turn that retries a dead letter
+  /// The turn's tool call wrote that dead letter (its retry failed and it was rescheduled or
+  /// handed to an operator): the turn's failure leaves it as the tool wrote it.
+  bool dead_letter_rewritten = false;
   std::vector<std::string> alarms_set;
-  int64_t started_ms = 0;
   bool key_on_disk = false; ///< a pending row was committed (the turn awaited something)
   /// A commit at one of the turn's awaits failed: what it wrote before the await is gone, so
   /// the turn fails (retryably) whatever its handler returns.

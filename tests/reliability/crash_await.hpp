@@ -26,8 +26,10 @@ struct options {
   uint64_t seed = 0;
   int connections = 12;
   int entities = 6;
-  int64_t trial_timeout_ms = 1000; ///< the breaker's (the runtime's default is 60000)
-  bool strict = false;             ///< a scheduled dead letter that lost its alarm fails the run
+  int64_t trial_timeout_ms = 60000; ///< the breaker's (the runtime's default)
+  /// A scheduled dead letter that lost its alarm is counted and retried by the operator
+  /// instead of failing the run.
+  bool lenient = false;
   bool keep = false;
 };
 

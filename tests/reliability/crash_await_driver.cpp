@@ -15,7 +15,7 @@
 //
 // Usage: reliability_crash_await --factum PATH --vendor PATH [--rounds N] [--seed S]
 //                                [--connections C] [--entities E] [--trial-timeout-ms MS]
-//                                [--strict] [--keep]
+//                                [--lenient] [--keep]
 #include <signal.h>
 
 #include <algorithm>
@@ -180,8 +180,8 @@ json serve_config(const std::filesystem::path& dir, const std::string& durabilit
                {"connect_timeout_ms", 1000},
                {"request_timeout_ms", 500},
                {"retry", {{"base_delay_ms", 40}, {"max_delay_ms", 200}, {"max_attempts", 2}}},
-               // A trial admitted before a kill stays "in flight" in the stored breaker until
-               // trial_timeout_ms (docs/reliability.md, "Handlers that await").
+               // A trial admitted before a kill is stored "in flight"; the next activation
+               // must not wait trial_timeout_ms for it (docs/reliability.md).
                {"breaker",
                 {{"count_window", {{"size", 10}, {"failure_threshold", 6}}},
                  {"cooldown_ms", 500},
@@ -492,9 +492,8 @@ kill_mark run_round(test::serve_process& srv, vendor_control& vendor, std::mutex
 // -- the end: settle every call --
 
 /// A scheduled dead letter is retried by its alarm when its time comes. One whose time passed
-/// 2 s ago, while this server has run for 2 s, has lost its alarm: a runtime defect
-/// (docs/reliability.md, "Handlers that await"). The operator retries it (scheduled ->
-/// scheduled); --strict makes it a failure instead.
+/// 2 s ago, while this server has run for 2 s, has lost its alarm: a runtime defect, which
+/// fails the run; with --lenient the operator retries it (scheduled -> scheduled) instead.
 class lost_alarms {
  public:
   lost_alarms(figures& fig, const options& o) : fig_(fig), o_(o), started_(wall_ms()) {}
@@ -513,9 +512,9 @@ class lost_alarms {
                 << " is scheduled for " << due << " (" << now - due
                 << " ms ago) and was not retried" << std::endl;
     }
-    if (o_.strict)
+    if (!o_.lenient)
       fail("dead letter " + id + " lost its alarm");
-    return !o_.strict;
+    return o_.lenient;
   }
 
  private:
@@ -638,7 +637,7 @@ void report(const figures& f, const options& o, double secs) {
 
 int usage() {
   std::cerr << "usage: reliability_crash_await --factum PATH --vendor PATH [--rounds N] [--seed S] "
-               "[--connections C] [--entities E] [--trial-timeout-ms MS] [--strict] [--keep]\n";
+               "[--connections C] [--entities E] [--trial-timeout-ms MS] [--lenient] [--keep]\n";
   return 2;
 }
 
@@ -662,8 +661,8 @@ std::optional<options> parse(int argc, char** argv) {
       o.entities = std::stoi(next());
     else if (a == "--trial-timeout-ms")
       o.trial_timeout_ms = std::stoll(next());
-    else if (a == "--strict")
-      o.strict = true;
+    else if (a == "--lenient")
+      o.lenient = true;
     else if (a == "--keep")
       o.keep = true;
     else

@@ -359,3 +359,84 @@ TEST_CASE("turn runner: the automatic retries of a dead letter stop at its rule'
   CHECK(b.store->get_dead_letter(id)->auto_retries == 1);
   CHECK(b.store->get_dead_letter(id)->status == dl_status::scheduled);
 }
+
+TEST_CASE("turn runner: a dead letter's retry refused by an open breaker hands it to an operator "
+          "even when the operator's retry was written in the turn's millisecond (it stayed "
+          "scheduled without an alarm)") {
+  bench b;
+  auto r = b.call("deliver", "order-1");
+  auto id = r.json()["dead_letter_id"].get<std::string>();
+  REQUIRE(b.call("@breaker", "", json{{"tool", "vendor"}, {"action", "force-open"}}).ok);
+  REQUIRE(b.call("@dead_letter", "", json{{"id", id}, {"action", "retry"}}).ok);
+  // The operator's write carries the turn's own millisecond (here: one later than any turn's
+  // start), as it does when the retry's alarm turn starts at once.
+  auto dl = b.store->get_dead_letter(id);
+  REQUIRE(dl.is_ok());
+  dl->updated_at_ms = factum::now_ms() + 60'000;
+  REQUIRE(b.store->put_dead_letter(*dl).is_ok());
+  REQUIRE(b.store->commit().is_ok());
+  b.alarm(); // CIRCUIT_OPEN at once: the tool never wrote the dead letter
+  CHECK(b.vendor_calls == 1);
+  auto after = b.store->get_dead_letter(id);
+  REQUIRE(after.is_ok());
+  CHECK(after->status == dl_status::pending);
+  CHECK(after->error_code == "CIRCUIT_OPEN");
+  CHECK(b.store->get_alarm("@dl:" + id).error().code() == errc::not_found);
+}
+
+TEST_CASE("turn runner: after a dead letter's retry fails, a client's retry of its call is told "
+          "which dead letter owns the key (it was told the key was still in flight)") {
+  bench b;
+  auto r = b.call("deliver", "order-1");
+  auto id = r.json()["dead_letter_id"].get<std::string>();
+  REQUIRE(b.call("@dead_letter", "", json{{"id", id}, {"action", "retry"}}).ok);
+  b.alarm(); // the vendor is down: the retry fails after its await, the tool reschedules it
+  CHECK(b.vendor_calls == 2);
+  CHECK(b.store->get_dead_letter(id)->status == dl_status::scheduled);
+  CHECK(b.store->get_key("order-1").error().code() == errc::not_found);
+  auto again = b.call("deliver", "order-1");
+  CHECK(again.http_status == 409);
+  CHECK(again.code == "IDEMPOTENCY_KEY_IN_USE");
+  CHECK(again.json()["dead_letter_id"] == id);
+  CHECK(b.vendor_calls == 2);
+}
+
+TEST_CASE("turn runner: a breaker's half-open trial left in flight by a dead process does not "
+          "refuse calls until trial_timeout_ms (it refused them for a minute)") {
+  bench b;
+  int64_t now = factum::now_ms();
+  resilience::breaker_config bc;
+  bc.cooldown_ms = 1;
+  bc.trial_timeout_ms = 60'000;
+  resilience::circuit_breaker cb("vendor", bc, now - 10);
+  for (int i = 0; i < 1000 && cb.state() != resilience::breaker_state::open; ++i)
+    (void)cb.on_failure(now - 10, true);
+  REQUIRE(cb.state() == resilience::breaker_state::open);
+  REQUIRE(cb.allow(now).allowed); // the trial the dead process admitted, and never reported
+  REQUIRE(cb.trials_in_flight() == 1);
+  REQUIRE(b.store->put_breaker({"vendor", "HALF_OPEN", cb.to_json().dump(), now}).is_ok());
+  REQUIRE(b.store->commit().is_ok());
+  // A new activation over that file.
+  b.runner.detach();
+  b.runner.attach(*b.store, *b.instance, b.ctx);
+  b.vendor_ok = true;
+  auto r = b.call("deliver", "k1");
+  CHECK_MESSAGE(r.ok, r.body);
+  CHECK(b.vendor_calls == 1);
+}
+
+TEST_CASE("turn runner: a commit that fails while a tool call awaits its vendor fails the call "
+          "retryably; the call's breaker outlives the commit (it was freed under it)") {
+  bench b;
+  b.vendor_ok = true;
+  b.fail_commits = true;
+  auto r = b.call("deliver", "k1");
+  CHECK_FALSE(r.ok);
+  CHECK(r.retryable);
+  CHECK(r.code == "STORAGE_FULL");
+  CHECK(b.host.commits_failed >= 1);
+  b.fail_commits = false;
+  auto again = b.call("deliver", "k1");
+  CHECK_MESSAGE(again.ok, again.body);
+  CHECK(b.vendor_calls == 2);
+}

@@ -154,6 +154,11 @@ class circuit_breaker {
   /// OPEN -> HALF_OPEN if the cooldown has elapsed (without admitting a trial); else nothing.
   std::optional<breaker_transition> poll(int64_t now_ms);
 
+  /// Forgets the HALF_OPEN trials in flight: their callers can no longer report (the process
+  /// that admitted them is gone, or their turn has ended), so waiting for trial_timeout_ms would
+  /// only refuse calls. The state is kept; the next allow() may admit a new trial.
+  void forget_trials() noexcept { trials_in_flight_ = 0; }
+
   /// Any state -> FORCED_OPEN (nothing if already there).
   std::optional<breaker_transition> force_open(int64_t now_ms, std::string reason = "forced_open");
   /// Any state -> CLOSED with empty windows (windows are emptied even if already CLOSED).
