@@ -52,6 +52,7 @@ struct args_t {
   int sync_threads = 0;          // 0: the runtime's default
   int wal_checkpoint_frames = 0; // 0: the runtime's default
   int wal_grow_kib = -1;         // -1: the runtime's default
+  bool tenant_quota = false;     // the bench tenant gets quotas no run reaches
 };
 
 struct run_result {
@@ -100,6 +101,8 @@ std::unique_ptr<runtime> start(const fs::path& dir, const args_t& a, size_t max_
     c.wal_checkpoint_frames = a.wal_checkpoint_frames;
   if (a.wal_grow_kib >= 0)
     c.wal_grow_kib = a.wal_grow_kib;
+  if (a.tenant_quota) // creations check max_entities; every commit measures its -wal
+    c.tenant_quotas["bench"] = {int64_t{1} << 40, int64_t{1} << 60};
   add_builtin_types(c.types);
   auto r = runtime::start(std::move(c));
   if (!r) {
@@ -491,6 +494,9 @@ int main(int argc, char** argv) {
     .add_option("--wal_grow_kib", a.wal_grow_kib,
                 "chunk a growing WAL is extended by (0: off; -1: the runtime's default)")
     ->check(CLI::Range(-1, 65536));
+  app.add_flag("--tenant_quota", a.tenant_quota,
+               "give the bench tenant quotas no run reaches (max_entities, max_bytes), so that "
+               "creations are checked against them and every commit measures its -wal");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -42,6 +42,7 @@ struct entity_core {
   std::optional<int64_t> next_alarm;
   int64_t released_on_open = 0;
   sync_ticketer tickets; ///< numbers every sync of this entity's WAL (output_gate.hpp)
+  tenant_meter meter;    ///< this entity's part of its tenant's usage (tenant_quotas.hpp)
 };
 
 enum class phase { waiting_slot, opening, ready, closing };
@@ -239,6 +240,7 @@ void start_commit(self_ptr self) {
       return;
     }
     s.committed_seq = seq;
+    measure_commit(s.core->meter, store);
     s.rt->stats.commits.fetch_add(1, std::memory_order_relaxed);
     s.rt->stats.facts.fetch_add(facts, std::memory_order_relaxed);
     s.rt->stats.turns_committed.fetch_add(turns, std::memory_order_relaxed);
@@ -342,6 +344,8 @@ void on_committed(self_ptr self, const status& commit, bool alarms, const sync_r
     s.rt->stats.facts.fetch_add(s.commit_facts, std::memory_order_relaxed);
     s.rt->stats.turns_committed.fetch_add(s.commit_turns, std::memory_order_relaxed);
     s.committed_seq = s.commit_seq;
+    if (s.core->store)
+      measure_commit(s.core->meter, *s.core->store);
     s.gate.committed_and_synced(rep); // a failed sync quarantines: the commit landed
     s.gate.hold(s.in_commit);
   } else {
@@ -420,6 +424,8 @@ void maybe_checkpoint(self_ptr self) {
 void on_checkpointed(self_ptr self, bool concurrent, int done) {
   auto& s = self->state;
   s.checkpointing = false;
+  if (s.core->store)
+    measure_checkpoint(s.core->meter, *s.core->store);
   if (concurrent && done >= 0) {
     s.ckpt_done = done;
     maybe_checkpoint(self); // another round or the rest
@@ -523,6 +529,19 @@ bool creates_file(const queued& q) {
   return q.kind == turn_kind::call && (q.req.method.empty() || q.req.method[0] != '@');
 }
 
+/// Opens the entity's file on a storage thread: creating it when `create` (counted against its
+/// tenant's max_entities first: tenant_quotas.hpp), else only if it exists; its bytes measured.
+result<std::unique_ptr<entity_store>> open_store(runtime_core* rt, const store_options& opts,
+                                                 const entity_key& key, bool create,
+                                                 tenant_meter& meter) {
+  if (create)
+    return open_creating(*rt, opts, key, meter);
+  auto r = open_existing(opts, key);
+  if (r)
+    measure_opened(meter, **r);
+  return r;
+}
+
 void start_open(self_ptr self) {
   auto& s = self->state;
   s.ph = phase::opening;
@@ -536,7 +555,7 @@ void start_open(self_ptr self) {
   rt->pool.post([core, rt, key, key_str, me, opts, create] {
     status st = rt->resync_if_suspect(*opts, key, key_str);
     if (st) {
-      auto r = create ? entity_store::open(*opts, key) : open_existing(*opts, key);
+      auto r = open_store(rt, *opts, key, create, core->meter);
       if (r) {
         core->store = std::move(r.value());
         core->released_on_open = core->store->released_on_open();
@@ -561,19 +580,21 @@ void start_open(self_ptr self) {
 void on_opened(self_ptr self, int code, const std::string& msg) {
   auto& s = self->state;
   if (code != 0) {
-    bool absent = static_cast<errc>(code) == errc::not_found;
+    // A creation the tenant's quota refused: its writes get the refusal, its reads 404.
+    auto refusal = std::exchange(s.core->meter.refusal, std::nullopt);
+    bool absent = refusal || static_cast<errc>(code) == errc::not_found;
     auto ce = absent ? not_found_error("ENTITY_NOT_FOUND", "no entity " + s.key_str +
                                                              ": nothing was ever written to it")
                      : storage_error(status{static_cast<errc>(code), msg});
     std::deque<queued> writes; // arrived while an open that does not create ran
     for (auto& q : s.queue) {
-      if (absent && creates_file(q)) {
+      if (absent && creates_file(q) && !refusal) {
         writes.push_back(std::move(q));
         continue;
       }
       if (q.rp.sink) {
         s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
-        q.rp.deliver(call_reply::failure(ce));
+        q.rp.deliver(call_reply::failure(refusal && creates_file(q) ? *refusal : ce));
       }
       if (q.kind == turn_kind::call)
         s.runner->drop(q);
@@ -627,15 +648,17 @@ void maybe_close(self_ptr self) {
   s.rt->stats.active.fetch_sub(1, std::memory_order_relaxed);
   auto core = s.core;
   auto rt = s.rt;
+  auto key = s.key;
   auto key_str = s.key_str;
   auto me = caf::actor_cast<caf::actor>(self);
-  s.rt->pool.post([core, rt, key_str, me, quarantined] {
+  s.rt->pool.post([core, rt, key, key_str, me, quarantined] {
     // A quarantined store keeps its WAL as it is, unchecked, and marks the file so that the
     // next open re-syncs it before anything is read (remembered here too if the mark fails).
     if (quarantined)
       if (auto st = core->store->mark_unsynced(); !st)
         rt->remember_suspect(key_str);
     core->store.reset(); // closes the file (checkpoints the WAL unless quarantined)
+    measure_closed(*rt, key, core->meter);
     caf::anon_send(me, atoms::closed::value);
   });
 }
@@ -674,6 +697,11 @@ void on_call(self_ptr self, std::shared_ptr<reply_sink>& sink) {
     q.rp = std::move(rp);
     s.queue.push_back(std::move(q));
     pump(self);
+    return;
+  }
+  if (auto refused = refuse_write(*s.rt, s.core->meter, req.method)) {
+    s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    rp.deliver(std::move(*refused));
     return;
   }
   if (s.queue.size() >= s.rt->cfg.max_queued_calls) {
@@ -719,6 +747,7 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
   s.key = std::move(key);
   s.key_str = std::move(key_str);
   s.type = type;
+  s.core->meter.account = tenant_account_of(*rt, s.key.tenant);
   s.port = std::make_unique<actor_port>(self);
   s.runner =
     std::make_unique<turn_runner>(turn_runner::env{&rt->cfg, &rt->stats, type, &s.key}, *s.port);

@@ -723,6 +723,8 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
     return writer.error();
   c.alarms.writer = std::move(writer.value());
   c.alarms.writer->set_fault(c.cfg.alarm_index_fault);
+  if (auto st = detail::open_tenant_index(c, p->start_notes); !st)
+    return st;
   c.sys_cfg = std::make_unique<caf::actor_system_config>();
   size_t workers = c.cfg.scheduler_threads ? c.cfg.scheduler_threads
                                            : std::max(2u, std::thread::hardware_concurrency());
@@ -769,6 +771,8 @@ void runtime::stop() {
   c.sync_pool.stop();
   for (auto* spares : c.spare_pools())
     spares->stop(); // the ready spares stay on disk for the next start
+  // Every entity has closed: the tenant index is clean.
+  detail::close_tenant_index(c);
   std::lock_guard<std::mutex> g(c.alarms.mu);
   c.alarms.index.reset();
   c.alarms.writer.reset();
@@ -869,7 +873,12 @@ runtime_stats runtime::stats() const {
   r.alarms_parked = ld(s.alarms_parked);
   r.calls_overloaded = ld(s.calls_overloaded);
   r.calls_dropped = ld(s.calls_dropped);
+  detail::fill_tenant_stats(*impl_->core, r);
   return r;
+}
+
+tenant_usage runtime::tenant_usage_of(const std::string& tenant) const {
+  return detail::tenant_usage_snapshot(*impl_->core, tenant);
 }
 
 const runtime_config& runtime::config() const {

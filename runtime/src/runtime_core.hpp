@@ -27,6 +27,7 @@
 #include "factum/storage/entity_store.hpp"
 #include "messages.hpp"
 #include "storage_pool.hpp"
+#include "tenant_quotas.hpp"
 
 namespace factum::detail {
 
@@ -221,6 +222,8 @@ struct runtime_core {
   storage_pool sync_pool;
   activation_registry reg;
   alarm_directory alarms;
+  /// Per-tenant accounts and the tenant index (tenant_quotas.hpp).
+  tenant_directory tenants;
   counters stats;
   resilience::classifier classifier;      ///< read-only after start
   resilience::dead_letter_rules dl_rules; ///< read-only after start

@@ -149,6 +149,37 @@ TEST_CASE("config: errors name the offending key") {
   CHECK(r->http.tenants[0].keys[0].sha256 == api_key_sha256("k"));
 }
 
+TEST_CASE("config: tenant quotas are read, and each bad one names its path") {
+  auto with_quota = [](json quota) {
+    auto d = minimal();
+    d["tenants"]["acme"]["quota"] = std::move(quota);
+    d["tenants"]["globex"] = {{"api_keys", {"sha256:" + api_key_sha256("g")}}};
+    return d;
+  };
+  auto r = parse_serve_config(with_quota({{"max_entities", 10}, {"max_bytes", 1 << 30}}));
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  auto& q = r->runtime.tenant_quotas;
+  REQUIRE(q.size() == 1); // globex has none
+  CHECK(q["acme"].max_entities == 10);
+  CHECK(q["acme"].max_bytes == int64_t{1} << 30);
+  // Each member is optional; an empty quota limits nothing.
+  r = parse_serve_config(with_quota({{"max_bytes", 0}}));
+  REQUIRE(r.is_ok());
+  CHECK_FALSE(r->runtime.tenant_quotas["acme"].max_entities);
+  CHECK(r->runtime.tenant_quotas["acme"].max_bytes == 0);
+  CHECK(parse_serve_config(with_quota(json::object())).is_ok());
+  CHECK(error_of(with_quota({{"max_entities", -1}}))
+          .find("tenants.acme.quota.max_entities: must be between 0 and") == 0);
+  CHECK(
+    error_of(with_quota({{"max_bytes", "1GB"}})).find("tenants.acme.quota.max_bytes: must be") ==
+    0);
+  CHECK(error_of(with_quota({{"max_bytes", 1.5}})).find("tenants.acme.quota.max_bytes") == 0);
+  CHECK(
+    error_of(with_quota({{"max_files", 1}})).find("tenants.acme.quota.max_files: unknown key") ==
+    0);
+  CHECK(error_of(with_quota(json::array())).find("tenants.acme.quota: must be an object") == 0);
+}
+
 TEST_CASE("config: --listen overrides, comments are ignored") {
   auto d = minimal();
   d["// note"] = "anything";

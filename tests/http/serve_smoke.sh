@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # serve_smoke.sh: end-to-end check of the real `factum serve` binary with curl: start on a free
 # port (listen port 0; the port is read from the start log line) with a temp data dir, drive a
-# few requests, check a bad config exits 2, then SIGTERM by pid and expect exit code 0.
+# few requests (up to the tenant's quota of entities), check a bad config exits 2, then SIGTERM by
+# pid and expect exit code 0.
 # Usage: serve_smoke.sh PATH/TO/factum
 set -euo pipefail
 factum=${1:?usage: serve_smoke.sh PATH/TO/factum}
@@ -24,7 +25,7 @@ cat > "$tmp/serve.json" <<JSON
 {
   "listen": "127.0.0.1:8080",
   "data_dir": "$tmp/unused",
-  "tenants": {"acme": {"api_keys": ["sha256:$key_hash"]}},
+  "tenants": {"acme": {"api_keys": ["sha256:$key_hash"], "quota": {"max_entities": 2}}},
   "types": ["ledger", "counter"]
 }
 JSON
@@ -38,6 +39,16 @@ set -e
 [ "$rc" -eq 2 ] || fail "bad config exited $rc, expected 2"
 grep -q "bad configuration" "$tmp/bad.err" ||
   fail "no message for a bad config: $(cat "$tmp/bad.err")"
+# A bad quota: the message names its path.
+echo '{"tenants": {"acme": {"api_keys": ["sha256:'"$key_hash"'"], "quota": {"max_entities": -1}}}}' \
+  > "$tmp/bad.json"
+set +e
+"$factum" serve --config "$tmp/bad.json" --data "$tmp/d" 2> "$tmp/bad.err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "bad quota exited $rc, expected 2"
+grep -q "tenants.acme.quota.max_entities" "$tmp/bad.err" ||
+  fail "no path in the message for a bad quota: $(cat "$tmp/bad.err")"
 
 "$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" \
   2> "$tmp/err.log" &
@@ -74,6 +85,11 @@ code=$(post /v1/entities/ledger/s1/append '{"type":"invocation"}')
 [ "$code" = 400 ] || fail "append without a key answered $code"
 code=$(post /v1/entities/counter/c1/add '{"by":5}')
 [ "$code" = 200 ] || fail "counter add answered $code"
+# A third entity is over acme's quota of two: refused, and no file made.
+code=$(post /v1/entities/counter/c2/add '{"by":5}')
+[ "$code" = 429 ] || fail "a third entity answered $code: $(cat "$tmp/body")"
+grep -q '"code":"TENANT_QUOTA_EXCEEDED"' "$tmp/body" || fail "429 body $(cat "$tmp/body")"
+[ "$(find "$tmp/data/entities" -name '*.db' | wc -l)" -eq 2 ] || fail "a file was made"
 code=$(curl -s -o "$tmp/facts" -w '%{http_code}' -H 'X-API-Key: smoke-key' \
   "$base/v1/entities/ledger/s1/facts?type=invocation&limit=10")
 [ "$code" = 200 ] || fail "facts answered $code"

@@ -3,6 +3,7 @@
 #include "http/metrics.hpp"
 
 #include <cstdio>
+#include <optional>
 
 namespace factum::http {
 
@@ -30,6 +31,55 @@ void sample(std::string& out, const char* name, uint64_t v) {
 void metric(std::string& out, const char* name, const char* type, const char* help, uint64_t v) {
   header(out, name, type, help);
   sample(out, name, v);
+}
+
+/// `name{tenant="..."} v`: tenant names are entity key parts ([A-Za-z0-9._:-]): no escaping.
+void tenant_sample(std::string& out, const char* name, const std::string& tenant, int64_t v) {
+  out += name;
+  out += "{tenant=\"";
+  out += tenant;
+  out += "\"} ";
+  out += std::to_string(v);
+  out += '\n';
+}
+
+/// The quota refusals, the tenant index, and the usage of each tenant that has a quota (as many
+/// series as configured quotas: bounded).
+void render_tenants(std::string& out, const runtime_stats& rt) {
+  header(out, "factum_tenant_quota_refusals_total", "counter",
+         "Calls refused by a tenant quota: 429 TENANT_QUOTA_EXCEEDED (quota=\"max_entities\"), "
+         "507 TENANT_STORAGE_QUOTA_EXCEEDED (quota=\"max_bytes\").");
+  out += "factum_tenant_quota_refusals_total{quota=\"max_entities\"} " +
+         std::to_string(rt.tenant_entity_refusals) + '\n';
+  out += "factum_tenant_quota_refusals_total{quota=\"max_bytes\"} " +
+         std::to_string(rt.tenant_bytes_refusals) + '\n';
+  metric(out, "factum_tenant_index_rebuilds_total", "counter",
+         "Tenant indexes rebuilt from the entity files at start (damaged, missing, incomplete).",
+         rt.tenant_index_rebuilds);
+  metric(out, "factum_tenant_index_failures_total", "counter",
+         "Tenant index writes that failed (creations that needed one were refused 503).",
+         rt.tenant_index_failures);
+  struct gauge {
+    const char* name;
+    const char* help;
+    std::optional<int64_t> (*value)(const tenant_usage&);
+  };
+  static const gauge gauges[] = {
+    {"factum_tenant_entities", "Entity files of a tenant with a quota (creations under way too).",
+     [](const tenant_usage& u) -> std::optional<int64_t> { return u.entities; }},
+    {"factum_tenant_bytes", "Bytes of a tenant's entity files (.db and -wal), as last measured.",
+     [](const tenant_usage& u) -> std::optional<int64_t> { return u.bytes; }},
+    {"factum_tenant_max_entities", "A tenant's max_entities quota.",
+     [](const tenant_usage& u) { return u.quota.max_entities; }},
+    {"factum_tenant_max_bytes", "A tenant's max_bytes quota.",
+     [](const tenant_usage& u) { return u.quota.max_bytes; }},
+  };
+  for (auto& g : gauges) {
+    header(out, g.name, "gauge", g.help);
+    for (auto& u : rt.tenants)
+      if (auto v = g.value(u))
+        tenant_sample(out, g.name, u.tenant, *v);
+  }
 }
 
 std::string fmt_double(double v) {
@@ -187,6 +237,7 @@ std::string http_metrics::render(const runtime_stats& rt) const {
   metric(out, "factum_calls_dropped_total", "counter",
          "Calls never run because their caller had been answered 504 while they waited.",
          rt.calls_dropped);
+  render_tenants(out, rt);
   return out;
 }
 

@@ -96,6 +96,31 @@ entity_registry available_types() {
   return r;
 }
 
+/// tenants.<name>.quota: {"max_entities": N, "max_bytes": B}, each optional (absent: no limit).
+status parse_quota(const json& t, const std::string& path, serve_config& cfg,
+                   const std::string& tenant) {
+  auto it = t.find("quota");
+  if (it == t.end())
+    return status::ok();
+  std::string qpath = path + ".quota";
+  if (!it->is_object())
+    return bad(qpath, "must be an object {\"max_entities\": N, \"max_bytes\": B}");
+  if (auto st = check_keys(*it, qpath + ".", {"max_entities", "max_bytes"}); !st)
+    return st;
+  tenant_quota q;
+  for (auto [name, field] :
+       {std::pair{"max_entities", &q.max_entities}, std::pair{"max_bytes", &q.max_bytes}}) {
+    if (!it->contains(name))
+      continue;
+    int64_t v = 0;
+    if (auto st = read_int(*it, name, qpath + ".", 0, std::numeric_limits<int64_t>::max(), v); !st)
+      return st;
+    *field = v;
+  }
+  cfg.runtime.tenant_quotas[tenant] = q;
+  return status::ok();
+}
+
 status parse_tenants(const json& doc, serve_config& cfg) {
   auto it = doc.find("tenants");
   if (it == doc.end())
@@ -108,8 +133,10 @@ status parse_tenants(const json& doc, serve_config& cfg) {
     if (auto st = validate_key_part(name, "tenant name"); !st)
       return bad(path, st.message());
     if (!t.is_object())
-      return bad(path, "must be an object {\"api_keys\": [...]}");
-    if (auto st = check_keys(t, path + ".", {"api_keys"}); !st)
+      return bad(path, "must be an object {\"api_keys\": [...], \"quota\": {...}}");
+    if (auto st = check_keys(t, path + ".", {"api_keys", "quota"}); !st)
+      return st;
+    if (auto st = parse_quota(t, path, cfg, name); !st)
       return st;
     auto keys = t.find("api_keys");
     if (keys == t.end() || !keys->is_array() || keys->empty())

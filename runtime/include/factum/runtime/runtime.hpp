@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,20 @@ struct tool_policy {
   int64_t max_inline_delay_ms = 5'000;
   /// Answers in place of the tool while its breaker is open. Default none.
   tool_fn fallback;
+};
+
+/// What one tenant may use (runtime_config::tenant_quotas). An absent member is no limit.
+struct tenant_quota {
+  /// Entity files the tenant may have. A call that would create one more (a write to an entity
+  /// that has no file) is answered 429 TENANT_QUOTA_EXCEEDED and creates nothing; calls to its
+  /// existing entities go on. 0: no entity may be created.
+  std::optional<int64_t> max_entities;
+  /// Bytes the tenant's entity files (each database file and its -wal) may take. At or over it,
+  /// calls of the types' methods are answered 507 TENANT_STORAGE_QUOTA_EXCEEDED; reads, operator
+  /// actions and alarms still run, and writes run again once the files take less (a -wal
+  /// emptied or cut when its entity closes). Measured when an entity opens, closes and
+  /// checkpoints, and after each commit of an entity of a tenant that has this quota.
+  std::optional<int64_t> max_bytes;
 };
 
 /// Runtime configuration. Every field documents its default.
@@ -133,15 +148,29 @@ struct runtime_config {
   /// whatever its limit, and says where the next page starts (call_reply::cursor): a page of
   /// 10,000 facts of 1 MiB would otherwise be built whole in memory. Default 4 MiB.
   int64_t max_facts_bytes = 4 * 1024 * 1024;
+  /// Quotas by tenant name (tenant_quota). A tenant without an entry has none. Each tenant's
+  /// entities and bytes are counted in DATA/runtime/tenants.db, quota or not. Default none.
+  std::map<std::string, tenant_quota> tenant_quotas;
   /// Fault injection for storage tests: applied to every entity store. Default none.
   fault_hook storage_fault;
   /// Fault injection for tests: applied to the alarm index's writes (alarm_index::set_fault).
   /// Default none.
   fault_hook alarm_index_fault;
+  /// Fault injection for tests: applied to the tenant index's writes (tenant_index::set_fault).
+  /// Default none.
+  fault_hook tenant_index_fault;
   /// Where the runtime writes what an operator must hear of (an entity quarantined after a
   /// failed sync, alarms parked, the alarm index failing): one JSON object per line, with
   /// "ts", "level" and "event". Default: standard error. `factum serve` passes its log.
   std::function<void(std::string_view line)> log;
+};
+
+/// One tenant's usage as the runtime counts it (runtime::tenant_usage_of, runtime_stats).
+struct tenant_usage {
+  std::string tenant;
+  int64_t entities = 0; ///< entity files, and creations under way
+  int64_t bytes = 0;    ///< bytes of the entity files, as last measured
+  tenant_quota quota;   ///< its configured quota (none: unlimited)
 };
 
 /// Counters for /metrics and tests. Monotonic unless said otherwise.
@@ -205,6 +234,17 @@ struct runtime_stats {
   uint64_t calls_overloaded = 0;
   /// Calls never run because their caller had been answered 504 CALL_TIMEOUT while they waited.
   uint64_t calls_dropped = 0;
+  /// Calls refused 429 TENANT_QUOTA_EXCEEDED (an entity the tenant's max_entities had no room
+  /// for) and 507 TENANT_STORAGE_QUOTA_EXCEEDED (writes of a tenant at its max_bytes).
+  uint64_t tenant_entity_refusals = 0;
+  uint64_t tenant_bytes_refusals = 0;
+  /// Tenant indexes rebuilt from the entity files at start (damaged, missing or never
+  /// completed: 0 or 1), and writes of the tenant index that failed (a creation that needed one
+  /// was refused 503).
+  uint64_t tenant_index_rebuilds = 0;
+  uint64_t tenant_index_failures = 0;
+  /// The usage of each tenant that has a quota (gauges; as many as runtime_config::tenant_quotas).
+  std::vector<tenant_usage> tenants;
 };
 
 namespace detail {
@@ -234,6 +274,10 @@ class runtime {
 
   /// A snapshot of the counters.
   runtime_stats stats() const;
+
+  /// What `tenant` uses now (its entities and bytes) and its quota; zeros for a tenant that has
+  /// no entity.
+  tenant_usage tenant_usage_of(const std::string& tenant) const;
 
   /// What start() found and repaired, one sentence each (for the operator's log): for instance a
   /// damaged alarm index set aside and rebuilt from the entity files. Empty normally.

@@ -2,15 +2,16 @@
 // a time (the entity's actor, or a storage thread it hands the store to while it waits); never
 // two threads at once.
 //
-// No public header includes <sqlite3.h>: this one and alarm_index.hpp only declare SQLite's
-// types. The files that include it are in storage/src (store_sql.hpp, for the store's files;
-// alarm_index.cpp; entity_image.cpp, which builds the template files; wal_vfs.cpp and
-// ofd_file.cpp, factum's VFS), bench/store_bench.cpp (its plain SQLite workloads) and
-// four tests: tests/storage/store_test.cpp, tests/storage/ofd_lock_test.cpp,
+// No public header includes <sqlite3.h>: this one, alarm_index.hpp and tenant_index.hpp only
+// declare SQLite's types. The files that include it are in storage/src (store_sql.hpp, for the
+// store's files; alarm_index.cpp; tenant_index.cpp; entity_image.cpp, which builds the template
+// files; wal_vfs.cpp and ofd_file.cpp, factum's VFS), bench/store_bench.cpp (its plain SQLite
+// workloads) and four tests: tests/storage/store_test.cpp, tests/storage/ofd_lock_test.cpp,
 // tests/inspect/support.hpp and tests/reliability/faults_test.cpp (SQLite's result codes for
 // the fault seam, raw SQL and SQLite's own locks on files behind the store's back).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -243,6 +244,9 @@ class entity_store {
   bool resynced_on_open() const noexcept { return resynced_; }
   /// Frames in the WAL after the last commit (0 after a checkpoint that reset it).
   int wal_frames() const noexcept { return wal_frames_; }
+  /// Bytes of the -wal file on disk now, grown-ahead zeros included (one stat; 0 when there is
+  /// none).
+  int64_t wal_file_bytes() const { return std::max<int64_t>(wal_bytes(), 0); }
   /// Copies the WAL into the database file (PASSIVE) so the WAL can restart from its beginning.
   status checkpoint();
   /// Like checkpoint(), through a short-lived connection of its own, so that the owner keeps
