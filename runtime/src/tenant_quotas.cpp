@@ -75,8 +75,8 @@ result<bool> reserve_entity(runtime_core& rt, const entity_key& key, tenant_acco
       rt.tenants.entity_refusals.fetch_add(1, std::memory_order_relaxed);
       call_error e(error_category::client, "TENANT_QUOTA_EXCEEDED",
                    "tenant " + acct.name + " has " + std::to_string(n) + " entities of its " +
-                     "max_entities " + std::to_string(*acct.quota.max_entities) +
-                     ": entity " + key.to_string() + " is not created",
+                     "max_entities " + std::to_string(*acct.quota.max_entities) + ": entity " +
+                     key.to_string() + " is not created",
                    429);
       e.details = {{"quota", "max_entities"},
                    {"tenant", acct.name},
@@ -143,8 +143,8 @@ status check_quotas(const std::map<std::string, tenant_quota>& quotas) {
   for (auto& [name, q] : quotas) {
     if (auto st = validate_key_part(name, "tenant"); !st)
       return {errc::invalid_argument, "runtime_config.tenant_quotas: " + st.message()};
-    for (auto [what, v] : {std::pair{"max_entities", q.max_entities},
-                           std::pair{"max_bytes", q.max_bytes}})
+    for (auto [what, v] :
+         {std::pair{"max_entities", q.max_entities}, std::pair{"max_bytes", q.max_bytes}})
       if (v && *v < 0)
         return {errc::invalid_argument,
                 "runtime_config.tenant_quotas." + name + "." + what + " must not be negative"};

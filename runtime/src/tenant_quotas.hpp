@@ -42,9 +42,9 @@ struct tenant_account {
 /// One entity's share of its tenant's bytes.
 struct tenant_meter {
   tenant_account* account = nullptr; ///< set when the actor starts
-  int64_t counted = 0; ///< what this entity adds to account->bytes now
-  int64_t indexed = 0; ///< the bytes the tenant index holds for it
-  int64_t db = 0;      ///< the database file's bytes at the last measure of both files
+  int64_t counted = 0;               ///< what this entity adds to account->bytes now
+  int64_t indexed = 0;               ///< the bytes the tenant index holds for it
+  int64_t db = 0; ///< the database file's bytes at the last measure of both files
   /// Set by an open job that refused to create the entity's file (its quota).
   std::optional<call_error> refusal;
 

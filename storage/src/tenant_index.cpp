@@ -101,8 +101,7 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
     return st;
   // Each transaction says how hard its commit syncs (a connection setting, read at commit).
   bool full = durable && mode_ == durability::full;
-  if (auto st = exec(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", "pragma");
-      !st)
+  if (auto st = exec(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", "pragma"); !st)
     return st;
   if (auto st = exec("BEGIN IMMEDIATE", "begin"); !st)
     return st;
@@ -148,8 +147,8 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
 
 result<bool> tenant_index::contains(const entity_key& key) {
   stmt s;
-  if (sqlite3_prepare_v2(db_, "SELECT 1 FROM tenant_entities WHERE digest=?", -1, &s.st,
-                         nullptr) != SQLITE_OK)
+  if (sqlite3_prepare_v2(db_, "SELECT 1 FROM tenant_entities WHERE digest=?", -1, &s.st, nullptr) !=
+      SQLITE_OK)
     return sql_error(db_, "contains");
   auto d = key.digest();
   detail::bind_args(s.st, std::string_view(d));
@@ -168,8 +167,7 @@ result<std::map<std::string, tenant_totals>> tenant_index::totals() {
   std::map<std::string, tenant_totals> out;
   int rc;
   while ((rc = sqlite3_step(s.st)) == SQLITE_ROW)
-    out[detail::col_text(s.st, 0)] = {sqlite3_column_int64(s.st, 1),
-                                      sqlite3_column_int64(s.st, 2)};
+    out[detail::col_text(s.st, 0)] = {sqlite3_column_int64(s.st, 1), sqlite3_column_int64(s.st, 2)};
   if (rc != SQLITE_DONE)
     return sql_error(db_, "totals");
   return out;
@@ -177,16 +175,15 @@ result<std::map<std::string, tenant_totals>> tenant_index::totals() {
 
 result<std::vector<std::pair<entity_key, int64_t>>> tenant_index::all() {
   stmt s;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT tenant, type, id, bytes FROM tenant_entities ORDER BY digest", -1,
-                         &s.st, nullptr) != SQLITE_OK)
+  if (sqlite3_prepare_v2(db_, "SELECT tenant, type, id, bytes FROM tenant_entities ORDER BY digest",
+                         -1, &s.st, nullptr) != SQLITE_OK)
     return sql_error(db_, "all");
   std::vector<std::pair<entity_key, int64_t>> out;
   int rc;
   while ((rc = sqlite3_step(s.st)) == SQLITE_ROW)
-    out.emplace_back(entity_key{detail::col_text(s.st, 0), detail::col_text(s.st, 1),
-                                detail::col_text(s.st, 2)},
-                     sqlite3_column_int64(s.st, 3));
+    out.emplace_back(
+      entity_key{detail::col_text(s.st, 0), detail::col_text(s.st, 1), detail::col_text(s.st, 2)},
+      sqlite3_column_int64(s.st, 3));
   if (rc != SQLITE_DONE)
     return sql_error(db_, "all");
   return out;
@@ -207,9 +204,9 @@ result<bool> tenant_index::flag(const char* name) {
 status tenant_index::set_flag(const char* name, bool value) {
   if (auto st = injected("flag"); !st)
     return st;
-  if (auto st = exec(mode_ == durability::full ? "PRAGMA synchronous=FULL"
-                                               : "PRAGMA synchronous=NORMAL",
-                     "pragma");
+  if (auto st =
+        exec(mode_ == durability::full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
+             "pragma");
       !st)
     return st;
   stmt s;

@@ -19,11 +19,11 @@ http_reply add(http_client& c, const std::string& id, const std::string& key = a
 
 } // namespace
 
-TEST_CASE("quotas: 429 TENANT_QUOTA_EXCEEDED for a new entity at max_entities; existing entities "
-          "and other tenants answer 200; /metrics counts it") {
-  gateway_fixture f([](runtime_config& rc, http_server_config&) {
-    rc.tenant_quotas["acme"].max_entities = 1;
-  });
+TEST_CASE(
+  "quotas: 429 TENANT_QUOTA_EXCEEDED for a new entity at max_entities, then existing entities "
+  "and other tenants answer 200, and /metrics counts it") {
+  gateway_fixture f(
+    [](runtime_config& rc, http_server_config&) { rc.tenant_quotas["acme"].max_entities = 1; });
   http_client c(f.port());
   REQUIRE(add(c, "c1").status == 200);
   auto r = add(c, "c2");
@@ -48,8 +48,9 @@ TEST_CASE("quotas: 429 TENANT_QUOTA_EXCEEDED for a new entity at max_entities; e
   CHECK(m.body.find("tenant=\"globex\"") == std::string::npos);
 }
 
-TEST_CASE("quotas: 507 TENANT_STORAGE_QUOTA_EXCEEDED for writes at max_bytes; reads and operator "
-          "routes answer 200") {
+TEST_CASE(
+  "quotas: 507 TENANT_STORAGE_QUOTA_EXCEEDED for writes at max_bytes, then reads and operator "
+  "routes answer 200") {
   gateway_fixture f;
   {
     http_client c(f.port());
@@ -66,12 +67,11 @@ TEST_CASE("quotas: 507 TENANT_STORAGE_QUOTA_EXCEEDED for writes at max_bytes; re
   CHECK(r.json()["title"] == "Insufficient Storage");
   CHECK(r.json()["quota"] == "max_bytes");
   CHECK(add(c, "c9").status == 507); // a new entity is a write too
-  auto facts = c.request("GET", "/v1/entities/counter/c1/facts?type=counter",
-                         {{"X-API-Key", acme_key}});
+  auto facts =
+    c.request("GET", "/v1/entities/counter/c1/facts?type=counter", {{"X-API-Key", acme_key}});
   CHECK(facts.status == 200);
   CHECK(facts.json().size() == 1);
-  auto breakers =
-    c.request("GET", "/v1/entities/counter/c1/breakers", {{"X-API-Key", acme_key}});
+  auto breakers = c.request("GET", "/v1/entities/counter/c1/breakers", {{"X-API-Key", acme_key}});
   CHECK(breakers.status == 200);
   CHECK(add(c, "g1", globex_key).status == 200);
   auto m = c.request("GET", "/metrics");

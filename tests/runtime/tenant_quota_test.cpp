@@ -58,7 +58,7 @@ template <class F> bool eventually(F cond) {
 
 } // namespace
 
-TEST_CASE("tenant quotas: a tenant at max_entities gets 429 for a new entity and no file; its "
+TEST_CASE("tenant quotas: a tenant at max_entities gets 429 for a new entity and no file, then its "
           "existing entities and other tenants go on") {
   test::temp_dir tmp;
   auto rt = start(tmp.path(), max_entities("acme", 2));
@@ -129,7 +129,7 @@ TEST_CASE("tenant quotas: many creations at once for one tenant never exceed max
   CHECK(rt->stats().tenant_entity_refusals == rounds * per_round - 5);
 }
 
-TEST_CASE("tenant quotas: the count survives a restart; a deleted or damaged tenant index is "
+TEST_CASE("tenant quotas: the count survives a restart, then a deleted or damaged tenant index is "
           "rebuilt from the entity files") {
   test::temp_dir tmp;
   {
@@ -230,7 +230,8 @@ TEST_CASE("tenant quotas: a tenant at max_bytes gets 507 on writes and 200 on re
     closed_bytes = rt->tenant_usage_of("acme").bytes;
   }
   REQUIRE(closed_bytes > 0);
-  CHECK(closed_bytes == entity_disk_bytes(entity_key{"acme", "counter", "b1"}.file_path(tmp.path())));
+  CHECK(closed_bytes ==
+        entity_disk_bytes(entity_key{"acme", "counter", "b1"}.file_path(tmp.path())));
   // Room for the database and 100 KiB of -wal: a few commits fill it (the -wal grows ahead by
   // 256 KiB once past 64 KiB).
   int64_t limit = closed_bytes + 100 * 1024;

@@ -426,7 +426,7 @@ TEST_CASE("turn runner: a breaker's half-open trial left in flight by a dead pro
 }
 
 TEST_CASE("turn runner: a commit that fails while a tool call awaits its vendor fails the call "
-          "retryably; the call's breaker outlives the commit (it was freed under it)") {
+          "retryably, and the call's breaker outlives the commit (it was freed under it)") {
   bench b;
   b.vendor_ok = true;
   b.fail_commits = true;

@@ -21,7 +21,7 @@ void make_entity(const fs::path& dir, const entity_key& key) {
   auto s = entity_store::open(o, key);
   REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
   fact_draft d;
-  d.type = "t";
+  d.type = "created";
   REQUIRE((*s)->append(d).is_ok());
   REQUIRE((*s)->commit().is_ok());
 }
@@ -69,7 +69,7 @@ TEST_CASE("tenant index: changes, totals and flags") {
   CHECK_FALSE(*ix->contains(a2));
 }
 
-TEST_CASE("tenant index: a rebuild reads the tenant of every entity file; a rescan drops rows "
+TEST_CASE("tenant index: a rebuild reads the tenant of every entity file, then a rescan drops rows "
           "without a file and corrects sizes") {
   test::temp_dir tmp;
   entity_key a1{"acme", "counter", "a1"}, a2{"acme", "counter", "a2"}, g1{"globex", "ledger", "g1"};
@@ -89,8 +89,8 @@ TEST_CASE("tenant index: a rebuild reads the tenant of every entity file; a resc
   auto t = *ix->totals();
   CHECK(t["acme"].entities == 2);
   CHECK(t["globex"].entities == 1);
-  CHECK(t["acme"].bytes == entity_disk_bytes(a1.file_path(tmp.path())) +
-                             entity_disk_bytes(a2.file_path(tmp.path())));
+  CHECK(t["acme"].bytes ==
+        entity_disk_bytes(a1.file_path(tmp.path())) + entity_disk_bytes(a2.file_path(tmp.path())));
   // A row whose creation never made a file, and a file that grew behind the index's back.
   using k = tenant_index_change::kind;
   entity_key ghost{"acme", "counter", "ghost"};
