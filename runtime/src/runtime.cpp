@@ -612,8 +612,10 @@ size_t default_max_active() {
 
 } // namespace
 
-result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
-  namespace fs = std::filesystem;
+namespace {
+
+/// The settings start() refuses before it touches the data directory.
+status check_start_config(const runtime_config& config) {
   if (config.data_dir.empty())
     return status{errc::invalid_argument, "runtime_config.data_dir is required"};
   if (config.wal_checkpoint_frames < 1)
@@ -621,47 +623,50 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
                   "runtime_config.wal_checkpoint_frames must be at least 1"};
   if (config.wal_grow_kib < 0 || config.wal_grow_kib > 65536)
     return status{errc::invalid_argument, "runtime_config.wal_grow_kib must be 0..65536"};
-  // The data directory's own entries (entities/, runtime/) are durable before anything is
-  // acknowledged: an entity's first sync makes only its shard directory's entries durable.
-  if (auto st = prepare_data_dir(config.data_dir, config.mode); !st)
-    return st;
-  auto p = std::make_unique<impl>();
-  // One process per data directory: the single-activation guarantee depends on it.
-  auto lock_path = config.data_dir / "runtime" / "LOCK";
-  p->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (p->lock_fd < 0) {
+  if (config.spare_files < 0 || config.spare_files > 1024)
+    return status{errc::invalid_argument, "runtime_config.spare_files must be 0..1024"};
+  return {};
+}
+
+/// One process per data directory: the single-activation guarantee depends on it. Holds
+/// DATA/runtime/LOCK in `lock_fd` (closed by impl's destructor, also when the start fails).
+status lock_data_dir(const std::filesystem::path& data_dir, int& lock_fd) {
+  auto lock_path = data_dir / "runtime" / "LOCK";
+  lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
     int e = errno;
     return status{e == EROFS ? errc::read_only : errc::io_error,
                   "cannot open " + lock_path.string() + ": " + std::strerror(e)};
   }
-  if (::flock(p->lock_fd, LOCK_EX | LOCK_NB) != 0)
-    return status{errc::busy, "data directory " + config.data_dir.string() +
-                                " is in use by another factum process"};
-  // Every open entity holds descriptors: a cap above what the limit allows would turn into
-  // failed activations (EMFILE) under load, so it is lowered, and the start says so.
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    return status{errc::busy,
+                  "data directory " + data_dir.string() + " is in use by another factum process"};
+  return {};
+}
+
+/// Every open entity holds descriptors: a cap above what the limit allows would turn into
+/// failed activations (EMFILE) under load, so it is lowered, and the start says so.
+size_t active_cap(size_t asked, std::vector<std::string>& notes) {
   auto budget = default_max_active();
-  auto max_active = config.max_active_entities ? config.max_active_entities : budget;
-  if (max_active > budget) {
-    p->start_notes.push_back("max_active_entities " + std::to_string(max_active) + " lowered to " +
-                             std::to_string(budget) +
-                             ": each open entity holds 4 file descriptors and RLIMIT_NOFILE "
-                             "allows that many (raise the hard limit to allow more)");
-    max_active = budget;
-  }
-  // A file system that makes activations slow is worth a line at start (it is not an error).
-  if (auto w = file_system_warning(config.data_dir))
-    p->start_notes.push_back(std::move(*w));
-  p->core = std::make_unique<runtime_core>(std::move(config));
-  auto& c = *p->core;
-  c.reg.cap = max_active;
+  auto max_active = asked ? asked : budget;
+  if (max_active <= budget)
+    return max_active;
+  notes.push_back("max_active_entities " + std::to_string(max_active) + " lowered to " +
+                  std::to_string(budget) +
+                  ": each open entity holds 4 file descriptors and RLIMIT_NOFILE "
+                  "allows that many (raise the hard limit to allow more)");
+  return budget;
+}
+
+/// The entity stores' options, with spare pools, for the default page size and for each page
+/// size a type asks for.
+status configure_storage(detail::runtime_core& c) {
   c.store_opts.data_dir = c.cfg.data_dir;
   c.store_opts.mode = c.cfg.mode;
   c.store_opts.cache_kib = c.cfg.cache_kib;
   c.store_opts.wal_kept_on_close_kib = c.cfg.wal_kept_on_close_kib;
   c.store_opts.wal_grow_kib = c.cfg.wal_grow_kib;
   c.store_opts.fault = c.cfg.storage_fault;
-  if (c.cfg.spare_files < 0 || c.cfg.spare_files > 1024)
-    return status{errc::invalid_argument, "runtime_config.spare_files must be 0..1024"};
   if (c.cfg.spare_files > 0) {
     auto spares = spare_pool::start(c.cfg.data_dir, c.cfg.spare_files);
     if (!spares)
@@ -670,7 +675,6 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   }
   c.store_opts.defer_sync = true;       // pipelined group commit (entity_actor.cpp, start_commit)
   c.store_opts.auto_checkpoint = false; // checkpoints on storage threads (maybe_checkpoint)
-  // Types whose files have other pages: the same options, and spares of their size.
   for (auto& name : c.cfg.types.names()) {
     int page = c.cfg.types.find(name)->page_size;
     if (auto st = check_page_size(page); !st)
@@ -688,16 +692,15 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
     }
     c.store_opts_by_page.emplace(page, std::move(o));
   }
-  if (!c.cfg.dead_letter_rules.is_null()) {
-    auto rules = resilience::dead_letter_rules::from_json(c.cfg.dead_letter_rules);
-    if (!rules)
-      return rules.error();
-    c.dl_rules = std::move(rules.value());
-  }
+  return {};
+}
+
+/// The alarm index's reader and writer connections. A damaged index is derived data (the
+/// entity files hold the alarms): the file is kept aside for a post-mortem and a fresh one is
+/// refilled from the entity files before any entity can run.
+status open_alarm_index(detail::runtime_core& c, std::vector<std::string>& notes) {
   auto ix = alarm_index::open(c.cfg.data_dir, c.cfg.mode);
   if (!ix && ix.error().code() == errc::corruption) {
-    // The index is derived data (the entity files hold the alarms): keep the damaged file for a
-    // post-mortem, start a fresh one and refill it before any entity can run.
     auto damage = ix.error().message();
     auto aside = alarm_index::set_aside(c.cfg.data_dir);
     if (!aside)
@@ -709,11 +712,10 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
     if (!rep)
       return rep.error();
     c.stats.alarm_index_rebuilds.fetch_add(1, std::memory_order_relaxed);
-    p->start_notes.push_back(
-      "the alarm index was damaged (" + damage + "); moved to " + aside->string() +
-      " and rebuilt from " + std::to_string(rep->entity_files) +
-      " entity files: " + std::to_string(rep->entries) + " entities with alarms, " +
-      std::to_string(rep->unreadable) + " files unreadable");
+    notes.push_back("the alarm index was damaged (" + damage + "); moved to " + aside->string() +
+                    " and rebuilt from " + std::to_string(rep->entity_files) +
+                    " entity files: " + std::to_string(rep->entries) + " entities with alarms, " +
+                    std::to_string(rep->unreadable) + " files unreadable");
   }
   if (!ix)
     return ix.error();
@@ -723,8 +725,12 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
     return writer.error();
   c.alarms.writer = std::move(writer.value());
   c.alarms.writer->set_fault(c.cfg.alarm_index_fault);
-  if (auto st = detail::open_tenant_index(c, p->start_notes); !st)
-    return st;
+  return {};
+}
+
+/// The actor system, then the timer actor (the scheduler may wake entities at once, and they
+/// arm timers), the router and the alarm scheduler.
+void start_actors(detail::runtime_core& c) {
   c.sys_cfg = std::make_unique<caf::actor_system_config>();
   size_t workers = c.cfg.scheduler_threads ? c.cfg.scheduler_threads
                                            : std::max(2u, std::thread::hardware_concurrency());
@@ -735,10 +741,43 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   c.sys_cfg->set("scheduler.policy", caf::atom("sharing"));
   c.sys_cfg->set("logger.verbosity", caf::atom("quiet"));
   c.sys = std::make_unique<caf::actor_system>(*c.sys_cfg);
-  // The timer actor first: the scheduler may wake entities at once, and they arm timers.
   c.timers = detail::spawn_timer(&c);
   c.router.start(&c);
   c.scheduler = detail::spawn_alarm_scheduler(&c);
+}
+
+} // namespace
+
+result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
+  if (auto st = check_start_config(config); !st)
+    return st;
+  // The data directory's own entries (entities/, runtime/) are durable before anything is
+  // acknowledged: an entity's first sync makes only its shard directory's entries durable.
+  if (auto st = prepare_data_dir(config.data_dir, config.mode); !st)
+    return st;
+  auto p = std::make_unique<impl>();
+  if (auto st = lock_data_dir(config.data_dir, p->lock_fd); !st)
+    return st;
+  auto max_active = active_cap(config.max_active_entities, p->start_notes);
+  // A file system that makes activations slow is worth a line at start (it is not an error).
+  if (auto w = file_system_warning(config.data_dir))
+    p->start_notes.push_back(std::move(*w));
+  p->core = std::make_unique<runtime_core>(std::move(config));
+  auto& c = *p->core;
+  c.reg.cap = max_active;
+  if (auto st = configure_storage(c); !st)
+    return st;
+  if (!c.cfg.dead_letter_rules.is_null()) {
+    auto rules = resilience::dead_letter_rules::from_json(c.cfg.dead_letter_rules);
+    if (!rules)
+      return rules.error();
+    c.dl_rules = std::move(rules.value());
+  }
+  if (auto st = open_alarm_index(c, p->start_notes); !st)
+    return st;
+  if (auto st = detail::open_tenant_index(c, p->start_notes); !st)
+    return st;
+  start_actors(c);
   return std::unique_ptr<runtime>(new runtime(std::move(p)));
 }
 

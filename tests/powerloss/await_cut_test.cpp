@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "factum/runtime/runtime.hpp"
+#include "factum/storage/entity_store.hpp"
 #include "powerloss/harness.hpp"
 #include "support/temp_dir.hpp"
 
@@ -59,7 +60,8 @@ vendor_file read_vendor(const fs::path& vendor, int k) {
 tool_fn vendor_tool(fs::path vendor) {
   return [vendor](const tool_request& req, std::function<void(tool_reply)> done) {
     int k = req.payload.value("k", -1);
-    auto delay = std::chrono::milliseconds(1 + (k * 7 + static_cast<int>(req.idempotency_key.size())) % 6);
+    auto delay =
+      std::chrono::milliseconds(1 + (k * 7 + static_cast<int>(req.idempotency_key.size())) % 6);
     std::thread([vendor, k, key = req.idempotency_key, delay, done = std::move(done)] {
       std::this_thread::sleep_for(delay);
       // De-duplication by Idempotency-Key, as the vendor would: the first call of a key
@@ -193,9 +195,8 @@ TEST_CASE("power cut mid-await (webhook.deliver against a vendor outside the cut
     fs::create_directories(vendor / "keys");
     auto base = powerloss::take_snapshot(dir);
     int kill_after = std::uniform_int_distribution<int>(20, 160)(rng);
-    powerloss::recorded_child child(dir, tmp.path() / "log", [&](int fd) {
-      child_delivers(dir, vendor, round, fd);
-    });
+    powerloss::recorded_child child(dir, tmp.path() / "log",
+                                    [&](int fd) { child_delivers(dir, vendor, round, fd); });
     child.read_acks(kill_after);
     auto acked = child.cut();
     auto replay = powerloss::rebuild(base, dir, tmp.path() / "log", cut);
@@ -239,13 +240,13 @@ TEST_CASE("power cut mid-await (webhook.deliver against a vendor outside the cut
       auto v = read_vendor(vendor, k);
       vendor_calls += v.delivered + v.replayed;
       called_again += v.replayed > 0;
-      CHECK_MESSAGE(on_disk[call_key(round, k)] == 1,
-                    "call " << k << " has " << on_disk[call_key(round, k)]
-                            << " deliveries in its log");
-      CHECK_MESSAGE(v.delivered == 1, "call " << k << " was delivered " << v.delivered
-                                              << " times by the vendor");
-      CHECK_MESSAGE(v.keys.size() == 1, "call " << k << " reached the vendor with "
-                                                << v.keys.size() << " Idempotency-Keys");
+      CHECK_MESSAGE(on_disk[call_key(round, k)] == 1, "call " << k << " has "
+                                                              << on_disk[call_key(round, k)]
+                                                              << " deliveries in its log");
+      CHECK_MESSAGE(v.delivered == 1,
+                    "call " << k << " was delivered " << v.delivered << " times by the vendor");
+      CHECK_MESSAGE(v.keys.size() == 1, "call " << k << " reached the vendor with " << v.keys.size()
+                                                << " Idempotency-Keys");
     }
     MESSAGE("round " << round << ": cut after " << acked.size() << " acknowledged calls ("
                      << replay.lost_writes << " writes lost); " << vendor_calls

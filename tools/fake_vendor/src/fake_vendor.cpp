@@ -232,6 +232,95 @@ class session : public std::enable_shared_from_this<session> {
             {});
   }
 
+  /// What the mode (or the next scripted action) does with a new call. Under v_.mu.
+  action mode_action() {
+    auto& m = v_.mode;
+    action a;
+    if (!v_.script.empty()) {
+      a = v_.script.front();
+      v_.script.pop_front();
+      return a;
+    }
+    a.hold_ms = m.hold_ms;
+    double draw =
+      m.name == "flaky" ? std::uniform_real_distribution<double>(0.0, 1.0)(v_.rng) : 1.0;
+    // After the draw, so that delay_jitter_ms does not change which calls of a seed fail.
+    a.delay_ms = m.delay_ms + jitter();
+    auto fail = [&](int status) {
+      a.status = status;
+      a.body = json{{"error", status == 429   ? "rate limited"
+                              : status == 503 ? "service unavailable"
+                                              : "internal error"}};
+    };
+    if (m.name == "timeout")
+      a.kind = action::hold;
+    else if (m.name == "reset")
+      a.kind = action::reset;
+    else if (m.name == "rate_limit") {
+      fail(429);
+      a.retry_after_s = m.retry_after_s;
+    } else if (m.name == "down")
+      fail(503);
+    else if (m.name == "error")
+      fail(500);
+    else if (m.name == "flaky" && draw < m.fail_ratio)
+      fail(503);
+    else if (m.name == "flaky" && draw < m.fail_ratio + m.timeout_ratio)
+      a.kind = action::hold;
+    return a;
+  }
+
+  /// The mode's random extra delay (delay_jitter_ms). Under v_.mu.
+  int64_t jitter() {
+    auto& m = v_.mode;
+    return m.delay_jitter_ms > 0
+             ? std::uniform_int_distribution<int64_t>(0, m.delay_jitter_ms)(v_.rng)
+             : int64_t{0};
+  }
+
+  /// A fresh answer's body and charge; a 2xx is stored for the key's replays. Under v_.mu.
+  void fresh_answer(action& a, const std::string& path, const std::string& key, std::string& body,
+                    std::optional<std::string>& cost) {
+    auto& m = v_.mode;
+    if (a.body.is_null()) {
+      a.body = {{"ok", a.status >= 200 && a.status < 300}, {"path", path}, {"call", v_.calls}};
+      auto in = json::parse(req_.body(), nullptr, false);
+      if (!in.is_discarded())
+        a.body["received"] = std::move(in);
+      if (!key.empty())
+        a.body["idempotency_key"] = key;
+      if (auto t = req_["X-Trace-Id"]; !t.empty())
+        a.body["trace_id"] = std::string(t);
+    }
+    body = a.raw_body ? *a.raw_body : a.body.dump();
+    bool ok = a.status >= 200 && a.status < 300;
+    if (m.price) {
+      bool charged = ok || m.charge_failed;
+      cost = charged ? *m.price : std::string("0");
+      if (charged) {
+        v_.charged_total += decimal::parse(*m.price).value();
+        v_.charges.push_back(
+          {{"path", path}, {"idempotency_key", key}, {"amount", *m.price}, {"status", a.status}});
+      }
+    }
+    if (ok && !key.empty())
+      v_.keys[key] = stored_answer{a.status, body};
+  }
+
+  /// The call in the counts by status and by key. Under v_.mu.
+  void count_call(const action& a, const std::string& key, bool replay) {
+    ++v_.by_status[a.kind == action::reset  ? std::string("reset")
+                   : a.kind == action::hold ? std::string("timeout")
+                                            : std::to_string(a.status)];
+    if (key.empty())
+      return;
+    auto& k = v_.per_key[key];
+    ++k.calls;
+    ++k.in_flight;
+    bool ok = a.status >= 200 && a.status < 300;
+    ++(a.kind != action::answer ? k.no_answer : !ok ? k.failed : replay ? k.replayed : k.delivered);
+  }
+
   void vendor_call(const std::string& path) {
     std::string key(req_["Idempotency-Key"]);
     action a;
@@ -243,94 +332,20 @@ class session : public std::enable_shared_from_this<session> {
       ++v_.calls;
       ++v_.in_flight;
       v_.max_in_flight = std::max(v_.max_in_flight, v_.in_flight);
-      auto& m = v_.mode;
-      auto jitter = [&] {
-        return m.delay_jitter_ms > 0
-                 ? std::uniform_int_distribution<int64_t>(0, m.delay_jitter_ms)(v_.rng)
-                 : int64_t{0};
-      };
       if (auto it = key.empty() ? v_.keys.end() : v_.keys.find(key); it != v_.keys.end()) {
         ++v_.duplicates;
         replay = true;
         a.status = it->second.status;
         body = it->second.body;
-        a.delay_ms = m.delay_ms + jitter();
-        if (m.price)
+        a.delay_ms = v_.mode.delay_ms + jitter();
+        if (v_.mode.price)
           cost = "0";
       } else {
-        if (!v_.script.empty()) {
-          a = v_.script.front();
-          v_.script.pop_front();
-        } else {
-          a.delay_ms = m.delay_ms;
-          a.hold_ms = m.hold_ms;
-          double draw =
-            m.name == "flaky" ? std::uniform_real_distribution<double>(0.0, 1.0)(v_.rng) : 1.0;
-          a.delay_ms += jitter();
-          auto fail = [&](int status) {
-            a.status = status;
-            a.body = json{{"error", status == 429   ? "rate limited"
-                                    : status == 503 ? "service unavailable"
-                                                    : "internal error"}};
-          };
-          if (m.name == "timeout")
-            a.kind = action::hold;
-          else if (m.name == "reset")
-            a.kind = action::reset;
-          else if (m.name == "rate_limit") {
-            fail(429);
-            a.retry_after_s = m.retry_after_s;
-          } else if (m.name == "down")
-            fail(503);
-          else if (m.name == "error")
-            fail(500);
-          else if (m.name == "flaky" && draw < m.fail_ratio)
-            fail(503);
-          else if (m.name == "flaky" && draw < m.fail_ratio + m.timeout_ratio)
-            a.kind = action::hold;
-        }
-        if (a.kind == action::answer) {
-          if (a.body.is_null()) {
-            a.body = {
-              {"ok", a.status >= 200 && a.status < 300}, {"path", path}, {"call", v_.calls}};
-            auto in = json::parse(req_.body(), nullptr, false);
-            if (!in.is_discarded())
-              a.body["received"] = std::move(in);
-            if (!key.empty())
-              a.body["idempotency_key"] = key;
-            if (auto t = req_["X-Trace-Id"]; !t.empty())
-              a.body["trace_id"] = std::string(t);
-          }
-          body = a.raw_body ? *a.raw_body : a.body.dump();
-          bool ok = a.status >= 200 && a.status < 300;
-          if (m.price) {
-            bool charged = ok || m.charge_failed;
-            cost = charged ? *m.price : std::string("0");
-            if (charged) {
-              v_.charged_total += decimal::parse(*m.price).value();
-              v_.charges.push_back({{"path", path},
-                                    {"idempotency_key", key},
-                                    {"amount", *m.price},
-                                    {"status", a.status}});
-            }
-          }
-          if (ok && !key.empty())
-            v_.keys[key] = stored_answer{a.status, body};
-        }
+        a = mode_action();
+        if (a.kind == action::answer)
+          fresh_answer(a, path, key, body, cost);
       }
-      ++v_.by_status[a.kind == action::reset  ? std::string("reset")
-                     : a.kind == action::hold ? std::string("timeout")
-                                              : std::to_string(a.status)];
-      if (!key.empty()) {
-        auto& k = v_.per_key[key];
-        ++k.calls;
-        ++k.in_flight;
-        bool ok = a.status >= 200 && a.status < 300;
-        ++(a.kind != action::answer ? k.no_answer
-           : !ok                    ? k.failed
-           : replay                 ? k.replayed
-                                    : k.delivered);
-      }
+      count_call(a, key, replay);
     }
     in_call_ = true;
     call_key_ = key;
