@@ -5,6 +5,7 @@
 
 #include "factum/tools/serve.hpp"
 #include "http/http_util.hpp"
+#include "support/serve_types.hpp"
 
 using namespace factum;
 using namespace factum::tools;
@@ -18,14 +19,14 @@ json minimal() {
 }
 
 std::string error_of(const json& doc) {
-  auto r = parse_serve_config(doc);
+  auto r = parse_serve_config(doc, test::serve_types());
   return r ? std::string() : r.error().message();
 }
 
 } // namespace
 
 TEST_CASE("config: defaults") {
-  auto r = parse_serve_config(minimal());
+  auto r = parse_serve_config(minimal(), test::serve_types());
   REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
   auto& c = *r;
   CHECK(c.http.host == "127.0.0.1");
@@ -69,7 +70,7 @@ TEST_CASE("config: every key is read") {
                    {"request_timeout_ms", 100},
                    {"max_connections", 10}};
   doc["tools"] = {{"telephony", {{"url", "http://127.0.0.1:9/"}}}};
-  auto r = parse_serve_config(doc);
+  auto r = parse_serve_config(doc, test::serve_types());
   REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
   auto& c = *r;
   CHECK(c.http.host == "::1");
@@ -144,7 +145,7 @@ TEST_CASE("config: errors name the offending key") {
                                          c = static_cast<char>(std::toupper(c));
                                        return h;
                                      }()}}}}});
-  auto r = parse_serve_config(up);
+  auto r = parse_serve_config(up, test::serve_types());
   REQUIRE(r.is_ok());
   CHECK(r->http.tenants[0].keys[0].sha256 == api_key_sha256("k"));
 }
@@ -156,18 +157,19 @@ TEST_CASE("config: tenant quotas are read, and each bad one names its path") {
     d["tenants"]["globex"] = {{"api_keys", {"sha256:" + api_key_sha256("g")}}};
     return d;
   };
-  auto r = parse_serve_config(with_quota({{"max_entities", 10}, {"max_bytes", 1 << 30}}));
+  auto r = parse_serve_config(with_quota({{"max_entities", 10}, {"max_bytes", 1 << 30}}),
+                              test::serve_types());
   REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
   auto& q = r->runtime.tenant_quotas;
   REQUIRE(q.size() == 1); // globex has none
   CHECK(q["acme"].max_entities == 10);
   CHECK(q["acme"].max_bytes == int64_t{1} << 30);
   // Each member is optional; an empty quota limits nothing.
-  r = parse_serve_config(with_quota({{"max_bytes", 0}}));
+  r = parse_serve_config(with_quota({{"max_bytes", 0}}), test::serve_types());
   REQUIRE(r.is_ok());
   CHECK_FALSE(r->runtime.tenant_quotas["acme"].max_entities);
   CHECK(r->runtime.tenant_quotas["acme"].max_bytes == 0);
-  CHECK(parse_serve_config(with_quota(json::object())).is_ok());
+  CHECK(parse_serve_config(with_quota(json::object()), test::serve_types()).is_ok());
   CHECK(error_of(with_quota({{"max_entities", -1}}))
           .find("tenants.acme.quota.max_entities: must be between 0 and") == 0);
   CHECK(
@@ -183,7 +185,7 @@ TEST_CASE("config: tenant quotas are read, and each bad one names its path") {
 TEST_CASE("config: --listen overrides, comments are ignored") {
   auto d = minimal();
   d["// note"] = "anything";
-  auto r = parse_serve_config(d);
+  auto r = parse_serve_config(d, test::serve_types());
   REQUIRE(r.is_ok());
   REQUIRE(apply_listen(*r, "0.0.0.0:0").is_ok());
   CHECK(r->http.host == "0.0.0.0");

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "factum/tools/serve.hpp"
+#include "support/serve_types.hpp"
 
 using namespace factum;
 using namespace factum::tools;
@@ -20,7 +21,7 @@ json base() {
 std::string error_of(json tools) {
   auto doc = base();
   doc["tools"] = std::move(tools);
-  auto r = parse_serve_config(doc);
+  auto r = parse_serve_config(doc, test::serve_types());
   REQUIRE_FALSE(r.is_ok());
   return r.error().message();
 }
@@ -47,7 +48,7 @@ TEST_CASE("serve config: parses a complete tool into transport and policy") {
                     {"max_inline_delay_ms", 100},
                     {"fallback", {{"body", {{"queued", true}}}}}}},
                   {"plain", {{"url", "http://127.0.0.1:9"}}}};
-  auto r = parse_serve_config(doc);
+  auto r = parse_serve_config(doc, test::serve_types());
   REQUIRE_MESSAGE(r.is_ok(), r.error().message());
   auto& specs = r.value().tool_specs;
   REQUIRE(specs.size() == 2);
@@ -125,35 +126,35 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
   doc["alarm_max_retries"] = 2;
   doc["alarm_poll_ms"] = 100;
   doc["dead_letter_rules"] = {{"server_error", {{"auto_retry_after_ms", nullptr}}}};
-  auto r = parse_serve_config(doc);
+  auto r = parse_serve_config(doc, test::serve_types());
   REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
   CHECK(r->runtime.alarm_retry_base == std::chrono::milliseconds(50));
   CHECK(r->runtime.alarm_max_retries == 2);
   CHECK(r->runtime.alarm_poll == std::chrono::milliseconds(100));
   CHECK(r->runtime.dead_letter_rules == doc["dead_letter_rules"]);
   // Defaults when absent.
-  auto d = parse_serve_config(base());
+  auto d = parse_serve_config(base(), test::serve_types());
   REQUIRE(d.is_ok());
   CHECK(d->runtime.alarm_max_retries == 6);
   CHECK(d->runtime.wal_kept_on_close_kib == 256);
   auto w = base();
   w["wal_kept_on_close_kib"] = 0;
-  auto wr = parse_serve_config(w);
+  auto wr = parse_serve_config(w, test::serve_types());
   REQUIRE(wr.is_ok());
   CHECK(wr->runtime.wal_kept_on_close_kib == 0);
   CHECK(d->runtime.sync_threads == 16);
   w["sync_threads"] = 4;
-  auto tr = parse_serve_config(w);
+  auto tr = parse_serve_config(w, test::serve_types());
   REQUIRE(tr.is_ok());
   CHECK(tr->runtime.sync_threads == 4);
   CHECK(d->runtime.wal_grow_kib == 256);
   w["wal_grow_kib"] = 0;
-  auto gr = parse_serve_config(w);
+  auto gr = parse_serve_config(w, test::serve_types());
   REQUIRE(gr.is_ok());
   CHECK(gr->runtime.wal_grow_kib == 0);
   CHECK(d->runtime.spare_files == 32);
   w["spare_files"] = 0;
-  auto sr = parse_serve_config(w);
+  auto sr = parse_serve_config(w, test::serve_types());
   REQUIRE(sr.is_ok());
   CHECK(sr->runtime.spare_files == 0);
   CHECK(d->runtime.dead_letter_rules.is_null());
@@ -161,7 +162,7 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
   auto err = [](const char* key, json v) {
     auto doc = base();
     doc[key] = std::move(v);
-    auto r = parse_serve_config(doc);
+    auto r = parse_serve_config(doc, test::serve_types());
     REQUIRE_FALSE(r.is_ok());
     return r.error().message();
   };

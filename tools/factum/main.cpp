@@ -1,7 +1,8 @@
 // main.cpp: the `factum` executable. Dispatches to subcommands (inspect, serve, bench); each
-// subcommand family lives in its own module and registers itself here.
+// subcommand family lives in its own module and registers itself here. The main thread.
 #include <CLI/CLI.hpp>
 
+#include "factum/examples/examples.hpp"
 #include "factum/tools/inspect.hpp"
 #include "factum/tools/loadgen.hpp"
 #include "factum/tools/serve.hpp"
@@ -11,7 +12,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   factum::tools::add_inspect_command(app, &exit_code);
-  factum::tools::add_serve_command(app, &exit_code);
+  // `factum serve` hosts the built-in types and the examples (a tenant's own server hosts its
+  // own: factum::tools::serve_main, docs/embedding.md).
+  factum::entity_registry types;
+  factum::add_builtin_types(types);
+  factum::examples::add_example_types(types);
+  factum::tools::add_serve_command(app, &exit_code, std::move(types));
   factum::tools::add_bench_command(app, &exit_code);
   try {
     app.parse(argc, argv);

@@ -6,7 +6,6 @@
 #include <set>
 #include <sstream>
 
-#include "factum/examples/examples.hpp"
 #include "factum/resilience/circuit_breaker.hpp"
 #include "factum/resilience/dead_letter_rules.hpp"
 #include "factum/resilience/money.hpp"
@@ -86,14 +85,6 @@ std::string lower(std::string s) {
     if (c >= 'A' && c <= 'Z')
       c = static_cast<char>(c - 'A' + 'a');
   return s;
-}
-
-/// Every type `factum serve` can host: the built-in ones and the examples.
-entity_registry available_types() {
-  entity_registry r;
-  add_builtin_types(r);
-  examples::add_example_types(r);
-  return r;
 }
 
 /// tenants.<name>.quota: {"max_entities": N, "max_bytes": B}, each optional (absent: no limit).
@@ -532,7 +523,91 @@ status apply_listen(serve_config& cfg, std::string_view listen) {
   return status::ok();
 }
 
-result<serve_config> parse_serve_config(const json& doc) {
+/// A top-level integer setting into `field` (kept when absent), within lo..hi.
+template <class T>
+status read_field(const json& doc, const char* name, int64_t lo, int64_t hi, T& field) {
+  auto v = static_cast<int64_t>(field);
+  if (auto st = read_int(doc, name, "", lo, hi, v); !st)
+    return st;
+  field = static_cast<T>(v);
+  return {};
+}
+
+/// A top-level duration in milliseconds into `field` (kept when absent), within lo..hi.
+status read_ms(const json& doc, const char* name, int64_t lo, int64_t hi,
+               std::chrono::milliseconds& field) {
+  auto v = static_cast<int64_t>(field.count());
+  if (auto st = read_int(doc, name, "", lo, hi, v); !st)
+    return st;
+  field = std::chrono::milliseconds(v);
+  return {};
+}
+
+/// `dev`, `listen`, `data_dir` and `durability`.
+status parse_basics(const json& doc, serve_config& cfg) {
+  if (auto it = doc.find("dev"); it != doc.end()) {
+    if (!it->is_boolean())
+      return bad("dev", "must be true or false");
+    cfg.dev = it->get<bool>();
+  }
+  if (auto it = doc.find("listen"); it != doc.end()) {
+    if (!it->is_string())
+      return bad("listen", "must be a string host:port");
+    if (auto st = apply_listen(cfg, it->get<std::string>()); !st)
+      return st;
+  }
+  if (auto it = doc.find("data_dir"); it != doc.end()) {
+    if (!it->is_string() || it->get<std::string>().empty())
+      return bad("data_dir", "must be a non-empty path");
+    cfg.runtime.data_dir = it->get<std::string>();
+  }
+  if (auto it = doc.find("durability"); it != doc.end()) {
+    if (!it->is_string() || (*it != "full" && *it != "normal"))
+      return bad("durability", "must be \"full\" or \"normal\"");
+    cfg.runtime.mode = *it == "full" ? durability::full : durability::normal;
+  }
+  return {};
+}
+
+/// The numeric settings, each with its range (docs/configuration.md).
+status parse_numbers(const json& doc, serve_config& cfg) {
+  auto& rt = cfg.runtime;
+  if (auto st = read_ms(doc, "idle_timeout_ms", 1, int64_t{1} << 40, rt.idle_timeout); !st)
+    return st;
+  if (auto st = read_field(doc, "max_active_entities", 0, 100'000'000, rt.max_active_entities); !st)
+    return st;
+  if (auto st = read_field(doc, "storage_threads", 1, 1024, rt.storage_threads); !st)
+    return st;
+  if (auto st = read_field(doc, "sync_threads", 1, 1024, rt.sync_threads); !st)
+    return st;
+  if (auto st = read_field(doc, "cache_kib", 16, 1 << 20, rt.cache_kib); !st)
+    return st;
+  if (auto st = read_field(doc, "wal_kept_on_close_kib", 0, 1 << 20, rt.wal_kept_on_close_kib); !st)
+    return st;
+  if (auto st = read_field(doc, "wal_grow_kib", 0, 65536, rt.wal_grow_kib); !st)
+    return st;
+  if (auto st = read_field(doc, "spare_files", 0, 1024, rt.spare_files); !st)
+    return st;
+  if (auto st = read_field(doc, "scheduler_threads", 0, 1024, rt.scheduler_threads); !st)
+    return st;
+  if (auto st = read_field(doc, "http_threads", 1, 64, cfg.http.io_threads); !st)
+    return st;
+  if (auto st = read_ms(doc, "key_ttl_ms", 0, int64_t{1} << 45, rt.key_ttl); !st)
+    return st;
+  if (auto st = read_ms(doc, "call_timeout_ms", 1, 3'600'000, cfg.http.call_timeout); !st)
+    return st;
+  if (auto st = read_ms(doc, "alarm_retry_base_ms", 1, 86'400'000, rt.alarm_retry_base); !st)
+    return st;
+  if (auto st = read_field(doc, "alarm_max_retries", 0, 100, rt.alarm_max_retries); !st)
+    return st;
+  if (auto st = read_ms(doc, "alarm_poll_ms", 10, 3'600'000, rt.alarm_poll); !st)
+    return st;
+  if (auto st = read_ms(doc, "shutdown_timeout_ms", 1, 3'600'000, cfg.shutdown_timeout); !st)
+    return st;
+  return {};
+}
+
+result<serve_config> parse_serve_config(const json& doc, const entity_registry& available) {
   if (!doc.is_object())
     return status{errc::invalid_argument, "the configuration must be a JSON object"};
   if (auto st = check_keys(doc, "",
@@ -565,101 +640,19 @@ result<serve_config> parse_serve_config(const json& doc) {
       !st)
     return st;
   serve_config cfg;
-  if (auto it = doc.find("dev"); it != doc.end()) {
-    if (!it->is_boolean())
-      return bad("dev", "must be true or false");
-    cfg.dev = it->get<bool>();
-  }
-  if (auto it = doc.find("listen"); it != doc.end()) {
-    if (!it->is_string())
-      return bad("listen", "must be a string host:port");
-    if (auto st = apply_listen(cfg, it->get<std::string>()); !st)
-      return st;
-  }
-  if (auto it = doc.find("data_dir"); it != doc.end()) {
-    if (!it->is_string() || it->get<std::string>().empty())
-      return bad("data_dir", "must be a non-empty path");
-    cfg.runtime.data_dir = it->get<std::string>();
-  }
-  if (auto it = doc.find("durability"); it != doc.end()) {
-    if (!it->is_string() || (*it != "full" && *it != "normal"))
-      return bad("durability", "must be \"full\" or \"normal\"");
-    cfg.runtime.mode = *it == "full" ? durability::full : durability::normal;
-  }
-  int64_t v = cfg.runtime.idle_timeout.count();
-  if (auto st = read_int(doc, "idle_timeout_ms", "", 1, int64_t{1} << 40, v); !st)
+  if (auto st = parse_basics(doc, cfg); !st)
     return st;
-  cfg.runtime.idle_timeout = std::chrono::milliseconds(v);
-  v = static_cast<int64_t>(cfg.runtime.max_active_entities);
-  if (auto st = read_int(doc, "max_active_entities", "", 0, 100'000'000, v); !st)
+  if (auto st = parse_numbers(doc, cfg); !st)
     return st;
-  cfg.runtime.max_active_entities = static_cast<size_t>(v);
-  v = static_cast<int64_t>(cfg.runtime.storage_threads);
-  if (auto st = read_int(doc, "storage_threads", "", 1, 1024, v); !st)
-    return st;
-  cfg.runtime.storage_threads = static_cast<size_t>(v);
-  v = static_cast<int64_t>(cfg.runtime.sync_threads);
-  if (auto st = read_int(doc, "sync_threads", "", 1, 1024, v); !st)
-    return st;
-  cfg.runtime.sync_threads = static_cast<size_t>(v);
-  v = cfg.runtime.cache_kib;
-  if (auto st = read_int(doc, "cache_kib", "", 16, 1 << 20, v); !st)
-    return st;
-  cfg.runtime.cache_kib = static_cast<int>(v);
-  v = cfg.runtime.wal_kept_on_close_kib;
-  if (auto st = read_int(doc, "wal_kept_on_close_kib", "", 0, 1 << 20, v); !st)
-    return st;
-  cfg.runtime.wal_kept_on_close_kib = static_cast<int>(v);
-  v = cfg.runtime.wal_grow_kib;
-  if (auto st = read_int(doc, "wal_grow_kib", "", 0, 65536, v); !st)
-    return st;
-  cfg.runtime.wal_grow_kib = static_cast<int>(v);
-  v = cfg.runtime.spare_files;
-  if (auto st = read_int(doc, "spare_files", "", 0, 1024, v); !st)
-    return st;
-  cfg.runtime.spare_files = static_cast<int>(v);
-  v = static_cast<int64_t>(cfg.runtime.scheduler_threads);
-  if (auto st = read_int(doc, "scheduler_threads", "", 0, 1024, v); !st)
-    return st;
-  cfg.runtime.scheduler_threads = static_cast<size_t>(v);
-  v = static_cast<int64_t>(cfg.http.io_threads);
-  if (auto st = read_int(doc, "http_threads", "", 1, 64, v); !st)
-    return st;
-  cfg.http.io_threads = static_cast<size_t>(v);
-  v = cfg.runtime.key_ttl.count();
-  if (auto st = read_int(doc, "key_ttl_ms", "", 0, int64_t{1} << 45, v); !st)
-    return st;
-  cfg.runtime.key_ttl = std::chrono::milliseconds(v);
-  v = cfg.http.call_timeout.count();
-  if (auto st = read_int(doc, "call_timeout_ms", "", 1, 3'600'000, v); !st)
-    return st;
-  cfg.http.call_timeout = std::chrono::milliseconds(v);
-  v = cfg.runtime.alarm_retry_base.count();
-  if (auto st = read_int(doc, "alarm_retry_base_ms", "", 1, 86'400'000, v); !st)
-    return st;
-  cfg.runtime.alarm_retry_base = std::chrono::milliseconds(v);
-  v = cfg.runtime.alarm_max_retries;
-  if (auto st = read_int(doc, "alarm_max_retries", "", 0, 100, v); !st)
-    return st;
-  cfg.runtime.alarm_max_retries = static_cast<int>(v);
-  v = cfg.runtime.alarm_poll.count();
-  if (auto st = read_int(doc, "alarm_poll_ms", "", 10, 3'600'000, v); !st)
-    return st;
-  cfg.runtime.alarm_poll = std::chrono::milliseconds(v);
   if (auto it = doc.find("dead_letter_rules"); it != doc.end()) {
     auto rules = resilience::dead_letter_rules::from_json(*it);
     if (!rules)
       return bad("dead_letter_rules", rules.error().message());
     cfg.runtime.dead_letter_rules = *it;
   }
-  v = cfg.shutdown_timeout.count();
-  if (auto st = read_int(doc, "shutdown_timeout_ms", "", 1, 3'600'000, v); !st)
-    return st;
-  cfg.shutdown_timeout = std::chrono::milliseconds(v);
   if (auto st = parse_tenants(doc, cfg); !st)
     return st;
-  auto all = available_types();
-  if (auto st = parse_types(doc, cfg, all); !st)
+  if (auto st = parse_types(doc, cfg, available); !st)
     return st;
   if (auto st = parse_idempotency(doc, cfg); !st)
     return st;
@@ -670,7 +663,8 @@ result<serve_config> parse_serve_config(const json& doc) {
   return cfg;
 }
 
-result<serve_config> load_serve_config(const std::filesystem::path& file) {
+result<serve_config> load_serve_config(const std::filesystem::path& file,
+                                       const entity_registry& available) {
   std::ifstream in(file, std::ios::binary);
   if (!in)
     return status{errc::not_found, "cannot read " + file.string()};
@@ -682,7 +676,7 @@ result<serve_config> load_serve_config(const std::filesystem::path& file) {
   } catch (const json::parse_error& e) {
     return status{errc::invalid_argument, file.string() + ": not valid JSON: " + e.what()};
   }
-  auto cfg = parse_serve_config(doc);
+  auto cfg = parse_serve_config(doc, available);
   if (!cfg)
     return status{cfg.error().code(), file.string() + ": " + cfg.error().message()};
   return cfg;

@@ -154,35 +154,61 @@ int run_serve(serve_config cfg) {
   return 0;
 }
 
-void add_serve_command(CLI::App& app, int* exit_code) {
-  struct options {
-    std::string config;
-    std::string listen;
-    std::string data;
-  };
-  auto o = std::make_shared<options>();
-  auto* cmd = app.add_subcommand("serve", "Run the HTTP API server (docs/http-api.md)");
-  cmd->add_option("--config", o->config, "JSON configuration file (docs/configuration.md)")
+namespace {
+
+/// The command line of a server: --config, --listen, --data.
+struct serve_options {
+  std::string config;
+  std::string listen;
+  std::string data;
+};
+
+void add_serve_options(CLI::App& cmd, serve_options& o) {
+  cmd.add_option("--config", o.config, "JSON configuration file (docs/configuration.md)")
     ->required();
-  cmd->add_option("--listen", o->listen, "HOST:PORT to listen on (overrides \"listen\")");
-  cmd->add_option("--data", o->data, "data directory (overrides \"data_dir\")");
-  cmd->callback([o, exit_code] {
-    auto fail = [&](const std::string& msg) {
-      std::fprintf(stderr, "factum serve: bad configuration: %s\n", msg.c_str());
-      *exit_code = 2;
-    };
-    auto cfg = load_serve_config(o->config);
-    if (!cfg)
-      return fail(cfg.error().message());
-    if (!o->listen.empty())
-      if (auto st = apply_listen(*cfg, o->listen); !st)
-        return fail("--listen: " + st.message());
-    if (!o->data.empty())
-      cfg->runtime.data_dir = o->data;
-    if (cfg->runtime.data_dir.empty())
-      return fail("data_dir: required (in the configuration or as --data DIR)");
-    *exit_code = run_serve(std::move(*cfg));
-  });
+  cmd.add_option("--listen", o.listen, "HOST:PORT to listen on (overrides \"listen\")");
+  cmd.add_option("--data", o.data, "data directory (overrides \"data_dir\")");
+}
+
+/// Loads the configuration with the command line's overrides and runs the server; its exit code.
+int serve_with(const serve_options& o, const entity_registry& available) {
+  auto fail = [&](const std::string& msg) {
+    std::fprintf(stderr, "factum serve: bad configuration: %s\n", msg.c_str());
+    return 2;
+  };
+  auto cfg = load_serve_config(o.config, available);
+  if (!cfg)
+    return fail(cfg.error().message());
+  if (!o.listen.empty())
+    if (auto st = apply_listen(*cfg, o.listen); !st)
+      return fail("--listen: " + st.message());
+  if (!o.data.empty())
+    cfg->runtime.data_dir = o.data;
+  if (cfg->runtime.data_dir.empty())
+    return fail("data_dir: required (in the configuration or as --data DIR)");
+  return run_serve(std::move(*cfg));
+}
+
+} // namespace
+
+void add_serve_command(CLI::App& app, int* exit_code, entity_registry available) {
+  auto o = std::make_shared<serve_options>();
+  auto types = std::make_shared<entity_registry>(std::move(available));
+  auto* cmd = app.add_subcommand("serve", "Run the HTTP API server (docs/http-api.md)");
+  add_serve_options(*cmd, *o);
+  cmd->callback([o, types, exit_code] { *exit_code = serve_with(*o, *types); });
+}
+
+int serve_main(int argc, char** argv, entity_registry available) {
+  CLI::App app{"An HTTP server of durable entities (factum; docs/http-api.md)"};
+  serve_options o;
+  add_serve_options(app, o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return serve_with(o, available);
 }
 
 } // namespace factum::tools

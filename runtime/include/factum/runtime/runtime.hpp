@@ -18,8 +18,8 @@
 #include "factum/entities/call.hpp"
 #include "factum/entities/context.hpp"
 #include "factum/entities/entity.hpp"
+#include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
-#include "factum/storage/entity_store.hpp"
 #include "factum/storage/status.hpp"
 
 namespace factum {

@@ -24,10 +24,12 @@
 #include <string_view>
 #include <vector>
 
+#include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/fact.hpp"
 #include "factum/storage/records.hpp"
 #include "factum/storage/status.hpp"
+#include "factum/version.hpp"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -35,22 +37,6 @@ struct sqlite3_stmt;
 namespace factum {
 
 class spare_pool;
-
-/// How hard a commit tries to survive failures.
-enum class durability {
-  full,   ///< WAL + synchronous=FULL: a commit survives power loss (one fsync per commit)
-  normal, ///< WAL + synchronous=NORMAL: a commit survives a process crash, not power loss
-};
-
-/// Parses "full" / "normal".
-result<durability> parse_durability(std::string_view text);
-
-/// A fault-injection seam: called before every SQLite step or exec with a running count of
-/// operations on this store; a non-zero SQLite result code fails that operation with it. Also
-/// called with op_index 0 and the names "sync", "sync_dir" (sync() about to fsync the entity's
-/// directory: the first sync of each open) and "checkpoint_concurrently" from the threads that
-/// run those (so a hook must be thread-safe).
-using fault_hook = std::function<int(uint64_t op_index, std::string_view sql)>;
 
 /// Options for opening an entity store. Every default is the production default.
 struct store_options {
@@ -135,8 +121,9 @@ inline status check_page_size(int page_size) {
           "page size " + std::to_string(page_size) + " is not a power of two from 512 to 65536"};
 }
 
-/// The schema version this build writes (PRAGMA user_version).
-inline constexpr int current_schema_version = 5;
+/// The schema version this build writes (PRAGMA user_version): the entity file format of
+/// factum/version.hpp.
+inline constexpr int current_schema_version = entity_file_format;
 
 // -- begin_key's records (the others: records.hpp) ----------------------------------------------
 

@@ -1,6 +1,7 @@
-// factum/tools/serve.hpp: the `factum serve` subcommand: its JSON configuration (loading and
-// validation) and the process around the runtime and the HTTP gateway (signals, graceful stop).
-// Registration and the subcommand run on the thread that calls CLI::App::parse.
+// factum/tools/serve.hpp: the server around the runtime and the HTTP gateway, as `factum serve`
+// runs it and as a tenant's own `main` does (serve_main): the JSON configuration (loading and
+// validation against the entity types the program hosts), signals, logs and the graceful stop
+// (docs/embedding.md, docs/configuration.md). Everything runs on the thread that calls it.
 #pragma once
 
 #include <chrono>
@@ -47,11 +48,14 @@ struct serve_config {
   std::chrono::milliseconds shutdown_timeout{30'000};
 };
 
-/// Validates a configuration document; INVALID_ARGUMENT names the offending key.
-result<serve_config> parse_serve_config(const nlohmann::json& doc);
+/// Validates a configuration document; its "types" are chosen among `available` (all of them
+/// when it names none). INVALID_ARGUMENT names the offending key.
+result<serve_config> parse_serve_config(const nlohmann::json& doc,
+                                        const entity_registry& available);
 
-/// Reads and validates a configuration file.
-result<serve_config> load_serve_config(const std::filesystem::path& file);
+/// Reads and validates a configuration file (see parse_serve_config).
+result<serve_config> load_serve_config(const std::filesystem::path& file,
+                                       const entity_registry& available);
 
 /// Applies a `--listen host:port` override; INVALID_ARGUMENT when it does not parse.
 status apply_listen(serve_config& cfg, std::string_view listen);
@@ -63,8 +67,16 @@ tool_fn static_fallback(nlohmann::json body);
 /// (0 after a graceful stop, 1 when the runtime or the listener could not start).
 int run_serve(serve_config cfg);
 
-/// Adds `serve --config FILE [--listen HOST:PORT] [--data DIR]` to `app`. When it runs, it
-/// writes its exit code to *exit_code (0 stopped by a signal, 1 start failure, 2 bad config).
-void add_serve_command(CLI::App& app, int* exit_code);
+/// Adds `serve --config FILE [--listen HOST:PORT] [--data DIR]` to `app`, hosting types among
+/// `available`. When it runs, it writes its exit code to *exit_code (0 stopped by a signal, 1
+/// start failure, 2 bad configuration).
+void add_serve_command(CLI::App& app, int* exit_code, entity_registry available);
+
+/// A whole server program: `argv` takes `--config FILE [--listen HOST:PORT] [--data DIR]` as
+/// `factum serve` does, the configuration chooses its types among `available`, and the process
+/// runs until SIGTERM or SIGINT. Returns the exit code (as add_serve_command; 0 for --help).
+/// A tenant's own `main`: register the types, then `return factum::tools::serve_main(argc,
+/// argv, std::move(types));`.
+int serve_main(int argc, char** argv, entity_registry available);
 
 } // namespace factum::tools

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# consumer.sh: factum embedded from outside its tree, as docs/embedding.md tells a newcomer.
+# Installs the build into a temporary prefix (`cmake --install`), copies examples/embedding (a
+# project of its own: find_package(factum), an entity type with a coroutine handler and a tool
+# call, and serve_main) out of the tree, configures and builds it against that prefix, runs it
+# with the fake vendor as its tool, calls it over HTTP (a retry with the same key replays), stops
+# it with SIGTERM (exit 0 required) and checks its facts with the installed `factum inspect`.
+# Also checks that only the public headers were installed and that pkg-config finds factum.
+# Usage: consumer.sh --build DIR --source DIR --vendor PATH. Servers are stopped by pid.
+set -euo pipefail
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --source) source=$2; shift 2 ;;
+    --vendor) vendor=$2; shift 2 ;;
+    *) echo "consumer: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "consumer: FAIL: $*" >&2
+  for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done
+  exit 1
+}
+# wait_for WHAT SECONDS COMMAND...: polls COMMAND every 50 ms.
+wait_for() {
+  local what=$1 n=$(($2 * 20)); shift 2
+  for _ in $(seq 1 $n); do "$@" 2>/dev/null && return 0; sleep 0.05; done
+  fail "no $what within $((n / 20)) s"
+}
+
+# 1. Install, and only the public headers.
+prefix=$tmp/prefix
+cmake --install "$build" --prefix "$prefix" > "$tmp/install.log" || fail "cmake --install failed"
+for h in entities/entity.hpp entities/context.hpp runtime/runtime.hpp tools/serve.hpp version.hpp \
+  storage/status.hpp storage/fact.hpp; do
+  [ -f "$prefix/include/factum/$h" ] || fail "the public header factum/$h is not installed"
+done
+for h in storage/entity_store.hpp storage/alarm_index.hpp storage/spare_pool.hpp \
+  storage/tenant_index.hpp; do
+  [ ! -e "$prefix/include/factum/$h" ] || fail "the private header factum/$h was installed"
+done
+[ -x "$prefix/bin/factum" ] || fail "the factum executable is not installed"
+PKG_CONFIG_PATH=$prefix/lib/pkgconfig:$prefix/lib/x86_64-linux-gnu/pkgconfig \
+  pkg-config --exists factum || fail "pkg-config does not find factum"
+
+# 2. The consumer project, out of the tree, built against the prefix.
+cp -r "$source/examples/embedding" "$tmp/project"
+rm -rf "$tmp/project/build" "$tmp/project/data"
+cmake -S "$tmp/project" -B "$tmp/project/build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release > "$tmp/configure.log" 2>&1 || fail "configure: $(tail -5 "$tmp/configure.log")"
+cmake --build "$tmp/project/build" -j2 > "$tmp/build.log" 2>&1 || fail "build: $(tail -15 "$tmp/build.log")"
+server=$tmp/project/build/reminders-server
+[ -x "$server" ] || fail "no reminders-server was built"
+
+# 3. Run it with the fake vendor as its `sms` tool.
+"$vendor" --listen 127.0.0.1:0 --port-file "$tmp/vendor.port" > /dev/null 2> "$tmp/vendor.log" &
+pids+=($!)
+wait_for "vendor port" 10 test -s "$tmp/vendor.port"
+sed -e "s#@VENDOR_URL@#http://127.0.0.1:$(cat "$tmp/vendor.port")#" \
+  "$tmp/project/serve.json" > "$tmp/serve.json"
+"$server" --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" 2> "$tmp/server.log" &
+spid=$!
+pids+=($spid)
+wait_for "start line" 20 grep -q '"port":[0-9]' "$tmp/server.log"
+port=$(grep -o '"port":[0-9]*' "$tmp/server.log" | head -1 | cut -d: -f2)
+grep -q '"types":\["reminder"\]' "$tmp/server.log" || fail "the start line does not name the reminder type"
+
+send() {  # send KEY: the HTTP status, the body in $tmp/reply
+  curl -s -o "$tmp/reply" -w '%{http_code}' -X POST \
+    "http://127.0.0.1:$port/v1/entities/reminder/r1/send" -H 'X-API-Key: dev-key-acme' \
+    -H 'Content-Type: application/json' -H "Idempotency-Key: $1" \
+    -d '{"to": "+15550100", "text": "dentist at 3"}'
+}
+code=$(send rem-1)
+[ "$code" = 200 ] || fail "send answered $code: $(cat "$tmp/reply")"
+jq -e '.sent == true and .attempts == 1' "$tmp/reply" > /dev/null || fail "reply $(cat "$tmp/reply")"
+code=$(send rem-1)
+[ "$code" = 200 ] || fail "the retry answered $code: $(cat "$tmp/reply")"
+calls=$(curl -s "http://127.0.0.1:$(cat "$tmp/vendor.port")/_vendor/stats" | jq .calls)
+[ "$calls" = 1 ] || fail "the vendor was called $calls times for one key"
+kill -TERM "$spid"
+rc=0
+wait "$spid" || rc=$?
+[ "$rc" = 0 ] || fail "the server exited $rc after SIGTERM"
+
+# 4. Its facts, read with the installed factum inspect.
+"$prefix/bin/factum" inspect verify acme/reminder/r1 --data "$tmp/data" --json > "$tmp/verify.out" ||
+  fail "inspect verify: $(cat "$tmp/verify.out")"
+"$prefix/bin/factum" inspect facts acme/reminder/r1 --data "$tmp/data" --json --limit 0 > "$tmp/facts"
+for t in reminder.requested reminder.sent cost; do
+  n=$(jq -s "map(select(.type == \"$t\")) | length" "$tmp/facts")
+  [ "$n" = 1 ] || fail "$n facts of type $t (expected 1): $(cat "$tmp/facts")"
+done
+echo "consumer: ok: installed, built out of the tree, served, replayed, inspected"
