@@ -1,5 +1,5 @@
 -- peer.lua: wrk script for the side-by-side comparison with workerd (bench/http/compare-workerd).
--- The workload of ../shared/peers/workerd, on factum's routes: POST
+-- The workload of the workerd peer (bench/http/compare-workerd --peer), on factum's routes: POST
 -- /v1/entities/ledger/{id}/append with body {"type":"note","data":{"n":N,"msg":"hello world"}}
 -- and an Idempotency-Key per request.
 --

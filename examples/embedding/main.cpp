@@ -11,7 +11,7 @@
 namespace {
 
 class reminder final : public factum::entity {
-public:
+ public:
   /// {"to": "+1555...", "text": "..."} -> {"sent": true, "attempts": N}
   factum::task<nlohmann::json> send(factum::context& ctx, nlohmann::json args) {
     if (!args.is_object() || !args.contains("to") || !args["to"].is_string())

@@ -72,13 +72,7 @@ void alarm_index::set_fault(fault_hook fault) {
 }
 
 status alarm_index::injected(const char* what) {
-  if (!fault_)
-    return status::ok();
-  int rc = fault_(0, what);
-  if (rc == SQLITE_OK)
-    return status::ok();
-  return {detail::map_rc(rc),
-          std::string("alarm index: ") + what + ": " + sqlite3_errstr(rc) + " (injected)"};
+  return detail::injected_fault(fault_, "alarm index", what);
 }
 
 alarm_index::~alarm_index() {
@@ -242,26 +236,7 @@ result<std::vector<alarm_index_parked>> alarm_index::parked() {
 }
 
 result<fs::path> alarm_index::set_aside(const fs::path& data_dir) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-              std::chrono::system_clock::now().time_since_epoch())
-              .count();
-  auto base = data_dir / "runtime" / "alarms.db";
-  auto aside = base;
-  aside += ".corrupt-" + std::to_string(ms);
-  // The -wal and -shm first: a database renamed without its WAL cannot pick up the WAL of a
-  // fresh index by accident.
-  for (const char* suffix : {"-wal", "-shm", ""}) {
-    auto from = detail::with_suffix(base, suffix);
-    auto to = detail::with_suffix(aside, suffix);
-    std::error_code ec;
-    if (!fs::exists(from, ec))
-      continue;
-    fs::rename(from, to, ec);
-    if (ec)
-      return status{errc::io_error,
-                    "alarm index: cannot move " + from.string() + " aside: " + ec.message()};
-  }
-  return aside;
+  return detail::set_aside_database(data_dir / "runtime" / "alarms.db", "alarm index");
 }
 
 result<alarm_index_rebuild_report> alarm_index::rebuild(const fs::path& data_dir) {

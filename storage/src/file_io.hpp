@@ -1,14 +1,17 @@
 // file_io.hpp (private to storage/): the few POSIX file steps the entity store, the spare pool
 // and the VFS share: whole writes, directory fsyncs, errno -> errc, sibling paths, big-endian
-// fields, descriptors closed at scope exit. Stateless; any thread.
+// fields, descriptors closed at scope exit, a damaged database moved aside. Stateless; any
+// thread.
 #pragma once
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 #include "factum/storage/status.hpp"
@@ -70,6 +73,29 @@ inline uint32_t be32(const void* p) {
 /// `path` with `suffix` appended to its last component (`x.db` + `-wal` = `x.db-wal`).
 inline std::filesystem::path with_suffix(std::filesystem::path path, const char* suffix) {
   return path += suffix;
+}
+
+/// Moves a damaged database `base` (with its -wal and -shm) aside to `base.corrupt-<ms>` for a
+/// post-mortem; `what` names it in errors. The -wal and -shm go first: a database renamed
+/// without its WAL cannot pick up the WAL of a fresh one by accident. The new path.
+inline result<std::filesystem::path> set_aside_database(const std::filesystem::path& base,
+                                                        std::string_view what) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count();
+  auto aside = base;
+  aside += ".corrupt-" + std::to_string(ms);
+  for (const char* suffix : {"-wal", "-shm", ""}) {
+    auto from = with_suffix(base, suffix);
+    std::error_code ec;
+    if (!std::filesystem::exists(from, ec))
+      continue;
+    std::filesystem::rename(from, with_suffix(aside, suffix), ec);
+    if (ec)
+      return status{errc::io_error, std::string(what) + ": cannot move " + from.string() +
+                                      " aside: " + ec.message()};
+  }
+  return aside;
 }
 
 } // namespace factum::detail

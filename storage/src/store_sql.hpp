@@ -44,6 +44,15 @@ inline errc map_rc(int rc) {
   }
 }
 
+/// What a fault hook injects into the step `what` of `owner` (an index's name): ok, or the
+/// injected SQLite result code as an error that says it was injected.
+inline status injected_fault(const fault_hook& fault, std::string_view owner, const char* what) {
+  int rc = fault ? fault(0, what) : SQLITE_OK;
+  if (rc == SQLITE_OK)
+    return status::ok();
+  return {map_rc(rc), std::string(owner) + ": " + what + ": " + sqlite3_errstr(rc) + " (injected)"};
+}
+
 // -- ids ----------------------------------------------------------------------------------------
 
 /// A random number from a generator of the calling thread (store_facts.cpp). Any thread.

@@ -79,13 +79,7 @@ void tenant_index::set_fault(fault_hook fault) {
 }
 
 status tenant_index::injected(const char* what) {
-  if (!fault_)
-    return status::ok();
-  int rc = fault_(0, what);
-  if (rc == SQLITE_OK)
-    return status::ok();
-  return {detail::map_rc(rc),
-          std::string("tenant index: ") + what + ": " + sqlite3_errstr(rc) + " (injected)"};
+  return detail::injected_fault(fault_, "tenant index", what);
 }
 
 status tenant_index::exec(const char* sql, const char* what) {
@@ -220,26 +214,7 @@ status tenant_index::set_flag(const char* name, bool value) {
 }
 
 result<fs::path> tenant_index::set_aside(const fs::path& data_dir) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-              std::chrono::system_clock::now().time_since_epoch())
-              .count();
-  auto base = data_dir / "runtime" / "tenants.db";
-  auto aside = base;
-  aside += ".corrupt-" + std::to_string(ms);
-  // The -wal and -shm first: a database renamed without its WAL cannot pick up the WAL of a
-  // fresh index by accident.
-  for (const char* suffix : {"-wal", "-shm", ""}) {
-    auto from = detail::with_suffix(base, suffix);
-    auto to = detail::with_suffix(aside, suffix);
-    std::error_code ec;
-    if (!fs::exists(from, ec))
-      continue;
-    fs::rename(from, to, ec);
-    if (ec)
-      return status{errc::io_error,
-                    "tenant index: cannot move " + from.string() + " aside: " + ec.message()};
-  }
-  return aside;
+  return detail::set_aside_database(data_dir / "runtime" / "tenants.db", "tenant index");
 }
 
 result<tenant_index_rebuild_report> tenant_index::rebuild(const fs::path& data_dir) {

@@ -5,7 +5,8 @@
 # call, and serve_main) out of the tree, configures and builds it against that prefix, runs it
 # with the fake vendor as its tool, calls it over HTTP (a retry with the same key replays), stops
 # it with SIGTERM (exit 0 required) and checks its facts with the installed `factum inspect`.
-# Also checks that only the public headers were installed and that pkg-config finds factum.
+# Also checks that only the public headers were installed, that pkg-config finds factum and that
+# docs/embedding.md shows this very project.
 # Usage: consumer.sh --build DIR --source DIR --vendor PATH. Servers are stopped by pid.
 set -euo pipefail
 while [ $# -gt 0 ]; do
@@ -53,7 +54,16 @@ done
 PKG_CONFIG_PATH=$prefix/lib/pkgconfig:$prefix/lib/x86_64-linux-gnu/pkgconfig \
   pkg-config --exists factum || fail "pkg-config does not find factum"
 
-# 2. The consumer project, out of the tree, built against the prefix.
+# 2. The guide shows this project: its CMakeLists.txt (comments aside) and lines of main.cpp.
+guide=$source/docs/embedding.md
+project=$source/examples/embedding
+diff <(awk '/^```cmake$/{f=1;next} /^```$/{f=0} f' "$guide") <(grep -v '^#' "$project/CMakeLists.txt") \
+  > "$tmp/guide.diff" || fail "docs/embedding.md's CMakeLists.txt is not the project's: $(cat "$tmp/guide.diff")"
+while IFS= read -r line; do
+  grep -qxF -- "$line" "$project/main.cpp" || fail "docs/embedding.md shows a line main.cpp lacks: $line"
+done < <(awk '/^```cpp$/{f=1;next} /^```$/{f=0} f' "$guide")
+
+# 3. The consumer project, out of the tree, built against the prefix.
 cp -r "$source/examples/embedding" "$tmp/project"
 rm -rf "$tmp/project/build" "$tmp/project/data"
 cmake -S "$tmp/project" -B "$tmp/project/build" -DCMAKE_PREFIX_PATH="$prefix" \
@@ -62,7 +72,7 @@ cmake --build "$tmp/project/build" -j2 > "$tmp/build.log" 2>&1 || fail "build: $
 server=$tmp/project/build/reminders-server
 [ -x "$server" ] || fail "no reminders-server was built"
 
-# 3. Run it with the fake vendor as its `sms` tool.
+# 4. Run it with the fake vendor as its `sms` tool.
 "$vendor" --listen 127.0.0.1:0 --port-file "$tmp/vendor.port" > /dev/null 2> "$tmp/vendor.log" &
 pids+=($!)
 wait_for "vendor port" 10 test -s "$tmp/vendor.port"
@@ -93,7 +103,7 @@ rc=0
 wait "$spid" || rc=$?
 [ "$rc" = 0 ] || fail "the server exited $rc after SIGTERM"
 
-# 4. Its facts, read with the installed factum inspect.
+# 5. Its facts, read with the installed factum inspect.
 "$prefix/bin/factum" inspect verify acme/reminder/r1 --data "$tmp/data" --json > "$tmp/verify.out" ||
   fail "inspect verify: $(cat "$tmp/verify.out")"
 "$prefix/bin/factum" inspect facts acme/reminder/r1 --data "$tmp/data" --json --limit 0 > "$tmp/facts"
