@@ -60,7 +60,25 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR
         COMPONENT server FILES_MATCHING PATTERN "*.md")
 
 # Debian packages (scripts/package): `factum` (the executable and the docs) and `libfactum-dev`
-# (headers, static libraries, the CMake package and factum.pc).
+# (headers, static libraries, the CMake package and factum.pc). Each has the copyright file and
+# the gzipped changelog of a native package (share/doc/<package>/).
+set(factum_changelog ${PROJECT_BINARY_DIR}/generated/changelog)
+string(TIMESTAMP factum_changelog_date "%a, %d %b %Y %H:%M:%S +0000" UTC)
+file(WRITE ${factum_changelog}
+     "factum (${PROJECT_VERSION}) unstable; urgency=medium\n\n"
+     "  * Release ${PROJECT_VERSION} (the commit messages hold the changes).\n\n"
+     " -- factum maintainers <maintainers@factum.invalid>  ${factum_changelog_date}\n")
+file(ARCHIVE_CREATE OUTPUT ${factum_changelog}.gz PATHS ${factum_changelog} FORMAT raw
+     COMPRESSION GZip COMPRESSION_LEVEL 9)
+foreach(c IN ITEMS server dev)
+  set(pkg factum)
+  if(c STREQUAL "dev")
+    set(pkg libfactum-dev)
+  endif()
+  install(FILES ${PROJECT_SOURCE_DIR}/cmake/copyright ${factum_changelog}.gz
+          DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/${pkg} COMPONENT ${c})
+endforeach()
+set(CPACK_STRIP_FILES ON)
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME factum)
 set(CPACK_PACKAGE_VENDOR factum)
@@ -77,8 +95,6 @@ set(CPACK_DEBIAN_DEV_PACKAGE_NAME libfactum-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
     "libcaf-dev, libsqlite3-dev, nlohmann-json3-dev, libboost-dev, libssl-dev, libcli11-dev")
-set(CPACK_COMPONENT_SERVER_DESCRIPTION
-    "factum: the factum executable (serve, inspect, bench) and its documentation")
-set(CPACK_COMPONENT_DEV_DESCRIPTION
-    "factum: headers, static libraries, CMake package and pkg-config file for embedding")
+set(CPACK_COMPONENT_SERVER_DESCRIPTION "durable entity server: factum serve, inspect, bench")
+set(CPACK_COMPONENT_DEV_DESCRIPTION "durable entities: headers, static libraries, CMake package")
 include(CPack)
