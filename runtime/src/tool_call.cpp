@@ -154,7 +154,7 @@ circuit_breaker& breaker_for(tool_host& h, const std::string& tool, const json& 
 }
 
 void record_breaker(tool_host& h, const std::string& tool,
-                    const std::optional<breaker_transition>& t) {
+                    const std::optional<breaker_transition>& t, const json& operator_fields) {
   auto& br = h.breakers().at(tool);
   if (t) {
     h.stats().breaker_transitions.fetch_add(1, std::memory_order_relaxed);
@@ -163,6 +163,8 @@ void record_breaker(tool_host& h, const std::string& tool,
     d.subtype = "circuit_breaker_state_changed";
     d.tool_id = tool;
     d.data = t->fact_data();
+    if (operator_fields.is_object())
+      d.data.update(operator_fields);
     append_or_throw(h, std::move(d));
   }
   breaker_record rec{tool, std::string(to_string(br.state())), br.to_json().dump(),
@@ -521,11 +523,40 @@ json list_dead_letters(tool_host& h, const json& args) {
   return out;
 }
 
+namespace {
+
+/// Who asked for an operator action and why, for its lifecycle fact: {"actor", "reason"?}.
+/// `actor` is what the HTTP gateway sets (the API key's id) or an embedder's own name, default
+/// "operator"; `reason` is optional free text. Both are checked: strings, bounded, no control
+/// characters.
+json operator_record(const json& args) {
+  auto text = [&](const char* name, size_t max) -> std::optional<std::string> {
+    auto it = args.find(name);
+    if (it == args.end() || it->is_null())
+      return std::nullopt;
+    if (!it->is_string() || it->get_ref<const std::string&>().size() > max)
+      throw client_error("INVALID_ARGUMENT", std::string(name) + " must be a string of at most " +
+                                               std::to_string(max) + " bytes");
+    for (unsigned char c : it->get_ref<const std::string&>())
+      if (c < 0x20 || c == 0x7f)
+        throw client_error("INVALID_ARGUMENT",
+                           std::string(name) + " must not contain control characters");
+    return it->get<std::string>();
+  };
+  json out = {{"actor", text("actor", 128).value_or("operator")}};
+  if (auto reason = text("reason", 512))
+    out["reason"] = *reason;
+  return out;
+}
+
+} // namespace
+
 json act_on_dead_letter(tool_host& h, const json& args) {
   auto id = args.value("id", "");
   auto action = parse_dl_action(args.value("action", ""));
   if (!action)
     throw client_error("INVALID_ACTION", "action must be retry, discard or acknowledge");
+  auto who = operator_record(args);
   auto r = h.store().get_dead_letter(id);
   if (!r) {
     if (r.error().code() == errc::not_found)
@@ -556,8 +587,8 @@ json act_on_dead_letter(tool_host& h, const json& args) {
   d.subtype = "dead_letter_" + std::string(to_string(*action));
   d.data = {{"dead_letter_id", dl.id},
             {"previous_status", std::string(to_string(from))},
-            {"new_status", std::string(to_string(dl.status))},
-            {"actor", "operator"}};
+            {"new_status", std::string(to_string(dl.status))}};
+  d.data.update(who);
   h.ctx().append(std::move(d));
   return to_json(dl);
 }
@@ -587,6 +618,9 @@ json act_on_breaker(tool_host& h, const json& args) {
   auto action = args.value("action", "");
   if (tool.empty() || tool.size() > 128)
     throw client_error("INVALID_ARGUMENT", "tool must be 1 to 128 characters");
+  if (action != "force-open" && action != "reset" && action != "disable")
+    throw client_error("INVALID_ACTION", "action must be force-open, reset or disable");
+  auto who = operator_record(args);
   auto cfg = default_tool_config(h.config(), tool);
   auto& br = breaker_for(h, tool, cfg["breaker"]);
   int64_t now = h.ctx().now_ms();
@@ -596,8 +630,8 @@ json act_on_breaker(tool_host& h, const json& args) {
   else if (action == "reset")
     t = br.reset(now, "reset_by_operator");
   else
-    throw client_error("INVALID_ACTION", "action must be force-open or reset");
-  record_breaker(h, tool, t);
+    t = br.disable(now, "disabled_by_operator");
+  record_breaker(h, tool, t, who);
   return {{"tool", tool}, {"state", std::string(to_string(br.state()))}};
 }
 

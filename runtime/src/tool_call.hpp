@@ -56,9 +56,11 @@ nlohmann::json default_tool_config(const runtime_config& cfg, const std::string&
 resilience::circuit_breaker& breaker_for(tool_host& h, const std::string& tool,
                                          const nlohmann::json& breaker_json);
 
-/// Appends the lifecycle fact of a breaker transition and persists the breaker.
+/// Appends the lifecycle fact of a breaker transition (with `operator_fields`, an object, merged
+/// into its data for an operator's action: actor and reason) and persists the breaker.
 void record_breaker(tool_host& h, const std::string& tool,
-                    const std::optional<resilience::breaker_transition>& t);
+                    const std::optional<resilience::breaker_transition>& t,
+                    const nlohmann::json& operator_fields = nullptr);
 
 /// Operator actions behind the HTTP API (internal methods @dead_letters, @dead_letter,
 /// @breakers, @breaker). Each move is a fact. Throw call_error on bad input.

@@ -1,12 +1,14 @@
 // operator_test.cpp: the operator routes over HTTP against the runtime's resilience layer: a
 // webhook delivery whose tool always fails becomes a dead letter that is listed, filtered and
 // moved (discard, an invalid move, an unknown id), and the tool's breaker is listed, forced open
-// (deliveries then fast-fail with CIRCUIT_OPEN) and reset. Runs on the test thread.
+// (deliveries then fast-fail with CIRCUIT_OPEN), disabled with a reason and reset. Runs on the
+// test thread.
 #include <doctest/doctest.h>
 
 #include <atomic>
 #include <memory>
 
+#include "factum/storage/sha256.hpp"
 #include "http/fixture.hpp"
 
 using namespace factum;
@@ -150,4 +152,59 @@ TEST_CASE("operator routes: after an operator retry resolved a dead letter, the 
   auto other = c.request("POST", "/v1/entities/webhook/w2/deliver", json_headers(acme_key, "d-7"),
                          json{{"tool", "vendor"}, {"payload", {{"order", 8}}}}.dump());
   CHECK(other.status == 422);
+}
+
+TEST_CASE("operator routes: a breaker is disabled with a reason: deliveries reach the failing "
+          "vendor every time, and the lifecycle fact names the reason and the API key") {
+  std::atomic<int> vendor_calls{0};
+  gateway_fixture f([&](runtime_config& rc, http_server_config&) {
+    add_failing_vendor(rc);
+    auto inner = rc.tools["vendor"];
+    rc.tools["vendor"] = [&vendor_calls, inner](const tool_request& r,
+                                                std::function<void(tool_reply)> done) {
+      ++vendor_calls;
+      inner(r, std::move(done));
+    };
+  });
+  http_client c(f.port());
+  // The entity exists once a delivery failed (operator routes never create one).
+  REQUIRE(c.request("POST", "/v1/entities/webhook/w3/deliver", json_headers(acme_key, "x-first"),
+                    json{{"tool", "vendor"}}.dump())
+            .status == 503);
+  auto disabled = c.request(
+    "POST", "/v1/entities/webhook/w3/breakers/vendor/disable",
+    {{"X-API-Key", acme_key}, {"Content-Type", "application/json"}},
+    json{{"reason", "vendor maintenance, ticket 4711"}, {"actor", "someone-else"}}.dump());
+  REQUIRE_MESSAGE(disabled.status == 200, disabled.body);
+  CHECK(disabled.json()["state"] == "DISABLED");
+  // The breaker would open on this many failures (5 of the last 10 by default); disabled, it
+  // never refuses: every delivery's attempts reach the vendor.
+  for (int i = 0; i < 8; ++i) {
+    auto r =
+      c.request("POST", "/v1/entities/webhook/w3/deliver",
+                json_headers(acme_key, "x-" + std::to_string(i)), json{{"tool", "vendor"}}.dump());
+    CHECK(r.status == 503);
+    CHECK(r.code() != "CIRCUIT_OPEN");
+  }
+  CHECK(vendor_calls.load() == 18); // 9 deliveries x 2 attempts
+  auto moves = f.facts("acme", "webhook", "w3",
+                       {{"type", "lifecycle"}, {"subtype", "circuit_breaker_state_changed"}});
+  REQUIRE(moves.size() == 1);
+  auto d = moves[0]["data"];
+  CHECK(d["new_state"] == "DISABLED");
+  CHECK(d["reason"] == "vendor maintenance, ticket 4711");
+  // The actor is the API key that asked (its digest's first 12 hex digits), not the body's.
+  CHECK(d["actor"] == "api-key:" + sha256_hex(acme_key).substr(0, 12));
+  // A reason with a control character is refused and changes nothing.
+  auto bad = c.request("POST", "/v1/entities/webhook/w3/breakers/vendor/reset",
+                       {{"X-API-Key", acme_key}, {"Content-Type", "application/json"}},
+                       json{{"reason", "line\nbreak"}}.dump());
+  CHECK(bad.status == 400);
+  CHECK(bad.code() == "INVALID_ARGUMENT");
+  CHECK(c.request("GET", "/v1/entities/webhook/w3/breakers", {{"X-API-Key", acme_key}})
+          .json()[0]["state"] == "DISABLED");
+  auto reset =
+    c.request("POST", "/v1/entities/webhook/w3/breakers/vendor/reset", {{"X-API-Key", acme_key}});
+  REQUIRE(reset.status == 200);
+  CHECK(reset.json()["state"] == "CLOSED");
 }

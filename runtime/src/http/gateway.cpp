@@ -115,6 +115,9 @@ struct exchange {
   std::vector<std::string> seg;    ///< the path's segments (decoded under /v1/entities/)
   std::string trace_id;
   std::string tenant;
+  /// Who the API key is, for the records of operator actions: "api-key:" and the first 12 hex
+  /// digits of the key's SHA-256 (never the key).
+  std::string actor;
   std::string code;
   std::string detail;
   clock_type::time_point started = clock_type::now();
@@ -232,7 +235,7 @@ verdict check_running(gateway& gw) {
 /// keys) are ambiguous: refused rather than "the first one wins". Every configured digest is
 /// compared, in constant time, whatever matched before.
 verdict authenticate(const http_server_config& cfg, const http_request& req,
-                     const http_tenant*& tenant, uint8_t& scopes) {
+                     const http_tenant*& tenant, const http_api_key*& key) {
   if (req.api_key_count > 1)
     return refusal{401, "UNAUTHORIZED", "send exactly one X-API-Key header"};
   tenant = nullptr;
@@ -242,7 +245,7 @@ verdict authenticate(const http_server_config& cfg, const http_request& req,
       for (auto& k : t.keys)
         if (constant_time_equal(digest, k.sha256)) {
           tenant = &t;
-          scopes = k.scopes;
+          key = &k;
         }
   }
   if (!tenant)
@@ -331,13 +334,14 @@ std::string_view scope_name(uint8_t scope) {
 /// key, type. Refuses and returns nullopt when one fails.
 std::optional<entity_ref> entity_gate(gateway& gw, exchange& x, uint8_t scope) {
   const http_tenant* tenant = nullptr;
-  uint8_t scopes = 0;
+  const http_api_key* key = nullptr;
   verdict no = check_running(gw);
   if (!no)
-    no = authenticate(gw.config(), x.req, tenant, scopes);
+    no = authenticate(gw.config(), x.req, tenant, key);
   if (!no) {
     x.tenant = tenant->name;
-    if ((scopes & scope) == 0)
+    x.actor = "api-key:" + key->sha256.substr(0, 12);
+    if ((key->scopes & scope) == 0)
       no = refusal{403, "INSUFFICIENT_SCOPE",
                    "this API key lacks the '" + std::string(scope_name(scope)) +
                      "' scope this route needs"};
@@ -494,6 +498,7 @@ void operator_action(gateway& gw, const exchange_ptr& x, const entity_ref& e, bo
   }
   args[dead_letter ? "id" : "tool"] = name;
   args["action"] = action;
+  args["actor"] = x->actor; // the key that asked, whatever the body says
   if (!opts.idempotency_key.empty())
     opts.fingerprint = fingerprint(e.canonical(x->seg[4] + "/" + name + "/" + action), x->req.body);
   run_call(gw, x, e, dead_letter ? "@dead_letter" : "@breaker", args.dump(), std::move(opts));
@@ -561,8 +566,9 @@ constexpr route routes[] = {
   {"POST", "/v1/entities/{type}/{id}/dead-letters/{dead_letter}/{action:retry|discard|acknowledge}",
    "dead_letter_action", nullptr, dead_letter_action, scope_operate,
    "a dead letter's action is retry, discard or acknowledge"},
-  {"POST", "/v1/entities/{type}/{id}/breakers/{tool}/{action:force-open|reset}", "breaker_action",
-   nullptr, breaker_action, scope_operate, "a breaker's action is force-open or reset"},
+  {"POST", "/v1/entities/{type}/{id}/breakers/{tool}/{action:force-open|reset|disable}",
+   "breaker_action", nullptr, breaker_action, scope_operate,
+   "a breaker's action is force-open, reset or disable"},
 };
 
 enum class fit { no, but_value, yes };
