@@ -695,6 +695,21 @@ status configure_storage(detail::runtime_core& c) {
   return {};
 }
 
+/// The failure classifier: the default table with each tool policy's `classify` overrides.
+status build_classifier(detail::runtime_core& c) {
+  nlohmann::json tools = nlohmann::json::object();
+  for (auto& [name, pol] : c.cfg.tool_policies)
+    if (!pol.classify.is_null())
+      tools[name] = pol.classify;
+  if (tools.empty())
+    return {};
+  auto cl = resilience::classifier::from_json({{"tools", std::move(tools)}});
+  if (!cl)
+    return status{errc::invalid_argument, "runtime_config.tool_policies: " + cl.error().message()};
+  c.classifier = std::move(cl.value());
+  return {};
+}
+
 /// The alarm index's reader and writer connections. A damaged index is derived data (the
 /// entity files hold the alarms): the file is kept aside for a post-mortem and a fresh one is
 /// refilled from the entity files before any entity can run.
@@ -773,6 +788,8 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
       return rules.error();
     c.dl_rules = std::move(rules.value());
   }
+  if (auto st = build_classifier(c); !st)
+    return st;
   if (auto st = open_alarm_index(c, p->start_notes); !st)
     return st;
   if (auto st = detail::open_tenant_index(c, p->start_notes); !st)

@@ -208,3 +208,52 @@ TEST_CASE("operator routes: a breaker is disabled with a reason: deliveries reac
   REQUIRE(reset.status == 200);
   CHECK(reset.json()["state"] == "CLOSED");
 }
+
+TEST_CASE("tools: a tool's classify override turns its 404 into a retried transient failure "
+          "that ends as a dead letter; without one a 404 is a client error, tried once") {
+  std::atomic<int> calls{0};
+  gateway_fixture f([&](runtime_config& rc, http_server_config&) {
+    auto not_found = [&calls](const tool_request&, std::function<void(tool_reply)> done) {
+      ++calls;
+      tool_reply r;
+      r.ok = false;
+      r.http_status = 404;
+      r.error_message = "no such record (yet)";
+      done(std::move(r));
+    };
+    tool_policy p;
+    p.retry = {{"base_delay_ms", 5}, {"max_delay_ms", 10}, {"max_attempts", 3}, {"jitter", "none"}};
+    rc.tools["plain"] = not_found;
+    rc.tool_policies["plain"] = p;
+    p.classify = {{"statuses", {{"404", {{"category", "transient"}, {"retryable", true}}}}}};
+    rc.tools["eventual"] = not_found;
+    rc.tool_policies["eventual"] = p;
+  });
+  http_client c(f.port());
+  auto plain = c.request("POST", "/v1/entities/webhook/c1/deliver", json_headers(acme_key, "p-1"),
+                         json{{"tool", "plain"}}.dump());
+  CHECK(plain.status == 400);
+  CHECK(plain.json()["category"] == "client");
+  CHECK(plain.json().value("dead_letter_id", "").empty());
+  CHECK(calls.load() == 1);
+  auto eventual = c.request("POST", "/v1/entities/webhook/c1/deliver",
+                            json_headers(acme_key, "e-1"), json{{"tool", "eventual"}}.dump());
+  CHECK(eventual.status == 503);
+  CHECK(eventual.json()["category"] == "transient");
+  CHECK_FALSE(eventual.json().value("dead_letter_id", "").empty());
+  CHECK(calls.load() == 4); // 1 + 3 attempts
+}
+
+TEST_CASE("tools: a classify override the classifier cannot read stops the start") {
+  test::temp_dir tmp;
+  runtime_config rc;
+  rc.data_dir = tmp.path();
+  add_builtin_types(rc.types);
+  tool_policy p;
+  p.classify = {{"statuses", {{"404", {{"category", "weird"}}}}}};
+  rc.tool_policies["crm"] = p;
+  auto r = runtime::start(std::move(rc));
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.error().code() == errc::invalid_argument);
+  CHECK(r.error().message().find("crm.statuses.404.category") != std::string::npos);
+}

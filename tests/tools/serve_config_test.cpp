@@ -179,3 +179,28 @@ TEST_CASE("serve config: alarm retry settings and dead-letter rules reach the ru
   CHECK(err("dead_letter_rules", json{{"timeout", {{"retention_ms", "x"}}}})
           .find("dead_letter_rules") != std::string::npos);
 }
+
+TEST_CASE("serve config: a tool's classify overrides are parsed, and a bad one names its key") {
+  auto doc = base();
+  doc["tools"] = {{"crm",
+                   {{"url", "http://127.0.0.1:9"},
+                    {"classify",
+                     {{"statuses", {{"404", {{"category", "transient"}, {"retryable", true}}}}},
+                      {"codes", {{"QUOTA", {{"category", "budget"}, {"code", "CRM_QUOTA"}}}}}}}}}};
+  auto r = parse_serve_config(doc, test::serve_types());
+  REQUIRE_MESSAGE(r.is_ok(), r.error().message());
+  auto& pol = r.value().tool_specs.at(0).policy;
+  CHECK(pol.classify["statuses"]["404"]["category"] == "transient");
+  CHECK(pol.classify["codes"]["QUOTA"]["code"] == "CRM_QUOTA");
+  auto tool = [](json classify) {
+    return json{{"crm", {{"url", "http://127.0.0.1:9"}, {"classify", std::move(classify)}}}};
+  };
+  CHECK(error_of(tool({{"status", json::object()}})).find("tools.crm.classify.status") == 0);
+  CHECK(error_of(tool({{"statuses", {{"404", {{"category", "weird"}}}}}}))
+          .find("tools.crm.classify.statuses.404.category") == 0);
+  CHECK(error_of(tool({{"statuses", {{"4040", {{"category", "client"}}}}}}))
+          .find("tools.crm.classify.statuses.4040") == 0);
+  CHECK(error_of(tool({{"codes", {{"E1", {{"category", "client"}, {"retry", true}}}}}}))
+          .find("tools.crm.classify.codes.E1.retry") == 0);
+  CHECK(error_of(tool(json::array())).find("tools.crm.classify") == 0);
+}

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "factum/resilience/circuit_breaker.hpp"
+#include "factum/resilience/classifier.hpp"
 #include "factum/resilience/dead_letter_rules.hpp"
 #include "factum/resilience/money.hpp"
 #include "factum/resilience/retry_budget.hpp"
@@ -322,6 +323,25 @@ status check_against(const json& in, const json& known, const std::string& path)
   return status::ok();
 }
 
+/// tools.<name>.classify: only "statuses" and "codes", each mapping to objects of "category",
+/// "code", "reason" and "retryable" (the classifier checks the values).
+status check_classify_keys(const json& c, const std::string& path) {
+  if (!c.is_object())
+    return bad(path.substr(0, path.size() - 1),
+               "must be an object {\"statuses\": {...}, \"codes\": {...}}");
+  if (auto st = check_keys(c, path, {"statuses", "codes"}); !st)
+    return st;
+  for (const char* part : {"statuses", "codes"})
+    if (auto it = c.find(part); it != c.end() && it->is_object())
+      for (auto& [key, o] : it->items())
+        if (o.is_object())
+          if (auto st = check_keys(o, path + part + "." + key + ".",
+                                   {"category", "code", "reason", "retryable"});
+              !st)
+            return st;
+  return status::ok();
+}
+
 /// `in` without comment members (recursively), for the resilience parsers.
 json strip_comments(const json& in) {
   if (!in.is_object())
@@ -369,7 +389,7 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
                            {"url", "connect_timeout_ms", "request_timeout_ms", "max_connections",
                             "max_queued", "headers", "retry", "breaker", "budget", "price",
                             "currency", "charge_on_failure", "vendor", "idempotent",
-                            "max_inline_delay_ms", "fallback"});
+                            "max_inline_delay_ms", "fallback", "classify"});
       !st)
     return st;
   serve_tool out;
@@ -453,6 +473,18 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
   if (auto st = read_int(t, "max_inline_delay_ms", p, 0, 3'600'000, v); !st)
     return st;
   pol.max_inline_delay_ms = v;
+  if (auto it = t.find("classify"); it != t.end()) {
+    if (auto st = check_classify_keys(*it, p + "classify."); !st)
+      return st;
+    auto rules = strip_comments(*it);
+    auto cl = resilience::classifier::from_json({{"tools", {{out.name, rules}}}});
+    if (!cl) // "classifier.tools.<name>.statuses.404: ..." -> "tools.<name>.classify.statuses..."
+      return status{
+        errc::invalid_argument,
+        p + "classify" +
+          cl.error().message().substr(std::string("classifier.tools.").size() + out.name.size())};
+    pol.classify = std::move(rules);
+  }
   if (auto it = t.find("fallback"); it != t.end()) {
     if (!it->is_object())
       return bad(p + "fallback", "must be an object {\"body\": <JSON answer>}");

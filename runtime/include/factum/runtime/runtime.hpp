@@ -54,6 +54,12 @@ struct tool_policy {
   int64_t max_inline_delay_ms = 5'000;
   /// Answers in place of the tool while its breaker is open. Default none.
   tool_fn fallback;
+  /// This tool's replacements of the default failure classification (classifier.hpp's table):
+  /// {"statuses": {"404": {"category": "transient", "retryable": true, "code"?, "reason"?}},
+  /// "codes": {"QUOTA_EXCEEDED": {...}}}. A status or code listed here is classified as it
+  /// says (which decides retries, the breaker and the dead letter's reason). Checked at start.
+  /// Default null: the table as it is.
+  nlohmann::json classify;
 };
 
 /// What one tenant may use (runtime_config::tenant_quotas). An absent member is no limit.
