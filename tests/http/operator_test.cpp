@@ -210,7 +210,7 @@ TEST_CASE("operator routes: a breaker is disabled with a reason: deliveries reac
 }
 
 TEST_CASE("tools: a tool's classify override turns its 404 into a retried transient failure "
-          "that ends as a dead letter; without one a 404 is a client error, tried once") {
+          "that ends as a dead letter, and without one a 404 is a client error, tried once") {
   std::atomic<int> calls{0};
   gateway_fixture f([&](runtime_config& rc, http_server_config&) {
     auto not_found = [&calls](const tool_request&, std::function<void(tool_reply)> done) {
