@@ -341,22 +341,40 @@ void budget_spent(tool_host& h, const tool_call_plan& p, int attempt, tool_reply
   r.error_code = "RETRY_BUDGET_EXHAUSTED";
 }
 
+/// The error fact of a call whose retries ran out; `resolved`: a fallback answers it.
+void retries_exhausted(tool_host& h, const tool_call_plan& p, int attempt,
+                       const classification& cls, const tool_reply& r, bool resolved) {
+  auto d = p.base_fact("error", "max_retries_exceeded");
+  d.data = {{"error_code", cls.code},
+            {"error_message", r.error_message},
+            {"category", std::string(to_string(cls.category))},
+            {"retry_attempt", attempt},
+            {"max_retries", p.rp.max_attempts - 1},
+            {"resolved", resolved}};
+  append_or_throw(h, std::move(d));
+}
+
+/// The policy's fallback answers in place of the tool; `attempts` made before it.
+task<tool_reply> answer_with_fallback(tool_host& h, const tool_call_plan& p, int attempts) {
+  auto fb_op =
+    async_op<tool_reply>(h.ctx(), [pol = p.pol, r = p.req](std::function<void(tool_reply)> done) {
+      pol->fallback(r, std::move(done));
+    });
+  tool_reply fb = co_await fb_op;
+  fb.attempts = attempts;
+  if (fb.body.is_object())
+    fb.body["fallback"] = true;
+  co_return fb;
+}
+
 /// The dead letter of a call whose retries ran out (`delay` empty) or whose next wait is too
 /// long to hold the entity: made, or updated when this run was one of its retries; its retry
 /// alarm set when its reason retries automatically and its cap is not reached.
 void dead_letter(tool_host& h, const tool_call_plan& p, int attempt, int64_t now,
                  const classification& cls, std::optional<int64_t> delay, tool_reply& r) {
   auto& ctx = h.ctx();
-  if (!delay) {
-    auto d = p.base_fact("error", "max_retries_exceeded");
-    d.data = {{"error_code", cls.code},
-              {"error_message", r.error_message},
-              {"category", std::string(to_string(cls.category))},
-              {"retry_attempt", attempt},
-              {"max_retries", p.rp.max_attempts - 1},
-              {"resolved", false}};
-    append_or_throw(h, std::move(d));
-  }
+  if (!delay)
+    retries_exhausted(h, p, attempt, cls, r, false);
   auto& rules = h.dl_rules();
   dead_letter_record dl;
   if (auto retrying = h.retrying_dead_letter(); !retrying.empty())
@@ -432,15 +450,8 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
       auto refused = refused_by_breaker(h, p, attempt, decision);
       if (!p.pol->fallback)
         co_return refused;
-      auto fb_op =
-        async_op<tool_reply>(ctx, [pol = p.pol, r = p.req](std::function<void(tool_reply)> done) {
-          pol->fallback(r, std::move(done));
-        });
-      tool_reply fb = co_await fb_op;
-      fb.attempts = attempt - 1;
-      if (fb.body.is_object())
-        fb.body["fallback"] = true;
-      co_return fb;
+      auto fb = answer_with_fallback(h, p, attempt - 1);
+      co_return co_await fb;
     }
     auto op = ctx.call_tool_once(p.req);
     tool_reply r = co_await op;
@@ -457,6 +468,17 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
     if (delay && !p.budget->try_spend(now)) {
       budget_spent(h, p, attempt, r);
       co_return r;
+    }
+    if (!delay && p.pol->fallback && p.pol->fallback_after_retries) {
+      // Exhausted, and the policy answers with its fallback then: the call has an answer, so
+      // no dead letter; the facts say what happened.
+      retries_exhausted(h, p, attempt, cls, r, true);
+      auto used = p.base_fact("outcome", "fallback_used");
+      used.data = {
+        {"reason", "retries_exhausted"}, {"attempts", attempt}, {"error_code", cls.code}};
+      append_or_throw(h, std::move(used));
+      auto fb = answer_with_fallback(h, p, attempt);
+      co_return co_await fb;
     }
     if (!delay || *delay > p.max_inline) {
       // Exhausted, or a wait too long to hold the entity: a dead letter (retried by an alarm

@@ -257,3 +257,40 @@ TEST_CASE("tools: a classify override the classifier cannot read stops the start
   CHECK(r.error().code() == errc::invalid_argument);
   CHECK(r.error().message().find("crm.statuses.404.category") != std::string::npos);
 }
+
+TEST_CASE("tools: a fallback after retries answers a delivery whose retries ran out, with no "
+          "dead letter, and the facts say the fallback was used") {
+  gateway_fixture f([](runtime_config& rc, http_server_config&) {
+    add_failing_vendor(rc);
+    auto& p = rc.tool_policies["vendor"];
+    p.fallback = [](const tool_request&, std::function<void(tool_reply)> done) {
+      tool_reply r;
+      r.ok = true;
+      r.http_status = 200;
+      r.body = json{{"queued", true}};
+      done(std::move(r));
+    };
+    p.fallback_after_retries = true;
+  });
+  http_client c(f.port());
+  auto r = c.request("POST", "/v1/entities/webhook/fb1/deliver", json_headers(acme_key, "fb-1"),
+                     json{{"tool", "vendor"}}.dump());
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  CHECK(r.json()["fallback"] == true);
+  CHECK(r.json()["attempts"] == 2);
+  CHECK(
+    c.request("GET", "/v1/entities/webhook/fb1/dead-letters", {{"X-API-Key", acme_key}}).json() ==
+    json::array());
+  auto exhausted = f.facts("acme", "webhook", "fb1", {{"subtype", "max_retries_exceeded"}});
+  REQUIRE(exhausted.size() == 1);
+  CHECK(exhausted[0]["data"]["resolved"] == true);
+  auto used =
+    f.facts("acme", "webhook", "fb1", {{"type", "outcome"}, {"subtype", "fallback_used"}});
+  REQUIRE(used.size() == 1);
+  CHECK(used[0]["data"]["reason"] == "retries_exhausted");
+  // A retry with the same key replays the fallback's answer: the vendor is not called again.
+  auto again = c.request("POST", "/v1/entities/webhook/fb1/deliver", json_headers(acme_key, "fb-1"),
+                         json{{"tool", "vendor"}}.dump());
+  CHECK(again.status == 200);
+  CHECK(again.body == r.body);
+}

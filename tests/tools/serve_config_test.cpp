@@ -204,3 +204,19 @@ TEST_CASE("serve config: a tool's classify overrides are parsed, and a bad one n
           .find("tools.crm.classify.codes.E1.retry") == 0);
   CHECK(error_of(tool(json::array())).find("tools.crm.classify") == 0);
 }
+
+TEST_CASE("serve config: fallback.after_retries is a boolean, false by default") {
+  auto doc = base();
+  doc["tools"] = {{"crm",
+                   {{"url", "http://127.0.0.1:9"},
+                    {"fallback", {{"body", {{"queued", true}}}, {"after_retries", true}}}}},
+                  {"plain", {{"url", "http://127.0.0.1:9"}, {"fallback", {{"body", 1}}}}}};
+  auto r = parse_serve_config(doc, test::serve_types());
+  REQUIRE_MESSAGE(r.is_ok(), r.error().message());
+  for (auto& t : r.value().tool_specs)
+    CHECK(t.policy.fallback_after_retries == (t.name == "crm"));
+  CHECK(error_of({{"crm",
+                   {{"url", "http://127.0.0.1:9"},
+                    {"fallback", {{"body", 1}, {"after_retries", "yes"}}}}}})
+          .find("tools.crm.fallback.after_retries") == 0);
+}

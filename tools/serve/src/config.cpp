@@ -488,12 +488,17 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
   if (auto it = t.find("fallback"); it != t.end()) {
     if (!it->is_object())
       return bad(p + "fallback", "must be an object {\"body\": <JSON answer>}");
-    if (auto st = check_keys(*it, p + "fallback.", {"body"}); !st)
+    if (auto st = check_keys(*it, p + "fallback.", {"body", "after_retries"}); !st)
       return st;
     auto b = it->find("body");
     if (b == it->end())
       return bad(p + "fallback.body", "required: the JSON answered while the breaker is open");
     out.fallback_body = *b;
+    if (auto a = it->find("after_retries"); a != it->end()) {
+      if (!a->is_boolean())
+        return bad(p + "fallback.after_retries", "must be true or false");
+      pol.fallback_after_retries = a->get<bool>();
+    }
   }
   cfg.tool_specs.push_back(std::move(out));
   return status::ok();

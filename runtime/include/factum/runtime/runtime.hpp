@@ -54,6 +54,10 @@ struct tool_policy {
   int64_t max_inline_delay_ms = 5'000;
   /// Answers in place of the tool while its breaker is open. Default none.
   tool_fn fallback;
+  /// Also answer with `fallback` when the retries run out: the call then has its answer, so no
+  /// dead letter is made; the `max_retries_exceeded` error fact says `resolved` true and an
+  /// `outcome` fact `fallback_used` follows. Default false: a dead letter.
+  bool fallback_after_retries = false;
   /// This tool's replacements of the default failure classification (classifier.hpp's table):
   /// {"statuses": {"404": {"category": "transient", "retryable": true, "code"?, "reason"?}},
   /// "codes": {"QUOTA_EXCEEDED": {...}}}. A status or code listed here is classified as it
