@@ -125,6 +125,7 @@ json default_tool_config(const runtime_config& cfg, const std::string& tool) {
             {"charge_on_failure", p.charge_on_failure},
             {"vendor", p.vendor.empty() ? "vendor_" + tool : p.vendor}}},
           {"idempotent", p.idempotent},
+          {"retry_by_status", p.retry_by_status},
           {"max_inline_delay_ms", p.max_inline_delay_ms}};
 }
 
@@ -184,7 +185,7 @@ struct tool_call_plan {
   locked_config cfg;
   retry_policy rp;
   std::string amount, currency, vendor;
-  bool charge_on_failure = false, idempotent = true;
+  bool charge_on_failure = false, idempotent = true, by_status = false;
   int64_t max_inline = 5000;
   circuit_breaker* br = nullptr;
   retry_budget* budget = nullptr;
@@ -229,6 +230,7 @@ tool_call_plan plan_call(tool_host& h, tool_request req) {
   p.charge_on_failure = price.value("charge_on_failure", false);
   p.vendor = price.value("vendor", "vendor_" + req.tool);
   p.idempotent = p.cfg.body.value("idempotent", true);
+  p.by_status = p.cfg.body.value("retry_by_status", false);
   p.max_inline = p.cfg.body.value("max_inline_delay_ms", int64_t{5000});
   p.br = &breaker_for(h, req.tool, p.cfg.body.value("breaker", json::object()));
   p.budget = &budget_for(h, req.tool, p.cfg.body.value("budget", json::object()));
@@ -341,6 +343,15 @@ void budget_spent(tool_host& h, const tool_call_plan& p, int attempt, tool_reply
   r.error_code = "RETRY_BUDGET_EXHAUSTED";
 }
 
+/// The policy that decides the wait after a failed attempt: its HTTP status's own when the
+/// tool retries by status and the status has one, else the tool's.
+retry_policy retry_policy_for(const tool_call_plan& p, const tool_reply& r) {
+  if (p.by_status && r.http_status > 0)
+    if (auto sp = resilience::http_status_policy(r.http_status))
+      return *sp;
+  return p.rp;
+}
+
 /// The error fact of a call whose retries ran out; `resolved`: a fallback answers it.
 void retries_exhausted(tool_host& h, const tool_call_plan& p, int attempt,
                        const classification& cls, const tool_reply& r, bool resolved) {
@@ -349,7 +360,7 @@ void retries_exhausted(tool_host& h, const tool_call_plan& p, int attempt,
             {"error_message", r.error_message},
             {"category", std::string(to_string(cls.category))},
             {"retry_attempt", attempt},
-            {"max_retries", p.rp.max_attempts - 1},
+            {"max_retries", retry_policy_for(p, r).max_attempts - 1},
             {"resolved", resolved}};
   append_or_throw(h, std::move(d));
 }
@@ -464,7 +475,8 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
     auto cls = attempt_failed(h, p, attempt, now, r);
     if (!cls.retryable)
       co_return r;
-    auto delay = p.rp.next_delay(attempt, p.prev_delay, r.retry_after_ms, h.rng());
+    auto delay =
+      retry_policy_for(p, r).next_delay(attempt, p.prev_delay, r.retry_after_ms, h.rng());
     if (delay && !p.budget->try_spend(now)) {
       budget_spent(h, p, attempt, r);
       co_return r;

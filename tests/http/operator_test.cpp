@@ -294,3 +294,42 @@ TEST_CASE("tools: a fallback after retries answers a delivery whose retries ran 
   CHECK(again.status == 200);
   CHECK(again.body == r.body);
 }
+
+TEST_CASE("tools: retry_by_status makes a 504 wait as the status table says (5 s, longer than "
+          "the entity may be held: a scheduled dead letter after one attempt), where the tool's "
+          "own policy retries it at once") {
+  std::atomic<int> calls{0};
+  gateway_fixture f([&](runtime_config& rc, http_server_config&) {
+    auto timeout = [&calls](const tool_request&, std::function<void(tool_reply)> done) {
+      ++calls;
+      tool_reply r;
+      r.ok = false;
+      r.http_status = 504;
+      r.error_message = "upstream timed out";
+      done(std::move(r));
+    };
+    tool_policy p;
+    p.retry = {{"base_delay_ms", 1}, {"max_delay_ms", 2}, {"max_attempts", 5}, {"jitter", "none"}};
+    p.max_inline_delay_ms = 1000;
+    rc.tools["own"] = timeout;
+    rc.tool_policies["own"] = p;
+    p.retry_by_status = true;
+    rc.tools["table"] = timeout;
+    rc.tool_policies["table"] = p;
+  });
+  http_client c(f.port());
+  auto own = c.request("POST", "/v1/entities/webhook/s1/deliver", json_headers(acme_key, "o-1"),
+                       json{{"tool", "own"}}.dump());
+  CHECK(own.status == 503);
+  CHECK(calls.load() == 5); // the tool's policy: 5 attempts, 1-2 ms apart
+  int64_t before = factum::now_ms();
+  auto table = c.request("POST", "/v1/entities/webhook/s2/deliver", json_headers(acme_key, "t-1"),
+                         json{{"tool", "table"}}.dump());
+  CHECK(table.status == 503);
+  CHECK(calls.load() == 6); // one attempt: the next would wait 5 s
+  auto dls =
+    c.request("GET", "/v1/entities/webhook/s2/dead-letters", {{"X-API-Key", acme_key}}).json();
+  REQUIRE(dls.size() == 1);
+  CHECK(dls[0]["status"] == "scheduled");
+  CHECK(dls[0]["next_retry_at"].get<int64_t>() >= before + 5000);
+}

@@ -220,3 +220,33 @@ TEST_CASE("serve config: fallback.after_retries is a boolean, false by default")
                     {"fallback", {{"body", 1}, {"after_retries", "yes"}}}}}})
           .find("tools.crm.fallback.after_retries") == 0);
 }
+
+TEST_CASE("serve config: retry.preset starts from an operation's policy, retry.priority scales "
+          "it, retry.by_status is kept, and a bad one names its key") {
+  auto retry_of = [](json retry) {
+    auto doc = base();
+    doc["tools"] = {{"crm", {{"url", "http://127.0.0.1:9"}, {"retry", std::move(retry)}}}};
+    auto r = parse_serve_config(doc, test::serve_types());
+    REQUIRE_MESSAGE(r.is_ok(), r.error().message());
+    return r.value().tool_specs.at(0).policy;
+  };
+  auto hook = retry_of({{"preset", "webhook_delivery"}});
+  CHECK(hook.retry["base_delay_ms"] == 5000);
+  CHECK(hook.retry["max_delay_ms"] == 300000);
+  CHECK(hook.retry["max_attempts"] == 5);
+  CHECK_FALSE(hook.retry_by_status);
+  auto two = retry_of({{"preset", "webhook"}, {"max_attempts", 2}}); // an alias, then a field
+  CHECK(two.retry["base_delay_ms"] == 5000);
+  CHECK(two.retry["max_attempts"] == 2);
+  auto fast = retry_of({{"priority", "realtime"}, {"by_status", true}});
+  CHECK(fast.retry["base_delay_ms"] == 500); // the default 1 s, halved
+  CHECK(fast.retry["max_attempts"] == 2);
+  CHECK(fast.retry_by_status);
+  auto tool = [](json retry) {
+    return json{{"crm", {{"url", "http://127.0.0.1:9"}, {"retry", std::move(retry)}}}};
+  };
+  CHECK(error_of(tool({{"preset", "fax"}})).find("tools.crm.retry.preset") == 0);
+  CHECK(error_of(tool({{"priority", 1}})).find("tools.crm.retry.priority") == 0);
+  CHECK(error_of(tool({{"by_status", "yes"}})).find("tools.crm.retry.by_status") == 0);
+  CHECK(error_of(tool({{"presets", "crm"}})).find("tools.crm.retry.presets") == 0);
+}

@@ -369,6 +369,55 @@ status parse_policy_part(const json& t, const char* name, const std::string& pat
   return status::ok();
 }
 
+/// tools.<name>.retry: a retry policy's fields, and three more: "preset" (an operation's
+/// default policy, which the fields then adjust), "priority" (realtime, default, background:
+/// the policy scaled for it, after the fields) and "by_status" (HTTP failures wait as their
+/// status's policy says, resilience::http_status_policy). Resolved here into a plain policy.
+status parse_retry(const json& t, const std::string& path, tool_policy& pol) {
+  auto it = t.find("retry");
+  if (it == t.end())
+    return status::ok();
+  std::string p = path + ".retry";
+  if (!it->is_object())
+    return bad(p, "must be an object");
+  auto known = resilience::retry_policy{}.to_json();
+  known["preset"] = known["priority"] = known["by_status"] = nullptr;
+  if (auto st = check_against(*it, known, p); !st)
+    return st;
+  auto fields = strip_comments(*it);
+  resilience::retry_policy base;
+  if (auto pr = fields.find("preset"); pr != fields.end()) {
+    auto k =
+      pr->is_string() ? resilience::parse_operation_kind(pr->get<std::string>()) : std::nullopt;
+    if (!k)
+      return bad(p + ".preset", "must name an operation: fact_append, entity_create, "
+                                "config_update, external_api, webhook_delivery, crm_sync");
+    base = resilience::operation_policy(*k);
+    fields.erase("preset");
+  }
+  std::optional<resilience::retry_priority> prio;
+  if (auto pr = fields.find("priority"); pr != fields.end()) {
+    prio =
+      pr->is_string() ? resilience::parse_retry_priority(pr->get<std::string>()) : std::nullopt;
+    if (!prio)
+      return bad(p + ".priority", "must be realtime, default or background");
+    fields.erase("priority");
+  }
+  if (auto bs = fields.find("by_status"); bs != fields.end()) {
+    if (!bs->is_boolean())
+      return bad(p + ".by_status", "must be true or false");
+    pol.retry_by_status = bs->get<bool>();
+    fields.erase("by_status");
+  }
+  auto merged = base.to_json();
+  merged.update(fields);
+  auto r = resilience::retry_policy::from_json(merged);
+  if (!r)
+    return bad(p, r.error().message());
+  pol.retry = (prio ? r.value().with_priority(*prio) : r.value()).to_json();
+  return status::ok();
+}
+
 bool valid_tool_name(const std::string& n) {
   if (n.empty() || n.size() > 64)
     return false;
@@ -432,7 +481,7 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
     return bad(path + "." + st.message().substr(0, st.message().find(':')),
                st.message().substr(st.message().find(':') + 2));
   auto& pol = out.policy;
-  if (auto st = parse_policy_part<resilience::retry_policy>(t, "retry", path, pol.retry); !st)
+  if (auto st = parse_retry(t, path, pol); !st)
     return st;
   if (auto st = parse_policy_part<resilience::breaker_config>(t, "breaker", path, pol.breaker); !st)
     return st;

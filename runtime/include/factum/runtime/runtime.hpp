@@ -35,6 +35,10 @@ struct tool_policy {
   /// retry_policy JSON (factum/resilience/retry_policy.hpp); null: 5 attempts, 1 s base,
   /// exponential x2 to 60 s, ratio jitter 0.5, Retry-After honoured up to 5 min.
   nlohmann::json retry;
+  /// HTTP failures wait (and stop) as their status's own policy says (429: 60 s apart, 6
+  /// attempts; 503: exponential from 2 s, 4; 504: linear from 5 s, 3; ...:
+  /// resilience::http_status_policy) instead of as `retry` says. Default false.
+  bool retry_by_status = false;
   /// breaker_config JSON (factum/resilience/circuit_breaker.hpp); null: 5 failures in 10 calls
   /// or 10 in 60 s, 30 s cooldown.
   nlohmann::json breaker;
