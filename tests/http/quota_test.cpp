@@ -44,8 +44,11 @@ TEST_CASE(
         std::string::npos);
   CHECK(m.body.find("factum_tenant_entities{tenant=\"acme\"} 1\n") != std::string::npos);
   CHECK(m.body.find("factum_tenant_max_entities{tenant=\"acme\"} 1\n") != std::string::npos);
-  // Only tenants with a quota have series.
-  CHECK(m.body.find("tenant=\"globex\"") == std::string::npos);
+  // Only tenants with a quota have quota series (every tenant has request counters).
+  CHECK(m.body.find("factum_tenant_entities{tenant=\"globex\"") == std::string::npos);
+  CHECK(m.body.find("factum_tenant_bytes{tenant=\"globex\"") == std::string::npos);
+  CHECK(m.body.find("factum_tenant_requests_total{tenant=\"globex\",class=\"2xx\"} 1\n") !=
+        std::string::npos);
 }
 
 TEST_CASE(

@@ -381,6 +381,9 @@ TEST_CASE("GET /metrics parses as Prometheus text and counts requests, latency a
   CHECK(samples > 30);
   CHECK(values["factum_http_requests_total{route=\"call\",status=\"200\"}"] == 6);
   CHECK(values["factum_http_requests_total{route=\"facts\",status=\"401\"}"] == 1);
+  // By tenant: the 401 authenticated nobody, so it has no tenant.
+  CHECK(values["factum_tenant_requests_total{tenant=\"acme\",class=\"2xx\"}"] == 6);
+  CHECK(values.count("factum_tenant_requests_total{tenant=\"acme\",class=\"4xx\"}") == 0);
   CHECK(values["factum_http_call_duration_seconds_count"] == 6);
   CHECK(values["factum_http_call_duration_seconds_bucket{le=\"+Inf\"}"] == 6);
   CHECK(values["factum_facts_total"] == 5);

@@ -147,7 +147,7 @@ http_response problem(exchange& x, int status, std::string_view code, std::strin
 
 /// Counts the answer, logs it when it is an error (4xx/5xx), and hands it to x.done.
 void finish(gateway& gw, exchange& x, http_response r) {
-  gw.metrics().count_request(x.route, r.status);
+  gw.metrics().count_request(x.route, r.status, x.tenant);
   if (r.status >= 400) {
     if (x.code.empty() || x.detail.empty()) {
       auto p = json::parse(r.body, nullptr, false);

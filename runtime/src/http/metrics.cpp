@@ -90,10 +90,12 @@ std::string fmt_double(double v) {
 
 } // namespace
 
-void http_metrics::count_request(std::string_view route, int status) {
+void http_metrics::count_request(std::string_view route, int status, std::string_view tenant) {
   std::pair<std::string, int> key(std::string(route), status);
   std::lock_guard<std::mutex> g(mu_);
   ++requests_[key];
+  if (!tenant.empty())
+    ++tenant_requests_[{std::string(tenant), status / 100}];
 }
 
 void http_metrics::observe_call(std::chrono::nanoseconds d) {
@@ -107,11 +109,8 @@ void http_metrics::observe_call(std::chrono::nanoseconds d) {
                          std::memory_order_relaxed);
 }
 
-/// Long for a reason: one statement per metric, in the order /metrics lists them.
-std::string http_metrics::render(const runtime_stats& rt) const {
-  std::string out;
-  out.reserve(8192);
-  // -- HTTP --
+/// The request counters: by route and status, and by tenant and status class.
+void http_metrics::render_requests(std::string& out) const {
   header(out, "factum_http_requests_total", "counter",
          "HTTP requests answered, by route and status.");
   {
@@ -126,6 +125,28 @@ std::string http_metrics::render(const runtime_stats& rt) const {
       out += '\n';
     }
   }
+  header(out, "factum_tenant_requests_total", "counter",
+         "HTTP requests of an authenticated tenant, by status class (2xx, 4xx, 5xx).");
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [k, v] : tenant_requests_) {
+      out += "factum_tenant_requests_total{tenant=\"";
+      out += k.first;
+      out += "\",class=\"";
+      out += std::to_string(k.second);
+      out += "xx\"} ";
+      out += std::to_string(v);
+      out += '\n';
+    }
+  }
+}
+
+/// Long for a reason: one statement per metric, in the order /metrics lists them.
+std::string http_metrics::render(const runtime_stats& rt) const {
+  std::string out;
+  out.reserve(8192);
+  // -- HTTP --
+  render_requests(out);
   header(out, "factum_http_call_duration_seconds", "histogram",
          "Time from handing a request to the runtime to its reply (after its commit).");
   uint64_t cumulative = 0;

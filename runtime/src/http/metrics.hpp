@@ -1,6 +1,7 @@
-// http/metrics.hpp: the gateway's counters (requests by route and status, call latency
-// histogram, connections) and the Prometheus text rendering of them plus runtime_stats.
-// Updated from I/O threads and CAF workers alike: every member function is thread-safe.
+// http/metrics.hpp: the gateway's counters (requests by route and status, and by tenant and
+// status class; call latency histogram, connections) and the Prometheus text rendering of them plus
+// runtime_stats. Updated from I/O threads and CAF workers alike: every member function is
+// thread-safe.
 #pragma once
 
 #include <array>
@@ -24,8 +25,9 @@ class http_metrics {
   static constexpr std::array<double, 14> bounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                     0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
-  /// Counts one answered request.
-  void count_request(std::string_view route, int status);
+  /// Counts one answered request; `tenant` is the one its API key authenticated (empty when
+  /// none did: those are counted by route only, so a tenant label is always a configured name).
+  void count_request(std::string_view route, int status, std::string_view tenant = {});
 
   /// Records the latency of one runtime call (request handed over to reply received).
   void observe_call(std::chrono::nanoseconds d);
@@ -43,8 +45,12 @@ class http_metrics {
   std::string render(const runtime_stats& rt) const;
 
  private:
+  void render_requests(std::string& out) const;
+
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
+  /// (tenant, status class 2..5) -> requests.
+  std::map<std::pair<std::string, int>, uint64_t> tenant_requests_;
   std::array<std::atomic<uint64_t>, bounds.size() + 1> buckets_{};
   std::atomic<uint64_t> call_count_{0};
   std::atomic<uint64_t> call_ns_sum_{0};
