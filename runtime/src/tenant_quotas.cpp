@@ -64,6 +64,22 @@ status write_tenant_index(runtime_core& rt, tenant_index_change change, bool dur
   return *outcome;
 }
 
+/// Runs `read` on the index (null once it is closed) between its writes: it is one connection,
+/// used by one thread at a time (a flush marks itself the same way).
+template <class F> auto between_writes(runtime_core& rt, F read) {
+  auto& t = rt.tenants;
+  std::unique_lock<std::mutex> g(t.mu);
+  t.done.wait(g, [&] { return !t.flushing; });
+  t.flushing = true;
+  auto* ix = t.index.get();
+  g.unlock();
+  auto out = read(ix);
+  g.lock();
+  t.flushing = false;
+  t.done.notify_all();
+  return out;
+}
+
 /// Counts a creation of `key` before its file is made: refused (false, `refusal` set) when the
 /// tenant's max_entities has no room, else counted in memory and in the index (durably).
 result<bool> reserve_entity(runtime_core& rt, const entity_key& key, tenant_account& acct,
@@ -109,17 +125,13 @@ void release_entity(runtime_core& rt, const entity_key& key, tenant_account& acc
 /// A file claimed without a reservation (a spare left in place by a crash when the index was
 /// rebuilt since, so that no row names it): counted now, whatever the quota, since it exists.
 void count_unreserved(runtime_core& rt, const entity_key& key, tenant_account& acct) {
+  auto has = between_writes(rt, [&](tenant_index* ix) {
+    return ix ? ix->contains(key) : result<bool>(status{errc::unavailable, "index closed"});
+  });
+  if (!has || *has)
+    return;
   {
-    std::unique_lock<std::mutex> g(rt.tenants.mu);
-    rt.tenants.done.wait(g, [&] { return !rt.tenants.flushing; });
-    rt.tenants.flushing = true;
-    g.unlock();
-    auto has = rt.tenants.index->contains(key);
-    g.lock();
-    rt.tenants.flushing = false;
-    rt.tenants.done.notify_all();
-    if (!has || *has)
-      return;
+    std::lock_guard<std::mutex> g(rt.tenants.mu);
     acct.entities.fetch_add(1, std::memory_order_relaxed);
   }
   (void)write_tenant_index(rt, {tenant_index_change::kind::add, key, 0}, true);
@@ -227,8 +239,9 @@ status open_tenant_index(runtime_core& rt, std::vector<std::string>& notes) {
 }
 
 void close_tenant_index(runtime_core& rt) {
-  std::lock_guard<std::mutex> g(rt.tenants.mu);
   auto& t = rt.tenants;
+  std::unique_lock<std::mutex> g(t.mu);
+  t.done.wait(g, [&] { return !t.flushing; }); // a listing may still read it
   if (!t.index)
     return;
   if (!t.dirty)
@@ -280,6 +293,24 @@ void fill_tenant_stats(runtime_core& rt, runtime_stats& out) {
   for (auto& [name, _] : rt.cfg.tenant_quotas)
     if (auto it = t.accounts.find(name); it != t.accounts.end())
       out.tenants.push_back(snapshot(*it->second));
+}
+
+result<std::vector<entity_listing>>
+list_tenant_entities(runtime_core& rt, const std::string& tenant, const std::string& type,
+                     const std::string& after_type, const std::string& after_id, int64_t limit) {
+  using rows_t = result<std::vector<std::pair<entity_key, int64_t>>>;
+  auto rows = between_writes(rt, [&](tenant_index* ix) -> rows_t {
+    if (!ix)
+      return status{errc::unavailable, "the tenant index is closed: the runtime is stopping"};
+    return ix->list(tenant, type, after_type, after_id, limit);
+  });
+  if (!rows)
+    return rows.error();
+  std::vector<entity_listing> out;
+  out.reserve(rows->size());
+  for (auto& [key, bytes] : *rows)
+    out.push_back({key.type, key.id, bytes});
+  return out;
 }
 
 // -- an entity ----------------------------------------------------------------------------------

@@ -96,6 +96,10 @@ tenant_account* tenant_account_of(runtime_core& rt, const std::string& tenant);
 tenant_usage tenant_usage_snapshot(runtime_core& rt, const std::string& tenant);
 /// Fills the tenant counters and the usage of each tenant with a quota.
 void fill_tenant_stats(runtime_core& rt, runtime_stats& out);
+/// A page of a tenant's entities from the index (runtime::list_entities), between its writes.
+result<std::vector<entity_listing>>
+list_tenant_entities(runtime_core& rt, const std::string& tenant, const std::string& type,
+                     const std::string& after_type, const std::string& after_id, int64_t limit);
 
 // -- an entity (its open and close jobs on storage threads; the rest on its actor) --
 

@@ -56,11 +56,13 @@ result<std::unique_ptr<tenant_index>> tenant_index::open(const fs::path& data_di
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                       nullptr) != SQLITE_OK)
     return sql_error(ix->db_, "open");
-  // No tenant column index: the runtime reads the totals once, at start.
+  // tenant_entities_by_key: a tenant's entities in (type, id) order, for list().
   if (auto st = ix->exec("PRAGMA journal_mode=WAL;PRAGMA busy_timeout=5000;"
                          "CREATE TABLE IF NOT EXISTS tenant_entities("
                          "  digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, type TEXT NOT NULL,"
                          "  id TEXT NOT NULL, bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
+                         "CREATE INDEX IF NOT EXISTS tenant_entities_by_key"
+                         "  ON tenant_entities(tenant, type, id);"
                          "CREATE TABLE IF NOT EXISTS tenant_index_flags("
                          "  name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;",
                          "create");
@@ -180,6 +182,28 @@ result<std::vector<std::pair<entity_key, int64_t>>> tenant_index::all() {
       sqlite3_column_int64(s.st, 3));
   if (rc != SQLITE_DONE)
     return sql_error(db_, "all");
+  return out;
+}
+
+result<std::vector<std::pair<entity_key, int64_t>>>
+tenant_index::list(std::string_view tenant, std::string_view type, std::string_view after_type,
+                   std::string_view after_id, int64_t limit) {
+  stmt s;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT tenant, type, id, bytes FROM tenant_entities"
+                         " WHERE tenant=?1 AND (?2='' OR type=?2) AND (type, id) > (?3, ?4)"
+                         " ORDER BY tenant, type, id LIMIT ?5",
+                         -1, &s.st, nullptr) != SQLITE_OK)
+    return sql_error(db_, "list");
+  detail::bind_args(s.st, tenant, type, after_type, after_id, limit);
+  std::vector<std::pair<entity_key, int64_t>> out;
+  int rc;
+  while ((rc = sqlite3_step(s.st)) == SQLITE_ROW)
+    out.emplace_back(
+      entity_key{detail::col_text(s.st, 0), detail::col_text(s.st, 1), detail::col_text(s.st, 2)},
+      sqlite3_column_int64(s.st, 3));
+  if (rc != SQLITE_DONE)
+    return sql_error(db_, "list");
   return out;
 }
 

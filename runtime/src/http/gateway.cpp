@@ -330,10 +330,9 @@ std::string_view scope_name(uint8_t scope) {
   return scope == scope_read ? "read" : scope == scope_write ? "write" : "operate";
 }
 
-/// The checks every entity route shares: running, tenant, the key's scope for the route, entity
-/// key, type. Refuses and returns nullopt when one fails.
-std::optional<entity_ref> entity_gate(gateway& gw, exchange& x, uint8_t scope) {
-  const http_tenant* tenant = nullptr;
+/// Running, the tenant of the API key, and the key's scope for the route: the tenant (noted in
+/// `x`), or a refusal.
+verdict tenant_check(gateway& gw, exchange& x, uint8_t scope, const http_tenant*& tenant) {
   const http_api_key* key = nullptr;
   verdict no = check_running(gw);
   if (!no)
@@ -346,6 +345,14 @@ std::optional<entity_ref> entity_gate(gateway& gw, exchange& x, uint8_t scope) {
                    "this API key lacks the '" + std::string(scope_name(scope)) +
                      "' scope this route needs"};
   }
+  return no;
+}
+
+/// The checks every entity route shares: tenant_check, entity key, type. Refuses and returns
+/// nullopt when one fails.
+std::optional<entity_ref> entity_gate(gateway& gw, exchange& x, uint8_t scope) {
+  const http_tenant* tenant = nullptr;
+  verdict no = tenant_check(gw, x, scope, tenant);
   if (!no)
     no = check_entity_key(x.seg[2], x.seg[3]);
   const entity_type* def = nullptr;
@@ -367,7 +374,7 @@ call_options base_options(gateway& gw, const exchange& x) {
 }
 
 /// The Link header of a page whose reply says where the next one starts: the request's own
-/// path and query, its after_seq/before_seq replaced by the cursor ("after_seq=42").
+/// path and query, its after_seq/before_seq/after replaced by the cursor ("after_seq=42").
 std::string next_link(const exchange& x, const std::string& cursor) {
   std::string_view target = x.req.target;
   std::string link = "<" + std::string(target.substr(0, target.find('?'))) + "?";
@@ -375,7 +382,8 @@ std::string next_link(const exchange& x, const std::string& cursor) {
   while (!q.empty()) {
     auto amp = q.find('&');
     auto part = q.substr(0, amp);
-    if (!part.starts_with("after_seq=") && !part.starts_with("before_seq=") && !part.empty())
+    if (!part.starts_with("after_seq=") && !part.starts_with("before_seq=") &&
+        !part.starts_with("after=") && !part.empty())
       link.append(part).push_back('&');
     if (amp == std::string_view::npos)
       break;
@@ -512,6 +520,43 @@ void breaker_action(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   operator_action(gw, x, e, false);
 }
 
+/// GET /v1/entities: a page of the tenant's entities ({"type","id","bytes"}, in (type, id)
+/// order), optionally of one `type`, after the cursor `after` ("type/id"); a full page has a
+/// Link to the next. Read from the tenant index on this I/O thread (one indexed query).
+void list_entities(gateway& gw, const exchange_ptr& x) {
+  const http_tenant* tenant = nullptr;
+  if (auto no = tenant_check(gw, *x, scope_read, tenant))
+    return refuse(gw, *x, std::move(*no));
+  auto q = parse_query(x->query, {"type", "after"}, {}, true, false);
+  if (!q.error.empty())
+    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+  auto type = q.args.value("type", "");
+  if (!type.empty())
+    if (auto st = check_key_part(type, "type"); !st)
+      return refuse(gw, *x, {400, "INVALID_QUERY", st.message()});
+  std::string after_type, after_id;
+  if (auto after = q.args.value("after", ""); !after.empty()) {
+    auto slash = after.find('/');
+    after_type = after.substr(0, slash);
+    after_id = slash == std::string::npos ? "" : after.substr(slash + 1);
+    if (!check_key_part(after_type, "type") || !check_key_part(after_id, "id"))
+      return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'after' must be TYPE/ID"});
+  }
+  int64_t limit = q.args.value("limit", int64_t{100});
+  auto page = gw.rt().list_entities(tenant->name, type, after_type, after_id, limit);
+  if (!page)
+    return refuse(gw, *x, {503, "STORAGE_UNAVAILABLE", page.error().message()});
+  json out = json::array();
+  for (auto& e : *page)
+    out.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});
+  http_response r;
+  r.trace_id = x->trace_id;
+  r.body = out.dump();
+  if (static_cast<int64_t>(page->size()) == limit && !page->empty())
+    r.link = next_link(*x, "after=" + page->back().type + "/" + page->back().id);
+  finish(gw, *x, std::move(r));
+}
+
 // -- operational routes --
 
 /// GET /healthz: 200 while serving, 503 once draining or stopping.
@@ -558,6 +603,7 @@ struct route {
 constexpr route routes[] = {
   {"GET", "/healthz", "healthz", get_healthz},
   {"GET", "/metrics", "metrics", get_metrics},
+  {"GET", "/v1/entities", "entities", list_entities},
   {"GET", "/v1/entities/{type}/{id}/facts", "facts", nullptr, list_facts, scope_read},
   {"GET", "/v1/entities/{type}/{id}/dead-letters", "dead_letters", nullptr, list_dead_letters,
    scope_read},

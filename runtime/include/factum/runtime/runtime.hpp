@@ -187,6 +187,13 @@ struct tenant_usage {
   tenant_quota quota;   ///< its configured quota (none: unlimited)
 };
 
+/// One entity of a tenant's listing (runtime::list_entities).
+struct entity_listing {
+  std::string type;
+  std::string id;
+  int64_t bytes = 0; ///< its files' bytes as last measured (0 while a creation is under way)
+};
+
 /// Counters for /metrics and tests. Monotonic unless said otherwise.
 struct runtime_stats {
   uint64_t calls = 0;
@@ -292,6 +299,14 @@ class runtime {
   /// What `tenant` uses now (its entities and bytes) and its quota; zeros for a tenant that has
   /// no entity.
   tenant_usage tenant_usage_of(const std::string& tenant) const;
+
+  /// A page of `tenant`'s entities in (type, id) order: those of `type` only unless it is
+  /// empty, after (after_type, after_id) (both empty: from the start), at most `limit`
+  /// (1..10000; else INVALID_ARGUMENT). From the tenant index (DATA/runtime/tenants.db), so no
+  /// entity file is opened; a creation under way is listed with 0 bytes. Any thread.
+  result<std::vector<entity_listing>>
+  list_entities(const std::string& tenant, const std::string& type, const std::string& after_type,
+                const std::string& after_id, int64_t limit) const;
 
   /// What start() found and repaired, one sentence each (for the operator's log): for instance a
   /// damaged alarm index set aside and rebuilt from the entity files. Empty normally.

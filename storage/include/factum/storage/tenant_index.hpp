@@ -87,6 +87,11 @@ class tenant_index {
   result<std::map<std::string, tenant_totals>> totals();
   /// Every row, in digest order (tests, inspection).
   result<std::vector<std::pair<entity_key, int64_t>>> all();
+  /// `tenant`'s entities (of `type` only, unless empty) after (after_type, after_id) in
+  /// (type, id) order, at most `limit`, with their bytes: a page of the tenant's listing.
+  result<std::vector<std::pair<entity_key, int64_t>>>
+  list(std::string_view tenant, std::string_view type, std::string_view after_type,
+       std::string_view after_id, int64_t limit);
   /// A flag of the index: "complete" (set by rebuild(): every entity file is in the index) or
   /// "clean" (the runtime closed the index after every entity). False when never set.
   result<bool> flag(const char* name);
