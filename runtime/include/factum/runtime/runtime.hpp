@@ -191,7 +191,7 @@ struct tenant_usage {
 struct entity_listing {
   std::string type;
   std::string id;
-  int64_t bytes = 0; ///< its files' bytes as last measured (0 while a creation is under way)
+  int64_t bytes = 0; ///< its files' bytes at its last close (0: created and not closed since)
 };
 
 /// Counters for /metrics and tests. Monotonic unless said otherwise.
@@ -303,7 +303,7 @@ class runtime {
   /// A page of `tenant`'s entities in (type, id) order: those of `type` only unless it is
   /// empty, after (after_type, after_id) (both empty: from the start), at most `limit`
   /// (1..10000; else INVALID_ARGUMENT). From the tenant index (DATA/runtime/tenants.db), so no
-  /// entity file is opened; a creation under way is listed with 0 bytes. Any thread.
+  /// entity file is opened. Any thread.
   result<std::vector<entity_listing>>
   list_entities(const std::string& tenant, const std::string& type, const std::string& after_type,
                 const std::string& after_id, int64_t limit) const;
