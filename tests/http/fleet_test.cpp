@@ -12,8 +12,7 @@ using nlohmann::json;
 namespace {
 
 void add(http_client& c, const std::string& id, const std::string& key = acme_key) {
-  REQUIRE(c.request("POST", "/v1/entities/counter/" + id + "/add", json_headers(key),
-                    R"({"by":1})")
+  REQUIRE(c.request("POST", "/v1/entities/counter/" + id + "/add", json_headers(key), R"({"by":1})")
             .status == 200);
 }
 
