@@ -41,6 +41,14 @@ runtime_stats runtime::stats() const {
   return {};
 }
 
+result<std::vector<entity_listing>> runtime::list_entities(const std::string&, const std::string&,
+                                                           const std::string&, const std::string&,
+                                                           int64_t limit) const {
+  if (limit < 1 || limit > 10000) // the gateway must have refused it already
+    return status{errc::internal, "the gateway passed limit " + std::to_string(limit)};
+  return std::vector<entity_listing>{};
+}
+
 const runtime_config& runtime::config() const {
   return impl_->cfg;
 }
