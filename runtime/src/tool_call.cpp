@@ -184,14 +184,19 @@ struct tool_call_plan {
   const tool_policy* pol = nullptr;
   locked_config cfg;
   retry_policy rp;
+  retry_policy failed_rp; ///< decides after the last failed attempt (retry_policy_for)
   std::string amount, currency, vendor;
   bool charge_on_failure = false, idempotent = true, by_status = false;
   int64_t max_inline = 5000;
-  circuit_breaker* br = nullptr;
+  json breaker_json; ///< the locked config's breaker settings (for a breaker made anew)
   retry_budget* budget = nullptr;
   int64_t first_attempt = 0;
   std::vector<std::string> error_fact_ids; ///< the failed attempts' error facts
   std::optional<int64_t> prev_delay;
+
+  /// The tool's breaker, looked up again at each use: the runner's cache may be emptied while
+  /// the call awaits (a failed commit), so no reference to it is held across an await.
+  circuit_breaker& breaker(tool_host& h) const { return breaker_for(h, req.tool, breaker_json); }
 
   fact_draft base_fact(std::string type, std::string subtype) const {
     fact_draft d;
@@ -232,7 +237,7 @@ tool_call_plan plan_call(tool_host& h, tool_request req) {
   p.idempotent = p.cfg.body.value("idempotent", true);
   p.by_status = p.cfg.body.value("retry_by_status", false);
   p.max_inline = p.cfg.body.value("max_inline_delay_ms", int64_t{5000});
-  p.br = &breaker_for(h, req.tool, p.cfg.body.value("breaker", json::object()));
+  p.breaker_json = p.cfg.body.value("breaker", json::object());
   p.budget = &budget_for(h, req.tool, p.cfg.body.value("budget", json::object()));
   p.first_attempt = ctx.now_ms();
   p.budget->on_call(p.first_attempt);
@@ -292,7 +297,7 @@ std::string charged_for(const tool_call_plan& p, const tool_reply& r) {
 /// A successful attempt: the breaker, the outcome that resolves earlier failures, the cost.
 void attempt_succeeded(tool_host& h, tool_call_plan& p, int attempt, int64_t now,
                        const tool_reply& r) {
-  record_breaker(h, p.req.tool, p.br->on_success(now));
+  record_breaker(h, p.req.tool, p.breaker(h).on_success(now));
   if (!p.error_fact_ids.empty()) {
     auto d = p.base_fact("outcome", "resolved_after_retry");
     d.data = {
@@ -303,12 +308,23 @@ void attempt_succeeded(tool_host& h, tool_call_plan& p, int attempt, int64_t now
     append_cost(h, p, charged, false, "");
 }
 
-/// A failed attempt: its classification, error fact, cost and breaker move.
+/// The policy that decides the wait after a failed attempt: its HTTP status's own when the
+/// tool retries by status and the status has one, else the tool's.
+retry_policy retry_policy_for(const tool_call_plan& p, const tool_reply& r) {
+  if (p.by_status && r.http_status > 0)
+    if (auto sp = resilience::http_status_policy(r.http_status))
+      return *sp;
+  return p.rp;
+}
+
+/// A failed attempt: its classification, the policy that decides after it (p.failed_rp), its
+/// error fact, cost and breaker move.
 classification attempt_failed(tool_host& h, tool_call_plan& p, int attempt, int64_t now,
                               tool_reply& r) {
   h.stats().tool_failures.fetch_add(1, std::memory_order_relaxed);
   auto cls = classify_reply(h, p.req.tool, r, p.idempotent);
   r.category = cls.category;
+  p.failed_rp = retry_policy_for(p, r);
   auto charged = charged_for(p, r);
   auto ed = p.base_fact("error", std::string(to_string(cls.category)));
   ed.data = {{"error_code", cls.code},
@@ -316,7 +332,7 @@ classification attempt_failed(tool_host& h, tool_call_plan& p, int attempt, int6
              {"category", std::string(to_string(cls.category))},
              {"http_status", r.http_status},
              {"retry_attempt", attempt},
-             {"max_retries", p.rp.max_attempts - 1},
+             {"max_retries", p.failed_rp.max_attempts - 1},
              {"retryable", cls.retryable},
              {"cost_incurred", charged},
              {"currency", p.currency},
@@ -325,7 +341,7 @@ classification attempt_failed(tool_host& h, tool_call_plan& p, int attempt, int6
   p.error_fact_ids.push_back(ef.fact_id);
   if (nonzero(charged))
     append_cost(h, p, charged, true, ef.fact_id);
-  record_breaker(h, p.req.tool, p.br->on_failure(now, cls.category));
+  record_breaker(h, p.req.tool, p.breaker(h).on_failure(now, cls.category));
   if (r.error_code.empty())
     r.error_code = cls.code;
   return cls;
@@ -343,15 +359,6 @@ void budget_spent(tool_host& h, const tool_call_plan& p, int attempt, tool_reply
   r.error_code = "RETRY_BUDGET_EXHAUSTED";
 }
 
-/// The policy that decides the wait after a failed attempt: its HTTP status's own when the
-/// tool retries by status and the status has one, else the tool's.
-retry_policy retry_policy_for(const tool_call_plan& p, const tool_reply& r) {
-  if (p.by_status && r.http_status > 0)
-    if (auto sp = resilience::http_status_policy(r.http_status))
-      return *sp;
-  return p.rp;
-}
-
 /// The error fact of a call whose retries ran out; `resolved`: a fallback answers it.
 void retries_exhausted(tool_host& h, const tool_call_plan& p, int attempt,
                        const classification& cls, const tool_reply& r, bool resolved) {
@@ -360,7 +367,7 @@ void retries_exhausted(tool_host& h, const tool_call_plan& p, int attempt,
             {"error_message", r.error_message},
             {"category", std::string(to_string(cls.category))},
             {"retry_attempt", attempt},
-            {"max_retries", retry_policy_for(p, r).max_attempts - 1},
+            {"max_retries", p.failed_rp.max_attempts - 1},
             {"resolved", resolved}};
   append_or_throw(h, std::move(d));
 }
@@ -454,7 +461,7 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
   auto p = plan_call(h, std::move(req));
   for (int attempt = 1;; ++attempt) {
     int64_t now = ctx.now_ms();
-    auto decision = p.br->allow(now);
+    auto decision = p.breaker(h).allow(now);
     if (decision.transition)
       record_breaker(h, p.req.tool, decision.transition);
     if (!decision.allowed) {
@@ -475,8 +482,7 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
     auto cls = attempt_failed(h, p, attempt, now, r);
     if (!cls.retryable)
       co_return r;
-    auto delay =
-      retry_policy_for(p, r).next_delay(attempt, p.prev_delay, r.retry_after_ms, h.rng());
+    auto delay = p.failed_rp.next_delay(attempt, p.prev_delay, r.retry_after_ms, h.rng());
     if (delay && !p.budget->try_spend(now)) {
       budget_spent(h, p, attempt, r);
       co_return r;

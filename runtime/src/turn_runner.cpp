@@ -414,11 +414,7 @@ void turn_runner::resume() {
 void turn_runner::commit_failed() {
   purge_alarm_known_ = false;
   dead_letter_keys_.reset();
-  // Reloaded from the store, which no longer has what the batch wrote. A turn suspended at an
-  // await may be in a tool call that holds its breaker: that turn fails (lost_at_await), and
-  // finish_failed clears them when it ends.
-  if (!turn_ || !turn_->suspended)
-    breakers_.clear();
+  breakers_.clear(); // reloaded from the store, which no longer has what the batch wrote
 }
 
 // -- ending a turn ------------------------------------------------------------------------------
