@@ -359,51 +359,44 @@ status runtime_core::sync_alarm_index(const entity_key& key, std::optional<int64
   // than the entity, never later); after it, any change.
   if (before_commit ? !earlier : want == have)
     return status::ok();
-  auto outcome = std::make_shared<status>();
+  status outcome; // written by whoever applies the batch, before this returns
   auto& c = a.queued[k];
   c.entry = alarm_index_entry{key, want};
-  c.waiters.push_back(outcome);
-  uint64_t ticket = ++a.tickets;
-  // Group commit: wait until a batch holding this change is applied, applying one ourselves
-  // whenever nobody is.
-  while (a.applied < ticket) {
-    if (a.flushing) {
-      a.done.wait(g);
-      continue;
-    }
-    a.flushing = true;
-    a.applying = std::move(a.queued);
-    a.queued.clear();
-    uint64_t upto = a.tickets;
-    std::vector<alarm_index_entry> batch;
-    batch.reserve(a.applying.size());
-    for (auto& [_, e] : a.applying)
-      batch.push_back(e.entry);
-    g.unlock();
-    auto st = a.writer->apply(batch); // one transaction, one sync (durability full)
-    if (st) {
-      stats.alarm_index_changes.fetch_add(batch.size(), std::memory_order_relaxed);
-      stats.alarm_index_writes.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      stats.alarm_index_failures.fetch_add(1, std::memory_order_relaxed);
-      log_event({{"level", "error"},
-                 {"event", "alarm_index_write_failed"},
-                 {"changes", batch.size()},
-                 {"detail", st.to_string()}});
-    }
-    g.lock();
-    for (auto& [_, e] : a.applying)
-      for (auto& w : e.waiters)
-        *w = st;
-    a.applying.clear();
-    a.applied = upto;
-    a.flushing = false;
-    a.done.notify_all();
-  }
+  c.waiters.push_back(&outcome);
+  a.writes.wait_applied(
+    g, a.writes.ticket(),
+    [&] { // `applying` stays readable (above) while the batch is written
+      a.applying = std::exchange(a.queued, {});
+      std::vector<alarm_index_entry> batch;
+      batch.reserve(a.applying.size());
+      for (auto& [_, e] : a.applying)
+        batch.push_back(e.entry);
+      return batch;
+    },
+    [&](const std::vector<alarm_index_entry>& batch) {
+      auto st = a.writer->apply(batch); // one transaction, one sync (durability full)
+      if (st) {
+        stats.alarm_index_changes.fetch_add(batch.size(), std::memory_order_relaxed);
+        stats.alarm_index_writes.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        stats.alarm_index_failures.fetch_add(1, std::memory_order_relaxed);
+        log_event({{"level", "error"},
+                   {"event", "alarm_index_write_failed"},
+                   {"changes", batch.size()},
+                   {"detail", st.to_string()}});
+      }
+      return st;
+    },
+    [&](const std::vector<alarm_index_entry>&, const status& st) {
+      for (auto& [_, e] : a.applying)
+        for (auto* w : e.waiters)
+          *w = st;
+      a.applying.clear();
+    });
   g.unlock();
-  if (*outcome && earlier && scheduler)
+  if (outcome && earlier && scheduler)
     caf::anon_send(scheduler, atoms::kick::value);
-  return *outcome;
+  return outcome;
 }
 
 void runtime_core::wake_failed(const alarm_index_entry& e, std::string reason) {

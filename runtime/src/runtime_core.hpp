@@ -25,6 +25,7 @@
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/alarm_index.hpp"
 #include "factum/storage/entity_store.hpp"
+#include "group_commit.hpp"
 #include "messages.hpp"
 #include "storage_pool.hpp"
 #include "tenant_quotas.hpp"
@@ -172,21 +173,18 @@ struct failed_wake {
 struct alarm_directory {
   std::mutex mu; ///< guards everything below; never held during a write to `writer`
   std::unique_ptr<alarm_index> index;  ///< reads (under mu): the scheduler, decisions
-  std::unique_ptr<alarm_index> writer; ///< apply(): only by the thread that set `flushing`
+  std::unique_ptr<alarm_index> writer; ///< only by the thread whose turn `writes` gave
   /// A change waiting to be written, with the outcome slots of everyone waiting for it.
   struct change {
     alarm_index_entry entry;
-    std::vector<std::shared_ptr<status>> waiters;
+    std::vector<status*> waiters; ///< each writer's own, which waits until it is applied
   };
   /// Changes queued for the next batch, and those in the batch being applied, by key string
   /// (the latest change of a key wins): what the index will say once they are applied.
   std::unordered_map<std::string, change> queued, applying;
-  bool flushing = false;
+  group_commit writes; ///< whose turn it is on `writer`
   /// Wakes that failed since the scheduler's last scan (it parks their entries).
   std::vector<failed_wake> failed_wakes;
-  uint64_t tickets = 0; ///< changes queued so far
-  uint64_t applied = 0; ///< changes queued before the last finished batch
-  std::condition_variable done;
 };
 
 struct runtime_core {
@@ -273,14 +271,7 @@ struct runtime_core {
   /// of sync_alarm_index() writes it (any thread that may block).
   template <class Fn> status with_index_writer(Fn&& fn) {
     std::unique_lock<std::mutex> g(alarms.mu);
-    alarms.done.wait(g, [&] { return !alarms.flushing; });
-    alarms.flushing = true;
-    g.unlock();
-    auto st = fn(*alarms.writer);
-    g.lock();
-    alarms.flushing = false;
-    alarms.done.notify_all();
-    return st;
+    return alarms.writes.exclusive(g, [&] { return fn(*alarms.writer); });
   }
   /// A wake of the alarm scheduler failed (any thread): parked at its next scan.
   void wake_failed(const alarm_index_entry& e, std::string reason);

@@ -25,59 +25,48 @@ std::string bytes_text(int64_t b) {
 /// meanwhile; `durable`: synced before it returns (durability full). The write's outcome.
 status write_tenant_index(runtime_core& rt, tenant_index_change change, bool durable) {
   auto& t = rt.tenants;
-  auto outcome = std::make_shared<status>();
+  status outcome; // written by whoever applies the batch, before this returns
   std::unique_lock<std::mutex> g(t.mu);
-  t.queued.push_back({std::move(change), outcome});
+  t.queued.push_back({std::move(change), &outcome});
   t.queued_durable |= durable;
-  uint64_t ticket = ++t.tickets;
-  while (t.applied < ticket) {
-    if (t.flushing) {
-      t.done.wait(g);
-      continue;
-    }
-    t.flushing = true;
-    auto batch = std::move(t.queued);
-    t.queued.clear();
-    bool sync = std::exchange(t.queued_durable, false);
-    uint64_t upto = t.tickets;
-    g.unlock();
-    std::vector<tenant_index_change> changes;
-    changes.reserve(batch.size());
-    for (auto& q : batch)
-      changes.push_back(q.change);
-    auto st = t.index->apply(changes, sync); // one transaction; one sync when `sync`
-    if (!st) {
-      t.failures.fetch_add(1, std::memory_order_relaxed);
-      rt.log_event({{"level", "error"},
-                    {"event", "tenant_index_write_failed"},
-                    {"changes", changes.size()},
-                    {"detail", st.to_string()}});
-    }
-    g.lock();
-    for (auto& q : batch)
-      *q.outcome = st;
-    t.dirty |= !st.is_ok();
-    t.applied = upto;
-    t.flushing = false;
-    t.done.notify_all();
-  }
-  return *outcome;
+  struct batch_t {
+    std::vector<tenant_directory::queued_change> queued;
+    bool sync = false;
+  };
+  t.writes.wait_applied(
+    g, t.writes.ticket(),
+    [&] {
+      return batch_t{std::exchange(t.queued, {}), std::exchange(t.queued_durable, false)};
+    },
+    [&](const batch_t& b) {
+      std::vector<tenant_index_change> changes;
+      changes.reserve(b.queued.size());
+      for (auto& q : b.queued)
+        changes.push_back(q.change);
+      auto st = t.index->apply(changes, b.sync); // one transaction; one sync when `sync`
+      if (!st) {
+        t.failures.fetch_add(1, std::memory_order_relaxed);
+        rt.log_event({{"level", "error"},
+                      {"event", "tenant_index_write_failed"},
+                      {"changes", changes.size()},
+                      {"detail", st.to_string()}});
+      }
+      return st;
+    },
+    [&](const batch_t& b, const status& st) {
+      for (auto& q : b.queued)
+        *q.outcome = st;
+      t.dirty |= !st.is_ok();
+    });
+  return outcome;
 }
 
 /// Runs `read` on the index (null once it is closed) between its writes: it is one connection,
-/// used by one thread at a time (a flush marks itself the same way).
+/// used by one thread at a time.
 template <class F> auto between_writes(runtime_core& rt, F read) {
   auto& t = rt.tenants;
   std::unique_lock<std::mutex> g(t.mu);
-  t.done.wait(g, [&] { return !t.flushing; });
-  t.flushing = true;
-  auto* ix = t.index.get();
-  g.unlock();
-  auto out = read(ix);
-  g.lock();
-  t.flushing = false;
-  t.done.notify_all();
-  return out;
+  return t.writes.exclusive(g, [&] { return read(t.index.get()); });
 }
 
 /// Counts a creation of `key` before its file is made: refused (false, `refusal` set) when the
@@ -241,7 +230,7 @@ status open_tenant_index(runtime_core& rt, std::vector<std::string>& notes) {
 void close_tenant_index(runtime_core& rt) {
   auto& t = rt.tenants;
   std::unique_lock<std::mutex> g(t.mu);
-  t.done.wait(g, [&] { return !t.flushing; }); // a listing may still read it
+  t.writes.wait_idle(g); // a listing may still read it
   if (!t.index)
     return;
   if (!t.dirty)

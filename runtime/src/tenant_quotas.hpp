@@ -10,7 +10,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -23,6 +22,7 @@
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/tenant_index.hpp"
+#include "group_commit.hpp"
 
 namespace factum::detail {
 
@@ -63,19 +63,16 @@ struct tenant_meter {
 struct tenant_directory {
   std::mutex mu; ///< guards everything below; never held during a write to `index`
   std::unordered_map<std::string, std::unique_ptr<tenant_account>> accounts;
-  std::unique_ptr<tenant_index> index; ///< used only by the thread that set `flushing`
+  std::unique_ptr<tenant_index> index; ///< used only by the thread whose turn `writes` gave
   struct queued_change {
     tenant_index_change change;
-    std::shared_ptr<status> outcome;
+    status* outcome; ///< its writer's, which waits until the change is applied
   };
   std::vector<queued_change> queued;
   bool queued_durable = false; ///< a change in `queued` must be synced (an added entity)
-  bool flushing = false;
   /// A write failed: what the index says may differ from the files (rescanned at next start).
   bool dirty = false;
-  uint64_t tickets = 0; ///< changes queued so far
-  uint64_t applied = 0; ///< changes queued before the last finished batch
-  std::condition_variable done;
+  group_commit writes; ///< whose turn it is on `index`
   std::atomic<uint64_t> entity_refusals{0}, bytes_refusals{0}, rebuilds{0}, failures{0};
 };
 

@@ -169,22 +169,6 @@ result<std::map<std::string, tenant_totals>> tenant_index::totals() {
   return out;
 }
 
-result<std::vector<std::pair<entity_key, int64_t>>> tenant_index::all() {
-  stmt s;
-  if (sqlite3_prepare_v2(db_, "SELECT tenant, type, id, bytes FROM tenant_entities ORDER BY digest",
-                         -1, &s.st, nullptr) != SQLITE_OK)
-    return sql_error(db_, "all");
-  std::vector<std::pair<entity_key, int64_t>> out;
-  int rc;
-  while ((rc = sqlite3_step(s.st)) == SQLITE_ROW)
-    out.emplace_back(
-      entity_key{detail::col_text(s.st, 0), detail::col_text(s.st, 1), detail::col_text(s.st, 2)},
-      sqlite3_column_int64(s.st, 3));
-  if (rc != SQLITE_DONE)
-    return sql_error(db_, "all");
-  return out;
-}
-
 result<std::vector<std::pair<entity_key, int64_t>>>
 tenant_index::list(std::string_view tenant, std::string_view type, std::string_view after_type,
                    std::string_view after_id, int64_t limit) {

@@ -85,8 +85,6 @@ class tenant_index {
   result<bool> contains(const entity_key& key);
   /// Entities and bytes of every tenant that has a row.
   result<std::map<std::string, tenant_totals>> totals();
-  /// Every row, in digest order (tests, inspection).
-  result<std::vector<std::pair<entity_key, int64_t>>> all();
   /// `tenant`'s entities (of `type` only, unless empty) after (after_type, after_id) in
   /// (type, id) order, at most `limit`, with their bytes: a page of the tenant's listing.
   result<std::vector<std::pair<entity_key, int64_t>>>
