@@ -930,14 +930,14 @@ tenant_usage runtime::tenant_usage_of(const std::string& tenant) const {
   return detail::tenant_usage_snapshot(*impl_->core, tenant);
 }
 
-result<std::vector<entity_listing>> runtime::list_entities(const std::string& tenant,
-                                                           const std::string& type,
-                                                           const std::string& after_type,
-                                                           const std::string& after_id,
-                                                           int64_t limit) const {
-  if (limit < 1 || limit > 10000)
-    return status{errc::invalid_argument, "limit must be between 1 and 10000"};
-  return detail::list_tenant_entities(*impl_->core, tenant, type, after_type, after_id, limit);
+void runtime::list_entities(const std::string& tenant, entity_list_query q,
+                            std::function<void(result<std::vector<entity_listing>>)> done) const {
+  if (q.limit < 1 || q.limit > 10000)
+    return done(status{errc::invalid_argument, "limit must be between 1 and 10000"});
+  auto* core = impl_->core.get();
+  core->pool.post([core, tenant, q = std::move(q), done = std::move(done)] {
+    done(detail::list_tenant_entities(*core, tenant, q));
+  });
 }
 
 const runtime_config& runtime::config() const {

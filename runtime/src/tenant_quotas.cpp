@@ -285,13 +285,12 @@ void fill_tenant_stats(runtime_core& rt, runtime_stats& out) {
 }
 
 result<std::vector<entity_listing>>
-list_tenant_entities(runtime_core& rt, const std::string& tenant, const std::string& type,
-                     const std::string& after_type, const std::string& after_id, int64_t limit) {
+list_tenant_entities(runtime_core& rt, const std::string& tenant, const entity_list_query& q) {
   using rows_t = result<std::vector<std::pair<entity_key, int64_t>>>;
   auto rows = between_writes(rt, [&](tenant_index* ix) -> rows_t {
     if (!ix)
       return status{errc::unavailable, "the tenant index is closed: the runtime is stopping"};
-    return ix->list(tenant, type, after_type, after_id, limit);
+    return ix->list(tenant, q.type, q.after_type, q.after_id, q.limit);
   });
   if (!rows)
     return rows.error();

@@ -95,8 +95,7 @@ tenant_usage tenant_usage_snapshot(runtime_core& rt, const std::string& tenant);
 void fill_tenant_stats(runtime_core& rt, runtime_stats& out);
 /// A page of a tenant's entities from the index (runtime::list_entities), between its writes.
 result<std::vector<entity_listing>>
-list_tenant_entities(runtime_core& rt, const std::string& tenant, const std::string& type,
-                     const std::string& after_type, const std::string& after_id, int64_t limit);
+list_tenant_entities(runtime_core& rt, const std::string& tenant, const entity_list_query& q);
 
 // -- an entity (its open and close jobs on storage threads; the rest on its actor) --
 

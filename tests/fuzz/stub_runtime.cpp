@@ -41,12 +41,11 @@ runtime_stats runtime::stats() const {
   return {};
 }
 
-result<std::vector<entity_listing>> runtime::list_entities(const std::string&, const std::string&,
-                                                           const std::string&, const std::string&,
-                                                           int64_t limit) const {
-  if (limit < 1 || limit > 10000) // the gateway must have refused it already
-    return status{errc::internal, "the gateway passed limit " + std::to_string(limit)};
-  return std::vector<entity_listing>{};
+void runtime::list_entities(const std::string&, entity_list_query q,
+                            std::function<void(result<std::vector<entity_listing>>)> done) const {
+  if (q.limit < 1 || q.limit > 10000) // the gateway must have refused it already
+    return done(status{errc::internal, "the gateway passed limit " + std::to_string(q.limit)});
+  done(std::vector<entity_listing>{});
 }
 
 const runtime_config& runtime::config() const {

@@ -522,7 +522,7 @@ void breaker_action(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
 
 /// GET /v1/entities: a page of the tenant's entities ({"type","id","bytes"}, in (type, id)
 /// order), optionally of one `type`, after the cursor `after` ("type/id"); a full page has a
-/// Link to the next. Read from the tenant index on this I/O thread (one indexed query).
+/// Link to the next. Read from the tenant index on a storage thread; answered from there.
 void list_entities(gateway& gw, const exchange_ptr& x) {
   const http_tenant* tenant = nullptr;
   if (auto no = tenant_check(gw, *x, scope_read, tenant))
@@ -530,31 +530,33 @@ void list_entities(gateway& gw, const exchange_ptr& x) {
   auto q = parse_query(x->query, {"type", "after"}, {}, true, false);
   if (!q.error.empty())
     return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
-  auto type = q.args.value("type", "");
-  if (!type.empty())
-    if (auto st = check_key_part(type, "type"); !st)
+  entity_list_query lq;
+  lq.type = q.args.value("type", "");
+  if (!lq.type.empty())
+    if (auto st = check_key_part(lq.type, "type"); !st)
       return refuse(gw, *x, {400, "INVALID_QUERY", st.message()});
-  std::string after_type, after_id;
   if (auto after = q.args.value("after", ""); !after.empty()) {
     auto slash = after.find('/');
-    after_type = after.substr(0, slash);
-    after_id = slash == std::string::npos ? "" : after.substr(slash + 1);
-    if (!check_key_part(after_type, "type") || !check_key_part(after_id, "id"))
+    lq.after_type = after.substr(0, slash);
+    lq.after_id = slash == std::string::npos ? "" : after.substr(slash + 1);
+    if (!check_key_part(lq.after_type, "type") || !check_key_part(lq.after_id, "id"))
       return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'after' must be TYPE/ID"});
   }
-  int64_t limit = q.args.value("limit", int64_t{100});
-  auto page = gw.rt().list_entities(tenant->name, type, after_type, after_id, limit);
-  if (!page)
-    return refuse(gw, *x, {503, "STORAGE_UNAVAILABLE", page.error().message()});
-  json out = json::array();
-  for (auto& e : *page)
-    out.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});
-  http_response r;
-  r.trace_id = x->trace_id;
-  r.body = out.dump();
-  if (static_cast<int64_t>(page->size()) == limit && !page->empty())
-    r.link = next_link(*x, "after=" + page->back().type + "/" + page->back().id);
-  finish(gw, *x, std::move(r));
+  lq.limit = q.args.value("limit", int64_t{100});
+  auto limit = lq.limit;
+  gw.rt().list_entities(tenant->name, std::move(lq), [&gw, x, limit](auto page) {
+    if (!page)
+      return refuse(gw, *x, {503, "STORAGE_UNAVAILABLE", page.error().message()});
+    json out = json::array();
+    for (auto& e : *page)
+      out.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});
+    http_response r;
+    r.trace_id = x->trace_id;
+    r.body = out.dump();
+    if (static_cast<int64_t>(page->size()) == limit && !page->empty())
+      r.link = next_link(*x, "after=" + page->back().type + "/" + page->back().id);
+    finish(gw, *x, std::move(r));
+  });
 }
 
 // -- operational routes --

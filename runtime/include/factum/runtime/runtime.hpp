@@ -194,6 +194,13 @@ struct entity_listing {
   int64_t bytes = 0; ///< its files' bytes at its last close (0: created and not closed since)
 };
 
+/// Which page of a tenant's entities to list (runtime::list_entities).
+struct entity_list_query {
+  std::string type;                 ///< only this type; empty: every type
+  std::string after_type, after_id; ///< the page starts after this entity; empty: at the start
+  int64_t limit = 100;              ///< 1..10000
+};
+
 /// Counters for /metrics and tests. Monotonic unless said otherwise.
 struct runtime_stats {
   uint64_t calls = 0;
@@ -300,13 +307,12 @@ class runtime {
   /// no entity.
   tenant_usage tenant_usage_of(const std::string& tenant) const;
 
-  /// A page of `tenant`'s entities in (type, id) order: those of `type` only unless it is
-  /// empty, after (after_type, after_id) (both empty: from the start), at most `limit`
-  /// (1..10000; else INVALID_ARGUMENT). From the tenant index (DATA/runtime/tenants.db), so no
-  /// entity file is opened. Any thread.
-  result<std::vector<entity_listing>>
-  list_entities(const std::string& tenant, const std::string& type, const std::string& after_type,
-                const std::string& after_id, int64_t limit) const;
+  /// A page of `tenant`'s entities in (type, id) order, as `q` says (a limit outside 1..10000:
+  /// INVALID_ARGUMENT), handed to `done` on a storage thread. From the tenant index
+  /// (DATA/runtime/tenants.db), so no entity file is opened; the read may wait for the index's
+  /// current write, which is why it does not run on the caller's thread. Any thread.
+  void list_entities(const std::string& tenant, entity_list_query q,
+                     std::function<void(result<std::vector<entity_listing>>)> done) const;
 
   /// What start() found and repaired, one sentence each (for the operator's log): for instance a
   /// damaged alarm index set aside and rebuilt from the entity files. Empty normally.
