@@ -10,6 +10,7 @@
 #include <ctime>
 
 #include "factum/storage/fact.hpp"
+#include "factum/storage/records.hpp"
 #include "factum/storage/sha256.hpp"
 #include "http/http_util.hpp"
 
@@ -70,8 +71,7 @@ query_result parse_query(std::string_view query, std::initializer_list<std::stri
       }
       // No value of a filter has a control character (a NUL would match nothing and answer an
       // empty 200 where the caller meant something else).
-      if (std::any_of(p.value.begin(), p.value.end(),
-                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      if (has_control_char(p.value)) {
         out.error = "parameter '" + p.name + "' must not contain control characters";
         return out;
       }
@@ -108,16 +108,14 @@ query_result parse_query(std::string_view query, std::initializer_list<std::stri
 struct exchange {
   http_request req;
   std::function<void(http_response)> done;
-  std::string route = "unmatched"; ///< the metrics label and the log line's "route"
-  std::string verb;                ///< clipped, for the log line
-  std::string path;                ///< clipped, for the log line
-  std::string_view query;          ///< into req.target, without '?'
-  std::vector<std::string> seg;    ///< the path's segments (decoded under /v1/entities/)
+  std::string_view route = "unmatched"; ///< the metrics label and the log line's "route"
+  std::string verb;                     ///< clipped, for the log line
+  std::string path;                     ///< clipped, for the log line
+  std::string_view query;               ///< into req.target, without '?'
+  std::vector<std::string> seg;         ///< the path's segments (decoded under /v1/entities/)
   std::string trace_id;
   std::string tenant;
-  /// Who the API key is, for the records of operator actions: "api-key:" and the first 12 hex
-  /// digits of the key's SHA-256 (never the key).
-  std::string actor;
+  const http_api_key* key = nullptr; ///< the API key that authenticated the request
   std::string code;
   std::string detail;
   clock_type::time_point started = clock_type::now();
@@ -339,7 +337,7 @@ verdict tenant_check(gateway& gw, exchange& x, uint8_t scope, const http_tenant*
     no = authenticate(gw.config(), x.req, tenant, key);
   if (!no) {
     x.tenant = tenant->name;
-    x.actor = "api-key:" + key->sha256.substr(0, 12);
+    x.key = key;
     if ((key->scopes & scope) == 0)
       no = refusal{403, "INSUFFICIENT_SCOPE",
                    "this API key lacks the '" + std::string(scope_name(scope)) +
@@ -465,15 +463,12 @@ void list_dead_letters(gateway& gw, const exchange_ptr& x, const entity_ref& e) 
   auto q = parse_query(x->query, {"status"}, {}, true, false);
   if (!q.error.empty())
     return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
-  if (q.args.contains("status")) {
-    auto s = q.args["status"].get<std::string>();
-    if (s != "pending" && s != "scheduled" && s != "resolved" && s != "discarded" &&
-        s != "acknowledged")
+  if (q.args.contains("status"))
+    if (!parse_dl_status(q.args["status"].get<std::string>()))
       return refuse(gw, *x,
                     {400, "INVALID_QUERY",
                      "parameter 'status' must be pending, scheduled, resolved, discarded or "
                      "acknowledged"});
-  }
   run_call(gw, x, e, "@dead_letters", q.args.dump(), base_options(gw, *x));
 }
 
@@ -506,7 +501,8 @@ void operator_action(gateway& gw, const exchange_ptr& x, const entity_ref& e, bo
   }
   args[dead_letter ? "id" : "tool"] = name;
   args["action"] = action;
-  args["actor"] = x->actor; // the key that asked, whatever the body says
+  // Who asked, whatever the body says: the key's id (its digest's first 12 hex digits).
+  args["actor"] = "api-key:" + x->key->sha256.substr(0, 12);
   if (!opts.idempotency_key.empty())
     opts.fingerprint = fingerprint(e.canonical(x->seg[4] + "/" + name + "/" + action), x->req.body);
   run_call(gw, x, e, dead_letter ? "@dead_letter" : "@breaker", args.dump(), std::move(opts));
@@ -730,21 +726,21 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
     return refuse(*this, *x, std::move(*no));
   auto sel = select_route(*x);
   if (!sel.chosen && sel.fitting) {
-    x->route = std::string(sel.fitting->label);
+    x->route = sel.fitting->label;
     auto r = problem(*x, 405, "METHOD_NOT_ALLOWED",
                      x->req.verb + " is not allowed here; use " + sel.allow);
     r.allow = std::move(sel.allow);
     return finish(*this, *x, std::move(r));
   }
   if (!sel.chosen && sel.but_value) {
-    x->route = std::string(sel.but_value->label);
+    x->route = sel.but_value->label;
     return refuse(*this, *x, {404, "ROUTE_NOT_FOUND", std::string(sel.but_value->unknown_value)});
   }
   if (!sel.chosen)
     return refuse(*this, *x,
                   {404, "ROUTE_NOT_FOUND", "no route for " + std::string(clip(x->path, 200))});
   const route* chosen = sel.chosen;
-  x->route = std::string(chosen->label);
+  x->route = chosen->label;
   if (chosen->answer)
     return chosen->answer(*this, x);
   if (auto e = entity_gate(*this, *x, chosen->scope))

@@ -2,6 +2,7 @@
 // runtime_stats. Any thread.
 #include "http/metrics.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -33,12 +34,22 @@ void metric(std::string& out, const char* name, const char* type, const char* he
   sample(out, name, v);
 }
 
-/// `name{tenant="..."} v`: tenant names are entity key parts ([A-Za-z0-9._:-]): no escaping.
-void tenant_sample(std::string& out, const char* name, const std::string& tenant, int64_t v) {
+/// `name{label="value",...} v`. Label values here are route labels, numbers and entity key
+/// parts ([A-Za-z0-9._:-]): nothing to escape.
+void labeled(std::string& out, std::string_view name,
+             std::initializer_list<std::pair<std::string_view, std::string_view>> labels,
+             int64_t v) {
   out += name;
-  out += "{tenant=\"";
-  out += tenant;
-  out += "\"} ";
+  char sep = '{';
+  for (auto& [label, value] : labels) {
+    out += sep;
+    out += label;
+    out += "=\"";
+    out += value;
+    out += '"';
+    sep = ',';
+  }
+  out += "} ";
   out += std::to_string(v);
   out += '\n';
 }
@@ -49,10 +60,10 @@ void render_tenants(std::string& out, const runtime_stats& rt) {
   header(out, "factum_tenant_quota_refusals_total", "counter",
          "Calls refused by a tenant quota: 429 TENANT_QUOTA_EXCEEDED (quota=\"max_entities\"), "
          "507 TENANT_STORAGE_QUOTA_EXCEEDED (quota=\"max_bytes\").");
-  out += "factum_tenant_quota_refusals_total{quota=\"max_entities\"} " +
-         std::to_string(rt.tenant_entity_refusals) + '\n';
-  out += "factum_tenant_quota_refusals_total{quota=\"max_bytes\"} " +
-         std::to_string(rt.tenant_bytes_refusals) + '\n';
+  labeled(out, "factum_tenant_quota_refusals_total", {{"quota", "max_entities"}},
+          static_cast<int64_t>(rt.tenant_entity_refusals));
+  labeled(out, "factum_tenant_quota_refusals_total", {{"quota", "max_bytes"}},
+          static_cast<int64_t>(rt.tenant_bytes_refusals));
   metric(out, "factum_tenant_index_rebuilds_total", "counter",
          "Tenant indexes rebuilt from the entity files at start (damaged, missing, incomplete).",
          rt.tenant_index_rebuilds);
@@ -78,7 +89,7 @@ void render_tenants(std::string& out, const runtime_stats& rt) {
     header(out, g.name, "gauge", g.help);
     for (auto& u : rt.tenants)
       if (auto v = g.value(u))
-        tenant_sample(out, g.name, u.tenant, *v);
+        labeled(out, g.name, {{"tenant", u.tenant}}, *v);
   }
 }
 
@@ -91,11 +102,14 @@ std::string fmt_double(double v) {
 } // namespace
 
 void http_metrics::count_request(std::string_view route, int status, std::string_view tenant) {
-  std::pair<std::string, int> key(std::string(route), status);
   std::lock_guard<std::mutex> g(mu_);
-  ++requests_[key];
-  if (!tenant.empty())
-    ++tenant_requests_[{std::string(tenant), status / 100}];
+  ++requests_[{route, status}];
+  if (tenant.empty())
+    return;
+  auto it = tenant_requests_.find(tenant); // a string only the first time a tenant is seen
+  if (it == tenant_requests_.end())
+    it = tenant_requests_.emplace(std::string(tenant), per_class{}).first;
+  ++it->second[std::clamp(status / 100, 0, 5)];
 }
 
 void http_metrics::observe_call(std::chrono::nanoseconds d) {
@@ -113,32 +127,18 @@ void http_metrics::observe_call(std::chrono::nanoseconds d) {
 void http_metrics::render_requests(std::string& out) const {
   header(out, "factum_http_requests_total", "counter",
          "HTTP requests answered, by route and status.");
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    for (auto& [k, v] : requests_) {
-      out += "factum_http_requests_total{route=\"";
-      out += k.first;
-      out += "\",status=\"";
-      out += std::to_string(k.second);
-      out += "\"} ";
-      out += std::to_string(v);
-      out += '\n';
-    }
-  }
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& [k, v] : requests_)
+    labeled(out, "factum_http_requests_total",
+            {{"route", k.first}, {"status", std::to_string(k.second)}}, static_cast<int64_t>(v));
   header(out, "factum_tenant_requests_total", "counter",
          "HTTP requests of an authenticated tenant, by status class (2xx, 4xx, 5xx).");
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    for (auto& [k, v] : tenant_requests_) {
-      out += "factum_tenant_requests_total{tenant=\"";
-      out += k.first;
-      out += "\",class=\"";
-      out += std::to_string(k.second);
-      out += "xx\"} ";
-      out += std::to_string(v);
-      out += '\n';
-    }
-  }
+  for (auto& [tenant, classes] : tenant_requests_)
+    for (int c = 0; c < static_cast<int>(classes.size()); ++c)
+      if (classes[c] > 0)
+        labeled(out, "factum_tenant_requests_total",
+                {{"tenant", tenant}, {"class", std::to_string(c) + "xx"}},
+                static_cast<int64_t>(classes[c]));
 }
 
 /// Long for a reason: one statement per metric, in the order /metrics lists them.

@@ -25,8 +25,9 @@ class http_metrics {
   static constexpr std::array<double, 14> bounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                     0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
-  /// Counts one answered request; `tenant` is the one its API key authenticated (empty when
-  /// none did: those are counted by route only, so a tenant label is always a configured name).
+  /// Counts one answered request; `route` is a label of static storage; `tenant` is the one its API
+  /// key authenticated (empty when none did: those are counted by route only, so a tenant label is
+  /// always a configured name).
   void count_request(std::string_view route, int status, std::string_view tenant = {});
 
   /// Records the latency of one runtime call (request handed over to reply received).
@@ -48,9 +49,11 @@ class http_metrics {
   void render_requests(std::string& out) const;
 
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, int>, uint64_t> requests_;
-  /// (tenant, status class 2..5) -> requests.
-  std::map<std::pair<std::string, int>, uint64_t> tenant_requests_;
+  /// (route label, status) -> requests. Route labels are of static storage (the route table's).
+  std::map<std::pair<std::string_view, int>, uint64_t> requests_;
+  /// Requests by status class (index: status / 100), per tenant.
+  using per_class = std::array<uint64_t, 6>;
+  std::map<std::string, per_class, std::less<>> tenant_requests_;
   std::array<std::atomic<uint64_t>, bounds.size() + 1> buckets_{};
   std::atomic<uint64_t> call_count_{0};
   std::atomic<uint64_t> call_ns_sum_{0};

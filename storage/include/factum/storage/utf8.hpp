@@ -1,10 +1,18 @@
-// factum/storage/utf8.hpp: UTF-8 validation, shared by the store and the HTTP gateway. Pure
-// function; any thread.
+// factum/storage/utf8.hpp: UTF-8 validation and the control-character check, shared by the
+// store, the runtime and the HTTP gateway. Pure functions; any thread.
 #pragma once
 
 #include <string_view>
 
 namespace factum {
+
+/// True when `s` has an ASCII control character (below 0x20, or DEL).
+inline bool has_control_char(std::string_view s) {
+  for (unsigned char c : s)
+    if (c < 0x20 || c == 0x7f)
+      return true;
+  return false;
+}
 
 /// True when `s` is well-formed UTF-8 (no overlongs, no surrogates, at most U+10FFFF).
 inline bool valid_utf8(std::string_view s) {
