@@ -13,9 +13,9 @@ namespace factum::detail {
 
 /// The turn-taking state of one index connection; guarded by the owner's mutex.
 struct group_commit {
-  bool busy = false;     ///< a batch (or an exclusive reader) uses the connection now
-  uint64_t tickets = 0;  ///< changes queued so far
-  uint64_t applied = 0;  ///< changes queued before the last finished batch
+  bool busy = false;    ///< a batch (or an exclusive reader) uses the connection now
+  uint64_t tickets = 0; ///< changes queued so far
+  uint64_t applied = 0; ///< changes queued before the last finished batch
   std::condition_variable done;
 
   /// A ticket for a change just queued (under `g`).

@@ -585,22 +585,29 @@ runtime::~runtime() {
 
 namespace {
 
-size_t default_max_active() {
+/// RLIMIT_NOFILE, its soft limit raised to the hard one first; capped at 1,000,000; 0 when it
+/// cannot be read.
+size_t descriptor_limit() {
   struct rlimit rl {};
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    if (rl.rlim_cur < rl.rlim_max) { // raise the soft limit to the hard one
-      rl.rlim_cur = rl.rlim_max;
-      setrlimit(RLIMIT_NOFILE, &rl);
-      getrlimit(RLIMIT_NOFILE, &rl);
-    }
-    auto n = static_cast<size_t>(rl.rlim_cur);
-    if (n == RLIM_INFINITY || n > 1'000'000)
-      n = 1'000'000;
-    // An open entity holds 4 descriptors: the database, -wal, -shm (its DMS lock) and the -wal
-    // descriptor that deferred sync fdatasyncs. A quarter of the limit stays for sockets.
-    return std::max<size_t>(16, (n - n / 4) / 4);
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return 0;
+  if (rl.rlim_cur < rl.rlim_max) { // raise the soft limit to the hard one
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
   }
-  return 1000;
+  return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1'000'000 ? 1'000'000
+                                                                 : static_cast<size_t>(rl.rlim_cur);
+}
+
+/// The descriptor budget: three quarters of the limit for entity files, a quarter for sockets.
+size_t default_max_active() {
+  auto n = descriptor_limit();
+  if (n == 0)
+    return 1000;
+  // An open entity holds 4 descriptors: the database, -wal, -shm (its DMS lock) and the -wal
+  // descriptor that deferred sync fdatasyncs.
+  return std::max<size_t>(16, (n - n / 4) / 4);
 }
 
 } // namespace
@@ -924,6 +931,14 @@ runtime_stats runtime::stats() const {
   r.calls_dropped = ld(s.calls_dropped);
   detail::fill_tenant_stats(*impl_->core, r);
   return r;
+}
+
+size_t runtime::connection_budget() const {
+  auto n = descriptor_limit();
+  if (n == 0)
+    return SIZE_MAX;
+  // The quarter left to sockets, less a few for the listener, the tools and the indexes.
+  return n / 4 > 64 ? n / 4 - 32 : 32;
 }
 
 tenant_usage runtime::tenant_usage_of(const std::string& tenant) const {

@@ -10,6 +10,7 @@
 
 #include "factum/resilience/money.hpp"
 #include "factum/storage/sha256.hpp"
+#include "factum/storage/utf8.hpp"
 
 namespace factum::detail {
 
@@ -20,7 +21,7 @@ namespace {
 
 bool nonzero(const std::string& amount) {
   auto d = decimal::parse(amount);
-  return d && !(d.value() == decimal::parse("0").value());
+  return d && !d->is_zero();
 }
 
 struct locked_config {
@@ -577,10 +578,9 @@ json operator_record(const json& args) {
     if (!it->is_string() || it->get_ref<const std::string&>().size() > max)
       throw client_error("INVALID_ARGUMENT", std::string(name) + " must be a string of at most " +
                                                std::to_string(max) + " bytes");
-    for (unsigned char c : it->get_ref<const std::string&>())
-      if (c < 0x20 || c == 0x7f)
-        throw client_error("INVALID_ARGUMENT",
-                           std::string(name) + " must not contain control characters");
+    if (has_control_char(it->get_ref<const std::string&>()))
+      throw client_error("INVALID_ARGUMENT",
+                         std::string(name) + " must not contain control characters");
     return it->get<std::string>();
   };
   json out = {{"actor", text("actor", 128).value_or("operator")}};

@@ -5,8 +5,6 @@
 // CAF workers and are posted back to the connection's strand, so no Asio thread ever waits.
 #include "factum/runtime/http_server.hpp"
 
-#include <sys/resource.h>
-
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -22,8 +20,6 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
-#include <sys/resource.h>
 
 #include "http/gateway.hpp"
 
@@ -429,15 +425,9 @@ void http_server::impl::on_accept(beast::error_code ec, tcp::socket s,
 }
 
 result<std::unique_ptr<http_server>> http_server::start(runtime& rt, http_server_config config) {
-  // The runtime keeps three quarters of RLIMIT_NOFILE for entity files (4 descriptors each);
-  // connections get the rest, less a few for the listener, the tools and the alarm index.
+  // The runtime keeps three quarters of RLIMIT_NOFILE for entity files (4 descriptors each).
   size_t asked = config.limits.max_connections;
-  struct rlimit rl {};
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    size_t budget = static_cast<size_t>(rl.rlim_cur) / 4;
-    budget = budget > 64 ? budget - 32 : 32;
-    config.limits.max_connections = std::min(config.limits.max_connections, budget);
-  }
+  config.limits.max_connections = std::min(asked, rt.connection_budget());
   auto p = std::make_shared<impl>(rt, std::move(config));
   p->weak_self = p;
   if (p->gw.config().limits.max_connections < asked)

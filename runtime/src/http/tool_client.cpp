@@ -129,7 +129,7 @@ tool_reply to_tool_reply(const tool& t, hc::response& res) {
     r.retry_after_ms = parse_retry_after(v);
   if (auto v = res.header("X-Cost"); !v.empty()) {
     auto d = resilience::decimal::parse(v);
-    if (d && !(d.value() < resilience::decimal::parse("0").value()))
+    if (d && !d->is_negative())
       r.cost_amount = d.value().to_string();
   }
   return r;

@@ -303,6 +303,11 @@ class runtime {
   /// A snapshot of the counters.
   runtime_stats stats() const;
 
+  /// Connections the process can hold beside the entity files: the quarter of RLIMIT_NOFILE
+  /// start() leaves to sockets, less a few (SIZE_MAX when the limit cannot be read). The HTTP
+  /// server lowers max_connections to it.
+  size_t connection_budget() const;
+
   /// What `tenant` uses now (its entities and bytes) and its quota; zeros for a tenant that has
   /// no entity.
   tenant_usage tenant_usage_of(const std::string& tenant) const;
