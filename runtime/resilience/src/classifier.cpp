@@ -151,6 +151,8 @@ json override_to_json(const classification_override& o) {
 result<classification_override> override_from_json(const json& j, const std::string& what) {
   if (auto s = detail::expect_object(j, what); !s)
     return s;
+  if (auto s = detail::known_keys(j, {"category", "code", "reason", "retryable"}, what); !s)
+    return s;
   classification_override o;
   std::string category;
   if (auto s = detail::read_field(j, "category", category, what); !s)
@@ -352,42 +354,47 @@ result<classifier> classifier::from_json(const nlohmann::json& j) {
     return out;
   if (auto s = detail::expect_object(*tools, "classifier.tools"); !s)
     return s;
-  for (const auto& [name, rules] : tools->items()) {
-    std::string what = "classifier.tools." + name;
-    if (auto s = detail::expect_object(rules, what); !s)
+  for (const auto& [name, rules] : tools->items())
+    if (auto s = out.add_rules(name, rules, "classifier.tools." + name); !s)
       return s;
-    if (auto st = rules.find("statuses"); st != rules.end()) {
-      if (auto s = detail::expect_object(*st, what + ".statuses"); !s)
-        return s;
-      for (const auto& [key, value] : st->items()) {
-        std::string w = what + ".statuses." + key;
-        bool digits =
-          !key.empty() && key.size() <= 3 && std::all_of(key.begin(), key.end(), is_digit);
-        if (!digits)
-          return detail::invalid(w, "the key must be an HTTP status (100..599)");
-        int status = std::stoi(key);
-        if (status < 100 || status > 599)
-          return detail::invalid(w, "the key must be an HTTP status (100..599)");
-        auto o = override_from_json(value, w);
-        if (!o)
-          return o.error();
-        out.set_status_override(name, status, std::move(o.value()));
-      }
-    }
-    if (auto co = rules.find("codes"); co != rules.end()) {
-      if (auto s = detail::expect_object(*co, what + ".codes"); !s)
-        return s;
-      for (const auto& [key, value] : co->items()) {
-        if (key.empty())
-          return detail::invalid(what + ".codes", "a code must not be empty");
-        auto o = override_from_json(value, what + ".codes." + key);
-        if (!o)
-          return o.error();
-        out.set_code_override(name, key, std::move(o.value()));
-      }
+  return out;
+}
+
+status classifier::add_rules(const std::string& tool, const nlohmann::json& rules,
+                             const std::string& what) {
+  if (auto s = detail::expect_object(rules, what); !s)
+    return s;
+  if (auto s = detail::known_keys(rules, {"statuses", "codes"}, what); !s)
+    return s;
+  if (auto st = rules.find("statuses"); st != rules.end()) {
+    if (auto s = detail::expect_object(*st, what + ".statuses"); !s)
+      return s;
+    for (const auto& [key, value] : st->items()) {
+      std::string w = what + ".statuses." + key;
+      bool digits =
+        !key.empty() && key.size() <= 3 && std::all_of(key.begin(), key.end(), is_digit);
+      int status = digits ? std::stoi(key) : 0;
+      if (status < 100 || status > 599)
+        return detail::invalid(w, "the key must be an HTTP status (100..599)");
+      auto o = override_from_json(value, w);
+      if (!o)
+        return o.error();
+      set_status_override(tool, status, std::move(o.value()));
     }
   }
-  return out;
+  if (auto co = rules.find("codes"); co != rules.end()) {
+    if (auto s = detail::expect_object(*co, what + ".codes"); !s)
+      return s;
+    for (const auto& [key, value] : co->items()) {
+      if (key.empty())
+        return detail::invalid(what + ".codes", "a code must not be empty");
+      auto o = override_from_json(value, what + ".codes." + key);
+      if (!o)
+        return o.error();
+      set_code_override(tool, key, std::move(o.value()));
+    }
+  }
+  return status::ok();
 }
 
 } // namespace factum::resilience

@@ -21,6 +21,24 @@ inline status invalid(std::string_view what, std::string_view message) {
   return status{errc::invalid_argument, std::string(what) + ": " + std::string(message)};
 }
 
+/// Ok when every member of the object `j` is one of `known`; else INVALID_ARGUMENT
+/// "<what>.<member>: unknown key (known: ...)".
+inline status known_keys(const json& j, std::initializer_list<std::string_view> known,
+                         std::string_view what) {
+  for (const auto& [k, _] : j.items()) {
+    bool ok = false;
+    for (auto n : known)
+      ok = ok || k == n;
+    if (ok)
+      continue;
+    std::string list;
+    for (auto n : known)
+      list.append(list.empty() ? "" : ", ").append(n);
+    return invalid(std::string(what) + "." + k, "unknown key (known: " + list + ")");
+  }
+  return status::ok();
+}
+
 /// Ok when `j` is a JSON object, INVALID_ARGUMENT otherwise.
 inline status expect_object(const json& j, std::string_view what) {
   if (!j.is_object())

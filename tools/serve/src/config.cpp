@@ -50,6 +50,27 @@ status read_int(const json& obj, const char* name, const std::string& path, int6
   return status::ok();
 }
 
+/// read_int into `field` (kept when absent), whatever its integer type.
+template <class T>
+status read_field(const json& obj, const char* name, int64_t lo, int64_t hi, T& field,
+                  const std::string& path = "") {
+  auto v = static_cast<int64_t>(field);
+  if (auto st = read_int(obj, name, path, lo, hi, v); !st)
+    return st;
+  field = static_cast<T>(v);
+  return {};
+}
+
+/// read_int into a duration in milliseconds (kept when absent).
+status read_ms(const json& obj, const char* name, int64_t lo, int64_t hi,
+               std::chrono::milliseconds& field, const std::string& path = "") {
+  auto v = static_cast<int64_t>(field.count());
+  if (auto st = read_int(obj, name, path, lo, hi, v); !st)
+    return st;
+  field = std::chrono::milliseconds(v);
+  return {};
+}
+
 bool is_comment(const std::string& key) {
   return key.rfind("//", 0) == 0;
 }
@@ -275,30 +296,16 @@ status parse_limits(const json& doc, serve_config& cfg) {
       !st)
     return st;
   auto& out = cfg.http.limits;
-  int64_t v = static_cast<int64_t>(out.max_body_bytes);
-  if (auto st = read_int(l, "max_body_bytes", "limits.", 1, int64_t{1} << 30, v); !st)
-    return st;
-  out.max_body_bytes = static_cast<size_t>(v);
-  v = out.max_json_depth;
-  if (auto st = read_int(l, "max_json_depth", "limits.", 1, 100'000, v); !st)
-    return st;
-  out.max_json_depth = static_cast<int>(v);
-  v = static_cast<int64_t>(out.max_header_bytes);
-  if (auto st = read_int(l, "max_header_bytes", "limits.", 1024, 1 << 20, v); !st)
-    return st;
-  out.max_header_bytes = static_cast<size_t>(v);
-  v = out.request_timeout.count();
-  if (auto st = read_int(l, "request_timeout_ms", "limits.", 1, 3'600'000, v); !st)
-    return st;
-  out.request_timeout = std::chrono::milliseconds(v);
-  v = static_cast<int64_t>(out.max_connections);
-  if (auto st = read_int(l, "max_connections", "limits.", 1, 1'000'000, v); !st)
-    return st;
-  out.max_connections = static_cast<size_t>(v);
-  v = static_cast<int64_t>(out.max_connections_per_client);
-  if (auto st = read_int(l, "max_connections_per_client", "limits.", 1, 1'000'000, v); !st)
-    return st;
-  out.max_connections_per_client = static_cast<size_t>(v);
+  const std::string lp = "limits.";
+  for (auto st : {read_field(l, "max_body_bytes", 1, int64_t{1} << 30, out.max_body_bytes, lp),
+                  read_field(l, "max_json_depth", 1, 100'000, out.max_json_depth, lp),
+                  read_field(l, "max_header_bytes", 1024, 1 << 20, out.max_header_bytes, lp),
+                  read_ms(l, "request_timeout_ms", 1, 3'600'000, out.request_timeout, lp),
+                  read_field(l, "max_connections", 1, 1'000'000, out.max_connections, lp),
+                  read_field(l, "max_connections_per_client", 1, 1'000'000,
+                             out.max_connections_per_client, lp)})
+    if (!st)
+      return st;
   return status::ok();
 }
 
@@ -320,25 +327,6 @@ status check_against(const json& in, const json& known, const std::string& path)
       if (auto st = check_against(v, *it, path + "." + k); !st)
         return st;
   }
-  return status::ok();
-}
-
-/// tools.<name>.classify: only "statuses" and "codes", each mapping to objects of "category",
-/// "code", "reason" and "retryable" (the classifier checks the values).
-status check_classify_keys(const json& c, const std::string& path) {
-  if (!c.is_object())
-    return bad(path.substr(0, path.size() - 1),
-               "must be an object {\"statuses\": {...}, \"codes\": {...}}");
-  if (auto st = check_keys(c, path, {"statuses", "codes"}); !st)
-    return st;
-  for (const char* part : {"statuses", "codes"})
-    if (auto it = c.find(part); it != c.end() && it->is_object())
-      for (auto& [key, o] : it->items())
-        if (o.is_object())
-          if (auto st = check_keys(o, path + part + "." + key + ".",
-                                   {"category", "code", "reason", "retryable"});
-              !st)
-            return st;
   return status::ok();
 }
 
@@ -449,22 +437,12 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
     return bad(path + ".url", "required: a string http://host:port/path");
   h.url = url->get<std::string>();
   std::string p = path + ".";
-  int64_t v = h.connect_timeout.count();
-  if (auto st = read_int(t, "connect_timeout_ms", p, 1, 600'000, v); !st)
-    return st;
-  h.connect_timeout = std::chrono::milliseconds(v);
-  v = h.request_timeout.count();
-  if (auto st = read_int(t, "request_timeout_ms", p, 1, 3'600'000, v); !st)
-    return st;
-  h.request_timeout = std::chrono::milliseconds(v);
-  v = static_cast<int64_t>(h.max_connections);
-  if (auto st = read_int(t, "max_connections", p, 1, 10'000, v); !st)
-    return st;
-  h.max_connections = static_cast<size_t>(v);
-  v = static_cast<int64_t>(h.max_queued);
-  if (auto st = read_int(t, "max_queued", p, 0, 1'000'000, v); !st)
-    return st;
-  h.max_queued = static_cast<size_t>(v);
+  for (auto st : {read_ms(t, "connect_timeout_ms", 1, 600'000, h.connect_timeout, p),
+                  read_ms(t, "request_timeout_ms", 1, 3'600'000, h.request_timeout, p),
+                  read_field(t, "max_connections", 1, 10'000, h.max_connections, p),
+                  read_field(t, "max_queued", 0, 1'000'000, h.max_queued, p)})
+    if (!st)
+      return st;
   if (auto it = t.find("headers"); it != t.end()) {
     if (!it->is_object())
       return bad(p + "headers", "must be an object of header name -> string value");
@@ -518,20 +496,13 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
       return bad(p + "vendor", st.message());
     pol.vendor = it->get<std::string>();
   }
-  v = pol.max_inline_delay_ms;
-  if (auto st = read_int(t, "max_inline_delay_ms", p, 0, 3'600'000, v); !st)
+  if (auto st = read_field(t, "max_inline_delay_ms", 0, 3'600'000, pol.max_inline_delay_ms, p); !st)
     return st;
-  pol.max_inline_delay_ms = v;
   if (auto it = t.find("classify"); it != t.end()) {
-    if (auto st = check_classify_keys(*it, p + "classify."); !st)
-      return st;
     auto rules = strip_comments(*it);
-    auto cl = resilience::classifier::from_json({{"tools", {{out.name, rules}}}});
-    if (!cl) // "classifier.tools.<name>.statuses.404: ..." -> "tools.<name>.classify.statuses..."
-      return status{
-        errc::invalid_argument,
-        p + "classify" +
-          cl.error().message().substr(std::string("classifier.tools.").size() + out.name.size())};
+    resilience::classifier check; // the runtime reads pol.classify again at start
+    if (auto st = check.add_rules(out.name, rules, p + "classify"); !st)
+      return st;
     pol.classify = std::move(rules);
   }
   if (auto it = t.find("fallback"); it != t.end()) {
@@ -607,26 +578,6 @@ status apply_listen(serve_config& cfg, std::string_view listen) {
   cfg.http.host = std::string(host);
   cfg.http.port = static_cast<uint16_t>(p);
   return status::ok();
-}
-
-/// A top-level integer setting into `field` (kept when absent), within lo..hi.
-template <class T>
-status read_field(const json& doc, const char* name, int64_t lo, int64_t hi, T& field) {
-  auto v = static_cast<int64_t>(field);
-  if (auto st = read_int(doc, name, "", lo, hi, v); !st)
-    return st;
-  field = static_cast<T>(v);
-  return {};
-}
-
-/// A top-level duration in milliseconds into `field` (kept when absent), within lo..hi.
-status read_ms(const json& doc, const char* name, int64_t lo, int64_t hi,
-               std::chrono::milliseconds& field) {
-  auto v = static_cast<int64_t>(field.count());
-  if (auto st = read_int(doc, name, "", lo, hi, v); !st)
-    return st;
-  field = std::chrono::milliseconds(v);
-  return {};
 }
 
 /// `dev`, `listen`, `data_dir` and `durability`.

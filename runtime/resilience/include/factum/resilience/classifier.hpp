@@ -148,8 +148,12 @@ class classifier {
   /// {"tools":{"crm":{"statuses":{"404":{"category":"transient","code":"...","reason":"...",
   /// "retryable":true}},"codes":{"E42":{...}}}}}; `code`, `reason`, `retryable` optional.
   nlohmann::json to_json() const;
-  /// Parses to_json()'s form; INVALID_ARGUMENT names the bad member.
+  /// Parses to_json()'s form; INVALID_ARGUMENT names the bad member (unknown members too).
   static result<classifier> from_json(const nlohmann::json& j);
+  /// Adds `tool`'s overrides in the form of one member of to_json()'s "tools"
+  /// ({"statuses":{...},"codes":{...}}); INVALID_ARGUMENT names the bad member as `what` plus
+  /// its path (the overrides before it are added: check a classifier of its own first).
+  status add_rules(const std::string& tool, const nlohmann::json& rules, const std::string& what);
 
  private:
   struct tool_rules {
