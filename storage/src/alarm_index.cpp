@@ -6,8 +6,7 @@
 #include <chrono>
 
 #include "file_io.hpp"
-#include "sqlite_global.hpp"
-#include "store_sql.hpp"
+#include "index_db.hpp"
 
 namespace fs = std::filesystem;
 
@@ -16,30 +15,23 @@ namespace factum {
 namespace {
 
 status sql_error(sqlite3* db, const char* what) {
-  return {detail::map_rc(sqlite3_errcode(db)),
-          std::string("alarm index: ") + what + ": " + sqlite3_errmsg(db)};
+  return detail::index_error(db, "alarm index", what);
 }
 
-std::string col(sqlite3_stmt* st, int i) {
-  auto p = sqlite3_column_text(st, i);
-  return p ? reinterpret_cast<const char*>(p) : "";
-}
+using detail::col_text;
+
+constexpr const char* upsert_sql =
+  "INSERT OR REPLACE INTO alarm_index(digest, tenant, type, id, due_at) VALUES (?,?,?,?,?)";
+constexpr const char* remove_sql = "DELETE FROM alarm_index WHERE digest=?";
 
 } // namespace
 
 result<std::unique_ptr<alarm_index>> alarm_index::open(const fs::path& data_dir, durability mode) {
-  std::error_code ec;
-  fs::create_directories(data_dir / "runtime", ec);
-  if (ec)
-    return status{errc::io_error, "cannot create " + (data_dir / "runtime").string()};
-  detail::sqlite_global_init();
   std::unique_ptr<alarm_index> ix(new alarm_index());
-  auto path = data_dir / "runtime" / "alarms.db";
-  if (sqlite3_open_v2(path.c_str(), &ix->db_,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                      nullptr) != SQLITE_OK)
-    return sql_error(ix->db_, "open");
-  std::string sql = "PRAGMA journal_mode=WAL;PRAGMA busy_timeout=5000;PRAGMA synchronous=";
+  if (auto st = detail::open_index_db(data_dir, "alarms.db", "alarm index", ix->db_); !st)
+    return st;
+  ix->stmts_ = std::make_unique<detail::statement_cache>(ix->db_);
+  std::string sql = "PRAGMA synchronous=";
   sql += mode == durability::full ? "FULL;" : "NORMAL;";
   sql += "CREATE TABLE IF NOT EXISTS alarm_index("
          "  digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, type TEXT NOT NULL, id TEXT NOT NULL,"
@@ -55,7 +47,7 @@ result<std::unique_ptr<alarm_index>> alarm_index::open(const fs::path& data_dir,
       SQLITE_OK)
     return sql_error(ix->db_, "table_info");
   while (sqlite3_step(info) == SQLITE_ROW)
-    has_parked |= col(info, 1) == "parked_until";
+    has_parked |= col_text(info, 1) == "parked_until";
   sqlite3_finalize(info);
   if (!has_parked &&
       sqlite3_exec(ix->db_,
@@ -76,6 +68,7 @@ status alarm_index::injected(const char* what) {
 }
 
 alarm_index::~alarm_index() {
+  stmts_.reset(); // finalized before the connection closes
   if (db_)
     sqlite3_close_v2(db_);
 }
@@ -85,16 +78,13 @@ status alarm_index::apply(const std::vector<alarm_index_entry>& changes) {
     return status::ok();
   if (auto st = injected("apply"); !st)
     return st;
+  auto* up = stmts_->get(upsert_sql);
+  auto* del = stmts_->get(remove_sql);
+  if (!up || !del)
+    return sql_error(db_, "apply");
   if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
     return sql_error(db_, "begin");
-  sqlite3_stmt* up = nullptr;
-  sqlite3_stmt* del = nullptr;
-  sqlite3_prepare_v2(db_,
-                     "INSERT OR REPLACE INTO alarm_index(digest, tenant, type, id, due_at) "
-                     "VALUES (?,?,?,?,?)",
-                     -1, &up, nullptr);
-  sqlite3_prepare_v2(db_, "DELETE FROM alarm_index WHERE digest=?", -1, &del, nullptr);
-  bool ok = up && del;
+  bool ok = true;
   for (auto& c : changes) {
     if (!ok)
       break;
@@ -113,8 +103,6 @@ status alarm_index::apply(const std::vector<alarm_index_entry>& changes) {
       sqlite3_reset(up);
     }
   }
-  sqlite3_finalize(up);
-  sqlite3_finalize(del);
   if (!ok || sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
     auto st = sql_error(db_, "apply");
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -136,8 +124,8 @@ result<std::vector<alarm_index_entry>> alarm_index::due(int64_t until_ms, int64_
   std::vector<alarm_index_entry> out;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    out.push_back({entity_key{col(st, 0), col(st, 1), col(st, 2)}, sqlite3_column_int64(st, 3),
-                   sqlite3_column_int64(st, 4)});
+    out.push_back({entity_key{col_text(st, 0), col_text(st, 1), col_text(st, 2)},
+                   sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4)});
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) // an I/O error is not the end of the results
     return sql_error(db_, "due");
@@ -161,17 +149,16 @@ result<std::optional<int64_t>> alarm_index::next_due() {
 }
 
 result<std::optional<int64_t>> alarm_index::due_of(const entity_key& key) {
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT due_at FROM alarm_index WHERE digest=?", -1, &st, nullptr) !=
-      SQLITE_OK)
+  auto* st = stmts_->get("SELECT due_at FROM alarm_index WHERE digest=?");
+  if (!st)
     return sql_error(db_, "due_of");
+  detail::stmt_guard g{st};
   auto d = key.digest();
   sqlite3_bind_text(st, 1, d.c_str(), -1, SQLITE_TRANSIENT);
   std::optional<int64_t> out;
   int rc = sqlite3_step(st);
   if (rc == SQLITE_ROW)
     out = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return sql_error(db_, "due_of");
   return out;
@@ -225,10 +212,10 @@ result<std::vector<alarm_index_parked>> alarm_index::parked() {
   std::vector<alarm_index_parked> out;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    out.push_back({{entity_key{col(st, 0), col(st, 1), col(st, 2)}, sqlite3_column_int64(st, 3),
-                    sqlite3_column_int64(st, 5)},
+    out.push_back({{entity_key{col_text(st, 0), col_text(st, 1), col_text(st, 2)},
+                    sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 5)},
                    sqlite3_column_int64(st, 4),
-                   col(st, 6)});
+                   col_text(st, 6)});
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
     return sql_error(db_, "parked");

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/entity_store.hpp"
@@ -143,6 +144,36 @@ struct stmt_guard {
       sqlite3_clear_bindings(st);
     }
   }
+};
+
+/// The prepared statements of one index connection (the alarm index, the tenant index), by the
+/// address of their literal SQL text, prepared once (SQLITE_PREPARE_PERSISTENT) and finalized
+/// with the cache; each use resets its statement (stmt_guard). The connection's owner thread.
+class statement_cache {
+ public:
+  explicit statement_cache(sqlite3* db) : db_(db) {}
+  ~statement_cache() {
+    for (auto& [_, st] : stmts_)
+      sqlite3_finalize(st);
+  }
+  statement_cache(const statement_cache&) = delete;
+  statement_cache& operator=(const statement_cache&) = delete;
+
+  /// The statement of `sql` (a string literal), or nullptr when it does not prepare
+  /// (sqlite3_errmsg of the connection says why).
+  sqlite3_stmt* get(const char* sql) {
+    auto& st = stmts_[sql];
+    if (!st &&
+        sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr) != SQLITE_OK) {
+      sqlite3_finalize(st);
+      st = nullptr;
+    }
+    return st;
+  }
+
+ private:
+  sqlite3* db_;
+  std::unordered_map<const char*, sqlite3_stmt*> stmts_;
 };
 
 /// Literal SQL texts joined at compile time. Kept in a `static constexpr` array, the result is

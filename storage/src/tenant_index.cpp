@@ -9,8 +9,7 @@
 #include <chrono>
 
 #include "file_io.hpp"
-#include "sqlite_global.hpp"
-#include "store_sql.hpp"
+#include "index_db.hpp"
 
 namespace fs = std::filesystem;
 
@@ -19,15 +18,19 @@ namespace factum {
 namespace {
 
 status sql_error(sqlite3* db, const char* what) {
-  return {detail::map_rc(sqlite3_errcode(db)),
-          std::string("tenant index: ") + what + ": " + sqlite3_errmsg(db)};
+  return detail::index_error(db, "tenant index", what);
 }
 
-/// A statement finalized at scope exit.
+/// A statement finalized at scope exit (statements run once: rebuild, rescan, totals).
 struct stmt {
   sqlite3_stmt* st = nullptr;
   ~stmt() { sqlite3_finalize(st); }
 };
+
+constexpr const char* add_sql =
+  "INSERT OR IGNORE INTO tenant_entities(digest, tenant, type, id, bytes) VALUES (?,?,?,?,?)";
+constexpr const char* set_bytes_sql = "UPDATE tenant_entities SET bytes=? WHERE digest=?";
+constexpr const char* remove_sql = "DELETE FROM tenant_entities WHERE digest=?";
 
 int64_t file_size(const char* path) {
   struct stat st {};
@@ -44,21 +47,13 @@ int64_t entity_disk_bytes(const fs::path& db_file) {
 
 result<std::unique_ptr<tenant_index>> tenant_index::open(const fs::path& data_dir,
                                                          durability mode) {
-  std::error_code ec;
-  fs::create_directories(data_dir / "runtime", ec);
-  if (ec)
-    return status{errc::io_error, "cannot create " + (data_dir / "runtime").string()};
-  detail::sqlite_global_init();
   std::unique_ptr<tenant_index> ix(new tenant_index());
   ix->mode_ = mode;
-  auto path = data_dir / "runtime" / "tenants.db";
-  if (sqlite3_open_v2(path.c_str(), &ix->db_,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                      nullptr) != SQLITE_OK)
-    return sql_error(ix->db_, "open");
+  if (auto st = detail::open_index_db(data_dir, "tenants.db", "tenant index", ix->db_); !st)
+    return st;
+  ix->stmts_ = std::make_unique<detail::statement_cache>(ix->db_);
   // tenant_entities_by_key: a tenant's entities in (type, id) order, for list().
-  if (auto st = ix->exec("PRAGMA journal_mode=WAL;PRAGMA busy_timeout=5000;"
-                         "CREATE TABLE IF NOT EXISTS tenant_entities("
+  if (auto st = ix->exec("CREATE TABLE IF NOT EXISTS tenant_entities("
                          "  digest TEXT PRIMARY KEY, tenant TEXT NOT NULL, type TEXT NOT NULL,"
                          "  id TEXT NOT NULL, bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
                          "CREATE INDEX IF NOT EXISTS tenant_entities_by_key"
@@ -72,8 +67,18 @@ result<std::unique_ptr<tenant_index>> tenant_index::open(const fs::path& data_di
 }
 
 tenant_index::~tenant_index() {
+  stmts_.reset(); // finalized before the connection closes
   if (db_)
     sqlite3_close_v2(db_);
+}
+
+status tenant_index::synchronous(bool full) {
+  if (synchronous_full_ == full)
+    return status::ok();
+  if (auto st = exec(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", "pragma"); !st)
+    return st;
+  synchronous_full_ = full;
+  return status::ok();
 }
 
 void tenant_index::set_fault(fault_hook fault) {
@@ -96,20 +101,16 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
   if (auto st = injected("apply"); !st)
     return st;
   // Each transaction says how hard its commit syncs (a connection setting, read at commit).
-  bool full = durable && mode_ == durability::full;
-  if (auto st = exec(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", "pragma"); !st)
+  if (auto st = synchronous(durable && mode_ == durability::full); !st)
     return st;
+  auto* add = stmts_->get(add_sql);
+  auto* set = stmts_->get(set_bytes_sql);
+  auto* del = stmts_->get(remove_sql);
+  if (!add || !set || !del)
+    return sql_error(db_, "apply");
   if (auto st = exec("BEGIN IMMEDIATE", "begin"); !st)
     return st;
-  stmt add, set, del;
-  sqlite3_prepare_v2(db_,
-                     "INSERT OR IGNORE INTO tenant_entities(digest, tenant, type, id, bytes) "
-                     "VALUES (?,?,?,?,?)",
-                     -1, &add.st, nullptr);
-  sqlite3_prepare_v2(db_, "UPDATE tenant_entities SET bytes=? WHERE digest=?", -1, &set.st,
-                     nullptr);
-  sqlite3_prepare_v2(db_, "DELETE FROM tenant_entities WHERE digest=?", -1, &del.st, nullptr);
-  bool ok = add.st && set.st && del.st;
+  bool ok = true;
   for (auto& c : changes) {
     if (!ok)
       break;
@@ -117,21 +118,22 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
     sqlite3_stmt* st = nullptr;
     switch (c.what) {
     case tenant_index_change::kind::add:
-      st = add.st;
+      st = add;
       detail::bind_args(st, std::string_view(d), std::string_view(c.key.tenant),
                         std::string_view(c.key.type), std::string_view(c.key.id), c.bytes);
       break;
     case tenant_index_change::kind::set_bytes:
-      st = set.st;
+      st = set;
       detail::bind_args(st, c.bytes, std::string_view(d));
       break;
     case tenant_index_change::kind::remove:
-      st = del.st;
+      st = del;
       detail::bind_args(st, std::string_view(d));
       break;
     }
     ok = sqlite3_step(st) == SQLITE_DONE;
     sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
   }
   if (!ok || sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
     auto err = sql_error(db_, "apply");
@@ -142,13 +144,13 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
 }
 
 result<bool> tenant_index::contains(const entity_key& key) {
-  stmt s;
-  if (sqlite3_prepare_v2(db_, "SELECT 1 FROM tenant_entities WHERE digest=?", -1, &s.st, nullptr) !=
-      SQLITE_OK)
+  auto* st = stmts_->get("SELECT 1 FROM tenant_entities WHERE digest=?");
+  if (!st)
     return sql_error(db_, "contains");
+  detail::stmt_guard g{st};
   auto d = key.digest();
-  detail::bind_args(s.st, std::string_view(d));
-  int rc = sqlite3_step(s.st);
+  detail::bind_args(st, std::string_view(d));
+  int rc = sqlite3_step(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return sql_error(db_, "contains");
   return rc == SQLITE_ROW;
@@ -172,51 +174,47 @@ result<std::map<std::string, tenant_totals>> tenant_index::totals() {
 result<std::vector<std::pair<entity_key, int64_t>>>
 tenant_index::list(std::string_view tenant, std::string_view type, std::string_view after_type,
                    std::string_view after_id, int64_t limit) {
-  stmt s;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT tenant, type, id, bytes FROM tenant_entities"
+  auto* st = stmts_->get("SELECT tenant, type, id, bytes FROM tenant_entities"
                          " WHERE tenant=?1 AND (?2='' OR type=?2) AND (type, id) > (?3, ?4)"
-                         " ORDER BY tenant, type, id LIMIT ?5",
-                         -1, &s.st, nullptr) != SQLITE_OK)
+                         " ORDER BY tenant, type, id LIMIT ?5");
+  if (!st)
     return sql_error(db_, "list");
-  detail::bind_args(s.st, tenant, type, after_type, after_id, limit);
+  detail::stmt_guard g{st};
+  detail::bind_args(st, tenant, type, after_type, after_id, limit);
   std::vector<std::pair<entity_key, int64_t>> out;
   int rc;
-  while ((rc = sqlite3_step(s.st)) == SQLITE_ROW)
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
     out.emplace_back(
-      entity_key{detail::col_text(s.st, 0), detail::col_text(s.st, 1), detail::col_text(s.st, 2)},
-      sqlite3_column_int64(s.st, 3));
+      entity_key{detail::col_text(st, 0), detail::col_text(st, 1), detail::col_text(st, 2)},
+      sqlite3_column_int64(st, 3));
   if (rc != SQLITE_DONE)
     return sql_error(db_, "list");
   return out;
 }
 
 result<bool> tenant_index::flag(const char* name) {
-  stmt s;
-  if (sqlite3_prepare_v2(db_, "SELECT value FROM tenant_index_flags WHERE name=?", -1, &s.st,
-                         nullptr) != SQLITE_OK)
+  auto* st = stmts_->get("SELECT value FROM tenant_index_flags WHERE name=?");
+  if (!st)
     return sql_error(db_, "flag");
-  detail::bind_args(s.st, std::string_view(name));
-  int rc = sqlite3_step(s.st);
+  detail::stmt_guard g{st};
+  detail::bind_args(st, std::string_view(name));
+  int rc = sqlite3_step(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return sql_error(db_, "flag");
-  return rc == SQLITE_ROW && sqlite3_column_int64(s.st, 0) != 0;
+  return rc == SQLITE_ROW && sqlite3_column_int64(st, 0) != 0;
 }
 
 status tenant_index::set_flag(const char* name, bool value) {
   if (auto st = injected("flag"); !st)
     return st;
-  if (auto st =
-        exec(mode_ == durability::full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
-             "pragma");
-      !st)
+  if (auto st = synchronous(mode_ == durability::full); !st)
     return st;
-  stmt s;
-  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO tenant_index_flags(name, value) VALUES (?,?)",
-                         -1, &s.st, nullptr) != SQLITE_OK)
+  auto* st = stmts_->get("INSERT OR REPLACE INTO tenant_index_flags(name, value) VALUES (?,?)");
+  if (!st)
     return sql_error(db_, "set flag");
-  detail::bind_args(s.st, std::string_view(name), int64_t{value ? 1 : 0});
-  if (sqlite3_step(s.st) != SQLITE_DONE)
+  detail::stmt_guard g{st};
+  detail::bind_args(st, std::string_view(name), int64_t{value ? 1 : 0});
+  if (sqlite3_step(st) != SQLITE_DONE)
     return sql_error(db_, "set flag");
   return status::ok();
 }

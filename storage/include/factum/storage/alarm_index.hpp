@@ -27,6 +27,10 @@ struct sqlite3;
 
 namespace factum {
 
+namespace detail {
+class statement_cache;
+}
+
 struct alarm_index_entry {
   entity_key key;
   int64_t due_ms = 0;
@@ -92,6 +96,7 @@ class alarm_index {
   alarm_index() = default;
   status injected(const char* what);
   sqlite3* db_ = nullptr;
+  std::unique_ptr<detail::statement_cache> stmts_; ///< apply()'s and due_of()'s
   fault_hook fault_;
 };
 

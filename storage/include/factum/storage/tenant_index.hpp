@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@
 struct sqlite3;
 
 namespace factum {
+
+namespace detail {
+class statement_cache;
+}
 
 /// One change of the index.
 struct tenant_index_change {
@@ -109,8 +114,12 @@ class tenant_index {
   tenant_index() = default;
   status injected(const char* what);
   status exec(const char* sql, const char* what);
+  /// PRAGMA synchronous FULL or NORMAL, run only when it changes.
+  status synchronous(bool full);
   sqlite3* db_ = nullptr;
+  std::unique_ptr<detail::statement_cache> stmts_;
   durability mode_ = durability::full;
+  std::optional<bool> synchronous_full_; ///< unknown until first set
   fault_hook fault_;
 };
 
