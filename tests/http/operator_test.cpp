@@ -17,9 +17,11 @@ using nlohmann::json;
 
 namespace {
 
-/// A tool that always answers 503.
-void add_failing_vendor(runtime_config& rc) {
-  rc.tools["vendor"] = [](const tool_request&, std::function<void(tool_reply)> done) {
+/// A tool that always answers 503; counts its calls in `calls` when given.
+void add_failing_vendor(runtime_config& rc, std::atomic<int>* calls = nullptr) {
+  rc.tools["vendor"] = [calls](const tool_request&, std::function<void(tool_reply)> done) {
+    if (calls)
+      ++*calls;
     tool_reply r;
     r.ok = false;
     r.http_status = 503;
@@ -260,8 +262,9 @@ TEST_CASE("tools: a classify override the classifier cannot read stops the start
 
 TEST_CASE("tools: a fallback after retries answers a delivery whose retries ran out, with no "
           "dead letter, and the facts say the fallback was used") {
-  gateway_fixture f([](runtime_config& rc, http_server_config&) {
-    add_failing_vendor(rc);
+  std::atomic<int> vendor_calls{0};
+  gateway_fixture f([&vendor_calls](runtime_config& rc, http_server_config&) {
+    add_failing_vendor(rc, &vendor_calls);
     auto& p = rc.tool_policies["vendor"];
     p.fallback = [](const tool_request&, std::function<void(tool_reply)> done) {
       tool_reply r;
@@ -278,21 +281,31 @@ TEST_CASE("tools: a fallback after retries answers a delivery whose retries ran 
   REQUIRE_MESSAGE(r.status == 200, r.body);
   CHECK(r.json()["fallback"] == true);
   CHECK(r.json()["attempts"] == 2);
+  CHECK(r.header("idempotent-replayed").empty());
+  CHECK(vendor_calls.load() == 2);
   CHECK(
     c.request("GET", "/v1/entities/webhook/fb1/dead-letters", {{"X-API-Key", acme_key}}).json() ==
     json::array());
-  auto exhausted = f.facts("acme", "webhook", "fb1", {{"subtype", "max_retries_exceeded"}});
-  REQUIRE(exhausted.size() == 1);
-  CHECK(exhausted[0]["data"]["resolved"] == true);
-  auto used =
-    f.facts("acme", "webhook", "fb1", {{"type", "outcome"}, {"subtype", "fallback_used"}});
-  REQUIRE(used.size() == 1);
-  CHECK(used[0]["data"]["reason"] == "retries_exhausted");
-  // A retry with the same key replays the fallback's answer: the vendor is not called again.
+  auto exhausted = [&] {
+    return f.facts("acme", "webhook", "fb1", {{"subtype", "max_retries_exceeded"}});
+  };
+  auto used = [&] {
+    return f.facts("acme", "webhook", "fb1", {{"type", "outcome"}, {"subtype", "fallback_used"}});
+  };
+  REQUIRE(exhausted().size() == 1);
+  CHECK(exhausted()[0]["data"]["resolved"] == true);
+  REQUIRE(used().size() == 1);
+  CHECK(used()[0]["data"]["reason"] == "retries_exhausted");
+  // A retry with the same key replays the fallback's answer: marked as a replay, the vendor not
+  // called again, no second exhaustion or fallback in the facts.
   auto again = c.request("POST", "/v1/entities/webhook/fb1/deliver", json_headers(acme_key, "fb-1"),
                          json{{"tool", "vendor"}}.dump());
   CHECK(again.status == 200);
+  CHECK(again.header("idempotent-replayed") == "true");
   CHECK(again.body == r.body);
+  CHECK(vendor_calls.load() == 2);
+  CHECK(exhausted().size() == 1);
+  CHECK(used().size() == 1);
 }
 
 TEST_CASE("tools: retry_by_status makes a 504 wait as the status table says (5 s, longer than "

@@ -25,6 +25,9 @@ namespace {
 
 const std::string append_body = R"({"type":"invocation","data":{"n":1}})";
 
+/// A second key of globex, with the `operate` scope (given in the API-key test's fixture).
+constexpr const char* globex_operator_key = "key-globex-operator";
+
 /// A request head with the acme key; `extra` holds more header lines, each ending in CRLF.
 std::string head(const std::string& verb, const std::string& target, const std::string& extra,
                  bool with_key = true) {
@@ -322,7 +325,12 @@ TEST_CASE("hostile: huge headers, duplicate headers, request smuggling shapes") 
 }
 
 TEST_CASE("hostile: content types and API keys (415, 401, other tenant)") {
-  gateway_fixture f;
+  // globex also has a key with every scope: scopes grant acts, never another tenant's entities.
+  gateway_fixture f([](runtime_config&, http_server_config& hc) {
+    for (auto& t : hc.tenants)
+      if (t.name == "globex")
+        t.keys.push_back({api_key_sha256(globex_operator_key), scope_all});
+  });
   seed_fact(f);
   const std::string t = "/v1/entities/ledger/seed/append";
   auto with_type = [&](const std::string& ct) {
@@ -358,11 +366,18 @@ TEST_CASE("hostile: content types and API keys (415, 401, other tenant)") {
   auto g = c.request("GET", "/v1/entities/ledger/seed/facts", {{"X-API-Key", globex_key}});
   CHECK(g.status == 404);
   CHECK(g.code() == "ENTITY_NOT_FOUND"); // globex's ledger/seed was never written
-  // globex's key may not operate dead letters at all (and would reach only its own entity).
+  // globex's read-write key may not operate dead letters at all.
   auto dl = c.request("POST", "/v1/entities/ledger/seed/dead-letters/dl_x/retry",
                       json_headers(globex_key, "g1"));
   CHECK(dl.status == 403);
   CHECK(dl.code() == "INSUFFICIENT_SCOPE");
+  // Its operate key reaches only globex's ledger/seed, which does not exist: acme's (which does)
+  // would answer DEAD_LETTER_NOT_FOUND.
+  auto op = c.request("POST", "/v1/entities/ledger/seed/dead-letters/dl_x/retry",
+                      json_headers(globex_operator_key, "g2"));
+  CHECK(op.status == 404);
+  CHECK(op.code() == "ENTITY_NOT_FOUND");
+  CHECK(f.entity_files() == 1); // neither request made a file for globex
   CHECK(f.facts("acme", "ledger", "seed").size() == 1);
 }
 
