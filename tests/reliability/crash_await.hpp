@@ -15,22 +15,28 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crash_support.hpp"
+
 namespace factum::crash_await {
+
+using test::fail;
+using test::failure_count;
 
 // -- options --
 
-struct options {
-  std::string factum;
-  std::string vendor;
-  int rounds = 8;
-  uint64_t seed = 0;
-  int connections = 12;
-  int entities = 6;
+/// The flags both crash drivers take (crash_support.hpp), with these defaults, and this
+/// driver's own.
+struct options : test::driver_options {
+  options() {
+    rounds = 8;
+    connections = 12;
+    entities = 6;
+  }
+  std::string vendor;               ///< the `factum-fake-vendor` binary (--vendor, required)
   int64_t trial_timeout_ms = 60000; ///< the breaker's (the runtime's default)
   /// A scheduled dead letter that lost its alarm is counted and retried by the operator
   /// instead of failing the run.
   bool lenient = false;
-  bool keep = false;
 };
 
 // -- one logical call: a client key, retried with the same body until it is settled --
@@ -117,10 +123,6 @@ std::string entity_id(int e);
 /// "fk_" + the first 40 hex digits of SHA-256(entity key, call key, tool, operation, payload),
 /// as the runtime's resilient call derives it (docs/tools.md, "Idempotency-Key").
 std::string vendor_key_of(int entity, const std::string& key, const nlohmann::json& payload);
-
-/// Counts a failure and prints it.
-void fail(const std::string& what);
-int failure_count();
 
 // -- the checks at the end (crash_await_check.cpp) --
 

@@ -48,8 +48,7 @@ namespace factum::crash_await {
 
 namespace {
 
-std::atomic<int> failures{0};
-std::mutex print_mu;
+using test::print_mu;
 
 int64_t steady_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -64,16 +63,6 @@ int64_t wall_ms() {
 }
 
 } // namespace
-
-void fail(const std::string& what) {
-  failures.fetch_add(1);
-  std::lock_guard<std::mutex> g(print_mu);
-  std::cerr << "reliability_crash_await: FAIL: " << what << '\n';
-}
-
-int failure_count() {
-  return failures.load();
-}
 
 std::string entity_id(int e) {
   return "ca-e" + std::to_string(e);
@@ -641,34 +630,21 @@ int usage() {
   return 2;
 }
 
+/// The common flags (crash_support.hpp) and --vendor, --trial-timeout-ms, --lenient.
 std::optional<options> parse(int argc, char** argv) {
   options o;
-  o.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : std::string(); };
-    if (a == "--factum")
-      o.factum = next();
-    else if (a == "--vendor")
+  auto own = [&o](const std::string& flag, const std::function<std::string()>& next) {
+    if (flag == "--vendor")
       o.vendor = next();
-    else if (a == "--rounds")
-      o.rounds = std::stoi(next());
-    else if (a == "--seed")
-      o.seed = std::stoull(next());
-    else if (a == "--connections")
-      o.connections = std::stoi(next());
-    else if (a == "--entities")
-      o.entities = std::stoi(next());
-    else if (a == "--trial-timeout-ms")
+    else if (flag == "--trial-timeout-ms")
       o.trial_timeout_ms = std::stoll(next());
-    else if (a == "--lenient")
+    else if (flag == "--lenient")
       o.lenient = true;
-    else if (a == "--keep")
-      o.keep = true;
     else
-      return std::nullopt;
-  }
-  if (o.factum.empty() || o.vendor.empty() || o.rounds < 1 || o.connections < 1 || o.entities < 1)
+      return false;
+    return true;
+  };
+  if (!test::parse_options("reliability_crash_await", argc, argv, o, own) || o.vendor.empty())
     return std::nullopt;
   return o;
 }
@@ -740,14 +716,8 @@ int run(const options& o) {
     count_dead_letter_kills(kills, calls, fig);
   }
   report(fig, o, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  if (o.keep) {
-    auto keep = std::filesystem::temp_directory_path() / "factum-crash-await-kept";
-    std::error_code ec;
-    std::filesystem::remove_all(keep, ec);
-    std::filesystem::rename(tmp.path(), keep, ec);
-    std::filesystem::create_directories(tmp.path(), ec);
-    std::cout << "data kept in " << keep << std::endl;
-  }
+  if (o.keep)
+    test::keep_files(tmp, "factum-crash-await-kept");
   return failure_count() ? 1 : 0;
 }
 

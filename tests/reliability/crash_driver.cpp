@@ -31,19 +31,21 @@
 #include "support/temp_dir.hpp"
 
 using namespace std::chrono_literals;
+using factum::test::fail;
+using factum::test::failure_count;
 using nlohmann::json;
 
 namespace {
 
 // -- options and figures --
 
-struct options {
-  std::string factum;
-  int rounds = 6;
-  uint64_t seed = 0;
-  int connections = 8;
-  int entities = 4;
-  bool keep = false;
+/// The flags are crash_support.hpp's; these are the defaults.
+struct options : factum::test::driver_options {
+  options() {
+    rounds = 6;
+    connections = 8;
+    entities = 4;
+  }
 };
 
 struct figures {
@@ -56,13 +58,6 @@ struct figures {
   int64_t kills = 0;
   int64_t facts = 0;
 };
-
-int failures = 0;
-
-void fail(const std::string& what) {
-  ++failures;
-  std::cerr << "reliability_crash: FAIL: " << what << '\n';
-}
 
 // -- one call: its key, entity and body; what the server acknowledged --
 
@@ -279,26 +274,7 @@ int usage() {
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   options o;
-  o.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : std::string(); };
-    if (a == "--factum")
-      o.factum = next();
-    else if (a == "--rounds")
-      o.rounds = std::stoi(next());
-    else if (a == "--seed")
-      o.seed = std::stoull(next());
-    else if (a == "--connections")
-      o.connections = std::stoi(next());
-    else if (a == "--entities")
-      o.entities = std::stoi(next());
-    else if (a == "--keep")
-      o.keep = true;
-    else
-      return usage();
-  }
-  if (o.factum.empty() || o.rounds < 1 || o.connections < 1 || o.entities < 1)
+  if (!factum::test::parse_options("reliability_crash", argc, argv, o))
     return usage();
   std::cout << "reliability_crash: seed " << o.seed << ", " << o.rounds << " rounds, "
             << o.connections << " connections, " << o.entities << " entities" << std::endl;
@@ -308,7 +284,7 @@ int main(int argc, char** argv) {
   std::vector<call_record> all;
   std::vector<call_record> pending; // no response yet: retried in the next round
   auto t0 = std::chrono::steady_clock::now();
-  for (int round = 1; round <= o.rounds + 1 && failures == 0; ++round) {
+  for (int round = 1; round <= o.rounds + 1 && failure_count() == 0; ++round) {
     bool last = round == o.rounds + 1;
     // Alternate durability modes: both must survive a process crash.
     std::string durability = round % 2 ? "full" : "normal";
@@ -350,22 +326,16 @@ int main(int argc, char** argv) {
   for (auto& c : all)
     if (!c.acked)
       fail("key " + c.key + " never got a response");
-  if (failures == 0)
+  if (failure_count() == 0)
     check_on_disk(tmp.path() / "data", all, o, fig);
   auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cout << "reliability_crash: " << (failures ? "FAILED" : "ok") << ": seed " << o.seed
+  std::cout << "reliability_crash: " << (failure_count() ? "FAILED" : "ok") << ": seed " << o.seed
             << ", rounds " << o.rounds << ", kills " << fig.kills << ", calls " << fig.sent
             << ", acknowledged at once " << fig.acked << ", unanswered at the kill "
             << fig.unanswered << ", retries " << fig.retried << " (replayed "
             << fig.retried_replayed << ", cut by a kill " << fig.retries_cut << "), facts on disk "
             << fig.facts << ", " << secs << " s" << std::endl;
-  if (o.keep) {
-    auto keep = std::filesystem::temp_directory_path() / "factum-crash-kept";
-    std::error_code ec;
-    std::filesystem::remove_all(keep, ec);
-    std::filesystem::rename(tmp.path(), keep, ec);
-    std::filesystem::create_directories(tmp.path(), ec);
-    std::cout << "data kept in " << keep << std::endl;
-  }
-  return failures ? 1 : 0;
+  if (o.keep)
+    factum::test::keep_files(tmp, "factum-crash-kept");
+  return failure_count() ? 1 : 0;
 }

@@ -1,8 +1,10 @@
 // crash_support.hpp: what the crash drivers (crash_driver.cpp, crash_await_driver.cpp) share:
-// the child processes they start and kill by pid (`factum serve` on a configuration of the
-// driver's making, its port read from the start log line; `factum-fake-vendor`, its port read
-// from --port-file), and a read-only walk over an entity's facts with the storage library.
-// Header-only; used on the driver's main thread.
+// their failure count and its lines, the flags they both take and --keep, the child processes
+// they start and kill by pid (`factum serve` on a configuration of the driver's making, its port
+// read from the start log line; `factum-fake-vendor`, its port read from --port-file), and a
+// read-only walk over an entity's facts with the storage library. Header-only. `fail` may be
+// called from any thread (the drivers' client threads call it); the rest is used on the
+// driver's main thread.
 #pragma once
 
 #include <fcntl.h>
@@ -10,11 +12,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -23,8 +29,94 @@
 #include <nlohmann/json.hpp>
 
 #include "factum/storage/entity_store.hpp"
+#include "support/temp_dir.hpp"
 
 namespace factum::test {
+
+// -- failures --
+
+/// Held while a line that threads of a driver may print concurrently is written.
+inline std::mutex print_mu;
+
+namespace detail {
+inline std::atomic<int> failures{0};
+/// Starts each failure line; set by parse_options before any thread starts.
+inline std::string driver_name = "crash driver";
+} // namespace detail
+
+/// Counts a failure and prints it as one line ("<driver>: FAIL: <what>"); any thread.
+inline void fail(const std::string& what) {
+  detail::failures.fetch_add(1);
+  std::lock_guard<std::mutex> g(print_mu);
+  std::cerr << detail::driver_name << ": FAIL: " << what << '\n';
+}
+
+/// How many failures were counted so far.
+inline int failure_count() {
+  return detail::failures.load();
+}
+
+// -- options --
+
+/// The flags both drivers take. Each driver sets its defaults before parse_options.
+struct driver_options {
+  std::string factum; ///< the `factum` binary (--factum, required)
+  int rounds = 1;
+  uint64_t seed = 0; ///< default: drawn from the clock by parse_options
+  int connections = 1;
+  int entities = 1;
+  bool keep = false; ///< keep the run's files (keep_files)
+};
+
+/// A driver's own flag: `next()` takes its value; true when the driver knows `flag`.
+using extra_flag =
+  std::function<bool(const std::string& flag, const std::function<std::string()>& next)>;
+
+/// Parses the flags of the driver `name` (which starts its failure lines): --factum PATH,
+/// --rounds N, --seed S, --connections C, --entities E and --keep into `o`, every other flag
+/// through `extra`. False on a flag neither knows, a number that does not parse, no --factum,
+/// or rounds, connections or entities below 1.
+inline bool parse_options(const std::string& name, int argc, char** argv, driver_options& o,
+                          const extra_flag& extra = {}) {
+  detail::driver_name = name;
+  o.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      std::function<std::string()> next = [&]() -> std::string {
+        return i + 1 < argc ? argv[++i] : std::string();
+      };
+      if (a == "--factum")
+        o.factum = next();
+      else if (a == "--rounds")
+        o.rounds = std::stoi(next());
+      else if (a == "--seed")
+        o.seed = std::stoull(next());
+      else if (a == "--connections")
+        o.connections = std::stoi(next());
+      else if (a == "--entities")
+        o.entities = std::stoi(next());
+      else if (a == "--keep")
+        o.keep = true;
+      else if (!extra || !extra(a, next))
+        return false;
+    }
+  } catch (const std::exception&) { // std::stoi and std::stoull on a bad number
+    return false;
+  }
+  return !o.factum.empty() && o.rounds >= 1 && o.connections >= 1 && o.entities >= 1;
+}
+
+/// --keep: moves the run's files out of `tmp` to $TMPDIR/`name` (replacing those of an earlier
+/// run) and says where; `tmp` stays, empty, for its own removal.
+inline void keep_files(const temp_dir& tmp, const std::string& name) {
+  auto keep = std::filesystem::temp_directory_path() / name;
+  std::error_code ec;
+  std::filesystem::remove_all(keep, ec);
+  std::filesystem::rename(tmp.path(), keep, ec);
+  std::filesystem::create_directories(tmp.path(), ec);
+  std::cout << "data kept in " << keep << std::endl;
+}
 
 // -- child processes --
 
