@@ -131,8 +131,8 @@ std::string vendor_key_of(int entity, const std::string& key, const nlohmann::js
 /// every acknowledged key's stored answer.
 void check_on_disk(const std::filesystem::path& data, call_list& calls, const options& o,
                    figures& fig);
-/// Against GET /_vendor/keys: every acknowledged call delivered, no key no call derives, the
-/// per-key counts.
+/// Against GET /_vendor/keys: every acknowledged call delivered, no call with more attempts in
+/// its log than the vendor saw for its key, no key no call derives, the per-key counts.
 void check_vendor(const nlohmann::json& keys, call_list& calls, figures& fig);
 
 } // namespace factum::crash_await

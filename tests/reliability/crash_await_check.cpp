@@ -234,9 +234,15 @@ void check_vendor(const json& keys, call_list& calls, figures& fig) {
            " (" + k.dump() + ")");
     if (c.state != call_state::acked && delivered + replayed > 0)
       fail("key " + c.key + " was not acknowledged, but the vendor delivered it");
+    // The log may lack attempts (their record died with a killed process), never have more
+    // than the vendor saw (docs/reliability.md, "Handlers that await").
     int64_t recorded = c.deliveries_recorded + c.failures_recorded;
     fig.unrecorded += std::max<int64_t>(0, calls_seen - recorded);
     fig.recorded_unseen += std::max<int64_t>(0, recorded - calls_seen);
+    if (recorded > calls_seen)
+      fail("key " + c.key + " has " + std::to_string(recorded) +
+           " vendor attempts in the log, the vendor saw " + std::to_string(calls_seen) + " (" +
+           k.dump() + ")");
   }
   for (auto& [k, _] : keys.items())
     if (!derived.count(k))

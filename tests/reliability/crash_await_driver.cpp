@@ -716,6 +716,11 @@ int run(const options& o) {
     count_dead_letter_kills(kills, calls, fig);
   }
   report(fig, o, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (failure_count() == 0 && fig.kills_during_dead_letter_retries == 0)
+    std::cout << "reliability_crash_await: WARNING: no kill came while a dead letter's retry was "
+                 "at the vendor: this run did not test a kill during dead-letter retries (it "
+                 "depends on timing; another --seed or more --rounds may)"
+              << std::endl;
   if (o.keep)
     test::keep_files(tmp, "factum-crash-await-kept");
   return failure_count() ? 1 : 0;
