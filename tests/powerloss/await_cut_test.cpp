@@ -1,12 +1,12 @@
 // await_cut_test.cpp: power cuts while handlers await a tool (tests only). The built-in
 // `webhook` type's `deliver` calls a tool through the runtime's resilient call; the tool here is
 // an in-process vendor whose state lives outside the directory the cut rolls back (a real
-// vendor is another machine): one file per call under vendor/, holding a line per delivery or
-// replay with the Idempotency-Key it came with. A forked child loads the runtime (durability
-// full) with calls that each await the vendor for a few milliseconds; the parent cuts its
-// power, rebuilds the tree the cut leaves (replay.hpp), checks what is on it, restarts on it,
-// retries every call and checks the log of each call against the vendor's files. The test's
-// thread, the child's threads and the vendor's answering threads.
+// vendor is another machine): under vendor/, a mark per Idempotency-Key it delivered (naming the
+// call) and one file per call, holding a line per delivery or replay with the key it came with. A
+// forked child loads the runtime (durability full) with calls that each await the vendor for a few
+// milliseconds; the parent cuts its power, rebuilds the tree the cut leaves (replay.hpp), checks
+// what is on it, restarts on it, retries every call and checks the log of each call against the
+// vendor's files. The test's thread, the child's threads and the vendor's answering threads.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -36,19 +36,27 @@ namespace {
 constexpr int calls_per_round = 240;
 constexpr int webhook_entities = 6;
 
-/// What the vendor's file for call `k` says.
+/// What the vendor's files say about call `k`.
 struct vendor_file {
   int delivered = 0; ///< calls it answered with a fresh delivery
   int replayed = 0;  ///< calls it answered from its de-duplication (same key, already delivered)
   std::set<std::string> keys; ///< the Idempotency-Keys the calls came with
 };
 
+/// The deliveries are the marks under keys/ that name call `k` (a kill never leaves a delivery
+/// without its mark); the replays and the keys of every call are in the call's file.
 vendor_file read_vendor(const fs::path& vendor, int k) {
   vendor_file v;
-  std::ifstream in(vendor / ("k" + std::to_string(k)));
+  auto call = "k" + std::to_string(k);
+  for (auto& mark : fs::directory_iterator(vendor / "keys"))
+    if (fs::read_symlink(mark.path()) == call) {
+      ++v.delivered;
+      v.keys.insert(mark.path().filename().string());
+    }
+  std::ifstream in(vendor / call);
   std::string what, key;
   while (in >> what >> key) {
-    (what == "delivered" ? v.delivered : v.replayed) += 1;
+    v.replayed += what == "replayed";
     v.keys.insert(key);
   }
   return v;
@@ -65,12 +73,13 @@ tool_fn vendor_tool(fs::path vendor) {
     std::thread([vendor, k, key = req.idempotency_key, delay, done = std::move(done)] {
       std::this_thread::sleep_for(delay);
       // De-duplication by Idempotency-Key, as the vendor would: the first call of a key
-      // delivers; the call's file counts every call.
-      int mark = ::open((vendor / "keys" / key).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-      bool fresh = mark >= 0;
-      if (fresh)
-        ::close(mark);
-      auto path = vendor / ("k" + std::to_string(k));
+      // delivers. The delivery and its record are one step, as in a real vendor's database: a
+      // symlink keys/<key> naming the call, which fails once the key has one. (A mark and a
+      // line written after it would let the cut, which stops file changes and then kills the
+      // child, keep a delivery without its line.) The call's file lists every call.
+      auto call = "k" + std::to_string(k);
+      bool fresh = ::symlink(call.c_str(), (vendor / "keys" / key).c_str()) == 0;
+      auto path = vendor / call;
       int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       auto line = std::string(fresh ? "delivered " : "replayed ") + key + "\n";
       bool written = fd >= 0 && ::write(fd, line.data(), line.size()) == ssize_t(line.size());
