@@ -4,9 +4,10 @@
 // vendor is another machine): under vendor/, a mark per Idempotency-Key it delivered (naming the
 // call) and one file per call, holding a line per delivery or replay with the key it came with. A
 // forked child loads the runtime (durability full) with calls that each await the vendor for a few
-// milliseconds; the parent cuts its power, rebuilds the tree the cut leaves (replay.hpp), checks
-// what is on it, restarts on it, retries every call and checks the log of each call against the
-// vendor's files. The test's thread, the child's threads and the vendor's answering threads.
+// milliseconds; the parent cuts its power, checks that the whole write log gives the tree the
+// child left, rebuilds the tree the cut leaves (replay.hpp), checks what is on it, restarts on it,
+// retries every call and checks the log of each call against the vendor's files. The test's thread,
+// the child's threads and the vendor's answering threads.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -208,6 +209,9 @@ TEST_CASE("power cut mid-await (webhook.deliver against a vendor outside the cut
                                     [&](int fd) { child_delivers(dir, vendor, round, fd); });
     child.read_acks(kill_after);
     auto acked = child.cut();
+    // The log's own check: taken whole, it rebuilds the tree the child left.
+    CHECK(powerloss::whole_log_mismatches(base, dir, tmp.path() / "log", cut.string() + "-whole") ==
+          0);
     auto replay = powerloss::rebuild(base, dir, tmp.path() / "log", cut);
     REQUIRE(static_cast<int>(acked.size()) >= kill_after);
 

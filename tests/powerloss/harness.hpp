@@ -1,7 +1,7 @@
 // harness.hpp: the parent's side of the power-cut tests (tests only): a forked child whose
 // changes under a directory are logged (write_log.hpp), run to its end or reporting on a pipe
-// until its power is cut, and the log's own check against the tree the child left. The test's
-// thread only.
+// until its power is cut, the log's own check against the tree the child left, and a file's
+// bytes. The test's thread only.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +23,12 @@
 #include "support/keyed_load.hpp"
 
 namespace factum::powerloss {
+
+/// The bytes of the file at `p` ("" when it cannot be read).
+inline std::string file_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 /// Runs `body` in a child that records every change under `root` into `log`, meeting the faults
 /// of `plan` (write_log.hpp), and waits for it: it must exit with 0.

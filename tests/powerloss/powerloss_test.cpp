@@ -17,7 +17,6 @@
 #include <condition_variable>
 #include <fstream>
 #include <future>
-#include <iterator>
 #include <mutex>
 #include <random>
 #include <set>
@@ -37,10 +36,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string file_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using powerloss::file_text;
 
 using powerloss::record_child;
 

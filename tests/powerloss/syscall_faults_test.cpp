@@ -16,7 +16,6 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <random>
 #include <set>
 
@@ -34,10 +33,7 @@ using powerloss::op;
 
 namespace {
 
-std::string file_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using powerloss::file_text;
 
 // In a recorded child: each step's outcome is checked, a wrong one exits with its own code.
 void expect(bool ok, int code) {
