@@ -5,6 +5,7 @@
 # verification over the facts route; then SIGTERM by pid and `factum inspect verify` on the
 # stopped server's data. Usage: http_smoke.sh PATH/TO/factum
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../support/serve.sh"
 factum=${1:?usage: http_smoke.sh PATH/TO/factum}
 tmp=$(mktemp -d)
 pid=""
@@ -31,14 +32,7 @@ JSON
 "$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" \
   2> "$tmp/err.log" &
 pid=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(grep -o '"port":[0-9]*' "$tmp/err.log" 2>/dev/null | head -1 | cut -d: -f2 || true)
-  [ -n "$port" ] && break
-  kill -0 "$pid" 2>/dev/null || fail "server exited early"
-  sleep 0.05
-done
-[ -n "$port" ] || fail "no start line within 10 s"
+wait_for_port "$tmp/err.log" "$pid" 10 || fail "$wait_error"
 url="http://127.0.0.1:$port"
 
 bench() {

@@ -9,6 +9,7 @@
 # docs/embedding.md shows this very project.
 # Usage: consumer.sh --build DIR --source DIR --vendor PATH. Servers are stopped by pid.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../support/serve.sh"
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -81,8 +82,7 @@ sed -e "s#@VENDOR_URL@#http://127.0.0.1:$(cat "$tmp/vendor.port")#" \
 "$server" --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" 2> "$tmp/server.log" &
 spid=$!
 pids+=($spid)
-wait_for "start line" 20 grep -q '"port":[0-9]' "$tmp/server.log"
-port=$(grep -o '"port":[0-9]*' "$tmp/server.log" | head -1 | cut -d: -f2)
+wait_for_port "$tmp/server.log" "$spid" 20 || fail "reminders-server: $wait_error"
 grep -q '"types":\["reminder"\]' "$tmp/server.log" || fail "the start line does not name the reminder type"
 
 send() {  # send KEY: the HTTP status, the body in $tmp/reply

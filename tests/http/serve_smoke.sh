@@ -5,6 +5,7 @@
 # pid and expect exit code 0.
 # Usage: serve_smoke.sh PATH/TO/factum
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../support/serve.sh"
 factum=${1:?usage: serve_smoke.sh PATH/TO/factum}
 tmp=$(mktemp -d)
 pid=""
@@ -55,14 +56,7 @@ grep -q "tenants.acme.quota.max_entities" "$tmp/bad.err" ||
 pid=$!
 
 # Wait (bounded) for the start line that carries the bound port.
-port=""
-for _ in $(seq 1 200); do
-  port=$(grep -o '"port":[0-9]*' "$tmp/err.log" 2>/dev/null | head -1 | cut -d: -f2 || true)
-  [ -n "$port" ] && break
-  kill -0 "$pid" 2>/dev/null || fail "server exited early"
-  sleep 0.05
-done
-[ -n "$port" ] || fail "no start line within 10 s"
+wait_for_port "$tmp/err.log" "$pid" 10 || fail "$wait_error"
 base="http://127.0.0.1:$port"
 
 code=$(curl -s -o "$tmp/h.json" -w '%{http_code}' "$base/healthz")

@@ -6,6 +6,7 @@
 # (loopback, port 0, stopped by pid).
 # Usage: alerts.sh --factum PATH --source DIR
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../support/serve.sh"
 while [ $# -gt 0 ]; do
   case $1 in
     --factum) factum=$2; shift 2 ;;
@@ -48,14 +49,7 @@ cat > "$tmp/serve.json" <<JSON
 JSON
 "$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" 2> "$tmp/err.log" &
 pid=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(grep -o '"port":[0-9]*' "$tmp/err.log" 2>/dev/null | head -1 | cut -d: -f2 || true)
-  [ -n "$port" ] && break
-  kill -0 "$pid" 2>/dev/null || fail "factum serve exited: $(cat "$tmp/err.log")"
-  sleep 0.05
-done
-[ -n "$port" ] || fail "no start line within 10 s"
+wait_for_port "$tmp/err.log" "$pid" 10 || fail "factum serve: $wait_error: $(cat "$tmp/err.log")"
 curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics" || fail "GET /metrics failed"
 used=$(grep -vE '^ *#|summary:|runbook_url:' "$ops/alerts.yml" | grep -o 'factum_[a-z_]*' | sort -u)
 [ -n "$used" ] || fail "no metric found in the rules"

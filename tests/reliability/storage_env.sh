@@ -9,6 +9,7 @@
 # as skipped. Root ignores file permissions, so a chmod'ed directory would prove nothing.
 # Usage: storage_env.sh PATH/TO/factum
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../support/serve.sh"
 factum=${1:?usage: storage_env.sh PATH/TO/factum}
 if [ "$(id -u)" != 0 ]; then
   echo "storage_env: skipped: needs root to mount a tmpfs"
@@ -57,14 +58,7 @@ start() {
   : > "$tmp/err.log"
   "$factum" serve --config "$tmp/serve.json" 2> "$tmp/err.log" &
   pid=$!
-  port=""
-  for _ in $(seq 1 300); do
-    port=$(grep -o '"port":[0-9]*' "$tmp/err.log" 2>/dev/null | head -1 | cut -d: -f2 || true)
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || fail "server exited early"
-    sleep 0.05
-  done
-  [ -n "$port" ] || fail "no start line within 15 s"
+  wait_for_port "$tmp/err.log" "$pid" 15 || fail "$wait_error"
   base="http://127.0.0.1:$port"
 }
 stop() {

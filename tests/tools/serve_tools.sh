@@ -6,6 +6,7 @@
 # started here (free ports) and stopped by pid.
 # Usage: serve_tools.sh PATH/TO/factum PATH/TO/factum-fake-vendor
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../support/serve.sh"
 factum=${1:?usage: serve_tools.sh FACTUM FAKE_VENDOR}
 vendor=${2:?usage: serve_tools.sh FACTUM FAKE_VENDOR}
 tmp=$(mktemp -d)
@@ -69,14 +70,7 @@ cat > "$tmp/serve.json" <<JSON
 JSON
 "$factum" serve --config "$tmp/serve.json" 2> "$tmp/err.log" &
 pid=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(grep -o '"port":[0-9]*' "$tmp/err.log" 2>/dev/null | head -1 | cut -d: -f2 || true)
-  [ -n "$port" ] && break
-  kill -0 "$pid" 2>/dev/null || fail "server exited early"
-  sleep 0.05
-done
-[ -n "$port" ] || fail "no start line within 10 s"
+wait_for_port "$tmp/err.log" "$pid" 10 || fail "$wait_error"
 base="http://127.0.0.1:$port"
 grep -q '"tools":\["hook"\]' "$tmp/err.log" || fail "start line does not list the tool"
 
