@@ -23,7 +23,8 @@ namespace {
 
 namespace hc = http::client;
 
-/// The bench's view of an answer: status, Idempotent-Replayed, problem code; the body moved.
+/// The bench's view of an answer: status, Idempotent-Replayed, a next page (Link), problem
+/// code; the body moved.
 response to_response(hc::response& res) {
   response r;
   if (res.failed != hc::failure::none) {
@@ -34,6 +35,7 @@ response to_response(hc::response& res) {
   r.status = res.status;
   r.ok = r.status >= 200 && r.status < 300;
   r.replayed = res.header("Idempotent-Replayed") == "true";
+  r.more = res.header("Link").find("rel=\"next\"") != std::string_view::npos;
   r.body = std::move(res.body);
   if (!r.ok) {
     auto j = nlohmann::json::parse(r.body, nullptr, false);

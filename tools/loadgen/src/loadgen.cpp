@@ -625,7 +625,8 @@ class bench_run {
     return f.get();
   }
 
-  /// Over HTTP: every acked key once among the entity's `bench` facts (facts route, paged);
+  /// Over HTTP: every acked key once among the entity's `bench` facts (facts route, paged by
+  /// `after_seq` for as long as the answer links a next page);
   /// chains are not checked here (`factum inspect verify` on the stopped server's data does).
   void verify_http(int64_t allowed_extra) {
     ver_.ran = true;
@@ -673,7 +674,10 @@ class bench_run {
             problem("key " + k + " appended twice on " + id);
           }
         }
-        if (arr.size() < 10'000)
+        // A page ends at `limit` facts or at the server's byte cap (max_facts_bytes), whichever
+        // comes first; either way a full page carries a Link to the next one, and only its
+        // absence means the facts are all read.
+        if (!s.more || arr.empty())
           break;
       }
       for (auto* a : list) {

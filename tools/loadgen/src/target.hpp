@@ -32,6 +32,7 @@ struct response {
   bool replayed = false; ///< Idempotent-Replayed
   std::string code;      ///< problem code, or "TRANSPORT" / "TIMEOUT" when there was no answer
   std::string body;
+  bool more = false; ///< read over HTTP: a `Link: <...>; rel="next"` header, i.e. a next page
 };
 
 /// Resource use of the server process.
