@@ -93,7 +93,7 @@ class http_target final : public target {
     return true;
   }
 
-  void send(request r, std::function<void(response)> done) override {
+  void send(request r, std::unique_ptr<answer_handler> done) override {
     hc::request q;
     if (r.read) {
       q.method = hc::verb::get;
@@ -104,8 +104,9 @@ class http_target final : public target {
       q.body = std::move(r.body);
     }
     q.idempotency_key = std::move(r.idempotency_key);
+    // A lambda holding one pointer is stored inside the pool's std::function: no allocation.
     pool_->submit(std::move(q),
-                  [done = std::move(done)](hc::response& res) { done(to_response(res)); });
+                  [h = done.release()](hc::response& res) { answer(h, to_response(res)); });
   }
 
   server_usage usage() override {

@@ -58,6 +58,23 @@ struct item {
   kind k = kind::append;
 };
 
+/// What judge() needs of a request once sent: its kind and, for an append (whose
+/// acknowledgement verification checks), its entity and key. Other kinds copy nothing.
+struct sent_item {
+  kind k = kind::append;
+  std::string id, key;
+};
+
+sent_item sent_of(const item& it) {
+  sent_item s;
+  s.k = it.k;
+  if (it.k == kind::append) {
+    s.id = it.req.id;
+    s.key = it.req.idempotency_key;
+  }
+  return s;
+}
+
 /// Counters of one phase. Completions update them from any thread.
 struct tally {
   std::atomic<uint64_t> sent{0}, answered{0}, ok{0}, errors{0}, expected_failures{0}, replayed{0},
@@ -264,17 +281,17 @@ class bench_run {
         return;
       }
       auto it = make(i);
-      auto id = it.req.id;
-      auto k = it.req.idempotency_key;
       auto start = clk::now();
       ta.sent.fetch_add(1);
-      t_->send(std::move(it.req), [this, &ta, measured, next = weak.lock(), kd = it.k,
-                                   id = std::move(id), k = std::move(k), start](response r) {
-        auto ns = uint64_t(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - start).count());
-        judge(ta, kd, id, k, r, ns, measured);
-        (*next)();
-      });
+      // Made before it.req is moved: it reads the request (sent_of).
+      auto done = on_answer(
+        [this, &ta, measured, next = weak.lock(), sn = sent_of(it), start](response r) mutable {
+          auto ns = uint64_t(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - start).count());
+          judge(ta, sn, r, ns, measured);
+          (*next)();
+        });
+      t_->send(std::move(it.req), std::move(done));
     };
     int callers = int(std::min<int64_t>(conc, count > 0 ? count : conc));
     s->active = callers;
@@ -319,20 +336,18 @@ class bench_run {
         continue;
       }
       auto it = make(i);
-      auto id = it.req.id;
-      auto k = it.req.idempotency_key;
       s->inflight.fetch_add(1);
       meas_.sent.fetch_add(1);
-      t_->send(std::move(it.req), [this, s, kd = it.k, id = std::move(id), k = std::move(k),
-                                   due](response r) {
+      auto done = on_answer([this, s, sn = sent_of(it), due](response r) mutable {
         auto ns =
           uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - due).count());
-        judge(meas_, kd, id, k, r, ns, true);
+        judge(meas_, sn, r, ns, true);
         if (s->inflight.fetch_sub(1) == 1) {
           std::lock_guard<std::mutex> g(s->mu);
           s->cv.notify_all();
         }
       });
+      t_->send(std::move(it.req), std::move(done));
     }
     {
       std::unique_lock<std::mutex> g(s->mu);
@@ -342,15 +357,15 @@ class bench_run {
     return std::chrono::duration<double>(clk::now() - t0).count();
   }
 
-  /// Judges one answer against what its kind expects; records acks of fresh appends.
-  void judge(tally& ta, kind kd, const std::string& id, const std::string& k, response& r,
-             uint64_t ns, bool measured) {
+  /// Judges one answer against what its kind expects; records acks of fresh appends (moving
+  /// the entity and key out of `sn`).
+  void judge(tally& ta, sent_item& sn, response& r, uint64_t ns, bool measured) {
     if (measured)
       lat_.record(ns);
     ta.answered.fetch_add(1);
     bool good = false, expected_failure = false;
     std::string why;
-    switch (kd) {
+    switch (sn.k) {
     case kind::append:
       if (r.ok && !r.replayed) {
         auto j = json::parse(r.body, nullptr, false);
@@ -358,7 +373,8 @@ class bench_run {
             j.contains("fact_id") && j["fact_id"].is_string()) {
           good = true;
           std::lock_guard<std::mutex> g(ack_mu_);
-          acks_.push_back(ack{id, k, j["seq"].get<int64_t>(), j["fact_id"].get<std::string>()});
+          acks_.push_back(ack{std::move(sn.id), std::move(sn.key), j["seq"].get<int64_t>(),
+                              j["fact_id"].get<std::string>()});
         } else {
           why = "BAD_BODY";
         }
@@ -621,7 +637,7 @@ class bench_run {
   response sync_send(request r) {
     std::promise<response> p;
     auto f = p.get_future();
-    t_->send(std::move(r), [&p](response s) { p.set_value(std::move(s)); });
+    t_->send(std::move(r), on_answer([&p](response s) { p.set_value(std::move(s)); }));
     return f.get();
   }
 
