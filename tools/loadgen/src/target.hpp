@@ -69,6 +69,10 @@ struct server_usage {
   int64_t peak_rss_kib = 0; ///< VmHWM / ru_maxrss
 };
 
+/// CPU seconds (utime + stime) and peak RSS (VmHWM) of process `pid`, from /proc; not known
+/// when pid <= 0 or /proc has no such process (proc_usage.cpp).
+server_usage proc_usage(int64_t pid);
+
 /// Runtime counters that some workloads report (in-process only).
 struct target_counters {
   bool known = false;
