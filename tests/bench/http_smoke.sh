@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # http_smoke.sh: `factum bench` in http mode against a real `factum serve` started here on a free
 # port (listen port 0; the port is read from the start log line) with a temp data dir: append
-# (closed loop), replay and an open-loop append, each with --json, --server-pid and the
-# verification over the facts route; then SIGTERM by pid and `factum inspect verify` on the
-# stopped server's data. Usage: http_smoke.sh PATH/TO/factum
+# (closed loop), replay, an open-loop append and appends of facts large enough to span several
+# facts pages, each with --json, --server-pid and the verification over the facts route; then
+# SIGTERM by pid and `factum inspect verify` on the stopped server's data.
+# Usage: http_smoke.sh PATH/TO/factum
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../support/serve.sh"
 factum=${1:?usage: http_smoke.sh PATH/TO/factum}
@@ -54,6 +55,11 @@ check '.ok == 200 and .replayed == 200 and .verify.ok == true and .verify.acked 
 
 bench append --entities 2 --count 100 --rate 500 --concurrency 2
 check '.loop == "open" and .ok == 100 and .verify.ok == true and .duration_s >= 0.19'
+
+# Facts of 900,000 bytes: the server ends a facts page at about 4 MiB (max_facts_bytes), i.e.
+# after 4 of them, so the verification must follow the pages past a short one to find all 10.
+bench append --entities 1 --count 10 --payload 900000 --concurrency 2
+check '.ok == 10 and .verify.ok == true and .verify.found == 10 and .verify.missing == 0'
 
 # A wrong API key: every request fails, the bench says so and exits 1.
 set +e

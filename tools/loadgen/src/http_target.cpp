@@ -3,14 +3,10 @@
 // thread (no thread per connection), and a FIFO of requests waiting for a free connection (open
 // loop: the wait counts in the latency). No Beast here. send() may run on any thread (the pool
 // posts to its I/O thread); completions run on the I/O thread; usage() reads /proc of
-// --server-pid on the caller's thread.
-#include <unistd.h>
-
+// --server-pid on the caller's thread (proc_usage.cpp).
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -23,7 +19,8 @@ namespace {
 
 namespace hc = http::client;
 
-/// The bench's view of an answer: status, Idempotent-Replayed, problem code; the body moved.
+/// The bench's view of an answer: status, Idempotent-Replayed, a next page (Link), problem
+/// code; the body moved.
 response to_response(hc::response& res) {
   response r;
   if (res.failed != hc::failure::none) {
@@ -34,6 +31,7 @@ response to_response(hc::response& res) {
   r.status = res.status;
   r.ok = r.status >= 200 && r.status < 300;
   r.replayed = res.header("Idempotent-Replayed") == "true";
+  r.more = res.header("Link").find("rel=\"next\"") != std::string_view::npos;
   r.body = std::move(res.body);
   if (!r.ok) {
     auto j = nlohmann::json::parse(r.body, nullptr, false);
@@ -91,7 +89,7 @@ class http_target final : public target {
     return true;
   }
 
-  void send(request r, std::function<void(response)> done) override {
+  void send(request r, std::unique_ptr<answer_handler> done) override {
     hc::request q;
     if (r.read) {
       q.method = hc::verb::get;
@@ -102,41 +100,12 @@ class http_target final : public target {
       q.body = std::move(r.body);
     }
     q.idempotency_key = std::move(r.idempotency_key);
+    // A lambda holding one pointer is stored inside the pool's std::function: no allocation.
     pool_->submit(std::move(q),
-                  [done = std::move(done)](hc::response& res) { done(to_response(res)); });
+                  [h = done.release()](hc::response& res) { answer(h, to_response(res)); });
   }
 
-  server_usage usage() override {
-    server_usage u;
-    if (opts_.server_pid <= 0)
-      return u;
-    auto pid = std::to_string(opts_.server_pid);
-    std::ifstream st("/proc/" + pid + "/stat");
-    std::string line;
-    if (!std::getline(st, line))
-      return u;
-    // Fields after the command name "(...)": state is field 3; utime 14, stime 15.
-    auto close = line.rfind(')');
-    if (close == std::string::npos)
-      return u;
-    std::istringstream in(line.substr(close + 2));
-    std::string f;
-    double ticks = double(sysconf(_SC_CLK_TCK));
-    long utime = 0, stime = 0;
-    for (int field = 3; field <= 15 && in >> f; ++field) {
-      if (field == 14)
-        utime = std::stol(f);
-      if (field == 15)
-        stime = std::stol(f);
-    }
-    u.cpu_s = double(utime + stime) / ticks;
-    std::ifstream status("/proc/" + pid + "/status");
-    while (std::getline(status, line))
-      if (line.rfind("VmHWM:", 0) == 0)
-        u.peak_rss_kib = std::atol(line.c_str() + 6);
-    u.known = true;
-    return u;
-  }
+  server_usage usage() override { return proc_usage(opts_.server_pid); }
 
  private:
   bench_options opts_;

@@ -107,12 +107,12 @@ class inproc final : public inproc_target {
     return true;
   }
 
-  void send(request q, std::function<void(response)> done) override {
+  void send(request q, std::unique_ptr<answer_handler> done) override {
     auto* rt = rt_.get();
     if (!rt) {
       response s;
       s.code = "STOPPED";
-      done(std::move(s));
+      (*done)(std::move(s));
       return;
     }
     std::string method = std::move(q.method), body = std::move(q.body);
@@ -124,14 +124,14 @@ class inproc final : public inproc_target {
     co.idempotency_key = std::move(q.idempotency_key);
     co.timeout = std::chrono::milliseconds(static_cast<int64_t>(opts_.timeout_s * 1000));
     rt->call(entity_key{opts_.tenant, q.type, q.id}, std::move(method), std::move(body),
-             std::move(co), [done = std::move(done)](call_reply cr) {
+             std::move(co), [h = done.release()](call_reply cr) {
                response s;
                s.ok = cr.ok;
                s.status = cr.http_status;
                s.replayed = cr.replayed;
                s.code = std::move(cr.code);
                s.body = std::move(cr.body);
-               done(std::move(s));
+               answer(h, std::move(s));
              });
   }
 

@@ -32,7 +32,35 @@ struct response {
   bool replayed = false; ///< Idempotent-Replayed
   std::string code;      ///< problem code, or "TRANSPORT" / "TIMEOUT" when there was no answer
   std::string body;
+  bool more = false; ///< read over HTTP: a `Link: <...>; rel="next"` header, i.e. a next page
 };
+
+/// What runs when a request's answer arrives: exactly once, on a thread of the target, and
+/// must not block. Allocated once per request (on_answer); a target hands the raw pointer to
+/// its transport's completion, where it fits std::function's inline storage, so no second
+/// allocation wraps it, and deletes it after the call (answer()).
+class answer_handler {
+ public:
+  virtual ~answer_handler() = default;
+  virtual void operator()(response r) = 0;
+};
+
+/// `f`, a callable taking a response, as an answer_handler.
+template <class F> std::unique_ptr<answer_handler> on_answer(F f) {
+  struct impl final : answer_handler {
+    explicit impl(F g) : f_(std::move(g)) {}
+    void operator()(response r) override { f_(std::move(r)); }
+    F f_;
+  };
+  return std::make_unique<impl>(std::move(f));
+}
+
+/// Runs `h`, released from its unique_ptr when the request was handed to the transport, with
+/// `r`; then deletes it.
+inline void answer(answer_handler* h, response r) {
+  std::unique_ptr<answer_handler> own(h);
+  (*own)(std::move(r));
+}
 
 /// Resource use of the server process.
 struct server_usage {
@@ -40,6 +68,10 @@ struct server_usage {
   double cpu_s = 0;         ///< user + system CPU seconds so far
   int64_t peak_rss_kib = 0; ///< VmHWM / ru_maxrss
 };
+
+/// CPU seconds (utime + stime) and peak RSS (VmHWM) of process `pid`, from /proc; not known
+/// when pid <= 0 or /proc has no such process (proc_usage.cpp).
+server_usage proc_usage(int64_t pid);
 
 /// Runtime counters that some workloads report (in-process only).
 struct target_counters {
@@ -51,7 +83,7 @@ struct target_counters {
 class target {
  public:
   virtual ~target() = default;
-  virtual void send(request r, std::function<void(response)> done) = 0;
+  virtual void send(request r, std::unique_ptr<answer_handler> done) = 0;
   virtual server_usage usage() = 0;
   virtual target_counters counters() { return {}; }
 };
