@@ -177,11 +177,15 @@ std::string entity_id(const context& c, std::string_view workload) {
 // -- workloads --------------------------------------------------------------------------------
 
 /// Appends c.num facts, `per_txn` per transaction (begin, N x append, commit), into a fresh
-/// entity. Latency: one transaction, from its first append to the return of its commit.
+/// entity. Latency: one transaction, from its first append to the return of its commit. `owned`:
+/// the store holds an owner claim (cluster mode), so every transaction also checks the file's
+/// owner epoch.
 run_result append_workload(const context& c, std::string_view name, int64_t per_txn,
-                           durability mode) {
+                           durability mode, bool owned = false) {
   auto dir = c.root / "append";
   auto store = open_store(store_opts(dir, mode), entity_id(c, name));
+  if (owned)
+    check(store->claim_owner(1, "bench"), "claim");
   auto drafts = make_drafts(per_txn);
   int64_t txns = (c.num + per_txn - 1) / per_txn;
   run_result r;
@@ -199,6 +203,32 @@ run_result append_workload(const context& c, std::string_view name, int64_t per_
   r.seconds = us_since(t0) / 1e6;
   r.items = txns * per_txn;
   r.txns = txns;
+  auto path = store->path();
+  store.reset();
+  remove_entity_files(path);
+  return r;
+}
+
+/// c.num empty write transactions (begin_batch() + rollback()) on an entity holding one fact,
+/// by a store holding an owner claim (`owned`) or not: the price of the owner check of cluster
+/// mode, which reads the file's owner epoch right after the BEGIN. Latency: one transaction.
+run_result txn_workload(const context& c, std::string_view name, bool owned) {
+  auto store = open_store(store_opts(c.root / "txn", durability::normal), entity_id(c, name));
+  if (owned)
+    check(store->claim_owner(1, "bench"), "claim");
+  check(store->append(make_drafts(1)[0]).error(), "append");
+  check(store->commit(), "commit");
+  run_result r;
+  r.lat_us.reserve(static_cast<size_t>(c.num));
+  auto t0 = clock_type::now();
+  for (int64_t i = 0; i < c.num; ++i) {
+    auto t1 = clock_type::now();
+    check(store->begin_batch(), "begin");
+    check(store->rollback(), "rollback");
+    r.lat_us.push_back(us_since(t1));
+  }
+  r.seconds = us_since(t0) / 1e6;
+  r.items = c.num;
   auto path = store->path();
   store.reset();
   remove_entity_files(path);
@@ -572,6 +602,19 @@ std::vector<workload> all_workloads() {
                    }});
     }
   }
+  for (auto [mode, name] : {std::pair{durability::full, "append1_owned_full"},
+                            std::pair{durability::normal, "append1_owned_normal"}}) {
+    int64_t def = mode == durability::full ? 3000 : 20000;
+    w.push_back(
+      {name, "facts", "commits", def, [name = std::string(name), mode = mode](const context& c) {
+         return append_workload(c, name, 1, mode, true);
+       }});
+  }
+  for (auto [owned, name] : {std::pair{false, "txn_plain"}, std::pair{true, "txn_owned"}})
+    w.push_back(
+      {name, "txns", nullptr, 200000, [name = std::string(name), owned = owned](const context& c) {
+         return txn_workload(c, name, owned);
+       }});
   for (auto [mode, name, fast] : {std::tuple{durability::full, "idem_full", false},
                                   std::tuple{durability::normal, "idem_normal", false},
                                   std::tuple{durability::full, "idem_fast_full", true},

@@ -370,6 +370,11 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
   if (opts.target_schema_version < 0 || opts.target_schema_version > current_schema_version)
     return status{errc::invalid_argument, "store_options.target_schema_version must be 0.." +
                                             std::to_string(current_schema_version)};
+  if (opts.owner_epoch < 0 || (opts.owner_epoch > 0 && opts.read_only))
+    return status{errc::invalid_argument,
+                  "store_options.owner_epoch must be 0, or > 0 on a writable store"};
+  if (opts.owner_epoch > 0 && (opts.owner_node.empty() || opts.owner_node.size() > 255))
+    return status{errc::invalid_argument, "store_options.owner_node must be 1 to 255 bytes"};
   auto path = key.file_path(opts.data_dir);
   std::unique_ptr<entity_store> s(new entity_store(opts, key, path));
   std::error_code ec;
@@ -450,6 +455,9 @@ result<std::unique_ptr<entity_store>> entity_store::open_file(const fs::path& fi
   std::error_code ec;
   if (!fs::is_regular_file(file, ec))
     return status{errc::not_found, "no such file: " + file.string()};
+  if (opts.owner_epoch != 0 && (opts.owner_epoch < 0 || opts.read_only))
+    return status{errc::invalid_argument,
+                  "store_options.owner_epoch must be 0, or > 0 on a writable store"};
   store_options o = opts;
   o.create_if_missing = false;
   std::unique_ptr<entity_store> s(new entity_store(o, entity_key{}, file));
@@ -610,8 +618,17 @@ status entity_store::begin_batch() {
     return status::ok();
   if (auto st = check_writable(); !st)
     return st;
+  if (fenced_)
+    return refuse_fenced();
   if (auto st = exec_cached("BEGIN IMMEDIATE"); !st)
     return st;
+  // The write lock is held from here to the COMMIT: no other connection can claim the file in
+  // between, so a check at the start of the transaction holds for its commit.
+  if (owner_epoch_ > 0)
+    if (auto st = check_owner(); !st) {
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      return st;
+    }
   in_batch_ = true;
   dirty_ = false;
   batch_mark_ = {last_seq_, head_hash_};

@@ -143,12 +143,35 @@ inline constexpr const char* v5 = R"sql(
 ALTER TABLE dead_letters ADD COLUMN auto_retries INTEGER NOT NULL DEFAULT 0;
 )sql";
 
-inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5};
+/// Version 6: the owner history of cluster mode (docs/storage-format.md section 15): one row per
+/// claim that raised the file's owner epoch, append-only. The current owner epoch is the largest
+/// `epoch` (0 without rows); every write transaction of a store holding a claim reads it.
+inline constexpr const char* v6 = R"sql(
+CREATE TABLE owners(
+  epoch      INTEGER PRIMARY KEY CHECK (epoch > 0),
+  node       TEXT NOT NULL CHECK (node <> ''),
+  first_seq  INTEGER NOT NULL CHECK (first_seq >= 1),
+  claimed_ms INTEGER NOT NULL
+);
+CREATE TRIGGER owners_no_update BEFORE UPDATE ON owners
+BEGIN SELECT RAISE(ABORT, 'owners are append-only: UPDATE refused'); END;
+CREATE TRIGGER owners_no_delete BEFORE DELETE ON owners
+BEGIN SELECT RAISE(ABORT, 'owners are append-only: DELETE refused'); END;
+CREATE TRIGGER owners_increase BEFORE INSERT ON owners
+WHEN NEW.epoch <= (SELECT COALESCE(MAX(epoch), 0) FROM owners)
+BEGIN SELECT RAISE(ABORT, 'owners: an epoch must be greater than every epoch before it'); END;
+)sql";
+
+inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5, v6};
+
+/// The first schema version with the `owners` table.
+inline constexpr int owners_version = 6;
 
 /// Migration 1 as a new file gets it at version 4: the same tables, indexes and triggers that
 /// migrations 1, 3 and 4 leave, except that `facts.fact_id` has no UNIQUE constraint (and so no
-/// index). A new file is built from `fresh_v1` + `v2` (fewer statements to parse than replaying
-/// every migration, which matters for creation time); the meta rows are written by the builder.
+/// index). A new file is built from `fresh_v1` + `v2` + `v5` + `v6` (fewer statements to parse
+/// than replaying every migration, which matters for creation time); the meta rows are written
+/// by the builder.
 /// A test checks that a new file and one migrated from version 1 have the same tables, columns,
 /// indexes and triggers, apart from that constraint.
 inline constexpr const char* fresh_v1 = R"sql(

@@ -18,6 +18,7 @@ std::string_view to_string(errc code) noexcept {
   case errc::busy: return "BUSY";
   case errc::unavailable: return "UNAVAILABLE";
   case errc::internal: return "INTERNAL";
+  case errc::not_owner: return "NOT_OWNER";
   }
   return "INTERNAL";
 }

@@ -16,6 +16,7 @@
 #include "factum/storage/json_text.hpp"
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/utf8.hpp"
+#include "schema.hpp"
 #include "store_sql.hpp"
 
 namespace factum {
@@ -412,17 +413,23 @@ result<verify_report> entity_store::verify() {
     sqlite3_stmt* st = nullptr;
     sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type='trigger'", -1, &st,
                        nullptr);
-    bool upd = false, del = false;
+    bool upd = false, del = false, owner_upd = false, owner_del = false;
     while (st && sqlite3_step(st) == SQLITE_ROW) {
       auto n = col_text(st, 0);
       upd |= n == "facts_no_update";
       del |= n == "facts_no_delete";
+      owner_upd |= n == "owners_no_update";
+      owner_del |= n == "owners_no_delete";
     }
     sqlite3_finalize(st);
     if (!upd)
       problem(0, "trigger facts_no_update is missing: facts can be edited");
     if (!del)
       problem(0, "trigger facts_no_delete is missing: facts can be deleted");
+    if (schema_version_ >= schema::owners_version && !owner_upd)
+      problem(0, "trigger owners_no_update is missing: the owner history can be edited");
+    if (schema_version_ >= schema::owners_version && !owner_del)
+      problem(0, "trigger owners_no_delete is missing: the owner history can be deleted");
   }
   std::string sql = std::string("SELECT ") + fact_columns + " FROM facts ORDER BY seq";
   sqlite3_stmt* st = nullptr;
@@ -452,6 +459,11 @@ result<verify_report> entity_store::verify() {
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
     return fail(rc, "verify");
+  auto owners = owner_history_problems(expect - 1, rep.owner_epoch);
+  if (!owners)
+    return owners.error();
+  for (auto& p : *owners)
+    problem(0, std::move(p));
   return rep;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "file_io.hpp"
+#include "schema.hpp"
 #include "store_sql.hpp"
 
 namespace fs = std::filesystem;
@@ -74,6 +75,13 @@ result<entity_info> entity_store::info() {
     stmt_guard g{st};
     if (sqlite3_step(st) == SQLITE_ROW)
       i.created_at_ms = std::atoll(col_text(st, 0).c_str());
+  }
+  if (schema_version_ >= schema::owners_version) {
+    auto owner = current_owner();
+    if (!owner)
+      return owner.error();
+    i.owner_epoch = owner->epoch;
+    i.owner_node = owner->node;
   }
   std::error_code ec;
   i.file_bytes = fs::file_size(path_, ec);

@@ -406,17 +406,24 @@ status entity_store::migrate() {
   }
   if (auto st = use_fact_id_meta(meta.fact_id_prefix, meta.fact_id_legacy_until); !st)
     return st;
+  if (opts_.read_only)
+    return status::ok();
+  // Cluster mode: the claim releases the pending keys in its own transaction, once it holds the
+  // file. A file another node owns under a newer epoch is left as it is, its pending keys
+  // included (they belong to that owner's live activation).
+  if (opts_.owner_epoch > 0) {
+    end_reading();
+    return take_ownership(opts_.owner_epoch, opts_.owner_node, true);
+  }
   // Keys pending in the file belong to an activation that is gone (single activation).
-  if (!opts_.read_only) {
-    auto pending = count_pending_keys();
-    if (!pending)
-      return pending.error();
-    if (*pending > 0) {
-      released_on_open_ = *pending;
-      end_reading();
-      if (auto s2 = exec("DELETE FROM idempotency_keys WHERE status='pending'"); !s2)
-        return s2;
-    }
+  auto pending = count_pending_keys();
+  if (!pending)
+    return pending.error();
+  if (*pending > 0) {
+    released_on_open_ = *pending;
+    end_reading();
+    if (auto st = exec("DELETE FROM idempotency_keys WHERE status='pending'"); !st)
+      return st;
   }
   return status::ok();
 }

@@ -390,6 +390,7 @@ TEST_CASE("read-only: inspecting closed files changes no byte, no mtime, and add
     {"show", "acme/ledger/a1", "3"},
     {"keys", "acme/ledger/a1"},
     {"alarms", "acme/ledger/a1"},
+    {"owners", "acme/ledger/a1"},
     {"breakers", "acme/ledger/a1"},
     {"dead-letters", "acme/ledger/a1"},
     {"economics"},
@@ -496,7 +497,7 @@ TEST_CASE("errors: each failure has its exit code and a prefixed message on stde
   auto none = run_cli({"inspect"});
   CHECK(none.code == 2);
   // --help on every subcommand
-  for (auto* sub : {"entities", "facts", "tail", "show", "keys", "alarms", "breakers",
+  for (auto* sub : {"entities", "facts", "tail", "show", "keys", "alarms", "owners", "breakers",
                     "dead-letters", "economics", "verify"}) {
     auto h = run_cli({"inspect", sub, "--help"});
     CAPTURE(sub);

@@ -1,7 +1,12 @@
 // verify_test.cpp: `factum inspect verify` on intact files, after a trigger is dropped, and
 // after a fact is edited behind the store's back (trigger dropped, row updated, trigger
-// restored): exit 1 and the first bad seq named.
+// restored): exit 1 and the first bad seq named; `verify` and `owners` on an entity claimed in
+// turn by nodes of a cluster, one of them killed mid-stream, and on an owner history edited.
 #include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "support.hpp"
 #include "support/temp_dir.hpp"
@@ -118,4 +123,125 @@ TEST_CASE("verify: an older schema version is reported") {
   auto dl = run_cli({"inspect", "dead-letters", "--data", tmp.path().string(), "acme/ledger/old"});
   CHECK(dl.code == 0);
   CHECK(dl.out == "");
+}
+
+namespace {
+
+/// acme/ledger/c1 claimed under epoch 3 by node "child" in a forked process that appends until
+/// it is SIGKILLed, then under epoch 4 by "parent" here (one more fact); the file is closed on
+/// return. Returns the last seq the child left.
+int64_t claimed_in_turn(const fs::path& dir) {
+  entity_key key{"acme", "ledger", "c1"};
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    auto r = entity_store::open(opts_for(dir), key);
+    if (!r || !r.value()->claim_owner(3, "child"))
+      _exit(2);
+    for (int64_t i = 1;; ++i) {
+      if (!r.value()->append(draft("invocation", "", t0 + i, "", "", "")) || !r.value()->commit())
+        _exit(3);
+      if (write(fds[1], &i, sizeof i) != sizeof i)
+        _exit(4);
+    }
+  }
+  close(fds[1]);
+  int64_t acked = 0;
+  for (int seen = 0; seen < 10 && read(fds[0], &acked, sizeof acked) == sizeof acked; ++seen) {
+  }
+  kill(pid, SIGKILL);
+  int wst = 0;
+  waitpid(pid, &wst, 0);
+  close(fds[0]);
+  REQUIRE(acked == 10);
+  auto o = opts_for(dir);
+  o.owner_epoch = 4;
+  o.owner_node = "parent";
+  auto s = entity_store::open(o, key);
+  REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
+  int64_t left = (*s)->last_seq();
+  REQUIRE((*s)->append(draft("outcome", "", t0 + 1000, "", "", "")).is_ok());
+  REQUIRE((*s)->commit().is_ok());
+  return left;
+}
+
+} // namespace
+
+TEST_CASE("verify: an entity claimed in turn by two nodes, the first killed mid-stream, "
+          "verifies with its owner epoch, and owners lists its history") {
+  test::temp_dir tmp;
+  auto data = tmp.path().string();
+  int64_t left = claimed_in_turn(tmp.path());
+  auto v = run_cli({"inspect", "verify", "--data", data, "acme/ledger/c1"});
+  CHECK(v.code == 0);
+  auto j = nlohmann::json::parse(v.out);
+  CHECK(j["ok"] == true);
+  CHECK(j["owner_epoch"] == 4);
+  CHECK(j["facts_checked"] == left + 1);
+
+  auto owners = run_cli({"inspect", "owners", "--data", data, "acme/ledger/c1"});
+  CHECK(owners.code == 0);
+  auto ls = lines(owners.out);
+  REQUIRE(ls.size() == 2);
+  auto first = nlohmann::json::parse(ls[0]), second = nlohmann::json::parse(ls[1]);
+  CHECK(first["epoch"] == 3);
+  CHECK(first["node"] == "child");
+  CHECK(first["first_seq"] == 1);
+  CHECK(second["epoch"] == 4);
+  CHECK(second["node"] == "parent");
+  CHECK(second["first_seq"] == left + 1);
+  CHECK(second["claimed_at"].get<int64_t>() >= first["claimed_at"].get<int64_t>());
+  auto table = run_cli({"inspect", "owners", "--data", data, "acme/ledger/c1", "--table"});
+  auto tl = lines(table.out);
+  REQUIRE(tl.size() == 3);
+  CHECK(tl[0] == "EPOCH  NODE    FIRST_SEQ  CLAIMED");
+  CHECK(tl[1].rfind("    3  child           1  ", 0) == 0);
+  CHECK(tl[2].rfind("    4  parent  ", 0) == 0);
+
+  auto entities = run_cli({"inspect", "entities", "--data", data});
+  auto e = nlohmann::json::parse(entities.out);
+  CHECK(e["owner_epoch"] == 4);
+  CHECK(e["owner_node"] == "parent");
+}
+
+TEST_CASE("verify: an entity never claimed has no owner epoch and an empty owner history") {
+  test::temp_dir tmp;
+  fill_fixture(tmp.path());
+  auto data = tmp.path().string();
+  auto v = run_cli({"inspect", "verify", "--data", data, "acme/ledger/a1"});
+  CHECK(v.code == 0);
+  CHECK(nlohmann::json::parse(v.out)["owner_epoch"].is_null());
+  auto owners = run_cli({"inspect", "owners", "--data", data, "acme/ledger/a1"});
+  CHECK(owners.code == 0);
+  CHECK(owners.out == "");
+  auto e = run_cli({"inspect", "entities", "--data", data, "globex"});
+  CHECK(nlohmann::json::parse(e.out)["owner_epoch"].is_null());
+  CHECK(nlohmann::json::parse(e.out)["owner_node"].is_null());
+}
+
+TEST_CASE("verify: an owner history edited behind the store's back is a problem (exit 1)") {
+  test::temp_dir tmp;
+  int64_t left = claimed_in_turn(tmp.path());
+  auto file = entity_key{"acme", "ledger", "c1"}.file_path(tmp.path());
+  std::string err;
+  CHECK(raw_exec(file, "UPDATE owners SET first_seq=1 WHERE epoch=4", &err) != SQLITE_OK);
+  CHECK(err.find("append-only") != std::string::npos);
+  REQUIRE(raw_exec(file, "DROP TRIGGER owners_no_update") == SQLITE_OK);
+  REQUIRE(raw_exec(file, "UPDATE owners SET first_seq=" + std::to_string(left + 5) +
+                           " WHERE epoch=3") == SQLITE_OK);
+  auto r = run_cli({"inspect", "verify", "--data", tmp.path().string(), "acme/ledger/c1"});
+  CHECK(r.code == 1);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["ok"] == false);
+  CHECK(j["first_bad_seq"].is_null());
+  CHECK(j["problem"] ==
+        "trigger owners_no_update is missing: the owner history can be edited; "
+        "owners: epoch 3 starts at seq " +
+          std::to_string(left + 5) + ", past the last fact (" + std::to_string(left + 1) +
+          "): facts are missing; owners: epoch 4 "
+          "starts at seq " +
+          std::to_string(left + 1) + ", before epoch 3 (seq " + std::to_string(left + 5) + ")");
 }

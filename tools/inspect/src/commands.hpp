@@ -81,6 +81,7 @@ int run_show(const run_ctx& ctx, const common_options& c, const std::string& ent
 int run_keys(const run_ctx& ctx, const common_options& c, const std::string& entity,
              const std::string& status, int64_t limit);
 int run_alarms(const run_ctx& ctx, const common_options& c, const std::string& entity);
+int run_owners(const run_ctx& ctx, const common_options& c, const std::string& entity);
 int run_breakers(const run_ctx& ctx, const common_options& c, const std::string& entity);
 int run_dead_letters(const run_ctx& ctx, const common_options& c, const std::string& entity,
                      const std::string& status, int64_t limit);

@@ -113,6 +113,10 @@ int run_entities(const run_ctx& ctx, const common_options& c, const std::string&
                                                         : nlohmann::json(nullptr)},
                      {"created_at", r.info.created_at_ms},
                      {"schema_version", r.info.schema_version},
+                     {"owner_epoch", r.info.owner_epoch ? nlohmann::json(r.info.owner_epoch)
+                                                        : nlohmann::json(nullptr)},
+                     {"owner_node", r.info.owner_epoch ? nlohmann::json(r.info.owner_node)
+                                                       : nlohmann::json(nullptr)},
                      {"path", r.info.path.string()}});
       continue;
     }
@@ -341,6 +345,7 @@ int run_verify(const run_ctx& ctx, const common_options& c, const std::string& s
     bool ok = false;
     int64_t facts = 0;
     int schema = 0;
+    int64_t owner_epoch = 0;
     int64_t first_bad_seq = 0;
     std::string problem;
     int code = exit_verify_failed;
@@ -361,6 +366,7 @@ int run_verify(const run_ctx& ctx, const common_options& c, const std::string& s
         w.ok = v->ok;
         w.facts = v->facts_checked;
         w.first_bad_seq = v->first_bad_seq;
+        w.owner_epoch = v->owner_epoch;
         // verify() runs every check: a missing trigger does not hide an altered row.
         for (auto& p : v->problems)
           w.problem += (w.problem.empty() ? "" : "; ") + p;
@@ -403,6 +409,7 @@ int run_verify(const run_ctx& ctx, const common_options& c, const std::string& s
                      {"ok", w.ok},
                      {"facts_checked", w.facts},
                      {"schema_version", w.schema},
+                     {"owner_epoch", w.owner_epoch ? json(w.owner_epoch) : json(nullptr)},
                      {"first_bad_seq",
                       w.first_bad_seq ? nlohmann::json(w.first_bad_seq) : nlohmann::json(nullptr)},
                      {"problem", w.ok ? nlohmann::json(nullptr) : nlohmann::json(w.problem)}});

@@ -160,8 +160,8 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
   s->io = std::move(io);
   s->exit_code = exit_code;
   auto* inspect = app.add_subcommand(
-    "inspect", "Inspect entity databases read-only: entities, facts, keys, alarms, breakers, "
-               "dead letters, economics, verify");
+    "inspect", "Inspect entity databases read-only: entities, facts, keys, alarms, owners, "
+               "breakers, dead letters, economics, verify");
   inspect->require_subcommand(1);
   // Parse errors inside `factum inspect` carry the tool's prefix like its other messages.
   app.failure_message([inspect](const CLI::App* a, const CLI::Error& e) {
@@ -256,6 +256,16 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
     [](const run_ctx& ctx, entity_cmd& o) { return run_alarms(ctx, o.common, o.entity); });
 
   subcommand<entity_cmd>(
+    inspect, s, "owners",
+    "List the entity's owner history in cluster mode: epoch, node, first seq, claim time",
+    [](CLI::App* sub, entity_cmd& o) {
+      add_data_option(sub, o.common);
+      add_output_options(sub, o.common);
+      add_entity_arg(sub, o.entity);
+    },
+    [](const run_ctx& ctx, entity_cmd& o) { return run_owners(ctx, o.common, o.entity); });
+
+  subcommand<entity_cmd>(
     inspect, s, "breakers", "List the entity's circuit breakers and their states",
     [](CLI::App* sub, entity_cmd& o) {
       add_data_option(sub, o.common);
@@ -300,7 +310,8 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
 
   subcommand<scope_cmd>(
     inspect, s, "verify",
-    "Check hash chains, immutability triggers and schema versions (exit 1 on a problem)",
+    "Check hash chains, immutability triggers, owner histories and schema versions (exit 1 "
+    "on a problem)",
     [](CLI::App* sub, scope_cmd& o) {
       add_data_option(sub, o.common);
       add_output_options(sub, o.common);

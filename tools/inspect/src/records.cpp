@@ -95,6 +95,11 @@ json alarm_json(const alarm_record& a, int64_t now) {
               {"payload", json_or_string(a.payload)}};
 }
 
+json owner_json(const owner_record& o) {
+  return json{
+    {"epoch", o.epoch}, {"node", o.node}, {"first_seq", o.first_seq}, {"claimed_at", o.claimed_ms}};
+}
+
 json breaker_json(const breaker_record& b) {
   return json{{"tool_id", b.tool_id},
               {"state", b.state},

@@ -1,6 +1,6 @@
 // records.hpp (private to factum_inspect): the JSON forms of the records the tool prints
-// (idempotency keys, alarms, breakers, dead letters, entity summaries), and the lenient readers
-// of the same records from a server's JSON. Pure functions; any thread.
+// (idempotency keys, alarms, breakers, dead letters, owner history, entity summaries), and the
+// lenient readers of the same records from a server's JSON. Pure functions; any thread.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@ nlohmann::json key_json(const idempotency_record& k, int64_t now);
 nlohmann::json alarm_json(const alarm_record& a, int64_t now);
 nlohmann::json breaker_json(const breaker_record& b);
 nlohmann::json dead_letter_json(const dead_letter_record& d);
+nlohmann::json owner_json(const owner_record& o);
 
 /// Reads a fact in its JSON view (docs/storage-format.md sections 6 and 7), as the HTTP API
 /// sends it. `timestamp` may be milliseconds or an ISO 8601 string; `amount` a decimal string (or

@@ -1,5 +1,5 @@
-// state_cmd.cpp: `keys`, `alarms`, `breakers` and `dead-letters`: the entity's state besides
-// its facts (breakers and dead letters also through the HTTP API). Runs on the thread that
+// state_cmd.cpp: `keys`, `alarms`, `owners`, `breakers` and `dead-letters`: the entity's state
+// besides its facts (breakers and dead letters also through the HTTP API). Runs on the thread that
 // parses the command line.
 #include <ostream>
 
@@ -113,6 +113,25 @@ int run_alarms(const run_ctx& ctx, const common_options& c, const std::string& e
     else
       t.add({a.name, ctx.time(a.due_ms), a.due_ms <= now ? "yes" : "no", std::to_string(a.attempts),
              ctx.time(a.created_at_ms), compact(a.payload, 60)});
+  }
+  if (!ctx.json)
+    t.print(ctx);
+  return exit_ok;
+}
+
+int run_owners(const run_ctx& ctx, const common_options& c, const std::string& entity) {
+  auto e = open_entity(ctx, c, entity, "owners");
+  if (e.rc)
+    return e.rc;
+  auto owners = e.reader->store().owners();
+  if (!owners)
+    return ctx.fail(owners.error());
+  text_table t({{"EPOCH", true}, {"NODE"}, {"FIRST_SEQ", true}, {"CLAIMED"}});
+  for (auto& o : *owners) {
+    if (ctx.json)
+      ctx.json_line(owner_json(o));
+    else
+      t.add({std::to_string(o.epoch), o.node, std::to_string(o.first_seq), ctx.time(o.claimed_ms)});
   }
   if (!ctx.json)
     t.print(ctx);

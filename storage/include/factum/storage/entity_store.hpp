@@ -100,6 +100,16 @@ struct store_options {
   /// new file. Empty (the default): every creation writes its own file. The runtime starts one
   /// pool per data directory (runtime_config::spare_files).
   std::shared_ptr<spare_pool> spares;
+  /// Cluster mode: the open claims the entity under this epoch (> 0, the revision of the node's
+  /// grant of the entity's shard) for owner_node, as claim_owner() does, once the file is
+  /// migrated and before the open writes anything of its own: a file claimed under a newer
+  /// epoch fails the open with not_owner and keeps the idempotency keys pending in it (they
+  /// belong to its live owner; an open without a claim releases them: docs/storage-format.md
+  /// section 3, rule 5, and section 15). 0 (the default): the open claims nothing, and the store
+  /// checks nothing until claim_owner() (single node). Not with read_only.
+  int64_t owner_epoch = 0;
+  /// The node claiming with owner_epoch: 1 to 255 bytes; required with it.
+  std::string owner_node;
   /// SQLite VFS for every connection the store opens. Empty (the default): factum's own,
   /// entity_store::default_vfs(), which passes everything to SQLite's "unix" VFS except that a
   /// commit's WAL writes reach the kernel as one write. Tests name a wrapper of it here.
@@ -153,7 +163,8 @@ class entity_store {
   // -- lifecycle --
 
   /// Opens (and creates, migrates) the store of `key` under options.data_dir. An open releases
-  /// every key left pending by an activation that is gone.
+  /// every key left pending by an activation that is gone (one that claims the entity,
+  /// store_options::owner_epoch, only once its claim holds).
   static result<std::unique_ptr<entity_store>> open(const store_options& opts,
                                                     const entity_key& key);
 
@@ -251,6 +262,36 @@ class entity_store {
   /// Ends the turn: keep (RELEASE) or undo (ROLLBACK TO) its writes.
   status end_turn(bool keep);
   bool in_turn() const noexcept { return in_turn_; }
+
+  // -- ownership (cluster mode; docs/storage-format.md section 15) --
+
+  /// Claims the entity for `node` (1 to 255 bytes) under `epoch` (> 0), in one BEGIN IMMEDIATE
+  /// transaction of its own, made as durable as a commit of this store before this returns (with
+  /// deferred sync: synced here): reads the file's owner epoch; newer than `epoch` -> not_owner
+  /// (naming both epochs and the node holding the file's); equal -> ok and no new row when
+  /// `node` is the node that claimed it (a re-activation), else not_owner; older -> appends
+  /// (epoch, node, last seq + 1, now) to the owner history. Then the store holds `epoch` as its
+  /// claim (owner_epoch()), which every later write transaction checks, is no longer fenced(),
+  /// and has its chain head read again from the file (another owner may have appended since
+  /// this store last wrote). A failure leaves the store's claim and chain head as they were;
+  /// inside a batch: internal; a store opened read-only: read_only; a file older than schema
+  /// version 6 (opened with target_schema_version): invalid_argument; another connection holding
+  /// the write lock past busy_timeout_ms: busy. With deferred sync a failed sync may leave the
+  /// row committed but not durable: the caller handles it as any failed sync (mark_unsynced()).
+  status claim_owner(int64_t epoch, std::string_view node);
+  /// The epoch this store claimed (claim_owner(), or store_options::owner_epoch at the open); 0
+  /// when none: then no write transaction checks anything.
+  int64_t owner_epoch() const noexcept { return owner_epoch_; }
+  /// A write transaction of this store found the file claimed under another epoch (another node
+  /// owns the entity now): every later write fails with not_owner without touching the file,
+  /// until a claim_owner() succeeds. Reads go on.
+  bool fenced() const noexcept { return fenced_; }
+  /// Write transactions refused with not_owner since the open (the first, found in the file,
+  /// and each later one refused without looking).
+  int64_t fenced_writes() const noexcept { return fenced_writes_; }
+  /// The file's owner history, oldest (lowest epoch) first; empty when it was never claimed or
+  /// has no history (a file older than schema version 6 opened read-only).
+  result<std::vector<owner_record>> owners();
 
   // -- facts --
 
@@ -422,6 +463,21 @@ class entity_store {
   /// A read of every row: `row(statement)` reads each row of `sql` in turn.
   template <class Row, class... A>
   status read_rows(sql_literal sql, const char* what, Row&& row, const A&... args);
+  /// The owner check of a write transaction (store_owners.cpp): run by begin_batch() right after
+  /// BEGIN IMMEDIATE when the store holds a claim; not_owner (and fenced_) when the file's
+  /// owner epoch is no longer the claim. The caller rolls the transaction back on an error.
+  status check_owner();
+  /// not_owner for a write of a fenced store, counted, without touching the file.
+  status refuse_fenced();
+  /// claim_owner(); with `release_pending` (an open's claim, store_options::owner_epoch) it also
+  /// releases the keys left pending in the file, in the claim's transaction once it holds.
+  status take_ownership(int64_t epoch, std::string_view node, bool release_pending);
+  /// verify()'s checks of the owner history, for a log whose last fact is `last_seq`: epochs
+  /// strictly increasing, first seqs from 1 and never decreasing, none past `last_seq` + 1.
+  /// Sets `owner_epoch` to the newest epoch (0 without history).
+  result<std::vector<std::string>> owner_history_problems(int64_t last_seq, int64_t& owner_epoch);
+  /// The newest row of the owner history (epoch 0 when there is none), in the open transaction.
+  result<owner_record> current_owner();
   /// Marks a pending key `to` (completed or failed) with its response: complete_key, fail_key.
   status settle_key(std::string_view key, key_status to, std::string_view response);
   status fail(int rc, std::string_view what);
@@ -454,6 +510,11 @@ class entity_store {
   bool resynced_ = false; // this open re-synced the files first
   uint64_t op_index_ = 0;
   int wal_frames_ = 0;
+  int64_t owner_epoch_ = 0;     // the claim (claim_owner); 0: none, nothing is checked
+  std::string owner_node_;      // the node of the claim
+  bool fenced_ = false;         // a write found the file's owner epoch past the claim
+  bool claim_unsynced_ = false; // a claim committed, its sync failed: the next claim syncs
+  int64_t fenced_writes_ = 0;
   struct sync_state;
   std::unique_ptr<sync_state> sync_;
 };

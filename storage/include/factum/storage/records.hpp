@@ -1,8 +1,8 @@
 // factum/storage/records.hpp: the records an entity's store keeps and hands out (idempotency
-// keys, alarms, dead letters, circuit breakers, versioned configs, the chain's check, an
-// entity's summary), apart from the store itself (entity_store.hpp, which includes this): the
-// tenant API (factum/entities/context.hpp) names them without seeing the store. Plain value
-// types; any thread.
+// keys, alarms, dead letters, circuit breakers, versioned configs, the owner history, the
+// chain's check, an entity's summary), apart from the store itself (entity_store.hpp, which
+// includes this): the tenant API (factum/entities/context.hpp) names them without seeing the
+// store. Plain value types; any thread.
 #pragma once
 
 #include <cstdint>
@@ -84,10 +84,20 @@ struct config_record {
   int64_t created_at_ms = 0;
 };
 
+/// One claim of the entity by a node in cluster mode: a row of the file's owner history
+/// (entity_store::claim_owner; docs/storage-format.md section 15).
+struct owner_record {
+  int64_t epoch = 0;      ///< the claim's epoch (> 0); the largest one is the file's owner epoch
+  std::string node;       ///< the node that claimed it
+  int64_t first_seq = 0;  ///< the seq the first fact written under this epoch has (or will have)
+  int64_t claimed_ms = 0; ///< when the claim committed
+};
+
 /// What verify() found.
 struct verify_report {
   bool ok = true;
   int64_t facts_checked = 0;
+  int64_t owner_epoch = 0;           ///< the file's owner epoch (0: never claimed)
   int64_t first_bad_seq = 0;         ///< first fact that fails the chain; 0 when none does
   std::string problem;               ///< the first problem; empty when ok
   std::vector<std::string> problems; ///< every problem found (schema, triggers, first bad fact)
@@ -102,6 +112,8 @@ struct entity_info {
   int64_t last_fact_ms = 0;
   int64_t created_at_ms = 0;
   uint64_t file_bytes = 0; ///< the database file plus its -wal
+  int64_t owner_epoch = 0; ///< the file's owner epoch (0: never claimed in cluster mode)
+  std::string owner_node;  ///< the node holding owner_epoch (empty when 0)
 };
 
 } // namespace factum

@@ -25,6 +25,9 @@ enum class errc {
   busy,             ///< the database is locked by another connection
   unavailable,      ///< the runtime is stopping or the entity cannot be reached
   internal,         ///< a bug: an invariant of factum itself failed
+  /// the entity file's owner epoch is newer than this store's claim: another node owns the
+  /// entity now (entity_store::claim_owner; docs/storage-format.md section 15)
+  not_owner,
 };
 
 /// Returns the stable upper-case name of a code, e.g. "INVALID_ARGUMENT".
