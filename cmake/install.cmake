@@ -2,12 +2,12 @@
 # headers only (the entity, runtime, HTTP and server APIs and the records they use; the store,
 # the alarm and tenant indexes and the VFS stay private), the libraries, the `factum`
 # executable, and the CMake package `factum` (targets factum::entities, factum::runtime,
-# factum::http, factum::serve; factum::storage, factum::resilience and factum::http_client come
-# along as their link dependencies). A pkg-config file names the same libraries.
+# factum::http, factum::serve; factum::storage, factum::resilience, factum::http_client and
+# factum::cluster come along as their link dependencies; the cluster's headers stay private). A pkg-config file names the same libraries.
 include(CMakePackageConfigHelpers)
 
 set(factum_exported factum_storage factum_entities factum_resilience factum_runtime factum_http
-    factum_http_client factum_serve)
+    factum_http_client factum_cluster factum_serve)
 foreach(t IN LISTS factum_exported)
   string(REPLACE "factum_" "" export_name ${t})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${export_name})
@@ -24,6 +24,8 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/entities/include/factum/entities
 install(FILES ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/runtime.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/http_server.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/http_tool.hpp
+              ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/ownership.hpp
+              ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/cluster_router.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/runtime COMPONENT dev)
 install(FILES ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/durability.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/entity_key.hpp

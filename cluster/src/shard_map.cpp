@@ -28,9 +28,7 @@ uint64_t weight(const std::string& node, uint32_t shard) {
 } // namespace
 
 uint32_t shard_of(const entity_key& key, uint32_t shards) {
-  if (shards == 0)
-    return 0;
-  return static_cast<uint32_t>(leading_uint64(key.digest()) % shards);
+  return shard_of_digest(key.digest(), shards);
 }
 
 std::string rendezvous_owner(uint32_t shard, const std::vector<std::string>& node_ids) {

@@ -19,6 +19,8 @@ call_error storage_error(const status& st) {
   case errc::full: return call_error(error_category::transient, "STORAGE_FULL", st.message(), 503);
   case errc::read_only:
     return call_error(error_category::transient, "STORAGE_READ_ONLY", st.message(), 503);
+  case errc::not_owner: // cluster mode: the gateway re-routes it, clients see SHARD_UNAVAILABLE
+    return call_error(error_category::transient, "NOT_OWNER", st.message(), 503);
   case errc::io_error:
   case errc::busy:
   case errc::unavailable:

@@ -95,6 +95,11 @@ struct entity_state {
   bool evict_requested = false;
   bool stopping = false;
   bool quarantine_handled = false; ///< the quarantine was counted and logged
+  /// Cluster mode: this activation lost its ownership (a commit or a write was refused
+  /// NOT_OWNER). It runs nothing more and closes; calls still queued wait for the next
+  /// activation, which asks for the epoch again (and fails them NOT_OWNER if the node still
+  /// does not own the entity).
+  bool fenced = false;
   uint64_t next_token = 1;
   uint64_t alarm_gen = 0;
   std::unordered_map<uint64_t, std::function<void(bool)>> timers;
@@ -119,8 +124,13 @@ template <class Duration, class... Ts> void send_later(self_ptr self, Duration d
 
 void actor_port::turn_answered(queued& item, call_reply r) {
   auto& s = self_->state;
-  if (!r.ok)
+  if (!r.ok) {
     s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    if (r.code == "NOT_OWNER" && !s.fenced) { // the store's fence refused the turn's writes
+      s.fenced = true;
+      s.rt->stats.fenced_writes.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   if (item.rp.sink)
     s.batch.emplace_back(std::move(item.rp), std::move(r));
 }
@@ -192,6 +202,34 @@ void handle_quarantine(self_ptr self) {
   maybe_close(self);
 }
 
+// -- cluster ownership --------------------------------------------------------------------------
+
+/// The epoch this node may open `key` under (0: a node alone), or NOT_OWNER. Any thread.
+result<int64_t> owner_epoch_for(runtime_core& rt, const entity_key& key) {
+  if (!rt.cfg.ownership)
+    return int64_t{0};
+  auto e = rt.cfg.ownership->epoch_for(key);
+  if (!e) {
+    rt.stats.activations_refused_not_owner.fetch_add(1, std::memory_order_relaxed);
+    return status{errc::not_owner, e.error().message()};
+  }
+  return e;
+}
+
+/// Commits the store's batch if this node still owns the entity under the store's claim (the
+/// lease is live and the shard not taken again: entity_ownership::may_commit); else rolls the
+/// batch back and answers NOT_OWNER. The store's own check (inside the transaction) stays the
+/// fence; this one stops a node that outlived its lease. The actor's or a storage thread.
+status owned_commit(runtime_core& rt, const entity_key& key, entity_store& store) {
+  if (rt.cfg.ownership && !rt.cfg.ownership->may_commit(key, store.owner_epoch())) {
+    (void)store.rollback();
+    return {errc::not_owner,
+            "this node no longer owns the entity (its lease or its shard's epoch " +
+              std::to_string(store.owner_epoch()) + " is gone)"};
+  }
+  return store.commit();
+}
+
 // -- commit -------------------------------------------------------------------------------------
 
 void request_sync(self_ptr self);
@@ -204,6 +242,10 @@ void commit_failed(self_ptr self, output_gate<reply_to>::reply_batch& v, const s
   auto& s = self->state;
   if (st.code() == errc::io_error)
     s.gate.quarantine(st);
+  if (st.code() == errc::not_owner && !s.fenced) {
+    s.fenced = true;
+    s.rt->stats.fenced_writes.fetch_add(1, std::memory_order_relaxed);
+  }
   auto r = call_reply::failure(storage_error(st));
   s.rt->stats.call_errors.fetch_add(v.size(), std::memory_order_relaxed);
   if (s.gate.quarantined())
@@ -233,7 +275,7 @@ void start_commit(self_ptr self) {
     auto seq = store.last_seq();
     auto facts = static_cast<uint64_t>(seq - s.committed_seq);
     auto turns = std::exchange(marks.turns, 0);
-    if (auto st = store.commit(); !st) {
+    if (auto st = owned_commit(*s.rt, s.key, store); !st) {
       commit_failed(self, s.batch, st);
       handle_quarantine(self);
       pump(self); // nothing comes back to resume this entity
@@ -287,7 +329,7 @@ void start_commit(self_ptr self) {
         (void)core->store->rollback();
     }
     if (st)
-      st = core->store->commit();
+      st = owned_commit(*rt, key, *core->store);
     sync_report rep;
     if (st) {
       rep = core->tickets.run(0, [&] { return core->store->sync(); });
@@ -449,6 +491,13 @@ void pump(self_ptr self) {
     handle_quarantine(self);
     return;
   }
+  if (s.fenced && !s.runner->busy() && !s.committing) {
+    if (s.core->store->in_batch())
+      (void)s.core->store->rollback(); // a read-only batch; any write of it was refused
+    s.gate.hold(s.batch);
+    maybe_close(self);
+    return;
+  }
   auto& runner = *s.runner;
   while (!runner.busy() && !s.committing && !s.queue.empty()) {
     auto item = std::move(s.queue.front());
@@ -553,9 +602,19 @@ void start_open(self_ptr self) {
   const store_options* opts = &rt->store_opts_for(s.type);
   bool create = std::any_of(s.queue.begin(), s.queue.end(), creates_file);
   rt->pool.post([core, rt, key, key_str, me, opts, create] {
-    status st = rt->resync_if_suspect(*opts, key, key_str);
+    // Cluster mode: only the shard's owner opens (or creates) the file, and claims it.
+    auto epoch = owner_epoch_for(*rt, key);
+    status st = epoch ? rt->resync_if_suspect(*opts, key, key_str) : epoch.error();
     if (st) {
-      auto r = open_store(rt, *opts, key, create, core->meter);
+      store_options claiming;
+      if (*epoch > 0) { // the open claims the file (a newer owner's file refuses: NOT_OWNER)
+        claiming = *opts;
+        claiming.owner_epoch = *epoch;
+        claiming.owner_node = rt->cfg.ownership->node_id();
+      }
+      auto r = open_store(rt, *epoch > 0 ? claiming : *opts, key, create, core->meter);
+      if (!r && r.error().code() == errc::not_owner)
+        rt->stats.activations_refused_not_owner.fetch_add(1, std::memory_order_relaxed);
       if (r) {
         core->store = std::move(r.value());
         core->released_on_open = core->store->released_on_open();
@@ -634,10 +693,11 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
 void maybe_close(self_ptr self) {
   auto& s = self->state;
   bool quarantined = s.gate.quarantined() != nullptr;
-  bool wanted = s.stopping || s.evict_requested || s.idle_fired || quarantined;
+  bool leaving = quarantined || s.fenced; // calls still queued wait for the next activation
+  bool wanted = s.stopping || s.evict_requested || s.idle_fired || leaving;
   if (!wanted || s.ph != phase::ready || s.runner->busy() || s.committing || s.checkpointing ||
       s.flush_scheduled || s.gate.in_flight() > 0 || s.gate.held() > 0 ||
-      (!quarantined && (!s.queue.empty() || s.core->store->in_batch())) || !s.batch.empty())
+      (!leaving && (!s.queue.empty() || s.core->store->in_batch())) || !s.batch.empty())
     return;
   s.ph = phase::closing;
   s.runner->detach();
@@ -668,6 +728,7 @@ void on_closed(self_ptr self) {
   s.rt->release_slot(s.key_str);
   s.idle_fired = false;
   s.evict_requested = false;
+  s.fenced = false;
   if (s.gate.quarantined()) { // the next activation starts with a gate of its own
     s.gate = output_gate<reply_to>{};
     s.core->tickets.reset();

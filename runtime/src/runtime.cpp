@@ -929,6 +929,8 @@ runtime_stats runtime::stats() const {
   r.alarms_parked = ld(s.alarms_parked);
   r.calls_overloaded = ld(s.calls_overloaded);
   r.calls_dropped = ld(s.calls_dropped);
+  r.fenced_writes = ld(s.fenced_writes);
+  r.activations_refused_not_owner = ld(s.activations_refused_not_owner);
   detail::fill_tenant_stats(*impl_->core, r);
   return r;
 }

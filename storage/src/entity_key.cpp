@@ -65,6 +65,17 @@ std::string entity_key::digest() const {
   return sha256_hex(buf);
 }
 
+uint32_t shard_of_digest(std::string_view digest_hex, uint32_t shards) {
+  if (shards == 0 || digest_hex.size() < 16)
+    return 0;
+  uint64_t v = 0;
+  for (size_t i = 0; i < 16; ++i) {
+    char c = digest_hex[i];
+    v = v << 4 | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  return static_cast<uint32_t>(v % shards);
+}
+
 std::filesystem::path entity_key::file_path(const std::filesystem::path& data_dir) const {
   auto d = digest();
   return data_dir / "entities" / d.substr(0, 2) / (d + ".db");

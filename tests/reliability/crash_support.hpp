@@ -158,10 +158,18 @@ class child_process {
   /// Whether the child has exited (it is then reaped).
   bool exited() {
     int st;
-    if (pid_ > 0 && ::waitpid(pid_, &st, WNOHANG) == pid_)
+    if (pid_ > 0 && ::waitpid(pid_, &st, WNOHANG) == pid_) {
       pid_ = -1;
+      exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
     return pid_ <= 0;
   }
+
+  /// The exit code once exited() said so (128 + the signal for a killed child); -1 before.
+  int exit_code() const { return exit_code_; }
+
+  /// The child's pid (-1 when none runs).
+  pid_t pid() const { return pid_; }
 
   /// SIGKILL and reap.
   void kill_now() {
@@ -206,6 +214,7 @@ class child_process {
  private:
   std::filesystem::path log_;
   pid_t pid_ = -1;
+  int exit_code_ = -1;
 };
 
 /// Polls `ready` every 10 ms until it is true, the child exited or `limit` passed; "" when
@@ -260,6 +269,7 @@ class serve_process {
     return e.empty() ? e : "factum serve " + e + "; log: " + proc_.log_tail();
   }
   uint16_t port() const { return port_; }
+  pid_t pid() const { return proc_.pid(); }
   std::string log_tail() const { return proc_.log_tail(); }
 
  private:

@@ -24,8 +24,6 @@
 
 namespace factum::test {
 
-namespace {
-
 /// Distinct free loopback TCP ports: each bound to port 0 at once (so none repeats), then
 /// released for etcd to bind. Another process may take one in between; start_all() retries.
 std::vector<uint16_t> free_ports(size_t n) {
@@ -47,6 +45,8 @@ std::vector<uint16_t> free_ports(size_t n) {
     ::close(fd);
   return ports;
 }
+
+namespace {
 
 std::filesystem::path make_temp_dir() {
   auto tmpl = (std::filesystem::temp_directory_path() / "factum-etcd-XXXXXX").string();

@@ -15,6 +15,11 @@
 
 namespace factum::test {
 
+/// `n` distinct free loopback TCP ports: each bound to port 0 at once (so none repeats), then
+/// released for a child process to bind. Another process may take one in between. Throws
+/// std::runtime_error when none can be bound.
+std::vector<uint16_t> free_ports(size_t n);
+
 /// etcd members started by the constructor (and waited for); killed, and their directory
 /// removed, by the destructor. One member is ready in ~0.1 s; three take ~2 s (each new member
 /// first asks its peers, for up to a second each, whether the cluster already exists). The binary

@@ -250,3 +250,54 @@ TEST_CASE("serve config: retry.preset starts from an operation's policy, retry.p
   CHECK(error_of(tool({{"by_status", "yes"}})).find("tools.crm.retry.by_status") == 0);
   CHECK(error_of(tool({{"presets", "crm"}})).find("tools.crm.retry.presets") == 0);
 }
+
+TEST_CASE("serve config: the cluster object is parsed with its defaults, and a bad one names "
+          "its key") {
+  auto doc = base();
+  REQUIRE_FALSE(parse_serve_config(doc, test::serve_types())->cluster.has_value());
+  doc["cluster"] = {{"node_id", "n1"},
+                    {"etcd", {"http://127.0.0.1:2379", "http://127.0.0.1:2479"}},
+                    {"advertise", "127.0.0.1:7101"}};
+  auto r = parse_serve_config(doc, test::serve_types());
+  REQUIRE(r.is_ok());
+  REQUIRE(r->cluster.has_value());
+  CHECK(r->cluster->name == "factum");
+  CHECK(r->cluster->node_id == "n1");
+  CHECK(r->cluster->etcd.size() == 2);
+  CHECK(r->cluster->advertise == "127.0.0.1:7101");
+  CHECK(r->cluster->shards == 64);
+  CHECK(r->cluster->lease_ttl == std::chrono::milliseconds(10'000));
+  CHECK(r->cluster->storage == "local");
+
+  doc["cluster"]["name"] = "c1";
+  doc["cluster"]["shards"] = 256;
+  doc["cluster"]["lease_ttl_ms"] = 2000;
+  r = parse_serve_config(doc, test::serve_types());
+  REQUIRE(r.is_ok());
+  CHECK(r->cluster->name == "c1");
+  CHECK(r->cluster->shards == 256);
+  CHECK(r->cluster->lease_ttl == std::chrono::milliseconds(2000));
+
+  auto error_with = [&](const char* key, json value) {
+    auto d = doc;
+    if (value.is_null())
+      d["cluster"].erase(key);
+    else
+      d["cluster"][key] = std::move(value);
+    auto e = parse_serve_config(d, test::serve_types());
+    REQUIRE_FALSE(e.is_ok());
+    CHECK(e.error().code() == errc::invalid_argument);
+    return e.error().message();
+  };
+  CHECK(error_with("node_id", nullptr).starts_with("cluster.node_id: required"));
+  CHECK(error_with("node_id", "../n1").starts_with("cluster.node_id:"));
+  CHECK(error_with("name", "a b").starts_with("cluster.name:"));
+  CHECK(error_with("etcd", json::array()).starts_with("cluster.etcd:"));
+  CHECK(error_with("etcd", {"https://127.0.0.1:2379"}).starts_with("cluster.etcd:"));
+  CHECK(error_with("advertise", nullptr).starts_with("cluster.advertise:"));
+  CHECK(error_with("shards", 0).starts_with("cluster.shards:"));
+  CHECK(error_with("shards", 5000).starts_with("cluster.shards:"));
+  CHECK(error_with("lease_ttl_ms", 999).starts_with("cluster.lease_ttl_ms:"));
+  CHECK(error_with("storage", "shared").starts_with("cluster.storage:"));
+  CHECK(error_with("nodes", 3).starts_with("cluster.nodes: unknown key"));
+}

@@ -1,7 +1,8 @@
-// main.cpp: the `factum` executable. Dispatches to subcommands (inspect, serve, bench); each
-// subcommand family lives in its own module and registers itself here. The main thread.
+// main.cpp: the `factum` executable. Dispatches to subcommands (inspect, serve, bench, cluster);
+// each subcommand family lives in its own module and registers itself here. The main thread.
 #include <CLI/CLI.hpp>
 
+#include "factum/cluster/cli.hpp"
 #include "factum/examples/examples.hpp"
 #include "factum/tools/inspect.hpp"
 #include "factum/tools/loadgen.hpp"
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   factum::examples::add_example_types(types);
   factum::tools::add_serve_command(app, &exit_code, std::move(types));
   factum::tools::add_bench_command(app, &exit_code);
+  factum::cluster::add_cluster_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -425,12 +425,14 @@ void conn::send(pending p, bool reused) {
   req_.set(bhttp::field::host, pool_->host_header);
   for (auto& [k, v] : pool_->opts.headers)
     req_.set(k, v);
-  if (r.method == verb::post)
-    req_.set(bhttp::field::content_type, "application/json");
+  if (r.method == verb::post && (!r.content_type || !r.content_type->empty()))
+    req_.set(bhttp::field::content_type, r.content_type ? *r.content_type : "application/json");
   if (!r.trace_id.empty())
     req_.set("X-Trace-Id", r.trace_id);
   if (!r.idempotency_key.empty())
     req_.set("Idempotency-Key", r.idempotency_key);
+  for (auto& [k, v] : r.headers)
+    req_.set(k, v);
   req_.keep_alive(true);
   req_.body() = std::move(r.body);
   req_.prepare_payload();

@@ -12,6 +12,7 @@
 #include "factum/storage/fact.hpp"
 #include "factum/storage/records.hpp"
 #include "factum/storage/sha256.hpp"
+#include "http/forwarder.hpp"
 #include "http/http_util.hpp"
 
 namespace factum::http {
@@ -103,6 +104,8 @@ query_result parse_query(std::string_view query, std::initializer_list<std::stri
 
 // -- one exchange --
 
+struct route;
+
 /// One request on its way through the gateway: the request, where the answer goes, and what
 /// the metrics and the error log line say about it. Shared with the runtime's reply callback.
 struct exchange {
@@ -119,6 +122,8 @@ struct exchange {
   std::string code;
   std::string detail;
   clock_type::time_point started = clock_type::now();
+  const struct route* chosen = nullptr; ///< the route, for a cluster's retry after NOT_OWNER
+  int relays = 0;                       ///< cluster: times the request was relayed to an owner
 };
 using exchange_ptr = std::shared_ptr<exchange>;
 
@@ -390,6 +395,23 @@ std::string next_link(const exchange& x, const std::string& cursor) {
   return link + cursor + ">; rel=\"next\"";
 }
 
+/// A call this node no longer owns (cluster mode: its lease ran out, or the shard moved under
+/// it): a relayed request says so to the node that relayed it, which retries at the owner; a
+/// client's own request is answered 503 SHARD_UNAVAILABLE, retryable with the same key (nothing
+/// of the call was committed).
+http_response not_owner_answer(exchange& x, const call_reply& r) {
+  auto detail = r.json().value("detail", std::string("this node does not own the entity"));
+  if (!x.req.forwarded.empty()) {
+    auto res = problem(x, 503, "NOT_OWNER", detail);
+    res.not_owner = true;
+    res.retry_after_s = 1;
+    return res;
+  }
+  auto res = problem(x, 503, "SHARD_UNAVAILABLE", detail + "; retry with the same Idempotency-Key");
+  res.retry_after_s = 1;
+  return res;
+}
+
 /// Hands the call to the runtime; its reply becomes the answer.
 void run_call(gateway& gw, const exchange_ptr& x, const entity_ref& e, std::string method,
               std::string args, call_options opts) {
@@ -406,6 +428,8 @@ void run_call(gateway& gw, const exchange_ptr& x, const entity_ref& e, std::stri
                    res.body = std::move(r.body);
                    if (!r.cursor.empty())
                      res.link = next_link(*x, r.cursor);
+                 } else if (r.code == "NOT_OWNER") {
+                   res = not_owner_answer(*x, r);
                  } else {
                    res.status = r.http_status > 0 ? r.http_status : 500;
                    res.content_type = problem_type;
@@ -566,7 +590,50 @@ void get_healthz(gateway& gw, const exchange_ptr& x) {
   http_response r;
   r.trace_id = x->trace_id;
   r.body = R"({"status":"ok"})";
+  if (auto* c = gw.config().cluster.get()) {
+    std::string why;
+    if (!c->healthy(why))
+      return refuse(gw, *x, {503, "CLUSTER_UNAVAILABLE", why});
+    r.body = R"({"status":"ok","lease":"live"})";
+  }
   finish(gw, *x, std::move(r));
+}
+
+/// GET /v1/cluster: the cluster's nodes, shards, owners and epochs (any key with read).
+void get_cluster(gateway& gw, const exchange_ptr& x) {
+  const http_tenant* tenant = nullptr;
+  verdict no = no_query(*x);
+  if (!no)
+    no = tenant_check(gw, *x, scope_read, tenant);
+  if (!no && !gw.config().cluster)
+    no = refusal{404, "NOT_CLUSTERED", "this node runs alone (no \"cluster\" in its config)"};
+  if (no)
+    return refuse(gw, *x, std::move(*no));
+  http_response r;
+  r.trace_id = x->trace_id;
+  r.body = gw.config().cluster->describe();
+  finish(gw, *x, std::move(r));
+}
+
+/// The gateway's and the runtime's part of the cluster metrics.
+void append_relay_metrics(gateway& gw, const runtime_stats& st, std::string& out) {
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  out += "# HELP factum_cluster_forwarded_total Requests this node relayed to the entity's owner, "
+         "by outcome (ok: the owner answered; not_owner: it refused, retried; failed: no "
+         "answer).\n# TYPE factum_cluster_forwarded_total counter\n";
+  out += "factum_cluster_forwarded_total{outcome=\"ok\"} " + std::to_string(ld(gw.forwarded_ok)) +
+         "\nfactum_cluster_forwarded_total{outcome=\"not_owner\"} " +
+         std::to_string(ld(gw.forwarded_not_owner)) +
+         "\nfactum_cluster_forwarded_total{outcome=\"failed\"} " +
+         std::to_string(ld(gw.forwarded_failed)) + "\n";
+  out += "# HELP factum_cluster_fenced_writes_total Commits refused because this node no longer "
+         "owned the entity (lease run out, or a newer epoch in the file).\n"
+         "# TYPE factum_cluster_fenced_writes_total counter\nfactum_cluster_fenced_writes_total " +
+         std::to_string(st.fenced_writes) + "\n";
+  out += "# HELP factum_cluster_activations_refused_total Activations refused because the "
+         "entity's shard is not this node's.\n# TYPE factum_cluster_activations_refused_total "
+         "counter\nfactum_cluster_activations_refused_total " +
+         std::to_string(st.activations_refused_not_owner) + "\n";
 }
 
 /// GET /metrics: the Prometheus text of the gateway's and the runtime's counters.
@@ -576,7 +643,12 @@ void get_metrics(gateway& gw, const exchange_ptr& x) {
   http_response r;
   r.trace_id = x->trace_id;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  r.body = gw.metrics().render(gw.rt().stats());
+  auto stats = gw.rt().stats();
+  r.body = gw.metrics().render(stats);
+  if (auto* c = gw.config().cluster.get()) {
+    c->write_metrics(r.body);
+    append_relay_metrics(gw, stats, r.body);
+  }
   finish(gw, *x, std::move(r));
 }
 
@@ -601,6 +673,7 @@ struct route {
 constexpr route routes[] = {
   {"GET", "/healthz", "healthz", get_healthz},
   {"GET", "/metrics", "metrics", get_metrics},
+  {"GET", "/v1/cluster", "cluster", get_cluster},
   {"GET", "/v1/entities", "entities", list_entities},
   {"GET", "/v1/entities/{type}/{id}/facts", "facts", nullptr, list_facts, scope_read},
   {"GET", "/v1/entities/{type}/{id}/dead-letters", "dead_letters", nullptr, list_dead_letters,
@@ -683,9 +756,76 @@ selection select_route(const exchange& x) {
   return out;
 }
 
+// -- cluster mode --
+
+/// An entity route: the shared checks, then (in a cluster) where the entity lives: here, at its
+/// owner (relayed), or nowhere now (503).
+void dispatch_entity(gateway& gw, const exchange_ptr& x);
+
+/// Relays the request to its owner. An owner that says "not mine", or that cannot be reached
+/// before the request was sent, makes this node read the cluster's state again and route the
+/// request anew, at most twice; after that, or when the owner may have got the request and
+/// did not answer, the client gets 503 SHARD_UNAVAILABLE (retryable with the same key).
+void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
+  ++x->relays;
+  gw.relay()->send(
+    d.address, x->req, x->trace_id, d.epoch, [&gw, x, shard = d.shard](forwarded_reply fr) {
+      bool unsent = fr.failed != client::failure::none && !fr.maybe_sent;
+      if (fr.not_owner || unsent) {
+        (fr.not_owner ? gw.forwarded_not_owner : gw.forwarded_failed).fetch_add(1);
+        if (x->relays <= 2)
+          return gw.config().cluster->refresh(shard, [&gw, x] { dispatch_entity(gw, x); });
+        auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
+                         "the entity's owner could not be reached after 3 tries; retry later");
+        r.retry_after_s = 1;
+        return finish(gw, *x, std::move(r));
+      }
+      if (fr.failed != client::failure::none) {
+        gw.forwarded_failed.fetch_add(1);
+        auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
+                         "the entity's owner did not answer (" + fr.error +
+                           "); retry with the same Idempotency-Key");
+        r.retry_after_s = 1;
+        return finish(gw, *x, std::move(r));
+      }
+      gw.forwarded_ok.fetch_add(1);
+      fr.res.trace_id = x->trace_id;
+      finish(gw, *x, std::move(fr.res));
+    });
+}
+
+void dispatch_entity(gateway& gw, const exchange_ptr& x) {
+  auto e = entity_gate(gw, *x, x->chosen->scope);
+  if (!e)
+    return;
+  if (auto* c = gw.config().cluster.get()) {
+    auto d = c->route(entity_key{e->tenant.name, e->type, e->id}, !x->req.forwarded.empty());
+    if (d.to == shard_route::where::forward && gw.relay())
+      return relay(gw, x, d);
+    if (d.to != shard_route::where::local) {
+      auto r = problem(*x, 503, d.code, d.detail);
+      r.retry_after_s = (d.retry_after_ms + 999) / 1000;
+      r.not_owner = d.code == "NOT_OWNER";
+      return finish(gw, *x, std::move(r));
+    }
+  }
+  x->chosen->entity(gw, x, *e);
+}
+
 } // namespace
 
+gateway::~gateway() {
+  stop_relay();
+}
+
+void gateway::stop_relay() {
+  if (relay_)
+    relay_->stop();
+}
+
 gateway::gateway(runtime& rt, http_server_config cfg) : rt_(rt), cfg_(std::move(cfg)) {
+  if (cfg_.cluster)
+    relay_ = std::make_unique<forwarder>(cfg_.call_timeout + std::chrono::seconds(5));
   if (!cfg_.log)
     cfg_.log = [](std::string_view line) {
       std::string l(line);
@@ -743,8 +883,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   x->route = chosen->label;
   if (chosen->answer)
     return chosen->answer(*this, x);
-  if (auto e = entity_gate(*this, *x, chosen->scope))
-    chosen->entity(*this, x, *e);
+  x->chosen = chosen;
+  dispatch_entity(*this, x);
 }
 
 } // namespace factum::http

@@ -19,6 +19,8 @@
 
 namespace factum::http {
 
+class forwarder;
+
 /// A request as the transport read it: the parts the API looks at.
 struct http_request {
   std::string verb;   ///< "GET", "POST", ...
@@ -33,6 +35,9 @@ struct http_request {
   int idempotency_key_count = 0; ///< how many Idempotency-Key headers came
   std::string traceparent;
   std::string x_trace_id;
+  /// X-Factum-Forwarded: another node of the cluster relayed the request (the epoch it saw);
+  /// empty when a client sent it.
+  std::string forwarded;
   std::string body;
 };
 
@@ -60,6 +65,8 @@ template <class Message> http_request to_http_request(Message& msg) {
     r.traceparent = std::string(it->value());
   if (auto it = msg.find("X-Trace-Id"); it != msg.end())
     r.x_trace_id = std::string(it->value());
+  if (auto it = msg.find("X-Factum-Forwarded"); it != msg.end())
+    r.forwarded = std::string(it->value());
   r.body = std::move(msg.body());
   return r;
 }
@@ -75,12 +82,14 @@ struct http_response {
   bool close = false;        ///< close the connection after writing
   int64_t retry_after_s = 0; ///< > 0: the Retry-After header (seconds)
   std::string link;          ///< the Link header (a page's next page), when not empty
+  bool not_owner = false; ///< adds X-Factum-Not-Owner: 1 (cluster: a relayed request's owner moved)
 };
 
 /// The HTTP API over one runtime.
 class gateway {
  public:
   gateway(runtime& rt, http_server_config cfg);
+  ~gateway();
 
   /// Answers one request; `done` runs exactly once.
   void handle(http_request req, std::function<void(http_response)> done);
@@ -102,10 +111,19 @@ class gateway {
   http_metrics& metrics() { return metrics_; }
   const http_metrics& metrics() const { return metrics_; }
   runtime& rt() { return rt_; }
+  /// Cluster mode: the link to the other nodes (null without a cluster).
+  forwarder* relay() { return relay_.get(); }
+  /// Stops relaying (answers what is in flight); before the I/O threads stop.
+  void stop_relay();
+
+  /// Relayed requests by outcome: answered by the owner, refused NOT_OWNER (retried), failed
+  /// without an answer.
+  std::atomic<uint64_t> forwarded_ok{0}, forwarded_not_owner{0}, forwarded_failed{0};
 
  private:
   runtime& rt_;
   http_server_config cfg_;
+  std::unique_ptr<forwarder> relay_;
   http_metrics metrics_;
   std::atomic<bool> draining_{false};
 };

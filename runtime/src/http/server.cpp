@@ -304,6 +304,8 @@ class session : public std::enable_shared_from_this<session> {
       res_.set(bhttp::field::retry_after, std::to_string(r.retry_after_s));
     if (!r.link.empty())
       res_.set(bhttp::field::link, r.link);
+    if (r.not_owner)
+      res_.set("X-Factum-Not-Owner", "1");
     bool keep = keep_alive_ && !r.close && !srv_->gw.draining() && !srv_->closing.load();
     res_.keep_alive(keep);
     res_.body() = std::move(r.body);
@@ -516,6 +518,7 @@ void http_server::stop() {
     std::unique_lock<std::mutex> g(p.mu);
     p.cv.wait_for(g, close_grace, [&] { return p.sessions.empty(); });
   }
+  p.gw.stop_relay(); // relayed requests still out are answered (cancelled) before the I/O stops
   p.work.reset();
   p.ioc.stop();
   for (auto& t : p.threads)

@@ -73,7 +73,9 @@ for_each_entity(const std::filesystem::path& data_dir, const entity_scope& scope
                 const std::function<void(entity_reader&)>& fn,
                 const std::function<void(const std::filesystem::path&, const status&)>& on_error);
 
-int run_entities(const run_ctx& ctx, const common_options& c, const std::string& scope);
+/// `shards` > 0: each entity's cluster shard among that many (a SHARD column, "shard" in JSON).
+int run_entities(const run_ctx& ctx, const common_options& c, const std::string& scope,
+                 uint32_t shards = 0);
 int run_facts(const run_ctx& ctx, const common_options& c, const std::string& entity,
               const fact_options& o, bool tail);
 int run_show(const run_ctx& ctx, const common_options& c, const std::string& entity,

@@ -55,7 +55,8 @@ status scan_facts(entity_store& store, fact_filter spec, const std::function<voi
 
 // -- entities -----------------------------------------------------------------------------------
 
-int run_entities(const run_ctx& ctx, const common_options& c, const std::string& scope_text) {
+int run_entities(const run_ctx& ctx, const common_options& c, const std::string& scope_text,
+                 uint32_t shards) {
   entity_scope scope;
   if (int rc = prepare_scope(ctx, c, scope_text, "entities", scope))
     return rc;
@@ -88,13 +89,12 @@ int run_entities(const run_ctx& ctx, const common_options& c, const std::string&
     return ctx.fail(st);
   std::sort(rows.begin(), rows.end(),
             [](const row& a, const row& b) { return a.key.to_string() < b.key.to_string(); });
-  text_table t({{"TENANT"},
-                {"TYPE"},
-                {"ID"},
-                {"FACTS", true},
-                {"SIZE", true},
-                {"LAST_ACTIVITY"},
-                {"SCHEMA", true}});
+  std::vector<text_table::column> columns = {{"TENANT"},      {"TYPE"},       {"ID"},
+                                             {"FACTS", true}, {"SIZE", true}, {"LAST_ACTIVITY"},
+                                             {"SCHEMA", true}};
+  if (shards)
+    columns.push_back({"SHARD", true});
+  text_table t(std::move(columns));
   std::set<std::string> tenants, types;
   int64_t facts = 0;
   uint64_t bytes = 0;
@@ -103,26 +103,39 @@ int run_entities(const run_ctx& ctx, const common_options& c, const std::string&
     types.insert(r.key.tenant + "/" + r.key.type);
     facts += r.info.fact_count;
     bytes += r.bytes;
+    auto shard =
+      shards ? nlohmann::json(shard_of_digest(r.key.digest(), shards)) : nlohmann::json(nullptr);
     if (ctx.json) {
-      ctx.json_line({{"tenant", r.key.tenant},
-                     {"type", r.key.type},
-                     {"id", r.key.id},
-                     {"facts", r.info.fact_count},
-                     {"bytes", r.bytes},
-                     {"last_fact_at", r.info.fact_count ? nlohmann::json(r.info.last_fact_ms)
-                                                        : nlohmann::json(nullptr)},
-                     {"created_at", r.info.created_at_ms},
-                     {"schema_version", r.info.schema_version},
-                     {"owner_epoch", r.info.owner_epoch ? nlohmann::json(r.info.owner_epoch)
-                                                        : nlohmann::json(nullptr)},
-                     {"owner_node", r.info.owner_epoch ? nlohmann::json(r.info.owner_node)
-                                                       : nlohmann::json(nullptr)},
-                     {"path", r.info.path.string()}});
+      auto line =
+        nlohmann::json{{"tenant", r.key.tenant},
+                       {"type", r.key.type},
+                       {"id", r.key.id},
+                       {"facts", r.info.fact_count},
+                       {"bytes", r.bytes},
+                       {"last_fact_at", r.info.fact_count ? nlohmann::json(r.info.last_fact_ms)
+                                                          : nlohmann::json(nullptr)},
+                       {"created_at", r.info.created_at_ms},
+                       {"schema_version", r.info.schema_version},
+                       {"owner_epoch", r.info.owner_epoch ? nlohmann::json(r.info.owner_epoch)
+                                                          : nlohmann::json(nullptr)},
+                       {"owner_node", r.info.owner_epoch ? nlohmann::json(r.info.owner_node)
+                                                         : nlohmann::json(nullptr)},
+                       {"path", r.info.path.string()}};
+      if (shards)
+        line["shard"] = shard;
+      ctx.json_line(line);
       continue;
     }
-    t.add({r.key.tenant, r.key.type, r.key.id, std::to_string(r.info.fact_count),
-           human_bytes(r.bytes), r.info.fact_count ? ctx.time(r.info.last_fact_ms) : "-",
-           std::to_string(r.info.schema_version)});
+    std::vector<std::string> cells = {r.key.tenant,
+                                      r.key.type,
+                                      r.key.id,
+                                      std::to_string(r.info.fact_count),
+                                      human_bytes(r.bytes),
+                                      r.info.fact_count ? ctx.time(r.info.last_fact_ms) : "-",
+                                      std::to_string(r.info.schema_version)};
+    if (shards)
+      cells.push_back(shard.dump());
+    t.add(std::move(cells));
   }
   if (!ctx.json) {
     t.print(ctx);

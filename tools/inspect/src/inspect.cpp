@@ -132,6 +132,11 @@ struct scope_cmd {
   std::string scope;
   std::string since, until;
 };
+struct entities_cmd {
+  common_options common;
+  std::string scope;
+  uint32_t shards = 0;
+};
 struct facts_cmd {
   common_options common;
   std::string entity;
@@ -169,14 +174,21 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
     return inspect->parsed() ? "factum inspect: " + msg : msg;
   });
 
-  subcommand<scope_cmd>(
+  subcommand<entities_cmd>(
     inspect, s, "entities", "List entities (tenant, type, id) with fact counts, sizes, activity",
-    [](CLI::App* sub, scope_cmd& o) {
+    [](CLI::App* sub, entities_cmd& o) {
       add_data_option(sub, o.common);
       add_output_options(sub, o.common);
       add_scope_arg(sub, o.scope, "Only entities of this tenant, tenant/type or tenant/type/id");
+      sub
+        ->add_option("--shards", o.shards,
+                     "A cluster's shard count: also show each entity's shard (docs/cluster.md)")
+        ->type_name("N")
+        ->check(CLI::Range(1, 4096));
     },
-    [](const run_ctx& ctx, scope_cmd& o) { return run_entities(ctx, o.common, o.scope); });
+    [](const run_ctx& ctx, entities_cmd& o) {
+      return run_entities(ctx, o.common, o.scope, o.shards);
+    });
 
   subcommand<facts_cmd>(
     inspect, s, "facts", "List the facts of an entity, filtered, oldest or newest first",

@@ -644,6 +644,70 @@ status parse_numbers(const json& doc, serve_config& cfg) {
   return {};
 }
 
+/// A name of the cluster's ("cluster.name", "cluster.node_id"): 1..64 letters, digits, '-', '_'
+/// or '.'.
+status read_cluster_name(const json& c, const char* name, std::string& field, bool required) {
+  auto it = c.find(name);
+  std::string path = std::string("cluster.") + name;
+  if (it == c.end())
+    return required ? bad(path, "required") : status::ok();
+  if (!it->is_string())
+    return bad(path, "must be a string");
+  auto v = it->get<std::string>();
+  bool ok = !v.empty() && v.size() <= 64;
+  for (char ch : v)
+    ok =
+      ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.');
+  if (!ok || v.find("..") != std::string::npos)
+    return bad(path, "must be 1..64 letters, digits, '-', '_' or '.'");
+  field = v;
+  return status::ok();
+}
+
+/// "cluster": {"name", "node_id", "etcd": [...], "advertise", "shards", "lease_ttl_ms",
+/// "storage"} (docs/cluster.md).
+status parse_cluster(const json& doc, serve_config& cfg) {
+  auto it = doc.find("cluster");
+  if (it == doc.end())
+    return status::ok();
+  const json& c = *it;
+  if (!c.is_object())
+    return bad("cluster", "must be an object (docs/cluster.md)");
+  if (auto st =
+        check_keys(c, "cluster.",
+                   {"name", "node_id", "etcd", "advertise", "shards", "lease_ttl_ms", "storage"});
+      !st)
+    return st;
+  serve_cluster out;
+  if (auto st = read_cluster_name(c, "name", out.name, false); !st)
+    return st;
+  if (auto st = read_cluster_name(c, "node_id", out.node_id, true); !st)
+    return st;
+  auto e = c.find("etcd");
+  if (e == c.end() || !e->is_array() || e->empty())
+    return bad("cluster.etcd", "required: a list of etcd client URLs (http://host:port)");
+  for (auto& u : *e) {
+    if (!u.is_string() || u.get<std::string>().rfind("http://", 0) != 0)
+      return bad("cluster.etcd", "each entry must be an http://host:port URL");
+    out.etcd.push_back(u.get<std::string>());
+  }
+  auto a = c.find("advertise");
+  if (a == c.end() || !a->is_string() || a->get<std::string>().find(':') == std::string::npos)
+    return bad("cluster.advertise", "required: host:port where the other nodes reach this one");
+  out.advertise = a->get<std::string>();
+  if (auto st = read_field(c, "shards", 1, 4096, out.shards, "cluster."); !st)
+    return st;
+  if (auto st = read_ms(c, "lease_ttl_ms", 1'000, 600'000, out.lease_ttl, "cluster."); !st)
+    return st;
+  if (auto s = c.find("storage"); s != c.end()) {
+    if (!s->is_string() || s->get<std::string>() != "local")
+      return bad("cluster.storage", "must be \"local\" (each node its own data directory; "
+                                    "shared storage is not supported yet)");
+  }
+  cfg.cluster = std::move(out);
+  return status::ok();
+}
+
 result<serve_config> parse_serve_config(const json& doc, const entity_registry& available) {
   if (!doc.is_object())
     return status{errc::invalid_argument, "the configuration must be a JSON object"};
@@ -673,7 +737,8 @@ result<serve_config> parse_serve_config(const json& doc, const entity_registry& 
                             "types",
                             "idempotency",
                             "limits",
-                            "tools"});
+                            "tools",
+                            "cluster"});
       !st)
     return st;
   serve_config cfg;
@@ -696,6 +761,8 @@ result<serve_config> parse_serve_config(const json& doc, const entity_registry& 
   if (auto st = parse_limits(doc, cfg); !st)
     return st;
   if (auto st = parse_tools(doc, cfg); !st)
+    return st;
+  if (auto st = parse_cluster(doc, cfg); !st)
     return st;
   return cfg;
 }

@@ -12,6 +12,8 @@
 
 #include "factum/tools/serve.hpp"
 
+#include "factum/cluster/node.hpp"
+
 namespace factum::tools {
 
 using nlohmann::json;
@@ -35,6 +37,25 @@ const char* signal_name(int sig) {
   case SIGINT: return "SIGINT";
   default: return "signal";
   }
+}
+
+/// Joins the cluster as the "cluster" object says (docs/cluster.md).
+result<std::shared_ptr<cluster::node>> start_cluster_node(const serve_cluster& c) {
+  cluster::node_config n;
+  n.name = c.name;
+  n.node_id = c.node_id;
+  n.etcd = c.etcd;
+  n.advertise = c.advertise;
+  n.shards = c.shards;
+  n.lease_ttl = c.lease_ttl;
+  n.storage = c.storage;
+  n.log = [](std::string_view line) {
+    std::string s(line);
+    s.push_back('\n');
+    std::fwrite(s.data(), 1, s.size(), stderr);
+    std::fflush(stderr);
+  };
+  return cluster::node::start(std::move(n));
 }
 
 } // namespace
@@ -85,6 +106,21 @@ int run_serve(serve_config cfg) {
       pol.fallback = static_fallback(*t.fallback_body);
     cfg.runtime.tool_policies[t.name] = std::move(pol);
     tool_names.push_back(t.name);
+  }
+  // Cluster mode: the node joins (lease, registration, its shards) before the runtime starts,
+  // and leaves after it stopped, so that the runtime's last commits are still owned.
+  std::shared_ptr<cluster::node> member;
+  if (cfg.cluster) {
+    auto n = start_cluster_node(*cfg.cluster);
+    if (!n) {
+      log_line({{"level", "error"},
+                {"event", "start_failed"},
+                {"detail", "cluster: " + n.error().to_string()}});
+      return 1;
+    }
+    member = *n;
+    cfg.runtime.ownership = member;
+    cfg.http.cluster = member;
   }
   auto rt = runtime::start(std::move(cfg.runtime));
   if (!rt) {
@@ -139,6 +175,8 @@ int run_serve(serve_config cfg) {
   (*srv)->stop();
   (*rt)->stop();
   tool_client->stop();
+  if (member)
+    member->stop();
   auto st = (*rt)->stats();
   log_line({{"level", drained ? "info" : "warn"},
             {"event", "stopped"},

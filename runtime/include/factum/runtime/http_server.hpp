@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "factum/runtime/cluster_router.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/status.hpp"
 
@@ -84,6 +85,10 @@ struct http_server_config {
   std::map<std::string, std::map<std::string, bool>> require_idempotency_key;
   /// Receives each structured log line (one JSON object, no newline). Default: stderr.
   std::function<void(std::string_view)> log;
+  /// Cluster mode: where each entity's requests go (served here, relayed to the owner node, or
+  /// 503 SHARD_UNAVAILABLE / CLUSTER_UNAVAILABLE), GET /v1/cluster, the lease in /healthz and
+  /// the cluster's metrics. Default null: this node serves every entity.
+  std::shared_ptr<cluster_router> cluster;
 };
 
 /// The HTTP gateway: POST /v1/entities/{type}/{id}/{method} and friends, /healthz, /metrics.

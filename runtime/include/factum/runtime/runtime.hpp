@@ -18,6 +18,7 @@
 #include "factum/entities/call.hpp"
 #include "factum/entities/context.hpp"
 #include "factum/entities/entity.hpp"
+#include "factum/runtime/ownership.hpp"
 #include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/status.hpp"
@@ -165,6 +166,11 @@ struct runtime_config {
   /// Quotas by tenant name (tenant_quota). A tenant without an entry has none. Each tenant's
   /// entities and bytes are counted in DATA/runtime/tenants.db, quota or not. Default none.
   std::map<std::string, tenant_quota> tenant_quotas;
+  /// Cluster mode: which entities this node may open and commit, under which owner epoch
+  /// (factum/runtime/ownership.hpp). Each activation claims its file under the epoch, and every
+  /// commit is refused NOT_OWNER (503, retryable) once the lease or the shard is gone. Default
+  /// null: a node alone, no claim, no check.
+  std::shared_ptr<const entity_ownership> ownership;
   /// Fault injection for storage tests: applied to every entity store. Default none.
   fault_hook storage_fault;
   /// Fault injection for tests: applied to the alarm index's writes (alarm_index::set_fault).
@@ -271,6 +277,11 @@ struct runtime_stats {
   /// was refused 503).
   uint64_t tenant_index_rebuilds = 0;
   uint64_t tenant_index_failures = 0;
+  /// Cluster mode: commits refused because the node no longer owned the entity (its lease ran
+  /// out, or the shard was taken under a newer epoch: the fence), and activations refused
+  /// because the entity's shard is not this node's (or its file was claimed by a newer owner).
+  uint64_t fenced_writes = 0;
+  uint64_t activations_refused_not_owner = 0;
   /// The usage of each tenant that has a quota (gauges; as many as runtime_config::tenant_quotas).
   std::vector<tenant_usage> tenants;
 };

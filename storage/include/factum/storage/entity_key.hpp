@@ -36,6 +36,11 @@ struct entity_key {
   friend bool operator==(const entity_key&, const entity_key&) = default;
 };
 
+/// The cluster shard of an entity whose digest (entity_key::digest()) is `digest_hex`: its
+/// first 16 hex digits as a uint64, modulo `shards` (0 when `shards` is 0). Cluster mode places
+/// entities by it (factum/cluster/shard_map.hpp); `factum inspect entities --shards` shows it.
+uint32_t shard_of_digest(std::string_view digest_hex, uint32_t shards);
+
 /// Checks one key part; ok or INVALID_ARGUMENT with a message naming `what`.
 status validate_key_part(std::string_view part, std::string_view what);
 

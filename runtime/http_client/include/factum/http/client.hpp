@@ -148,6 +148,10 @@ struct request {
   std::string body;            ///< post: sent with Content-Type: application/json
   std::string idempotency_key; ///< sent as Idempotency-Key when not empty
   std::string trace_id;        ///< sent as X-Trace-Id when not empty
+  /// The Content-Type of a post: nullopt sends application/json, "" sends none (a request
+  /// relayed as it came, e.g. a cluster node forwarding a client's call to its owner).
+  std::optional<std::string> content_type;
+  header_list headers; ///< more headers, set after the others (these replace same-named ones)
 };
 
 /// A pool's answer to one request, or why there is none. Handed to the completion on the I/O

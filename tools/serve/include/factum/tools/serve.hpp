@@ -32,6 +32,17 @@ struct serve_tool {
   std::optional<nlohmann::json> fallback_body;
 };
 
+/// The "cluster" object, validated (docs/cluster.md). Every field documents its default.
+struct serve_cluster {
+  std::string name = "factum";   ///< the etcd prefix /factum/<name>/
+  std::string node_id;           ///< required: this node's id, stable across restarts
+  std::vector<std::string> etcd; ///< required: etcd client URLs (http://host:port)
+  std::string advertise;         ///< required: host:port where the other nodes reach this one
+  uint32_t shards = 64;          ///< fixed when the cluster is created; 1..4096
+  std::chrono::milliseconds lease_ttl{10'000}; ///< 1 s..10 min
+  std::string storage = "local";               ///< "local": each node its own data directory
+};
+
 /// Everything `factum serve` runs with, after validation (docs/configuration.md).
 struct serve_config {
   runtime_config runtime;
@@ -46,6 +57,8 @@ struct serve_config {
   bool dev = false;
   /// How long a graceful stop waits for in-flight requests. Default 30 s.
   std::chrono::milliseconds shutdown_timeout{30'000};
+  /// Cluster mode (docs/cluster.md). Default none: the node runs alone.
+  std::optional<serve_cluster> cluster;
 };
 
 /// Validates a configuration document; its "types" are chosen among `available` (all of them

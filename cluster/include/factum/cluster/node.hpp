@@ -1,0 +1,113 @@
+// factum/cluster/node.hpp: one node of a factum cluster. It holds this node's etcd lease, keeps
+// the cluster's state (nodes, each shard's home and owner) fresh, takes the shards this node
+// should serve, and answers the runtime (entity_ownership: may this node open and commit an
+// entity, under which epoch) and the HTTP gateway (cluster_router: serve here, relay to the
+// owner, or 503).
+//
+// The keys in etcd, under /factum/<cluster>/ (docs/cluster.md has the whole design):
+// - config            {"shards": S}: created once (compare-and-swap); a node configured with
+//                     another S refuses to start.
+// - nodes/<id>        {"address": "host:port"}, bound to the node's lease: the live members.
+// - homes/<k>         the node whose data directory holds shard k's entity files (storage
+//                     "local"). Written once, when the shard is first used, for the node that
+//                     rendezvous hashing over the live members picks; never bound to a lease,
+//                     so an expired lease never hands a shard to a node without its files.
+// - shards/<k>        the node serving shard k now, bound to its lease. Its create revision is
+//                     the shard's epoch: cluster-wide monotonic, raised at every acquisition.
+//                     Only the shard's home acquires it.
+//
+// Threads: a thread of its own polls etcd (one keep-alive and three range reads per period,
+// a fifth of the lease's TTL) and acquires shards; route() may acquire a shard that has never
+// been used on the calling thread (once per shard in the cluster's life); every other member
+// is cheap and callable from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "factum/runtime/cluster_router.hpp"
+#include "factum/runtime/ownership.hpp"
+#include "factum/storage/status.hpp"
+
+namespace factum::cluster {
+
+/// The "cluster" object of `factum serve`'s config. Every field documents its default.
+struct node_config {
+  /// The cluster's name: the etcd prefix /factum/<name>/. A valid key part. Default "factum".
+  std::string name = "factum";
+  /// This node's id, unique in the cluster and stable across restarts (its files are its
+  /// shards' homes). A valid key part. Required.
+  std::string node_id;
+  /// etcd client URLs (http://host:port), tried in order. Required.
+  std::vector<std::string> etcd;
+  /// host:port where the other nodes reach this node's HTTP gateway. Required.
+  std::string advertise;
+  /// Shards of the cluster, fixed when the cluster is created (the first node's value).
+  /// 1..4096; default 64.
+  uint32_t shards = 64;
+  /// The node's lease in etcd: how long after its last renewal the others consider it gone.
+  /// etcd grants whole seconds (rounded up); at least 1 s. Default 10 s.
+  std::chrono::milliseconds lease_ttl{10'000};
+  /// Where the entity files are: "local" (each node its own data directory; a shard is served
+  /// only by its home). Default "local".
+  std::string storage = "local";
+  /// Receives one JSON object per line for events an operator must hear of (lease lost and
+  /// regained, shards acquired). Default: standard error.
+  std::function<void(std::string_view)> log;
+};
+
+/// Counters for /metrics (monotonic unless said otherwise).
+struct node_stats {
+  bool lease_live = false; ///< gauge
+  uint64_t renewals = 0;   ///< keep-alives etcd answered
+  uint64_t renewal_failures = 0;
+  uint64_t renewal_us_sum = 0; ///< time of the answered keep-alives
+  uint64_t leases_lost = 0;    ///< times the lease expired under the node
+  uint64_t acquisitions = 0;   ///< shards acquired (each one a new epoch)
+  uint64_t shards_owned = 0;   ///< gauge
+  uint64_t nodes_live = 0;     ///< gauge
+  uint64_t polls_failed = 0;   ///< reads of the cluster's state etcd did not answer
+};
+
+class node final : public entity_ownership, public cluster_router {
+ public:
+  /// Checks the config, creates or reads the cluster's config in etcd, waits for a previous
+  /// incarnation of this node's id to leave (at most one lease TTL), grants the lease,
+  /// registers the node and starts the polling thread. INVALID_ARGUMENT for a bad config,
+  /// UNAVAILABLE when etcd does not answer, CONFLICT when the cluster was created with
+  /// another shard count or the node id is live elsewhere.
+  static result<std::shared_ptr<node>> start(node_config cfg);
+
+  /// Stops the thread and revokes the lease (its shards are free at once). Idempotent.
+  void stop();
+  ~node() override;
+
+  // -- entity_ownership --
+  result<int64_t> epoch_for(const entity_key& key) const override;
+  bool may_commit(const entity_key& key, int64_t epoch) const override;
+  const std::string& node_id() const override;
+
+  // -- cluster_router --
+  shard_route route(const entity_key& key, bool forwarded) override;
+  void refresh(uint32_t shard, std::function<void()> then) override;
+  std::string describe() const override;
+  bool healthy(std::string& why) const override;
+  void write_metrics(std::string& out) const override;
+
+  /// The shard of `key` in this cluster.
+  uint32_t shard_of(const entity_key& key) const;
+  node_stats stats() const;
+
+  struct impl;
+  explicit node(std::unique_ptr<impl> p);
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace factum::cluster

@@ -1,0 +1,614 @@
+// node.cpp: see factum/cluster/node.hpp. Threads: the polling thread runs tick(); route() runs
+// on the gateway's I/O threads; epoch_for/may_commit on storage threads and CAF workers. The
+// cluster's state (`st_`) is under `mu_`; the per-shard epochs this node holds and the lease's
+// deadline are atomics, read without the mutex at every commit. etcd is reached through two
+// clients: the thread's, and `claim_` (under `claim_mu_`) for a first use of a shard in route().
+#include "factum/cluster/node.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "factum/cluster/etcd_client.hpp"
+#include "factum/cluster/shard_map.hpp"
+#include "factum/storage/fact.hpp"
+#include "state.hpp"
+
+namespace factum::cluster {
+
+using nlohmann::json;
+using steady = std::chrono::steady_clock;
+using detail::cluster_state;
+using detail::shard_view;
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch())
+    .count();
+}
+
+std::string iso_now() {
+  auto t = std::chrono::system_clock::now().time_since_epoch();
+  return format_utc_ms(std::chrono::duration_cast<std::chrono::milliseconds>(t).count());
+}
+
+} // namespace
+
+struct node::impl {
+  node_config cfg;
+  std::string prefix;                 ///< /factum/<name>/
+  std::unique_ptr<etcd_client> etcd;  ///< the polling thread's
+  std::unique_ptr<etcd_client> claim; ///< route()'s, under claim_mu
+  std::mutex claim_mu;
+
+  int64_t lease = 0; ///< the polling thread's (and start's); 0: none
+  std::atomic<int64_t> lease_id{0};
+  std::atomic<int64_t> deadline_ns{0};    ///< the lease is live until then (steady clock)
+  std::vector<std::atomic<int64_t>> held; ///< per shard: this node's epoch, 0 when not held
+
+  mutable std::mutex mu; ///< guards st, waiters, stopping, poll_now
+  cluster_state st;
+  std::vector<std::function<void()>> waiters; ///< refresh() callbacks for the next poll
+  bool stopping = false;
+  bool poll_now = false;
+  std::condition_variable cv;
+  std::thread thread;
+
+  std::atomic<uint64_t> renewals{0}, renewal_failures{0}, renewal_us{0}, leases_lost{0},
+    acquisitions{0}, polls_failed{0};
+
+  explicit impl(node_config c) : cfg(std::move(c)), held(cfg.shards) {}
+
+  void log(json line) const {
+    json out = {{"ts", iso_now()}, {"component", "cluster"}, {"node", cfg.node_id}};
+    out.update(line);
+    auto s = out.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (cfg.log)
+      return cfg.log(s);
+    s.push_back('\n');
+    std::fwrite(s.data(), 1, s.size(), stderr);
+  }
+
+  std::chrono::milliseconds period() const {
+    return std::max(std::chrono::milliseconds(100), cfg.lease_ttl / 5);
+  }
+  bool lease_live() const { return now_ns() < deadline_ns.load(std::memory_order_acquire); }
+  std::string key(std::string_view what, uint32_t k) const {
+    return prefix + std::string(what) + "/" + std::to_string(k);
+  }
+
+  status grant_and_register();
+  status wait_for_previous_incarnation();
+  status renew();
+  status poll();
+  void acquire_homes();
+  result<int64_t> acquire(etcd_client& c, uint32_t k, const shard_view& seen);
+  void publish_held();
+  void run();
+
+  /// Places shard k on this node if it was never used (homes/<k>; `taken_by` names the node
+  /// that placed it first otherwise) and acquires it: its epoch. Under claim_mu.
+  result<int64_t> take(uint32_t k, const shard_view& seen, std::string& taken_by);
+
+  /// The address of node `id`: from the last poll's `nodes`, else (a node that registered
+  /// since, or one that is down) read from etcd, at most once per poll period and node.
+  std::string address_of(const std::string& id, const std::map<std::string, std::string>& nodes);
+  std::map<std::string, steady::time_point> looked_up; ///< under claim_mu
+};
+
+result<int64_t> node::impl::take(uint32_t k, const shard_view& seen, std::string& taken_by) {
+  std::lock_guard<std::mutex> cg(claim_mu);
+  if (auto e = held[k].load(std::memory_order_acquire); e > 0)
+    return e;
+  if (seen.home.empty()) {
+    auto h = claim->create_if_absent(key("homes", k), cfg.node_id);
+    if (!h)
+      return h.error();
+    if (!h->succeeded && h->current && h->current->value != cfg.node_id) {
+      taken_by = h->current->value;
+      return status{errc::conflict, "placed on " + taken_by};
+    }
+  }
+  auto l = lease_id.load();
+  auto e = acquire(*claim, k, seen);
+  if (!e)
+    return e;
+  if (lease_id.load() != l) // the lease was lost meanwhile: the new one acquires it again
+    return status{errc::unavailable, "this node's lease changed while it took the shard"};
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto& cur = st.shards[k];
+    cur.home = cfg.node_id;
+    cur.owner = cfg.node_id;
+    cur.epoch = *e;
+    cur.owner_lease = lease_id.load();
+  }
+  held[k].store(*e, std::memory_order_release);
+  return e;
+}
+
+std::string node::impl::address_of(const std::string& id,
+                                   const std::map<std::string, std::string>& nodes) {
+  if (auto it = nodes.find(id); it != nodes.end() && !it->second.empty())
+    return it->second;
+  std::lock_guard<std::mutex> cg(claim_mu);
+  auto now = steady::now();
+  if (auto it = looked_up.find(id); it != looked_up.end() && now - it->second < period())
+    return {};
+  looked_up[id] = now;
+  auto kv = claim->get(prefix + "nodes/" + id);
+  if (!kv || !kv->has_value())
+    return {};
+  auto j = json::parse((*kv)->value, nullptr, false);
+  if (!j.is_object() || !j.contains("address") || !j["address"].is_string())
+    return {};
+  auto address = j["address"].get<std::string>();
+  std::lock_guard<std::mutex> g(mu);
+  st.nodes[id] = address;
+  poll_now = true; // the view is behind: read it all again soon
+  cv.notify_all();
+  return address;
+}
+
+// -- start and stop -----------------------------------------------------------------------------
+
+namespace {
+
+status check_config(const node_config& c) {
+  auto part = [](const std::string& v, const char* what) -> status {
+    if (v.empty() || v.size() > 64)
+      return {errc::invalid_argument, std::string("cluster.") + what + " must be 1..64 characters"};
+    for (char ch : v)
+      if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
+        return {errc::invalid_argument,
+                std::string("cluster.") + what + " may hold only letters, digits, '-', '_', '.'"};
+    return status::ok();
+  };
+  if (auto st = part(c.name, "name"); !st)
+    return st;
+  if (auto st = part(c.node_id, "node_id"); !st)
+    return st;
+  if (c.etcd.empty())
+    return {errc::invalid_argument, "cluster.etcd needs at least one http://host:port URL"};
+  if (c.advertise.empty() || c.advertise.find(':') == std::string::npos)
+    return {errc::invalid_argument, "cluster.advertise must be host:port"};
+  if (c.shards < 1 || c.shards > 4096)
+    return {errc::invalid_argument, "cluster.shards must be 1..4096"};
+  if (c.lease_ttl < std::chrono::milliseconds(1'000))
+    return {errc::invalid_argument, "cluster.lease_ttl_ms must be at least 1000"};
+  if (c.storage != "local")
+    return {errc::invalid_argument,
+            "cluster.storage must be \"local\" (shared storage is not supported yet)"};
+  return status::ok();
+}
+
+} // namespace
+
+result<std::shared_ptr<node>> node::start(node_config cfg) {
+  if (auto st = check_config(cfg); !st)
+    return st;
+  auto p = std::make_unique<impl>(std::move(cfg));
+  p->prefix = detail::prefix_of(p->cfg.name);
+  etcd_options eo;
+  eo.timeout = std::min(std::chrono::milliseconds(2'000), p->cfg.lease_ttl / 3);
+  auto a = etcd_client::make(p->cfg.etcd, eo);
+  if (!a)
+    return a.error();
+  auto b = etcd_client::make(p->cfg.etcd, eo);
+  if (!b)
+    return b.error();
+  p->etcd = std::move(*a);
+  p->claim = std::move(*b);
+  // The cluster's shard count: the first node's, compare-and-swap created.
+  json conf = {{"shards", p->cfg.shards}};
+  auto c = p->etcd->create_if_absent(p->prefix + "config", conf.dump());
+  if (!c)
+    return c.error();
+  if (!c->succeeded && c->current) {
+    auto have = json::parse(c->current->value, nullptr, false);
+    if (!have.is_object() || have.value("shards", 0u) != p->cfg.shards)
+      return status{errc::conflict, "cluster " + p->cfg.name + " was created with config " +
+                                      c->current->value + "; this node says " + conf.dump()};
+  }
+  if (auto st = p->wait_for_previous_incarnation(); !st)
+    return st;
+  if (auto st = p->grant_and_register(); !st)
+    return st;
+  if (auto st = p->poll(); !st)
+    return st;
+  p->acquire_homes();
+  auto n = std::make_shared<node>(std::move(p));
+  n->impl_->thread = std::thread([raw = n->impl_.get()] { raw->run(); });
+  return n;
+}
+
+node::node(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+node::~node() {
+  stop();
+}
+
+void node::stop() {
+  auto& p = *impl_;
+  std::vector<std::function<void()>> waiters;
+  {
+    std::lock_guard<std::mutex> g(p.mu);
+    if (p.stopping)
+      return;
+    p.stopping = true;
+    waiters.swap(p.waiters);
+  }
+  p.cv.notify_all();
+  if (p.thread.joinable())
+    p.thread.join();
+  for (auto& w : waiters)
+    w();
+  p.deadline_ns.store(0);
+  for (auto& h : p.held)
+    h.store(0);
+  if (p.lease != 0)
+    (void)p.etcd->revoke(p.lease); // frees its keys at once; a failure leaves them to the TTL
+  p.log({{"event", "node_stopped"}});
+}
+
+/// A node id that is still registered (the process before a kill -9 of this one, whose lease
+/// has not run out yet, or another process misconfigured with the same id) must leave first.
+status node::impl::wait_for_previous_incarnation() {
+  auto until = steady::now() + cfg.lease_ttl + std::chrono::seconds(2);
+  bool logged = false;
+  for (;;) {
+    auto kv = etcd->get(prefix + "nodes/" + cfg.node_id);
+    if (!kv)
+      return kv.error();
+    if (!kv->has_value())
+      return status::ok();
+    if (!logged) {
+      log({{"event", "waiting_for_previous_lease"},
+           {"detail", "node id " + cfg.node_id + " is still registered; waiting for its lease"}});
+      logged = true;
+    }
+    if (steady::now() > until)
+      return {errc::conflict, "node id " + cfg.node_id + " is live elsewhere (" + (*kv)->value +
+                                "); two nodes may not share an id"};
+    std::this_thread::sleep_for(std::chrono::milliseconds(200)); // polling etcd, bounded above
+  }
+}
+
+status node::impl::grant_and_register() {
+  auto t0 = steady::now();
+  auto l = etcd->grant(cfg.lease_ttl);
+  if (!l)
+    return l.error();
+  json me = {{"address", cfg.advertise}};
+  auto put = etcd->put(prefix + "nodes/" + cfg.node_id, me.dump(), *l);
+  if (!put) {
+    (void)etcd->revoke(*l);
+    return put.error();
+  }
+  lease = *l;
+  lease_id.store(*l);
+  deadline_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      (t0 + cfg.lease_ttl * 4 / 5).time_since_epoch())
+                      .count(),
+                    std::memory_order_release);
+  log({{"event", "lease_granted"}, {"lease", std::to_string(*l)}});
+  return status::ok();
+}
+
+// -- the polling thread -------------------------------------------------------------------------
+
+/// Renews the lease. The lease counts as live until four fifths of its TTL after the renewal
+/// was sent (etcd's own expiry is a TTL after it received it). A lease etcd no longer knows is
+/// lost: every shard this node held is dropped at once, and a new lease is granted.
+status node::impl::renew() {
+  auto t0 = steady::now();
+  auto r = etcd->keepalive(lease);
+  if (!r) {
+    renewal_failures.fetch_add(1, std::memory_order_relaxed);
+    return r.error();
+  }
+  if (*r == 0) {
+    leases_lost.fetch_add(1, std::memory_order_relaxed);
+    deadline_ns.store(0, std::memory_order_release);
+    for (auto& h : held)
+      h.store(0, std::memory_order_release);
+    log({{"level", "error"},
+         {"event", "lease_lost"},
+         {"detail", "etcd no longer knows lease " + std::to_string(lease) +
+                      ": every shard of this node is dropped; granting a new lease"}});
+    lease = 0;
+    lease_id.store(0);
+    return grant_and_register();
+  }
+  renewals.fetch_add(1, std::memory_order_relaxed);
+  auto took = steady::now() - t0;
+  renewal_us.fetch_add(
+    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(took).count()),
+    std::memory_order_relaxed);
+  deadline_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      (t0 + cfg.lease_ttl * 4 / 5).time_since_epoch())
+                      .count(),
+                    std::memory_order_release);
+  return status::ok();
+}
+
+/// Reads nodes, homes and shards (three range reads) into st.
+status node::impl::poll() {
+  auto next = detail::read_state(*etcd, prefix, cfg.shards);
+  if (!next) {
+    polls_failed.fetch_add(1, std::memory_order_relaxed);
+    return next.error();
+  }
+  std::lock_guard<std::mutex> g(mu);
+  // A shard route() acquired after these reads (its epoch is newer than what they saw) keeps
+  // what route() wrote: the reads predate it.
+  for (uint32_t k = 0; k < next->shards.size() && k < st.shards.size(); ++k)
+    if (st.shards[k].owner == cfg.node_id && st.shards[k].epoch > next->revision)
+      next->shards[k] = st.shards[k];
+  st = std::move(*next);
+  return status::ok();
+}
+
+/// Takes shard k for this node under its lease: the owner key's create revision is the epoch.
+/// A key that names this node under another lease is a previous incarnation's (the data
+/// directory's lock shows it is gone): deleted first.
+result<int64_t> node::impl::acquire(etcd_client& c, uint32_t k, const shard_view& seen) {
+  auto l = lease_id.load();
+  if (l == 0)
+    return status{errc::unavailable, "this node has no lease"};
+  if (seen.owner == cfg.node_id && seen.owner_lease != l && seen.owner_mod_revision != 0)
+    (void)c.delete_if_mod_revision(key("shards", k), seen.owner_mod_revision);
+  auto r = c.create_if_absent(key("shards", k), cfg.node_id, l);
+  if (!r)
+    return r.error();
+  if (!r->succeeded) {
+    if (r->current && r->current->value == cfg.node_id && r->current->lease == l)
+      return r->current->create_revision; // taken by the other path meanwhile
+    return status{errc::conflict, "shard " + std::to_string(k) + " is held by " +
+                                    (r->current ? r->current->value : std::string("?"))};
+  }
+  acquisitions.fetch_add(1, std::memory_order_relaxed);
+  return r->revision;
+}
+
+/// Acquires every shard whose home is this node and that nobody holds.
+void node::impl::acquire_homes() {
+  std::vector<std::pair<uint32_t, shard_view>> todo;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    for (uint32_t k = 0; k < st.shards.size(); ++k) {
+      auto& s = st.shards[k];
+      bool mine = s.owner == cfg.node_id && s.owner_lease == lease;
+      if (s.home == cfg.node_id && (!mine) && (s.owner.empty() || s.owner == cfg.node_id))
+        todo.emplace_back(k, s);
+    }
+  }
+  int got = 0;
+  for (auto& [k, seen] : todo) {
+    auto e = acquire(*etcd, k, seen);
+    if (!e)
+      continue; // the next period tries again
+    ++got;
+    std::lock_guard<std::mutex> g(mu);
+    auto& s = st.shards[k];
+    s.owner = cfg.node_id;
+    s.epoch = *e;
+    s.owner_lease = lease;
+  }
+  if (got > 0)
+    log({{"event", "shards_acquired"}, {"count", got}});
+}
+
+/// Sets `held` from st: the epochs of the shards this node holds under its current lease.
+void node::impl::publish_held() {
+  std::lock_guard<std::mutex> g(mu);
+  auto l = lease_id.load();
+  for (uint32_t k = 0; k < st.shards.size(); ++k) {
+    auto& s = st.shards[k];
+    int64_t e = (s.owner == cfg.node_id && s.owner_lease == l && l != 0) ? s.epoch : 0;
+    held[k].store(e, std::memory_order_release);
+  }
+}
+
+void node::impl::run() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> g(mu);
+      cv.wait_for(g, period(), [&] { return stopping || poll_now; });
+      if (stopping)
+        return;
+      poll_now = false;
+    }
+    auto st = lease == 0 ? grant_and_register() : renew();
+    if (st && (st = poll()))
+      acquire_homes();
+    publish_held();
+    if (!st)
+      log({{"level", "warn"}, {"event", "etcd_unreachable"}, {"detail", st.message()}});
+    std::vector<std::function<void()>> run_now;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      run_now.swap(waiters);
+    }
+    for (auto& w : run_now)
+      w();
+  }
+}
+
+// -- entity_ownership ---------------------------------------------------------------------------
+
+uint32_t node::shard_of(const entity_key& key) const {
+  return cluster::shard_of(key, impl_->cfg.shards);
+}
+
+result<int64_t> node::epoch_for(const entity_key& key) const {
+  auto& p = *impl_;
+  if (!p.lease_live())
+    return status{errc::unavailable, "this node has no live lease in etcd"};
+  auto k = shard_of(key);
+  auto e = p.held[k].load(std::memory_order_acquire);
+  if (e == 0)
+    return status{errc::not_owner, "shard " + std::to_string(k) + " is not this node's"};
+  return e;
+}
+
+bool node::may_commit(const entity_key& key, int64_t epoch) const {
+  auto& p = *impl_;
+  return epoch > 0 && p.lease_live() &&
+         p.held[shard_of(key)].load(std::memory_order_acquire) == epoch;
+}
+
+const std::string& node::node_id() const {
+  return impl_->cfg.node_id;
+}
+
+// -- cluster_router -----------------------------------------------------------------------------
+
+shard_route node::route(const entity_key& key, bool forwarded) {
+  auto& p = *impl_;
+  shard_route r;
+  r.shard = shard_of(key);
+  auto k = r.shard;
+  auto unavailable = [&](const char* code, std::string detail) {
+    r.to = shard_route::where::unavailable;
+    r.code = code;
+    r.detail = std::move(detail);
+    return r;
+  };
+  if (!p.lease_live())
+    return unavailable("CLUSTER_UNAVAILABLE",
+                       "this node has no live lease in etcd (etcd unreachable or without quorum)");
+  if (auto e = p.held[k].load(std::memory_order_acquire); e > 0) {
+    r.epoch = e;
+    return r; // local
+  }
+  shard_view s;
+  std::map<std::string, std::string> nodes;
+  {
+    std::lock_guard<std::mutex> g(p.mu);
+    s = p.st.shards[k];
+    nodes = p.st.nodes;
+  }
+  auto to_node = [&](const std::string& id, int64_t epoch) {
+    if (forwarded)
+      return unavailable("NOT_OWNER", "shard " + std::to_string(k) + " is not this node's");
+    auto address = p.address_of(id, nodes);
+    if (address.empty())
+      return unavailable("SHARD_UNAVAILABLE", "shard " + std::to_string(k) + " lives on node " +
+                                                id + ", which is down; retry when it is back");
+    r.to = shard_route::where::forward;
+    r.address = address;
+    r.epoch = epoch;
+    return r;
+  };
+  if (!s.owner.empty() && s.owner != p.cfg.node_id)
+    return to_node(s.owner, s.epoch);
+  std::string home = s.home;
+  if (home.empty()) {
+    std::vector<std::string> live;
+    for (auto& [id, _] : nodes)
+      live.push_back(id);
+    home = rendezvous_owner(k, live);
+    if (home.empty())
+      home = p.cfg.node_id;
+  }
+  if (home != p.cfg.node_id)
+    return to_node(home, 0);
+  // This node's shard (or the one it is to take first): acquire it now.
+  std::string taken_by;
+  auto e = p.take(k, s, taken_by);
+  if (!taken_by.empty())
+    return to_node(taken_by, 0); // another node placed it first
+  if (!e)
+    return unavailable(e.error().code() == errc::unavailable ? "CLUSTER_UNAVAILABLE"
+                                                             : "SHARD_UNAVAILABLE",
+                       e.error().message());
+  r.epoch = *e;
+  return r;
+}
+
+void node::refresh(uint32_t, std::function<void()> then) {
+  auto& p = *impl_;
+  {
+    std::lock_guard<std::mutex> g(p.mu);
+    if (!p.stopping) {
+      p.waiters.push_back(std::move(then));
+      p.poll_now = true;
+      p.cv.notify_all();
+      return;
+    }
+  }
+  then();
+}
+
+std::string node::describe() const {
+  auto& p = *impl_;
+  std::lock_guard<std::mutex> g(p.mu);
+  json out = {{"cluster", p.cfg.name},
+              {"node", p.cfg.node_id},
+              {"storage", p.cfg.storage},
+              {"shard_count", p.cfg.shards},
+              {"lease_live", p.lease_live()}};
+  out.update(detail::describe(p.st));
+  return out.dump();
+}
+
+bool node::healthy(std::string& why) const {
+  if (impl_->lease_live())
+    return true;
+  why = "this node has no live lease in etcd: it serves no shard until it has one";
+  return false;
+}
+
+node_stats node::stats() const {
+  auto& p = *impl_;
+  node_stats s;
+  s.lease_live = p.lease_live();
+  s.renewals = p.renewals.load();
+  s.renewal_failures = p.renewal_failures.load();
+  s.renewal_us_sum = p.renewal_us.load();
+  s.leases_lost = p.leases_lost.load();
+  s.acquisitions = p.acquisitions.load();
+  s.polls_failed = p.polls_failed.load();
+  for (auto& h : p.held)
+    s.shards_owned += h.load() > 0 ? 1 : 0;
+  std::lock_guard<std::mutex> g(p.mu);
+  s.nodes_live = p.st.nodes.size();
+  return s;
+}
+
+void node::write_metrics(std::string& out) const {
+  auto s = stats();
+  auto metric = [&](const char* name, const char* type, const char* help, double v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + std::to_string(v) + "\n";
+  };
+  metric("factum_cluster_lease_live", "gauge", "1 while this node holds a live lease in etcd.",
+         s.lease_live ? 1 : 0);
+  metric("factum_cluster_lease_renewals_total", "counter", "Lease keep-alives etcd answered.",
+         static_cast<double>(s.renewals));
+  metric("factum_cluster_lease_renewal_failures_total", "counter",
+         "Lease keep-alives etcd did not answer.", static_cast<double>(s.renewal_failures));
+  metric("factum_cluster_lease_renewal_seconds_sum", "counter",
+         "Time of the answered keep-alives (divide by the renewals for the mean).",
+         static_cast<double>(s.renewal_us_sum) / 1e6);
+  metric("factum_cluster_leases_lost_total", "counter",
+         "Times etcd no longer knew this node's lease (it had stopped renewing, e.g. paused).",
+         static_cast<double>(s.leases_lost));
+  metric("factum_cluster_shard_acquisitions_total", "counter",
+         "Shards this node acquired (each under a new epoch).",
+         static_cast<double>(s.acquisitions));
+  metric("factum_cluster_shards_owned", "gauge", "Shards this node serves now.",
+         static_cast<double>(s.shards_owned));
+  metric("factum_cluster_nodes_live", "gauge", "Nodes registered in etcd with a live lease.",
+         static_cast<double>(s.nodes_live));
+}
+
+} // namespace factum::cluster

@@ -1,0 +1,536 @@
+// cluster_rounds.cpp: a Jepsen-style round against a real three-node factum cluster on loopback
+// (docs/cluster.md, "Tests"). It starts etcd, a fake vendor and three `factum serve` nodes
+// (storage "local": each its own data directory), drives keyed ledger appends to many entities
+// over every node while a nemesis
+//   1. kill -9s a node and restarts it on its data directory,
+//   2. SIGSTOPs a node for three lease TTLs while it holds webhook deliveries mid-await, then
+//      SIGCONTs it: the writes it had queued must be refused by the fence (fenced writes > 0),
+//      and it must take its shards back under new epochs,
+//   3. restarts etcd under the load,
+// then stops everything and checks the files offline: every acknowledged key is on disk exactly
+// once, no key appears twice, no entity has a file on two nodes, every node's files verify
+// (`factum inspect verify`: chains and owner histories), every entity file is in a shard whose
+// home is its node (`factum inspect entities --shards`), and `factum cluster status` shows
+// every node live and every used shard served by its home.
+// Usage: cluster_rounds --factum PATH --vendor PATH [--seed S] [--entities N] [--keep]
+// Threads: the main thread runs the nemesis and the checks; client threads drive the load.
+#include <signal.h>
+
+#include <atomic>
+#include <map>
+#include <random>
+#include <set>
+
+#include "factum/cluster/shard_map.hpp"
+#include "http/client.hpp"
+#include "reliability/crash_support.hpp"
+#include "support/etcd_server.hpp"
+
+using namespace factum;
+using namespace factum::test;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* api_key = "cluster-test-key";
+constexpr int nodes_n = 3;
+constexpr uint32_t shards = 16;
+constexpr int ttl_ms = 2000;
+
+/// A free loopback port (bound once and released: the node binds it again).
+uint16_t free_port() {
+  return free_ports(1).front();
+}
+
+struct node_proc {
+  std::string id;
+  uint16_t port = 0;
+  std::filesystem::path dir;
+  std::unique_ptr<serve_process> proc;
+  pid_t pid = -1;
+};
+
+json node_config(const node_proc& n, const std::vector<std::string>& etcd_urls,
+                 uint16_t vendor_port) {
+  json hook = {{"url", "http://127.0.0.1:" + std::to_string(vendor_port) + "/hook"},
+               {"connect_timeout_ms", 1000},
+               {"request_timeout_ms", 5000},
+               {"retry", {{"max_attempts", 1}}}};
+  return {{"listen", "127.0.0.1:" + std::to_string(n.port)},
+          {"data_dir", (n.dir / "data").string()},
+          {"dev", true},
+          {"storage_threads", 2},
+          {"spare_files", 4},
+          {"call_timeout_ms", 15000},
+          {"tenants", {{"acme", {{"api_keys", {api_key}}}}}},
+          {"types", {"ledger", "webhook"}},
+          {"tools", {{"hook", hook}}},
+          {"cluster",
+           {{"name", "rounds"},
+            {"node_id", n.id},
+            {"etcd", etcd_urls},
+            {"advertise", "127.0.0.1:" + std::to_string(n.port)},
+            {"shards", shards},
+            {"lease_ttl_ms", ttl_ms}}}};
+}
+
+/// One ledger append of the load: its entity and key, and whether a node acknowledged it.
+struct call_log {
+  std::mutex mu;
+  std::map<std::string, int> acked; ///< key -> entity
+  std::set<std::string> unknown;    ///< keys whose last answer was not a 200
+  std::atomic<uint64_t> sent{0}, ok{0}, retried{0};
+};
+
+/// A client thread: appends to random entities through random nodes; a call answered 503 or
+/// not at all is retried with the same key (through another node) until acknowledged or 20 s.
+void drive(int t, uint64_t seed, int entities, const std::vector<node_proc>& nodes,
+           std::atomic<bool>& stop, call_log& log) {
+  std::mt19937_64 rng(seed + static_cast<uint64_t>(t) * 7919);
+  std::vector<std::unique_ptr<http_client>> http;
+  for (auto& n : nodes)
+    http.push_back(std::make_unique<http_client>(n.port, std::chrono::seconds(4)));
+  for (int n = 0; !stop.load(); ++n) {
+    int e = static_cast<int>(rng() % static_cast<uint64_t>(entities));
+    auto key = "s" + std::to_string(seed) + "-t" + std::to_string(t) + "-" + std::to_string(n);
+    auto body = json{{"type", "invocation"}, {"data", {{"k", key}}}}.dump();
+    header_list h = {
+      {"X-API-Key", api_key}, {"Content-Type", "application/json"}, {"Idempotency-Key", key}};
+    log.sent.fetch_add(1);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    bool acked = false;
+    for (int attempt = 0; std::chrono::steady_clock::now() < deadline; ++attempt) {
+      auto& c = *http[(rng() + static_cast<uint64_t>(attempt)) % http.size()];
+      auto r = c.request("POST", "/v1/entities/ledger/e" + std::to_string(e) + "/append", h, body);
+      if (r.status == 200) {
+        acked = true;
+        break;
+      }
+      if (r.status != 0 && r.status != 503 && r.status != 504)
+        fail("append " + key + ": unexpected " + std::to_string(r.status) + " " + r.body);
+      log.retried.fetch_add(1);
+      if (r.status == 0)
+        c.close();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50)); // a client's backoff
+    }
+    std::lock_guard<std::mutex> g(log.mu);
+    if (acked) {
+      log.acked[key] = e;
+      log.ok.fetch_add(1);
+    } else {
+      log.unknown.insert(key);
+    }
+  }
+}
+
+/// One keyed append through `port`: its status.
+int json_write_probe(uint16_t port) {
+  http_client c(port, std::chrono::seconds(3));
+  return c
+    .request("POST", "/v1/entities/ledger/probe/append",
+             {{"X-API-Key", api_key},
+              {"Content-Type", "application/json"},
+              {"Idempotency-Key", "probe-" + std::to_string(port)}},
+             R"({"type":"invocation"})")
+    .status;
+}
+
+/// A metric's value in a node's /metrics ("" line absent: -1).
+double metric(uint16_t port, const std::string& name) {
+  http_client c(port, std::chrono::seconds(3));
+  auto r = c.request("GET", "/metrics");
+  auto at = r.body.find("\n" + name + " ");
+  if (at == std::string::npos)
+    return -1;
+  return std::stod(r.body.substr(at + name.size() + 2));
+}
+
+/// GET /v1/cluster from a node (null when it does not answer).
+json cluster_view(uint16_t port) {
+  http_client c(port, std::chrono::seconds(3));
+  auto r = c.request("GET", "/v1/cluster", {{"X-API-Key", api_key}});
+  return r.status == 200 ? r.json() : json();
+}
+
+/// Polls `cond` every 20 ms for at most `limit`; whether it became true.
+bool wait_for(const std::function<bool()>& cond, std::chrono::seconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (cond())
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+/// The nemesis' pause: webhook deliveries to entities of `victim`'s shards reach its vendor
+/// (which answers only after 1.5 s), the node is stopped while they await, and continued once
+/// another node sees its lease gone; then the writes those turns make must be fenced.
+void pause_round(std::vector<node_proc>& nodes, int victim, const std::string& vendor_url) {
+  auto& v = nodes[victim];
+  auto view = cluster_view(v.port);
+  std::vector<std::string> ids;
+  for (int i = 0; ids.size() < 6 && i < 2000; ++i) {
+    entity_key k{"acme", "webhook", "w" + std::to_string(i)};
+    auto s = cluster::shard_of(k, shards);
+    auto& sh = view["shards"][s];
+    if (sh["home"].is_null() || sh["home"] == v.id)
+      ids.push_back(k.id);
+  }
+  {
+    http_client ctl(static_cast<uint16_t>(std::stoi(vendor_url.substr(vendor_url.rfind(':') + 1))));
+    ctl.request("POST", "/_vendor/mode", {{"Content-Type", "application/json"}},
+                json{{"mode", "ok"}, {"delay_ms", 1500}}.dump());
+  }
+  auto tool_calls0 = metric(v.port, "factum_tool_calls_total");
+  std::vector<std::thread> calls;
+  std::atomic<int> answered{0};
+  for (auto& id : ids)
+    calls.emplace_back([&, id] {
+      http_client c(v.port, std::chrono::seconds(30));
+      c.request("POST", "/v1/entities/webhook/" + id + "/deliver",
+                {{"X-API-Key", api_key},
+                 {"Content-Type", "application/json"},
+                 {"Idempotency-Key", "pause-" + id}},
+                json{{"tool", "hook"}, {"payload", {{"id", id}}}}.dump());
+      answered.fetch_add(1);
+    });
+  bool awaiting = wait_for(
+    [&] { return metric(v.port, "factum_tool_calls_total") >= tool_calls0 + double(ids.size()); },
+    std::chrono::seconds(10));
+  if (!awaiting)
+    fail("pause: the deliveries did not reach the vendor on " + v.id);
+  auto fenced0 = metric(v.port, "factum_cluster_fenced_writes_total");
+  ::kill(v.pid, SIGSTOP);
+  // Another node sees the lease gone (bounded: the TTL plus polling).
+  auto other = nodes[(victim + 1) % nodes_n].port;
+  bool gone = wait_for(
+    [&] {
+      auto j = cluster_view(other);
+      if (!j.is_object())
+        return false;
+      for (auto& n : j["nodes"])
+        if (n["id"] == v.id)
+          return n["state"] == "down";
+      return false;
+    },
+    std::chrono::seconds(3 * ttl_ms / 1000 + 5));
+  if (!gone)
+    fail("pause: no other node saw " + v.id + "'s lease expire");
+  ::kill(v.pid, SIGCONT);
+  for (auto& t : calls)
+    t.join();
+  bool fenced =
+    wait_for([&] { return metric(v.port, "factum_cluster_fenced_writes_total") > fenced0; },
+             std::chrono::seconds(10));
+  if (!fenced)
+    fail("pause: " + v.id + " committed writes it had queued while paused (no fenced write)");
+  if (!wait_for([&] { return metric(v.port, "factum_cluster_leases_lost_total") >= 1; },
+                std::chrono::seconds(10)))
+    fail("pause: " + v.id + " did not notice that its lease was lost");
+  // It takes its shards back (new lease, new epochs) and serves again.
+  if (!wait_for([&] { return metric(v.port, "factum_cluster_lease_live") == 1; },
+                std::chrono::seconds(10)))
+    fail("pause: " + v.id + " did not get a new lease");
+}
+
+/// Runs `cmd` through the shell; its standard output, and whether it exited 0.
+std::string capture(const std::string& cmd, bool& ok) {
+  std::string out;
+  ok = false;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t got;
+    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0)
+      out.append(buf, got);
+    ok = ::pclose(f) == 0;
+  }
+  return out;
+}
+
+/// `factum cluster status --json` (read from etcd): every node live, every used shard served
+/// by its home.
+json check_status(const std::string& factum, const std::string& etcd_url,
+                  const std::vector<node_proc>& nodes) {
+  auto cmd = factum + " cluster status --etcd " + etcd_url + " --name rounds --json";
+  bool ok = false;
+  auto out = capture(cmd, ok);
+  if (!ok)
+    fail("factum cluster status failed: " + out);
+  auto j = json::parse(out, nullptr, false);
+  if (!j.is_object() || j["shard_count"] != shards) {
+    fail("factum cluster status: unexpected " + out.substr(0, 500));
+    return json();
+  }
+  std::set<std::string> live;
+  for (auto& n : j["nodes"])
+    if (n["state"] == "live")
+      live.insert(n["id"].get<std::string>());
+  for (auto& n : nodes)
+    if (!live.count(n.id))
+      fail("factum cluster status does not show " + n.id + " live: " + out.substr(0, 500));
+  for (auto& s : j["shards"])
+    if (!s["home"].is_null() && s["owner"] != s["home"])
+      fail("shard " + s["shard"].dump() + " is not served by its home: " + s.dump());
+  return j;
+}
+
+/// `factum inspect entities --shards` on each node's files: every entity there is in a shard
+/// whose home is that node.
+void check_homes(const std::string& factum, const std::vector<node_proc>& nodes,
+                 const json& status) {
+  if (!status.is_object())
+    return;
+  for (auto& n : nodes) {
+    auto cmd = factum + " inspect entities --data " + (n.dir / "data").string() + " --shards " +
+               std::to_string(shards) + " --json";
+    bool ok = false;
+    auto out = capture(cmd, ok);
+    if (!ok)
+      fail("inspect entities on " + n.id + " failed");
+    std::istringstream lines(out);
+    int seen = 0;
+    for (std::string line; std::getline(lines, line);) {
+      auto e = json::parse(line, nullptr, false);
+      if (!e.is_object() || !e.contains("shard"))
+        continue;
+      ++seen;
+      auto home = status["shards"][e["shard"].get<size_t>()]["home"];
+      if (home != n.id)
+        fail(e["tenant"].get<std::string>() + "/" + e["type"].get<std::string>() + "/" +
+             e["id"].get<std::string>() + " is on " + n.id + " but its shard's home is " +
+             home.dump());
+    }
+    if (seen == 0)
+      fail("inspect entities --shards listed no entity on " + n.id);
+  }
+}
+
+/// The etcd member that leads now (asked of member 0's status; -1 when unknown).
+int etcd_leader(etcd_server& etcd) {
+  for (size_t m = 0; m < etcd.members(); ++m) {
+    if (!etcd.running(m))
+      continue;
+    auto url = etcd.url(m);
+    http_client c(static_cast<uint16_t>(std::stoi(url.substr(url.rfind(':') + 1))),
+                  std::chrono::seconds(3));
+    auto st = c.request("POST", "/v3/maintenance/status", {}, "{}").json();
+    if (!st.is_object() || !st.contains("leader"))
+      continue;
+    for (size_t k = 0; k < etcd.members(); ++k) {
+      auto u = etcd.url(k);
+      http_client ck(static_cast<uint16_t>(std::stoi(u.substr(u.rfind(':') + 1))),
+                     std::chrono::seconds(3));
+      auto sk = ck.request("POST", "/v3/maintenance/status", {}, "{}").json();
+      if (sk.is_object() && sk["header"]["member_id"] == st["leader"])
+        return static_cast<int>(k);
+    }
+  }
+  return -1;
+}
+
+/// Whether every node's /healthz answers `status`.
+bool every_health(const std::vector<node_proc>& nodes, int status) {
+  for (auto& n : nodes) {
+    http_client c(n.port, std::chrono::seconds(2));
+    if (c.request("GET", "/healthz").status != status)
+      return false;
+  }
+  return true;
+}
+
+/// A three-member etcd: its leader is killed (a short stall, then the load goes on), then a
+/// second member too (no quorum: every node's lease runs out and it refuses, 503
+/// CLUSTER_UNAVAILABLE, never serving unfenced), then both come back (every node serves again).
+void quorum_round(etcd_server& etcd, std::vector<node_proc>& nodes, call_log& log) {
+  int leader = etcd_leader(etcd);
+  if (leader < 0) {
+    fail("quorum: no etcd leader found");
+    return;
+  }
+  std::cout << "nemesis: kill the etcd leader (member " << leader << ")\n";
+  etcd.kill9(static_cast<size_t>(leader));
+  auto before = log.ok.load();
+  if (!wait_for([&] { return log.ok.load() > before + 50; }, std::chrono::seconds(15)))
+    fail("quorum: the load stalled after the etcd leader was killed");
+  auto second = static_cast<size_t>((leader + 1) % 3);
+  std::cout << "nemesis: kill a second etcd member (no quorum)\n";
+  etcd.kill9(second);
+  if (!wait_for([&] { return every_health(nodes, 503); }, std::chrono::seconds(ttl_ms / 1000 + 8)))
+    fail("quorum: a node still says it is healthy (a live lease) without an etcd quorum");
+  // No write is acknowledged while no node has a lease (the load's threads keep trying).
+  auto frozen = log.ok.load();
+  auto h = json_write_probe(nodes.front().port);
+  if (h == 200)
+    fail("quorum: a write was acknowledged without an etcd quorum");
+  if (log.ok.load() > frozen + 4) // calls answered just before the leases ran out may land
+    fail("quorum: writes were acknowledged without an etcd quorum");
+  std::cout << "nemesis: etcd members back\n";
+  etcd.restart(static_cast<size_t>(leader));
+  etcd.restart(second);
+  if (!wait_for([&] { return every_health(nodes, 200); }, std::chrono::seconds(20)))
+    fail("quorum: the nodes did not serve again once etcd had its quorum back");
+  before = log.ok.load();
+  if (!wait_for([&] { return log.ok.load() > before + 50; }, std::chrono::seconds(15)))
+    fail("quorum: the load did not resume once etcd had its quorum back");
+}
+
+/// Every node's files: each key's facts, and which node has each entity.
+void check_files(const std::vector<node_proc>& nodes, const std::string& factum,
+                 const call_log& log) {
+  std::map<std::string, int> facts_per_key;
+  std::map<std::string, std::string> entity_node;
+  for (auto& n : nodes) {
+    auto data = n.dir / "data";
+    for (auto& f : std::filesystem::recursive_directory_iterator(data / "entities")) {
+      if (f.path().extension() != ".db")
+        continue;
+      store_options so;
+      so.read_only = true;
+      auto st = entity_store::open_file(f.path(), so);
+      if (!st) {
+        fail("open " + f.path().string() + ": " + st.error().to_string());
+        continue;
+      }
+      auto ek = (*st)->key().to_string();
+      if (auto [it, fresh] = entity_node.emplace(ek, n.id); !fresh)
+        fail(ek + " has files on two nodes: " + it->second + " and " + n.id);
+      auto err = for_each_fact(**st, [&](const fact& x) {
+        if (!x.idempotency_key.empty() && x.type == "invocation")
+          ++facts_per_key[x.idempotency_key];
+      });
+      if (!err.empty())
+        fail("read " + ek + ": " + err);
+    }
+    child_process v;
+    v.spawn({factum, "inspect", "verify", "--data", data.string()}, n.dir / "verify.log");
+    if (!wait_for([&] { return v.exited(); }, std::chrono::seconds(60)))
+      fail("inspect verify on " + n.id + " did not end");
+    if (v.exit_code() != 0)
+      fail("inspect verify on " + n.id + ": " + v.log_tail());
+  }
+  for (auto& [key, e] : log.acked) {
+    auto it = facts_per_key.find(key);
+    int c = it == facts_per_key.end() ? 0 : it->second;
+    if (c != 1)
+      fail("acknowledged " + key + " (entity e" + std::to_string(e) + ") has " + std::to_string(c) +
+           " facts");
+  }
+  for (auto& [key, c] : facts_per_key)
+    if (c > 1)
+      fail(key + " has " + std::to_string(c) + " facts");
+  std::cout << "files: " << entity_node.size() << " entities, " << facts_per_key.size()
+            << " keys on disk\n";
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  driver_options o;
+  o.entities = 300;
+  std::string vendor_bin;
+  size_t members = 1;
+  if (!parse_options("cluster rounds", argc, argv, o,
+                     [&](const std::string& f, const std::function<std::string()>& next) {
+                       if (f == "--vendor")
+                         vendor_bin = next();
+                       else if (f == "--etcd-members")
+                         members = std::stoul(next());
+                       else
+                         return false;
+                       return true;
+                     }) ||
+      vendor_bin.empty() || (members != 1 && members != 3)) {
+    std::cerr << "usage: cluster_rounds --factum PATH --vendor PATH [--etcd-members 1|3] "
+                 "[--seed S] [--entities N] [--keep]\n";
+    return 2;
+  }
+  std::cout << "cluster rounds: seed " << o.seed << ", " << o.entities << " entities\n";
+  temp_dir tmp;
+  std::unique_ptr<etcd_server> etcd_ptr;
+  try {
+    etcd_ptr = std::make_unique<etcd_server>(members);
+  } catch (const std::exception& e) {
+    std::cerr << "etcd: " << e.what() << '\n';
+    return 1;
+  }
+  auto& etcd = *etcd_ptr;
+  vendor_process vendor;
+  std::filesystem::create_directories(tmp.path() / "vendor");
+  if (auto e = vendor.start(vendor_bin, tmp.path() / "vendor"); !e.empty()) {
+    std::cerr << e << '\n';
+    return 1;
+  }
+  std::vector<node_proc> nodes(nodes_n);
+  auto start_node = [&](node_proc& n, const std::string& tag) {
+    n.proc = std::make_unique<serve_process>(o.factum, n.dir);
+    auto e = n.proc->start(node_config(n, etcd.urls(), vendor.port()), tag);
+    if (!e.empty())
+      return e;
+    n.pid = n.proc->pid();
+    return std::string();
+  };
+  for (int i = 0; i < nodes_n; ++i) {
+    nodes[i].id = "n" + std::to_string(i + 1);
+    nodes[i].port = free_port();
+    nodes[i].dir = tmp.path() / nodes[i].id;
+    std::filesystem::create_directories(nodes[i].dir);
+    if (auto e = start_node(nodes[i], "0"); !e.empty()) {
+      std::cerr << nodes[i].id << ": " << e << '\n';
+      return 1;
+    }
+  }
+  call_log log;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t)
+    clients.emplace_back([&, t] { drive(t, o.seed, o.entities, nodes, stop, log); });
+  auto run_for = [&](int ms) { // the load runs meanwhile; the nemesis waits its turn
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  };
+  run_for(2000);
+  // 1. kill -9 and restart.
+  std::cout << "nemesis: kill -9 n2\n";
+  nodes[1].proc->kill_now();
+  run_for(1500);
+  if (auto e = start_node(nodes[1], "1"); !e.empty())
+    fail("n2 did not restart: " + e);
+  run_for(2000);
+  // 2. pause past the lease.
+  std::cout << "nemesis: SIGSTOP n3 past its lease\n";
+  pause_round(nodes, 2, "http://127.0.0.1:" + std::to_string(vendor.port()));
+  run_for(2000);
+  // 3. etcd restarts under the load: the nodes keep their leases (etcd keeps them across a
+  // restart and renews their TTL) or take new ones, and serve on.
+  std::cout << "nemesis: restart etcd\n";
+  auto acked_before = log.ok.load();
+  etcd.restart(0);
+  run_for(2000);
+  if (log.ok.load() == acked_before)
+    fail("no call was acknowledged in the 2 s after etcd restarted");
+  if (members == 3)
+    quorum_round(etcd, nodes, log);
+  stop.store(true);
+  for (auto& t : clients)
+    t.join();
+  std::cout << "load: " << log.sent << " calls, " << log.ok << " acknowledged, " << log.retried
+            << " retries, " << log.unknown.size() << " unacknowledged\n";
+  if (log.ok < 100)
+    fail("fewer than 100 acknowledged appends: the cluster barely served");
+  auto status = check_status(o.factum, etcd.url(), nodes);
+  for (auto& n : nodes)
+    if (auto e = n.proc->stop(); !e.empty())
+      fail(n.id + ": " + e);
+  (void)vendor.stop();
+  etcd.stop();
+  check_files(nodes, o.factum, log);
+  check_homes(o.factum, nodes, status);
+  if (o.keep)
+    keep_files(tmp, "factum-cluster-rounds");
+  if (failure_count() > 0) {
+    std::cout << "cluster rounds: " << failure_count() << " failures (seed " << o.seed << ")\n";
+    return 1;
+  }
+  std::cout << "cluster rounds: ok\n";
+  return 0;
+}

@@ -1,0 +1,227 @@
+// cluster_test.cpp: cluster mode's gateway and runtime parts without etcd: a scripted
+// cluster_router and entity_ownership stand in for a cluster node, so each decision is the
+// test's. Two real in-process servers: a request to one is relayed to the other (the owner),
+// NOT_OWNER answers are retried after a refresh and never reach the client, a shard without a
+// live owner answers 503 and writes nothing, an activation the cluster refuses creates no file,
+// and a commit the cluster no longer allows is fenced (503, nothing committed). Runs on the test
+// thread; the routers are called from the servers' I/O threads.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "http/fixture.hpp"
+
+using namespace factum;
+using namespace factum::test;
+using nlohmann::json;
+
+namespace {
+
+/// A cluster whose every answer the test sets.
+struct scripted_cluster final : cluster_router, entity_ownership {
+  mutable std::mutex mu;
+  shard_route next;           ///< what route() answers to a client's request
+  shard_route when_forwarded; ///< what route() answers to a relayed request
+  std::atomic<int> routes{0}, forwarded_routes{0}, refreshes{0};
+  std::atomic<int64_t> epoch{7}; ///< epoch_for's answer (0: NOT_OWNER)
+  std::atomic<bool> commits_allowed{true};
+  std::atomic<bool> lease_live{true};
+  std::string id = "n-test";
+
+  shard_route route(const entity_key&, bool forwarded) override {
+    std::lock_guard<std::mutex> g(mu);
+    ++(forwarded ? forwarded_routes : routes);
+    return forwarded ? when_forwarded : next;
+  }
+  void refresh(uint32_t, std::function<void()> then) override {
+    ++refreshes;
+    then();
+  }
+  std::string describe() const override { return R"({"cluster":"scripted"})"; }
+  bool healthy(std::string& why) const override {
+    if (!lease_live)
+      why = "no lease (scripted)";
+    return lease_live;
+  }
+  void write_metrics(std::string& out) const override { out += "factum_cluster_scripted 1\n"; }
+
+  result<int64_t> epoch_for(const entity_key&) const override {
+    if (epoch.load() == 0)
+      return status{errc::not_owner, "scripted: not this node's"};
+    return epoch.load();
+  }
+  bool may_commit(const entity_key&, int64_t e) const override {
+    return commits_allowed && e == epoch.load();
+  }
+  const std::string& node_id() const override { return id; }
+};
+
+shard_route local_route() {
+  return {};
+}
+
+gateway_fixture::tweak with_cluster(const std::shared_ptr<scripted_cluster>& c) {
+  return [c](runtime_config& rc, http_server_config& hc) {
+    rc.ownership = c;
+    hc.cluster = c;
+  };
+}
+
+std::string append_path(const std::string& id) {
+  return "/v1/entities/ledger/" + id + "/append";
+}
+
+const std::string body = R"({"type":"invocation","data":{"x":1}})";
+
+} // namespace
+
+TEST_CASE("cluster: a request is relayed to the owner node, and the owner serves it as its own") {
+  auto owner_c = std::make_shared<scripted_cluster>();
+  owner_c->when_forwarded = local_route();
+  gateway_fixture owner(with_cluster(owner_c));
+  auto front_c = std::make_shared<scripted_cluster>();
+  front_c->next.to = shard_route::where::forward;
+  front_c->next.address = "127.0.0.1:" + std::to_string(owner.port());
+  front_c->next.epoch = 7;
+  front_c->epoch = 0; // the front node owns nothing
+  gateway_fixture front(with_cluster(front_c));
+
+  http_client c(front.port());
+  auto r = c.request("POST", append_path("r1"), json_headers(acme_key, "k-1"), body);
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  CHECK(r.json()["seq"] == 1);
+  CHECK(owner_c->forwarded_routes == 1);
+  CHECK(owner.entity_files() == 1);
+  CHECK(front.entity_files() == 0);
+  // A retry with the same key through the front is a replay at the owner.
+  auto again = c.request("POST", append_path("r1"), json_headers(acme_key, "k-1"), body);
+  CHECK(again.status == 200);
+  CHECK(again.header("idempotent-replayed") == "true");
+  CHECK(again.json() == r.json());
+  // Reads are relayed too.
+  auto facts = c.request("GET", "/v1/entities/ledger/r1/facts?limit=1", json_headers());
+  CHECK(facts.status == 200);
+  CHECK(facts.json().size() == 1);
+  // Errors of the owner come back as they are.
+  auto bad = c.request("POST", append_path("r1"), json_headers(acme_key, "k-1"), "{}");
+  CHECK(bad.status == 422);
+  auto metrics = c.request("GET", "/metrics").body;
+  CHECK(metrics.find("factum_cluster_forwarded_total{outcome=\"ok\"} 4") != std::string::npos);
+  CHECK(metrics.find("factum_cluster_scripted 1") != std::string::npos);
+}
+
+TEST_CASE("cluster: an owner that says NOT_OWNER makes the relaying node refresh and route "
+          "again, at most twice, and the client sees 503 SHARD_UNAVAILABLE, never NOT_OWNER") {
+  auto owner_c = std::make_shared<scripted_cluster>();
+  owner_c->when_forwarded.to = shard_route::where::unavailable;
+  owner_c->when_forwarded.code = "NOT_OWNER";
+  owner_c->when_forwarded.detail = "scripted";
+  gateway_fixture owner(with_cluster(owner_c));
+  auto front_c = std::make_shared<scripted_cluster>();
+  front_c->next.to = shard_route::where::forward;
+  front_c->next.address = "127.0.0.1:" + std::to_string(owner.port());
+  gateway_fixture front(with_cluster(front_c));
+
+  http_client c(front.port());
+  auto r = c.request("POST", append_path("n1"), json_headers(acme_key, "k-1"), body);
+  CHECK(r.status == 503);
+  CHECK(r.code() == "SHARD_UNAVAILABLE");
+  CHECK(r.header("retry-after") == "1");
+  CHECK(r.header("x-factum-not-owner").empty());
+  CHECK(owner_c->forwarded_routes == 3); // the first relay and two retries
+  CHECK(front_c->refreshes == 2);
+  CHECK(owner.entity_files() == 0);
+  CHECK(front.entity_files() == 0);
+}
+
+TEST_CASE("cluster: a shard without a live owner answers 503 with Retry-After and writes "
+          "nothing, and /healthz and GET /v1/cluster say what the cluster says") {
+  auto cl = std::make_shared<scripted_cluster>();
+  cl->next.to = shard_route::where::unavailable;
+  cl->next.code = "SHARD_UNAVAILABLE";
+  cl->next.detail = "its home node is down";
+  cl->next.retry_after_ms = 2500;
+  gateway_fixture f(with_cluster(cl));
+  http_client c(f.port());
+  auto r = c.request("POST", append_path("u1"), json_headers(acme_key, "k-1"), body);
+  CHECK(r.status == 503);
+  CHECK(r.code() == "SHARD_UNAVAILABLE");
+  CHECK(r.header("retry-after") == "3");
+  CHECK(f.entity_files() == 0);
+  // Authentication and validation come first: a bad key is 401, not 503.
+  auto unauth = c.request("POST", append_path("u1"), json_headers("nope", "k-1"), body);
+  CHECK(unauth.status == 401);
+
+  auto view = c.request("GET", "/v1/cluster", {{"X-API-Key", acme_key}});
+  CHECK(view.status == 200);
+  CHECK(view.json() == json{{"cluster", "scripted"}});
+  CHECK(c.request("GET", "/v1/cluster").status == 401);
+  CHECK(c.request("GET", "/healthz").json() == json{{"status", "ok"}, {"lease", "live"}});
+  cl->lease_live = false;
+  auto h = c.request("GET", "/healthz");
+  CHECK(h.status == 503);
+  CHECK(h.code() == "CLUSTER_UNAVAILABLE");
+}
+
+TEST_CASE("cluster: without a cluster, GET /v1/cluster is 404 NOT_CLUSTERED and a client's "
+          "X-Factum-Forwarded header changes nothing") {
+  gateway_fixture f;
+  http_client c(f.port());
+  auto r = c.request("GET", "/v1/cluster", {{"X-API-Key", acme_key}});
+  CHECK(r.status == 404);
+  CHECK(r.code() == "NOT_CLUSTERED");
+  auto h = json_headers(acme_key, "k-1");
+  h.emplace_back("X-Factum-Forwarded", "99");
+  auto w = c.request("POST", append_path("s1"), h, body);
+  CHECK(w.status == 200);
+}
+
+TEST_CASE("cluster: an activation the cluster refuses creates no file, and a relayed request "
+          "for it answers NOT_OWNER to the relaying node") {
+  auto cl = std::make_shared<scripted_cluster>();
+  cl->next = local_route();
+  cl->when_forwarded = local_route();
+  cl->epoch = 0; // routed here, but the ownership check at activation says no
+  gateway_fixture f(with_cluster(cl));
+  http_client c(f.port());
+  auto r = c.request("POST", append_path("a1"), json_headers(acme_key, "k-1"), body);
+  CHECK(r.status == 503);
+  CHECK(r.code() == "SHARD_UNAVAILABLE");
+  CHECK(f.entity_files() == 0);
+  auto h = json_headers(acme_key, "k-1");
+  h.emplace_back("X-Factum-Forwarded", "7");
+  auto fwd = c.request("POST", append_path("a1"), h, body);
+  CHECK(fwd.status == 503);
+  CHECK(fwd.code() == "NOT_OWNER");
+  CHECK(fwd.header("x-factum-not-owner") == "1");
+  CHECK(f.rt().stats().activations_refused_not_owner >= 2);
+  // Once the cluster says yes, the same key runs (nothing of it was recorded).
+  cl->epoch = 7;
+  auto ok = c.request("POST", append_path("a1"), json_headers(acme_key, "k-1"), body);
+  CHECK(ok.status == 200);
+  CHECK(ok.header("idempotent-replayed").empty());
+}
+
+TEST_CASE("cluster: a commit the cluster no longer allows is fenced: 503, nothing of the batch "
+          "on disk, the entity closes, and the key runs again once the node owns it") {
+  auto cl = std::make_shared<scripted_cluster>();
+  cl->next = local_route();
+  gateway_fixture f(with_cluster(cl));
+  http_client c(f.port());
+  REQUIRE(c.request("POST", append_path("f1"), json_headers(acme_key, "k-0"), body).status == 200);
+  cl->commits_allowed = false; // e.g. the lease ran out while the entity was active
+  auto r = c.request("POST", append_path("f1"), json_headers(acme_key, "k-1"), body);
+  CHECK(r.status == 503);
+  CHECK(r.code() == "SHARD_UNAVAILABLE");
+  CHECK(f.rt().stats().fenced_writes >= 1);
+  cl->commits_allowed = true;
+  cl->epoch = 8; // taken again under a new epoch: the next activation claims it
+  auto ok = c.request("POST", append_path("f1"), json_headers(acme_key, "k-1"), body);
+  REQUIRE_MESSAGE(ok.status == 200, ok.body);
+  CHECK(ok.header("idempotent-replayed").empty());
+  auto facts = f.facts("acme", "ledger", "f1", {{"type", "invocation"}});
+  CHECK(facts.size() == 2); // k-0 and k-1 once each
+  auto metrics = c.request("GET", "/metrics").body;
+  CHECK(metrics.find("factum_cluster_fenced_writes_total 0") == std::string::npos);
+}
