@@ -3,7 +3,8 @@
 # `promtool test rules alerts_test.yml`: each alert fires on its series and stays quiet on a
 # healthy one; each has a test entry that expects it to fire), every runbook they name exists,
 # and every metric they query is on the /metrics of a real `factum serve` started here
-# (loopback, port 0, stopped by pid).
+# (loopback, port 0, stopped by pid), as a one-node cluster on an etcd started here too, so that
+# the cluster's series are there as well.
 # Usage: alerts.sh --factum PATH --source DIR
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../support/serve.sh"
@@ -17,8 +18,13 @@ done
 ops=$source/docs/ops
 tmp=$(mktemp -d)
 pid=""
+etcd_pid=""
 cleanup() {
   if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  if [ -n "$etcd_pid" ]; then
+    kill -KILL "$etcd_pid" 2>/dev/null || true
+    wait "$etcd_pid" 2>/dev/null || true
+  fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -43,9 +49,38 @@ for r in $(grep -o 'runbook_url: [^ ]*' "$ops/alerts.yml" | cut -d' ' -f2 | sort
   [ -f "$source/$r" ] || fail "runbook $r does not exist"
 done
 
-# Every metric the rules query is exposed by a real server.
+# Every metric the rules query is exposed by a real server: one node of a cluster (its etcd on
+# a random loopback port pair, tried again on another pair if etcd cannot bind; at most 5 tries).
+etcd_url=""
+for try in 1 2 3 4 5; do
+  cport=$((20000 + RANDOM % 20000))
+  pport=$((cport + 1))
+  rm -rf "$tmp/etcd"
+  etcd --name ops --data-dir "$tmp/etcd" \
+    --listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
+    --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+    --initial-cluster "ops=http://127.0.0.1:$pport" --heartbeat-interval 10 --election-timeout 100 \
+    > "$tmp/etcd.log" 2>&1 &
+  etcd_pid=$!
+  for ((i = 0; i < 200; i++)); do
+    if curl -sf -X POST "http://127.0.0.1:$cport/v3/kv/range" -d '{"key":"AA=="}' > /dev/null 2>&1; then
+      etcd_url="http://127.0.0.1:$cport"
+      break
+    fi
+    kill -0 "$etcd_pid" 2> /dev/null || break
+    sleep 0.05
+  done
+  [ -n "$etcd_url" ] && break
+  kill -KILL "$etcd_pid" 2> /dev/null || true
+  wait "$etcd_pid" 2> /dev/null || true
+  etcd_pid=""
+done
+[ -n "$etcd_url" ] || fail "etcd did not start: $(tail -5 "$tmp/etcd.log")"
+# "advertise" is where other nodes would reach this one; a one-node cluster relays nothing.
 cat > "$tmp/serve.json" <<JSON
-{"dev": true, "tenants": {"acme": {"api_keys": ["k"], "quota": {"max_bytes": 1000000000}}}}
+{"dev": true, "tenants": {"acme": {"api_keys": ["k"], "quota": {"max_bytes": 1000000000}}},
+ "cluster": {"name": "ops", "node_id": "ops1", "etcd": ["$etcd_url"],
+             "advertise": "127.0.0.1:1", "shards": 4, "lease_ttl_ms": 2000}}
 JSON
 "$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" 2> "$tmp/err.log" &
 pid=$!
