@@ -29,10 +29,6 @@ namespace {
 constexpr const char* api_key = "bench-key";
 constexpr uint32_t shards = 64;
 
-uint16_t free_port() {
-  return free_ports(1).front();
-}
-
 struct node {
   std::string id;
   uint16_t port = 0;
@@ -47,7 +43,7 @@ std::vector<node> start_nodes(int n, const std::string& factum, const std::files
   for (int i = 0; i < n; ++i) {
     auto& x = nodes[i];
     x.id = "n" + std::to_string(i + 1);
-    x.port = free_port();
+    x.port = free_ports(1).front(); // bound once and released: the node binds it
     x.dir = root / (name + "-" + x.id);
     std::filesystem::create_directories(x.dir);
     json cfg = {{"listen", "127.0.0.1:" + std::to_string(x.port)},

@@ -37,11 +37,6 @@ constexpr int nodes_n = 3;
 constexpr uint32_t shards = 16;
 constexpr int ttl_ms = 2000;
 
-/// A free loopback port (bound once and released: the node binds it again).
-uint16_t free_port() {
-  return free_ports(1).front();
-}
-
 struct node_proc {
   std::string id;
   uint16_t port = 0;
@@ -472,7 +467,7 @@ int main(int argc, char** argv) {
   };
   for (int i = 0; i < nodes_n; ++i) {
     nodes[i].id = "n" + std::to_string(i + 1);
-    nodes[i].port = free_port();
+    nodes[i].port = free_ports(1).front(); // bound once and released: the node binds it
     nodes[i].dir = tmp.path() / nodes[i].id;
     std::filesystem::create_directories(nodes[i].dir);
     if (auto e = start_node(nodes[i], "0"); !e.empty()) {
