@@ -1,0 +1,137 @@
+// node_test.cpp: the cluster node (factum/cluster/node.hpp) against a real etcd, in process:
+// what it refuses at start (another shard count, a node id that is live elsewhere), the epochs
+// it hands the runtime (epoch_for, may_commit) and the gateway (route), and what a lost lease
+// does to them. The test's thread; the nodes' polling threads and etcd (a child process) run
+// beside it.
+#include <thread>
+
+#include <doctest/doctest.h>
+
+#include "factum/cluster/etcd_client.hpp"
+#include "factum/cluster/node.hpp"
+#include "support/etcd_server.hpp"
+
+using namespace factum;
+using namespace factum::cluster;
+using namespace std::chrono_literals;
+
+namespace {
+
+node_config config_of(const test::etcd_server& etcd, const std::string& id, uint32_t shards = 8) {
+  node_config c;
+  c.name = "nodetest";
+  c.node_id = id;
+  c.etcd = {etcd.url()};
+  c.advertise = "127.0.0.1:1";
+  c.shards = shards;
+  c.lease_ttl = 1000ms;
+  c.log = [](std::string_view) {};
+  return c;
+}
+
+std::shared_ptr<node> started(node_config c) {
+  auto n = node::start(std::move(c));
+  REQUIRE_MESSAGE(n.is_ok(), n.error().to_string());
+  return *n;
+}
+
+/// Polls `cond` every 20 ms for at most `limit`.
+bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (cond())
+      return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return cond();
+}
+
+} // namespace
+
+TEST_CASE("node: a node configured with another shard count than the cluster's refuses to start") {
+  test::etcd_server etcd;
+  auto a = started(config_of(etcd, "a", 8));
+  auto b = node::start(config_of(etcd, "b", 16));
+  REQUIRE_FALSE(b.is_ok());
+  CHECK(b.error().code() == errc::conflict);
+  CHECK(b.error().message().find("\"shards\":8") != std::string::npos);
+  a->stop();
+}
+
+TEST_CASE("node: a node id that is live elsewhere is refused after one TTL, and a stopped node's "
+          "id starts again at once") {
+  test::etcd_server etcd;
+  auto a = started(config_of(etcd, "a"));
+  auto t0 = std::chrono::steady_clock::now();
+  auto twin = node::start(config_of(etcd, "a"));
+  REQUIRE_FALSE(twin.is_ok());
+  CHECK(twin.error().code() == errc::conflict);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 1000ms); // it waited for the lease first
+  a->stop();                                              // revokes the lease
+  t0 = std::chrono::steady_clock::now();
+  auto again = started(config_of(etcd, "a"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 1000ms);
+  again->stop();
+}
+
+TEST_CASE("node: the first request places a shard on a node and the epochs it hands out fence "
+          "every other epoch") {
+  test::etcd_server etcd;
+  auto a = started(config_of(etcd, "a"));
+  entity_key k{"acme", "ledger", "e1"};
+  CHECK(a->epoch_for(k).error().code() == errc::not_owner); // never used: nobody's yet
+  auto r = a->route(k, false);
+  REQUIRE(r.to == shard_route::where::local);
+  CHECK(r.epoch > 0);
+  CHECK(r.shard == a->shard_of(k));
+  auto e = a->epoch_for(k);
+  REQUIRE(e.is_ok());
+  CHECK(*e == r.epoch);
+  CHECK(a->may_commit(k, *e));
+  CHECK_FALSE(a->may_commit(k, *e + 1));
+  CHECK_FALSE(a->may_commit(k, 0));
+  // A second node routes the same entity to the first (its home), and says NOT_OWNER to a
+  // relayed request for it.
+  auto b_cfg = config_of(etcd, "b");
+  b_cfg.advertise = "127.0.0.1:2";
+  auto b = started(b_cfg);
+  auto rb = b->route(k, false);
+  CHECK(rb.to == shard_route::where::forward);
+  CHECK(rb.address == "127.0.0.1:1");
+  CHECK(rb.epoch == r.epoch);
+  auto relayed = b->route(k, true);
+  CHECK(relayed.to == shard_route::where::unavailable);
+  CHECK(relayed.code == "NOT_OWNER");
+  CHECK(b->epoch_for(k).error().code() == errc::not_owner);
+  // The home stops: its shard is unavailable from the other node, never taken over.
+  a->stop();
+  CHECK(eventually([&] { return b->route(k, false).code == "SHARD_UNAVAILABLE"; }, 5000ms));
+  CHECK(b->epoch_for(k).error().code() == errc::not_owner);
+  b->stop();
+}
+
+TEST_CASE("node: a lease etcd forgot drops every shard at once, and the node takes them back "
+          "under newer epochs") {
+  test::etcd_server etcd;
+  auto a = started(config_of(etcd, "a"));
+  entity_key k{"acme", "ledger", "e2"};
+  auto first = a->route(k, false);
+  REQUIRE(first.to == shard_route::where::local);
+  // Someone (an operator, or etcd after a long pause of the node) ends the node's lease.
+  auto c = etcd_client::make({etcd.url()});
+  REQUIRE(c.is_ok());
+  auto me = (*c)->get("/factum/nodetest/nodes/a");
+  REQUIRE(me.is_ok());
+  REQUIRE(me->has_value());
+  REQUIRE((*c)->revoke((*me)->lease).is_ok());
+  CHECK(eventually([&] { return a->stats().leases_lost >= 1; }, 5000ms));
+  CHECK_FALSE(a->may_commit(k, first.epoch)); // the old epoch is fenced
+  CHECK(eventually(
+    [&] {
+      auto e = a->epoch_for(k);
+      return e.is_ok() && *e > first.epoch;
+    },
+    5000ms));
+  CHECK(a->stats().lease_live);
+  a->stop();
+}
