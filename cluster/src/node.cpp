@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -546,6 +547,21 @@ void node::refresh(uint32_t, std::function<void()> then) {
     }
   }
   then();
+}
+
+std::vector<std::string> node::peers(std::vector<std::string>& down) const {
+  auto& p = *impl_;
+  std::lock_guard<std::mutex> g(p.mu);
+  std::vector<std::string> out;
+  for (auto& [id, address] : p.st.nodes)
+    if (id != p.cfg.node_id && !address.empty())
+      out.push_back(address);
+  std::set<std::string> homes;
+  for (auto& s : p.st.shards)
+    if (!s.home.empty() && s.home != p.cfg.node_id && !p.st.nodes.count(s.home))
+      homes.insert(s.home);
+  down.assign(homes.begin(), homes.end());
+  return out;
 }
 
 std::string node::describe() const {

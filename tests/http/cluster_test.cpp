@@ -38,6 +38,12 @@ struct scripted_cluster final : cluster_router, entity_ownership {
     ++refreshes;
     then();
   }
+  std::vector<std::string> peers(std::vector<std::string>& down) const override {
+    std::lock_guard<std::mutex> g(mu);
+    down = down_nodes;
+    return peer_addresses;
+  }
+  std::vector<std::string> peer_addresses, down_nodes; ///< what peers() answers (under mu)
   std::string describe() const override { return R"({"cluster":"scripted"})"; }
   bool healthy(std::string& why) const override {
     if (!lease_live)
@@ -224,4 +230,67 @@ TEST_CASE("cluster: a commit the cluster no longer allows is fenced: 503, nothin
   CHECK(facts.size() == 2); // k-0 and k-1 once each
   auto metrics = c.request("GET", "/metrics").body;
   CHECK(metrics.find("factum_cluster_fenced_writes_total 0") == std::string::npos);
+}
+
+TEST_CASE("cluster: GET /v1/entities lists the tenant's entities of every node, merged in order "
+          "and paged across nodes, and refuses (503) while a node that holds entities is down") {
+  auto b_c = std::make_shared<scripted_cluster>();
+  gateway_fixture b(with_cluster(b_c));
+  auto a_c = std::make_shared<scripted_cluster>();
+  a_c->peer_addresses = {"127.0.0.1:" + std::to_string(b.port())};
+  gateway_fixture a(with_cluster(a_c));
+  http_client ca(a.port()), cb(b.port());
+  int k = 0;
+  for (auto id : {"e1", "e4", "e5"})
+    REQUIRE(
+      ca.request("POST", append_path(id), json_headers(acme_key, "k" + std::to_string(k++)), body)
+        .status == 200);
+  for (auto id : {"e2", "e3", "e6"})
+    REQUIRE(
+      cb.request("POST", append_path(id), json_headers(acme_key, "k" + std::to_string(k++)), body)
+        .status == 200);
+  // globex's entity on b is not acme's.
+  REQUIRE(cb.request("POST", append_path("g1"), json_headers(globex_key, "g"), body).status == 200);
+
+  auto all = ca.request("GET", "/v1/entities", {{"X-API-Key", acme_key}});
+  REQUIRE_MESSAGE(all.status == 200, all.body);
+  std::vector<std::string> ids;
+  for (auto& e : all.json())
+    ids.push_back(e["id"].get<std::string>());
+  CHECK(ids == std::vector<std::string>{"e1", "e2", "e3", "e4", "e5", "e6"});
+  CHECK(all.header("link").empty());
+
+  // Pages of two follow the Link across both nodes, each entity once.
+  std::vector<std::string> paged;
+  std::string target = "/v1/entities?limit=2";
+  for (int pages = 0; !target.empty() && pages < 10; ++pages) {
+    auto r = ca.request("GET", target, {{"X-API-Key", acme_key}});
+    REQUIRE_MESSAGE(r.status == 200, r.body);
+    for (auto& e : r.json())
+      paged.push_back(e["id"].get<std::string>());
+    auto link = r.header("link");
+    target = link.empty() ? "" : link.substr(1, link.find('>') - 1);
+  }
+  CHECK(paged == ids);
+
+  // A relayed listing answers with the node's own entities only.
+  auto h = header_list{{"X-API-Key", acme_key}, {"X-Factum-Forwarded", "0"}};
+  CHECK(cb.request("GET", "/v1/entities", h).json().size() == 3);
+
+  {
+    std::lock_guard<std::mutex> g(a_c->mu);
+    a_c->down_nodes = {"n9"};
+  }
+  auto down = ca.request("GET", "/v1/entities", {{"X-API-Key", acme_key}});
+  CHECK(down.status == 503);
+  CHECK(down.code() == "SHARD_UNAVAILABLE");
+  CHECK(down.header("retry-after") == "1");
+  {
+    std::lock_guard<std::mutex> g(a_c->mu);
+    a_c->down_nodes.clear();
+  }
+  b.stop(); // a peer that does not answer: the listing would be incomplete
+  auto gone = ca.request("GET", "/v1/entities", {{"X-API-Key", acme_key}});
+  CHECK(gone.status == 503);
+  CHECK(gone.code() == "SHARD_UNAVAILABLE");
 }

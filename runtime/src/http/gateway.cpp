@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <ctime>
+#include <mutex>
+#include <tuple>
 
 #include "factum/storage/fact.hpp"
 #include "factum/storage/records.hpp"
@@ -543,6 +545,43 @@ void breaker_action(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
 /// GET /v1/entities: a page of the tenant's entities ({"type","id","bytes"}, in (type, id)
 /// order), optionally of one `type`, after the cursor `after` ("type/id"); a full page has a
 /// Link to the next. Read from the tenant index on a storage thread; answered from there.
+/// A listing of a tenant's entities across a cluster: this node's page and every other node's
+/// (each the first `limit` after the cursor), merged. Under `mu`: the completions run on a
+/// storage thread and the relay's I/O thread.
+struct fleet_page {
+  std::mutex mu;
+  int pending = 0;
+  json entities = json::array();
+  bool more = false;  ///< a node had a full page
+  std::string failed; ///< why a part is missing (the answer is then 503)
+};
+
+/// The merged page: the first `limit` in (type, id) order, with a Link when there may be more.
+void answer_listing(gateway& gw, const exchange_ptr& x, fleet_page& f, int64_t limit) {
+  if (!f.failed.empty()) {
+    auto r = problem(*x, 503, "SHARD_UNAVAILABLE", f.failed + "; retry");
+    r.retry_after_s = 1;
+    return finish(gw, *x, std::move(r));
+  }
+  auto& v = f.entities;
+  std::sort(v.begin(), v.end(), [](const json& a, const json& b) {
+    return std::tie(a["type"].get_ref<const std::string&>(),
+                    a["id"].get_ref<const std::string&>()) <
+           std::tie(b["type"].get_ref<const std::string&>(), b["id"].get_ref<const std::string&>());
+  });
+  if (static_cast<int64_t>(v.size()) > limit) {
+    v.erase(v.begin() + limit, v.end());
+    f.more = true;
+  }
+  http_response r;
+  r.trace_id = x->trace_id;
+  if (f.more && !v.empty())
+    r.link = next_link(*x, "after=" + v.back()["type"].get<std::string>() + "/" +
+                             v.back()["id"].get<std::string>());
+  r.body = v.dump();
+  finish(gw, *x, std::move(r));
+}
+
 void list_entities(gateway& gw, const exchange_ptr& x) {
   const http_tenant* tenant = nullptr;
   if (auto no = tenant_check(gw, *x, scope_read, tenant))
@@ -564,19 +603,53 @@ void list_entities(gateway& gw, const exchange_ptr& x) {
   }
   lq.limit = q.args.value("limit", int64_t{100});
   auto limit = lq.limit;
-  gw.rt().list_entities(tenant->name, std::move(lq), [&gw, x, limit](auto page) {
-    if (!page)
-      return refuse(gw, *x, {503, "STORAGE_UNAVAILABLE", page.error().message()});
-    json out = json::array();
-    for (auto& e : *page)
-      out.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});
-    http_response r;
-    r.trace_id = x->trace_id;
-    r.body = out.dump();
-    if (static_cast<int64_t>(page->size()) == limit && !page->empty())
-      r.link = next_link(*x, "after=" + page->back().type + "/" + page->back().id);
-    finish(gw, *x, std::move(r));
+  std::vector<std::string> peers, down;
+  if (auto* c = gw.config().cluster.get(); c && x->req.forwarded.empty() && gw.relay()) {
+    peers = c->peers(down);
+    if (!down.empty()) {
+      std::string names;
+      for (auto& d : down)
+        names += (names.empty() ? "" : ", ") + d;
+      auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
+                       "node(s) " + names + " hold entities and are down: the listing would " +
+                         "be incomplete; retry when they are back");
+      r.retry_after_s = 1;
+      return finish(gw, *x, std::move(r));
+    }
+  }
+  auto f = std::make_shared<fleet_page>();
+  f->pending = 1 + static_cast<int>(peers.size());
+  gw.rt().list_entities(tenant->name, std::move(lq), [&gw, x, f, limit](auto page) {
+    std::lock_guard<std::mutex> g(f->mu);
+    if (!page) {
+      f->failed = page.error().message();
+    } else {
+      for (auto& e : *page)
+        f->entities.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});
+      f->more = f->more || static_cast<int64_t>(page->size()) == limit;
+    }
+    if (--f->pending == 0)
+      answer_listing(gw, x, *f, limit);
   });
+  for (auto& address : peers)
+    gw.relay()->send(address, x->req, x->trace_id, 0, [&gw, x, f, limit, address](auto fr) {
+      std::lock_guard<std::mutex> g(f->mu);
+      auto page = fr.res.status == 200 ? json::parse(fr.res.body, nullptr, false) : json();
+      bool well_formed = page.is_array();
+      for (auto& e : page)
+        well_formed = well_formed && e.is_object() && e.contains("type") && e["type"].is_string() &&
+                      e.contains("id") && e["id"].is_string();
+      if (!well_formed) {
+        f->failed = "node " + address + " did not list its entities (" +
+                    (fr.res.status ? std::to_string(fr.res.status) : fr.error) + ")";
+      } else {
+        for (auto& e : page)
+          f->entities.push_back(std::move(e));
+        f->more = f->more || static_cast<int64_t>(page.size()) == limit;
+      }
+      if (--f->pending == 0)
+        answer_listing(gw, x, *f, limit);
+    });
 }
 
 // -- operational routes --

@@ -95,6 +95,7 @@ class node final : public entity_ownership, public cluster_router {
   // -- cluster_router --
   shard_route route(const entity_key& key, bool forwarded) override;
   void refresh(uint32_t shard, std::function<void()> then) override;
+  std::vector<std::string> peers(std::vector<std::string>& down) const override;
   std::string describe() const override;
   bool healthy(std::string& why) const override;
   void write_metrics(std::string& out) const override;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "factum/storage/entity_key.hpp"
 
@@ -45,6 +46,11 @@ class cluster_router {
   /// reads the cluster's state again and then runs `then` (on the cluster's thread, at the
   /// latest one poll period later; also when the node stops).
   virtual void refresh(uint32_t shard, std::function<void()> then) = 0;
+
+  /// The other nodes a listing of a tenant's entities must ask (GET /v1/entities): the
+  /// addresses of every live node but this one. `down` gets the ids of nodes that hold
+  /// entities (a shard's home) and are not live: a listing without them would be incomplete.
+  virtual std::vector<std::string> peers(std::vector<std::string>& down) const = 0;
 
   /// GET /v1/cluster: the nodes with their state, each shard's home, owner and epoch (JSON).
   virtual std::string describe() const = 0;
