@@ -10,8 +10,9 @@
 // then stops everything and checks the files offline: every acknowledged key is on disk exactly
 // once, no key appears twice, no entity has a file on two nodes, every node's files verify
 // (`factum inspect verify`: chains and owner histories), every entity file is in a shard whose
-// home is its node (`factum inspect entities --shards`), and `factum cluster status` shows
-// every node live and every used shard served by its home.
+// home is its node (`factum inspect entities --shards`), GET /v1/entities through one node
+// lists exactly the entities on all nodes' disks, and `factum cluster status` shows every node
+// live and every used shard served by its home.
 // Usage: cluster_rounds --factum PATH --vendor PATH [--seed S] [--entities N] [--keep]
 // Threads: the main thread runs the nemesis and the checks; client threads drive the load.
 #include <signal.h>
@@ -370,9 +371,31 @@ void quorum_round(etcd_server& etcd, std::vector<node_proc>& nodes, call_log& lo
     fail("quorum: the load did not resume once etcd had its quorum back");
 }
 
+/// The tenant's entities as GET /v1/entities lists them through one node (every node's, merged),
+/// page by page ("acme/TYPE/ID").
+std::set<std::string> listed_entities(uint16_t port) {
+  std::set<std::string> out;
+  http_client c(port, std::chrono::seconds(10));
+  std::string target = "/v1/entities?limit=100";
+  for (int pages = 0; !target.empty() && pages < 100; ++pages) {
+    auto r = c.request("GET", target, {{"X-API-Key", api_key}});
+    if (r.status != 200) {
+      fail("GET " + target + ": " + std::to_string(r.status) + " " + r.body);
+      break;
+    }
+    for (auto& e : r.json())
+      if (!out.insert("acme/" + e["type"].get<std::string>() + "/" + e["id"].get<std::string>())
+             .second)
+        fail("GET /v1/entities listed " + e.dump() + " twice");
+    auto link = r.header("link");
+    target = link.empty() ? "" : link.substr(1, link.find('>') - 1);
+  }
+  return out;
+}
+
 /// Every node's files: each key's facts, and which node has each entity.
-void check_files(const std::vector<node_proc>& nodes, const std::string& factum,
-                 const call_log& log) {
+std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std::string& factum,
+                                  const call_log& log) {
   std::map<std::string, int> facts_per_key;
   std::map<std::string, std::string> entity_node;
   for (auto& n : nodes) {
@@ -414,8 +437,12 @@ void check_files(const std::vector<node_proc>& nodes, const std::string& factum,
   for (auto& [key, c] : facts_per_key)
     if (c > 1)
       fail(key + " has " + std::to_string(c) + " facts");
+  std::set<std::string> entities;
+  for (auto& [key, _] : entity_node)
+    entities.insert(key);
   std::cout << "files: " << entity_node.size() << " entities, " << facts_per_key.size()
             << " keys on disk\n";
+  return entities;
 }
 
 } // namespace
@@ -513,12 +540,16 @@ int main(int argc, char** argv) {
   if (log.ok < 100)
     fail("fewer than 100 acknowledged appends: the cluster barely served");
   auto status = check_status(o.factum, etcd.url(), nodes);
+  auto listed = listed_entities(nodes.front().port);
   for (auto& n : nodes)
     if (auto e = n.proc->stop(); !e.empty())
       fail(n.id + ": " + e);
   (void)vendor.stop();
   etcd.stop();
-  check_files(nodes, o.factum, log);
+  auto on_disk = check_files(nodes, o.factum, log);
+  if (listed != on_disk)
+    fail("GET /v1/entities listed " + std::to_string(listed.size()) + " entities, the nodes' " +
+         "files hold " + std::to_string(on_disk.size()));
   check_homes(o.factum, nodes, status);
   if (o.keep)
     keep_files(tmp, "factum-cluster-rounds");
