@@ -150,11 +150,16 @@ class gateway_harness {
     for (char c : r.trace_id)
       FUZZ_CHECK(is_trace_char(c), r.trace_id);
     if (!o.call && r.status == 200) {
-      // Only the operational routes answer without the runtime.
+      // Only the operational routes and the fleet listing (read from the tenant index, which
+      // the stub keeps empty) answer without a runtime call.
       auto path = std::string_view(req.target).substr(0, req.target.find('?'));
-      FUZZ_CHECK(req.verb == "GET" && (path == "/healthz" || path == "/metrics"), req.target);
+      FUZZ_CHECK(req.verb == "GET" &&
+                   (path == "/healthz" || path == "/metrics" || path == "/v1/entities"),
+                 req.target);
       if (path == "/healthz")
         FUZZ_CHECK(r.body == R"({"status":"ok"})", r.body);
+      else if (path == "/v1/entities")
+        FUZZ_CHECK(r.body == "[]" && r.content_type == "application/json", r.body);
       else
         FUZZ_CHECK(r.content_type.rfind("text/plain", 0) == 0, r.content_type);
       return;
