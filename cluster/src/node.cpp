@@ -1,5 +1,5 @@
 // node.cpp: see factum/cluster/node.hpp. Threads: the polling thread runs tick(); route() runs
-// on the gateway's I/O threads; epoch_for/may_commit on storage threads and CAF workers. The
+// on the gateway's I/O threads; claim_for/may_commit on storage threads and CAF workers. The
 // cluster's state (`st_`) is under `mu_`; the per-shard epochs this node holds and the lease's
 // deadline are atomics, read without the mutex at every commit. etcd is reached through two
 // clients: the thread's, and `claim_` (under `claim_mu_`) for a first use of a shard in route().
@@ -100,7 +100,7 @@ struct node::impl {
 
   /// The address of node `id`: from the last poll's `nodes`, else (a node that registered
   /// since, or one that is down) read from etcd, at most once per poll period and node.
-  std::string address_of(const std::string& id, const std::map<std::string, std::string>& nodes);
+  std::string address_of(const std::string& id);
   std::map<std::string, steady::time_point> looked_up; ///< under claim_mu
 };
 
@@ -135,10 +135,12 @@ result<int64_t> node::impl::take(uint32_t k, const shard_view& seen, std::string
   return e;
 }
 
-std::string node::impl::address_of(const std::string& id,
-                                   const std::map<std::string, std::string>& nodes) {
-  if (auto it = nodes.find(id); it != nodes.end() && !it->second.empty())
-    return it->second;
+std::string node::impl::address_of(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (auto it = st.nodes.find(id); it != st.nodes.end() && !it->second.empty())
+      return it->second;
+  }
   std::lock_guard<std::mutex> cg(claim_mu);
   auto now = steady::now();
   if (auto it = looked_up.find(id); it != looked_up.end() && now - it->second < period())
@@ -449,7 +451,7 @@ uint32_t node::shard_of(const entity_key& key) const {
   return cluster::shard_of(key, impl_->cfg.shards);
 }
 
-result<int64_t> node::epoch_for(const entity_key& key) const {
+result<owner_claim> node::claim_for(const entity_key& key) const {
   auto& p = *impl_;
   if (!p.lease_live())
     return status{errc::unavailable, "this node has no live lease in etcd"};
@@ -457,13 +459,13 @@ result<int64_t> node::epoch_for(const entity_key& key) const {
   auto e = p.held[k].load(std::memory_order_acquire);
   if (e == 0)
     return status{errc::not_owner, "shard " + std::to_string(k) + " is not this node's"};
-  return e;
+  return owner_claim{e, k};
 }
 
-bool node::may_commit(const entity_key& key, int64_t epoch) const {
+bool node::may_commit(const owner_claim& c) const {
   auto& p = *impl_;
-  return epoch > 0 && p.lease_live() &&
-         p.held[shard_of(key)].load(std::memory_order_acquire) == epoch;
+  return c.epoch > 0 && c.shard < p.held.size() && p.lease_live() &&
+         p.held[c.shard].load(std::memory_order_acquire) == c.epoch;
 }
 
 const std::string& node::node_id() const {
@@ -491,16 +493,14 @@ shard_route node::route(const entity_key& key, bool forwarded) {
     return r; // local
   }
   shard_view s;
-  std::map<std::string, std::string> nodes;
   {
     std::lock_guard<std::mutex> g(p.mu);
     s = p.st.shards[k];
-    nodes = p.st.nodes;
   }
   auto to_node = [&](const std::string& id, int64_t epoch) {
     if (forwarded)
       return unavailable("NOT_OWNER", "shard " + std::to_string(k) + " is not this node's");
-    auto address = p.address_of(id, nodes);
+    auto address = p.address_of(id);
     if (address.empty())
       return unavailable("SHARD_UNAVAILABLE", "shard " + std::to_string(k) + " lives on node " +
                                                 id + ", which is down; retry when it is back");
@@ -513,9 +513,12 @@ shard_route node::route(const entity_key& key, bool forwarded) {
     return to_node(s.owner, s.epoch);
   std::string home = s.home;
   if (home.empty()) {
-    std::vector<std::string> live;
-    for (auto& [id, _] : nodes)
-      live.push_back(id);
+    std::vector<std::string> live; // a shard's first request only: the rest find its home
+    {
+      std::lock_guard<std::mutex> g(p.mu);
+      for (auto& [id, _] : p.st.nodes)
+        live.push_back(id);
+    }
     home = rendezvous_owner(k, live);
     if (home.empty())
       home = p.cfg.node_id;
@@ -583,9 +586,9 @@ bool node::healthy(std::string& why) const {
   return false;
 }
 
-node_stats node::stats() const {
+cluster_stats node::stats() const {
   auto& p = *impl_;
-  node_stats s;
+  cluster_stats s;
   s.lease_live = p.lease_live();
   s.renewals = p.renewals.load();
   s.renewal_failures = p.renewal_failures.load();
@@ -598,33 +601,6 @@ node_stats node::stats() const {
   std::lock_guard<std::mutex> g(p.mu);
   s.nodes_live = p.st.nodes.size();
   return s;
-}
-
-void node::write_metrics(std::string& out) const {
-  auto s = stats();
-  auto metric = [&](const char* name, const char* type, const char* help, double v) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
-           name + " " + std::to_string(v) + "\n";
-  };
-  metric("factum_cluster_lease_live", "gauge", "1 while this node holds a live lease in etcd.",
-         s.lease_live ? 1 : 0);
-  metric("factum_cluster_lease_renewals_total", "counter", "Lease keep-alives etcd answered.",
-         static_cast<double>(s.renewals));
-  metric("factum_cluster_lease_renewal_failures_total", "counter",
-         "Lease keep-alives etcd did not answer.", static_cast<double>(s.renewal_failures));
-  metric("factum_cluster_lease_renewal_seconds_sum", "counter",
-         "Time of the answered keep-alives (divide by the renewals for the mean).",
-         static_cast<double>(s.renewal_us_sum) / 1e6);
-  metric("factum_cluster_leases_lost_total", "counter",
-         "Times etcd no longer knew this node's lease (it had stopped renewing, e.g. paused).",
-         static_cast<double>(s.leases_lost));
-  metric("factum_cluster_shard_acquisitions_total", "counter",
-         "Shards this node acquired (each under a new epoch).",
-         static_cast<double>(s.acquisitions));
-  metric("factum_cluster_shards_owned", "gauge", "Shards this node serves now.",
-         static_cast<double>(s.shards_owned));
-  metric("factum_cluster_nodes_live", "gauge", "Nodes registered in etcd with a live lease.",
-         static_cast<double>(s.nodes_live));
 }
 
 } // namespace factum::cluster

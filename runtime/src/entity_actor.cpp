@@ -43,6 +43,7 @@ struct entity_core {
   int64_t released_on_open = 0;
   sync_ticketer tickets; ///< numbers every sync of this entity's WAL (output_gate.hpp)
   tenant_meter meter;    ///< this entity's part of its tenant's usage (tenant_quotas.hpp)
+  owner_claim claim;     ///< cluster mode: what this activation claimed its file under
 };
 
 enum class phase { waiting_slot, opening, ready, closing };
@@ -126,7 +127,7 @@ void actor_port::turn_answered(queued& item, call_reply r) {
   auto& s = self_->state;
   if (!r.ok) {
     s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
-    if (r.code == "NOT_OWNER" && !s.fenced) { // the store's fence refused the turn's writes
+    if (!s.fenced && s.core->store->fenced()) { // the store's fence refused the turn's writes
       s.fenced = true;
       s.rt->stats.fenced_writes.fetch_add(1, std::memory_order_relaxed);
     }
@@ -204,28 +205,29 @@ void handle_quarantine(self_ptr self) {
 
 // -- cluster ownership --------------------------------------------------------------------------
 
-/// The epoch this node may open `key` under (0: a node alone), or NOT_OWNER. Any thread.
-result<int64_t> owner_epoch_for(runtime_core& rt, const entity_key& key) {
+/// The claim this node may open `key` under (epoch 0: a node alone), or NOT_OWNER. Any thread.
+result<owner_claim> owner_claim_for(runtime_core& rt, const entity_key& key) {
   if (!rt.cfg.ownership)
-    return int64_t{0};
-  auto e = rt.cfg.ownership->epoch_for(key);
-  if (!e) {
+    return owner_claim{};
+  auto c = rt.cfg.ownership->claim_for(key);
+  if (!c) {
     rt.stats.activations_refused_not_owner.fetch_add(1, std::memory_order_relaxed);
-    return status{errc::not_owner, e.error().message()};
+    return status{errc::not_owner, c.error().message()};
   }
-  return e;
+  return c;
 }
 
 /// Commits the store's batch if this node still owns the entity under the store's claim (the
 /// lease is live and the shard not taken again: entity_ownership::may_commit); else rolls the
 /// batch back and answers NOT_OWNER. The store's own check (inside the transaction) stays the
 /// fence; this one stops a node that outlived its lease. The actor's or a storage thread.
-status owned_commit(runtime_core& rt, const entity_key& key, entity_store& store) {
-  if (rt.cfg.ownership && !rt.cfg.ownership->may_commit(key, store.owner_epoch())) {
+status owned_commit(runtime_core& rt, entity_core& core) {
+  auto& store = *core.store;
+  if (rt.cfg.ownership && !rt.cfg.ownership->may_commit(core.claim)) {
     (void)store.rollback();
     return {errc::not_owner,
             "this node no longer owns the entity (its lease or its shard's epoch " +
-              std::to_string(store.owner_epoch()) + " is gone)"};
+              std::to_string(core.claim.epoch) + " is gone)"};
   }
   return store.commit();
 }
@@ -275,7 +277,7 @@ void start_commit(self_ptr self) {
     auto seq = store.last_seq();
     auto facts = static_cast<uint64_t>(seq - s.committed_seq);
     auto turns = std::exchange(marks.turns, 0);
-    if (auto st = owned_commit(*s.rt, s.key, store); !st) {
+    if (auto st = owned_commit(*s.rt, *s.core); !st) {
       commit_failed(self, s.batch, st);
       handle_quarantine(self);
       pump(self); // nothing comes back to resume this entity
@@ -329,7 +331,7 @@ void start_commit(self_ptr self) {
         (void)core->store->rollback();
     }
     if (st)
-      st = owned_commit(*rt, key, *core->store);
+      st = owned_commit(*rt, *core);
     sync_report rep;
     if (st) {
       rep = core->tickets.run(0, [&] { return core->store->sync(); });
@@ -603,16 +605,17 @@ void start_open(self_ptr self) {
   bool create = std::any_of(s.queue.begin(), s.queue.end(), creates_file);
   rt->pool.post([core, rt, key, key_str, me, opts, create] {
     // Cluster mode: only the shard's owner opens (or creates) the file, and claims it.
-    auto epoch = owner_epoch_for(*rt, key);
-    status st = epoch ? rt->resync_if_suspect(*opts, key, key_str) : epoch.error();
+    auto claim = owner_claim_for(*rt, key);
+    status st = claim ? rt->resync_if_suspect(*opts, key, key_str) : claim.error();
     if (st) {
+      core->claim = *claim;
       store_options claiming;
-      if (*epoch > 0) { // the open claims the file (a newer owner's file refuses: NOT_OWNER)
+      if (claim->epoch > 0) { // the open claims the file (a newer owner's file refuses: NOT_OWNER)
         claiming = *opts;
-        claiming.owner_epoch = *epoch;
+        claiming.owner_epoch = claim->epoch;
         claiming.owner_node = rt->cfg.ownership->node_id();
       }
-      auto r = open_store(rt, *epoch > 0 ? claiming : *opts, key, create, core->meter);
+      auto r = open_store(rt, claim->epoch > 0 ? claiming : *opts, key, create, core->meter);
       if (!r && r.error().code() == errc::not_owner)
         rt->stats.activations_refused_not_owner.fetch_add(1, std::memory_order_relaxed);
       if (r) {

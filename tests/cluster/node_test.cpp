@@ -1,6 +1,6 @@
 // node_test.cpp: the cluster node (factum/cluster/node.hpp) against a real etcd, in process:
 // what it refuses at start (another shard count, a node id that is live elsewhere), the epochs
-// it hands the runtime (epoch_for, may_commit) and the gateway (route), and what a lost lease
+// it hands the runtime (claim_for, may_commit) and the gateway (route), and what a lost lease
 // does to them. The test's thread; the nodes' polling threads and etcd (a child process) run
 // beside it.
 #include <thread>
@@ -79,17 +79,18 @@ TEST_CASE("node: the first request places a shard on a node and the epochs it ha
   test::etcd_server etcd;
   auto a = started(config_of(etcd, "a"));
   entity_key k{"acme", "ledger", "e1"};
-  CHECK(a->epoch_for(k).error().code() == errc::not_owner); // never used: nobody's yet
+  CHECK(a->claim_for(k).error().code() == errc::not_owner); // never used: nobody's yet
   auto r = a->route(k, false);
   REQUIRE(r.to == shard_route::where::local);
   CHECK(r.epoch > 0);
   CHECK(r.shard == a->shard_of(k));
-  auto e = a->epoch_for(k);
-  REQUIRE(e.is_ok());
-  CHECK(*e == r.epoch);
-  CHECK(a->may_commit(k, *e));
-  CHECK_FALSE(a->may_commit(k, *e + 1));
-  CHECK_FALSE(a->may_commit(k, 0));
+  auto c = a->claim_for(k);
+  REQUIRE(c.is_ok());
+  CHECK(c->epoch == r.epoch);
+  CHECK(c->shard == r.shard);
+  CHECK(a->may_commit(*c));
+  CHECK_FALSE(a->may_commit({c->epoch + 1, c->shard}));
+  CHECK_FALSE(a->may_commit({0, c->shard}));
   // A second node routes the same entity to the first (its home), and says NOT_OWNER to a
   // relayed request for it.
   auto b_cfg = config_of(etcd, "b");
@@ -102,11 +103,11 @@ TEST_CASE("node: the first request places a shard on a node and the epochs it ha
   auto relayed = b->route(k, true);
   CHECK(relayed.to == shard_route::where::unavailable);
   CHECK(relayed.code == "NOT_OWNER");
-  CHECK(b->epoch_for(k).error().code() == errc::not_owner);
+  CHECK(b->claim_for(k).error().code() == errc::not_owner);
   // The home stops: its shard is unavailable from the other node, never taken over.
   a->stop();
   CHECK(eventually([&] { return b->route(k, false).code == "SHARD_UNAVAILABLE"; }, 5000ms));
-  CHECK(b->epoch_for(k).error().code() == errc::not_owner);
+  CHECK(b->claim_for(k).error().code() == errc::not_owner);
   b->stop();
 }
 
@@ -125,11 +126,11 @@ TEST_CASE("node: a lease etcd forgot drops every shard at once, and the node tak
   REQUIRE(me->has_value());
   REQUIRE((*c)->revoke((*me)->lease).is_ok());
   CHECK(eventually([&] { return a->stats().leases_lost >= 1; }, 5000ms));
-  CHECK_FALSE(a->may_commit(k, first.epoch)); // the old epoch is fenced
+  CHECK_FALSE(a->may_commit({first.epoch, first.shard})); // the old epoch is fenced
   CHECK(eventually(
     [&] {
-      auto e = a->epoch_for(k);
-      return e.is_ok() && *e > first.epoch;
+      auto c = a->claim_for(k);
+      return c.is_ok() && c->epoch > first.epoch;
     },
     5000ms));
   CHECK(a->stats().lease_live);

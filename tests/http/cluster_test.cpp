@@ -24,7 +24,7 @@ struct scripted_cluster final : cluster_router, entity_ownership {
   shard_route next;           ///< what route() answers to a client's request
   shard_route when_forwarded; ///< what route() answers to a relayed request
   std::atomic<int> routes{0}, forwarded_routes{0}, refreshes{0};
-  std::atomic<int64_t> epoch{7}; ///< epoch_for's answer (0: NOT_OWNER)
+  std::atomic<int64_t> epoch{7}; ///< claim_for's epoch (0: NOT_OWNER)
   std::atomic<bool> commits_allowed{true};
   std::atomic<bool> lease_live{true};
   std::string id = "n-test";
@@ -50,15 +50,20 @@ struct scripted_cluster final : cluster_router, entity_ownership {
       why = "no lease (scripted)";
     return lease_live;
   }
-  void write_metrics(std::string& out) const override { out += "factum_cluster_scripted 1\n"; }
+  cluster_stats stats() const override {
+    cluster_stats s;
+    s.lease_live = lease_live;
+    s.shards_owned = 3;
+    return s;
+  }
 
-  result<int64_t> epoch_for(const entity_key&) const override {
+  result<owner_claim> claim_for(const entity_key&) const override {
     if (epoch.load() == 0)
       return status{errc::not_owner, "scripted: not this node's"};
-    return epoch.load();
+    return owner_claim{epoch.load(), 0};
   }
-  bool may_commit(const entity_key&, int64_t e) const override {
-    return commits_allowed && e == epoch.load();
+  bool may_commit(const owner_claim& c) const override {
+    return commits_allowed && c.epoch == epoch.load();
   }
   const std::string& node_id() const override { return id; }
 };
@@ -114,7 +119,7 @@ TEST_CASE("cluster: a request is relayed to the owner node, and the owner serves
   CHECK(bad.status == 422);
   auto metrics = c.request("GET", "/metrics").body;
   CHECK(metrics.find("factum_cluster_forwarded_total{outcome=\"ok\"} 4") != std::string::npos);
-  CHECK(metrics.find("factum_cluster_scripted 1") != std::string::npos);
+  CHECK(metrics.find("\nfactum_cluster_shards_owned 3\n") != std::string::npos);
 }
 
 TEST_CASE("cluster: an owner that says NOT_OWNER makes the relaying node refresh and route "

@@ -688,27 +688,6 @@ void get_cluster(gateway& gw, const exchange_ptr& x) {
   finish(gw, *x, std::move(r));
 }
 
-/// The gateway's and the runtime's part of the cluster metrics.
-void append_relay_metrics(gateway& gw, const runtime_stats& st, std::string& out) {
-  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  out += "# HELP factum_cluster_forwarded_total Requests this node relayed to the entity's owner, "
-         "by outcome (ok: the owner answered; not_owner: it refused, retried; failed: no "
-         "answer).\n# TYPE factum_cluster_forwarded_total counter\n";
-  out += "factum_cluster_forwarded_total{outcome=\"ok\"} " + std::to_string(ld(gw.forwarded_ok)) +
-         "\nfactum_cluster_forwarded_total{outcome=\"not_owner\"} " +
-         std::to_string(ld(gw.forwarded_not_owner)) +
-         "\nfactum_cluster_forwarded_total{outcome=\"failed\"} " +
-         std::to_string(ld(gw.forwarded_failed)) + "\n";
-  out += "# HELP factum_cluster_fenced_writes_total Commits refused because this node no longer "
-         "owned the entity (lease run out, or a newer epoch in the file).\n"
-         "# TYPE factum_cluster_fenced_writes_total counter\nfactum_cluster_fenced_writes_total " +
-         std::to_string(st.fenced_writes) + "\n";
-  out += "# HELP factum_cluster_activations_refused_total Activations refused because the "
-         "entity's shard is not this node's.\n# TYPE factum_cluster_activations_refused_total "
-         "counter\nfactum_cluster_activations_refused_total " +
-         std::to_string(st.activations_refused_not_owner) + "\n";
-}
-
 /// GET /metrics: the Prometheus text of the gateway's and the runtime's counters.
 void get_metrics(gateway& gw, const exchange_ptr& x) {
   if (auto no = no_query(*x))
@@ -716,12 +695,7 @@ void get_metrics(gateway& gw, const exchange_ptr& x) {
   http_response r;
   r.trace_id = x->trace_id;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  auto stats = gw.rt().stats();
-  r.body = gw.metrics().render(stats);
-  if (auto* c = gw.config().cluster.get()) {
-    c->write_metrics(r.body);
-    append_relay_metrics(gw, stats, r.body);
-  }
+  r.body = gw.metrics_text();
   finish(gw, *x, std::move(r));
 }
 
@@ -845,7 +819,8 @@ void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
     d.address, x->req, x->trace_id, d.epoch, [&gw, x, shard = d.shard](forwarded_reply fr) {
       bool unsent = fr.failed != client::failure::none && !fr.maybe_sent;
       if (fr.not_owner || unsent) {
-        (fr.not_owner ? gw.forwarded_not_owner : gw.forwarded_failed).fetch_add(1);
+        (fr.not_owner ? gw.metrics().forwarded_not_owner : gw.metrics().forwarded_failed)
+          .fetch_add(1);
         if (x->relays <= 2)
           return gw.config().cluster->refresh(shard, [&gw, x] { dispatch_entity(gw, x); });
         auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
@@ -854,14 +829,14 @@ void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
         return finish(gw, *x, std::move(r));
       }
       if (fr.failed != client::failure::none) {
-        gw.forwarded_failed.fetch_add(1);
+        gw.metrics().forwarded_failed.fetch_add(1);
         auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
                          "the entity's owner did not answer (" + fr.error +
                            "); retry with the same Idempotency-Key");
         r.retry_after_s = 1;
         return finish(gw, *x, std::move(r));
       }
-      gw.forwarded_ok.fetch_add(1);
+      gw.metrics().forwarded_ok.fetch_add(1);
       fr.res.trace_id = x->trace_id;
       finish(gw, *x, std::move(fr.res));
     });
@@ -889,6 +864,13 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x) {
 
 gateway::~gateway() {
   stop_relay();
+}
+
+std::string gateway::metrics_text() const {
+  if (!cfg_.cluster)
+    return metrics_.render(rt_.stats());
+  auto c = cfg_.cluster->stats();
+  return metrics_.render(rt_.stats(), &c);
 }
 
 void gateway::stop_relay() {

@@ -113,12 +113,10 @@ class gateway {
   runtime& rt() { return rt_; }
   /// Cluster mode: the link to the other nodes (null without a cluster).
   forwarder* relay() { return relay_.get(); }
+  /// GET /metrics: the gateway's, the runtime's and (in a cluster) the cluster's series.
+  std::string metrics_text() const;
   /// Stops relaying (answers what is in flight); before the I/O threads stop.
   void stop_relay();
-
-  /// Relayed requests by outcome: answered by the owner, refused NOT_OWNER (retried), failed
-  /// without an answer.
-  std::atomic<uint64_t> forwarded_ok{0}, forwarded_not_owner{0}, forwarded_failed{0};
 
  private:
   runtime& rt_;

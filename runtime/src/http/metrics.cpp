@@ -141,8 +141,49 @@ void http_metrics::render_requests(std::string& out) const {
                 static_cast<int64_t>(classes[c]));
 }
 
+/// The cluster's series: the node's lease and shards, relays, and the runtime's fenced writes.
+void http_metrics::render_cluster(std::string& out, const runtime_stats& rt,
+                                  const cluster_stats& c) const {
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  metric(out, "factum_cluster_lease_live", "gauge", "1 while this node holds a live lease in etcd.",
+         c.lease_live ? 1 : 0);
+  metric(out, "factum_cluster_lease_renewals_total", "counter", "Lease keep-alives etcd answered.",
+         c.renewals);
+  metric(out, "factum_cluster_lease_renewal_failures_total", "counter",
+         "Lease keep-alives etcd did not answer.", c.renewal_failures);
+  header(out, "factum_cluster_lease_renewal_seconds_sum", "counter",
+         "Time of the answered keep-alives (divide by the renewals for the mean).");
+  out += "factum_cluster_lease_renewal_seconds_sum " +
+         std::to_string(static_cast<double>(c.renewal_us_sum) / 1e6) + '\n';
+  metric(out, "factum_cluster_leases_lost_total", "counter",
+         "Times etcd no longer knew this node's lease (it had stopped renewing, e.g. paused).",
+         c.leases_lost);
+  metric(out, "factum_cluster_shard_acquisitions_total", "counter",
+         "Shards this node acquired (each under a new epoch).", c.acquisitions);
+  metric(out, "factum_cluster_shards_owned", "gauge", "Shards this node serves now.",
+         c.shards_owned);
+  metric(out, "factum_cluster_nodes_live", "gauge", "Nodes registered in etcd with a live lease.",
+         c.nodes_live);
+  header(out, "factum_cluster_forwarded_total", "counter",
+         "Requests this node relayed to the entity's owner, by outcome (ok: the owner answered; "
+         "not_owner: it refused, retried; failed: no answer).");
+  labeled(out, "factum_cluster_forwarded_total", {{"outcome", "ok"}},
+          static_cast<int64_t>(ld(forwarded_ok)));
+  labeled(out, "factum_cluster_forwarded_total", {{"outcome", "not_owner"}},
+          static_cast<int64_t>(ld(forwarded_not_owner)));
+  labeled(out, "factum_cluster_forwarded_total", {{"outcome", "failed"}},
+          static_cast<int64_t>(ld(forwarded_failed)));
+  metric(out, "factum_cluster_fenced_writes_total", "counter",
+         "Commits refused because this node no longer owned the entity (lease run out, or a "
+         "newer epoch in the file).",
+         rt.fenced_writes);
+  metric(out, "factum_cluster_activations_refused_total", "counter",
+         "Activations refused because the entity's shard is not this node's.",
+         rt.activations_refused_not_owner);
+}
+
 /// Long for a reason: one statement per metric, in the order /metrics lists them.
-std::string http_metrics::render(const runtime_stats& rt) const {
+std::string http_metrics::render(const runtime_stats& rt, const cluster_stats* cluster) const {
   std::string out;
   out.reserve(8192);
   // -- HTTP --
@@ -259,6 +300,8 @@ std::string http_metrics::render(const runtime_stats& rt) const {
          "Calls never run because their caller had been answered 504 while they waited.",
          rt.calls_dropped);
   render_tenants(out, rt);
+  if (cluster)
+    render_cluster(out, rt, *cluster);
   return out;
 }
 

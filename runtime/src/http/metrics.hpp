@@ -14,6 +14,7 @@
 #include <string_view>
 #include <utility>
 
+#include "factum/runtime/cluster_router.hpp"
 #include "factum/runtime/runtime.hpp"
 
 namespace factum::http {
@@ -41,12 +42,17 @@ class http_metrics {
   std::atomic<uint64_t> connections_refused{0};
   /// Requests read and not yet answered (gauge).
   std::atomic<int64_t> in_flight{0};
+  /// Cluster mode: requests relayed to the entity's owner, by outcome: answered by the owner,
+  /// refused NOT_OWNER (retried), failed without an answer.
+  std::atomic<uint64_t> forwarded_ok{0}, forwarded_not_owner{0}, forwarded_failed{0};
 
-  /// The whole exposition: gateway counters plus the runtime's.
-  std::string render(const runtime_stats& rt) const;
+  /// The whole exposition: gateway counters plus the runtime's, plus the cluster's when
+  /// `cluster` is given (cluster mode).
+  std::string render(const runtime_stats& rt, const cluster_stats* cluster = nullptr) const;
 
  private:
   void render_requests(std::string& out) const;
+  void render_cluster(std::string& out, const runtime_stats& rt, const cluster_stats& c) const;
 
   mutable std::mutex mu_;
   /// (route label, status) -> requests. Route labels are of static storage (the route table's).

@@ -527,7 +527,7 @@ void http_server::stop() {
 }
 
 std::string http_server::metrics_text() const {
-  return impl_->gw.metrics().render(impl_->gw.rt().stats());
+  return impl_->gw.metrics_text();
 }
 
 } // namespace factum

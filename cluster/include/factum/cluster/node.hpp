@@ -61,19 +61,6 @@ struct node_config {
   std::function<void(std::string_view)> log;
 };
 
-/// Counters for /metrics (monotonic unless said otherwise).
-struct node_stats {
-  bool lease_live = false; ///< gauge
-  uint64_t renewals = 0;   ///< keep-alives etcd answered
-  uint64_t renewal_failures = 0;
-  uint64_t renewal_us_sum = 0; ///< time of the answered keep-alives
-  uint64_t leases_lost = 0;    ///< times the lease expired under the node
-  uint64_t acquisitions = 0;   ///< shards acquired (each one a new epoch)
-  uint64_t shards_owned = 0;   ///< gauge
-  uint64_t nodes_live = 0;     ///< gauge
-  uint64_t polls_failed = 0;   ///< reads of the cluster's state etcd did not answer
-};
-
 class node final : public entity_ownership, public cluster_router {
  public:
   /// Checks the config, creates or reads the cluster's config in etcd, waits for a previous
@@ -88,8 +75,8 @@ class node final : public entity_ownership, public cluster_router {
   ~node() override;
 
   // -- entity_ownership --
-  result<int64_t> epoch_for(const entity_key& key) const override;
-  bool may_commit(const entity_key& key, int64_t epoch) const override;
+  result<owner_claim> claim_for(const entity_key& key) const override;
+  bool may_commit(const owner_claim& claim) const override;
   const std::string& node_id() const override;
 
   // -- cluster_router --
@@ -98,11 +85,10 @@ class node final : public entity_ownership, public cluster_router {
   std::vector<std::string> peers(std::vector<std::string>& down) const override;
   std::string describe() const override;
   bool healthy(std::string& why) const override;
-  void write_metrics(std::string& out) const override;
+  cluster_stats stats() const override;
 
   /// The shard of `key` in this cluster.
   uint32_t shard_of(const entity_key& key) const;
-  node_stats stats() const;
 
   struct impl;
   explicit node(std::unique_ptr<impl> p);

@@ -33,6 +33,19 @@ struct shard_route {
   int64_t retry_after_ms = 1'000;
 };
 
+/// A cluster node's counters, for /metrics (monotonic unless said otherwise).
+struct cluster_stats {
+  bool lease_live = false; ///< gauge
+  uint64_t renewals = 0;   ///< keep-alives etcd answered
+  uint64_t renewal_failures = 0;
+  uint64_t renewal_us_sum = 0; ///< time of the answered keep-alives
+  uint64_t leases_lost = 0;    ///< times the lease expired under the node
+  uint64_t acquisitions = 0;   ///< shards acquired (each one a new epoch)
+  uint64_t shards_owned = 0;   ///< gauge
+  uint64_t nodes_live = 0;     ///< gauge
+  uint64_t polls_failed = 0;   ///< reads of the cluster's state etcd did not answer
+};
+
 /// The cluster as the gateway sees it.
 class cluster_router {
  public:
@@ -58,8 +71,8 @@ class cluster_router {
   /// /healthz: whether this node holds a live lease; `why` says what is wrong when not.
   virtual bool healthy(std::string& why) const = 0;
 
-  /// Appends the cluster's metrics (Prometheus text exposition) to `out`.
-  virtual void write_metrics(std::string& out) const = 0;
+  /// The node's counters (the gateway renders them in /metrics).
+  virtual cluster_stats stats() const = 0;
 };
 
 } // namespace factum

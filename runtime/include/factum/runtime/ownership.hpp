@@ -4,11 +4,11 @@
 // from its etcd lease and the shards it holds.
 //
 // Two checks, one per failure they guard against:
-// - At activation the runtime asks epoch_for(key) and claims the entity's file under that epoch
+// - At activation the runtime asks claim_for(key) and claims the entity's file under its epoch
 //   (entity_store::claim_owner): a file claimed by a newer owner refuses it, and every write
 //   transaction of the store then checks, inside the transaction, that the file's epoch is still
 //   its claim. That is the fence: it needs no clock, and holds whatever the lease says.
-// - Before each commit the runtime asks may_commit(key, epoch): false once the node's lease may
+// - Before each commit the runtime asks may_commit(claim): false once the node's lease may
 //   have run out or the shard was taken again under another epoch. That makes a node that was
 //   paused past its lease refuse the writes it had queued, instead of committing them while a
 //   new owner may already serve the entity (liveness of the single-owner rule; the fence above
@@ -24,18 +24,26 @@
 
 namespace factum {
 
+/// What an activation holds: the epoch its file was claimed under, and the entity's shard (the
+/// cluster's own number for it), kept so that the check before each commit need not derive the
+/// shard from the key again.
+struct owner_claim {
+  int64_t epoch = 0;
+  uint32_t shard = 0;
+};
+
 /// The cluster's answer to "may this node own this entity now" (runtime_config::ownership).
 class entity_ownership {
  public:
   virtual ~entity_ownership() = default;
 
-  /// The epoch under which this node owns `key`'s shard now (> 0), or NOT_OWNER (another node
-  /// owns it, or nobody does) or UNAVAILABLE (this node has no live lease). Must not block.
-  virtual result<int64_t> epoch_for(const entity_key& key) const = 0;
+  /// The claim under which this node owns `key`'s shard now (epoch > 0), or NOT_OWNER (another
+  /// node owns it, or nobody does) or UNAVAILABLE (this node has no live lease). Must not block.
+  virtual result<owner_claim> claim_for(const entity_key& key) const = 0;
 
-  /// Whether a commit of `key` made under `epoch` may happen now: the lease is live and the
-  /// shard is still held under `epoch`. Must not block; called before every commit.
-  virtual bool may_commit(const entity_key& key, int64_t epoch) const = 0;
+  /// Whether a commit made under `claim` may happen now: the lease is live and the shard is
+  /// still held under the claim's epoch. Must not block; called before every commit.
+  virtual bool may_commit(const owner_claim& claim) const = 0;
 
   /// This node's id (recorded with each claim in the entity file's owner history).
   virtual const std::string& node_id() const = 0;
