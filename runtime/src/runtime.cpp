@@ -560,18 +560,11 @@ caf::actor spawn_alarm_scheduler(runtime_core* rt) {
 
 // -- facade -------------------------------------------------------------------------------------
 
-struct runtime::impl {
-  std::unique_ptr<runtime_core> core;
-  int lock_fd = -1; ///< holds DATA/runtime/LOCK: closed last, also by a start that fails
-  std::atomic<bool> stopped{false};
-  std::mutex stop_mu;
-  std::vector<std::string> start_notes;
-  ~impl() {
-    core.reset();
-    if (lock_fd >= 0)
-      ::close(lock_fd);
-  }
-};
+runtime::impl::~impl() {
+  core.reset();
+  if (lock_fd >= 0)
+    ::close(lock_fd);
+}
 
 runtime::runtime(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 

@@ -314,5 +314,20 @@ caf::actor spawn_timer(runtime_core* rt);
 
 } // namespace factum::detail
 
+namespace factum {
+
+/// The facade's state: the core, and what start() and stop() keep of their own. Its members
+/// are defined in runtime.cpp, and the shard moves' in entity_moves.cpp.
+struct runtime::impl {
+  std::unique_ptr<detail::runtime_core> core;
+  int lock_fd = -1; ///< holds DATA/runtime/LOCK: closed last, also by a start that fails
+  std::atomic<bool> stopped{false};
+  std::mutex stop_mu;
+  std::vector<std::string> start_notes;
+  ~impl(); ///< frees the core, then releases the data directory
+};
+
+} // namespace factum
+
 // The sink crosses actors only inside one process (it is never serialised).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<factum::detail::reply_sink>)

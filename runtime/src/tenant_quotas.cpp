@@ -1,9 +1,11 @@
 // tenant_quotas.cpp: per-tenant quotas (see tenant_quotas.hpp): the accounts, the group-committed
-// writes of the tenant index, the counting of creations and the measuring of entity files.
+// writes of the tenant index, the counting of creations and the measuring of entity files, and
+// the counting of files a shard move adopts or forgets.
 //
 // Threads: start and stop on the thread that starts or stops the runtime; accounts and the
-// index queue under tenant_directory::mu from any thread; open_creating and measure_closed on
-// storage threads (they may wait for an index write); the other measures on an entity's actor.
+// index queue under tenant_directory::mu from any thread; open_creating, measure_closed and the
+// moves' counts on storage threads (they may wait for an index write); the other measures on an
+// entity's actor.
 #include "tenant_quotas.hpp"
 
 #include <filesystem>
@@ -383,6 +385,73 @@ std::optional<call_reply> refuse_write(runtime_core& rt, const tenant_meter& met
   e.details = {
     {"quota", "max_bytes"}, {"tenant", a.name}, {"used", used}, {"limit", *a.quota.max_bytes}};
   return call_reply::failure(e);
+}
+
+// -- moves --------------------------------------------------------------------------------------
+
+result<adopted_row> index_adopted(runtime_core& rt, const entity_key& key, int64_t bytes) {
+  adopted_row row;
+  auto path = key.file_path(rt.cfg.data_dir);
+  std::error_code ec;
+  row.had_file = fs::exists(path, ec);
+  row.old_bytes = row.had_file ? entity_disk_bytes(path) : 0;
+  row.bytes = bytes;
+  auto has = between_writes(rt, [&](tenant_index* ix) {
+    return ix ? ix->contains(key) : result<bool>(status{errc::unavailable, "index closed"});
+  });
+  if (!has)
+    return has.error();
+  row.had_row = *has;
+  // A new row is durable before the file is in place (the index never misses a file); bytes
+  // are not (a rescan after an unclean stop corrects them).
+  auto change = row.had_row ? tenant_index_change{tenant_index_change::kind::set_bytes, key, bytes}
+                            : tenant_index_change{tenant_index_change::kind::add, key, bytes};
+  if (auto st = write_tenant_index(rt, std::move(change), !row.had_row); !st)
+    return st;
+  return row;
+}
+
+void settle_adopted(runtime_core& rt, const entity_key& key, const adopted_row& row, bool placed) {
+  if (!placed) {
+    // A failed write leaves the row as it is now: counted (or sized) until the next start rescans.
+    if (row.had_row)
+      (void)write_tenant_index(rt, {tenant_index_change::kind::set_bytes, key, row.old_bytes},
+                               false);
+    else
+      (void)write_tenant_index(rt, {tenant_index_change::kind::remove, key, 0}, false);
+    return;
+  }
+  // The account counts the files there are (a row without a file, which a forget that failed
+  // half-way leaves, was uncounted with the file).
+  auto* acct = tenant_account_of(rt, key.tenant);
+  if (!row.had_file) {
+    std::lock_guard<std::mutex> g(rt.tenants.mu);
+    acct->entities.fetch_add(1, std::memory_order_relaxed);
+  }
+  acct->bytes.fetch_add(row.bytes - row.old_bytes, std::memory_order_relaxed);
+}
+
+status uncount_forgotten(runtime_core& rt, const entity_key& key, bool had_file,
+                         int64_t removed_bytes) {
+  if (had_file) {
+    auto* acct = tenant_account_of(rt, key.tenant);
+    {
+      std::lock_guard<std::mutex> g(rt.tenants.mu);
+      acct->entities.fetch_sub(1, std::memory_order_relaxed);
+    }
+    acct->bytes.fetch_sub(removed_bytes, std::memory_order_relaxed);
+  } else {
+    auto has = between_writes(rt, [&](tenant_index* ix) {
+      return ix ? ix->contains(key) : result<bool>(status{errc::unavailable, "index closed"});
+    });
+    if (!has)
+      return has.error();
+    if (!*has)
+      return status::ok();
+  }
+  // Not synced: a row that a power cut brings back has no file, and the rescan after the
+  // unclean stop removes it.
+  return write_tenant_index(rt, {tenant_index_change::kind::remove, key, 0}, false);
 }
 
 } // namespace factum::detail

@@ -2,7 +2,8 @@
 // entities and bytes, counted in memory and in the tenant index (DATA/runtime/tenants.db,
 // storage/tenant_index.hpp), and the refusals: 429 TENANT_QUOTA_EXCEEDED for a creation a
 // tenant's max_entities has no room for, 507 TENANT_STORAGE_QUOTA_EXCEEDED for writes of a
-// tenant at its max_bytes.
+// tenant at its max_bytes. Files a shard move brings in or takes away (entity_moves.cpp) are
+// counted here too, without a quota.
 //
 // Threads: accounts are found and reserved under tenant_directory::mu from any thread; index
 // writes are group commits from storage threads; a tenant_meter belongs to one entity (its actor
@@ -116,5 +117,28 @@ void measure_closed(runtime_core& rt, const entity_key& key, tenant_meter& meter
 /// tenant is at or over its max_bytes; nothing otherwise.
 std::optional<call_reply> refuse_write(runtime_core& rt, const tenant_meter& meter,
                                        const std::string& method);
+
+// -- moves (runtime::adopt_entity and forget_entity, on a storage thread) --
+
+/// What index_adopted() found and wrote, for settle_adopted().
+struct adopted_row {
+  bool had_row = false;  ///< the index had a row for the entity already
+  bool had_file = false; ///< the entity had a file, which the adopted one replaces
+  int64_t bytes = 0;     ///< the adopted file's bytes
+  int64_t old_bytes = 0; ///< the bytes of the files it replaces (0: none)
+};
+/// Before an adopted file of `bytes` is put in place: `key`'s index row says so (added durably,
+/// as a creation's, when there is none; else its bytes set), whatever the tenant's quota.
+/// Nothing is written on an error.
+result<adopted_row> index_adopted(runtime_core& rt, const entity_key& key, int64_t bytes);
+/// After the file was put in place (`placed`): its tenant's account counts it and its bytes in
+/// place of the files it replaced. Not placed: the row is put back (removed when it was added,
+/// else sized as the files still there).
+void settle_adopted(runtime_core& rt, const entity_key& key, const adopted_row& row, bool placed);
+/// `key`'s files were removed (`had_file`: there were some, of `removed_bytes`): its tenant's
+/// account no longer counts them, and its index row goes (a row left without a file goes too).
+/// The index write's outcome.
+status uncount_forgotten(runtime_core& rt, const entity_key& key, bool had_file,
+                         int64_t removed_bytes);
 
 } // namespace factum::detail

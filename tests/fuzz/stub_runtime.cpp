@@ -48,6 +48,31 @@ void runtime::list_entities(const std::string&, entity_list_query q,
   done(std::vector<entity_listing>{});
 }
 
+// The shard moves' members (the gateway does not call them): the stub holds no entity.
+
+size_t runtime::release_entities(const std::function<bool(const entity_key&)>&,
+                                 std::chrono::milliseconds) {
+  return 0;
+}
+
+result<std::vector<entity_key>>
+runtime::entities_where(const std::function<bool(const entity_key&)>&) {
+  return std::vector<entity_key>{};
+}
+
+result<std::string> runtime::export_entity(const entity_key& key, int64_t, std::string_view) {
+  return status{errc::not_found, "no entity " + key.to_string() + " in the fuzz stub"};
+}
+
+void runtime::adopt_entity(const entity_key&, std::string, int64_t,
+                           std::function<void(status)> done) {
+  done(status{errc::unavailable, "the fuzz stub keeps no entity files"});
+}
+
+status runtime::forget_entity(const entity_key&) {
+  return status::ok();
+}
+
 const runtime_config& runtime::config() const {
   return impl_->cfg;
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "factum/entities/call.hpp"
@@ -329,6 +330,79 @@ class runtime {
   /// current write, which is why it does not run on the caller's thread. Any thread.
   void list_entities(const std::string& tenant, entity_list_query q,
                      std::function<void(result<std::vector<entity_listing>>)> done) const;
+
+  // -- cluster mode: shard moves --
+  //
+  // A shard's files move from its old home to its new one (docs/cluster.md, "Where shards live
+  // over time"): the old home releases the shard's activations (release_entities), lists its
+  // entities (entities_where), claims and exports each file (export_entity); the new home adopts
+  // each (adopt_entity); the old home then forgets its copies (forget_entity). The caller keeps
+  // new activations of the entities from starting meanwhile (cluster: the node's ownership
+  // refuses them); these members refuse an entity that has a live activation (BUSY), but do not
+  // stop one from starting while they run. A key whose parts are not valid (entity_key::make)
+  // is refused INVALID_ARGUMENT and no path is derived from it. Once stop() has begun, the
+  // members other than release_entities answer UNAVAILABLE (stop() closes every activation).
+
+  /// Asks every live activation whose key `which` selects to hibernate (commit what it has, close
+  /// its file; atoms::hibernate as eviction does) and waits until none of them is left or `wait`
+  /// passed. Answers how many were still live at the deadline (0: all closed). The caller keeps
+  /// new activations of those entities from starting meanwhile (cluster: the node's ownership
+  /// refuses them); one that starts anyway while this waits is asked too. An activation closes
+  /// once its queued calls have run: one that keeps getting calls may outlast `wait`. `which`
+  /// runs on the calling thread, without a lock of the runtime held. Blocking: any thread but a
+  /// CAF worker.
+  size_t release_entities(const std::function<bool(const entity_key&)>& which,
+                          std::chrono::milliseconds wait);
+
+  /// Every entity the tenant index (DATA/runtime/tenants.db) lists, of every tenant, whose key
+  /// `which` selects, in (tenant, type, id) order; `which` runs on the storage thread. The index
+  /// may list an entity whose creation is under way or failed (it never misses a file).
+  /// Blocking (runs on a storage thread and waits): not from a CAF worker.
+  result<std::vector<entity_key>>
+  entities_where(const std::function<bool(const entity_key&)>& which);
+
+  /// Claims `key`'s file under `epoch` (> 0) for `node` (1 to 255 bytes) as
+  /// entity_store::claim_owner does (at the open, store_options::owner_epoch): from then on every
+  /// write of an activation holding an older claim is refused not_owner (the fence), and a file
+  /// already claimed under a newer epoch, or under `epoch` by another node, answers NOT_OWNER.
+  /// Then answers a self-contained copy of its committed state: one database file's bytes with
+  /// its WAL folded in (entity_store::copy_files to a temporary file of its own under
+  /// DATA/runtime/, then a checkpoint of the copy by a close that leaves its -wal empty, read
+  /// back, temporary files removed; keys left pending in the copy by an activation that is gone
+  /// are released there, as any open releases them). The copy opens as `key`'s file with the
+  /// claim as its newest owner (adopt_entity checks both). The claim's bytes are measured into
+  /// the tenant's account and the index row, as a close measures an entity. NOT_FOUND when the
+  /// entity has no file; BUSY when it has a live activation (release it first). Blocking (runs
+  /// on a storage thread and waits): not from a CAF worker.
+  result<std::string> export_entity(const entity_key& key, int64_t epoch, std::string_view node);
+
+  /// Takes `file_bytes` (another node's export_entity of `key`) as `key`'s file here, on a storage
+  /// thread, then calls `done` there with the outcome:
+  /// 1. writes them to a temporary file of its own under DATA/runtime/ and syncs it;
+  /// 2. checks that it opens as an entity file (read-only; else CORRUPTION), that the key in it is
+  ///    `key` (else CORRUPTION) and that its newest owner claim has epoch `epoch` (else
+  ///    INVALID_ARGUMENT); a refusal changes nothing;
+  /// 3. adds `key` to the tenant index (durably, as a creation does; quotas are not applied: a
+  ///    move must not be refused by a quota, but the tenant's account counts the entity and its
+  ///    bytes from step 4 on); a failed index write changes nothing;
+  /// 4. removes the -wal, -shm and -unsynced marker a previous file of `key` left (a -wal would
+  ///    be replayed into the new file), renames the file over `key`'s path (creating its
+  ///    directory, synced into its parent) and syncs the directory; a failure here undoes step 3
+  ///    (not the removals: the previous file was being replaced);
+  /// 5. sets the alarm index's entry for `key` from the file's next due alarm (none: removed).
+  /// A crash before `done` may leave a temporary file, or a file at the path that no alarm entry
+  /// names yet: a move that was not answered ok is repeated. BUSY when `key` has a live
+  /// activation. Any thread; an invalid key or epoch (<= 0), refused before any work, is
+  /// answered on the calling thread.
+  void adopt_entity(const entity_key& key, std::string file_bytes, int64_t epoch,
+                    std::function<void(status)> done);
+
+  /// Removes `key`'s files (its -wal, -shm and -unsynced marker, then the database, then a sync
+  /// of the directory), its tenant-index row (and its share of the tenant's account) and its
+  /// alarm-index entry: the entity moved to another node. ok when it has no file (a row or an
+  /// entry left by an earlier forget that failed half-way still goes); BUSY when it has a live
+  /// activation. Blocking (runs on a storage thread and waits): not from a CAF worker.
+  status forget_entity(const entity_key& key);
 
   /// What start() found and repaired, one sentence each (for the operator's log): for instance a
   /// damaged alarm index set aside and rebuilt from the entity files. Empty normally.

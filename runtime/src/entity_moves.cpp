@@ -1,0 +1,448 @@
+// entity_moves.cpp: the runtime's side of cluster mode's shard moves (runtime.hpp, "cluster mode:
+// shard moves"; docs/cluster.md, "Where shards live over time"): releasing the live activations
+// of a shard, listing its entities from the tenant index, and moving one entity's file out
+// (export: claimed under the move's epoch, copied, its WAL folded in), in (adopt: checked,
+// counted, put in place, its alarm indexed) and away (forget).
+//
+// Threads: release_entities runs on the caller's thread (never a CAF worker: it waits). The
+// others run on a storage thread (the blocking ones wait for it), because they read or write the
+// tenant and alarm indexes, which stop() closes only once the storage threads have drained: each
+// job first looks at the registry's `stopping` (set before that drain) and answers UNAVAILABLE
+// when it is set. Each call's temporary files have names of their own under DATA/runtime/ and
+// are removed before it returns.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <future>
+#include <unordered_map>
+
+#include "runtime_core.hpp"
+
+namespace fs = std::filesystem;
+
+namespace factum {
+
+namespace detail {
+
+namespace {
+
+// -- files ---------------------------------------------------------------------------------------
+
+/// An operating-system error as a status: a full disk and a read-only file system are named.
+status os_error(int e, const std::string& what) {
+  errc code = e == ENOSPC || e == EDQUOT ? errc::full
+              : e == EROFS               ? errc::read_only
+                                         : errc::io_error;
+  return {code, what + ": " + std::strerror(e)};
+}
+
+/// fsyncs a directory, so that its changed entries survive power loss.
+status sync_directory(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return os_error(errno, "open " + dir.string());
+  int e = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return e == 0 ? status::ok() : os_error(e, "fsync " + dir.string());
+}
+
+/// Writes `bytes` to `path`, which must not exist yet, and fsyncs it.
+status write_new_synced(const fs::path& path, std::string_view bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return os_error(errno, "create " + path.string());
+  int e = 0;
+  for (size_t off = 0; off < bytes.size() && e == 0;) {
+    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n > 0)
+      off += static_cast<size_t>(n);
+    else if (n == 0 || errno != EINTR)
+      e = n == 0 ? EIO : errno;
+  }
+  if (e == 0 && ::fsync(fd) != 0)
+    e = errno;
+  ::close(fd);
+  return e == 0 ? status::ok() : os_error(e, "write " + path.string());
+}
+
+/// The whole content of `path`.
+result<std::string> read_whole(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return os_error(errno, "open " + path.string());
+  struct stat st {};
+  std::string out;
+  int e = ::fstat(fd, &st) == 0 ? 0 : errno;
+  if (e == 0)
+    out.resize(static_cast<size_t>(st.st_size));
+  for (size_t off = 0; off < out.size() && e == 0;) {
+    ssize_t n = ::pread(fd, out.data() + off, out.size() - off, static_cast<off_t>(off));
+    if (n > 0)
+      off += static_cast<size_t>(n);
+    else if (n == 0 || errno != EINTR)
+      e = n == 0 ? EIO : errno; // shorter than fstat said: the file is private, so a fault
+  }
+  ::close(fd);
+  if (e != 0)
+    return os_error(e, "read " + path.string());
+  return out;
+}
+
+/// `path` with `suffix` appended to its last component.
+fs::path with_suffix(fs::path path, const char* suffix) {
+  return path += suffix;
+}
+
+/// A name for one call's temporary file: DATA/runtime/move-<what>-<time-ordered random>.db. The
+/// 64 random bits keep two calls at once apart (and O_EXCL where the file is made here).
+fs::path temp_path(const fs::path& data_dir, const char* what) {
+  return data_dir / "runtime" /
+         ("move-" + std::string(what) + "-" + time_ordered_id("", 16) + ".db");
+}
+
+/// Removes a temporary database and what SQLite may have made beside it, at scope exit.
+struct temp_files {
+  fs::path db;
+  ~temp_files() {
+    std::error_code ec;
+    for (const char* suffix : {"-wal", "-shm", ""})
+      fs::remove(with_suffix(db, suffix), ec);
+  }
+};
+
+/// Removes `db`'s -wal, -shm and -unsynced marker (then `db` itself, when `with_db`) where they
+/// exist, and fsyncs their directory when anything went. Whether anything went.
+result<bool> remove_entity_files(const fs::path& db, bool with_db) {
+  bool removed = false;
+  // -wal first: a database is always in place before its -wal (orphan_wal() relies on it), and
+  // a -wal left beside another database file would be replayed into it.
+  for (const char* suffix : {"-wal", "-shm", "-unsynced", ""}) {
+    if (!*suffix && !with_db)
+      break;
+    auto p = with_suffix(db, suffix);
+    if (::unlink(p.c_str()) == 0)
+      removed = true;
+    else if (errno != ENOENT)
+      return os_error(errno, "remove " + p.string());
+  }
+  if (removed)
+    if (auto st = sync_directory(db.parent_path()); !st)
+      return st;
+  return removed;
+}
+
+// -- the registry --------------------------------------------------------------------------------
+
+/// UNAVAILABLE once stop() has begun (with `key_str`: BUSY while it has a live activation), else
+/// ok.
+status check_idle(runtime_core& c, const std::string& key_str = {}) {
+  std::lock_guard<std::mutex> g(c.reg.mu);
+  if (c.reg.stopping)
+    return {errc::unavailable, "the runtime is stopping"};
+  if (!key_str.empty() && c.reg.map.count(key_str))
+    return {errc::busy, "entity " + key_str + " has a live activation: release it first"};
+  return status::ok();
+}
+
+/// Asks the live activations of `keys` to hibernate (again, for one that a new activation
+/// replaced meanwhile) until none is left or `deadline` passed. How many were left then.
+size_t release_keys(runtime_core& c, const std::vector<std::string>& keys,
+                    std::chrono::steady_clock::time_point deadline) {
+  std::unordered_map<std::string, caf::actor> asked; // key -> the activation asked last
+  std::unique_lock<std::mutex> g(c.reg.mu);
+  for (;;) {
+    std::vector<caf::actor> ask;
+    size_t live = 0;
+    for (auto& k : keys) {
+      auto it = c.reg.map.find(k);
+      if (it == c.reg.map.end())
+        continue;
+      ++live;
+      auto& a = asked[k];
+      if (a != it->second.actor) {
+        a = it->second.actor;
+        ask.push_back(a);
+      }
+    }
+    if (live == 0 || std::chrono::steady_clock::now() >= deadline)
+      return live;
+    if (!ask.empty()) { // sent unlocked: the registry lock is never held across a send
+      g.unlock();
+      for (auto& a : ask)
+        caf::anon_send(a, atoms::hibernate::value);
+      g.lock();
+      continue;
+    }
+    c.reg.changed.wait_until(g, deadline); // notified whenever an activation ends
+  }
+}
+
+/// Runs `fn` on a storage thread and answers what it answered (or rethrows what it threw).
+template <class T, class F> T on_storage_thread(runtime_core& c, F&& fn) {
+  // Shared: the storage thread may still be inside set_value() when this returns.
+  auto p = std::make_shared<std::promise<T>>();
+  auto f = p->get_future();
+  c.pool.post([p, &fn] {
+    try {
+      p->set_value(fn());
+    } catch (...) {
+      p->set_exception(std::current_exception());
+    }
+  });
+  return f.get();
+}
+
+// -- listing -------------------------------------------------------------------------------------
+
+result<std::vector<entity_key>> keys_where(runtime_core& c,
+                                           const std::function<bool(const entity_key&)>& which) {
+  // Every tenant with a row has an account (made at start from the index's totals, or before
+  // its first creation or adoption).
+  std::vector<std::string> tenants;
+  {
+    std::lock_guard<std::mutex> g(c.tenants.mu);
+    for (auto& [name, _] : c.tenants.accounts)
+      tenants.push_back(name);
+  }
+  std::sort(tenants.begin(), tenants.end());
+  std::vector<entity_key> out;
+  for (auto& t : tenants) {
+    entity_list_query q;
+    q.limit = 10000;
+    for (;;) {
+      auto page = list_tenant_entities(c, t, q);
+      if (!page)
+        return page.error();
+      for (auto& e : *page)
+        if (entity_key k{t, e.type, e.id}; which(k))
+          out.push_back(std::move(k));
+      if (static_cast<int64_t>(page->size()) < q.limit)
+        break;
+      q.after_type = page->back().type;
+      q.after_id = page->back().id;
+    }
+  }
+  return out;
+}
+
+// -- export, adopt, forget -----------------------------------------------------------------------
+
+/// The options `key`'s file opens with here (store_opts_for: VFS, durability, page size, fault
+/// hook), for a move: it never creates a file, so takes no spare.
+store_options move_opts(const runtime_core& c, const entity_key& key) {
+  auto o = c.store_opts_for(c.cfg.types.find(key.type));
+  o.spares.reset();
+  o.create_if_missing = false;
+  return o;
+}
+
+result<std::string> export_file(runtime_core& c, const entity_key& key, int64_t epoch,
+                                std::string_view node) {
+  auto opts = move_opts(c, key);
+  if (auto st = c.resync_if_suspect(opts, key, key.to_string()); !st)
+    return st;
+  // The claim writes to the file: its bytes are measured after it as a close measures them
+  // (the tenant's account and the index row had them as of the entity's last close).
+  tenant_meter meter;
+  meter.account = tenant_account_of(c, key.tenant);
+  meter.counted = meter.indexed = entity_disk_bytes(key.file_path(c.cfg.data_dir));
+  status claimed;
+  { // The claim, at the open (as claim_owner()): NOT_FOUND without a file, not_owner when newer.
+    auto claiming = opts;
+    claiming.owner_epoch = epoch;
+    claiming.owner_node = std::string(node);
+    auto s = entity_store::open(claiming, key);
+    claimed = s ? status::ok() : s.error();
+  }
+  measure_closed(c, key, meter);
+  if (!claimed)
+    return claimed;
+  temp_files tmp{temp_path(c.cfg.data_dir, "export")};
+  if (auto st = entity_store::copy_files(key.file_path(c.cfg.data_dir), tmp.db); !st)
+    return st;
+  { // The copy's only connection closes with a checkpoint that empties its -wal.
+    auto o = opts;
+    o.defer_sync = false;
+    o.wal_kept_on_close_kib = 0;
+    auto s = entity_store::open_file(tmp.db, o);
+    if (!s)
+      return s.error();
+  }
+  std::error_code ec;
+  auto wal_bytes = fs::file_size(with_suffix(tmp.db, "-wal"), ec);
+  if (!ec && wal_bytes > 0)
+    return status{errc::internal, "the copy of entity " + key.to_string() + " kept " +
+                                    std::to_string(wal_bytes) +
+                                    " bytes of WAL after its checkpoint"};
+  return read_whole(tmp.db);
+}
+
+/// Checks a file brought in for `key` (read-only): an entity file, of `key`, whose newest owner
+/// claim has `epoch`. Its next due alarm.
+result<std::optional<int64_t>> check_adopted(const runtime_core& c, const entity_key& key,
+                                             const fs::path& file, int64_t epoch) {
+  auto o = move_opts(c, key);
+  o.read_only = true;
+  auto s = entity_store::open_file(file, o);
+  if (!s) {
+    auto code = s.error().code();
+    bool foreign = code == errc::corruption || code == errc::not_factum_file ||
+                   code == errc::not_found || code == errc::invalid_argument;
+    return status{foreign ? errc::corruption : code,
+                  "the file for entity " + key.to_string() +
+                    " is not an entity file: " + s.error().message()};
+  }
+  auto& store = **s;
+  if (!(store.key() == key))
+    return status{errc::corruption, "the file for entity " + key.to_string() + " is entity " +
+                                      store.key().to_string() + "'s"};
+  auto owners = store.owners();
+  if (!owners)
+    return owners.error();
+  if (owners->empty() || owners->back().epoch != epoch)
+    return status{errc::invalid_argument,
+                  "the file for entity " + key.to_string() + " was last claimed under " +
+                    (owners->empty() ? std::string("no epoch")
+                                     : "epoch " + std::to_string(owners->back().epoch)) +
+                    ", not epoch " + std::to_string(epoch)};
+  auto next = store.next_alarm();
+  if (!next)
+    return next.error();
+  if (!next->has_value())
+    return std::optional<int64_t>();
+  return std::optional<int64_t>(next->value().due_ms);
+}
+
+/// Renames `from` over the entity file `to`: its directory made where missing (synced into its
+/// parent), the companions of a previous file removed first (synced), the directory synced after.
+status put_in_place(const fs::path& from, const fs::path& to) {
+  auto dir = to.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec)
+      return os_error(ec.value(), "create " + dir.string());
+    if (auto st = sync_directory(dir.parent_path()); !st)
+      return st;
+  }
+  if (auto r = remove_entity_files(to, false); !r)
+    return r.error();
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    return os_error(errno, "rename " + from.string() + " to " + to.string());
+  return sync_directory(dir);
+}
+
+status adopt_file(runtime_core& c, const entity_key& key, std::string_view bytes, int64_t epoch) {
+  temp_files tmp{temp_path(c.cfg.data_dir, "adopt")};
+  if (auto st = write_new_synced(tmp.db, bytes); !st)
+    return st;
+  auto next = check_adopted(c, key, tmp.db, epoch);
+  if (!next)
+    return next.error();
+  auto row = index_adopted(c, key, static_cast<int64_t>(bytes.size()));
+  if (!row)
+    return row.error();
+  auto placed = put_in_place(tmp.db, key.file_path(c.cfg.data_dir));
+  settle_adopted(c, key, *row, placed.is_ok());
+  if (!placed)
+    return placed;
+  return c.sync_alarm_index(key, *next, false);
+}
+
+status forget_files(runtime_core& c, const entity_key& key) {
+  auto path = key.file_path(c.cfg.data_dir);
+  std::error_code ec;
+  bool had_file = fs::exists(path, ec);
+  int64_t bytes = had_file ? entity_disk_bytes(path) : 0;
+  if (auto r = remove_entity_files(path, true); !r)
+    return r.error();
+  if (auto st = uncount_forgotten(c, key, had_file, bytes); !st)
+    return st;
+  return c.sync_alarm_index(key, std::nullopt, false);
+}
+
+/// ok, or INVALID_ARGUMENT when a part of `key` is not one a file path may be derived from.
+status check_key(const entity_key& key) {
+  auto k = entity_key::make(key.tenant, key.type, key.id);
+  return k ? status::ok() : k.error();
+}
+
+} // namespace
+
+} // namespace detail
+
+// -- facade --------------------------------------------------------------------------------------
+
+size_t runtime::release_entities(const std::function<bool(const entity_key&)>& which,
+                                 std::chrono::milliseconds wait) {
+  auto& c = *impl_->core;
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  std::vector<std::string> live, selected;
+  {
+    std::lock_guard<std::mutex> g(c.reg.mu);
+    live.reserve(c.reg.map.size());
+    for (auto& [k, _] : c.reg.map)
+      live.push_back(k);
+  }
+  for (auto& k : live) // `which` runs unlocked: it may take its own locks
+    if (auto key = entity_key::parse(k); key && which(*key))
+      selected.push_back(std::move(k));
+  return detail::release_keys(c, selected, deadline);
+}
+
+result<std::vector<entity_key>>
+runtime::entities_where(const std::function<bool(const entity_key&)>& which) {
+  auto& c = *impl_->core;
+  using answer = result<std::vector<entity_key>>;
+  return detail::on_storage_thread<answer>(c, [&]() -> answer {
+    if (auto st = detail::check_idle(c); !st)
+      return st;
+    return detail::keys_where(c, which);
+  });
+}
+
+result<std::string> runtime::export_entity(const entity_key& key, int64_t epoch,
+                                           std::string_view node) {
+  auto& c = *impl_->core;
+  if (auto st = detail::check_key(key); !st)
+    return st;
+  if (epoch <= 0 || node.empty() || node.size() > 255)
+    return status{errc::invalid_argument,
+                  "an export claims under an epoch > 0 for a node of 1 to 255 bytes"};
+  using answer = result<std::string>;
+  return detail::on_storage_thread<answer>(c, [&]() -> answer {
+    if (auto st = detail::check_idle(c, key.to_string()); !st)
+      return st;
+    return detail::export_file(c, key, epoch, node);
+  });
+}
+
+void runtime::adopt_entity(const entity_key& key, std::string file_bytes, int64_t epoch,
+                           std::function<void(status)> done) {
+  if (auto st = detail::check_key(key); !st)
+    return done(st);
+  if (epoch <= 0)
+    return done(status{errc::invalid_argument,
+                       "adopt_entity needs the epoch (> 0) the file was exported under"});
+  auto* c = impl_->core.get();
+  c->pool.post([c, key, bytes = std::move(file_bytes), epoch, done = std::move(done)] {
+    auto st = detail::check_idle(*c, key.to_string());
+    done(st ? detail::adopt_file(*c, key, bytes, epoch) : st);
+  });
+}
+
+status runtime::forget_entity(const entity_key& key) {
+  auto& c = *impl_->core;
+  if (auto st = detail::check_key(key); !st)
+    return st;
+  return detail::on_storage_thread<status>(c, [&] {
+    auto st = detail::check_idle(c, key.to_string());
+    return st ? detail::forget_files(c, key) : st;
+  });
+}
+
+} // namespace factum
