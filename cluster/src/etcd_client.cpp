@@ -568,4 +568,54 @@ status etcd_client::delete_key(const std::string& key) {
                      [](const json& a) { header_revision(a); });
 }
 
+result<bool> etcd_client::transact(const std::vector<etcd_compare>& compares,
+                                   const std::vector<etcd_write>& writes) {
+  if (writes.empty())
+    return status{errc::invalid_argument, "etcd: a transaction without writes"};
+  json cmp = json::array();
+  for (auto& c : compares) {
+    if (auto st = check_key(c.key); !st)
+      return st;
+    if (c.revision < 0)
+      return status{errc::invalid_argument, "etcd: negative revision"};
+    json one = {{"result", "EQUAL"}, {"key", base64_encode(c.key)}};
+    switch (c.what) {
+    case etcd_compare::field::value:
+      one["target"] = "VALUE";
+      one["value"] = base64_encode(c.value);
+      break;
+    case etcd_compare::field::create:
+      one["target"] = "CREATE";
+      one["createRevision"] = std::to_string(c.revision);
+      break;
+    case etcd_compare::field::mod:
+      one["target"] = "MOD";
+      one["modRevision"] = std::to_string(c.revision);
+      break;
+    }
+    cmp.push_back(std::move(one));
+  }
+  json ops = json::array();
+  for (auto& w : writes) {
+    if (auto st = check_key(w.key); !st)
+      return st;
+    if (auto st = check_lease(w.lease); !st)
+      return st;
+    if (w.value)
+      ops.push_back({{"requestPut", put_request(w.key, *w.value, w.lease)}});
+    else
+      ops.push_back({{"requestDeleteRange", {{"key", base64_encode(w.key)}}}});
+  }
+  bool ok = false;
+  auto st = impl_->call("/v3/kv/txn", {{"compare", std::move(cmp)}, {"success", std::move(ops)}},
+                        [&](const json& a) {
+                          header_revision(a);
+                          auto it = a.find("succeeded");
+                          ok = it != a.end() && it->is_boolean() && it->get<bool>();
+                        });
+  if (!st)
+    return st;
+  return ok;
+}
+
 } // namespace factum::cluster

@@ -1,4 +1,5 @@
-// node.cpp: see factum/cluster/node.hpp. Threads: the polling thread runs tick(); route() runs
+// node.cpp: see factum/cluster/node.hpp (its state: node_impl.hpp; planned moves: mover.cpp).
+// Threads: the polling thread runs run(); route() runs
 // on the gateway's I/O threads; claim_for/may_commit on storage threads and CAF workers. The
 // cluster's state (`st_`) is under `mu_`; the per-shard epochs this node holds and the lease's
 // deadline are atomics, read without the mutex at every commit. etcd is reached through two
@@ -6,103 +7,15 @@
 #include "factum/cluster/node.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <cstdio>
-#include <map>
-#include <mutex>
-#include <set>
-#include <thread>
 
-#include <nlohmann/json.hpp>
-
-#include "factum/cluster/etcd_client.hpp"
 #include "factum/cluster/shard_map.hpp"
-#include "factum/storage/fact.hpp"
-#include "state.hpp"
+#include "node_impl.hpp"
 
 namespace factum::cluster {
 
-using nlohmann::json;
-using steady = std::chrono::steady_clock;
 using detail::cluster_state;
 using detail::shard_view;
-
-namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch())
-    .count();
-}
-
-std::string iso_now() {
-  auto t = std::chrono::system_clock::now().time_since_epoch();
-  return format_utc_ms(std::chrono::duration_cast<std::chrono::milliseconds>(t).count());
-}
-
-} // namespace
-
-struct node::impl {
-  node_config cfg;
-  std::string prefix;                 ///< /factum/<name>/
-  std::unique_ptr<etcd_client> etcd;  ///< the polling thread's
-  std::unique_ptr<etcd_client> claim; ///< route()'s, under claim_mu
-  std::mutex claim_mu;
-
-  int64_t lease = 0; ///< the polling thread's (and start's); 0: none
-  std::atomic<int64_t> lease_id{0};
-  std::atomic<int64_t> deadline_ns{0};    ///< the lease is live until then (steady clock)
-  std::vector<std::atomic<int64_t>> held; ///< per shard: this node's epoch, 0 when not held
-
-  mutable std::mutex mu; ///< guards st, waiters, stopping, poll_now
-  cluster_state st;
-  std::vector<std::function<void()>> waiters; ///< refresh() callbacks for the next poll
-  bool stopping = false;
-  bool poll_now = false;
-  std::condition_variable cv;
-  std::thread thread;
-
-  std::atomic<uint64_t> renewals{0}, renewal_failures{0}, renewal_us{0}, leases_lost{0},
-    acquisitions{0}, polls_failed{0};
-
-  explicit impl(node_config c) : cfg(std::move(c)), held(cfg.shards) {}
-
-  void log(json line) const {
-    json out = {{"ts", iso_now()}, {"component", "cluster"}, {"node", cfg.node_id}};
-    out.update(line);
-    auto s = out.dump(-1, ' ', false, json::error_handler_t::replace);
-    if (cfg.log)
-      return cfg.log(s);
-    s.push_back('\n');
-    std::fwrite(s.data(), 1, s.size(), stderr);
-  }
-
-  std::chrono::milliseconds period() const {
-    return std::max(std::chrono::milliseconds(100), cfg.lease_ttl / 5);
-  }
-  bool lease_live() const { return now_ns() < deadline_ns.load(std::memory_order_acquire); }
-  std::string key(std::string_view what, uint32_t k) const {
-    return prefix + std::string(what) + "/" + std::to_string(k);
-  }
-
-  status grant_and_register();
-  status wait_for_previous_incarnation();
-  status renew();
-  status poll();
-  void acquire_homes();
-  result<int64_t> acquire(etcd_client& c, uint32_t k, const shard_view& seen);
-  void publish_held();
-  void run();
-
-  /// Places shard k on this node if it was never used (homes/<k>; `taken_by` names the node
-  /// that placed it first otherwise) and acquires it: its epoch. Under claim_mu.
-  result<int64_t> take(uint32_t k, const shard_view& seen, std::string& taken_by);
-
-  /// The address of node `id`: from the last poll's `nodes`, else (a node that registered
-  /// since, or one that is down) read from etcd, at most once per poll period and node.
-  std::string address_of(const std::string& id);
-  std::map<std::string, steady::time_point> looked_up; ///< under claim_mu
-};
+using nlohmann::json;
 
 result<int64_t> node::impl::take(uint32_t k, const shard_view& seen, std::string& taken_by) {
   std::lock_guard<std::mutex> cg(claim_mu);
@@ -186,6 +99,8 @@ status check_config(const node_config& c) {
     return {errc::invalid_argument, "cluster.shards must be 1..4096"};
   if (c.lease_ttl < std::chrono::milliseconds(1'000))
     return {errc::invalid_argument, "cluster.lease_ttl_ms must be at least 1000"};
+  if (!c.secret.empty() && c.secret.size() < 16)
+    return {errc::invalid_argument, "cluster.secret must be at least 16 characters"};
   if (c.storage != "local")
     return {errc::invalid_argument,
             "cluster.storage must be \"local\" (shared storage is not supported yet)"};
@@ -207,8 +122,12 @@ result<std::shared_ptr<node>> node::start(node_config cfg) {
   auto b = etcd_client::make(p->cfg.etcd, eo);
   if (!b)
     return b.error();
+  auto m = etcd_client::make(p->cfg.etcd, eo);
+  if (!m)
+    return m.error();
   p->etcd = std::move(*a);
   p->claim = std::move(*b);
+  p->move_etcd = std::move(*m);
   // The cluster's shard count: the first node's, compare-and-swap created.
   json conf = {{"shards", p->cfg.shards}};
   auto c = p->etcd->create_if_absent(p->prefix + "config", conf.dump());
@@ -251,6 +170,7 @@ void node::stop() {
   p.cv.notify_all();
   if (p.thread.joinable())
     p.thread.join();
+  detach();
   for (auto& w : waiters)
     w();
   p.deadline_ns.store(0);
@@ -389,6 +309,8 @@ void node::impl::acquire_homes() {
     for (uint32_t k = 0; k < st.shards.size(); ++k) {
       auto& s = st.shards[k];
       bool mine = s.owner == cfg.node_id && s.owner_lease == lease;
+      if (moving[k].load() != 0 || moving_out_locked(k))
+        continue; // its files are leaving this node
       if (s.home == cfg.node_id && (!mine) && (s.owner.empty() || s.owner == cfg.node_id))
         todo.emplace_back(k, s);
     }
@@ -416,6 +338,8 @@ void node::impl::publish_held() {
   for (uint32_t k = 0; k < st.shards.size(); ++k) {
     auto& s = st.shards[k];
     int64_t e = (s.owner == cfg.node_id && s.owner_lease == l && l != 0) ? s.epoch : 0;
+    if (moving[k].load() != 0 || moving_out_locked(k))
+      e = 0;
     held[k].store(e, std::memory_order_release);
   }
 }
@@ -433,6 +357,8 @@ void node::impl::run() {
     if (st && (st = poll()))
       acquire_homes();
     publish_held();
+    if (st)
+      schedule_moves();
     if (!st)
       log({{"level", "warn"}, {"event", "etcd_unreachable"}, {"detail", st.message()}});
     std::vector<std::function<void()>> run_now;
@@ -456,6 +382,8 @@ result<owner_claim> node::claim_for(const entity_key& key) const {
   if (!p.lease_live())
     return status{errc::unavailable, "this node has no live lease in etcd"};
   auto k = shard_of(key);
+  if (p.moving[k].load(std::memory_order_acquire) != 0)
+    return status{errc::not_owner, "shard " + std::to_string(k) + " is moving to another node"};
   auto e = p.held[k].load(std::memory_order_acquire);
   if (e == 0)
     return status{errc::not_owner, "shard " + std::to_string(k) + " is not this node's"};
@@ -488,14 +416,25 @@ shard_route node::route(const entity_key& key, bool forwarded) {
   if (!p.lease_live())
     return unavailable("CLUSTER_UNAVAILABLE",
                        "this node has no live lease in etcd (etcd unreachable or without quorum)");
+  auto moving = [&] {
+    return unavailable("SHARD_UNAVAILABLE", "shard " + std::to_string(k) +
+                                              " is moving to another node; retry in a moment");
+  };
+  if (p.moving[k].load(std::memory_order_acquire) != 0)
+    return moving();
   if (auto e = p.held[k].load(std::memory_order_acquire); e > 0) {
     r.epoch = e;
     return r; // local
   }
   shard_view s;
+  std::vector<std::string> placeable;
   {
     std::lock_guard<std::mutex> g(p.mu);
     s = p.st.shards[k];
+    if (auto it = p.st.moves.find(k); p.moving_out_locked(k) && !it->second.handed_over)
+      return moving();
+    if (s.home.empty())
+      placeable = p.st.placeable(); // a shard's first request only: the rest find its home
   }
   auto to_node = [&](const std::string& id, int64_t epoch) {
     if (forwarded)
@@ -513,13 +452,7 @@ shard_route node::route(const entity_key& key, bool forwarded) {
     return to_node(s.owner, s.epoch);
   std::string home = s.home;
   if (home.empty()) {
-    std::vector<std::string> live; // a shard's first request only: the rest find its home
-    {
-      std::lock_guard<std::mutex> g(p.mu);
-      for (auto& [id, _] : p.st.nodes)
-        live.push_back(id);
-    }
-    home = rendezvous_owner(k, live);
+    home = rendezvous_owner(k, placeable);
     if (home.empty())
       home = p.cfg.node_id;
   }
@@ -596,6 +529,12 @@ cluster_stats node::stats() const {
   s.leases_lost = p.leases_lost.load();
   s.acquisitions = p.acquisitions.load();
   s.polls_failed = p.polls_failed.load();
+  s.moves_done = p.moves_done.load();
+  s.moves_failed = p.moves_failed.load();
+  s.files_sent = p.files_sent.load();
+  s.files_received = p.files_received.load();
+  for (auto& m : p.moving)
+    s.shards_moving += m.load() != 0 ? 1 : 0;
   for (auto& h : p.held)
     s.shards_owned += h.load() > 0 ? 1 : 0;
   std::lock_guard<std::mutex> g(p.mu);

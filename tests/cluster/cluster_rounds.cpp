@@ -7,6 +7,11 @@
 //      SIGCONTs it: the writes it had queued must be refused by the fence (fenced writes > 0),
 //      and it must take its shards back under new epochs,
 //   3. restarts etcd under the load,
+//   4. starts a fourth node with a wrong cluster secret and `factum cluster join`s it (the moves
+//      fail and the old homes serve their shards again), restarts it with the right secret and
+//      joins it again (shards move to it), then `factum cluster drain`s the first node and
+//      kill -9s it while it moves a shard out, restarts it and lets it finish the drain (all its
+//      shards move away; it keeps relaying),
 // then stops everything and checks the files offline: every acknowledged key is on disk exactly
 // once, no key appears twice, no entity has a file on two nodes, every node's files verify
 // (`factum inspect verify`: chains and owner histories), every entity file is in a shard whose
@@ -44,6 +49,7 @@ struct node_proc {
   std::filesystem::path dir;
   std::unique_ptr<serve_process> proc;
   pid_t pid = -1;
+  bool secret = true; ///< whether its config has the cluster's secret (it may take moved shards)
 };
 
 json node_config(const node_proc& n, const std::vector<std::string>& etcd_urls,
@@ -67,7 +73,8 @@ json node_config(const node_proc& n, const std::vector<std::string>& etcd_urls,
             {"etcd", etcd_urls},
             {"advertise", "127.0.0.1:" + std::to_string(n.port)},
             {"shards", shards},
-            {"lease_ttl_ms", ttl_ms}}}};
+            {"lease_ttl_ms", ttl_ms},
+            {"secret", n.secret ? "rounds-secret-0123456789" : "another-secret-0123456789"}}}};
 }
 
 /// One ledger append of the load: its entity and key, and whether a node acknowledged it.
@@ -272,9 +279,9 @@ json check_status(const std::string& factum, const std::string& etcd_url,
 }
 
 /// `factum inspect entities --shards` on each node's files: every entity there is in a shard
-/// whose home is that node.
-void check_homes(const std::string& factum, const std::vector<node_proc>& nodes,
-                 const json& status) {
+/// whose home is that node (`drained`: a node that must hold none).
+void check_homes(const std::string& factum, const std::vector<node_proc>& nodes, const json& status,
+                 const std::string& drained) {
   if (!status.is_object())
     return;
   for (auto& n : nodes) {
@@ -297,8 +304,10 @@ void check_homes(const std::string& factum, const std::vector<node_proc>& nodes,
              e["id"].get<std::string>() + " is on " + n.id + " but its shard's home is " +
              home.dump());
     }
-    if (seen == 0)
+    if (seen == 0 && n.id != drained)
       fail("inspect entities --shards listed no entity on " + n.id);
+    if (seen > 0 && n.id == drained)
+      fail(n.id + " was drained and still holds " + std::to_string(seen) + " entity files");
   }
 }
 
@@ -393,6 +402,85 @@ std::set<std::string> listed_entities(uint16_t port) {
   return out;
 }
 
+/// `factum cluster drain n1`, run in the background; n1 is killed (-9) while it moves a shard
+/// out (its moving gauge seen at 1) and restarted: it resumes the move and the drain completes.
+void drain_round(const std::string& factum, const std::string& etcd_url,
+                 std::vector<node_proc>& nodes,
+                 const std::function<std::string(node_proc&, const std::string&)>& start) {
+  auto& n1 = nodes.front();
+  std::cout << "nemesis: drain n1, kill -9 it mid-move, restart it\n";
+  child_process drain;
+  drain.spawn(
+    {factum, "cluster", "drain", "n1", "--etcd", etcd_url, "--name", "rounds", "--timeout", "60"},
+    n1.dir.parent_path() / "drain.log");
+  http_client c(n1.port, std::chrono::seconds(2));
+  bool caught = wait_for(
+    [&] {
+      auto r = c.request("GET", "/metrics");
+      return r.body.find("\nfactum_cluster_shards_moving 1\n") != std::string::npos;
+    },
+    std::chrono::seconds(10));
+  if (!caught)
+    return fail("drain: n1 was never seen moving a shard out");
+  n1.proc->kill_now();
+  if (auto e = start(n1, "1"); !e.empty())
+    return fail("n1 did not restart: " + e);
+  if (!wait_for([&] { return drain.exited(); }, std::chrono::seconds(60)))
+    return fail("drain: factum cluster drain n1 did not end");
+  if (drain.exit_code() != 0)
+    return fail("cluster drain n1 after its restart: " + drain.log_tail());
+  if (metric(n1.port, "factum_cluster_shard_moves_total") <= 0)
+    fail("n1 was drained and, restarted, handed over no shard");
+}
+
+/// The nemesis' planned moves: a fourth node joins (rendezvous hashing gives it about a quarter
+/// of the used shards, which move to it under the load), then the first node is drained (every
+/// shard it holds moves to the others). Each command waits for its moves; the load goes on.
+void move_round(const std::string& factum, const std::string& etcd_url,
+                std::vector<node_proc>& nodes, call_log& log,
+                const std::function<std::string(node_proc&, const std::string&)>& start) {
+  bool ok = false;
+  auto cli = [&](const std::string& args) {
+    return capture(factum + " cluster " + args + " --etcd " + etcd_url + " --name rounds 2>&1", ok);
+  };
+  auto out = cli("join n9");
+  if (ok)
+    fail("cluster join of a node that is not live succeeded: " + out);
+  auto& n4 = nodes.emplace_back(); // reserved: the load's threads hold no reference into it
+  n4.id = "n4";
+  n4.port = free_ports(1).front();
+  n4.dir = nodes.front().dir.parent_path() / n4.id;
+  n4.secret = false;
+  std::filesystem::create_directories(n4.dir);
+  if (auto e = start(n4, "0"); !e.empty())
+    return fail("n4 did not start: " + e);
+  std::cout << "nemesis: join n4 (with a wrong secret: its moves fail)\n";
+  out = cli("join n4 --timeout 60");
+  if (ok || out.find("CLUSTER_SECRET_INVALID") == std::string::npos)
+    fail("cluster join of a node with another secret did not fail its moves: " + out);
+  auto before = log.ok.load();
+  if (!wait_for([&] { return log.ok.load() > before + 50; }, std::chrono::seconds(15)))
+    fail("moves: the load stalled after moves failed");
+  if (auto e = n4.proc->stop(); !e.empty())
+    fail("n4: " + e);
+  n4.secret = true;
+  if (auto e = start(n4, "1"); !e.empty())
+    return fail("n4 did not restart: " + e);
+  std::cout << "nemesis: join n4\n";
+  before = log.ok.load();
+  out = cli("join n4 --timeout 60");
+  if (!ok)
+    return fail("cluster join n4: " + out);
+  std::cout << out;
+  if (metric(n4.port, "factum_cluster_move_files_total{direction=\"received\"}") <= 0)
+    fail("n4 joined and received no entity file");
+  drain_round(factum, etcd_url, nodes, start);
+  if (metric(nodes.front().port, "factum_cluster_shards_owned") != 0)
+    fail("n1 was drained and still serves shards");
+  if (!wait_for([&] { return log.ok.load() > before + 50; }, std::chrono::seconds(15)))
+    fail("moves: the load stalled while shards moved");
+}
+
 /// Every node's files: each key's facts, and which node has each entity.
 std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std::string& factum,
                                   const call_log& log) {
@@ -484,6 +572,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<node_proc> nodes(nodes_n);
+  nodes.reserve(nodes_n + 1); // the move round adds a fourth
   auto start_node = [&](node_proc& n, const std::string& tag) {
     n.proc = std::make_unique<serve_process>(o.factum, n.dir);
     auto e = n.proc->start(node_config(n, etcd.urls(), vendor.port()), tag);
@@ -532,6 +621,9 @@ int main(int argc, char** argv) {
     fail("no call was acknowledged in the 2 s after etcd restarted");
   if (members == 3)
     quorum_round(etcd, nodes, log);
+  else
+    move_round(o.factum, etcd.url(), nodes, log,
+               [&](node_proc& n, const std::string& tag) { return start_node(n, tag); });
   stop.store(true);
   for (auto& t : clients)
     t.join();
@@ -550,7 +642,7 @@ int main(int argc, char** argv) {
   if (listed != on_disk)
     fail("GET /v1/entities listed " + std::to_string(listed.size()) + " entities, the nodes' " +
          "files hold " + std::to_string(on_disk.size()));
-  check_homes(o.factum, nodes, status);
+  check_homes(o.factum, nodes, status, members == 3 ? "" : "n1");
   if (o.keep)
     keep_files(tmp, "factum-cluster-rounds");
   if (failure_count() > 0) {

@@ -205,6 +205,45 @@ TEST_CASE("put_if_mod_revision and delete_if_mod_revision succeed only at the ke
   CHECK(c->delete_key("/shards/1").is_ok()); // absent: ok
 }
 
+TEST_CASE("transact writes every key only when every comparison holds") {
+  test::etcd_server etcd;
+  auto c = client_of({etcd.url()});
+  auto home = c->put("/homes/3", "n1");
+  REQUIRE(home.is_ok());
+  auto move = c->create_if_absent("/moves/3", R"({"from":"n1","to":"n2"})");
+  REQUIRE(move.is_ok());
+  using f = etcd_compare::field;
+  auto hand_over = [&](const std::string& home_is, int64_t move_epoch) {
+    return c->transact(
+      {{"/homes/3", f::value, home_is, 0}, {"/moves/3", f::create, {}, move_epoch}},
+      {{"/homes/3", std::string("n2")}, {"/moves/3", std::nullopt}});
+  };
+  auto wrong_home = hand_over("n3", move->revision);
+  REQUIRE(wrong_home.is_ok());
+  CHECK_FALSE(*wrong_home);
+  auto wrong_epoch = hand_over("n1", move->revision + 1);
+  REQUIRE(wrong_epoch.is_ok());
+  CHECK_FALSE(*wrong_epoch);
+  CHECK((*c->get("/homes/3"))->value == "n1"); // nothing written
+  CHECK(c->get("/moves/3")->has_value());
+  auto done = hand_over("n1", move->revision);
+  REQUIRE(done.is_ok());
+  CHECK(*done);
+  CHECK((*c->get("/homes/3"))->value == "n2");
+  CHECK_FALSE(c->get("/moves/3")->has_value());
+  // A mod-revision comparison, and a put bound to a lease.
+  auto lease = c->grant(std::chrono::seconds(5));
+  REQUIRE(lease.is_ok());
+  auto mod = (*c->get("/homes/3"))->mod_revision;
+  auto leased = c->transact({{"/homes/3", f::mod, {}, mod}}, {{"/shards/3", "n2", *lease}});
+  REQUIRE(leased.is_ok());
+  CHECK(*leased);
+  CHECK((*c->get("/shards/3"))->lease == *lease);
+  CHECK(c->transact({}, {}).error().code() == errc::invalid_argument);
+  CHECK(c->transact({{"/homes/3", f::mod, {}, -1}}, {{"/x", "y"}}).error().code() ==
+        errc::invalid_argument);
+}
+
 TEST_CASE("range_prefix returns only the prefix, sorted, with binary keys and values") {
   test::etcd_server etcd;
   auto c = client_of({etcd.url()});

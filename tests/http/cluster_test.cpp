@@ -10,6 +10,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "factum/storage/sha256.hpp"
 #include "http/fixture.hpp"
 
 using namespace factum;
@@ -66,6 +67,17 @@ struct scripted_cluster final : cluster_router, entity_ownership {
     return commits_allowed && c.epoch == epoch.load();
   }
   const std::string& node_id() const override { return id; }
+
+  // -- planned moves --
+  std::string secret = "scripted-secret-0123";
+  status accept = status::ok(); ///< what accept_move() answers (under mu)
+  std::atomic<int> received{0};
+  bool authentic(std::string_view s) const override { return s == secret; }
+  status accept_move(uint32_t, int64_t, const entity_key&) override {
+    std::lock_guard<std::mutex> g(mu);
+    return accept;
+  }
+  void file_received() override { ++received; }
 };
 
 shard_route local_route() {
@@ -298,4 +310,76 @@ TEST_CASE("cluster: GET /v1/entities lists the tenant's entities of every node, 
   auto gone = ca.request("GET", "/v1/entities", {{"X-API-Key", acme_key}});
   CHECK(gone.status == 503);
   CHECK(gone.code() == "SHARD_UNAVAILABLE");
+}
+
+namespace {
+
+/// PUT of one shard move's file, as a node sends it.
+http_reply put_move(uint16_t port, const entity_key& k, int64_t epoch, const std::string& bytes,
+                    const std::string& secret, std::string sha = {}) {
+  http_client c(port);
+  return c.request("PUT", "/v1/cluster/moves/3/" + k.tenant + "/" + k.type + "/" + k.id,
+                   {{"Content-Type", "application/octet-stream"},
+                    {"X-Factum-Cluster-Secret", secret},
+                    {"X-Factum-Move-Epoch", std::to_string(epoch)},
+                    {"X-Factum-Content-Sha256", sha.empty() ? sha256_hex(bytes) : sha}},
+                   bytes);
+}
+
+} // namespace
+
+TEST_CASE("cluster: a shard move's file is taken only with the cluster's secret, a matching "
+          "checksum and a move the node accepts, and the entity then serves its facts here") {
+  auto src_c = std::make_shared<scripted_cluster>();
+  src_c->next = local_route();
+  gateway_fixture src(with_cluster(src_c));
+  http_client sc(src.port());
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(
+      sc.request("POST", append_path("mv"), json_headers(acme_key, "k-" + std::to_string(i)), body)
+        .status == 200);
+  entity_key key{"acme", "ledger", "mv"};
+  REQUIRE(src.rt().release_entities([&](const entity_key& k) { return k == key; },
+                                    std::chrono::seconds(10)) == 0);
+  auto bytes = src.rt().export_entity(key, 9, "n-src"); // the move's epoch 9 > the owner's 7
+  REQUIRE_MESSAGE(bytes.is_ok(), bytes.error().to_string());
+
+  auto dst_c = std::make_shared<scripted_cluster>();
+  dst_c->next = local_route();
+  dst_c->epoch = 12; // the new home's epoch, after the move's
+  gateway_fixture dst(with_cluster(dst_c));
+  auto no_secret = put_move(dst.port(), key, 9, *bytes, "wrong-secret-0123456");
+  CHECK(no_secret.status == 401);
+  CHECK(no_secret.code() == "CLUSTER_SECRET_INVALID");
+  auto bad_sum = put_move(dst.port(), key, 9, *bytes, dst_c->secret, std::string(64, '0'));
+  CHECK(bad_sum.status == 400);
+  CHECK(bad_sum.code() == "CHECKSUM_MISMATCH");
+  dst_c->accept = status{errc::conflict, "scripted: no such move"};
+  auto refused = put_move(dst.port(), key, 9, *bytes, dst_c->secret);
+  CHECK(refused.status == 409);
+  CHECK(refused.code() == "MOVE_REFUSED");
+  dst_c->accept = status::ok();
+  auto garbage = put_move(dst.port(), key, 9, std::string(8192, 'x'), dst_c->secret);
+  CHECK(garbage.status == 422);
+  CHECK(garbage.code() == "MOVE_FILE_INVALID");
+  auto other_epoch = put_move(dst.port(), key, 8, *bytes, dst_c->secret);
+  CHECK(other_epoch.status == 422);
+  CHECK(dst.entity_files() == 0);
+  CHECK(dst_c->received == 0);
+
+  auto ok = put_move(dst.port(), key, 9, *bytes, dst_c->secret);
+  REQUIRE_MESSAGE(ok.status == 204, ok.body);
+  CHECK(dst_c->received == 1);
+  CHECK(dst.entity_files() == 1);
+  http_client dc(dst.port());
+  auto facts = dc.request("GET", "/v1/entities/ledger/mv/facts", json_headers());
+  REQUIRE(facts.status == 200);
+  CHECK(facts.json().size() == 3);
+  // A key completed on the old home replays on the new one.
+  auto replay = dc.request("POST", append_path("mv"), json_headers(acme_key, "k-1"), body);
+  CHECK(replay.status == 200);
+  CHECK(replay.header("idempotent-replayed") == "true");
+  auto next = dc.request("POST", append_path("mv"), json_headers(acme_key, "k-9"), body);
+  CHECK(next.status == 200);
+  CHECK(next.json()["seq"] == 4);
 }

@@ -268,12 +268,15 @@ TEST_CASE("serve config: the cluster object is parsed with its defaults, and a b
   CHECK(r->cluster->shards == 64);
   CHECK(r->cluster->lease_ttl == std::chrono::milliseconds(10'000));
   CHECK(r->cluster->storage == "local");
+  CHECK(r->cluster->secret.empty());
 
   doc["cluster"]["name"] = "c1";
   doc["cluster"]["shards"] = 256;
   doc["cluster"]["lease_ttl_ms"] = 2000;
+  doc["cluster"]["secret"] = "sixteen-chars-ok";
   r = parse_serve_config(doc, test::serve_types());
   REQUIRE(r.is_ok());
+  CHECK(r->cluster->secret == "sixteen-chars-ok");
   CHECK(r->cluster->name == "c1");
   CHECK(r->cluster->shards == 256);
   CHECK(r->cluster->lease_ttl == std::chrono::milliseconds(2000));
@@ -299,5 +302,7 @@ TEST_CASE("serve config: the cluster object is parsed with its defaults, and a b
   CHECK(error_with("shards", 5000).starts_with("cluster.shards:"));
   CHECK(error_with("lease_ttl_ms", 999).starts_with("cluster.lease_ttl_ms:"));
   CHECK(error_with("storage", "shared").starts_with("cluster.storage:"));
+  CHECK(error_with("secret", "short").starts_with("cluster.secret:"));
+  CHECK(error_with("secret", 1234567890123456789).starts_with("cluster.secret:"));
   CHECK(error_with("nodes", 3).starts_with("cluster.nodes: unknown key"));
 }

@@ -699,6 +699,68 @@ void get_metrics(gateway& gw, const exchange_ptr& x) {
   finish(gw, *x, std::move(r));
 }
 
+/// PUT /v1/cluster/moves/{shard}/{tenant}/{type}/{id}: one entity file of a planned shard move,
+/// sent by the shard's old home (docs/cluster.md, "Moving shards"). Authenticated by the
+/// cluster's secret, not an API key; the node checks the move in etcd, the runtime adopts it.
+void put_move_file(gateway& gw, const exchange_ptr& x) {
+  auto* c = gw.config().cluster.get();
+  verdict no = no_query(*x);
+  if (!no && !c)
+    no = refusal{404, "NOT_CLUSTERED", "this node runs alone (no \"cluster\" in its config)"};
+  if (!no && !c->authentic(x->req.cluster_secret))
+    no = refusal{401, "CLUSTER_SECRET_INVALID",
+                 "a shard move's file needs the cluster's secret (X-Factum-Cluster-Secret)"};
+  std::optional<entity_key> key;
+  int64_t epoch = 0;
+  if (!no) {
+    auto num = [](const std::string& s, int64_t& out) {
+      out = 0;
+      for (char ch : s)
+        if (ch < '0' || ch > '9' || out > INT64_MAX / 20)
+          return false;
+        else
+          out = out * 10 + (ch - '0');
+      return !s.empty() && s.size() <= 18;
+    };
+    int64_t k = 0;
+    auto t = percent_decode(x->seg[4]), ty = percent_decode(x->seg[5]),
+         i = percent_decode(x->seg[6]);
+    auto made =
+      t && ty && i
+        ? entity_key::make(*t, *ty, *i)
+        : result<entity_key>(status{errc::invalid_argument, "malformed percent-encoding"});
+    if (!num(x->seg[3], k) || k > UINT32_MAX)
+      no = refusal{400, "INVALID_PATH", "the shard must be a decimal number"};
+    else if (!num(x->req.move_epoch, epoch) || epoch <= 0)
+      no = refusal{400, "INVALID_MOVE", "X-Factum-Move-Epoch must be a positive decimal number"};
+    else if (!made)
+      no = refusal{400, "INVALID_ENTITY_KEY", made.error().message()};
+    else if (sha256_hex(x->req.body) != x->req.content_sha256)
+      no = refusal{400, "CHECKSUM_MISMATCH", "the body's SHA-256 is not X-Factum-Content-Sha256"};
+    else if (auto st = c->accept_move(static_cast<uint32_t>(k), epoch, *made); !st)
+      no = refusal{st.code() == errc::unavailable ? 503 : 409, "MOVE_REFUSED", st.to_string()};
+    if (made)
+      key = std::move(*made);
+  }
+  if (no)
+    return refuse(gw, *x, std::move(*no));
+  gw.rt().adopt_entity(*key, std::move(x->req.body), epoch, [&gw, x, c](status st) {
+    if (!st) {
+      auto bad = st.code() == errc::invalid_argument || st.code() == errc::corruption;
+      return refuse(gw, *x,
+                    {bad                       ? 422
+                     : st.code() == errc::busy ? 409
+                                               : 503,
+                     bad ? "MOVE_FILE_INVALID" : "MOVE_REFUSED", st.to_string()});
+    }
+    c->file_received();
+    http_response r;
+    r.status = 204;
+    r.trace_id = x->trace_id;
+    finish(gw, *x, std::move(r));
+  });
+}
+
 // -- the route table --
 
 /// One route: a method, a path pattern ("{name}" matches any one segment, "{name:a|b}" only
@@ -721,6 +783,7 @@ constexpr route routes[] = {
   {"GET", "/healthz", "healthz", get_healthz},
   {"GET", "/metrics", "metrics", get_metrics},
   {"GET", "/v1/cluster", "cluster", get_cluster},
+  {"PUT", "/v1/cluster/moves/{shard}/{tenant}/{type}/{id}", "cluster_move", put_move_file},
   {"GET", "/v1/entities", "entities", list_entities},
   {"GET", "/v1/entities/{type}/{id}/facts", "facts", nullptr, list_facts, scope_read},
   {"GET", "/v1/entities/{type}/{id}/dead-letters", "dead_letters", nullptr, list_dead_letters,

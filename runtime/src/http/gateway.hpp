@@ -38,6 +38,9 @@ struct http_request {
   /// X-Factum-Forwarded: another node of the cluster relayed the request (the epoch it saw);
   /// empty when a client sent it.
   std::string forwarded;
+  /// A planned shard move's file (PUT /v1/cluster/moves/...): X-Factum-Cluster-Secret,
+  /// X-Factum-Move-Epoch and X-Factum-Content-Sha256 (hex SHA-256 of the body).
+  std::string cluster_secret, move_epoch, content_sha256;
   std::string body;
 };
 
@@ -67,6 +70,12 @@ template <class Message> http_request to_http_request(Message& msg) {
     r.x_trace_id = std::string(it->value());
   if (auto it = msg.find("X-Factum-Forwarded"); it != msg.end())
     r.forwarded = std::string(it->value());
+  if (auto it = msg.find("X-Factum-Cluster-Secret"); it != msg.end())
+    r.cluster_secret = std::string(it->value());
+  if (auto it = msg.find("X-Factum-Move-Epoch"); it != msg.end())
+    r.move_epoch = std::string(it->value());
+  if (auto it = msg.find("X-Factum-Content-Sha256"); it != msg.end())
+    r.content_sha256 = std::string(it->value());
   r.body = std::move(msg.body());
   return r;
 }

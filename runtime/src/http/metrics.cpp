@@ -162,6 +162,16 @@ void http_metrics::render_cluster(std::string& out, const runtime_stats& rt,
          "Shards this node acquired (each under a new epoch).", c.acquisitions);
   metric(out, "factum_cluster_shards_owned", "gauge", "Shards this node serves now.",
          c.shards_owned);
+  metric(out, "factum_cluster_shard_moves_total", "counter",
+         "Shards this node handed over to another node (planned moves).", c.moves_done);
+  metric(out, "factum_cluster_shard_moves_failed_total", "counter",
+         "Planned moves of this node's shards given up (the shard stayed here).", c.moves_failed);
+  metric(out, "factum_cluster_shards_moving", "gauge", "Shards this node is moving out now.",
+         c.shards_moving);
+  header(out, "factum_cluster_move_files_total", "counter",
+         "Entity files of planned shard moves, sent and received by this node.");
+  labeled(out, "factum_cluster_move_files_total", {{"direction", "sent"}}, c.files_sent);
+  labeled(out, "factum_cluster_move_files_total", {{"direction", "received"}}, c.files_received);
   metric(out, "factum_cluster_nodes_live", "gauge", "Nodes registered in etcd with a live lease.",
          c.nodes_live);
   header(out, "factum_cluster_forwarded_total", "counter",

@@ -197,10 +197,12 @@ class session : public std::enable_shared_from_this<session> {
     if (ec)
       return on_read_error(ec);
     auto& h = parser_->get();
-    if (auto cl = parser_->content_length(); cl && *cl > limits().max_body_bytes)
+    auto limit = body_limit_of(h);
+    parser_->body_limit(static_cast<std::uint64_t>(limit));
+    if (auto cl = parser_->content_length(); cl && *cl > limit)
       return refuse(413, "BODY_TOO_LARGE",
                     "the body has " + std::to_string(*cl) + " bytes; the limit is " +
-                      std::to_string(limits().max_body_bytes));
+                      std::to_string(limit));
     if (parser_->is_done())
       return dispatch_request();
     if (iequals(h[bhttp::field::expect], "100-continue")) {
@@ -216,6 +218,19 @@ class session : public std::enable_shared_from_this<session> {
       return;
     }
     read_body();
+  }
+
+  /// The body limit of a request: max_body_bytes, or max_move_file_bytes for a shard move's
+  /// file that carries the cluster's secret (checked before any of the body is read).
+  template <class Header> size_t body_limit_of(const Header& h) const {
+    const auto* c = srv_->gw.config().cluster.get();
+    std::string_view target(h.target().data(), h.target().size());
+    if (c && target.rfind("/v1/cluster/moves/", 0) == 0) {
+      auto secret = h["X-Factum-Cluster-Secret"];
+      if (c->authentic(std::string_view(secret.data(), secret.size())))
+        return limits().max_move_file_bytes;
+    }
+    return limits().max_body_bytes;
   }
 
   void read_body() {

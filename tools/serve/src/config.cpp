@@ -665,7 +665,7 @@ status read_cluster_name(const json& c, const char* name, std::string& field, bo
 }
 
 /// "cluster": {"name", "node_id", "etcd": [...], "advertise", "shards", "lease_ttl_ms",
-/// "storage"} (docs/cluster.md).
+/// "storage", "secret"} (docs/cluster.md).
 status parse_cluster(const json& doc, serve_config& cfg) {
   auto it = doc.find("cluster");
   if (it == doc.end())
@@ -673,9 +673,9 @@ status parse_cluster(const json& doc, serve_config& cfg) {
   const json& c = *it;
   if (!c.is_object())
     return bad("cluster", "must be an object (docs/cluster.md)");
-  if (auto st =
-        check_keys(c, "cluster.",
-                   {"name", "node_id", "etcd", "advertise", "shards", "lease_ttl_ms", "storage"});
+  if (auto st = check_keys(
+        c, "cluster.",
+        {"name", "node_id", "etcd", "advertise", "shards", "lease_ttl_ms", "storage", "secret"});
       !st)
     return st;
   serve_cluster out;
@@ -703,6 +703,12 @@ status parse_cluster(const json& doc, serve_config& cfg) {
     if (!s->is_string() || s->get<std::string>() != "local")
       return bad("cluster.storage", "must be \"local\" (each node its own data directory; "
                                     "shared storage is not supported yet)");
+  }
+  if (auto s = c.find("secret"); s != c.end()) {
+    if (!s->is_string() || s->get<std::string>().size() < 16)
+      return bad("cluster.secret", "must be a string of at least 16 characters, the same on "
+                                   "every node (it authenticates the files of shard moves)");
+    out.secret = s->get<std::string>();
   }
   cfg.cluster = std::move(out);
   return status::ok();

@@ -49,6 +49,7 @@ result<std::shared_ptr<cluster::node>> start_cluster_node(const serve_cluster& c
   n.shards = c.shards;
   n.lease_ttl = c.lease_ttl;
   n.storage = c.storage;
+  n.secret = c.secret;
   n.log = [](std::string_view line) {
     std::string s(line);
     s.push_back('\n');
@@ -131,9 +132,13 @@ int run_serve(serve_config cfg) {
   }
   for (auto& note : (*rt)->start_notes())
     log_line({{"level", "warn"}, {"event", "start_note"}, {"detail", note}});
+  if (member)
+    member->attach(**rt); // planned shard moves of this node's shards run from now on
   auto srv = http_server::start(**rt, cfg.http);
   if (!srv) {
     log_line({{"level", "error"}, {"event", "start_failed"}, {"detail", srv.error().message()}});
+    if (member)
+      member->detach();
     (*rt)->stop();
     return 1;
   }
@@ -173,6 +178,8 @@ int run_serve(serve_config cfg) {
   // The I/O threads end before the runtime stops: a thread that called into CAF keeps CAF's
   // logger alive, and the actor system's destructor waits for it.
   (*srv)->stop();
+  if (member)
+    member->detach(); // a move under way resumes at the next start
   (*rt)->stop();
   tool_client->stop();
   if (member)

@@ -45,6 +45,27 @@ struct txn_result {
   std::optional<etcd_kv> current;
 };
 
+/// One comparison of a transaction (etcd_client::transact).
+struct etcd_compare {
+  enum class field {
+    value,  ///< the key's value equals `value` (an absent key never does)
+    create, ///< the key's create revision equals `revision` (0: the key is absent)
+    mod,    ///< the key's mod revision equals `revision` (0: the key is absent)
+  };
+  std::string key;
+  field what = field::value;
+  std::string value;
+  int64_t revision = 0;
+};
+
+/// One write of a transaction (etcd_client::transact): a put of `value` (bound to `lease` when
+/// not 0), or a delete of `key` when `value` is nullopt.
+struct etcd_write {
+  std::string key;
+  std::optional<std::string> value;
+  int64_t lease = 0;
+};
+
 /// A client of one etcd cluster, given as the client URLs of some of its members.
 ///
 /// Failover: each call sends its request to the endpoint that answered last, and when that
@@ -125,6 +146,12 @@ class etcd_client {
 
   /// Deletes `key`; ok when it was absent.
   status delete_key(const std::string& key);
+
+  /// Runs every write of `writes`, atomically, when every comparison of `compares` holds; does
+  /// nothing otherwise. Answers whether the comparisons held (the writes ran). INVALID_ARGUMENT
+  /// for an empty key or list of writes, or a negative revision or lease.
+  result<bool> transact(const std::vector<etcd_compare>& compares,
+                        const std::vector<etcd_write>& writes);
 
   // -- endpoints --
 

@@ -32,6 +32,7 @@
 
 #include "factum/runtime/cluster_router.hpp"
 #include "factum/runtime/ownership.hpp"
+#include "factum/runtime/runtime.hpp"
 #include "factum/storage/status.hpp"
 
 namespace factum::cluster {
@@ -56,6 +57,10 @@ struct node_config {
   /// Where the entity files are: "local" (each node its own data directory; a shard is served
   /// only by its home). Default "local".
   std::string storage = "local";
+  /// Shared by every node: authenticates the entity files one node sends another when a shard
+  /// moves (X-Factum-Cluster-Secret). At least 16 characters. Empty (the default): this node
+  /// neither sends nor takes shards; `factum cluster drain` and `join` then fail their moves.
+  std::string secret;
   /// Receives one JSON object per line for events an operator must hear of (lease lost and
   /// regained, shards acquired). Default: standard error.
   std::function<void(std::string_view)> log;
@@ -86,6 +91,19 @@ class node final : public entity_ownership, public cluster_router {
   std::string describe() const override;
   bool healthy(std::string& why) const override;
   cluster_stats stats() const override;
+  bool authentic(std::string_view secret) const override;
+  status accept_move(uint32_t shard, int64_t epoch, const entity_key& key) override;
+  void file_received() override;
+
+  // -- planned shard moves (docs/cluster.md, "Moving shards") --
+
+  /// Lets the node move its shards' files out (moves/<k> naming this node as `from`) through
+  /// `rt`, and starts the mover thread. Call after the runtime started; detach() before it
+  /// stops.
+  void attach(runtime& rt);
+  /// Stops the mover thread (a move under way is left to be resumed by the next attach(),
+  /// here or after a restart). Idempotent; stop() calls it.
+  void detach();
 
   /// The shard of `key` in this cluster.
   uint32_t shard_of(const entity_key& key) const;

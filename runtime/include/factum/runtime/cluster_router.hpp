@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "factum/storage/entity_key.hpp"
+#include "factum/storage/status.hpp"
 
 namespace factum {
 
@@ -44,6 +45,11 @@ struct cluster_stats {
   uint64_t shards_owned = 0;   ///< gauge
   uint64_t nodes_live = 0;     ///< gauge
   uint64_t polls_failed = 0;   ///< reads of the cluster's state etcd did not answer
+  uint64_t moves_done = 0;     ///< shards this node handed over to another node
+  uint64_t moves_failed = 0;   ///< moves of this node's shards given up (marked failed)
+  uint64_t files_sent = 0;     ///< entity files sent by moves out
+  uint64_t files_received = 0; ///< entity files adopted from moves in
+  uint64_t shards_moving = 0;  ///< gauge: shards this node is moving out now
 };
 
 /// The cluster as the gateway sees it.
@@ -73,6 +79,19 @@ class cluster_router {
 
   /// The node's counters (the gateway renders them in /metrics).
   virtual cluster_stats stats() const = 0;
+
+  // -- planned shard moves (PUT /v1/cluster/moves/...: one entity file from the old home) --
+
+  /// Whether `secret` (the X-Factum-Cluster-Secret header) is the cluster's secret, compared in
+  /// constant time. False when the node has no secret: it then takes no file from a move.
+  virtual bool authentic(std::string_view secret) const = 0;
+  /// Whether this node is the target of shard `shard`'s move under `epoch` and `key` is in
+  /// that shard: ok, or CONFLICT (no such move, another target, or this node already serves
+  /// the shard), INVALID_ARGUMENT (another shard). Reads etcd at the first file of each move
+  /// (blocks for that read); the others are checked against what it read.
+  virtual status accept_move(uint32_t shard, int64_t epoch, const entity_key& key) = 0;
+  /// A file of a move was adopted here (counted in stats()).
+  virtual void file_received() = 0;
 };
 
 } // namespace factum

@@ -64,6 +64,10 @@ struct http_limits {
   /// TOO_MANY_CONNECTIONS and closed, so that one client cannot take every connection. Behind a
   /// proxy every client has the proxy's address. Default 1,000.
   size_t max_connections_per_client = 1'000;
+  /// Cluster mode: largest entity file a planned shard move may send this node (the body of
+  /// PUT /v1/cluster/moves/..., taken only with the cluster's secret). A larger file fails its
+  /// move, which leaves the shard on its old home. Default 256 MiB.
+  size_t max_move_file_bytes = 256 * 1024 * 1024;
 };
 
 /// Configuration of the gateway. Every field documents its default.

@@ -41,6 +41,9 @@ struct serve_cluster {
   uint32_t shards = 64;          ///< fixed when the cluster is created; 1..4096
   std::chrono::milliseconds lease_ttl{10'000}; ///< 1 s..10 min
   std::string storage = "local";               ///< "local": each node its own data directory
+  /// Shared by the cluster's nodes: authenticates the files a shard move sends (>= 16
+  /// characters). Empty: this node neither sends nor takes shards. Default empty.
+  std::string secret;
 };
 
 /// Everything `factum serve` runs with, after validation (docs/configuration.md).

@@ -1,0 +1,335 @@
+// mover.cpp: planned shard moves of a cluster node (docs/cluster.md, "Moving shards"). The old
+// home of a shard makes the move; the new home takes each file through its gateway
+// (PUT /v1/cluster/moves/..., accept_move() here, runtime::adopt_entity). Threads: the mover
+// thread (started by attach()) runs every move, one at a time; schedule_moves() runs on the
+// polling thread; accept_move(), authentic() and file_received() on the gateway's threads.
+//
+// One move of shard k from this node (A) to node B, as moves/<k> (created by `factum cluster
+// drain` or `join`; its create revision is the move's epoch E) asks:
+// 1. A stops serving and committing k (route(): SHARD_UNAVAILABLE; claim_for and may_commit:
+//    no), asks k's live activations to hibernate (a turn that had not committed is answered
+//    503 and retried by its client), and deletes its owner key shards/<k>.
+// 2. For each entity of k in A's tenant index: runtime::export_entity claims the file under E
+//    (any writer with an older claim is fenced from then on) and answers its committed state;
+//    A sends it to B, which checks the move in etcd, syncs the file, and adopts it.
+// 3. One transaction: homes/<k> = B and moves/<k> marked handed over, if homes/<k> is still A
+//    and moves/<k> is still E. From then on B acquires k (a newer epoch) and serves it.
+// 4. A removes its copies (runtime::forget_entity) and deletes moves/<k>.
+// A failure in steps 1-3 marks moves/<k> failed with the reason and A takes k again (a newer
+// epoch than E, so its claims pass the move's). A crash resumes the move at the next start:
+// from step 1 when it was not handed over, else step 4.
+#include <algorithm>
+
+#include "factum/cluster/shard_map.hpp"
+#include "factum/http/client.hpp"
+#include "factum/storage/sha256.hpp"
+#include "node_impl.hpp"
+
+namespace factum::cluster {
+
+using detail::move_view;
+using nlohmann::json;
+
+namespace {
+
+/// How long a move waits for the shard's activations to hibernate before it fences them.
+constexpr std::chrono::milliseconds release_wait{30'000};
+/// Deadline of one file's transfer to the new home.
+constexpr std::chrono::milliseconds send_timeout{60'000};
+
+} // namespace
+
+// -- attach and detach --------------------------------------------------------------------------
+
+void node::attach(runtime& rt) {
+  auto& p = *impl_;
+  {
+    std::lock_guard<std::mutex> g(p.move_mu);
+    if (p.rt)
+      return;
+    p.rt = &rt;
+    p.move_stop = false;
+  }
+  p.mover = std::thread([raw = impl_.get()] { raw->run_mover(); });
+  std::lock_guard<std::mutex> g(p.mu);
+  p.poll_now = true; // schedule a move left by a previous run without waiting a period
+  p.cv.notify_all();
+}
+
+void node::detach() {
+  auto& p = *impl_;
+  {
+    std::lock_guard<std::mutex> g(p.move_mu);
+    if (!p.rt)
+      return;
+    p.move_stop = true;
+  }
+  p.move_cv.notify_all();
+  if (p.mover.joinable())
+    p.mover.join();
+  std::lock_guard<std::mutex> g(p.move_mu);
+  p.rt = nullptr;
+  p.move_queue.clear();
+  p.queued.clear();
+}
+
+// -- scheduling (polling thread) and the mover thread -------------------------------------------
+
+void node::impl::schedule_moves() {
+  std::vector<std::pair<uint32_t, move_view>> mine;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    for (auto& [k, m] : st.moves)
+      if (m.from == cfg.node_id && m.failed.empty())
+        mine.emplace_back(k, m);
+  }
+  if (mine.empty())
+    return;
+  std::lock_guard<std::mutex> g(move_mu);
+  if (!rt || move_stop)
+    return;
+  for (auto& [k, m] : mine)
+    if (!given_up.count({k, m.epoch}) && queued.insert(k).second)
+      move_queue.emplace_back(k, std::move(m));
+  move_cv.notify_all();
+}
+
+void node::impl::run_mover() {
+  for (;;) {
+    std::unique_lock<std::mutex> g(move_mu);
+    move_cv.wait(g, [&] { return move_stop || !move_queue.empty(); });
+    if (move_stop)
+      return;
+    auto [k, m] = move_queue.front();
+    move_queue.pop_front();
+    g.unlock();
+    move_out(k, m);
+    g.lock();
+    queued.erase(k);
+  }
+}
+
+void node::impl::move_out(uint32_t k, const move_view& m) {
+  auto stopping_now = [&] {
+    std::lock_guard<std::mutex> g(move_mu);
+    return move_stop;
+  };
+  if (!m.handed_over) {
+    moving[k].store(m.epoch, std::memory_order_release);
+    held[k].store(0, std::memory_order_release); // from now on nothing of k commits here
+    log({{"event", "shard_move_started"}, {"shard", k}, {"to", m.to}, {"epoch", m.epoch}});
+    std::vector<entity_key> keys;
+    auto t0 = steady::now();
+    auto st = hand_over(k, m, keys);
+    if (!st) {
+      moving[k].store(0, std::memory_order_release);
+      if (stopping_now())
+        return; // resumed by the next attach(), here or after a restart
+      moves_failed.fetch_add(1, std::memory_order_relaxed);
+      auto failed = m;
+      failed.failed = st.to_string();
+      (void)move_etcd->transact({{key("moves", k), etcd_compare::field::create, {}, m.epoch}},
+                                {{key("moves", k), detail::move_value(failed)}});
+      log({{"level", "error"},
+           {"event", "shard_move_failed"},
+           {"shard", k},
+           {"to", m.to},
+           {"detail", st.to_string() + "; the shard is served here again"}});
+      {
+        std::lock_guard<std::mutex> g(move_mu);
+        given_up.emplace(k, m.epoch); // a poll that read the move before it failed skips it
+      }
+      std::lock_guard<std::mutex> g(mu);
+      if (auto it = this->st.moves.find(k);
+          it != this->st.moves.end() && it->second.epoch == m.epoch)
+        it->second.failed = failed.failed;
+      poll_now = true;
+      cv.notify_all();
+      return;
+    }
+    moves_done.fetch_add(1, std::memory_order_relaxed);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count();
+    log({{"event", "shard_handed_over"},
+         {"shard", k},
+         {"to", m.to},
+         {"files", keys.size()},
+         {"ms", ms}});
+  }
+  if (auto st = finish_move(k, m); !st)
+    log({{"level", "warn"},
+         {"event", "shard_move_cleanup_failed"},
+         {"shard", k},
+         {"detail", st.to_string() + "; tried again at the next poll"}});
+  moving[k].store(0, std::memory_order_release);
+}
+
+// -- the steps of a move (mover thread) ---------------------------------------------------------
+
+status node::impl::hand_over(uint32_t k, const move_view& m, std::vector<entity_key>& keys) {
+  std::string address;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (st.shards[k].home != cfg.node_id)
+      return {errc::conflict, "shard " + std::to_string(k) + "'s home is " +
+                                (st.shards[k].home.empty() ? "nobody" : st.shards[k].home) +
+                                ", not this node"};
+    if (auto it = st.nodes.find(m.to); it != st.nodes.end())
+      address = it->second;
+  }
+  if (m.to == cfg.node_id)
+    return {errc::invalid_argument, "a move from a node to itself"};
+  if (cfg.secret.empty())
+    return {errc::conflict,
+            "this node has no cluster.secret: it cannot send files to another node"};
+  if (address.empty())
+    return {errc::unavailable, "node " + m.to + " is not live"};
+  auto which = [&](const entity_key& e) { return cluster::shard_of(e, cfg.shards) == k; };
+  if (auto left = rt->release_entities(which, release_wait); left > 0)
+    log({{"level", "warn"},
+         {"event", "shard_move_fencing"},
+         {"shard", k},
+         {"detail", std::to_string(left) + " activations did not hibernate in time; the move's "
+                                           "claim fences their writes"}});
+  // Give up the owner key so that the new home can take it once it is the home (it is not
+  // before step 3, so nobody takes it meanwhile).
+  if (auto cur = move_etcd->get(key("shards", k)); !cur)
+    return cur.error();
+  else if (cur->has_value() && (*cur)->value == cfg.node_id)
+    if (auto d = move_etcd->delete_if_mod_revision(key("shards", k), (*cur)->mod_revision); !d)
+      return d.error();
+  auto list = rt->entities_where(which);
+  if (!list)
+    return list.error();
+  auto colon = address.rfind(':');
+  http::client::sync_options so;
+  so.timeout = send_timeout;
+  http::client::sync_client client(address.substr(0, colon),
+                                   static_cast<uint16_t>(std::stoi(address.substr(colon + 1))), so);
+  for (auto& e : *list) {
+    {
+      std::lock_guard<std::mutex> g(move_mu);
+      if (move_stop)
+        return {errc::unavailable, "the node is stopping"};
+    }
+    auto bytes = rt->export_entity(e, m.epoch, cfg.node_id);
+    if (!bytes && bytes.error().code() == errc::busy) { // activated before the shard was moving
+      rt->release_entities([&](const entity_key& x) { return x == e; }, release_wait);
+      bytes = rt->export_entity(e, m.epoch, cfg.node_id);
+    }
+    if (!bytes && bytes.error().code() == errc::not_found)
+      continue; // a creation that did not happen: the index may list it, nothing to move
+    if (!bytes)
+      return {bytes.error().code(), e.to_string() + ": " + bytes.error().message()};
+    if (auto st = send_file(client, k, m, e, *bytes); !st)
+      return st;
+    files_sent.fetch_add(1, std::memory_order_relaxed);
+    keys.push_back(e);
+  }
+  auto handed = m;
+  handed.handed_over = true;
+  auto t =
+    move_etcd->transact({{key("homes", k), etcd_compare::field::value, cfg.node_id, 0},
+                         {key("moves", k), etcd_compare::field::create, {}, m.epoch}},
+                        {{key("homes", k), m.to}, {key("moves", k), detail::move_value(handed)}});
+  if (!t)
+    return t.error();
+  if (!*t)
+    return {errc::conflict, "moves/" + std::to_string(k) + " or homes/" + std::to_string(k) +
+                              " changed in etcd during the move"};
+  std::lock_guard<std::mutex> g(mu);
+  st.shards[k].home = m.to;
+  st.shards[k].owner.clear();
+  st.moves[k] = handed;
+  return status::ok();
+}
+
+status node::impl::send_file(http::client::sync_client& client, uint32_t k, const move_view& m,
+                             const entity_key& e, const std::string& bytes) {
+  auto target = "/v1/cluster/moves/" + std::to_string(k) + "/" +
+                http::client::percent_encode(e.tenant) + "/" +
+                http::client::percent_encode(e.type) + "/" + http::client::percent_encode(e.id);
+  http::client::header_list headers = {{"Content-Type", "application/octet-stream"},
+                                       {"X-Factum-Cluster-Secret", cfg.secret},
+                                       {"X-Factum-Move-Epoch", std::to_string(m.epoch)},
+                                       {"X-Factum-Content-Sha256", sha256_hex(bytes)}};
+  auto r = client.request("PUT", target, headers, bytes);
+  if (r.status == 204)
+    return status::ok();
+  if (r.status == 0)
+    return {errc::unavailable, "sending " + e.to_string() + " to node " + m.to + ": " + r.error};
+  return {errc::conflict, "node " + m.to + " refused " + e.to_string() + " (" +
+                            std::to_string(r.status) + "): " + r.body};
+}
+
+status node::impl::finish_move(uint32_t k, const move_view& m) {
+  auto which = [&](const entity_key& e) { return cluster::shard_of(e, cfg.shards) == k; };
+  auto list = rt->entities_where(which);
+  if (!list)
+    return list.error();
+  for (auto& e : *list) {
+    auto st = rt->forget_entity(e);
+    if (!st && st.code() == errc::busy) { // a stray activation (an alarm refused since)
+      rt->release_entities([&](const entity_key& x) { return x == e; }, release_wait);
+      st = rt->forget_entity(e);
+    }
+    if (!st)
+      return {st.code(), e.to_string() + ": " + st.message()};
+  }
+  auto t = move_etcd->transact({{key("moves", k), etcd_compare::field::create, {}, m.epoch}},
+                               {{key("moves", k), std::nullopt}});
+  if (!t)
+    return t.error();
+  log({{"event", "shard_move_done"}, {"shard", k}, {"to", m.to}, {"removed", list->size()}});
+  std::lock_guard<std::mutex> g(mu);
+  if (auto it = st.moves.find(k); it != st.moves.end() && it->second.epoch == m.epoch)
+    st.moves.erase(it);
+  return status::ok();
+}
+
+// -- the new home's side (gateway threads) ------------------------------------------------------
+
+bool node::authentic(std::string_view secret) const {
+  auto& mine = impl_->cfg.secret;
+  if (mine.empty() || secret.size() != mine.size())
+    return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < mine.size(); ++i)
+    diff |= static_cast<unsigned char>(mine[i] ^ secret[i]);
+  return diff == 0;
+}
+
+status node::accept_move(uint32_t shard, int64_t epoch, const entity_key& key) {
+  auto& p = *impl_;
+  if (shard >= p.cfg.shards || cluster::shard_of(key, p.cfg.shards) != shard)
+    return {errc::invalid_argument, key.to_string() + " is not in shard " + std::to_string(shard)};
+  if (p.held[shard].load(std::memory_order_acquire) != 0)
+    return {errc::conflict, "this node serves shard " + std::to_string(shard) + " already"};
+  {
+    std::lock_guard<std::mutex> g(p.mu);
+    if (auto it = p.accepted.find(shard); it != p.accepted.end() && it->second == epoch)
+      return status::ok();
+  }
+  std::lock_guard<std::mutex> cg(p.claim_mu);
+  auto mv = p.claim->get(p.key("moves", shard));
+  if (!mv)
+    return mv.error();
+  auto view = mv->has_value() ? detail::read_move(**mv) : std::nullopt;
+  if (!view || view->epoch != epoch || view->to != p.cfg.node_id || !view->failed.empty() ||
+      view->handed_over)
+    return {errc::conflict, "etcd has no move of shard " + std::to_string(shard) +
+                              " to this node under epoch " + std::to_string(epoch)};
+  auto home = p.claim->get(p.key("homes", shard));
+  if (!home)
+    return home.error();
+  if (home->has_value() && (*home)->value == p.cfg.node_id)
+    return {errc::conflict, "this node is shard " + std::to_string(shard) + "'s home already"};
+  std::lock_guard<std::mutex> g(p.mu);
+  p.accepted[shard] = epoch;
+  return status::ok();
+}
+
+void node::file_received() {
+  impl_->files_received.fetch_add(1, std::memory_order_relaxed);
+}
+
+} // namespace factum::cluster

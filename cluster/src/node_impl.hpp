@@ -1,0 +1,143 @@
+// node_impl.hpp (private): the state of a cluster node (factum/cluster/node.hpp), shared by
+// node.cpp (lease, polling, ownership, routing) and mover.cpp (planned shard moves). Each member
+// says which lock or thread guards it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "factum/cluster/etcd_client.hpp"
+#include "factum/cluster/node.hpp"
+#include "factum/http/client.hpp"
+#include "factum/storage/fact.hpp"
+#include "state.hpp"
+
+namespace factum::cluster {
+
+using steady = std::chrono::steady_clock;
+
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch())
+    .count();
+}
+
+inline std::string iso_now() {
+  auto t = std::chrono::system_clock::now().time_since_epoch();
+  return format_utc_ms(std::chrono::duration_cast<std::chrono::milliseconds>(t).count());
+}
+
+struct node::impl {
+  using json = nlohmann::json;
+  using cluster_state = detail::cluster_state;
+  using shard_view = detail::shard_view;
+  using move_view = detail::move_view;
+
+  node_config cfg;
+  std::string prefix;                 ///< /factum/<name>/
+  std::unique_ptr<etcd_client> etcd;  ///< the polling thread's
+  std::unique_ptr<etcd_client> claim; ///< route()'s and accept_move()'s, under claim_mu
+  std::mutex claim_mu;
+
+  int64_t lease = 0; ///< the polling thread's (and start's); 0: none
+  std::atomic<int64_t> lease_id{0};
+  std::atomic<int64_t> deadline_ns{0};    ///< the lease is live until then (steady clock)
+  std::vector<std::atomic<int64_t>> held; ///< per shard: this node's epoch, 0 when not held
+  /// Per shard: the epoch of the move this node is making of it (0: none). While set, the
+  /// shard's activations are refused and its requests answered SHARD_UNAVAILABLE here.
+  std::vector<std::atomic<int64_t>> moving;
+
+  mutable std::mutex mu; ///< guards st, waiters, stopping, poll_now, accepted
+  cluster_state st;
+  std::vector<std::function<void()>> waiters; ///< refresh() callbacks for the next poll
+  bool stopping = false;
+  bool poll_now = false;
+  std::condition_variable cv;
+  std::thread thread;
+  std::map<uint32_t, int64_t> accepted; ///< moves to this node checked in etcd: shard -> epoch
+
+  std::atomic<uint64_t> renewals{0}, renewal_failures{0}, renewal_us{0}, leases_lost{0},
+    acquisitions{0}, polls_failed{0}, moves_done{0}, moves_failed{0}, files_sent{0},
+    files_received{0};
+
+  // -- planned moves (mover.cpp): the mover thread, started by attach() --
+  std::mutex move_mu; ///< guards rt, move_queue, queued, move_stop
+  std::condition_variable move_cv;
+  runtime* rt = nullptr;
+  std::deque<std::pair<uint32_t, move_view>> move_queue;
+  std::set<uint32_t> queued;                       ///< shards in move_queue or being moved
+  std::set<std::pair<uint32_t, int64_t>> given_up; ///< (shard, epoch) of moves that failed here
+  std::unique_ptr<etcd_client> move_etcd;          ///< the mover thread's
+  bool move_stop = false;
+  std::thread mover;
+
+  explicit impl(node_config c) : cfg(std::move(c)), held(cfg.shards), moving(cfg.shards) {}
+
+  void log(json line) const {
+    json out = {{"ts", iso_now()}, {"component", "cluster"}, {"node", cfg.node_id}};
+    out.update(line);
+    auto s = out.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (cfg.log)
+      return cfg.log(s);
+    s.push_back('\n');
+    std::fwrite(s.data(), 1, s.size(), stderr);
+  }
+
+  std::chrono::milliseconds period() const {
+    return std::max(std::chrono::milliseconds(100), cfg.lease_ttl / 5);
+  }
+  bool lease_live() const { return now_ns() < deadline_ns.load(std::memory_order_acquire); }
+  std::string key(std::string_view what, uint32_t k) const {
+    return prefix + std::string(what) + "/" + std::to_string(k);
+  }
+  /// Whether this node has a move of shard k out that is not over (under way, or handed over
+  /// and its copies not yet removed): it must not acquire k meanwhile. Call with `mu` held.
+  bool moving_out_locked(uint32_t k) const {
+    auto it = st.moves.find(k);
+    return it != st.moves.end() && it->second.from == cfg.node_id && it->second.failed.empty();
+  }
+
+  status grant_and_register();
+  status wait_for_previous_incarnation();
+  status renew();
+  status poll();
+  void acquire_homes();
+  result<int64_t> acquire(etcd_client& c, uint32_t k, const shard_view& seen);
+  void publish_held();
+  void run();
+
+  /// Places shard k on this node if it was never used (homes/<k>; `taken_by` names the node
+  /// that placed it first otherwise) and acquires it: its epoch. Under claim_mu.
+  result<int64_t> take(uint32_t k, const shard_view& seen, std::string& taken_by);
+
+  /// The address of node `id`: from the last poll's `nodes`, else (a node that registered
+  /// since, or one that is down) read from etcd, at most once per poll period and node.
+  std::string address_of(const std::string& id);
+  std::map<std::string, steady::time_point> looked_up; ///< under claim_mu
+
+  // -- planned moves (mover.cpp) --
+
+  /// After a poll (polling thread): queues this node's moves out that are not queued yet.
+  void schedule_moves();
+  /// The mover thread: runs queued moves one at a time until move_stop.
+  void run_mover();
+  /// Moves shard k out as `m` says, or gives the move up (moves/<k> marked failed).
+  void move_out(uint32_t k, const move_view& m);
+  /// The steps of move_out; an error gives the move up.
+  status hand_over(uint32_t k, const move_view& m, std::vector<entity_key>& keys);
+  /// Removes this node's copies of shard k's entities after the hand-over, and the move's key.
+  status finish_move(uint32_t k, const move_view& m);
+  /// Sends one exported entity file to the move's target.
+  status send_file(http::client::sync_client& client, uint32_t k, const move_view& m,
+                   const entity_key& key, const std::string& bytes);
+};
+
+} // namespace factum::cluster
