@@ -16,12 +16,14 @@
 //    and moves/<k> is still E. From then on B acquires k (a newer epoch) and serves it.
 // 4. A removes its copies (runtime::forget_entity) and deletes moves/<k>.
 // A failure in steps 1-3 marks moves/<k> failed with the reason and A takes k again (a newer
-// epoch than E, so its claims pass the move's). A crash resumes the move at the next start:
-// from step 1 when it was not handed over, else step 4.
+// epoch than E, so its claims pass the move's); B, seeing the failure, removes the files it
+// took from that move (discard_copies). A crash resumes the move at the next start: from step 1
+// when it was not handed over, else step 4.
 #include <algorithm>
 
 #include "factum/cluster/shard_map.hpp"
 #include "factum/http/client.hpp"
+#include "factum/storage/entity_store.hpp"
 #include "factum/storage/sha256.hpp"
 #include "node_impl.hpp"
 
@@ -80,8 +82,9 @@ void node::impl::schedule_moves() {
   {
     std::lock_guard<std::mutex> g(mu);
     for (auto& [k, m] : st.moves)
-      if (m.from == cfg.node_id && m.failed.empty())
-        mine.emplace_back(k, m);
+      if ((m.from == cfg.node_id && m.failed.empty()) ||
+          (m.to == cfg.node_id && !m.failed.empty() && st.shards[k].home != cfg.node_id))
+        mine.emplace_back(k, m); // a move out, or the copies a failed move in left here
   }
   if (mine.empty())
     return;
@@ -103,7 +106,10 @@ void node::impl::run_mover() {
     auto [k, m] = move_queue.front();
     move_queue.pop_front();
     g.unlock();
-    move_out(k, m);
+    if (m.from == cfg.node_id)
+      move_out(k, m);
+    else
+      discard_copies(k, m);
     g.lock();
     queued.erase(k);
   }
@@ -284,6 +290,42 @@ status node::impl::finish_move(uint32_t k, const move_view& m) {
   if (auto it = st.moves.find(k); it != st.moves.end() && it->second.epoch == m.epoch)
     st.moves.erase(it);
   return status::ok();
+}
+
+/// The target's side of a failed move (mover thread): the files it adopted from that move are
+/// copies of a shard served elsewhere. Each whose newest owner claim is the move's own (nothing
+/// served them here since) is removed, so that they are neither listed nor woken here.
+void node::impl::discard_copies(uint32_t k, const move_view& m) {
+  if (held[k].load(std::memory_order_acquire) != 0)
+    return;
+  auto which = [&](const entity_key& e) { return cluster::shard_of(e, cfg.shards) == k; };
+  auto list = rt->entities_where(which);
+  if (!list)
+    return; // tried again at the next poll
+  size_t removed = 0;
+  for (auto& e : *list) {
+    store_options so;
+    so.read_only = true;
+    auto s = entity_store::open_file(e.file_path(rt->config().data_dir), so);
+    if (!s)
+      continue;
+    auto owners = (*s)->owners();
+    s->reset();
+    if (!owners || owners->empty() || owners->back().epoch != m.epoch)
+      continue;
+    if (auto st = rt->forget_entity(e); !st)
+      return log({{"level", "warn"},
+                  {"event", "shard_move_copies_kept"},
+                  {"shard", k},
+                  {"detail", e.to_string() + ": " + st.to_string() + "; tried again later"}});
+    ++removed;
+  }
+  {
+    std::lock_guard<std::mutex> g(move_mu);
+    given_up.emplace(k, m.epoch);
+  }
+  log(
+    {{"event", "shard_move_copies_removed"}, {"shard", k}, {"from", m.from}, {"removed", removed}});
 }
 
 // -- the new home's side (gateway threads) ------------------------------------------------------

@@ -73,9 +73,10 @@ struct node::impl {
   std::condition_variable move_cv;
   runtime* rt = nullptr;
   std::deque<std::pair<uint32_t, move_view>> move_queue;
-  std::set<uint32_t> queued;                       ///< shards in move_queue or being moved
-  std::set<std::pair<uint32_t, int64_t>> given_up; ///< (shard, epoch) of moves that failed here
-  std::unique_ptr<etcd_client> move_etcd;          ///< the mover thread's
+  std::set<uint32_t> queued; ///< shards in move_queue or being moved
+  /// (shard, epoch) of moves not to schedule again: failed here, or their copies discarded.
+  std::set<std::pair<uint32_t, int64_t>> given_up;
+  std::unique_ptr<etcd_client> move_etcd; ///< the mover thread's
   bool move_stop = false;
   std::thread mover;
 
@@ -135,6 +136,8 @@ struct node::impl {
   status hand_over(uint32_t k, const move_view& m, std::vector<entity_key>& keys);
   /// Removes this node's copies of shard k's entities after the hand-over, and the move's key.
   status finish_move(uint32_t k, const move_view& m);
+  /// Removes the files a failed move to this node left here (their newest claim is the move's).
+  void discard_copies(uint32_t k, const move_view& m);
   /// Sends one exported entity file to the move's target.
   status send_file(http::client::sync_client& client, uint32_t k, const move_view& m,
                    const entity_key& key, const std::string& bytes);
