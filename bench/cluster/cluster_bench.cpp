@@ -5,8 +5,11 @@
 //   commit) and a keyed append (a durable commit); p50/p99 of each, and the difference;
 // - scale: `factum bench append --mode http` against one node alone, then against three nodes
 //   at once (the same total connections split over them, each process on its own entities):
-//   the summed throughput over the single node's.
-// Usage: cluster_bench --factum PATH [--calls N] [--seconds S] [--connections C]
+//   the summed throughput over the single node's;
+// - moves: node A alone gets E entities (one keyed append each); node B starts and `factum
+//   cluster join B` moves to it the shards rendezvous hashing gives it, then `factum cluster
+//   drain B` moves them back: wall time, shards and files of each, files per second.
+// Usage: cluster_bench --factum PATH [--calls N] [--seconds S] [--connections C] [--entities E]
 // The main thread only (the bench processes are children).
 #include <algorithm>
 #include <cstdio>
@@ -36,11 +39,13 @@ struct node {
   std::unique_ptr<serve_process> proc;
 };
 
-/// Starts `n` nodes (n == 1 and no etcd: a node alone, no cluster).
+/// Starts `n` nodes (n == 1 and no etcd: a node alone, no cluster), or only node `only` (1-based).
 std::vector<node> start_nodes(int n, const std::string& factum, const std::filesystem::path& root,
-                              const std::string& etcd_url, const std::string& name) {
+                              const std::string& etcd_url, const std::string& name, int only = 0) {
   std::vector<node> nodes(n);
   for (int i = 0; i < n; ++i) {
+    if (only && i + 1 != only)
+      continue;
     auto& x = nodes[i];
     x.id = "n" + std::to_string(i + 1);
     x.port = free_ports(1).front(); // bound once and released: the node binds it
@@ -52,9 +57,13 @@ std::vector<node> start_nodes(int n, const std::string& factum, const std::files
                 {"tenants", {{"acme", {{"api_keys", {api_key}}}}}},
                 {"types", {"ledger"}}};
     if (!etcd_url.empty())
-      cfg["cluster"] = {{"name", name},       {"node_id", x.id},
-                        {"etcd", {etcd_url}}, {"advertise", "127.0.0.1:" + std::to_string(x.port)},
-                        {"shards", shards},   {"lease_ttl_ms", 5000}};
+      cfg["cluster"] = {{"name", name},
+                        {"node_id", x.id},
+                        {"etcd", {etcd_url}},
+                        {"advertise", "127.0.0.1:" + std::to_string(x.port)},
+                        {"shards", shards},
+                        {"lease_ttl_ms", 5000},
+                        {"secret", "bench-secret-0123456789"}};
     x.proc = std::make_unique<serve_process>(factum, x.dir);
     if (auto e = x.proc->start(cfg, "0"); !e.empty())
       throw std::runtime_error(x.id + ": " + e);
@@ -199,6 +208,58 @@ void scale(const std::string& factum, const std::filesystem::path& root,
               one > 0 ? three / one : 0.0);
 }
 
+/// A metric's value in a node's /metrics (-1 when absent).
+double metric_of(uint16_t port, const std::string& name) {
+  http_client c(port, std::chrono::seconds(5));
+  auto body = c.request("GET", "/metrics").body;
+  auto at = body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(body.substr(at + name.size() + 2));
+}
+
+/// Runs `factum cluster VERB NODE` and prints how long its moves took.
+void timed_move(const std::string& factum, const std::string& etcd_url, const char* verb,
+                const std::string& id, uint16_t sender, uint16_t receiver) {
+  auto files0 = metric_of(receiver, "factum_cluster_move_files_total{direction=\"received\"}");
+  auto shards0 = metric_of(sender, "factum_cluster_shard_moves_total");
+  auto t0 = clock_type::now();
+  auto cmd = factum + " cluster " + verb + " " + id + " --etcd " + etcd_url +
+             " --name moves --timeout 600 >/dev/null";
+  if (std::system(cmd.c_str()) != 0)
+    throw std::runtime_error(std::string("factum cluster ") + verb + " " + id + " failed");
+  double s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  auto files =
+    metric_of(receiver, "factum_cluster_move_files_total{direction=\"received\"}") - files0;
+  auto moved = metric_of(sender, "factum_cluster_shard_moves_total") - shards0;
+  std::printf("%-5s %s: %.0f shards, %.0f files in %.2f s: %.0f files/s\n", verb, id.c_str(), moved,
+              files, s, s > 0 ? files / s : 0.0);
+}
+
+/// Planned moves of a node's shards, with `entities` entities on it.
+void moves(const std::string& factum, const std::filesystem::path& root,
+           const std::string& etcd_url, int entities) {
+  auto nodes = start_nodes(2, factum, root, etcd_url, "moves", 1);
+  {
+    http_client c(nodes[0].port, std::chrono::seconds(10));
+    for (int i = 0; i < entities; ++i) {
+      auto r = c.request("POST", "/v1/entities/ledger/m" + std::to_string(i) + "/append",
+                         {{"X-API-Key", api_key},
+                          {"Content-Type", "application/json"},
+                          {"Idempotency-Key", "m" + std::to_string(i)}},
+                         R"({"type":"invocation","data":{"n":1}})");
+      if (r.status != 200)
+        throw std::runtime_error("append: " + std::to_string(r.status) + " " + r.body);
+    }
+  }
+  auto second = start_nodes(2, factum, root, etcd_url, "moves", 2);
+  nodes[1] = std::move(second[1]);
+  std::printf("moves: %d entities (one append each) on n1, then n2 joins and is drained\n",
+              entities);
+  timed_move(factum, etcd_url, "join", "n2", nodes[0].port, nodes[1].port);
+  timed_move(factum, etcd_url, "drain", "n2", nodes[1].port, nodes[0].port);
+  for (auto& n : nodes)
+    (void)n.proc->stop();
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -206,19 +267,25 @@ int main(int argc, char** argv) {
   std::string factum;
   int calls = 2000, connections = 24;
   double seconds = 10;
-  bool only_latency = false;
+  bool only_latency = false, only_moves = false;
+  int entities = 2000;
   app.add_option("--factum", factum, "the factum binary")->required();
   app.add_option("--calls", calls, "latency: calls of each kind");
   app.add_option("--seconds", seconds, "scale: seconds per run");
   app.add_option("--connections", connections, "scale: connections in all");
   app.add_flag("--latency-only", only_latency, "skip the scale runs");
+  app.add_flag("--moves-only", only_moves, "only the planned moves");
+  app.add_option("--entities", entities, "moves: entities on the first node");
   CLI11_PARSE(app, argc, argv);
   temp_dir tmp;
   try {
     etcd_server etcd;
-    latency(factum, tmp.path(), etcd.url(), calls);
-    if (!only_latency)
+    if (!only_moves)
+      latency(factum, tmp.path(), etcd.url(), calls);
+    if (!only_latency && !only_moves)
       scale(factum, tmp.path(), etcd.url(), connections, seconds);
+    if (!only_latency)
+      moves(factum, tmp.path(), etcd.url(), entities);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cluster_bench: %s\n", e.what());
     return 1;
