@@ -148,8 +148,19 @@ class mover_cli {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(o_.timeout_s);
     size_t shown = SIZE_MAX;
     for (;;) {
-      if (int rc = read())
-        return rc;
+      if (auto st = detail::read_state(*etcd_, prefix_, shards_); !st) {
+        if (std::chrono::steady_clock::now() > until)
+          return fail(st.error().to_string());
+        std::this_thread::sleep_for(std::chrono::milliseconds(250)); // etcd back soon, or not
+        continue;
+      } else {
+        st_ = std::move(*st);
+      }
+      if (!draining_.empty()) // a shard placed on the node after the moves were asked for
+        for (uint32_t k = 0; k < st_.shards.size(); ++k)
+          if (st_.shards[k].home == draining_ && !st_.moves.count(k) && !st_.placeable().empty())
+            if (auto st = ask(k, draining_, rendezvous_owner(k, st_.placeable())); !st)
+              return fail(st.to_string());
       size_t left = 0;
       std::vector<std::string> failed;
       for (auto k : asked_)
@@ -183,6 +194,7 @@ class mover_cli {
   uint32_t shards_ = 0;
   detail::cluster_state st_;
   std::set<uint32_t> asked_;
+  std::string draining_; ///< drain: the node whose newly placed shards are moved too
 };
 
 int drain(const move_options& o) {
@@ -196,6 +208,8 @@ int drain(const move_options& o) {
   if (!live && homes > 0)
     return m.fail("node " + o.node + " is down and its data directory holds " +
                   std::to_string(homes) + " shards: start it, then drain it");
+  if (!live)
+    return m.fail("node " + o.node + " is not live and is no shard's home: nothing to drain");
   if (auto r = m.etcd_->put(m.prefix_ + "draining/" + o.node, "{}"); !r)
     return m.fail(r.error().to_string());
   if (int rc = m.read())
@@ -209,6 +223,7 @@ int drain(const move_options& o) {
         return m.fail(st.to_string());
   std::printf("node %s is draining: no shard is placed on it; moving %zu shards\n", o.node.c_str(),
               m.asked_.size());
+  m.draining_ = o.node;
   if (int rc = m.wait())
     return rc;
   std::printf("node %s holds no shard: it may be stopped\n", o.node.c_str());

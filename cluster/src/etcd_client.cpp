@@ -568,8 +568,8 @@ status etcd_client::delete_key(const std::string& key) {
                      [](const json& a) { header_revision(a); });
 }
 
-result<bool> etcd_client::transact(const std::vector<etcd_compare>& compares,
-                                   const std::vector<etcd_write>& writes) {
+result<txn_result> etcd_client::transact(const std::vector<etcd_compare>& compares,
+                                         const std::vector<etcd_write>& writes) {
   if (writes.empty())
     return status{errc::invalid_argument, "etcd: a transaction without writes"};
   json cmp = json::array();
@@ -606,16 +606,16 @@ result<bool> etcd_client::transact(const std::vector<etcd_compare>& compares,
     else
       ops.push_back({{"requestDeleteRange", {{"key", base64_encode(w.key)}}}});
   }
-  bool ok = false;
+  txn_result out;
   auto st = impl_->call("/v3/kv/txn", {{"compare", std::move(cmp)}, {"success", std::move(ops)}},
                         [&](const json& a) {
-                          header_revision(a);
+                          out.revision = header_revision(a);
                           auto it = a.find("succeeded");
-                          ok = it != a.end() && it->is_boolean() && it->get<bool>();
+                          out.succeeded = it != a.end() && it->is_boolean() && it->get<bool>();
                         });
   if (!st)
     return st;
-  return ok;
+  return out;
 }
 
 } // namespace factum::cluster

@@ -106,10 +106,15 @@ void node::impl::run_mover() {
     auto [k, m] = move_queue.front();
     move_queue.pop_front();
     g.unlock();
-    if (m.from == cfg.node_id)
-      move_out(k, m);
-    else
-      discard_copies(k, m);
+    try {
+      if (m.from == cfg.node_id)
+        move_out(k, m);
+      else
+        discard_copies(k, m);
+    } catch (const std::exception& e) { // a bug: logged, the move left to the next poll
+      moving[k].store(0, std::memory_order_release);
+      log({{"level", "error"}, {"event", "shard_move_error"}, {"shard", k}, {"detail", e.what()}});
+    }
     g.lock();
     queued.erase(k);
   }
@@ -134,8 +139,25 @@ void node::impl::move_out(uint32_t k, const move_view& m) {
       moves_failed.fetch_add(1, std::memory_order_relaxed);
       auto failed = m;
       failed.failed = st.to_string();
-      (void)move_etcd->transact({{key("moves", k), etcd_compare::field::create, {}, m.epoch}},
-                                {{key("moves", k), detail::move_value(failed)}});
+      // Marked failed only while it is the same move (not handed over meanwhile) and the home is
+      // still this node; otherwise the next poll shows what happened, and the move goes on.
+      using f = etcd_compare::field;
+      auto marked = move_etcd->transact({{key("moves", k), f::mod, {}, m.mod_revision},
+                                         {key("homes", k), f::value, cfg.node_id, 0}},
+                                        {{key("moves", k), detail::move_value(failed)}});
+      if (!marked || !marked->succeeded) {
+        log(
+          {{"level", "warn"},
+           {"event", "shard_move_interrupted"},
+           {"shard", k},
+           {"detail", st.to_string() + "; the move could not be marked failed (" +
+                        (marked ? std::string("it changed in etcd") : marked.error().to_string()) +
+                        "): the next poll resumes or ends it"}});
+        std::lock_guard<std::mutex> g(mu);
+        poll_now = true;
+        cv.notify_all();
+        return;
+      }
       log({{"level", "error"},
            {"event", "shard_move_failed"},
            {"shard", k},
@@ -206,11 +228,13 @@ status node::impl::hand_over(uint32_t k, const move_view& m, std::vector<entity_
   auto list = rt->entities_where(which);
   if (!list)
     return list.error();
-  auto colon = address.rfind(':');
+  auto url = http::client::parse_url("http://" + address);
+  if (!url)
+    return {errc::invalid_argument,
+            "node " + m.to + "'s address " + address + ": " + url.error().message()};
   http::client::sync_options so;
   so.timeout = send_timeout;
-  http::client::sync_client client(address.substr(0, colon),
-                                   static_cast<uint16_t>(std::stoi(address.substr(colon + 1))), so);
+  http::client::sync_client client(url->host, url->port, so);
   for (auto& e : *list) {
     {
       std::lock_guard<std::mutex> g(move_mu);
@@ -233,15 +257,27 @@ status node::impl::hand_over(uint32_t k, const move_view& m, std::vector<entity_
   }
   auto handed = m;
   handed.handed_over = true;
+  using f = etcd_compare::field;
   auto t =
-    move_etcd->transact({{key("homes", k), etcd_compare::field::value, cfg.node_id, 0},
-                         {key("moves", k), etcd_compare::field::create, {}, m.epoch}},
+    move_etcd->transact({{key("homes", k), f::value, cfg.node_id, 0},
+                         {key("moves", k), f::create, {}, m.epoch},
+                         {key("shards", k), f::create, {}, 0}},
                         {{key("homes", k), m.to}, {key("moves", k), detail::move_value(handed)}});
-  if (!t)
-    return t.error();
-  if (!*t)
-    return {errc::conflict, "moves/" + std::to_string(k) + " or homes/" + std::to_string(k) +
-                              " changed in etcd during the move"};
+  if (!t || !t->succeeded) {
+    // An answer lost after etcd applied the transaction (a timeout, then a retry on another
+    // member) looks like a failure: read what etcd holds before calling it one.
+    auto h = move_etcd->get(key("homes", k));
+    auto mv = move_etcd->get(key("moves", k));
+    auto v = mv && mv->has_value() ? detail::read_move(**mv) : std::nullopt;
+    bool applied =
+      h && h->has_value() && (*h)->value == m.to && v && v->epoch == m.epoch && v->handed_over;
+    if (!applied && !t)
+      return t.error();
+    if (!applied)
+      return {errc::conflict, "moves/" + std::to_string(k) + ", homes/" + std::to_string(k) +
+                                " or shards/" + std::to_string(k) +
+                                " changed in etcd during the move"};
+  }
   std::lock_guard<std::mutex> g(mu);
   st.shards[k].home = m.to;
   st.shards[k].owner.clear();
@@ -298,6 +334,28 @@ status node::impl::finish_move(uint32_t k, const move_view& m) {
 void node::impl::discard_copies(uint32_t k, const move_view& m) {
   if (held[k].load(std::memory_order_acquire) != 0)
     return;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    discarding.insert(k); // accept_move refuses shard k's files from now on
+  }
+  struct done_discarding {
+    impl& p;
+    uint32_t k;
+    ~done_discarding() {
+      std::lock_guard<std::mutex> g(p.mu);
+      p.discarding.erase(k);
+    }
+  } guard{*this, k};
+  // Still that failed move? A move of k tried again since (a new epoch) may be sending files.
+  auto mv = move_etcd->get(key("moves", k));
+  if (!mv)
+    return; // tried again at the next poll
+  auto now = mv->has_value() ? detail::read_move(**mv) : std::nullopt;
+  if (!now || now->epoch != m.epoch || now->failed.empty()) {
+    std::lock_guard<std::mutex> g(move_mu);
+    given_up.emplace(k, m.epoch);
+    return;
+  }
   auto which = [&](const entity_key& e) { return cluster::shard_of(e, cfg.shards) == k; };
   auto list = rt->entities_where(which);
   if (!list)
@@ -348,6 +406,9 @@ status node::accept_move(uint32_t shard, int64_t epoch, const entity_key& key) {
     return {errc::conflict, "this node serves shard " + std::to_string(shard) + " already"};
   {
     std::lock_guard<std::mutex> g(p.mu);
+    if (p.discarding.count(shard))
+      return {errc::conflict, "this node is removing the copies a failed move of shard " +
+                                std::to_string(shard) + " left; try the move again"};
     if (auto it = p.accepted.find(shard); it != p.accepted.end() && it->second == epoch)
       return status::ok();
   }

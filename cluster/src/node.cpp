@@ -288,14 +288,21 @@ result<int64_t> node::impl::acquire(etcd_client& c, uint32_t k, const shard_view
     return status{errc::unavailable, "this node has no lease"};
   if (seen.owner == cfg.node_id && seen.owner_lease != l && seen.owner_mod_revision != 0)
     (void)c.delete_if_mod_revision(key("shards", k), seen.owner_mod_revision);
-  auto r = c.create_if_absent(key("shards", k), cfg.node_id, l);
+  // Only the shard's home may take it, as etcd says now (a hand-over may have moved it).
+  using f = etcd_compare::field;
+  auto r =
+    c.transact({{key("homes", k), f::value, cfg.node_id, 0}, {key("shards", k), f::create, {}, 0}},
+               {{key("shards", k), cfg.node_id, l}});
   if (!r)
     return r.error();
   if (!r->succeeded) {
-    if (r->current && r->current->value == cfg.node_id && r->current->lease == l)
-      return r->current->create_revision; // taken by the other path meanwhile
-    return status{errc::conflict, "shard " + std::to_string(k) + " is held by " +
-                                    (r->current ? r->current->value : std::string("?"))};
+    auto cur = c.get(key("shards", k));
+    if (cur && cur->has_value() && (*cur)->value == cfg.node_id && (*cur)->lease == l)
+      return (*cur)->create_revision; // taken by the other path meanwhile
+    return status{errc::conflict, "shard " + std::to_string(k) + " is not this node's to take (" +
+                                    (cur && cur->has_value() ? "held by " + (*cur)->value
+                                                             : std::string("its home moved")) +
+                                    ")"};
   }
   acquisitions.fetch_add(1, std::memory_order_relaxed);
   return r->revision;
@@ -337,7 +344,9 @@ void node::impl::publish_held() {
   auto l = lease_id.load();
   for (uint32_t k = 0; k < st.shards.size(); ++k) {
     auto& s = st.shards[k];
-    int64_t e = (s.owner == cfg.node_id && s.owner_lease == l && l != 0) ? s.epoch : 0;
+    int64_t e = (s.owner == cfg.node_id && s.home == cfg.node_id && s.owner_lease == l && l != 0)
+                  ? s.epoch
+                  : 0;
     if (moving[k].load() != 0 || moving_out_locked(k))
       e = 0;
     held[k].store(e, std::memory_order_release);

@@ -63,6 +63,7 @@ struct node::impl {
   std::condition_variable cv;
   std::thread thread;
   std::map<uint32_t, int64_t> accepted; ///< moves to this node checked in etcd: shard -> epoch
+  std::set<uint32_t> discarding; ///< shards whose failed move's copies are being removed here
 
   std::atomic<uint64_t> renewals{0}, renewal_failures{0}, renewal_us{0}, leases_lost{0},
     acquisitions{0}, polls_failed{0}, moves_done{0}, moves_failed{0}, files_sent{0},

@@ -336,7 +336,30 @@ status put_in_place(const fs::path& from, const fs::path& to) {
   return sync_directory(dir);
 }
 
+/// A file `key` has here whose newest owner claim is `epoch` or newer: a later move (or this
+/// node's own service) put it there, so an adopt of an older move must not replace it. CONFLICT
+/// naming both, or ok (no file, or an older claim).
+status check_not_newer(const runtime_core& c, const entity_key& key, int64_t epoch) {
+  auto path = key.file_path(c.cfg.data_dir);
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    return status::ok();
+  auto o = move_opts(c, key);
+  o.read_only = true;
+  auto s = entity_store::open_file(path, o);
+  if (!s)
+    return status::ok(); // not readable as an entity file: the adopt replaces it
+  auto owners = (*s)->owners();
+  if (owners && !owners->empty() && owners->back().epoch >= epoch)
+    return status{errc::conflict, "entity " + key.to_string() + " has a file here claimed under " +
+                                    "epoch " + std::to_string(owners->back().epoch) +
+                                    ", not older than the move's " + std::to_string(epoch)};
+  return status::ok();
+}
+
 status adopt_file(runtime_core& c, const entity_key& key, std::string_view bytes, int64_t epoch) {
+  if (auto st = check_not_newer(c, key, epoch); !st)
+    return st;
   temp_files tmp{temp_path(c.cfg.data_dir, "adopt")};
   if (auto st = write_new_synced(tmp.db, bytes); !st)
     return st;
@@ -372,6 +395,17 @@ status check_key(const entity_key& key) {
 }
 
 } // namespace
+
+size_t remove_move_temporaries(const fs::path& data_dir) {
+  size_t removed = 0;
+  std::error_code ec;
+  for (auto& f : fs::directory_iterator(data_dir / "runtime", ec)) {
+    auto name = f.path().filename().string();
+    if (name.rfind("move-", 0) == 0 && fs::remove(f.path(), ec))
+      ++removed;
+  }
+  return removed;
+}
 
 } // namespace detail
 

@@ -766,6 +766,9 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   auto p = std::make_unique<impl>();
   if (auto st = lock_data_dir(config.data_dir, p->lock_fd); !st)
     return st;
+  if (auto n = detail::remove_move_temporaries(config.data_dir); n > 0)
+    p->start_notes.push_back("removed " + std::to_string(n) +
+                             " temporary files of a shard move that a stop cut short");
   auto max_active = active_cap(config.max_active_entities, p->start_notes);
   // A file system that makes activations slow is worth a line at start (it is not an error).
   if (auto w = file_system_warning(config.data_dir))

@@ -294,6 +294,10 @@ struct runtime_core {
   int64_t now() const { return now_ms(); }
 };
 
+/// Removes the temporary files of shard-move exports and adopts (DATA/runtime/move-*) that a
+/// process killed mid-move left; at start, before any move runs. Answers how many.
+size_t remove_move_temporaries(const std::filesystem::path& data_dir);
+
 /// What tests may reach of a running runtime (declared a friend by `runtime`).
 struct runtime_testing {
   static runtime_core& core(runtime& rt);

@@ -220,15 +220,16 @@ TEST_CASE("transact writes every key only when every comparison holds") {
   };
   auto wrong_home = hand_over("n3", move->revision);
   REQUIRE(wrong_home.is_ok());
-  CHECK_FALSE(*wrong_home);
+  CHECK_FALSE(wrong_home->succeeded);
   auto wrong_epoch = hand_over("n1", move->revision + 1);
   REQUIRE(wrong_epoch.is_ok());
-  CHECK_FALSE(*wrong_epoch);
+  CHECK_FALSE(wrong_epoch->succeeded);
   CHECK((*c->get("/homes/3"))->value == "n1"); // nothing written
   CHECK(c->get("/moves/3")->has_value());
   auto done = hand_over("n1", move->revision);
   REQUIRE(done.is_ok());
-  CHECK(*done);
+  CHECK(done->succeeded);
+  CHECK(done->revision > move->revision);
   CHECK((*c->get("/homes/3"))->value == "n2");
   CHECK_FALSE(c->get("/moves/3")->has_value());
   // A mod-revision comparison, and a put bound to a lease.
@@ -237,7 +238,7 @@ TEST_CASE("transact writes every key only when every comparison holds") {
   auto mod = (*c->get("/homes/3"))->mod_revision;
   auto leased = c->transact({{"/homes/3", f::mod, {}, mod}}, {{"/shards/3", "n2", *lease}});
   REQUIRE(leased.is_ok());
-  CHECK(*leased);
+  CHECK(leased->succeeded);
   CHECK((*c->get("/shards/3"))->lease == *lease);
   CHECK(c->transact({}, {}).error().code() == errc::invalid_argument);
   CHECK(c->transact({{"/homes/3", f::mod, {}, -1}}, {{"/x", "y"}}).error().code() ==

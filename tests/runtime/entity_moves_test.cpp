@@ -412,7 +412,8 @@ TEST_CASE("shard moves: adopt when the tenant index write fails leaves no file a
   CHECK(call_ok(*b, k, "get")["value"] == 1);
 }
 
-TEST_CASE("shard moves: adopt over an existing file replaces it, its -wal included") {
+TEST_CASE("shard moves: adopt over an existing file of an older claim replaces it, its -wal "
+          "included, and one of the same or a newer claim stays") {
   test::temp_dir dir_a, dir_b;
   auto a = start(dir_a.path());
   auto b = start(dir_b.path());
@@ -444,6 +445,12 @@ TEST_CASE("shard moves: adopt over an existing file replaces it, its -wal includ
   REQUIRE(s.is_ok());
   CHECK((*s)->verify()->ok);
   CHECK((*s)->owners()->back().epoch == 4);
+  s->reset();
+  // A late file of an older move (or the same move again) never replaces a newer claim's.
+  auto late = adopt(*b, k, first, 3);
+  CHECK(late.code() == errc::conflict);
+  CHECK(adopt(*b, k, second, 4).code() == errc::conflict);
+  CHECK(facts_of(*b, k) == facts_second);
 }
 
 TEST_CASE("shard moves: forget removes the files, the index row, the alarm entry and the usage") {

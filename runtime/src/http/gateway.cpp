@@ -748,9 +748,9 @@ void put_move_file(gateway& gw, const exchange_ptr& x) {
     if (!st) {
       auto bad = st.code() == errc::invalid_argument || st.code() == errc::corruption;
       return refuse(gw, *x,
-                    {bad                       ? 422
-                     : st.code() == errc::busy ? 409
-                                               : 503,
+                    {bad                                                      ? 422
+                     : st.code() == errc::busy || st.code() == errc::conflict ? 409
+                                                                              : 503,
                      bad ? "MOVE_FILE_INVALID" : "MOVE_REFUSED", st.to_string()});
     }
     c->file_received();

@@ -148,10 +148,11 @@ class etcd_client {
   status delete_key(const std::string& key);
 
   /// Runs every write of `writes`, atomically, when every comparison of `compares` holds; does
-  /// nothing otherwise. Answers whether the comparisons held (the writes ran). INVALID_ARGUMENT
-  /// for an empty key or list of writes, or a negative revision or lease.
-  result<bool> transact(const std::vector<etcd_compare>& compares,
-                        const std::vector<etcd_write>& writes);
+  /// nothing otherwise. `succeeded`: the comparisons held (the writes ran); `revision`: the
+  /// store's revision after it (the writes' revision when they ran); `current` is not read.
+  /// INVALID_ARGUMENT for an empty key or list of writes, or a negative revision or lease.
+  result<txn_result> transact(const std::vector<etcd_compare>& compares,
+                              const std::vector<etcd_write>& writes);
 
   // -- endpoints --
 
