@@ -250,7 +250,8 @@ TEST_CASE("cluster: a commit the cluster no longer allows is fenced: 503, nothin
 }
 
 TEST_CASE("cluster: GET /v1/entities lists the tenant's entities of every node, merged in order "
-          "and paged across nodes, and refuses (503) while a node that holds entities is down") {
+          "(an entity on two nodes once) and paged across nodes, and refuses (503) while a node "
+          "that holds entities is down") {
   auto b_c = std::make_shared<scripted_cluster>();
   gateway_fixture b(with_cluster(b_c));
   auto a_c = std::make_shared<scripted_cluster>();
@@ -258,7 +259,8 @@ TEST_CASE("cluster: GET /v1/entities lists the tenant's entities of every node, 
   gateway_fixture a(with_cluster(a_c));
   http_client ca(a.port()), cb(b.port());
   int k = 0;
-  for (auto id : {"e1", "e4", "e5"})
+  // e3 is on both nodes, as an entity is for a moment while its shard moves: listed once.
+  for (auto id : {"e1", "e3", "e4", "e5"})
     REQUIRE(
       ca.request("POST", append_path(id), json_headers(acme_key, "k" + std::to_string(k++)), body)
         .status == 200);

@@ -569,6 +569,12 @@ void answer_listing(gateway& gw, const exchange_ptr& x, fleet_page& f, int64_t l
                     a["id"].get_ref<const std::string&>()) <
            std::tie(b["type"].get_ref<const std::string&>(), b["id"].get_ref<const std::string&>());
   });
+  // During a shard move an entity's file is on both nodes for a moment: listed once.
+  v.erase(std::unique(v.begin(), v.end(),
+                      [](const json& a, const json& b) {
+                        return a["type"] == b["type"] && a["id"] == b["id"];
+                      }),
+          v.end());
   if (static_cast<int64_t>(v.size()) > limit) {
     v.erase(v.begin() + limit, v.end());
     f.more = true;
