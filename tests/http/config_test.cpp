@@ -37,6 +37,7 @@ TEST_CASE("config: defaults") {
   CHECK(c.runtime.storage_threads == 8);
   CHECK(c.http.limits.max_body_bytes == 1024 * 1024);
   CHECK(c.http.limits.max_json_depth == 64);
+  CHECK(c.http.limits.max_move_file_bytes == 256 * 1024 * 1024);
   CHECK(c.http.limits.request_timeout.count() == 30'000);
   CHECK(c.http.io_threads == 1);
   CHECK(c.runtime.types.find("ledger"));
@@ -64,11 +65,9 @@ TEST_CASE("config: every key is read") {
   doc["tenants"]["globex"] = {{"api_keys", {"plain-dev-key"}}};
   doc["types"] = {"ledger"};
   doc["idempotency"] = {{"ledger", {{"append", {{"require_key", false}}}}}};
-  doc["limits"] = {{"max_body_bytes", 2048},
-                   {"max_json_depth", 8},
-                   {"max_header_bytes", 4096},
-                   {"request_timeout_ms", 100},
-                   {"max_connections", 10}};
+  doc["limits"] = {{"max_body_bytes", 2048},   {"max_json_depth", 8},
+                   {"max_header_bytes", 4096}, {"request_timeout_ms", 100},
+                   {"max_connections", 10},    {"max_move_file_bytes", 4096}};
   doc["tools"] = {{"telephony", {{"url", "http://127.0.0.1:9/"}}}};
   auto r = parse_serve_config(doc, test::serve_types());
   REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
@@ -92,6 +91,7 @@ TEST_CASE("config: every key is read") {
   CHECK(c.http.limits.max_header_bytes == 4096);
   CHECK(c.http.limits.request_timeout.count() == 100);
   CHECK(c.http.limits.max_connections == 10);
+  CHECK(c.http.limits.max_move_file_bytes == 4096);
   CHECK(c.tools["telephony"]["url"] == "http://127.0.0.1:9/");
   REQUIRE(c.http.tenants.size() == 2);
 }

@@ -186,7 +186,12 @@ class session : public std::enable_shared_from_this<session> {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(
       std::min<size_t>(limits().max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
-    parser_->body_limit(static_cast<std::uint64_t>(limits().max_body_bytes));
+    // The parser checks a Content-Length against this as soon as the header is complete: the
+    // largest limit any request may have here; on_header() sets the request's own.
+    auto widest = limits().max_body_bytes;
+    if (srv_->gw.config().cluster)
+      widest = std::max(widest, limits().max_move_file_bytes);
+    parser_->body_limit(static_cast<std::uint64_t>(widest));
     arm_deadline(limits().request_timeout);
     bhttp::async_read_header(
       stream_, buffer_, *parser_,

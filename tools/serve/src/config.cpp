@@ -290,20 +290,23 @@ status parse_limits(const json& doc, serve_config& cfg) {
   if (!it->is_object())
     return bad("limits", "must be an object");
   auto& l = *it;
-  if (auto st = check_keys(l, "limits.",
-                           {"max_body_bytes", "max_json_depth", "max_header_bytes",
-                            "request_timeout_ms", "max_connections", "max_connections_per_client"});
+  if (auto st =
+        check_keys(l, "limits.",
+                   {"max_body_bytes", "max_json_depth", "max_header_bytes", "request_timeout_ms",
+                    "max_connections", "max_connections_per_client", "max_move_file_bytes"});
       !st)
     return st;
   auto& out = cfg.http.limits;
   const std::string lp = "limits.";
-  for (auto st : {read_field(l, "max_body_bytes", 1, int64_t{1} << 30, out.max_body_bytes, lp),
-                  read_field(l, "max_json_depth", 1, 100'000, out.max_json_depth, lp),
-                  read_field(l, "max_header_bytes", 1024, 1 << 20, out.max_header_bytes, lp),
-                  read_ms(l, "request_timeout_ms", 1, 3'600'000, out.request_timeout, lp),
-                  read_field(l, "max_connections", 1, 1'000'000, out.max_connections, lp),
-                  read_field(l, "max_connections_per_client", 1, 1'000'000,
-                             out.max_connections_per_client, lp)})
+  for (auto st :
+       {read_field(l, "max_body_bytes", 1, int64_t{1} << 30, out.max_body_bytes, lp),
+        read_field(l, "max_json_depth", 1, 100'000, out.max_json_depth, lp),
+        read_field(l, "max_header_bytes", 1024, 1 << 20, out.max_header_bytes, lp),
+        read_ms(l, "request_timeout_ms", 1, 3'600'000, out.request_timeout, lp),
+        read_field(l, "max_connections", 1, 1'000'000, out.max_connections, lp),
+        read_field(l, "max_connections_per_client", 1, 1'000'000, out.max_connections_per_client,
+                   lp),
+        read_field(l, "max_move_file_bytes", 1, int64_t{1} << 36, out.max_move_file_bytes, lp)})
     if (!st)
       return st;
   return status::ok();
