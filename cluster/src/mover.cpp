@@ -38,6 +38,8 @@ namespace {
 constexpr std::chrono::milliseconds release_wait{30'000};
 /// Deadline of one file's transfer to the new home.
 constexpr std::chrono::milliseconds send_timeout{60'000};
+/// How far a move request's time may be from the receiving node's clock (a replay window).
+constexpr int64_t max_clock_skew_ms = 300'000;
 
 } // namespace
 
@@ -290,10 +292,17 @@ status node::impl::send_file(http::client::sync_client& client, uint32_t k, cons
   auto target = "/v1/cluster/moves/" + std::to_string(k) + "/" +
                 http::client::percent_encode(e.tenant) + "/" +
                 http::client::percent_encode(e.type) + "/" + http::client::percent_encode(e.id);
+  auto epoch = std::to_string(m.epoch);
+  auto sha = sha256_hex(bytes);
+  auto time_ms = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+  auto signature = move_signature(cfg.secret, {target, epoch, sha, time_ms, {}});
   http::client::header_list headers = {{"Content-Type", "application/octet-stream"},
-                                       {"X-Factum-Cluster-Secret", cfg.secret},
-                                       {"X-Factum-Move-Epoch", std::to_string(m.epoch)},
-                                       {"X-Factum-Content-Sha256", sha256_hex(bytes)}};
+                                       {"X-Factum-Move-Epoch", epoch},
+                                       {"X-Factum-Content-Sha256", sha},
+                                       {"X-Factum-Move-Time", time_ms},
+                                       {"X-Factum-Move-Signature", signature}};
   auto r = client.request("PUT", target, headers, bytes);
   if (r.status == 204)
     return status::ok();
@@ -388,13 +397,24 @@ void node::impl::discard_copies(uint32_t k, const move_view& m) {
 
 // -- the new home's side (gateway threads) ------------------------------------------------------
 
-bool node::authentic(std::string_view secret) const {
-  auto& mine = impl_->cfg.secret;
-  if (mine.empty() || secret.size() != mine.size())
+bool node::authentic(const move_credentials& c) const {
+  auto& secret = impl_->cfg.secret;
+  if (secret.empty() || c.time_ms.empty() || c.time_ms.size() > 15 ||
+      !std::all_of(c.time_ms.begin(), c.time_ms.end(),
+                   [](char ch) { return ch >= '0' && ch <= '9'; }))
+    return false;
+  auto sent = std::stoll(std::string(c.time_ms));
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  if (sent < now - max_clock_skew_ms || sent > now + max_clock_skew_ms)
+    return false; // an old request replayed, or a clock far off
+  auto want = move_signature(secret, c);
+  if (c.signature.size() != want.size())
     return false;
   unsigned char diff = 0;
-  for (size_t i = 0; i < mine.size(); ++i)
-    diff |= static_cast<unsigned char>(mine[i] ^ secret[i]);
+  for (size_t i = 0; i < want.size(); ++i)
+    diff |= static_cast<unsigned char>(want[i] ^ c.signature[i]);
   return diff == 0;
 }
 

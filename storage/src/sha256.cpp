@@ -5,6 +5,7 @@
 #include "factum/storage/sha256.hpp"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <cstdlib>
 #include <memory>
@@ -40,6 +41,22 @@ std::string sha256_hex(std::string_view data) {
   for (unsigned i = 0; i < 32; ++i) {
     out[2 * i] = hex[digest[i] >> 4];
     out[2 * i + 1] = hex[digest[i] & 0xf];
+  }
+  return out;
+}
+
+std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(sha256_md(), key.data(), static_cast<int>(key.size()),
+            reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &len) ||
+      len != 32)
+    std::abort(); // as sha256_hex: without it nothing can be authenticated
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out(64, '0');
+  for (unsigned i = 0; i < 32; ++i) {
+    out[2 * i] = hex[mac[i] >> 4];
+    out[2 * i + 1] = hex[mac[i] & 15];
   }
   return out;
 }

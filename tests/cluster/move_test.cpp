@@ -1,8 +1,9 @@
-// move_test.cpp: the target's side of a failed planned shard move (docs/cluster.md, "Moving
-// shards"), with a real etcd and two real runtimes in process: the files a failed move left on
-// its target are removed once the target's node sees the failure, and only those (a file of the
-// same shard whose newest claim is another epoch stays). The test's thread; the node's threads
-// and etcd (a child process) run beside it.
+// move_test.cpp: the target's side of planned shard moves (docs/cluster.md, "Moving shards"),
+// with a real etcd (and two real runtimes) in process: the files a failed move left on its
+// target are removed once the target's node sees the failure, and only those (a file of the
+// same shard whose newest claim is another epoch stays); a move's file is authentic only when
+// signed with the cluster's secret within the allowed clock skew. The test's thread; the node's
+// threads and etcd (a child process) run beside it.
 #include <future>
 #include <thread>
 
@@ -111,4 +112,51 @@ TEST_CASE("a failed move's copies on its target are removed once the target sees
   (*n)->stop();
   b->stop();
   a->stop();
+}
+
+TEST_CASE("a move's file is authentic only when signed with the cluster's secret within five "
+          "minutes of the node's clock") {
+  test::etcd_server etcd;
+  node_config cfg;
+  cfg.name = "signtest";
+  cfg.node_id = "nb";
+  cfg.etcd = {etcd.url()};
+  cfg.advertise = "127.0.0.1:1";
+  cfg.shards = shards;
+  cfg.lease_ttl = 1000ms;
+  cfg.secret = "signtest-secret-0123";
+  cfg.log = [](std::string_view) {};
+  auto n = node::start(cfg);
+  REQUIRE_MESSAGE(n.is_ok(), n.error().to_string());
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  const std::string sha(64, 'a');
+  auto signed_at = [&](int64_t t, const std::string& secret, const std::string& target) {
+    static std::string time_ms, sig; // the credentials view these
+    time_ms = std::to_string(t);
+    move_credentials c{target, "42", sha, time_ms, {}};
+    sig = move_signature(secret, c);
+    c.signature = sig;
+    return c;
+  };
+  std::string target = "/v1/cluster/moves/3/acme/counter/c1";
+  CHECK((*n)->authentic(signed_at(now, cfg.secret, target)));
+  CHECK((*n)->authentic(signed_at(now - 240'000, cfg.secret, target)));
+  CHECK_FALSE((*n)->authentic(signed_at(now - 360'000, cfg.secret, target))); // replayed later
+  CHECK_FALSE((*n)->authentic(signed_at(now + 360'000, cfg.secret, target)));
+  CHECK_FALSE((*n)->authentic(signed_at(now, "another-secret-0123", target)));
+  auto c = signed_at(now, cfg.secret, target);
+  c.target = "/v1/cluster/moves/3/acme/counter/c2"; // signed for another entity
+  CHECK_FALSE((*n)->authentic(c));
+  c = signed_at(now, cfg.secret, target);
+  c.epoch = "43";
+  CHECK_FALSE((*n)->authentic(c));
+  (*n)->stop();
+  cfg.secret.clear(); // a node without a secret takes no file
+  cfg.node_id = "nc";
+  auto open = node::start(cfg);
+  REQUIRE(open.is_ok());
+  CHECK_FALSE((*open)->authentic(signed_at(now, "", target)));
+  (*open)->stop();
 }

@@ -72,7 +72,9 @@ struct scripted_cluster final : cluster_router, entity_ownership {
   std::string secret = "scripted-secret-0123";
   status accept = status::ok(); ///< what accept_move() answers (under mu)
   std::atomic<int> received{0};
-  bool authentic(std::string_view s) const override { return s == secret; }
+  bool authentic(const move_credentials& c) const override {
+    return c.signature == move_signature(secret, c); // the clock is the real node's concern
+  }
   status accept_move(uint32_t, int64_t, const entity_key&) override {
     std::lock_guard<std::mutex> g(mu);
     return accept;
@@ -316,15 +318,22 @@ TEST_CASE("cluster: GET /v1/entities lists the tenant's entities of every node, 
 
 namespace {
 
-/// PUT of one shard move's file, as a node sends it.
+/// PUT of one shard move's file, signed with `secret` as a node signs it.
 http_reply put_move(uint16_t port, const entity_key& k, int64_t epoch, const std::string& bytes,
                     const std::string& secret, std::string sha = {}) {
   http_client c(port);
-  return c.request("PUT", "/v1/cluster/moves/3/" + k.tenant + "/" + k.type + "/" + k.id,
+  auto target = "/v1/cluster/moves/3/" + k.tenant + "/" + k.type + "/" + k.id;
+  auto e = std::to_string(epoch);
+  if (sha.empty())
+    sha = sha256_hex(bytes);
+  std::string time_ms = "1790000000000";
+  auto sig = move_signature(secret, {target, e, sha, time_ms, {}});
+  return c.request("PUT", target,
                    {{"Content-Type", "application/octet-stream"},
-                    {"X-Factum-Cluster-Secret", secret},
-                    {"X-Factum-Move-Epoch", std::to_string(epoch)},
-                    {"X-Factum-Content-Sha256", sha.empty() ? sha256_hex(bytes) : sha}},
+                    {"X-Factum-Move-Epoch", e},
+                    {"X-Factum-Content-Sha256", sha},
+                    {"X-Factum-Move-Time", time_ms},
+                    {"X-Factum-Move-Signature", sig}},
                    bytes);
 }
 

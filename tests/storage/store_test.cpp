@@ -102,6 +102,15 @@ struct sync_counter {
 
 } // namespace
 
+TEST_CASE("hashes: SHA-256 and HMAC-SHA256 give the published test vectors") {
+  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // RFC 4231, test cases 1 and 2.
+  CHECK(hmac_sha256_hex(std::string(20, '\x0b'), "Hi There") ==
+        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  CHECK(hmac_sha256_hex("Jefe", "what do ya want for nothing?") ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
 TEST_CASE("entity keys: invalid parts are rejected and create no file") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());

@@ -713,9 +713,11 @@ void put_move_file(gateway& gw, const exchange_ptr& x) {
   verdict no = no_query(*x);
   if (!no && !c)
     no = refusal{404, "NOT_CLUSTERED", "this node runs alone (no \"cluster\" in its config)"};
-  if (!no && !c->authentic(x->req.cluster_secret))
+  if (!no && !c->authentic({x->req.target, x->req.move_epoch, x->req.content_sha256,
+                            x->req.move_time, x->req.move_signature}))
     no = refusal{401, "CLUSTER_SECRET_INVALID",
-                 "a shard move's file needs the cluster's secret (X-Factum-Cluster-Secret)"};
+                 "a shard move's file must be signed with the cluster's secret "
+                 "(X-Factum-Move-Signature) within 5 minutes of this node's clock"};
   std::optional<entity_key> key;
   int64_t epoch = 0;
   if (!no) {

@@ -38,9 +38,10 @@ struct http_request {
   /// X-Factum-Forwarded: another node of the cluster relayed the request (the epoch it saw);
   /// empty when a client sent it.
   std::string forwarded;
-  /// A planned shard move's file (PUT /v1/cluster/moves/...): X-Factum-Cluster-Secret,
-  /// X-Factum-Move-Epoch and X-Factum-Content-Sha256 (hex SHA-256 of the body).
-  std::string cluster_secret, move_epoch, content_sha256;
+  /// A planned shard move's file (PUT /v1/cluster/moves/...): X-Factum-Move-Epoch,
+  /// X-Factum-Content-Sha256 (hex SHA-256 of the body), X-Factum-Move-Time and
+  /// X-Factum-Move-Signature (cluster_router.hpp, move_credentials).
+  std::string move_epoch, content_sha256, move_time, move_signature;
   std::string body;
 };
 
@@ -70,8 +71,10 @@ template <class Message> http_request to_http_request(Message& msg) {
     r.x_trace_id = std::string(it->value());
   if (auto it = msg.find("X-Factum-Forwarded"); it != msg.end())
     r.forwarded = std::string(it->value());
-  if (auto it = msg.find("X-Factum-Cluster-Secret"); it != msg.end())
-    r.cluster_secret = std::string(it->value());
+  if (auto it = msg.find("X-Factum-Move-Time"); it != msg.end())
+    r.move_time = std::string(it->value());
+  if (auto it = msg.find("X-Factum-Move-Signature"); it != msg.end())
+    r.move_signature = std::string(it->value());
   if (auto it = msg.find("X-Factum-Move-Epoch"); it != msg.end())
     r.move_epoch = std::string(it->value());
   if (auto it = msg.find("X-Factum-Content-Sha256"); it != msg.end())

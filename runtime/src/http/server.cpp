@@ -226,15 +226,15 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   /// The body limit of a request: max_body_bytes, or max_move_file_bytes for a shard move's
-  /// file that carries the cluster's secret (checked before any of the body is read).
+  /// file signed with the cluster's secret (checked before any of the body is read).
   template <class Header> size_t body_limit_of(const Header& h) const {
     const auto* c = srv_->gw.config().cluster.get();
-    std::string_view target(h.target().data(), h.target().size());
-    if (c && target.rfind("/v1/cluster/moves/", 0) == 0) {
-      auto secret = h["X-Factum-Cluster-Secret"];
-      if (c->authentic(std::string_view(secret.data(), secret.size())))
-        return limits().max_move_file_bytes;
-    }
+    auto sv = [](auto v) { return std::string_view(v.data(), v.size()); };
+    auto target = sv(h.target());
+    if (c && target.rfind("/v1/cluster/moves/", 0) == 0 &&
+        c->authentic({target, sv(h["X-Factum-Move-Epoch"]), sv(h["X-Factum-Content-Sha256"]),
+                      sv(h["X-Factum-Move-Time"]), sv(h["X-Factum-Move-Signature"])}))
+      return limits().max_move_file_bytes;
     return limits().max_body_bytes;
   }
 

@@ -91,7 +91,7 @@ class node final : public entity_ownership, public cluster_router {
   std::string describe() const override;
   bool healthy(std::string& why) const override;
   cluster_stats stats() const override;
-  bool authentic(std::string_view secret) const override;
+  bool authentic(const move_credentials& c) const override;
   status accept_move(uint32_t shard, int64_t epoch, const entity_key& key) override;
   void file_received() override;
 

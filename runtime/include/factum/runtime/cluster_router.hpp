@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "factum/storage/entity_key.hpp"
+#include "factum/storage/sha256.hpp"
 #include "factum/storage/status.hpp"
 
 namespace factum {
@@ -52,6 +53,28 @@ struct cluster_stats {
   uint64_t shards_moving = 0;  ///< gauge: shards this node is moving out now
 };
 
+/// What authenticates one file of a planned shard move (PUT /v1/cluster/moves/...): the headers
+/// the sending node sets. The cluster's secret itself is never sent.
+struct move_credentials {
+  std::string_view target;    ///< the request target, as sent
+  std::string_view epoch;     ///< X-Factum-Move-Epoch
+  std::string_view sha256;    ///< X-Factum-Content-Sha256: hex SHA-256 of the body
+  std::string_view time_ms;   ///< X-Factum-Move-Time: the sender's Unix time, ms
+  std::string_view signature; ///< X-Factum-Move-Signature: move_signature() under the secret
+};
+
+/// The signature of a move's file: hex HMAC-SHA256, under the cluster's secret, of
+/// "PUT\n" target "\n" epoch "\n" sha256 "\n" time_ms.
+inline std::string move_signature(std::string_view secret, const move_credentials& c) {
+  std::string m = "PUT\n";
+  for (auto part : {c.target, c.epoch, c.sha256}) {
+    m.append(part);
+    m.push_back('\n');
+  }
+  m.append(c.time_ms);
+  return hmac_sha256_hex(secret, m);
+}
+
 /// The cluster as the gateway sees it.
 class cluster_router {
  public:
@@ -82,9 +105,10 @@ class cluster_router {
 
   // -- planned shard moves (PUT /v1/cluster/moves/...: one entity file from the old home) --
 
-  /// Whether `secret` (the X-Factum-Cluster-Secret header) is the cluster's secret, compared in
-  /// constant time. False when the node has no secret: it then takes no file from a move.
-  virtual bool authentic(std::string_view secret) const = 0;
+  /// Whether `c` is signed with this cluster's secret (move_signature(), compared in constant
+  /// time) and its time is within 5 minutes of this node's clock. False when the node has no
+  /// secret: it then takes no file from a move.
+  virtual bool authentic(const move_credentials& c) const = 0;
   /// Whether this node is the target of shard `shard`'s move under `epoch` and `key` is in
   /// that shard: ok, or CONFLICT (no such move, another target, or this node already serves
   /// the shard), INVALID_ARGUMENT (another shard). Reads etcd at the first file of each move
