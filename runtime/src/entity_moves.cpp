@@ -20,6 +20,8 @@
 #include <future>
 #include <unordered_map>
 
+#include "factum/runtime/cluster_router.hpp"
+#include "factum/storage/sha256.hpp"
 #include "runtime_core.hpp"
 
 namespace fs = std::filesystem;
@@ -477,6 +479,16 @@ status runtime::forget_entity(const entity_key& key) {
     auto st = detail::check_idle(c, key.to_string());
     return st ? detail::forget_files(c, key) : st;
   });
+}
+
+std::string move_signature(std::string_view secret, const move_credentials& c) {
+  std::string m = "PUT\n";
+  for (auto part : {c.target, c.epoch, c.sha256}) {
+    m.append(part);
+    m.push_back('\n');
+  }
+  m.append(c.time_ms);
+  return hmac_sha256_hex(secret, m);
 }
 
 } // namespace factum

@@ -10,10 +10,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "factum/storage/entity_key.hpp"
-#include "factum/storage/sha256.hpp"
 #include "factum/storage/status.hpp"
 
 namespace factum {
@@ -65,15 +65,7 @@ struct move_credentials {
 
 /// The signature of a move's file: hex HMAC-SHA256, under the cluster's secret, of
 /// "PUT\n" target "\n" epoch "\n" sha256 "\n" time_ms.
-inline std::string move_signature(std::string_view secret, const move_credentials& c) {
-  std::string m = "PUT\n";
-  for (auto part : {c.target, c.epoch, c.sha256}) {
-    m.append(part);
-    m.push_back('\n');
-  }
-  m.append(c.time_ms);
-  return hmac_sha256_hex(secret, m);
-}
+std::string move_signature(std::string_view secret, const move_credentials& c);
 
 /// The cluster as the gateway sees it.
 class cluster_router {
