@@ -519,43 +519,42 @@ result<txn_result> etcd_client::create_if_absent(const std::string& key, const s
   return out;
 }
 
+namespace {
+
+/// The compare of a transaction that holds while `key`'s mod_revision is `mod_revision`.
+json mod_revision_is(const std::string& key, int64_t mod_revision) {
+  return {{"target", "MOD"},
+          {"result", "EQUAL"},
+          {"key", base64_encode(key)},
+          {"modRevision", std::to_string(mod_revision)}};
+}
+
+} // namespace
+
 result<txn_result> etcd_client::put_if_mod_revision(const std::string& key,
                                                     const std::string& value, int64_t mod_revision,
                                                     int64_t lease) {
-  if (auto st = check_key(key); !st)
-    return st;
   if (auto st = check_lease(lease); !st)
     return st;
-  if (mod_revision < 0)
-    return status{errc::invalid_argument, "etcd: negative mod_revision"};
-  json compare = {{"target", "MOD"},
-                  {"result", "EQUAL"},
-                  {"key", base64_encode(key)},
-                  {"modRevision", std::to_string(mod_revision)}};
-  txn_result out;
-  auto st = impl_->call(
-    "/v3/kv/txn",
-    txn_request(key, std::move(compare), {{"requestPut", put_request(key, value, lease)}}),
-    [&](const json& a) { out = read_txn(a); });
-  if (!st)
-    return st;
-  return out;
+  return if_mod_revision(key, mod_revision, {{"requestPut", put_request(key, value, lease)}});
 }
 
 result<txn_result> etcd_client::delete_if_mod_revision(const std::string& key,
                                                        int64_t mod_revision) {
+  return if_mod_revision(key, mod_revision,
+                         {{"requestDeleteRange", {{"key", base64_encode(key)}}}});
+}
+
+result<txn_result> etcd_client::if_mod_revision(const std::string& key, int64_t mod_revision,
+                                                nlohmann::json op) {
   if (auto st = check_key(key); !st)
     return st;
   if (mod_revision < 0)
     return status{errc::invalid_argument, "etcd: negative mod_revision"};
-  json compare = {{"target", "MOD"},
-                  {"result", "EQUAL"},
-                  {"key", base64_encode(key)},
-                  {"modRevision", std::to_string(mod_revision)}};
-  json del = {{"requestDeleteRange", {{"key", base64_encode(key)}}}};
   txn_result out;
-  auto st = impl_->call("/v3/kv/txn", txn_request(key, std::move(compare), std::move(del)),
-                        [&](const json& a) { out = read_txn(a); });
+  auto st =
+    impl_->call("/v3/kv/txn", txn_request(key, mod_revision_is(key, mod_revision), std::move(op)),
+                [&](const json& a) { out = read_txn(a); });
   if (!st)
     return st;
   return out;

@@ -13,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include "etcd_test_client.hpp"
 #include "factum/cluster/etcd_client.hpp"
 #include "support/etcd_server.hpp"
 
@@ -22,11 +23,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::unique_ptr<etcd_client> client_of(std::vector<std::string> urls, etcd_options o = {}) {
-  auto c = etcd_client::make(std::move(urls), o);
-  REQUIRE_MESSAGE(c.is_ok(), c.error().to_string());
-  return std::move(c).value();
-}
+using test::client_of;
 
 /// A loopback listening socket on a free port; accept()s nothing unless a server does.
 struct listener {

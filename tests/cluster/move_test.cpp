@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include "etcd_test_client.hpp"
 #include "factum/cluster/etcd_client.hpp"
 #include "factum/cluster/node.hpp"
 #include "factum/cluster/shard_map.hpp"
@@ -73,18 +74,17 @@ TEST_CASE("a failed move's copies on its target are removed once the target sees
     REQUIRE(a->call_sync(key, "add", R"({"by":2})").ok);
   REQUIRE(a->release_entities([](const entity_key&) { return true; }, 10s) == 0);
 
-  auto c = etcd_client::make({etcd.url()});
-  REQUIRE(c.is_ok());
+  auto c = test::client_of({etcd.url()});
   auto prefix = std::string("/factum/movetest/");
   auto mk = prefix + "moves/" + std::to_string(k);
-  REQUIRE((*c)->put(prefix + "homes/" + std::to_string(k), "na").is_ok());
-  auto move = (*c)->create_if_absent(mk, R"({"from":"na","to":"nb"})");
+  REQUIRE(c->put(prefix + "homes/" + std::to_string(k), "na").is_ok());
+  auto move = c->create_if_absent(mk, R"({"from":"na","to":"nb"})");
   REQUIRE(move.is_ok());
   // The first key came with this move; the second with an earlier one (another epoch).
   copy(*a, *b, keys[1], move->revision - 1);
   copy(*a, *b, keys[0], move->revision);
   REQUIRE(std::filesystem::exists(keys[0].file_path(b_dir.path())));
-  REQUIRE((*c)->put(mk, R"({"from":"na","to":"nb","failed":"scripted"})").is_ok());
+  REQUIRE(c->put(mk, R"({"from":"na","to":"nb","failed":"scripted"})").is_ok());
 
   node_config cfg;
   cfg.name = "movetest";

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "factum/storage/status.hpp"
 
 namespace factum::cluster {
@@ -162,6 +164,10 @@ class etcd_client {
  private:
   struct impl;
   explicit etcd_client(std::unique_ptr<impl> i);
+  /// One transaction on `key`: `op` (a request of etcd's txn) while its mod_revision is
+  /// `mod_revision`, else a read of it (txn_result::current).
+  result<txn_result> if_mod_revision(const std::string& key, int64_t mod_revision,
+                                     nlohmann::json op);
   std::unique_ptr<impl> impl_;
 };
 
