@@ -2,7 +2,8 @@
 // shard moves"; docs/cluster.md, "Where shards live over time"): releasing the live activations
 // of a shard, listing its entities from the tenant index, and moving one entity's file out
 // (export: claimed under the move's epoch, copied, its WAL folded in), in (adopt: checked,
-// counted, put in place, its alarm indexed) and away (forget).
+// counted, put in place, its alarm indexed) and away (forget); and, for shards on shared
+// storage, indexing the files of a shard in place and dropping the rows of one served elsewhere.
 //
 // Threads: release_entities runs on the caller's thread (never a CAF worker: it waits). The
 // others run on a storage thread (the blocking ones wait for it), because they read or write the
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <future>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "factum/runtime/cluster_router.hpp"
 #include "factum/storage/sha256.hpp"
@@ -200,8 +202,9 @@ template <class T, class F> T on_storage_thread(runtime_core& c, F&& fn) {
 
 // -- listing -------------------------------------------------------------------------------------
 
-result<std::vector<entity_key>> keys_where(runtime_core& c,
-                                           const std::function<bool(const entity_key&)>& which) {
+/// Every entity the tenant index lists whose key `which` selects, with its indexed bytes.
+result<std::vector<std::pair<entity_key, int64_t>>>
+rows_where(runtime_core& c, const std::function<bool(const entity_key&)>& which) {
   // Every tenant with a row has an account (made at start from the index's totals, or before
   // its first creation or adoption).
   std::vector<std::string> tenants;
@@ -211,7 +214,7 @@ result<std::vector<entity_key>> keys_where(runtime_core& c,
       tenants.push_back(name);
   }
   std::sort(tenants.begin(), tenants.end());
-  std::vector<entity_key> out;
+  std::vector<std::pair<entity_key, int64_t>> out;
   for (auto& t : tenants) {
     entity_list_query q;
     q.limit = 10000;
@@ -221,13 +224,25 @@ result<std::vector<entity_key>> keys_where(runtime_core& c,
         return page.error();
       for (auto& e : *page)
         if (entity_key k{t, e.type, e.id}; which(k))
-          out.push_back(std::move(k));
+          out.emplace_back(std::move(k), e.bytes);
       if (static_cast<int64_t>(page->size()) < q.limit)
         break;
       q.after_type = page->back().type;
       q.after_id = page->back().id;
     }
   }
+  return out;
+}
+
+result<std::vector<entity_key>> keys_where(runtime_core& c,
+                                           const std::function<bool(const entity_key&)>& which) {
+  auto rows = rows_where(c, which);
+  if (!rows)
+    return rows.error();
+  std::vector<entity_key> out;
+  out.reserve(rows->size());
+  for (auto& [k, _] : *rows)
+    out.push_back(std::move(k));
   return out;
 }
 
@@ -251,7 +266,7 @@ result<std::string> export_file(runtime_core& c, const entity_key& key, int64_t 
   // (the tenant's account and the index row had them as of the entity's last close).
   tenant_meter meter;
   meter.account = tenant_account_of(c, key.tenant);
-  meter.counted = meter.indexed = entity_disk_bytes(key.file_path(c.cfg.data_dir));
+  meter.counted = meter.indexed = entity_disk_bytes(key.file_path(c.cfg.entity_dir()));
   status claimed;
   { // The claim, at the open (as claim_owner()): NOT_FOUND without a file, not_owner when newer.
     auto claiming = opts;
@@ -264,7 +279,7 @@ result<std::string> export_file(runtime_core& c, const entity_key& key, int64_t 
   if (!claimed)
     return claimed;
   temp_files tmp{temp_path(c.cfg.data_dir, "export")};
-  if (auto st = entity_store::copy_files(key.file_path(c.cfg.data_dir), tmp.db); !st)
+  if (auto st = entity_store::copy_files(key.file_path(c.cfg.entity_dir()), tmp.db); !st)
     return st;
   { // The copy's only connection closes with a checkpoint that empties its -wal.
     auto o = opts;
@@ -342,7 +357,7 @@ status put_in_place(const fs::path& from, const fs::path& to) {
 /// node's own service) put it there, so an adopt of an older move must not replace it. CONFLICT
 /// naming both, or ok (no file, or an older claim).
 status check_not_newer(const runtime_core& c, const entity_key& key, int64_t epoch) {
-  auto path = key.file_path(c.cfg.data_dir);
+  auto path = key.file_path(c.cfg.entity_dir());
   std::error_code ec;
   if (!fs::exists(path, ec))
     return status::ok();
@@ -371,7 +386,7 @@ status adopt_file(runtime_core& c, const entity_key& key, std::string_view bytes
   auto row = index_adopted(c, key, static_cast<int64_t>(bytes.size()));
   if (!row)
     return row.error();
-  auto placed = put_in_place(tmp.db, key.file_path(c.cfg.data_dir));
+  auto placed = put_in_place(tmp.db, key.file_path(c.cfg.entity_dir()));
   settle_adopted(c, key, *row, placed.is_ok());
   if (!placed)
     return placed;
@@ -379,7 +394,7 @@ status adopt_file(runtime_core& c, const entity_key& key, std::string_view bytes
 }
 
 status forget_files(runtime_core& c, const entity_key& key) {
-  auto path = key.file_path(c.cfg.data_dir);
+  auto path = key.file_path(c.cfg.entity_dir());
   std::error_code ec;
   bool had_file = fs::exists(path, ec);
   int64_t bytes = had_file ? entity_disk_bytes(path) : 0;
@@ -394,6 +409,119 @@ status forget_files(runtime_core& c, const entity_key& key) {
 status check_key(const entity_key& key) {
   auto k = entity_key::make(key.tenant, key.type, key.id);
   return k ? status::ok() : k.error();
+}
+
+// -- shared storage ------------------------------------------------------------------------------
+
+bool is_live(runtime_core& c, const std::string& key_str) {
+  std::lock_guard<std::mutex> g(c.reg.mu);
+  return c.reg.map.count(key_str) > 0;
+}
+
+/// What one entity file says for the indexes: whose it is and its next due alarm.
+struct file_summary {
+  entity_key key;
+  std::optional<int64_t> next;
+};
+
+result<file_summary> read_summary(const runtime_core& c, const fs::path& file) {
+  auto o = c.store_opts;
+  o.spares.reset();
+  o.create_if_missing = false;
+  o.read_only = true;
+  auto s = entity_store::open_file(file, o);
+  if (!s)
+    return s.error();
+  file_summary out{(*s)->key(), std::nullopt};
+  auto next = (*s)->next_alarm();
+  if (!next)
+    return next.error();
+  if (next->has_value())
+    out.next = next->value().due_ms;
+  return out;
+}
+
+/// The keys (entity_key::to_string) of the alarm index's parked entries.
+result<std::unordered_set<std::string>> parked_keys(runtime_core& c) {
+  std::lock_guard<std::mutex> g(c.alarms.mu);
+  auto p = c.alarms.index->parked();
+  if (!p)
+    return p.error();
+  std::unordered_set<std::string> out;
+  for (auto& e : *p)
+    out.insert(e.entry.key.to_string());
+  return out;
+}
+
+/// Ends the parking of `key`'s alarm entry: written again with its due time unchanged.
+status unpark(runtime_core& c, const entity_key& key) {
+  return c.with_index_writer([&](alarm_index& w) -> status {
+    auto cur = w.due_of(key);
+    if (!cur)
+      return cur.error();
+    return cur->has_value() ? w.apply({alarm_index_entry{key, cur->value()}}) : status::ok();
+  });
+}
+
+result<runtime::index_report> index_files(runtime_core& c,
+                                          const std::function<bool(std::string_view)>& which) {
+  runtime::index_report rep;
+  const auto& root = c.cfg.entity_dir();
+  auto parked = parked_keys(c);
+  if (!parked)
+    return parked.error();
+  for (auto& file : list_entity_files(root)) {
+    if (!which(file.stem().string()))
+      continue;
+    auto sum = read_summary(c, file);
+    if (!sum && sum.error().code() == errc::not_found)
+      continue; // a spare renamed into place and never claimed: no entity yet
+    if (!sum && sum.error().code() == errc::busy) {
+      rep.busy.push_back(file.stem().string());
+      continue;
+    }
+    if (!sum || !(sum->key.file_path(root) == file)) {
+      ++rep.unreadable;
+      c.log_event({{"level", "error"},
+                   {"event", "entity_file_unreadable"},
+                   {"file", file.string()},
+                   {"detail", sum ? "it holds entity " + sum->key.to_string() +
+                                      ", not the one "
+                                      "its name says"
+                                  : sum.error().message()}});
+      continue;
+    }
+    // A live activation here needs no care: a row is added only where there is none, and the
+    // alarm entry only ever moves earlier (a wake early finds nothing due and changes nothing).
+    auto key_str = sum->key.to_string();
+    if (auto added = index_in_place(c, sum->key, entity_disk_bytes(file)); !added)
+      return added.error();
+    if (parked->count(key_str))
+      if (auto st = unpark(c, sum->key); !st)
+        return st;
+    if (sum->next)
+      if (auto st = c.sync_alarm_index(sum->key, sum->next, true); !st)
+        return st;
+    ++rep.indexed;
+  }
+  return rep;
+}
+
+result<size_t> unindex_rows(runtime_core& c, const std::function<bool(const entity_key&)>& which) {
+  auto rows = rows_where(c, which);
+  if (!rows)
+    return rows.error();
+  size_t n = 0;
+  for (auto& [key, bytes] : *rows) {
+    if (is_live(c, key.to_string()))
+      continue;
+    if (auto st = uncount_forgotten(c, key, true, bytes); !st)
+      return st;
+    if (auto st = c.sync_alarm_index(key, std::nullopt, false); !st)
+      return st;
+    ++n;
+  }
+  return n;
 }
 
 } // namespace
@@ -478,6 +606,27 @@ status runtime::forget_entity(const entity_key& key) {
   return detail::on_storage_thread<status>(c, [&] {
     auto st = detail::check_idle(c, key.to_string());
     return st ? detail::forget_files(c, key) : st;
+  });
+}
+
+result<runtime::index_report>
+runtime::index_entities(const std::function<bool(std::string_view digest)>& which) {
+  auto& c = *impl_->core;
+  using answer = result<index_report>;
+  return detail::on_storage_thread<answer>(c, [&]() -> answer {
+    if (auto st = detail::check_idle(c); !st)
+      return st;
+    return detail::index_files(c, which);
+  });
+}
+
+result<size_t> runtime::unindex_entities(const std::function<bool(const entity_key&)>& which) {
+  auto& c = *impl_->core;
+  using answer = result<size_t>;
+  return detail::on_storage_thread<answer>(c, [&]() -> answer {
+    if (auto st = detail::check_idle(c); !st)
+      return st;
+    return detail::unindex_rows(c, which);
   });
 }
 

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -621,6 +622,23 @@ status check_start_config(const runtime_config& config) {
   return {};
 }
 
+/// A separate entity root: made where missing (durably), and on data_dir's file system when
+/// spare files are renamed from one to the other.
+status prepare_entity_root(const runtime_config& config) {
+  if (auto st = prepare_data_dir(config.entity_root, config.mode); !st)
+    return st;
+  struct stat a {
+  }, b{};
+  if (config.spare_files > 0 && ::stat(config.data_dir.c_str(), &a) == 0 &&
+      ::stat(config.entity_root.c_str(), &b) == 0 && a.st_dev != b.st_dev)
+    return status{errc::invalid_argument,
+                  "runtime_config.entity_root " + config.entity_root.string() +
+                    " is on another file system than data_dir " + config.data_dir.string() +
+                    ": spare files cannot be renamed into it (set spare_files to 0, or put both "
+                    "on one file system)"};
+  return {};
+}
+
 /// One process per data directory: the single-activation guarantee depends on it. Holds
 /// DATA/runtime/LOCK in `lock_fd` (closed by impl's destructor, also when the start fails).
 status lock_data_dir(const std::filesystem::path& data_dir, int& lock_fd) {
@@ -654,14 +672,14 @@ size_t active_cap(size_t asked, std::vector<std::string>& notes) {
 /// The entity stores' options, with spare pools, for the default page size and for each page
 /// size a type asks for.
 status configure_storage(detail::runtime_core& c) {
-  c.store_opts.data_dir = c.cfg.data_dir;
+  c.store_opts.data_dir = c.cfg.entity_dir();
   c.store_opts.mode = c.cfg.mode;
   c.store_opts.cache_kib = c.cfg.cache_kib;
   c.store_opts.wal_kept_on_close_kib = c.cfg.wal_kept_on_close_kib;
   c.store_opts.wal_grow_kib = c.cfg.wal_grow_kib;
   c.store_opts.fault = c.cfg.storage_fault;
   if (c.cfg.spare_files > 0) {
-    auto spares = spare_pool::start(c.cfg.data_dir, c.cfg.spare_files);
+    auto spares = spare_pool::start(c.cfg.data_dir, c.cfg.spare_files, 4096, c.cfg.entity_dir());
     if (!spares)
       return spares.error();
     c.store_opts.spares = std::move(spares.value());
@@ -678,7 +696,7 @@ status configure_storage(detail::runtime_core& c) {
     o.page_size = page;
     o.spares.reset();
     if (c.cfg.spare_files > 0) {
-      auto spares = spare_pool::start(c.cfg.data_dir, c.cfg.spare_files, page);
+      auto spares = spare_pool::start(c.cfg.data_dir, c.cfg.spare_files, page, c.cfg.entity_dir());
       if (!spares)
         return spares.error();
       o.spares = std::move(spares.value());
@@ -716,7 +734,7 @@ status open_alarm_index(detail::runtime_core& c, std::vector<std::string>& notes
     ix = alarm_index::open(c.cfg.data_dir, c.cfg.mode);
     if (!ix)
       return ix.error();
-    auto rep = (*ix)->rebuild(c.cfg.data_dir);
+    auto rep = (*ix)->rebuild(c.cfg.entity_dir());
     if (!rep)
       return rep.error();
     c.stats.alarm_index_rebuilds.fetch_add(1, std::memory_order_relaxed);
@@ -763,6 +781,9 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   // acknowledged: an entity's first sync makes only its shard directory's entries durable.
   if (auto st = prepare_data_dir(config.data_dir, config.mode); !st)
     return st;
+  if (!config.entity_root.empty())
+    if (auto st = prepare_entity_root(config); !st)
+      return st;
   auto p = std::make_unique<impl>();
   if (auto st = lock_data_dir(config.data_dir, p->lock_fd); !st)
     return st;
@@ -771,7 +792,7 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
                              " temporary files of a shard move that a stop cut short");
   auto max_active = active_cap(config.max_active_entities, p->start_notes);
   // A file system that makes activations slow is worth a line at start (it is not an error).
-  if (auto w = file_system_warning(config.data_dir))
+  if (auto w = file_system_warning(config.entity_dir()))
     p->start_notes.push_back(std::move(*w));
   p->core = std::make_unique<runtime_core>(std::move(config));
   auto& c = *p->core;

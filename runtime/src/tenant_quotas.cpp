@@ -178,8 +178,13 @@ result<std::unique_ptr<tenant_index>> open_index(runtime_core& rt,
     return ix.error();
   if (!complete)
     return complete.error();
-  if (!*complete) {
-    auto rep = (*ix)->rebuild(dir);
+  if (!*complete && !rt.cfg.entity_root.empty()) {
+    // A shared entity root holds other processes' entities too: this one's index lists only
+    // what it indexes (runtime::index_entities) or creates, from empty.
+    if (auto st = (*ix)->set_flag("complete", true); !st)
+      return st;
+  } else if (!*complete) {
+    auto rep = (*ix)->rebuild(rt.cfg.entity_dir());
     if (!rep)
       return rep.error();
     rt.tenants.rebuilds.fetch_add(1, std::memory_order_relaxed);
@@ -191,7 +196,7 @@ result<std::unique_ptr<tenant_index>> open_index(runtime_core& rt,
                       " entity files: " + std::to_string(rep->entities) + " entities, " +
                       std::to_string(rep->unreadable) + " files unreadable");
   } else if (auto clean = (*ix)->flag("clean"); !clean || !*clean) {
-    auto rep = (*ix)->rescan(dir);
+    auto rep = (*ix)->rescan(rt.cfg.entity_dir());
     if (!rep)
       return rep.error();
     if (rep->removed > 0 || rep->resized > 0)
@@ -359,7 +364,7 @@ void measure_checkpoint(tenant_meter& meter, const entity_store& store) {
 void measure_closed(runtime_core& rt, const entity_key& key, tenant_meter& meter) {
   if (!meter.account)
     return;
-  auto bytes = entity_disk_bytes(key.file_path(rt.cfg.data_dir));
+  auto bytes = entity_disk_bytes(key.file_path(rt.cfg.entity_dir()));
   meter.set(bytes);
   if (bytes == meter.indexed)
     return;
@@ -391,7 +396,7 @@ std::optional<call_reply> refuse_write(runtime_core& rt, const tenant_meter& met
 
 result<adopted_row> index_adopted(runtime_core& rt, const entity_key& key, int64_t bytes) {
   adopted_row row;
-  auto path = key.file_path(rt.cfg.data_dir);
+  auto path = key.file_path(rt.cfg.entity_dir());
   std::error_code ec;
   row.had_file = fs::exists(path, ec);
   row.old_bytes = row.had_file ? entity_disk_bytes(path) : 0;
@@ -452,6 +457,25 @@ status uncount_forgotten(runtime_core& rt, const entity_key& key, bool had_file,
   // Not synced: a row that a power cut brings back has no file, and the rescan after the
   // unclean stop removes it.
   return write_tenant_index(rt, {tenant_index_change::kind::remove, key, 0}, false);
+}
+
+result<bool> index_in_place(runtime_core& rt, const entity_key& key, int64_t bytes) {
+  auto has = between_writes(rt, [&](tenant_index* ix) {
+    return ix ? ix->contains(key) : result<bool>(status{errc::unavailable, "index closed"});
+  });
+  if (!has)
+    return has.error();
+  if (*has)
+    return false;
+  if (auto st = write_tenant_index(rt, {tenant_index_change::kind::add, key, bytes}, true); !st)
+    return st;
+  auto* acct = tenant_account_of(rt, key.tenant);
+  {
+    std::lock_guard<std::mutex> g(rt.tenants.mu);
+    acct->entities.fetch_add(1, std::memory_order_relaxed);
+  }
+  acct->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  return true;
 }
 
 } // namespace factum::detail

@@ -141,4 +141,10 @@ void settle_adopted(runtime_core& rt, const entity_key& key, const adopted_row& 
 status uncount_forgotten(runtime_core& rt, const entity_key& key, bool had_file,
                          int64_t removed_bytes);
 
+// -- shared storage (runtime::index_entities and unindex_entities, on a storage thread) --
+
+/// `key`'s file of `bytes` is in place under the entity root: a row is added (durably) where
+/// the index has none, and the tenant's account counts it then. Whether a row was added.
+result<bool> index_in_place(runtime_core& rt, const entity_key& key, int64_t bytes);
+
 } // namespace factum::detail

@@ -28,6 +28,7 @@
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/spare_pool.hpp"
 #include "file_io.hpp"
+#include "ofd_file.hpp"
 #include "sqlite_global.hpp"
 #include "store_sql.hpp"
 #include "wal_vfs.hpp"
@@ -552,6 +553,8 @@ status entity_store::open_db() {
   } else {
     flags |= SQLITE_OPEN_READWRITE; // files are created by build_entity_file only
   }
+  if (opts_.vfs.empty() && detail::wal_open_in_another_process(path_.c_str()))
+    return busy_elsewhere("the lock of its -shm is held");
   int rc = sqlite3_open_v2(enc.c_str(), &db_, flags, vfs_name());
   if (rc != SQLITE_OK)
     return fail(rc, "open " + path_.string());
@@ -577,6 +580,11 @@ status entity_store::open_db() {
   return migrate();
 }
 
+status entity_store::busy_elsewhere(const std::string& why) const {
+  return {errc::busy, path_.string() + " is open in another process (" + why +
+                        "): it opens here once that process closed it"};
+}
+
 status entity_store::configure() {
   sqlite3_busy_timeout(db_, opts_.busy_timeout_ms);
   std::string pragmas = "PRAGMA cache_size=-" + std::to_string(opts_.cache_kib) +
@@ -594,6 +602,8 @@ status entity_store::configure() {
     sqlite3_free(err);
     if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT)
       return {errc::corruption, path_.string() + " is not a database (" + msg + ")"};
+    if ((rc & 0xff) == SQLITE_BUSY)
+      return busy_elsewhere(msg);
     return {map_rc(rc), "configure " + path_.string() + ": " + msg};
   }
   return status::ok();

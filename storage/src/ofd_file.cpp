@@ -13,7 +13,9 @@
 //   write-locks it (kept while any connection of the process has the WAL open). A process
 //   using the "unix" VFS (a sqlite3 shell, an older factum) asks for a read lock on that byte
 //   to map the -shm: each refuses the other (SQLITE_BUSY), never share a WAL, and so never
-//   disagree on a wal-index.
+//   disagree on a wal-index. Two factum processes (cluster nodes over one shared entity root)
+//   are kept apart the same way: the second one's open fails at once, BUSY, until the first
+//   closes the file.
 // - the copy byte (ofd_copy_byte, right after the SHARED range): every checkpoint of this VFS
 //   locks it for writing with the WAL's CKPT lock, before it writes the database file; a
 //   reader copying the file (entity_store::copy_files) holds it for reading, so the database
@@ -338,8 +340,8 @@ const bool atfork_set = [] {
 }();
 
 /// Attaches f to its file's wal-index, making it (zeroed: SQLite then rebuilds it from the WAL)
-/// when this is the first connection of the process. SQLITE_BUSY when another process has the
-/// file's -shm attached (the DMS byte is not ours to lock).
+/// when this is the first connection of the process. SQLITE_BUSY_TIMEOUT when another process
+/// has the file's -shm attached (the DMS byte is not ours to lock).
 int attach_wal_index(ofd_file* f) {
   struct stat st {};
   if (::fstat(f->fd, &st) != 0)
@@ -355,7 +357,10 @@ int attach_wal_index(ofd_file* f) {
       return SQLITE_CANTOPEN;
     if (int e = set_lock(fd, F_WRLCK, shm_dms, 1); e != 0) {
       ::close(fd);
-      return busy_or(e, SQLITE_IOERR_LOCK);
+      // Another process has the file open, and keeps it until it closes it: not the transient
+      // race SQLite assumes of a plain SQLITE_BUSY from xShmMap (it would retry for some 10 s,
+      // sleeping on the caller's thread). The extended code ends the open at once, as BUSY.
+      return e == EAGAIN || e == EACCES ? SQLITE_BUSY_TIMEOUT : SQLITE_IOERR_LOCK;
     }
     auto* wi = new (std::nothrow) wal_index;
     if (wi == nullptr) {
@@ -563,6 +568,30 @@ int ofd_open(const char* name, sqlite3_file* out, int flags, int* out_flags) {
     *out_flags = flags;
   f->base.pMethods = &methods;
   return SQLITE_OK;
+}
+
+bool wal_open_in_another_process(const char* db) {
+  struct stat st {};
+  if (::stat(db, &st) != 0)
+    return false;
+  // Under the registry's lock throughout: this process's own connections take and drop the DMS
+  // byte under it (attach_wal_index, detach_wal_index), so a lock seen here is another's.
+  std::lock_guard<std::mutex> g(registry_mu);
+  if (registry.count(std::make_pair(st.st_dev, st.st_ino)))
+    return false; // this process holds the DMS byte
+  std::string shm = db;
+  shm += "-shm";
+  int fd = ::open(shm.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = shm_dms;
+  l.l_len = 1;
+  bool held = ::fcntl(fd, F_OFD_GETLK, &l) == 0 && l.l_type != F_UNLCK;
+  ::close(fd); // it held no lock: closing it releases nothing
+  return held;
 }
 
 } // namespace factum::detail

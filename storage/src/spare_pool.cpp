@@ -52,7 +52,7 @@ bool single_link(const fs::path& file) {
 } // namespace
 
 result<std::shared_ptr<spare_pool>> spare_pool::start(const fs::path& data_dir, int target,
-                                                      int page_size) {
+                                                      int page_size, const fs::path& entity_root) {
   if (data_dir.empty())
     return status{errc::invalid_argument, "spare_pool: data_dir is empty"};
   if (target < 1 || target > 1024)
@@ -67,7 +67,8 @@ result<std::shared_ptr<spare_pool>> spare_pool::start(const fs::path& data_dir, 
   if (ec)
     return status{errc::io_error,
                   "spare_pool: cannot create " + dir.string() + ": " + ec.message()};
-  std::shared_ptr<spare_pool> pool(new spare_pool(dir, target, page_size));
+  std::shared_ptr<spare_pool> pool(
+    new spare_pool(dir, entity_root.empty() ? data_dir : entity_root, target, page_size));
   // Keep what an earlier process finished (renamed to .db only after its fdatasync, its empty
   // -wal and -shm made before that) if it is this build's image and nothing wrote beside it;
   // delete the rest (a .tmp was cut short; another build's bytes would give a file of another
@@ -123,8 +124,9 @@ result<std::shared_ptr<spare_pool>> spare_pool::start(const fs::path& data_dir, 
   return pool;
 }
 
-spare_pool::spare_pool(fs::path dir, int target, int page_size)
-    : dir_(std::move(dir)), making_(dir_ / "making"), target_(target), page_size_(page_size) {}
+spare_pool::spare_pool(fs::path dir, fs::path entity_root, int target, int page_size)
+    : dir_(std::move(dir)), making_(dir_ / "making"), entity_root_(std::move(entity_root)),
+      target_(target), page_size_(page_size) {}
 
 spare_pool::~spare_pool() {
   stop();
@@ -240,7 +242,7 @@ void spare_pool::run() {
   // No spare goes into a shard directory whose name a power cut could take away.
   for (;;) {
     g.unlock();
-    bool made = make_shards(dir_.parent_path());
+    bool made = make_shards(entity_root_);
     g.lock();
     if (made)
       break;

@@ -168,6 +168,13 @@ void http_metrics::render_cluster(std::string& out, const runtime_stats& rt,
          "Planned moves of this node's shards given up (the shard stayed here).", c.moves_failed);
   metric(out, "factum_cluster_shards_moving", "gauge", "Shards this node is moving out now.",
          c.shards_moving);
+  metric(out, "factum_cluster_shard_takeovers_total", "counter",
+         "Shards this node took over from a node whose lease had run out (shared storage).",
+         c.takeovers);
+  metric(out, "factum_cluster_shards_unindexed", "gauge",
+         "Shards this node serves whose entity files its listing and alarm indexes do not hold "
+         "yet (shared storage: indexing, or files another process still has open).",
+         c.shards_unindexed);
   header(out, "factum_cluster_move_files_total", "counter",
          "Entity files of planned shard moves, sent and received by this node.");
   labeled(out, "factum_cluster_move_files_total", {{"direction", "sent"}}, c.files_sent);

@@ -51,6 +51,11 @@ struct cluster_stats {
   uint64_t files_sent = 0;     ///< entity files sent by moves out
   uint64_t files_received = 0; ///< entity files adopted from moves in
   uint64_t shards_moving = 0;  ///< gauge: shards this node is moving out now
+  /// Storage "shared": shards taken over from a node that was down (no lease).
+  uint64_t takeovers = 0;
+  /// Storage "shared", gauge: shards this node holds whose files its indexes (entity listing,
+  /// alarms) do not hold yet: indexing under way, or files another process still has open.
+  uint64_t shards_unindexed = 0;
 };
 
 /// What authenticates one file of a planned shard move (PUT /v1/cluster/moves/...): the headers

@@ -88,8 +88,19 @@ struct tenant_quota {
 
 /// Runtime configuration. Every field documents its default.
 struct runtime_config {
-  /// Root directory of every entity file and the runtime's own files. Required.
+  /// Root directory of the runtime's own files (runtime/: its lock, alarm and tenant indexes;
+  /// spares/) and, unless entity_root is set, of every entity file (entities/). Required.
   std::filesystem::path data_dir;
+  /// Root directory of the entity files (entities/) when they are apart from data_dir: several
+  /// processes, each with a data_dir of its own, may then share one (cluster storage "shared";
+  /// each entity is open in at most one process at a time, see docs/cluster.md). It must be on
+  /// data_dir's file system when spare_files > 0 (spares are renamed from one to the other).
+  /// Default empty: data_dir.
+  std::filesystem::path entity_root;
+  /// Where the entity files are: entity_root, or data_dir when it is empty.
+  const std::filesystem::path& entity_dir() const {
+    return entity_root.empty() ? data_dir : entity_root;
+  }
   /// Commit durability (full: survives power loss; normal: survives a process crash). Default
   /// full.
   durability mode = durability::full;
@@ -403,6 +414,37 @@ class runtime {
   /// entry left by an earlier forget that failed half-way still goes); BUSY when it has a live
   /// activation. Blocking (runs on a storage thread and waits): not from a CAF worker.
   status forget_entity(const entity_key& key);
+
+  // -- cluster mode: shards on shared storage --
+  //
+  // Nodes whose entity_root is one directory take over each other's shards without a copy
+  // (docs/cluster.md, "Shared storage"): the node that acquires a shard indexes its files
+  // (index_entities); one that no longer holds a shard drops its rows (unindex_entities). Each
+  // entity file is open in at most one process at a time (the VFS's lock on its -shm): another
+  // process's open of it answers BUSY (503, retryable) until the first closes it. Both answer
+  // UNAVAILABLE once stop() has begun. Blocking (they run on a storage thread and wait): not
+  // from a CAF worker.
+
+  /// What index_entities() found.
+  struct index_report {
+    size_t indexed = 0; ///< files whose tenant row and alarm entry are now here
+    /// Digests of the files another process has open: not read (ask again once it let go).
+    std::vector<std::string> busy;
+    size_t unreadable = 0; ///< files that do not open as the entity their name says (logged)
+  };
+
+  /// Makes this node's indexes hold each entity file under entity_dir() whose name's digest
+  /// (entity_key::digest(); cluster::shard_of_digest gives its shard) `which` selects: a tenant
+  /// row where there is none (counted in the tenant's account, quotas not applied), and an
+  /// alarm entry moved to the file's next due alarm when that is earlier than the entry (the
+  /// index may say earlier than an entity, never later), whose parking, if any, ends.
+  result<index_report> index_entities(const std::function<bool(std::string_view digest)>& which);
+
+  /// Removes this node's tenant row (and its share of the tenant's account) and alarm entry of
+  /// each entity the tenant index lists whose key `which` selects and that has no live
+  /// activation here, its files left as they are (a shard that another node serves from the
+  /// shared directory now). How many went.
+  result<size_t> unindex_entities(const std::function<bool(const entity_key&)>& which);
 
   /// What start() found and repaired, one sentence each (for the operator's log): for instance a
   /// damaged alarm index set aside and rebuilt from the entity files. Empty normally.

@@ -63,9 +63,11 @@ class spare_pool {
   /// Opens (creating it if needed) the pool's directory, `<data_dir>/spares/` for files of
   /// pages of 4096 bytes and `<data_dir>/spares-<page_size>/` for any other size, keeps the
   /// valid spares in it, deletes the rest, and starts the maker thread. `target` must be
-  /// 1..1024; `page_size` a power of two from 512 to 65536.
+  /// 1..1024; `page_size` a power of two from 512 to 65536. The spares are renamed into
+  /// `<entity_root>/entities/` (default: data_dir's), which must be on the same file system.
   static result<std::shared_ptr<spare_pool>> start(const std::filesystem::path& data_dir,
-                                                   int target, int page_size = 4096);
+                                                   int target, int page_size = 4096,
+                                                   const std::filesystem::path& entity_root = {});
 
   spare_pool(const spare_pool&) = delete;
   spare_pool& operator=(const spare_pool&) = delete;
@@ -128,13 +130,15 @@ class spare_pool {
   int target() const noexcept { return target_; }
 
  private:
-  spare_pool(std::filesystem::path dir, int target, int page_size);
+  spare_pool(std::filesystem::path dir, std::filesystem::path entity_root, int target,
+             int page_size);
   void run();
   status make_batch(int n, std::string& image);
   stats snapshot() const; ///< stats_ with `ready` filled in; the caller holds mu_
 
   const std::filesystem::path dir_;
-  const std::filesystem::path making_; ///< dir_/making: the maker's files until whole
+  const std::filesystem::path making_;      ///< dir_/making: the maker's files until whole
+  const std::filesystem::path entity_root_; ///< holds entities/, where spares are taken to
   const int target_;
   const int page_size_;
   mutable std::mutex mu_;
