@@ -36,6 +36,8 @@ namespace {
 
 /// How long a move waits for the shard's activations to hibernate before it fences them.
 constexpr std::chrono::milliseconds release_wait{30'000};
+/// How long the closing of the activations of shards a node lost may hold up its mover thread.
+constexpr std::chrono::milliseconds lost_release_wait{5'000};
 /// Deadline of one file's transfer to the new home.
 constexpr std::chrono::milliseconds send_timeout{60'000};
 /// How far a move request's time may be from the receiving node's clock (a replay window).
@@ -75,6 +77,9 @@ void node::detach() {
   p.rt = nullptr;
   p.move_queue.clear();
   p.queued.clear();
+  p.to_index.clear();
+  p.to_unindex.clear();
+  std::fill(p.index_state.begin(), p.index_state.end(), int8_t{-1});
 }
 
 // -- scheduling (polling thread) and the mover thread -------------------------------------------
@@ -85,7 +90,8 @@ void node::impl::schedule_moves() {
     std::lock_guard<std::mutex> g(mu);
     for (auto& [k, m] : st.moves)
       if ((m.from == cfg.node_id && m.failed.empty()) ||
-          (m.to == cfg.node_id && !m.failed.empty() && st.shards[k].home != cfg.node_id))
+          (m.to == cfg.node_id && !m.failed.empty() && st.shards[k].home != cfg.node_id &&
+           !shared()))
         mine.emplace_back(k, m); // a move out, or the copies a failed move in left here
   }
   if (mine.empty())
@@ -102,9 +108,17 @@ void node::impl::schedule_moves() {
 void node::impl::run_mover() {
   for (;;) {
     std::unique_lock<std::mutex> g(move_mu);
-    move_cv.wait(g, [&] { return move_stop || !move_queue.empty(); });
+    move_cv.wait(g, [&] {
+      return move_stop || !move_queue.empty() || !to_index.empty() || !to_unindex.empty() ||
+             release_lost;
+    });
     if (move_stop)
       return;
+    if (move_queue.empty()) {
+      g.unlock();
+      run_indexing();
+      continue;
+    }
     auto [k, m] = move_queue.front();
     move_queue.pop_front();
     g.unlock();
@@ -208,7 +222,7 @@ status node::impl::hand_over(uint32_t k, const move_view& m, std::vector<entity_
   }
   if (m.to == cfg.node_id)
     return {errc::invalid_argument, "a move from a node to itself"};
-  if (cfg.secret.empty())
+  if (cfg.secret.empty() && !shared())
     return {errc::conflict,
             "this node has no cluster.secret: it cannot send files to another node"};
   if (address.empty())
@@ -227,6 +241,8 @@ status node::impl::hand_over(uint32_t k, const move_view& m, std::vector<entity_
   else if (cur->has_value() && (*cur)->value == cfg.node_id)
     if (auto d = move_etcd->delete_if_mod_revision(key("shards", k), (*cur)->mod_revision); !d)
       return d.error();
+  if (shared()) // the files stay where they are: the new home claims each under a newer epoch
+    return hand_over_home(k, m);
   auto list = rt->entities_where(which);
   if (!list)
     return list.error();
@@ -257,6 +273,10 @@ status node::impl::hand_over(uint32_t k, const move_view& m, std::vector<entity_
     files_sent.fetch_add(1, std::memory_order_relaxed);
     keys.push_back(e);
   }
+  return hand_over_home(k, m);
+}
+
+status node::impl::hand_over_home(uint32_t k, const move_view& m) {
   auto handed = m;
   handed.handed_over = true;
   using f = etcd_compare::field;
@@ -317,6 +337,13 @@ status node::impl::finish_move(uint32_t k, const move_view& m) {
   auto list = rt->entities_where(which);
   if (!list)
     return list.error();
+  if (shared()) { // the files are the new home's now: only this node's rows of them go
+    if (auto n = rt->unindex_entities(which); !n)
+      return n.error();
+    std::lock_guard<std::mutex> g(move_mu);
+    index_state[k] = 0;
+    list->clear();
+  }
   for (auto& e : *list) {
     auto st = rt->forget_entity(e);
     if (!st && st.code() == errc::busy) { // a stray activation (an alarm refused since)
@@ -373,7 +400,7 @@ void node::impl::discard_copies(uint32_t k, const move_view& m) {
   for (auto& e : *list) {
     store_options so;
     so.read_only = true;
-    auto s = entity_store::open_file(e.file_path(rt->config().data_dir), so);
+    auto s = entity_store::open_file(e.file_path(rt->config().entity_dir()), so);
     if (!s)
       continue;
     auto owners = (*s)->owners();
@@ -393,6 +420,115 @@ void node::impl::discard_copies(uint32_t k, const move_view& m) {
   }
   log(
     {{"event", "shard_move_copies_removed"}, {"shard", k}, {"from", m.from}, {"removed", removed}});
+}
+
+// -- shared storage: indexes that follow the shards held ----------------------------------------
+
+void node::impl::want_index(uint32_t k) {
+  std::lock_guard<std::mutex> g(move_mu);
+  to_unindex.erase(k);
+  to_index.insert(k);
+  index_state[k] = -1;
+  move_cv.notify_all();
+}
+
+void node::impl::schedule_indexing() {
+  std::vector<uint32_t> index, unindex;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    for (uint32_t k = 0; k < st.shards.size(); ++k) {
+      auto& s = st.shards[k];
+      if (held[k].load(std::memory_order_acquire) != 0)
+        index.push_back(k);
+      else if (!s.owner.empty() && s.owner != cfg.node_id)
+        unindex.push_back(k);
+    }
+  }
+  std::lock_guard<std::mutex> g(move_mu);
+  bool any = std::exchange(release_after_poll, false);
+  release_lost |= any;
+  for (auto k : index)
+    if (index_state[k] != 1 && to_index.insert(k).second)
+      any = true;
+  for (auto k : unindex)
+    if (index_state[k] != 0 && !to_index.count(k) && to_unindex.insert(k).second)
+      any = true;
+  if (any)
+    move_cv.notify_all();
+}
+
+void node::impl::run_indexing() {
+  std::set<uint32_t> in, out;
+  bool release = false;
+  {
+    std::lock_guard<std::mutex> g(move_mu);
+    if (!rt || move_stop)
+      return;
+    in.swap(to_index);
+    out.swap(to_unindex);
+    release = std::exchange(release_lost, false);
+  }
+  auto held_now = [&](uint32_t k) { return held[k].load(std::memory_order_acquire) != 0; };
+  if (release) { // their new owners cannot open the files while this process has them open
+    auto left = rt->release_entities(
+      [&](const entity_key& e) {
+        auto k = cluster::shard_of(e, cfg.shards);
+        return (!held_now(k) || !lease_live()) && moving[k].load(std::memory_order_acquire) == 0;
+      },
+      lost_release_wait);
+    if (left > 0)
+      log({{"level", "warn"},
+           {"event", "lost_shards_busy"},
+           {"left", left},
+           {"detail", "activations of shards this node no longer holds did not close in time; "
+                      "their new owners cannot open those files until they do"}});
+  }
+  if (!out.empty()) {
+    auto n = rt->unindex_entities([&](const entity_key& e) {
+      auto k = cluster::shard_of(e, cfg.shards);
+      return out.count(k) && !held_now(k);
+    });
+    std::lock_guard<std::mutex> g(move_mu);
+    for (auto k : out)
+      if (n && !to_index.count(k))
+        index_state[k] = 0;
+    if (!n)
+      log(
+        {{"level", "warn"}, {"event", "shard_unindex_failed"}, {"detail", n.error().to_string()}});
+  }
+  if (in.empty())
+    return;
+  auto t0 = steady::now();
+  // Not only shards held now: acquire_homes() asks before publish_held() sets `held`. A shard
+  // lost meanwhile is unindexed after the next poll.
+  auto rep = rt->index_entities(
+    [&](std::string_view digest) { return in.count(shard_of_digest(digest, cfg.shards)) > 0; });
+  std::set<uint32_t> busy;
+  if (rep)
+    for (auto& d : rep->busy)
+      busy.insert(shard_of_digest(d, cfg.shards));
+  {
+    std::lock_guard<std::mutex> g(move_mu);
+    for (auto k : in)
+      if (!to_index.count(k))                            // not acquired again meanwhile
+        index_state[k] = rep && !busy.count(k) ? 1 : -1; // -1: the next poll tries again
+  }
+  if (!rep)
+    return log({{"level", "warn"},
+                {"event", "shard_index_failed"},
+                {"detail", rep.error().to_string() + "; tried again at the next poll"}});
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count();
+  json line = {
+    {"event", "shards_indexed"}, {"shards", in.size()}, {"files", rep->indexed}, {"ms", ms}};
+  if (!rep->busy.empty()) {
+    line["level"] = "warn";
+    line["busy"] = rep->busy.size();
+    line["detail"] = "files open in another process (a node that lost the shards and has not "
+                     "closed them yet): indexed at a later poll";
+  }
+  if (rep->unreadable > 0)
+    line["unreadable"] = rep->unreadable;
+  log(std::move(line));
 }
 
 // -- the new home's side (gateway threads) ------------------------------------------------------
@@ -420,6 +556,8 @@ bool node::authentic(const move_credentials& c) const {
 
 status node::accept_move(uint32_t shard, int64_t epoch, const entity_key& key) {
   auto& p = *impl_;
+  if (p.shared())
+    return {errc::conflict, "this node's storage is shared: no file moves between nodes"};
   if (shard >= p.cfg.shards || cluster::shard_of(key, p.cfg.shards) != shard)
     return {errc::invalid_argument, key.to_string() + " is not in shard " + std::to_string(shard)};
   if (p.held[shard].load(std::memory_order_acquire) != 0)

@@ -45,6 +45,31 @@ result<int64_t> node::impl::take(uint32_t k, const shard_view& seen, std::string
     cur.owner_lease = lease_id.load();
   }
   held[k].store(*e, std::memory_order_release);
+  if (shared())
+    want_index(k);
+  return e;
+}
+
+result<int64_t> node::impl::take_over_now(uint32_t k, const shard_view& seen) {
+  std::lock_guard<std::mutex> cg(claim_mu);
+  if (auto e = held[k].load(std::memory_order_acquire); e > 0)
+    return e;
+  auto l = lease_id.load();
+  auto e = take_over(*claim, k, seen);
+  if (!e)
+    return e;
+  if (lease_id.load() != l)
+    return status{errc::unavailable, "this node's lease changed while it took the shard over"};
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto& cur = st.shards[k];
+    cur.home = cfg.node_id;
+    cur.owner = cfg.node_id;
+    cur.epoch = *e;
+    cur.owner_lease = l;
+  }
+  held[k].store(*e, std::memory_order_release);
+  want_index(k);
   return e;
 }
 
@@ -101,9 +126,8 @@ status check_config(const node_config& c) {
     return {errc::invalid_argument, "cluster.lease_ttl_ms must be at least 1000"};
   if (!c.secret.empty() && c.secret.size() < 16)
     return {errc::invalid_argument, "cluster.secret must be at least 16 characters"};
-  if (c.storage != "local")
-    return {errc::invalid_argument,
-            "cluster.storage must be \"local\" (shared storage is not supported yet)"};
+  if (c.storage != "local" && c.storage != "shared")
+    return {errc::invalid_argument, "cluster.storage must be \"local\" or \"shared\""};
   return status::ok();
 }
 
@@ -242,6 +266,9 @@ status node::impl::renew() {
     deadline_ns.store(0, std::memory_order_release);
     for (auto& h : held)
       h.store(0, std::memory_order_release);
+    // Their files are for the nodes that take the shards over: closed after this period's
+    // acquisitions (schedule_indexing), so that a shard taken back at once keeps its activations.
+    release_after_poll = shared();
     log({{"level", "error"},
          {"event", "lease_lost"},
          {"detail", "etcd no longer knows lease " + std::to_string(lease) +
@@ -308,11 +335,13 @@ result<int64_t> node::impl::acquire(etcd_client& c, uint32_t k, const shard_view
   return r->revision;
 }
 
-/// Acquires every shard whose home is this node and that nobody holds.
+/// Acquires every shard whose home is this node and that nobody holds; with shared storage,
+/// also takes over each shard whose home is down that rendezvous hashing gives this node.
 void node::impl::acquire_homes() {
-  std::vector<std::pair<uint32_t, shard_view>> todo;
+  std::vector<std::pair<uint32_t, shard_view>> todo, orphans;
   {
     std::lock_guard<std::mutex> g(mu);
+    auto placeable = st.placeable();
     for (uint32_t k = 0; k < st.shards.size(); ++k) {
       auto& s = st.shards[k];
       bool mine = s.owner == cfg.node_id && s.owner_lease == lease;
@@ -320,22 +349,68 @@ void node::impl::acquire_homes() {
         continue; // its files are leaving this node
       if (s.home == cfg.node_id && (!mine) && (s.owner.empty() || s.owner == cfg.node_id))
         todo.emplace_back(k, s);
+      else if (orphaned_locked(k) && rendezvous_owner(k, placeable) == cfg.node_id)
+        orphans.emplace_back(k, s);
     }
   }
-  int got = 0;
+  int got = 0, taken = 0;
+  auto took = [&](uint32_t k, int64_t e) {
+    std::lock_guard<std::mutex> g(mu);
+    auto& s = st.shards[k];
+    s.home = cfg.node_id;
+    s.owner = cfg.node_id;
+    s.epoch = e;
+    s.owner_lease = lease;
+  };
   for (auto& [k, seen] : todo) {
     auto e = acquire(*etcd, k, seen);
     if (!e)
       continue; // the next period tries again
     ++got;
-    std::lock_guard<std::mutex> g(mu);
-    auto& s = st.shards[k];
-    s.owner = cfg.node_id;
-    s.epoch = *e;
-    s.owner_lease = lease;
+    took(k, *e);
+    if (shared())
+      want_index(k);
+  }
+  for (auto& [k, seen] : orphans) {
+    auto e = take_over(*etcd, k, seen);
+    if (!e)
+      continue; // another node was first, or etcd failed: the next poll shows which
+    ++taken;
+    took(k, *e);
+    want_index(k);
   }
   if (got > 0)
     log({{"event", "shards_acquired"}, {"count", got}});
+  if (taken > 0)
+    log({{"event", "shards_taken_over"}, {"count", taken}});
+}
+
+result<int64_t> node::impl::take_over(etcd_client& c, uint32_t k, const shard_view& seen) {
+  auto l = lease_id.load();
+  if (l == 0)
+    return status{errc::unavailable, "this node has no lease"};
+  using f = etcd_compare::field;
+  auto r = c.transact(
+    {{key("homes", k), f::mod, {}, seen.home_mod_revision}, {key("shards", k), f::create, {}, 0}},
+    {{key("homes", k), cfg.node_id},
+     {key("shards", k), cfg.node_id, l},
+     {key("moves", k), std::nullopt}});
+  if (!r)
+    return r.error();
+  if (!r->succeeded)
+    return status{errc::conflict, "shard " + std::to_string(k) +
+                                    " changed in etcd: another node took it first, or its home "
+                                    "is back"};
+  acquisitions.fetch_add(1, std::memory_order_relaxed);
+  takeovers.fetch_add(1, std::memory_order_relaxed);
+  log(
+    {{"level", "warn"},
+     {"event", "shard_taken_over"},
+     {"shard", k},
+     {"from", seen.home},
+     {"epoch", r->revision},
+     {"detail", "its home " + seen.home + " has no lease; its files are fenced by the new epoch"}});
+  return r->revision;
 }
 
 /// Sets `held` from st: the epochs of the shards this node holds under its current lease.
@@ -349,7 +424,10 @@ void node::impl::publish_held() {
                   : 0;
     if (moving[k].load() != 0 || moving_out_locked(k))
       e = 0;
-    held[k].store(e, std::memory_order_release);
+    if (held[k].exchange(e, std::memory_order_acq_rel) != 0 && e == 0 && shared()) {
+      std::lock_guard<std::mutex> mg(move_mu); // order: mu, then move_mu
+      release_lost = true;
+    }
   }
 }
 
@@ -368,6 +446,15 @@ void node::impl::run() {
     publish_held();
     if (st)
       schedule_moves();
+    if (st && shared())
+      schedule_indexing();
+    bool live = lease_live();
+    if (shared() && was_live && !live) { // cut off from etcd: another node may take over soon
+      std::lock_guard<std::mutex> g(move_mu);
+      release_lost = true;
+      move_cv.notify_all();
+    }
+    was_live = live;
     if (!st)
       log({{"level", "warn"}, {"event", "etcd_unreachable"}, {"detail", st.message()}});
     std::vector<std::function<void()>> run_now;
@@ -437,13 +524,15 @@ shard_route node::route(const entity_key& key, bool forwarded) {
   }
   shard_view s;
   std::vector<std::string> placeable;
+  bool orphaned = false;
   {
     std::lock_guard<std::mutex> g(p.mu);
     s = p.st.shards[k];
     if (auto it = p.st.moves.find(k); p.moving_out_locked(k) && !it->second.handed_over)
       return moving();
-    if (s.home.empty())
-      placeable = p.st.placeable(); // a shard's first request only: the rest find its home
+    orphaned = p.orphaned_locked(k);
+    if (s.home.empty() || orphaned)
+      placeable = p.st.placeable(); // a shard's first request, or its home is down (shared)
   }
   auto to_node = [&](const std::string& id, int64_t epoch) {
     if (forwarded)
@@ -459,6 +548,18 @@ shard_route node::route(const entity_key& key, bool forwarded) {
   };
   if (!s.owner.empty() && s.owner != p.cfg.node_id)
     return to_node(s.owner, s.epoch);
+  if (orphaned) { // shared storage: the heir takes the shard over now
+    auto heir = rendezvous_owner(k, placeable);
+    if (heir != p.cfg.node_id)
+      return to_node(heir, 0);
+    auto e = p.take_over_now(k, s);
+    if (!e)
+      return unavailable(e.error().code() == errc::unavailable ? "CLUSTER_UNAVAILABLE"
+                                                               : "SHARD_UNAVAILABLE",
+                         e.error().message());
+    r.epoch = *e;
+    return r;
+  }
   std::string home = s.home;
   if (home.empty()) {
     home = rendezvous_owner(k, placeable);
@@ -546,6 +647,12 @@ cluster_stats node::stats() const {
     s.shards_moving += m.load() != 0 ? 1 : 0;
   for (auto& h : p.held)
     s.shards_owned += h.load() > 0 ? 1 : 0;
+  s.takeovers = p.takeovers.load();
+  if (p.shared()) {
+    std::lock_guard<std::mutex> g(p.move_mu);
+    for (uint32_t k = 0; k < p.held.size(); ++k)
+      s.shards_unindexed += p.held[k].load() > 0 && p.index_state[k] != 1 ? 1 : 0;
+  }
   std::lock_guard<std::mutex> g(p.mu);
   s.nodes_live = p.st.nodes.size();
   return s;

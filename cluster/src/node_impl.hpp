@@ -67,7 +67,7 @@ struct node::impl {
 
   std::atomic<uint64_t> renewals{0}, renewal_failures{0}, renewal_us{0}, leases_lost{0},
     acquisitions{0}, polls_failed{0}, moves_done{0}, moves_failed{0}, files_sent{0},
-    files_received{0};
+    files_received{0}, takeovers{0};
 
   // -- planned moves (mover.cpp): the mover thread, started by attach() --
   std::mutex move_mu; ///< guards rt, move_queue, queued, move_stop
@@ -81,7 +81,18 @@ struct node::impl {
   bool move_stop = false;
   std::thread mover;
 
-  explicit impl(node_config c) : cfg(std::move(c)), held(cfg.shards), moving(cfg.shards) {}
+  // -- shared storage (mover.cpp): this node's indexes follow the shards it holds --
+  std::set<uint32_t> to_index;     ///< under move_mu: acquired shards whose files to index here
+  std::set<uint32_t> to_unindex;   ///< under move_mu: shards others serve, whose rows to drop
+  bool release_lost = false;       ///< under move_mu: close the activations of unheld shards
+  bool release_after_poll = false; ///< the polling thread's: release_lost once `held` is set
+  bool was_live = false;           ///< the polling thread's: the lease was live at its last look
+  /// Under move_mu, per shard: 1 indexed here since its acquisition, 0 unindexed, -1 not known
+  /// (at start, or an index pass that found files another process had open).
+  std::vector<int8_t> index_state;
+
+  explicit impl(node_config c)
+      : cfg(std::move(c)), held(cfg.shards), moving(cfg.shards), index_state(cfg.shards, -1) {}
 
   void log(json line) const {
     json out = {{"ts", iso_now()}, {"component", "cluster"}, {"node", cfg.node_id}};
@@ -96,6 +107,7 @@ struct node::impl {
   std::chrono::milliseconds period() const {
     return std::max(std::chrono::milliseconds(100), cfg.lease_ttl / 5);
   }
+  bool shared() const { return cfg.storage == "shared"; }
   bool lease_live() const { return now_ns() < deadline_ns.load(std::memory_order_acquire); }
   std::string key(std::string_view what, uint32_t k) const {
     return prefix + std::string(what) + "/" + std::to_string(k);
@@ -107,6 +119,19 @@ struct node::impl {
     return it != st.moves.end() && it->second.from == cfg.node_id && it->second.failed.empty();
   }
 
+  /// Storage "shared": nobody holds shard k and its home is down (not live), and no move of k
+  /// by a live node is under way: the live node rendezvous hashing picks may take it over.
+  /// Call with `mu` held.
+  bool orphaned_locked(uint32_t k) const {
+    if (!shared() || k >= st.shards.size())
+      return false;
+    auto& s = st.shards[k];
+    if (s.home.empty() || !s.owner.empty() || st.nodes.count(s.home))
+      return false;
+    auto it = st.moves.find(k);
+    return it == st.moves.end() || !it->second.failed.empty() || !st.nodes.count(it->second.from);
+  }
+
   status grant_and_register();
   status wait_for_previous_incarnation();
   status renew();
@@ -115,6 +140,16 @@ struct node::impl {
   result<int64_t> acquire(etcd_client& c, uint32_t k, const shard_view& seen);
   void publish_held();
   void run();
+
+  /// Storage "shared": takes shard k over from its home, which is down (no lease, so it holds
+  /// no owner key): homes/<k> and shards/<k> for this node in one transaction, if homes/<k> is
+  /// still what `seen` read and nobody holds k; a move of k the down home was making is
+  /// dropped. The new epoch.
+  result<int64_t> take_over(etcd_client& c, uint32_t k, const shard_view& seen);
+  /// take_over() from route() (a request for a shard whose home is down), under claim_mu.
+  result<int64_t> take_over_now(uint32_t k, const shard_view& seen);
+  /// Storage "shared", any thread: k was acquired here; its files are to be indexed.
+  void want_index(uint32_t k);
 
   /// Places shard k on this node if it was never used (homes/<k>; `taken_by` names the node
   /// that placed it first otherwise) and acquires it: its epoch. Under claim_mu.
@@ -135,10 +170,17 @@ struct node::impl {
   void move_out(uint32_t k, const move_view& m);
   /// The steps of move_out; an error gives the move up.
   status hand_over(uint32_t k, const move_view& m, std::vector<entity_key>& keys);
+  /// Step 3 of a move: homes/<k> = the target and the move marked handed over, in etcd.
+  status hand_over_home(uint32_t k, const move_view& m);
   /// Removes this node's copies of shard k's entities after the hand-over, and the move's key.
   status finish_move(uint32_t k, const move_view& m);
   /// Removes the files a failed move to this node left here (their newest claim is the move's).
   void discard_copies(uint32_t k, const move_view& m);
+  /// Storage "shared", after a poll (polling thread): queues the indexing the shards' owners
+  /// ask for (indexed where held and not yet, unindexed where another node serves them).
+  void schedule_indexing();
+  /// Storage "shared", the mover thread: runs what schedule_indexing() and want_index() queued.
+  void run_indexing();
   /// Sends one exported entity file to the move's target.
   status send_file(http::client::sync_client& client, uint32_t k, const move_view& m,
                    const entity_key& key, const std::string& bytes);

@@ -1,8 +1,9 @@
 // cluster_rounds.cpp: a Jepsen-style round against a real three-node factum cluster on loopback
 // (docs/cluster.md, "Tests"). It starts etcd, a fake vendor and three `factum serve` nodes
-// (storage "local": each its own data directory), drives keyed ledger appends to many entities
-// over every node while a nemesis
-//   1. kill -9s a node and restarts it on its data directory,
+// (storage "local": each its own data directory; with --storage shared, one entity root for
+// all), drives keyed ledger appends to many entities over every node while a nemesis
+//   1. kill -9s a node and restarts it on its data directory (shared storage: first the others
+//      must take its shards over and serve them while it is down; restarted, it joins again),
 //   2. SIGSTOPs a node for three lease TTLs while it holds webhook deliveries mid-await, then
 //      SIGCONTs it: the writes it had queued must be refused by the fence (fenced writes > 0),
 //      and it must take its shards back under new epochs,
@@ -12,8 +13,10 @@
 //      joins it again (shards move to it), then `factum cluster drain`s the first node and
 //      kill -9s it while it moves a shard out, restarts it and lets it finish the drain (all its
 //      shards move away; it keeps relaying),
-// then stops everything and checks the files offline: every acknowledged key is on disk exactly
-// once, no key appears twice, no entity has a file on two nodes, every node's files verify
+// (shared storage: the fourth node joins with the right secret, no file moves, and the first is
+// drained without a kill), then stops everything and checks the files offline: every acknowledged
+// key is on disk exactly once, no key appears twice, no entity has a file on two nodes, every
+// node's files verify
 // (`factum inspect verify`: chains and owner histories), every entity file is in a shard whose
 // home is its node (`factum inspect entities --shards`), GET /v1/entities through one node
 // lists exactly the entities on all nodes' disks, and `factum cluster status` shows every node
@@ -52,29 +55,37 @@ struct node_proc {
   bool secret = true; ///< whether its config has the cluster's secret (it may take moved shards)
 };
 
+/// Storage "shared": the entity root every node's config names (empty: storage "local").
+std::filesystem::path shared_root;
+
 json node_config(const node_proc& n, const std::vector<std::string>& etcd_urls,
                  uint16_t vendor_port) {
   json hook = {{"url", "http://127.0.0.1:" + std::to_string(vendor_port) + "/hook"},
                {"connect_timeout_ms", 1000},
                {"request_timeout_ms", 5000},
                {"retry", {{"max_attempts", 1}}}};
-  return {{"listen", "127.0.0.1:" + std::to_string(n.port)},
-          {"data_dir", (n.dir / "data").string()},
-          {"dev", true},
-          {"storage_threads", 2},
-          {"spare_files", 4},
-          {"call_timeout_ms", 15000},
-          {"tenants", {{"acme", {{"api_keys", {api_key}}}}}},
-          {"types", {"ledger", "webhook"}},
-          {"tools", {{"hook", hook}}},
-          {"cluster",
-           {{"name", "rounds"},
-            {"node_id", n.id},
-            {"etcd", etcd_urls},
-            {"advertise", "127.0.0.1:" + std::to_string(n.port)},
-            {"shards", shards},
-            {"lease_ttl_ms", ttl_ms},
-            {"secret", n.secret ? "rounds-secret-0123456789" : "another-secret-0123456789"}}}};
+  json c = {{"listen", "127.0.0.1:" + std::to_string(n.port)},
+            {"data_dir", (n.dir / "data").string()},
+            {"dev", true},
+            {"storage_threads", 2},
+            {"spare_files", 4},
+            {"call_timeout_ms", 15000},
+            {"tenants", {{"acme", {{"api_keys", {api_key}}}}}},
+            {"types", {"ledger", "webhook"}},
+            {"tools", {{"hook", hook}}},
+            {"cluster",
+             {{"name", "rounds"},
+              {"node_id", n.id},
+              {"etcd", etcd_urls},
+              {"advertise", "127.0.0.1:" + std::to_string(n.port)},
+              {"shards", shards},
+              {"lease_ttl_ms", ttl_ms},
+              {"secret", n.secret ? "rounds-secret-0123456789" : "another-secret-0123456789"}}}};
+  if (!shared_root.empty()) {
+    c["cluster"]["storage"] = "shared";
+    c["cluster"]["shared_dir"] = shared_root.string();
+  }
+  return c;
 }
 
 /// One ledger append of the load: its entity and key, and whether a node acknowledged it.
@@ -215,7 +226,7 @@ void pause_round(std::vector<node_proc>& nodes, int victim, const std::string& v
       for (auto& n : j["nodes"])
         if (n["id"] == v.id)
           return n["state"] == "down";
-      return false;
+      return !shared_root.empty(); // not listed: its shards were taken over (shared storage)
     },
     std::chrono::seconds(3 * ttl_ms / 1000 + 5));
   if (!gone)
@@ -433,6 +444,114 @@ void drain_round(const std::string& factum, const std::string& etcd_url,
     fail("n1 was drained and, restarted, handed over no shard");
 }
 
+/// Shared storage: the shard of entity e<i> (of the load) whose home is `id` (-1: none).
+int entity_homed_on(uint16_t port, const std::string& id, int entities) {
+  auto view = cluster_view(port);
+  for (int i = 0; view.is_object() && i < entities; ++i) {
+    auto s = cluster::shard_of(entity_key{"acme", "ledger", "e" + std::to_string(i)}, shards);
+    if (view["shards"][s]["home"] == id)
+      return i;
+  }
+  return -1;
+}
+
+/// Shared storage, after `victim` was killed (-9): the live nodes take its shards over once its
+/// lease ran out, and an entity of one of them is served again while it is still down.
+void takeover_round(std::vector<node_proc>& nodes, int victim, int probe_entity, call_log& log,
+                    std::chrono::steady_clock::time_point killed) {
+  auto& v = nodes[victim];
+  auto other = nodes[(victim + 1) % nodes_n].port;
+  bool taken = wait_for(
+    [&] {
+      auto j = cluster_view(other);
+      if (!j.is_object())
+        return false;
+      for (auto& sh : j["shards"])
+        if (sh["home"] == v.id || (!sh["home"].is_null() && sh["owner"].is_null()))
+          return false;
+      return true;
+    },
+    std::chrono::seconds(3 * ttl_ms / 1000 + 10));
+  if (!taken)
+    return fail("takeover: " + v.id + "'s shards were not taken over while it was down");
+  double takeovers = 0;
+  for (int i = 0; i < nodes_n; ++i)
+    if (i != victim)
+      takeovers += metric(nodes[i].port, "factum_cluster_shard_takeovers_total");
+  if (takeovers <= 0)
+    fail("takeover: the live nodes count no shard takeover");
+  if (probe_entity >= 0) {
+    http_client c(other, std::chrono::seconds(5));
+    auto target = "/v1/entities/ledger/e" + std::to_string(probe_entity) + "/append";
+    bool served = wait_for(
+      [&] {
+        return c.request("POST", target,
+                         {{"X-API-Key", api_key},
+                          {"Content-Type", "application/json"},
+                          {"Idempotency-Key", "takeover-probe"}},
+                         R"({"type":"invocation"})")
+                 .status == 200;
+      },
+      std::chrono::seconds(10));
+    if (!served)
+      fail("takeover: e" + std::to_string(probe_entity) + ", of a shard " + v.id +
+           " had, is not served while " + v.id + " is down");
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - killed)
+                .count();
+    std::cout << "takeover: e" << probe_entity << " served again " << ms
+              << " ms after the kill (lease " << ttl_ms << " ms)\n";
+  }
+  auto before = log.ok.load();
+  if (!wait_for([&] { return log.ok.load() > before + 50; }, std::chrono::seconds(15)))
+    fail("takeover: the load stalled while " + v.id + " was down");
+}
+
+/// Shared storage: planned moves copy no file. A fourth node joins (shards move to it), then the
+/// first node is drained (it serves none after).
+void shared_move_round(const std::string& factum, const std::string& etcd_url,
+                       std::vector<node_proc>& nodes, call_log& log,
+                       const std::function<std::string(node_proc&, const std::string&)>& start) {
+  bool ok = false;
+  auto cli = [&](const std::string& args) {
+    return capture(factum + " cluster " + args + " --etcd " + etcd_url + " --name rounds 2>&1", ok);
+  };
+  auto& n4 = nodes.emplace_back(); // reserved: the load's threads hold no reference into it
+  n4.id = "n4";
+  n4.port = free_ports(1).front();
+  n4.dir = nodes.front().dir.parent_path() / n4.id;
+  std::filesystem::create_directories(n4.dir);
+  if (auto e = start(n4, "0"); !e.empty())
+    return fail("n4 did not start: " + e);
+  std::cout << "nemesis: join n4\n";
+  auto before = log.ok.load();
+  auto out = cli("join n4 --timeout 60");
+  if (!ok)
+    return fail("cluster join n4: " + out);
+  std::cout << out;
+  if (!wait_for([&] { return metric(n4.port, "factum_cluster_shards_owned") > 0; },
+                std::chrono::seconds(10)))
+    fail("n4 joined and serves no shard");
+  if (metric(n4.port, "factum_cluster_move_files_total{direction=\"received\"}") != 0)
+    fail("n4 received entity files, with shared storage");
+  std::cout << "nemesis: drain n1\n";
+  out = cli("drain n1 --timeout 60");
+  if (!ok)
+    return fail("cluster drain n1: " + out);
+  if (metric(nodes.front().port, "factum_cluster_shards_owned") != 0)
+    fail("n1 was drained and still serves shards");
+  if (!wait_for([&] { return log.ok.load() > before + 50; }, std::chrono::seconds(15)))
+    fail("moves: the load stalled while shards moved");
+}
+
+/// Shared storage: every node's listing and alarm indexes hold the files of the shards it serves.
+bool indexes_settled(const std::vector<node_proc>& nodes) {
+  for (auto& n : nodes)
+    if (metric(n.port, "factum_cluster_shards_unindexed") != 0)
+      return false;
+  return true;
+}
+
 /// The nemesis' planned moves: a fourth node joins (rendezvous hashing gives it about a quarter
 /// of the used shards, which move to it under the load), then the first node is drained (every
 /// shard it holds moves to the others). Each command waits for its moves; the load goes on.
@@ -486,8 +605,21 @@ std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std
                                   const call_log& log) {
   std::map<std::string, int> facts_per_key;
   std::map<std::string, std::string> entity_node;
-  for (auto& n : nodes) {
-    auto data = n.dir / "data";
+  // Shared storage: one directory holds every entity file, and no node's own has any.
+  std::vector<std::pair<std::string, std::filesystem::path>> dirs;
+  for (auto& n : nodes)
+    dirs.emplace_back(n.id, n.dir / "data");
+  if (!shared_root.empty()) {
+    for (auto& [id, data] : dirs)
+      for (auto& f : std::filesystem::recursive_directory_iterator(data / "entities"))
+        if (f.path().extension() == ".db")
+          fail(id + "'s own data directory holds an entity file: " + f.path().string());
+    dirs = {{"shared", shared_root}};
+  }
+  for (auto& [id, data] : dirs) {
+    node_proc n;
+    n.id = id;
+    n.dir = data.parent_path();
     for (auto& f : std::filesystem::recursive_directory_iterator(data / "entities")) {
       if (f.path().extension() != ".db")
         continue;
@@ -509,7 +641,8 @@ std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std
         fail("read " + ek + ": " + err);
     }
     child_process v;
-    v.spawn({factum, "inspect", "verify", "--data", data.string()}, n.dir / "verify.log");
+    v.spawn({factum, "inspect", "verify", "--data", data.string()},
+            n.dir / ("verify-" + n.id + ".log"));
     if (!wait_for([&] { return v.exited(); }, std::chrono::seconds(60)))
       fail("inspect verify on " + n.id + " did not end");
     if (v.exit_code() != 0)
@@ -540,23 +673,32 @@ int main(int argc, char** argv) {
   o.entities = 300;
   std::string vendor_bin;
   size_t members = 1;
+  std::string storage = "local";
   if (!parse_options("cluster rounds", argc, argv, o,
                      [&](const std::string& f, const std::function<std::string()>& next) {
                        if (f == "--vendor")
                          vendor_bin = next();
                        else if (f == "--etcd-members")
                          members = std::stoul(next());
+                       else if (f == "--storage")
+                         storage = next();
                        else
                          return false;
                        return true;
                      }) ||
-      vendor_bin.empty() || (members != 1 && members != 3)) {
+      vendor_bin.empty() || (members != 1 && members != 3) ||
+      (storage != "local" && storage != "shared")) {
     std::cerr << "usage: cluster_rounds --factum PATH --vendor PATH [--etcd-members 1|3] "
-                 "[--seed S] [--entities N] [--keep]\n";
+                 "[--storage local|shared] [--seed S] [--entities N] [--keep]\n";
     return 2;
   }
-  std::cout << "cluster rounds: seed " << o.seed << ", " << o.entities << " entities\n";
+  std::cout << "cluster rounds: seed " << o.seed << ", " << o.entities << " entities, storage "
+            << storage << "\n";
   temp_dir tmp;
+  if (storage == "shared") {
+    shared_root = tmp.path() / "shared";
+    std::filesystem::create_directories(shared_root);
+  }
   std::unique_ptr<etcd_server> etcd_ptr;
   try {
     etcd_ptr = std::make_unique<etcd_server>(members);
@@ -602,10 +744,23 @@ int main(int argc, char** argv) {
   run_for(2000);
   // 1. kill -9 and restart.
   std::cout << "nemesis: kill -9 n2\n";
+  int probe = shared_root.empty() ? -1 : entity_homed_on(nodes[0].port, "n2", o.entities);
   nodes[1].proc->kill_now();
-  run_for(1500);
+  auto killed = std::chrono::steady_clock::now();
+  if (shared_root.empty())
+    run_for(1500);
+  else
+    takeover_round(nodes, 1, probe, log, killed);
   if (auto e = start_node(nodes[1], "1"); !e.empty())
     fail("n2 did not restart: " + e);
+  if (!shared_root.empty()) { // its shards stay where they went, until it joins again
+    bool ok = false;
+    auto out = capture(
+      o.factum + " cluster join n2 --etcd " + etcd.url() + " --name rounds --timeout 60 2>&1", ok);
+    if (!ok || !wait_for([&] { return metric(nodes[1].port, "factum_cluster_shards_owned") > 0; },
+                         std::chrono::seconds(10)))
+      fail("cluster join n2 after its restart: " + out);
+  }
   run_for(2000);
   // 2. pause past the lease.
   std::cout << "nemesis: SIGSTOP n3 past its lease\n";
@@ -619,11 +774,13 @@ int main(int argc, char** argv) {
   run_for(2000);
   if (log.ok.load() == acked_before)
     fail("no call was acknowledged in the 2 s after etcd restarted");
+  auto restart = [&](node_proc& n, const std::string& tag) { return start_node(n, tag); };
   if (members == 3)
     quorum_round(etcd, nodes, log);
+  else if (shared_root.empty())
+    move_round(o.factum, etcd.url(), nodes, log, restart);
   else
-    move_round(o.factum, etcd.url(), nodes, log,
-               [&](node_proc& n, const std::string& tag) { return start_node(n, tag); });
+    shared_move_round(o.factum, etcd.url(), nodes, log, restart);
   stop.store(true);
   for (auto& t : clients)
     t.join();
@@ -632,6 +789,9 @@ int main(int argc, char** argv) {
   if (log.ok < 100)
     fail("fewer than 100 acknowledged appends: the cluster barely served");
   auto status = check_status(o.factum, etcd.url(), nodes);
+  if (!shared_root.empty() &&
+      !wait_for([&] { return indexes_settled(nodes); }, std::chrono::seconds(20)))
+    fail("a node's indexes do not hold the files of every shard it serves");
   auto listed = listed_entities(nodes.front().port);
   for (auto& n : nodes)
     if (auto e = n.proc->stop(); !e.empty())
@@ -642,7 +802,8 @@ int main(int argc, char** argv) {
   if (listed != on_disk)
     fail("GET /v1/entities listed " + std::to_string(listed.size()) + " entities, the nodes' " +
          "files hold " + std::to_string(on_disk.size()));
-  check_homes(o.factum, nodes, status, members == 3 ? "" : "n1");
+  if (shared_root.empty())
+    check_homes(o.factum, nodes, status, members == 3 ? "" : "n1");
   if (o.keep)
     keep_files(tmp, "factum-cluster-rounds");
   if (failure_count() > 0) {

@@ -1,8 +1,8 @@
 // node_test.cpp: the cluster node (factum/cluster/node.hpp) against a real etcd, in process:
-// what it refuses at start (another shard count, a node id that is live elsewhere), the epochs
-// it hands the runtime (claim_for, may_commit) and the gateway (route), and what a lost lease
-// does to them. The test's thread; the nodes' polling threads and etcd (a child process) run
-// beside it.
+// what it refuses at start (another shard count, a node id that is live elsewhere, an unknown
+// storage), the epochs it hands the runtime (claim_for, may_commit) and the gateway (route), what
+// a lost lease does to them, and a shared-storage takeover of a down home's shard. The test's
+// thread; the nodes' polling threads and etcd (a child process) run beside it.
 #include <thread>
 
 #include <doctest/doctest.h>
@@ -135,4 +135,54 @@ TEST_CASE("node: a lease etcd forgot drops every shard at once, and the node tak
     5000ms));
   CHECK(a->stats().lease_live);
   a->stop();
+}
+
+TEST_CASE("node: with shared storage, a down home's shard is taken over by a live node under a "
+          "newer epoch, and the one that comes back serves it only once it is moved back") {
+  test::etcd_server etcd;
+  auto shared = [&](const std::string& id, const char* advertise) {
+    auto c = config_of(etcd, id);
+    c.storage = "shared";
+    c.advertise = advertise;
+    return c;
+  };
+  auto a = started(shared("a", "127.0.0.1:1"));
+  entity_key k{"acme", "ledger", "e3"};
+  auto first = a->route(k, false);
+  REQUIRE(first.to == shard_route::where::local);
+  auto b = started(shared("b", "127.0.0.1:2"));
+  CHECK(b->route(k, false).to == shard_route::where::forward); // a is its home, and live
+  a->stop(); // the lease goes: a holds nothing, and its home key stays
+  CHECK(eventually(
+    [&] {
+      auto c = b->claim_for(k);
+      return c.is_ok() && c->epoch > first.epoch;
+    },
+    5000ms));
+  CHECK(b->stats().takeovers >= 1);
+  auto r = b->route(k, false);
+  CHECK(r.to == shard_route::where::local);
+  CHECK(r.epoch > first.epoch);
+  auto c = etcd_client::make({etcd.url()});
+  REQUIRE(c.is_ok());
+  auto home = (*c)->get("/factum/nodetest/homes/" + std::to_string(r.shard));
+  REQUIRE(home.is_ok());
+  REQUIRE(home->has_value());
+  CHECK((*home)->value == "b");
+  // a comes back: the shard stays with b (no file is on a's disk that b lacks).
+  auto again = started(shared("a", "127.0.0.1:1"));
+  CHECK(
+    eventually([&] { return again->route(k, false).to == shard_route::where::forward; }, 5000ms));
+  CHECK(again->claim_for(k).error().code() == errc::not_owner);
+  again->stop();
+  b->stop();
+}
+
+TEST_CASE("node: a node refuses a storage other than local or shared") {
+  test::etcd_server etcd;
+  auto c = config_of(etcd, "a");
+  c.storage = "replicated";
+  auto n = node::start(c);
+  REQUIRE_FALSE(n.is_ok());
+  CHECK(n.error().code() == errc::invalid_argument);
 }

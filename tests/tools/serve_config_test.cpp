@@ -280,6 +280,19 @@ TEST_CASE("serve config: the cluster object is parsed with its defaults, and a b
   CHECK(r->cluster->name == "c1");
   CHECK(r->cluster->shards == 256);
   CHECK(r->cluster->lease_ttl == std::chrono::milliseconds(2000));
+  auto shared = doc;
+  shared["cluster"]["storage"] = "shared";
+  shared["cluster"]["shared_dir"] = "/srv/factum-entities";
+  r = parse_serve_config(shared, test::serve_types());
+  REQUIRE(r.is_ok());
+  CHECK(r->cluster->storage == "shared");
+  CHECK(r->cluster->shared_dir == "/srv/factum-entities");
+  shared["cluster"]["shared_dir"] = "relative/dir";
+  r = parse_serve_config(shared, test::serve_types());
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.error().message().starts_with("cluster.shared_dir: required with storage \"shared\""));
+  shared["cluster"].erase("shared_dir");
+  CHECK_FALSE(parse_serve_config(shared, test::serve_types()).is_ok());
 
   auto error_with = [&](const char* key, json value) {
     auto d = doc;
@@ -301,7 +314,8 @@ TEST_CASE("serve config: the cluster object is parsed with its defaults, and a b
   CHECK(error_with("shards", 0).starts_with("cluster.shards:"));
   CHECK(error_with("shards", 5000).starts_with("cluster.shards:"));
   CHECK(error_with("lease_ttl_ms", 999).starts_with("cluster.lease_ttl_ms:"));
-  CHECK(error_with("storage", "shared").starts_with("cluster.storage:"));
+  CHECK(error_with("storage", "replicated").starts_with("cluster.storage:"));
+  CHECK(error_with("shared_dir", "/srv/x").starts_with("cluster.shared_dir: is for storage"));
   CHECK(error_with("secret", "short").starts_with("cluster.secret:"));
   CHECK(error_with("secret", 1234567890123456789).starts_with("cluster.secret:"));
   CHECK(error_with("nodes", 3).starts_with("cluster.nodes: unknown key"));

@@ -676,9 +676,9 @@ status parse_cluster(const json& doc, serve_config& cfg) {
   const json& c = *it;
   if (!c.is_object())
     return bad("cluster", "must be an object (docs/cluster.md)");
-  if (auto st = check_keys(
-        c, "cluster.",
-        {"name", "node_id", "etcd", "advertise", "shards", "lease_ttl_ms", "storage", "secret"});
+  if (auto st = check_keys(c, "cluster.",
+                           {"name", "node_id", "etcd", "advertise", "shards", "lease_ttl_ms",
+                            "storage", "shared_dir", "secret"});
       !st)
     return st;
   serve_cluster out;
@@ -703,9 +703,21 @@ status parse_cluster(const json& doc, serve_config& cfg) {
   if (auto st = read_ms(c, "lease_ttl_ms", 1'000, 600'000, out.lease_ttl, "cluster."); !st)
     return st;
   if (auto s = c.find("storage"); s != c.end()) {
-    if (!s->is_string() || s->get<std::string>() != "local")
-      return bad("cluster.storage", "must be \"local\" (each node its own data directory; "
-                                    "shared storage is not supported yet)");
+    if (!s->is_string() || (*s != "local" && *s != "shared"))
+      return bad("cluster.storage", "must be \"local\" (each node its own data directory) or "
+                                    "\"shared\" (the entity files under shared_dir, seen by "
+                                    "every node)");
+    out.storage = s->get<std::string>();
+  }
+  auto d = c.find("shared_dir");
+  if (out.storage == "shared") {
+    if (d == c.end() || !d->is_string() || d->get<std::string>().empty() ||
+        d->get<std::string>()[0] != '/')
+      return bad("cluster.shared_dir", "required with storage \"shared\": the absolute path of "
+                                       "the entity files' directory, the same on every node");
+    out.shared_dir = d->get<std::string>();
+  } else if (d != c.end()) {
+    return bad("cluster.shared_dir", "is for storage \"shared\" only");
   }
   if (auto s = c.find("secret"); s != c.end()) {
     if (!s->is_string() || s->get<std::string>().size() < 16)

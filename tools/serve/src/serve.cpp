@@ -120,6 +120,8 @@ int run_serve(serve_config cfg) {
       return 1;
     }
     member = *n;
+    if (cfg.cluster->storage == "shared")
+      cfg.runtime.entity_root = cfg.cluster->shared_dir;
     cfg.runtime.ownership = member;
     cfg.http.cluster = member;
   }
@@ -231,6 +233,14 @@ int serve_with(const serve_options& o, const entity_registry& available) {
     cfg->runtime.data_dir = o.data;
   if (cfg->runtime.data_dir.empty())
     return fail("data_dir: required (in the configuration or as --data DIR)");
+  if (cfg->cluster && cfg->cluster->storage == "shared") {
+    std::error_code ec;
+    auto a = std::filesystem::weakly_canonical(cfg->runtime.data_dir, ec);
+    auto b = std::filesystem::weakly_canonical(cfg->cluster->shared_dir, ec);
+    if (a == b)
+      return fail("cluster.shared_dir: must not be data_dir (each node keeps its own data_dir "
+                  "for its lock and indexes)");
+  }
   return run_serve(std::move(*cfg));
 }
 

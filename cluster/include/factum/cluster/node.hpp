@@ -9,9 +9,12 @@
 //                     another S refuses to start.
 // - nodes/<id>        {"address": "host:port"}, bound to the node's lease: the live members.
 // - homes/<k>         the node whose data directory holds shard k's entity files (storage
-//                     "local"). Written once, when the shard is first used, for the node that
-//                     rendezvous hashing over the live members picks; never bound to a lease,
-//                     so an expired lease never hands a shard to a node without its files.
+//                     "local"). Written when the shard is first used, for the node that
+//                     rendezvous hashing over the live members picks, and by a planned move;
+//                     never bound to a lease, so an expired lease never hands a shard to a node
+//                     without its files. Storage "shared": the node that serves the shard; when
+//                     it is down and its lease gone, the live node rendezvous hashing picks
+//                     takes the shard over (homes/<k> and shards/<k> in one transaction).
 // - shards/<k>        the node serving shard k now, bound to its lease. Its create revision is
 //                     the shard's epoch: cluster-wide monotonic, raised at every acquisition.
 //                     Only the shard's home acquires it.
@@ -55,7 +58,9 @@ struct node_config {
   /// etcd grants whole seconds (rounded up); at least 1 s. Default 10 s.
   std::chrono::milliseconds lease_ttl{10'000};
   /// Where the entity files are: "local" (each node its own data directory; a shard is served
-  /// only by its home). Default "local".
+  /// only by its home, and its files move with a planned move) or "shared" (one entity root
+  /// that every node sees, runtime_config::entity_root: a down node's shards are taken over by
+  /// the others once its lease ran out, and a planned move copies nothing). Default "local".
   std::string storage = "local";
   /// Shared by every node: authenticates the entity files one node sends another when a shard
   /// moves (X-Factum-Cluster-Secret). At least 16 characters. Empty (the default): this node
@@ -98,8 +103,11 @@ class node final : public entity_ownership, public cluster_router {
   // -- planned shard moves (docs/cluster.md, "Moving shards") --
 
   /// Lets the node move its shards' files out (moves/<k> naming this node as `from`) through
-  /// `rt`, and starts the mover thread. Call after the runtime started; detach() before it
-  /// stops.
+  /// `rt`, and starts the mover thread. Storage "shared": the mover thread also indexes the
+  /// files of each shard the node acquires (runtime::index_entities), drops its index rows of
+  /// shards other nodes serve (unindex_entities), and closes the activations of shards it no
+  /// longer holds (release_entities), so that their new owner can open the files. Call after
+  /// the runtime started; detach() before it stops.
   void attach(runtime& rt);
   /// Stops the mover thread (a move under way is left to be resumed by the next attach(),
   /// here or after a restart). Idempotent; stop() calls it.

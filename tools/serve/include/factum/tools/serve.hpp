@@ -40,7 +40,12 @@ struct serve_cluster {
   std::string advertise;         ///< required: host:port where the other nodes reach this one
   uint32_t shards = 64;          ///< fixed when the cluster is created; 1..4096
   std::chrono::milliseconds lease_ttl{10'000}; ///< 1 s..10 min
-  std::string storage = "local";               ///< "local": each node its own data directory
+  /// "local": each node its own data directory; "shared": the entity files under shared_dir,
+  /// which every node sees. Default "local".
+  std::string storage = "local";
+  /// storage "shared": the directory of the entity files, the same on every node (each node
+  /// keeps its own data_dir for its lock, indexes and spare files, on the same file system).
+  std::string shared_dir;
   /// Shared by the cluster's nodes: authenticates the files a shard move sends (>= 16
   /// characters). Empty: this node neither sends nor takes shards. Default empty.
   std::string secret;
