@@ -19,6 +19,12 @@
 // epoch than E, so its claims pass the move's); B, seeing the failure, removes the files it
 // took from that move (discard_copies). A crash resumes the move at the next start: from step 1
 // when it was not handed over, else step 4.
+//
+// Storage "shared" (one entity root for every node): step 2 is skipped (the new home claims each
+// file under its newer epoch when it opens it), step 4 drops this node's index rows instead of
+// removing files, and nothing is discarded after a failure. The mover thread also runs the
+// indexing that follows the shards this node holds (run_indexing: index acquired shards'
+// files, unindex shards served elsewhere, close the activations of shards lost), between moves.
 #include <algorithm>
 
 #include "factum/cluster/shard_map.hpp"

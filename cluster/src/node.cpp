@@ -1,4 +1,6 @@
-// node.cpp: see factum/cluster/node.hpp (its state: node_impl.hpp; planned moves: mover.cpp).
+// node.cpp: see factum/cluster/node.hpp (its state: node_impl.hpp; planned moves and the
+// shared-storage indexing: mover.cpp). Takeovers of a down home's shards (storage "shared") are
+// here: acquire_homes() on the polling thread, take_over_now() from route().
 // Threads: the polling thread runs run(); route() runs
 // on the gateway's I/O threads; claim_for/may_commit on storage threads and CAF workers. The
 // cluster's state (`st_`) is under `mu_`; the per-shard epochs this node holds and the lease's

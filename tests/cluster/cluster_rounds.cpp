@@ -21,7 +21,8 @@
 // home is its node (`factum inspect entities --shards`), GET /v1/entities through one node
 // lists exactly the entities on all nodes' disks, and `factum cluster status` shows every node
 // live and every used shard served by its home.
-// Usage: cluster_rounds --factum PATH --vendor PATH [--seed S] [--entities N] [--keep]
+// Usage: cluster_rounds --factum PATH --vendor PATH [--etcd-members 1|3] [--storage local|shared]
+// [--rounds N] [--seed S] [--entities N] [--keep]; --rounds repeats nemeses 1-3 (victims rotate).
 // Threads: the main thread runs the nemesis and the checks; client threads drive the load.
 #include <signal.h>
 
@@ -488,7 +489,7 @@ void takeover_round(std::vector<node_proc>& nodes, int victim, int probe_entity,
         return c.request("POST", target,
                          {{"X-API-Key", api_key},
                           {"Content-Type", "application/json"},
-                          {"Idempotency-Key", "takeover-probe"}},
+                          {"Idempotency-Key", "takeover-probe-" + std::to_string(probe_entity)}},
                          R"({"type":"invocation"})")
                  .status == 200;
       },
@@ -689,7 +690,7 @@ int main(int argc, char** argv) {
       vendor_bin.empty() || (members != 1 && members != 3) ||
       (storage != "local" && storage != "shared")) {
     std::cerr << "usage: cluster_rounds --factum PATH --vendor PATH [--etcd-members 1|3] "
-                 "[--storage local|shared] [--seed S] [--entities N] [--keep]\n";
+                 "[--storage local|shared] [--rounds N] [--seed S] [--entities N] [--keep]\n";
     return 2;
   }
   std::cout << "cluster rounds: seed " << o.seed << ", " << o.entities << " entities, storage "
@@ -742,38 +743,45 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   };
   run_for(2000);
-  // 1. kill -9 and restart.
-  std::cout << "nemesis: kill -9 n2\n";
-  int probe = shared_root.empty() ? -1 : entity_homed_on(nodes[0].port, "n2", o.entities);
-  nodes[1].proc->kill_now();
-  auto killed = std::chrono::steady_clock::now();
-  if (shared_root.empty())
-    run_for(1500);
-  else
-    takeover_round(nodes, 1, probe, log, killed);
-  if (auto e = start_node(nodes[1], "1"); !e.empty())
-    fail("n2 did not restart: " + e);
-  if (!shared_root.empty()) { // its shards stay where they went, until it joins again
-    bool ok = false;
-    auto out = capture(
-      o.factum + " cluster join n2 --etcd " + etcd.url() + " --name rounds --timeout 60 2>&1", ok);
-    if (!ok || !wait_for([&] { return metric(nodes[1].port, "factum_cluster_shards_owned") > 0; },
-                         std::chrono::seconds(10)))
-      fail("cluster join n2 after its restart: " + out);
+  // Nemeses 1-3, --rounds times (the victims rotate); then the moves (or the quorum round).
+  for (int r = 0; r < o.rounds; ++r) {
+    int kv = (1 + r) % nodes_n, pv = (2 + r) % nodes_n;
+    auto& k = nodes[kv];
+    auto tag = "r" + std::to_string(r);
+    // 1. kill -9 and restart.
+    std::cout << "nemesis: kill -9 " << k.id << "\n";
+    int probe = shared_root.empty() ? -1 : entity_homed_on(nodes[pv].port, k.id, o.entities);
+    k.proc->kill_now();
+    auto killed = std::chrono::steady_clock::now();
+    if (shared_root.empty())
+      run_for(1500);
+    else
+      takeover_round(nodes, kv, probe, log, killed);
+    if (auto e = start_node(k, tag); !e.empty())
+      fail(k.id + " did not restart: " + e);
+    if (!shared_root.empty()) { // its shards stay where they went, until it joins again
+      bool ok = false;
+      auto out = capture(o.factum + " cluster join " + k.id + " --etcd " + etcd.url() +
+                           " --name rounds --timeout 60 2>&1",
+                         ok);
+      if (!ok || !wait_for([&] { return metric(k.port, "factum_cluster_shards_owned") > 0; },
+                           std::chrono::seconds(10)))
+        fail("cluster join " + k.id + " after its restart: " + out);
+    }
+    run_for(2000);
+    // 2. pause past the lease.
+    std::cout << "nemesis: SIGSTOP " << nodes[pv].id << " past its lease\n";
+    pause_round(nodes, pv, "http://127.0.0.1:" + std::to_string(vendor.port()));
+    run_for(2000);
+    // 3. etcd restarts under the load: the nodes keep their leases (etcd keeps them across a
+    // restart and renews their TTL) or take new ones, and serve on.
+    std::cout << "nemesis: restart etcd\n";
+    auto acked_before = log.ok.load();
+    etcd.restart(0);
+    run_for(2000);
+    if (log.ok.load() == acked_before)
+      fail("no call was acknowledged in the 2 s after etcd restarted");
   }
-  run_for(2000);
-  // 2. pause past the lease.
-  std::cout << "nemesis: SIGSTOP n3 past its lease\n";
-  pause_round(nodes, 2, "http://127.0.0.1:" + std::to_string(vendor.port()));
-  run_for(2000);
-  // 3. etcd restarts under the load: the nodes keep their leases (etcd keeps them across a
-  // restart and renews their TTL) or take new ones, and serve on.
-  std::cout << "nemesis: restart etcd\n";
-  auto acked_before = log.ok.load();
-  etcd.restart(0);
-  run_for(2000);
-  if (log.ok.load() == acked_before)
-    fail("no call was acknowledged in the 2 s after etcd restarted");
   auto restart = [&](node_proc& n, const std::string& tag) { return start_node(n, tag); };
   if (members == 3)
     quorum_round(etcd, nodes, log);
