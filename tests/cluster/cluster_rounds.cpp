@@ -92,13 +92,22 @@ json node_config(const node_proc& n, const std::vector<std::string>& etcd_urls,
 /// One ledger append of the load: its entity and key, and whether a node acknowledged it.
 struct call_log {
   std::mutex mu;
-  std::map<std::string, int> acked; ///< key -> entity
-  std::set<std::string> unknown;    ///< keys whose last answer was not a 200
+  std::map<std::string, int> acked;     ///< ledger appends: key -> entity (e<N>)
+  std::map<std::string, int> delivered; ///< webhook deliveries: key -> entity (d<N>)
+  std::set<std::string> unknown;        ///< keys whose last answer was not a 200
   std::atomic<uint64_t> sent{0}, ok{0}, retried{0};
+  /// Whether the clients send webhook deliveries (one call in eight); off during the pause
+  /// round, which counts the vendor calls of its own deliveries.
+  std::atomic<bool> deliveries{true};
+  std::atomic<int> deliveries_in_flight{0};
 };
 
-/// A client thread: appends to random entities through random nodes; a call answered 503 or
-/// not at all is retried with the same key (through another node) until acknowledged or 20 s.
+/// Webhook entities the load delivers through (d0 .. d49).
+constexpr int webhook_entities = 50;
+
+/// A client thread: appends to random ledger entities, and (one call in eight) delivers webhooks
+/// through random webhook entities, through random nodes; a call answered 503 or not at all is
+/// retried with the same key (through another node) until acknowledged or 20 s.
 void drive(int t, uint64_t seed, int entities, const std::vector<node_proc>& nodes,
            std::atomic<bool>& stop, call_log& log) {
   std::mt19937_64 rng(seed + static_cast<uint64_t>(t) * 7919);
@@ -106,9 +115,19 @@ void drive(int t, uint64_t seed, int entities, const std::vector<node_proc>& nod
   for (auto& n : nodes)
     http.push_back(std::make_unique<http_client>(n.port, std::chrono::seconds(4)));
   for (int n = 0; !stop.load(); ++n) {
-    int e = static_cast<int>(rng() % static_cast<uint64_t>(entities));
+    bool hook = rng() % 8 == 0;
+    if (hook) {
+      log.deliveries_in_flight.fetch_add(1);
+      hook = log.deliveries.load(); // checked after the count: the pause round waits for it
+      if (!hook)
+        log.deliveries_in_flight.fetch_sub(1);
+    }
+    int e = static_cast<int>(rng() % static_cast<uint64_t>(hook ? webhook_entities : entities));
     auto key = "s" + std::to_string(seed) + "-t" + std::to_string(t) + "-" + std::to_string(n);
-    auto body = json{{"type", "invocation"}, {"data", {{"k", key}}}}.dump();
+    auto target = hook ? "/v1/entities/webhook/d" + std::to_string(e) + "/deliver"
+                       : "/v1/entities/ledger/e" + std::to_string(e) + "/append";
+    auto body = hook ? json{{"tool", "hook"}, {"payload", {{"k", key}}}}.dump()
+                     : json{{"type", "invocation"}, {"data", {{"k", key}}}}.dump();
     header_list h = {
       {"X-API-Key", api_key}, {"Content-Type", "application/json"}, {"Idempotency-Key", key}};
     log.sent.fetch_add(1);
@@ -116,21 +135,23 @@ void drive(int t, uint64_t seed, int entities, const std::vector<node_proc>& nod
     bool acked = false;
     for (int attempt = 0; std::chrono::steady_clock::now() < deadline; ++attempt) {
       auto& c = *http[(rng() + static_cast<uint64_t>(attempt)) % http.size()];
-      auto r = c.request("POST", "/v1/entities/ledger/e" + std::to_string(e) + "/append", h, body);
+      auto r = c.request("POST", target, h, body);
       if (r.status == 200) {
         acked = true;
         break;
       }
       if (r.status != 0 && r.status != 503 && r.status != 504)
-        fail("append " + key + ": unexpected " + std::to_string(r.status) + " " + r.body);
+        fail(target + " " + key + ": unexpected " + std::to_string(r.status) + " " + r.body);
       log.retried.fetch_add(1);
       if (r.status == 0)
         c.close();
       std::this_thread::sleep_for(std::chrono::milliseconds(50)); // a client's backoff
     }
+    if (hook)
+      log.deliveries_in_flight.fetch_sub(1);
     std::lock_guard<std::mutex> g(log.mu);
     if (acked) {
-      log.acked[key] = e;
+      (hook ? log.delivered : log.acked)[key] = e;
       log.ok.fetch_add(1);
     } else {
       log.unknown.insert(key);
@@ -181,8 +202,23 @@ bool wait_for(const std::function<bool()>& cond, std::chrono::seconds limit) {
 /// The nemesis' pause: webhook deliveries to entities of `victim`'s shards reach its vendor
 /// (which answers only after 1.5 s), the node is stopped while they await, and continued once
 /// another node sees its lease gone; then the writes those turns make must be fenced.
-void pause_round(std::vector<node_proc>& nodes, int victim, const std::string& vendor_url) {
+void pause_round(std::vector<node_proc>& nodes, int victim, const std::string& vendor_url,
+                 call_log& log) {
   auto& v = nodes[victim];
+  // The load's own deliveries stop meanwhile: the round counts the vendor calls of its own.
+  log.deliveries.store(false);
+  if (!wait_for([&] { return log.deliveries_in_flight.load() == 0; }, std::chrono::seconds(30)))
+    fail("pause: the load's webhook deliveries did not end");
+  struct resume_load {
+    call_log& log;
+    uint16_t vendor;
+    ~resume_load() {
+      http_client ctl(vendor);
+      ctl.request("POST", "/_vendor/mode", {{"Content-Type", "application/json"}},
+                  json{{"mode", "ok"}, {"delay_ms", 0}}.dump());
+      log.deliveries.store(true);
+    }
+  } resume{log, static_cast<uint16_t>(std::stoi(vendor_url.substr(vendor_url.rfind(':') + 1)))};
   auto view = cluster_view(v.port);
   std::vector<std::string> ids;
   for (int i = 0; ids.size() < 6 && i < 2000; ++i) {
@@ -219,9 +255,11 @@ void pause_round(std::vector<node_proc>& nodes, int victim, const std::string& v
   ::kill(v.pid, SIGSTOP);
   // Another node sees the lease gone (bounded: the TTL plus polling).
   auto other = nodes[(victim + 1) % nodes_n].port;
+  json seen;
   bool gone = wait_for(
     [&] {
       auto j = cluster_view(other);
+      seen = j;
       if (!j.is_object())
         return false;
       for (auto& n : j["nodes"])
@@ -231,7 +269,8 @@ void pause_round(std::vector<node_proc>& nodes, int victim, const std::string& v
     },
     std::chrono::seconds(3 * ttl_ms / 1000 + 5));
   if (!gone)
-    fail("pause: no other node saw " + v.id + "'s lease expire");
+    fail("pause: no other node saw " + v.id + "'s lease expire (last view: " +
+         (seen.is_object() ? seen["nodes"].dump() : std::string("no answer")) + ")");
   ::kill(v.pid, SIGCONT);
   for (auto& t : calls)
     t.join();
@@ -606,6 +645,7 @@ std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std
                                   const call_log& log) {
   std::map<std::string, int> facts_per_key;
   std::map<std::string, std::string> entity_node;
+  std::map<std::string, std::string> delivered_keys; ///< completed delivery key -> webhook id
   // Shared storage: one directory holds every entity file, and no node's own has any.
   std::vector<std::pair<std::string, std::filesystem::path>> dirs;
   for (auto& n : nodes)
@@ -632,6 +672,15 @@ std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std
         continue;
       }
       auto ek = (*st)->key().to_string();
+      if ((*st)->key().type == "webhook") {
+        auto keys = (*st)->list_keys(1'000'000);
+        if (!keys)
+          fail("keys of " + ek + ": " + keys.error().to_string());
+        else
+          for (auto& k : *keys)
+            if (k.status == key_status::completed)
+              delivered_keys[k.key] = (*st)->key().id;
+      }
       if (auto [it, fresh] = entity_node.emplace(ek, n.id); !fresh)
         fail(ek + " has files on two nodes: " + it->second + " and " + n.id);
       auto err = for_each_fact(**st, [&](const fact& x) {
@@ -659,11 +708,17 @@ std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std
   for (auto& [key, c] : facts_per_key)
     if (c > 1)
       fail(key + " has " + std::to_string(c) + " facts");
+  for (auto& [key, e] : log.delivered) {
+    auto it = delivered_keys.find(key);
+    if (it == delivered_keys.end() || it->second != "d" + std::to_string(e))
+      fail("acknowledged delivery " + key + " (entity d" + std::to_string(e) +
+           ") is not a completed key of its entity on disk");
+  }
   std::set<std::string> entities;
   for (auto& [key, _] : entity_node)
     entities.insert(key);
   std::cout << "files: " << entity_node.size() << " entities, " << facts_per_key.size()
-            << " keys on disk\n";
+            << " keys on disk, " << delivered_keys.size() << " deliveries completed\n";
   return entities;
 }
 
@@ -734,6 +789,22 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // Shards are placed at their first request among the nodes the placing node sees live: the
+  // load starts once every node sees all three (else one may start with no shard at all).
+  bool all_seen = wait_for(
+    [&] {
+      for (auto& n : nodes) {
+        auto j = cluster_view(n.port);
+        if (!j.is_object() || j["nodes"].size() != static_cast<size_t>(nodes_n))
+          return false;
+      }
+      return true;
+    },
+    std::chrono::seconds(10));
+  if (!all_seen) {
+    std::cerr << "the nodes did not all see each other live within 10 s\n";
+    return 1;
+  }
   call_log log;
   std::atomic<bool> stop{false};
   std::vector<std::thread> clients;
@@ -771,7 +842,7 @@ int main(int argc, char** argv) {
     run_for(2000);
     // 2. pause past the lease.
     std::cout << "nemesis: SIGSTOP " << nodes[pv].id << " past its lease\n";
-    pause_round(nodes, pv, "http://127.0.0.1:" + std::to_string(vendor.port()));
+    pause_round(nodes, pv, "http://127.0.0.1:" + std::to_string(vendor.port()), log);
     run_for(2000);
     // 3. etcd restarts under the load: the nodes keep their leases (etcd keeps them across a
     // restart and renews their TTL) or take new ones, and serve on.
@@ -792,7 +863,8 @@ int main(int argc, char** argv) {
   stop.store(true);
   for (auto& t : clients)
     t.join();
-  std::cout << "load: " << log.sent << " calls, " << log.ok << " acknowledged, " << log.retried
+  std::cout << "load: " << log.sent << " calls (" << log.delivered.size()
+            << " webhook deliveries acknowledged), " << log.ok << " acknowledged, " << log.retried
             << " retries, " << log.unknown.size() << " unacknowledged\n";
   if (log.ok < 100)
     fail("fewer than 100 acknowledged appends: the cluster barely served");
@@ -804,6 +876,17 @@ int main(int argc, char** argv) {
   for (auto& n : nodes)
     if (auto e = n.proc->stop(); !e.empty())
       fail(n.id + ": " + e);
+  { // at least once to the vendor: each acknowledged delivery made a fresh 2xx there
+    http_client ctl(vendor.port(), std::chrono::seconds(10));
+    auto keys = ctl.request("GET", "/_vendor/keys").json();
+    size_t fresh = 0;
+    if (keys.is_object())
+      for (auto& [_, c] : keys["keys"].items())
+        fresh += c.value("delivered", 0) > 0 ? 1 : 0;
+    if (fresh < log.delivered.size())
+      fail("the vendor answered " + std::to_string(fresh) + " deliveries fresh, fewer than the " +
+           std::to_string(log.delivered.size()) + " acknowledged");
+  }
   (void)vendor.stop();
   etcd.stop();
   auto on_disk = check_files(nodes, o.factum, log);
