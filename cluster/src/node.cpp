@@ -38,18 +38,22 @@ result<int64_t> node::impl::take(uint32_t k, const shard_view& seen, std::string
     return e;
   if (lease_id.load() != l) // the lease was lost meanwhile: the new one acquires it again
     return status{errc::unavailable, "this node's lease changed while it took the shard"};
+  record_held(k, *e, l);
+  return e;
+}
+
+void node::impl::record_held(uint32_t k, int64_t epoch, int64_t l) {
   {
     std::lock_guard<std::mutex> g(mu);
     auto& cur = st.shards[k];
     cur.home = cfg.node_id;
     cur.owner = cfg.node_id;
-    cur.epoch = *e;
-    cur.owner_lease = lease_id.load();
+    cur.epoch = epoch;
+    cur.owner_lease = l;
   }
-  held[k].store(*e, std::memory_order_release);
+  held[k].store(epoch, std::memory_order_release);
   if (shared())
     want_index(k);
-  return e;
 }
 
 result<int64_t> node::impl::take_over_now(uint32_t k, const shard_view& seen) {
@@ -62,16 +66,7 @@ result<int64_t> node::impl::take_over_now(uint32_t k, const shard_view& seen) {
     return e;
   if (lease_id.load() != l)
     return status{errc::unavailable, "this node's lease changed while it took the shard over"};
-  {
-    std::lock_guard<std::mutex> g(mu);
-    auto& cur = st.shards[k];
-    cur.home = cfg.node_id;
-    cur.owner = cfg.node_id;
-    cur.epoch = *e;
-    cur.owner_lease = l;
-  }
-  held[k].store(*e, std::memory_order_release);
-  want_index(k);
+  record_held(k, *e, l);
   return e;
 }
 
@@ -356,30 +351,19 @@ void node::impl::acquire_homes() {
     }
   }
   int got = 0, taken = 0;
-  auto took = [&](uint32_t k, int64_t e) {
-    std::lock_guard<std::mutex> g(mu);
-    auto& s = st.shards[k];
-    s.home = cfg.node_id;
-    s.owner = cfg.node_id;
-    s.epoch = e;
-    s.owner_lease = lease;
-  };
   for (auto& [k, seen] : todo) {
     auto e = acquire(*etcd, k, seen);
     if (!e)
       continue; // the next period tries again
     ++got;
-    took(k, *e);
-    if (shared())
-      want_index(k);
+    record_held(k, *e, lease);
   }
   for (auto& [k, seen] : orphans) {
     auto e = take_over(*etcd, k, seen);
     if (!e)
       continue; // another node was first, or etcd failed: the next poll shows which
     ++taken;
-    took(k, *e);
-    want_index(k);
+    record_held(k, *e, lease);
   }
   if (got > 0)
     log({{"event", "shards_acquired"}, {"count", got}});

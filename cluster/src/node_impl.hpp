@@ -146,6 +146,9 @@ struct node::impl {
   /// still what `seen` read and nobody holds k; a move of k the down home was making is
   /// dropped. The new epoch.
   result<int64_t> take_over(etcd_client& c, uint32_t k, const shard_view& seen);
+  /// Shard k is this node's under `epoch` and lease `l` (after acquire() or take_over()): the
+  /// state says so, `held` publishes it, and (shared storage) its files are to be indexed.
+  void record_held(uint32_t k, int64_t epoch, int64_t l);
   /// take_over() from route() (a request for a shard whose home is down), under claim_mu.
   result<int64_t> take_over_now(uint32_t k, const shard_view& seen);
   /// Storage "shared", any thread: k was acquired here; its files are to be indexed.
