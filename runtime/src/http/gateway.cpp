@@ -1,9 +1,9 @@
 // http/gateway.cpp: the HTTP API (docs/http-api.md) over runtime::call: a route table (method and
-// path pattern -> one handler per route) and the steps the handlers share: tenant from
-// X-API-Key, entity key validation before anything touches it, registry checks, query parsing,
-// JSON checks, Idempotency-Key and fingerprint, problem+json bodies, metrics and one log line
-// per error. handle() runs on an I/O thread and never blocks; runtime replies arrive on CAF
-// workers.
+// path pattern -> one handler per route), the entity routes (registry checks, the Idempotency-Key
+// and fingerprint, the call, the mapping of its reply), the operational routes, and the relay to
+// an entity's owner in a cluster. The steps every route shares are in gateway_steps.cpp, the
+// routes that span a cluster in cluster_routes.cpp. handle() runs on an I/O thread and never
+// blocks; runtime replies arrive on CAF workers.
 #include "http/gateway.hpp"
 
 #include <algorithm>
@@ -15,283 +15,33 @@
 #include "factum/storage/records.hpp"
 #include "factum/storage/sha256.hpp"
 #include "http/forwarder.hpp"
+#include "http/gateway_steps.hpp"
 #include "http/http_util.hpp"
 
 namespace factum::http {
 
 using nlohmann::json;
 
+// -- the route table's entry (declared in gateway_steps.hpp: an exchange names its route) --
+
+/// One route: a method, a path pattern ("{name}" matches any one segment, "{name:a|b}" only
+/// those values), the metrics label, and its handler: an operational one, or an entity one
+/// that runs after entity_gate.
+struct steps::route {
+  std::string_view method;
+  std::string_view pattern;
+  std::string_view label;
+  void (*answer)(gateway&, const exchange_ptr&) = nullptr;
+  void (*entity)(gateway&, const exchange_ptr&, const entity_ref&) = nullptr;
+  /// The API key scope an entity route needs (api_scope).
+  uint8_t scope = 0;
+  /// The 404 detail of a path that fits but for a value a "{name:a|b}" segment does not list.
+  std::string_view unknown_value = {};
+};
+
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-constexpr std::string_view problem_type = "application/problem+json";
-
-/// A problem+json body of the gateway's own (the taxonomy's category, title and form).
-std::string problem_body(int status, std::string_view code, const std::string& detail) {
-  return call_reply::failure(category_of_status(status), std::string(code), detail, status).body;
-}
-
-/// A key part as the HTTP API accepts it: validate_key_part, and no '..' anywhere.
-status check_key_part(const std::string& part, std::string_view what) {
-  if (part.find("..") != std::string::npos)
-    return status{errc::invalid_argument, std::string(what) + " must not contain '..'"};
-  return validate_key_part(part, what);
-}
-
-/// The outcome of parsing a query: JSON arguments, or the reason it was refused.
-struct query_result {
-  json args = json::object();
-  std::string error;
-};
-
-/// Strict query parsing: every name must be known and given once; integers are plain decimal
-/// non-negative int64; limit is 1..10000.
-query_result parse_query(std::string_view query, std::initializer_list<std::string_view> strings,
-                         std::initializer_list<std::string_view> integers, bool has_limit,
-                         bool has_order) {
-  query_result out;
-  auto params = split_query(query);
-  if (!params) {
-    out.error = "malformed percent-encoding or invalid UTF-8 in the query";
-    return out;
-  }
-  auto in = [](std::string_view n, std::initializer_list<std::string_view> set) {
-    for (auto s : set)
-      if (s == n)
-        return true;
-    return false;
-  };
-  for (auto& p : *params) {
-    if (out.args.contains(p.name)) {
-      out.error = "parameter '" + std::string(clip(p.name, 64)) + "' is given more than once";
-      return out;
-    }
-    if (in(p.name, strings)) {
-      if (p.value.empty() || p.value.size() > 255) {
-        out.error = "parameter '" + p.name + "' must be 1..255 characters";
-        return out;
-      }
-      // No value of a filter has a control character (a NUL would match nothing and answer an
-      // empty 200 where the caller meant something else).
-      if (has_control_char(p.value)) {
-        out.error = "parameter '" + p.name + "' must not contain control characters";
-        return out;
-      }
-      out.args[p.name] = p.value;
-    } else if (in(p.name, integers) || (has_limit && p.name == "limit")) {
-      auto v = parse_non_negative(p.value);
-      if (!v) {
-        out.error = "parameter '" + p.name + "' must be a non-negative integer that fits 64 bits";
-        return out;
-      }
-      if (p.name == "limit" && (*v < 1 || *v > 10000)) {
-        out.error = "parameter 'limit' must be between 1 and 10000";
-        return out;
-      }
-      out.args[p.name] = *v;
-    } else if (has_order && p.name == "order") {
-      if (p.value != "asc" && p.value != "desc") {
-        out.error = "parameter 'order' must be 'asc' or 'desc'";
-        return out;
-      }
-      out.args[p.name] = p.value;
-    } else {
-      out.error = "unknown query parameter '" + std::string(clip(p.name, 64)) + "'";
-      return out;
-    }
-  }
-  return out;
-}
-
-// -- one exchange --
-
-struct route;
-
-/// One request on its way through the gateway: the request, where the answer goes, and what
-/// the metrics and the error log line say about it. Shared with the runtime's reply callback.
-struct exchange {
-  http_request req;
-  std::function<void(http_response)> done;
-  std::string_view route = "unmatched"; ///< the metrics label and the log line's "route"
-  std::string verb;                     ///< clipped, for the log line
-  std::string path;                     ///< clipped, for the log line
-  std::string_view query;               ///< into req.target, without '?'
-  std::vector<std::string> seg;         ///< the path's segments (decoded under /v1/entities/)
-  std::string trace_id;
-  std::string tenant;
-  const http_api_key* key = nullptr; ///< the API key that authenticated the request
-  std::string code;
-  std::string detail;
-  clock_type::time_point started = clock_type::now();
-  const struct route* chosen = nullptr; ///< the route, for a cluster's retry after NOT_OWNER
-  int relays = 0;                       ///< cluster: times the request was relayed to an owner
-};
-using exchange_ptr = std::shared_ptr<exchange>;
-
-/// A refusal: the status, problem code and detail of a problem+json answer.
-struct refusal {
-  int status = 400;
-  std::string_view code;
-  std::string detail;
-  bool close = false; ///< close the connection after the answer
-};
-/// The outcome of one step: a refusal that ends the request, or nullopt to carry on.
-using verdict = std::optional<refusal>;
-
-http_response problem(exchange& x, int status, std::string_view code, std::string detail) {
-  http_response r;
-  r.status = status;
-  r.content_type = problem_type;
-  r.body = problem_body(status, code, detail);
-  r.trace_id = x.trace_id;
-  x.code = code;
-  x.detail = std::move(detail);
-  return r;
-}
-
-/// Counts the answer, logs it when it is an error (4xx/5xx), and hands it to x.done.
-void finish(gateway& gw, exchange& x, http_response r) {
-  gw.metrics().count_request(x.route, r.status, x.tenant);
-  if (r.status >= 400) {
-    if (x.code.empty() || x.detail.empty()) {
-      auto p = json::parse(r.body, nullptr, false);
-      if (p.is_object()) {
-        if (x.code.empty() && p.contains("code") && p["code"].is_string())
-          x.code = p["code"].get<std::string>();
-        if (x.detail.empty() && p.contains("detail") && p["detail"].is_string())
-          x.detail = p["detail"].get<std::string>();
-      }
-    }
-    auto ms = std::chrono::duration<double, std::milli>(clock_type::now() - x.started).count();
-    gw.log({{"level", r.status >= 500 ? "error" : "warn"},
-            {"event", "request_failed"},
-            {"trace_id", x.trace_id},
-            {"method", x.verb},
-            {"path", x.path},
-            {"route", x.route},
-            {"status", r.status},
-            {"code", x.code},
-            {"detail", std::string(clip(x.detail, 512))},
-            {"tenant", x.tenant.empty() ? json(nullptr) : json(x.tenant)},
-            {"replayed", r.replayed},
-            {"duration_ms", static_cast<double>(static_cast<int64_t>(ms * 1000)) / 1000}});
-  }
-  x.done(std::move(r));
-}
-
-void refuse(gateway& gw, exchange& x, refusal no) {
-  auto r = problem(x, no.status, no.code, std::move(no.detail));
-  r.close = no.close;
-  finish(gw, x, std::move(r));
-}
-
-// -- shared steps --
-
-/// The trace id (W3C traceparent or X-Trace-Id, else a new one), the path and the query.
-void begin(exchange& x) {
-  x.verb = std::string(clip(x.req.verb, 16));
-  x.trace_id = incoming_trace_id(x.req.traceparent, x.req.x_trace_id);
-  if (x.trace_id.empty())
-    x.trace_id = new_trace_id();
-  std::string_view target = x.req.target;
-  auto qpos = target.find('?');
-  std::string_view path = target.substr(0, qpos);
-  x.query = qpos == std::string_view::npos ? std::string_view{} : target.substr(qpos + 1);
-  x.path = std::string(clip(path, 256));
-}
-
-/// The segments of an absolute path: percent-decoded under /v1/entities/{type}/{id}/ (where
-/// they are names), as sent elsewhere.
-verdict split_segments(exchange& x) {
-  std::string_view path = x.req.target;
-  path = path.substr(0, path.find('?'));
-  if (path.empty() || path.front() != '/')
-    return refusal{400, "BAD_REQUEST", "the request target must be an absolute path"};
-  auto raw = split_path(path);
-  bool decode = raw.size() >= 5 && raw[0] == "v1" && raw[1] == "entities";
-  for (auto s : raw) {
-    if (!decode) {
-      x.seg.emplace_back(s);
-      continue;
-    }
-    auto d = percent_decode(s);
-    if (!d)
-      return refusal{400, "INVALID_PATH", "malformed percent-encoding in the path"};
-    x.seg.push_back(std::move(*d));
-  }
-  return std::nullopt;
-}
-
-verdict no_query(const exchange& x) {
-  if (!x.query.empty())
-    return refusal{400, "INVALID_QUERY", "this route takes no query parameters"};
-  return std::nullopt;
-}
-
-/// Entity routes answer 503 (and close) once the server drains or the runtime stops.
-verdict check_running(gateway& gw) {
-  if (gw.draining() || gw.rt().stopping())
-    return refusal{503, "UNAVAILABLE", "the server is stopping; retry on another instance", true};
-  return std::nullopt;
-}
-
-/// The tenant, only from X-API-Key. Two keys (a proxy adding one, a client sending two tenants'
-/// keys) are ambiguous: refused rather than "the first one wins". Every configured digest is
-/// compared, in constant time, whatever matched before.
-verdict authenticate(const http_server_config& cfg, const http_request& req,
-                     const http_tenant*& tenant, const http_api_key*& key) {
-  if (req.api_key_count > 1)
-    return refusal{401, "UNAUTHORIZED", "send exactly one X-API-Key header"};
-  tenant = nullptr;
-  if (req.has_api_key && !req.api_key.empty()) {
-    auto digest = sha256_hex(req.api_key);
-    for (auto& t : cfg.tenants)
-      for (auto& k : t.keys)
-        if (constant_time_equal(digest, k.sha256)) {
-          tenant = &t;
-          key = &k;
-        }
-  }
-  if (!tenant)
-    return refusal{401, "UNAUTHORIZED",
-                   req.has_api_key ? "unknown API key" : "missing X-API-Key header"};
-  return std::nullopt;
-}
-
-/// The entity key's type and id, validated before anything else touches them.
-verdict check_entity_key(const std::string& type, const std::string& id) {
-  if (auto st = check_key_part(type, "entity type"); !st)
-    return refusal{400, "INVALID_ENTITY_KEY", st.message()};
-  if (auto st = check_key_part(id, "entity id"); !st)
-    return refusal{400, "INVALID_ENTITY_KEY", st.message()};
-  return std::nullopt;
-}
-
-/// A write's headers and body: at most one valid Idempotency-Key (into opts); a body is JSON
-/// (Content-Type, syntax, depth).
-verdict check_write(const http_server_config& cfg, const http_request& req, call_options& opts) {
-  if (req.idempotency_key_count > 1)
-    return refusal{400, "INVALID_IDEMPOTENCY_KEY", "send at most one Idempotency-Key header"};
-  if (req.idempotency_key_count == 1) {
-    if (!valid_idempotency_key(req.idempotency_key))
-      return refusal{400, "INVALID_IDEMPOTENCY_KEY",
-                     "an Idempotency-Key is 1 to 255 printable ASCII characters"};
-    opts.idempotency_key = req.idempotency_key;
-  }
-  if (req.body.empty())
-    return std::nullopt;
-  if (!req.has_content_type || req.content_type_count > 1 ||
-      !is_json_content_type(req.content_type))
-    return refusal{415, "UNSUPPORTED_MEDIA_TYPE",
-                   "the body must be sent as Content-Type: application/json"};
-  auto c = check_json(req.body, cfg.limits.max_json_depth);
-  if (c.verdict == json_verdict::too_deep)
-    return refusal{400, "JSON_TOO_DEEP", c.message};
-  if (c.verdict == json_verdict::invalid)
-    return refusal{400, "INVALID_JSON", c.message};
-  return std::nullopt;
-}
+using namespace steps;
 
 /// Whether a call of type.method needs an Idempotency-Key: the server config's override, else
 /// the method's own option.
@@ -318,41 +68,6 @@ std::string fingerprint(std::string_view canonical, std::string_view payload) {
 
 // -- entity routes --
 
-/// What an entity route works on, once the shared checks passed.
-struct entity_ref {
-  const http_tenant& tenant;
-  const std::string& type; ///< x.seg[2], validated
-  const std::string& id;   ///< x.seg[3], validated
-  const entity_type& def;
-
-  /// The canonical path of a write for its fingerprint: /v1/entities/{type}/{id}/{rest}.
-  std::string canonical(std::string_view rest) const {
-    return "/v1/entities/" + type + "/" + id + "/" + std::string(rest);
-  }
-};
-
-std::string_view scope_name(uint8_t scope) {
-  return scope == scope_read ? "read" : scope == scope_write ? "write" : "operate";
-}
-
-/// Running, the tenant of the API key, and the key's scope for the route: the tenant (noted in
-/// `x`), or a refusal.
-verdict tenant_check(gateway& gw, exchange& x, uint8_t scope, const http_tenant*& tenant) {
-  const http_api_key* key = nullptr;
-  verdict no = check_running(gw);
-  if (!no)
-    no = authenticate(gw.config(), x.req, tenant, key);
-  if (!no) {
-    x.tenant = tenant->name;
-    x.key = key;
-    if ((key->scopes & scope) == 0)
-      no = refusal{403, "INSUFFICIENT_SCOPE",
-                   "this API key lacks the '" + std::string(scope_name(scope)) +
-                     "' scope this route needs"};
-  }
-  return no;
-}
-
 /// The checks every entity route shares: tenant_check, entity key, type. Refuses and returns
 /// nullopt when one fails.
 std::optional<entity_ref> entity_gate(gateway& gw, exchange& x, uint8_t scope) {
@@ -376,25 +91,6 @@ call_options base_options(gateway& gw, const exchange& x) {
   opts.trace_id = x.trace_id;
   opts.timeout = gw.config().call_timeout;
   return opts;
-}
-
-/// The Link header of a page whose reply says where the next one starts: the request's own
-/// path and query, its after_seq/before_seq/after replaced by the cursor ("after_seq=42").
-std::string next_link(const exchange& x, const std::string& cursor) {
-  std::string_view target = x.req.target;
-  std::string link = "<" + std::string(target.substr(0, target.find('?'))) + "?";
-  std::string_view q = x.query;
-  while (!q.empty()) {
-    auto amp = q.find('&');
-    auto part = q.substr(0, amp);
-    if (!part.starts_with("after_seq=") && !part.starts_with("before_seq=") &&
-        !part.starts_with("after=") && !part.empty())
-      link.append(part).push_back('&');
-    if (amp == std::string_view::npos)
-      break;
-    q.remove_prefix(amp + 1);
-  }
-  return link + cursor + ">; rel=\"next\"";
 }
 
 /// A call this node no longer owns (cluster mode: its lease ran out, or the shard moved under
@@ -542,122 +238,6 @@ void breaker_action(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   operator_action(gw, x, e, false);
 }
 
-/// GET /v1/entities: a page of the tenant's entities ({"type","id","bytes"}, in (type, id)
-/// order), optionally of one `type`, after the cursor `after` ("type/id"); a full page has a
-/// Link to the next. Read from the tenant index on a storage thread; answered from there.
-/// A listing of a tenant's entities across a cluster: this node's page and every other node's
-/// (each the first `limit` after the cursor), merged. Under `mu`: the completions run on a
-/// storage thread and the relay's I/O thread.
-struct fleet_page {
-  std::mutex mu;
-  int pending = 0;
-  json entities = json::array();
-  bool more = false;  ///< a node had a full page
-  std::string failed; ///< why a part is missing (the answer is then 503)
-};
-
-/// The merged page: the first `limit` in (type, id) order, with a Link when there may be more.
-void answer_listing(gateway& gw, const exchange_ptr& x, fleet_page& f, int64_t limit) {
-  if (!f.failed.empty()) {
-    auto r = problem(*x, 503, "SHARD_UNAVAILABLE", f.failed + "; retry");
-    r.retry_after_s = 1;
-    return finish(gw, *x, std::move(r));
-  }
-  auto& v = f.entities;
-  std::sort(v.begin(), v.end(), [](const json& a, const json& b) {
-    return std::tie(a["type"].get_ref<const std::string&>(),
-                    a["id"].get_ref<const std::string&>()) <
-           std::tie(b["type"].get_ref<const std::string&>(), b["id"].get_ref<const std::string&>());
-  });
-  // During a shard move an entity's file is on both nodes for a moment: listed once.
-  v.erase(std::unique(v.begin(), v.end(),
-                      [](const json& a, const json& b) {
-                        return a["type"] == b["type"] && a["id"] == b["id"];
-                      }),
-          v.end());
-  if (static_cast<int64_t>(v.size()) > limit) {
-    v.erase(v.begin() + limit, v.end());
-    f.more = true;
-  }
-  http_response r;
-  r.trace_id = x->trace_id;
-  if (f.more && !v.empty())
-    r.link = next_link(*x, "after=" + v.back()["type"].get<std::string>() + "/" +
-                             v.back()["id"].get<std::string>());
-  r.body = v.dump();
-  finish(gw, *x, std::move(r));
-}
-
-void list_entities(gateway& gw, const exchange_ptr& x) {
-  const http_tenant* tenant = nullptr;
-  if (auto no = tenant_check(gw, *x, scope_read, tenant))
-    return refuse(gw, *x, std::move(*no));
-  auto q = parse_query(x->query, {"type", "after"}, {}, true, false);
-  if (!q.error.empty())
-    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
-  entity_list_query lq;
-  lq.type = q.args.value("type", "");
-  if (!lq.type.empty())
-    if (auto st = check_key_part(lq.type, "type"); !st)
-      return refuse(gw, *x, {400, "INVALID_QUERY", st.message()});
-  if (auto after = q.args.value("after", ""); !after.empty()) {
-    auto slash = after.find('/');
-    lq.after_type = after.substr(0, slash);
-    lq.after_id = slash == std::string::npos ? "" : after.substr(slash + 1);
-    if (!check_key_part(lq.after_type, "type") || !check_key_part(lq.after_id, "id"))
-      return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'after' must be TYPE/ID"});
-  }
-  lq.limit = q.args.value("limit", int64_t{100});
-  auto limit = lq.limit;
-  std::vector<std::string> peers, down;
-  if (auto* c = gw.config().cluster.get(); c && x->req.forwarded.empty() && gw.relay()) {
-    peers = c->peers(down);
-    if (!down.empty()) {
-      std::string names;
-      for (auto& d : down)
-        names += (names.empty() ? "" : ", ") + d;
-      auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
-                       "node(s) " + names + " hold entities and are down: the listing would " +
-                         "be incomplete; retry when they are back");
-      r.retry_after_s = 1;
-      return finish(gw, *x, std::move(r));
-    }
-  }
-  auto f = std::make_shared<fleet_page>();
-  f->pending = 1 + static_cast<int>(peers.size());
-  gw.rt().list_entities(tenant->name, std::move(lq), [&gw, x, f, limit](auto page) {
-    std::lock_guard<std::mutex> g(f->mu);
-    if (!page) {
-      f->failed = page.error().message();
-    } else {
-      for (auto& e : *page)
-        f->entities.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});
-      f->more = f->more || static_cast<int64_t>(page->size()) == limit;
-    }
-    if (--f->pending == 0)
-      answer_listing(gw, x, *f, limit);
-  });
-  for (auto& address : peers)
-    gw.relay()->send(address, x->req, x->trace_id, 0, [&gw, x, f, limit, address](auto fr) {
-      std::lock_guard<std::mutex> g(f->mu);
-      auto page = fr.res.status == 200 ? json::parse(fr.res.body, nullptr, false) : json();
-      bool well_formed = page.is_array();
-      for (auto& e : page)
-        well_formed = well_formed && e.is_object() && e.contains("type") && e["type"].is_string() &&
-                      e.contains("id") && e["id"].is_string();
-      if (!well_formed) {
-        f->failed = "node " + address + " did not list its entities (" +
-                    (fr.res.status ? std::to_string(fr.res.status) : fr.error) + ")";
-      } else {
-        for (auto& e : page)
-          f->entities.push_back(std::move(e));
-        f->more = f->more || static_cast<int64_t>(page.size()) == limit;
-      }
-      if (--f->pending == 0)
-        answer_listing(gw, x, *f, limit);
-    });
-}
-
 // -- operational routes --
 
 /// GET /healthz: 200 while serving, 503 once draining or stopping.
@@ -678,22 +258,6 @@ void get_healthz(gateway& gw, const exchange_ptr& x) {
   finish(gw, *x, std::move(r));
 }
 
-/// GET /v1/cluster: the cluster's nodes, shards, owners and epochs (any key with read).
-void get_cluster(gateway& gw, const exchange_ptr& x) {
-  const http_tenant* tenant = nullptr;
-  verdict no = no_query(*x);
-  if (!no)
-    no = tenant_check(gw, *x, scope_read, tenant);
-  if (!no && !gw.config().cluster)
-    no = refusal{404, "NOT_CLUSTERED", "this node runs alone (no \"cluster\" in its config)"};
-  if (no)
-    return refuse(gw, *x, std::move(*no));
-  http_response r;
-  r.trace_id = x->trace_id;
-  r.body = gw.config().cluster->describe();
-  finish(gw, *x, std::move(r));
-}
-
 /// GET /metrics: the Prometheus text of the gateway's and the runtime's counters.
 void get_metrics(gateway& gw, const exchange_ptr& x) {
   if (auto no = no_query(*x))
@@ -705,86 +269,7 @@ void get_metrics(gateway& gw, const exchange_ptr& x) {
   finish(gw, *x, std::move(r));
 }
 
-/// PUT /v1/cluster/moves/{shard}/{tenant}/{type}/{id}: one entity file of a planned shard move,
-/// sent by the shard's old home (docs/cluster.md, "Moving shards"). Authenticated by the
-/// cluster's secret, not an API key; the node checks the move in etcd, the runtime adopts it.
-void put_move_file(gateway& gw, const exchange_ptr& x) {
-  auto* c = gw.config().cluster.get();
-  verdict no = no_query(*x);
-  if (!no && !c)
-    no = refusal{404, "NOT_CLUSTERED", "this node runs alone (no \"cluster\" in its config)"};
-  if (!no && !c->authentic({x->req.target, x->req.move_epoch, x->req.content_sha256,
-                            x->req.move_time, x->req.move_signature}))
-    no = refusal{401, "CLUSTER_SECRET_INVALID",
-                 "a shard move's file must be signed with the cluster's secret "
-                 "(X-Factum-Move-Signature) within 5 minutes of this node's clock"};
-  std::optional<entity_key> key;
-  int64_t epoch = 0;
-  if (!no) {
-    auto num = [](const std::string& s, int64_t& out) {
-      out = 0;
-      for (char ch : s)
-        if (ch < '0' || ch > '9' || out > INT64_MAX / 20)
-          return false;
-        else
-          out = out * 10 + (ch - '0');
-      return !s.empty() && s.size() <= 18;
-    };
-    int64_t k = 0;
-    auto t = percent_decode(x->seg[4]), ty = percent_decode(x->seg[5]),
-         i = percent_decode(x->seg[6]);
-    auto made =
-      t && ty && i
-        ? entity_key::make(*t, *ty, *i)
-        : result<entity_key>(status{errc::invalid_argument, "malformed percent-encoding"});
-    if (!num(x->seg[3], k) || k > UINT32_MAX)
-      no = refusal{400, "INVALID_PATH", "the shard must be a decimal number"};
-    else if (!num(x->req.move_epoch, epoch) || epoch <= 0)
-      no = refusal{400, "INVALID_MOVE", "X-Factum-Move-Epoch must be a positive decimal number"};
-    else if (!made)
-      no = refusal{400, "INVALID_ENTITY_KEY", made.error().message()};
-    else if (sha256_hex(x->req.body) != x->req.content_sha256)
-      no = refusal{400, "CHECKSUM_MISMATCH", "the body's SHA-256 is not X-Factum-Content-Sha256"};
-    else if (auto st = c->accept_move(static_cast<uint32_t>(k), epoch, *made); !st)
-      no = refusal{st.code() == errc::unavailable ? 503 : 409, "MOVE_REFUSED", st.to_string()};
-    if (made)
-      key = std::move(*made);
-  }
-  if (no)
-    return refuse(gw, *x, std::move(*no));
-  gw.rt().adopt_entity(*key, std::move(x->req.body), epoch, [&gw, x, c](status st) {
-    if (!st) {
-      auto bad = st.code() == errc::invalid_argument || st.code() == errc::corruption;
-      return refuse(gw, *x,
-                    {bad                                                      ? 422
-                     : st.code() == errc::busy || st.code() == errc::conflict ? 409
-                                                                              : 503,
-                     bad ? "MOVE_FILE_INVALID" : "MOVE_REFUSED", st.to_string()});
-    }
-    c->file_received();
-    http_response r;
-    r.status = 204;
-    r.trace_id = x->trace_id;
-    finish(gw, *x, std::move(r));
-  });
-}
-
 // -- the route table --
-
-/// One route: a method, a path pattern ("{name}" matches any one segment, "{name:a|b}" only
-/// those values), the metrics label, and its handler: an operational one, or an entity one
-/// that runs after entity_gate.
-struct route {
-  std::string_view method;
-  std::string_view pattern;
-  std::string_view label;
-  void (*answer)(gateway&, const exchange_ptr&) = nullptr;
-  void (*entity)(gateway&, const exchange_ptr&, const entity_ref&) = nullptr;
-  /// The API key scope an entity route needs (api_scope).
-  uint8_t scope = 0;
-  /// The 404 detail of a path that fits but for a value a "{name:a|b}" segment does not list.
-  std::string_view unknown_value = {};
-};
 
 /// First match wins; a path that fits routes of other methods only is 405 with their Allow.
 constexpr route routes[] = {

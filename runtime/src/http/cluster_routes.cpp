@@ -1,0 +1,219 @@
+// http/cluster_routes.cpp: the gateway's routes that span a cluster (docs/cluster.md): the
+// entity listing merged across nodes, GET /v1/cluster, and the files of planned shard moves.
+// They run on an I/O thread; a listing's parts are merged on the threads they arrive on (a
+// storage thread, the relay's I/O thread), an adopted file answered from a storage thread.
+#include <algorithm>
+#include <climits>
+#include <mutex>
+#include <tuple>
+
+#include "factum/storage/sha256.hpp"
+#include "http/forwarder.hpp"
+#include "http/gateway_steps.hpp"
+#include "http/http_util.hpp"
+
+namespace factum::http::steps {
+
+using nlohmann::json;
+
+namespace {
+
+/// A listing of a tenant's entities across a cluster: this node's page and every other node's
+/// (each the first `limit` after the cursor), merged. Under `mu`: the completions run on a
+/// storage thread and the relay's I/O thread.
+struct fleet_page {
+  std::mutex mu;
+  int pending = 0;
+  json entities = json::array();
+  bool more = false;  ///< a node had a full page
+  std::string failed; ///< why a part is missing (the answer is then 503)
+};
+
+/// The merged page: the first `limit` in (type, id) order, with a Link when there may be more.
+void answer_listing(gateway& gw, const exchange_ptr& x, fleet_page& f, int64_t limit) {
+  if (!f.failed.empty()) {
+    auto r = problem(*x, 503, "SHARD_UNAVAILABLE", f.failed + "; retry");
+    r.retry_after_s = 1;
+    return finish(gw, *x, std::move(r));
+  }
+  auto& v = f.entities;
+  std::sort(v.begin(), v.end(), [](const json& a, const json& b) {
+    return std::tie(a["type"].get_ref<const std::string&>(),
+                    a["id"].get_ref<const std::string&>()) <
+           std::tie(b["type"].get_ref<const std::string&>(), b["id"].get_ref<const std::string&>());
+  });
+  // During a shard move an entity's file is on both nodes for a moment: listed once.
+  v.erase(std::unique(v.begin(), v.end(),
+                      [](const json& a, const json& b) {
+                        return a["type"] == b["type"] && a["id"] == b["id"];
+                      }),
+          v.end());
+  if (static_cast<int64_t>(v.size()) > limit) {
+    v.erase(v.begin() + limit, v.end());
+    f.more = true;
+  }
+  http_response r;
+  r.trace_id = x->trace_id;
+  if (f.more && !v.empty())
+    r.link = next_link(*x, "after=" + v.back()["type"].get<std::string>() + "/" +
+                             v.back()["id"].get<std::string>());
+  r.body = v.dump();
+  finish(gw, *x, std::move(r));
+}
+
+} // namespace
+
+/// GET /v1/entities: a page of the tenant's entities ({"type","id","bytes"}, in (type, id)
+/// order), optionally of one `type`, after the cursor `after` ("type/id"); a full page has a
+/// Link to the next. Read from the tenant index on a storage thread; answered from there.
+void list_entities(gateway& gw, const exchange_ptr& x) {
+  const http_tenant* tenant = nullptr;
+  if (auto no = tenant_check(gw, *x, scope_read, tenant))
+    return refuse(gw, *x, std::move(*no));
+  auto q = parse_query(x->query, {"type", "after"}, {}, true, false);
+  if (!q.error.empty())
+    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+  entity_list_query lq;
+  lq.type = q.args.value("type", "");
+  if (!lq.type.empty())
+    if (auto st = check_key_part(lq.type, "type"); !st)
+      return refuse(gw, *x, {400, "INVALID_QUERY", st.message()});
+  if (auto after = q.args.value("after", ""); !after.empty()) {
+    auto slash = after.find('/');
+    lq.after_type = after.substr(0, slash);
+    lq.after_id = slash == std::string::npos ? "" : after.substr(slash + 1);
+    if (!check_key_part(lq.after_type, "type") || !check_key_part(lq.after_id, "id"))
+      return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'after' must be TYPE/ID"});
+  }
+  lq.limit = q.args.value("limit", int64_t{100});
+  auto limit = lq.limit;
+  std::vector<std::string> peers, down;
+  if (auto* c = gw.config().cluster.get(); c && x->req.forwarded.empty() && gw.relay()) {
+    peers = c->peers(down);
+    if (!down.empty()) {
+      std::string names;
+      for (auto& d : down)
+        names += (names.empty() ? "" : ", ") + d;
+      auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
+                       "node(s) " + names + " hold entities and are down: the listing would " +
+                         "be incomplete; retry when they are back");
+      r.retry_after_s = 1;
+      return finish(gw, *x, std::move(r));
+    }
+  }
+  auto f = std::make_shared<fleet_page>();
+  f->pending = 1 + static_cast<int>(peers.size());
+  gw.rt().list_entities(tenant->name, std::move(lq), [&gw, x, f, limit](auto page) {
+    std::lock_guard<std::mutex> g(f->mu);
+    if (!page) {
+      f->failed = page.error().message();
+    } else {
+      for (auto& e : *page)
+        f->entities.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});
+      f->more = f->more || static_cast<int64_t>(page->size()) == limit;
+    }
+    if (--f->pending == 0)
+      answer_listing(gw, x, *f, limit);
+  });
+  for (auto& address : peers)
+    gw.relay()->send(address, x->req, x->trace_id, 0, [&gw, x, f, limit, address](auto fr) {
+      std::lock_guard<std::mutex> g(f->mu);
+      auto page = fr.res.status == 200 ? json::parse(fr.res.body, nullptr, false) : json();
+      bool well_formed = page.is_array();
+      for (auto& e : page)
+        well_formed = well_formed && e.is_object() && e.contains("type") && e["type"].is_string() &&
+                      e.contains("id") && e["id"].is_string();
+      if (!well_formed) {
+        f->failed = "node " + address + " did not list its entities (" +
+                    (fr.res.status ? std::to_string(fr.res.status) : fr.error) + ")";
+      } else {
+        for (auto& e : page)
+          f->entities.push_back(std::move(e));
+        f->more = f->more || static_cast<int64_t>(page.size()) == limit;
+      }
+      if (--f->pending == 0)
+        answer_listing(gw, x, *f, limit);
+    });
+}
+
+/// GET /v1/cluster: the cluster's nodes, shards, owners and epochs (any key with read).
+void get_cluster(gateway& gw, const exchange_ptr& x) {
+  const http_tenant* tenant = nullptr;
+  verdict no = no_query(*x);
+  if (!no)
+    no = tenant_check(gw, *x, scope_read, tenant);
+  if (!no && !gw.config().cluster)
+    no = refusal{404, "NOT_CLUSTERED", "this node runs alone (no \"cluster\" in its config)"};
+  if (no)
+    return refuse(gw, *x, std::move(*no));
+  http_response r;
+  r.trace_id = x->trace_id;
+  r.body = gw.config().cluster->describe();
+  finish(gw, *x, std::move(r));
+}
+
+/// PUT /v1/cluster/moves/{shard}/{tenant}/{type}/{id}: one entity file of a planned shard move,
+/// sent by the shard's old home (docs/cluster.md, "Moving shards"). Authenticated by the
+/// cluster's secret, not an API key; the node checks the move in etcd, the runtime adopts it.
+void put_move_file(gateway& gw, const exchange_ptr& x) {
+  auto* c = gw.config().cluster.get();
+  verdict no = no_query(*x);
+  if (!no && !c)
+    no = refusal{404, "NOT_CLUSTERED", "this node runs alone (no \"cluster\" in its config)"};
+  if (!no && !c->authentic({x->req.target, x->req.move_epoch, x->req.content_sha256,
+                            x->req.move_time, x->req.move_signature}))
+    no = refusal{401, "CLUSTER_SECRET_INVALID",
+                 "a shard move's file must be signed with the cluster's secret "
+                 "(X-Factum-Move-Signature) within 5 minutes of this node's clock"};
+  std::optional<entity_key> key;
+  int64_t epoch = 0;
+  if (!no) {
+    auto num = [](const std::string& s, int64_t& out) {
+      out = 0;
+      for (char ch : s)
+        if (ch < '0' || ch > '9' || out > INT64_MAX / 20)
+          return false;
+        else
+          out = out * 10 + (ch - '0');
+      return !s.empty() && s.size() <= 18;
+    };
+    int64_t k = 0;
+    auto t = percent_decode(x->seg[4]), ty = percent_decode(x->seg[5]),
+         i = percent_decode(x->seg[6]);
+    auto made =
+      t && ty && i
+        ? entity_key::make(*t, *ty, *i)
+        : result<entity_key>(status{errc::invalid_argument, "malformed percent-encoding"});
+    if (!num(x->seg[3], k) || k > UINT32_MAX)
+      no = refusal{400, "INVALID_PATH", "the shard must be a decimal number"};
+    else if (!num(x->req.move_epoch, epoch) || epoch <= 0)
+      no = refusal{400, "INVALID_MOVE", "X-Factum-Move-Epoch must be a positive decimal number"};
+    else if (!made)
+      no = refusal{400, "INVALID_ENTITY_KEY", made.error().message()};
+    else if (sha256_hex(x->req.body) != x->req.content_sha256)
+      no = refusal{400, "CHECKSUM_MISMATCH", "the body's SHA-256 is not X-Factum-Content-Sha256"};
+    else if (auto st = c->accept_move(static_cast<uint32_t>(k), epoch, *made); !st)
+      no = refusal{st.code() == errc::unavailable ? 503 : 409, "MOVE_REFUSED", st.to_string()};
+    if (made)
+      key = std::move(*made);
+  }
+  if (no)
+    return refuse(gw, *x, std::move(*no));
+  gw.rt().adopt_entity(*key, std::move(x->req.body), epoch, [&gw, x, c](status st) {
+    if (!st) {
+      auto bad = st.code() == errc::invalid_argument || st.code() == errc::corruption;
+      return refuse(gw, *x,
+                    {bad                                                      ? 422
+                     : st.code() == errc::busy || st.code() == errc::conflict ? 409
+                                                                              : 503,
+                     bad ? "MOVE_FILE_INVALID" : "MOVE_REFUSED", st.to_string()});
+    }
+    c->file_received();
+    http_response r;
+    r.status = 204;
+    r.trace_id = x->trace_id;
+    finish(gw, *x, std::move(r));
+  });
+}
+
+} // namespace factum::http::steps
