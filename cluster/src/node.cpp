@@ -119,6 +119,8 @@ status check_config(const node_config& c) {
     return {errc::invalid_argument, "cluster.advertise must be host:port"};
   if (c.shards < 1 || c.shards > 4096)
     return {errc::invalid_argument, "cluster.shards must be 1..4096"};
+  if (c.min_nodes < 1 || c.min_nodes > 1024)
+    return {errc::invalid_argument, "cluster.min_nodes must be 1..1024"};
   if (c.lease_ttl < std::chrono::milliseconds(1'000))
     return {errc::invalid_argument, "cluster.lease_ttl_ms must be at least 1000"};
   if (!c.secret.empty() && c.secret.size() < 16)
@@ -547,6 +549,12 @@ shard_route node::route(const entity_key& key, bool forwarded) {
     return r;
   }
   std::string home = s.home;
+  if (home.empty() && placeable.size() < p.cfg.min_nodes)
+    return unavailable("SHARD_UNAVAILABLE",
+                       "shard " + std::to_string(k) +
+                         " is not placed yet: " + std::to_string(placeable.size()) + " of the " +
+                         std::to_string(p.cfg.min_nodes) +
+                         " live nodes the cluster waits for (cluster.min_nodes) are up");
   if (home.empty()) {
     home = rendezvous_owner(k, placeable);
     if (home.empty())

@@ -81,6 +81,7 @@ json node_config(const node_proc& n, const std::vector<std::string>& etcd_urls,
               {"advertise", "127.0.0.1:" + std::to_string(n.port)},
               {"shards", shards},
               {"lease_ttl_ms", ttl_ms},
+              {"min_nodes", nodes_n},
               {"secret", n.secret ? "rounds-secret-0123456789" : "another-secret-0123456789"}}}};
   if (!shared_root.empty()) {
     c["cluster"]["storage"] = "shared";

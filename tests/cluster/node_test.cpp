@@ -186,3 +186,28 @@ TEST_CASE("node: a node refuses a storage other than local or shared") {
   REQUIRE_FALSE(n.is_ok());
   CHECK(n.error().code() == errc::invalid_argument);
 }
+
+TEST_CASE("node: with min_nodes, a never-used shard is placed only once that many nodes are live") {
+  test::etcd_server etcd;
+  auto two = [&](const std::string& id, const char* advertise) {
+    auto c = config_of(etcd, id);
+    c.min_nodes = 2;
+    c.advertise = advertise;
+    return c;
+  };
+  auto a = started(two("a", "127.0.0.1:1"));
+  entity_key k{"acme", "ledger", "e4"};
+  auto r = a->route(k, false);
+  CHECK(r.to == shard_route::where::unavailable);
+  CHECK(r.code == "SHARD_UNAVAILABLE");
+  CHECK(r.detail.find("cluster.min_nodes") != std::string::npos);
+  CHECK(a->claim_for(k).error().code() == errc::not_owner);
+  auto b = started(two("b", "127.0.0.1:2"));
+  // Once a sees b (its next poll), the shard is placed by rendezvous hashing over both.
+  CHECK(
+    eventually([&] { return a->route(k, false).to != shard_route::where::unavailable; }, 5000ms));
+  auto placed = a->route(k, false);
+  CHECK((placed.to == shard_route::where::local || placed.to == shard_route::where::forward));
+  b->stop();
+  a->stop();
+}

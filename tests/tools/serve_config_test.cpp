@@ -268,14 +268,17 @@ TEST_CASE("serve config: the cluster object is parsed with its defaults, and a b
   CHECK(r->cluster->shards == 64);
   CHECK(r->cluster->lease_ttl == std::chrono::milliseconds(10'000));
   CHECK(r->cluster->storage == "local");
+  CHECK(r->cluster->min_nodes == 1);
   CHECK(r->cluster->secret.empty());
 
   doc["cluster"]["name"] = "c1";
   doc["cluster"]["shards"] = 256;
   doc["cluster"]["lease_ttl_ms"] = 2000;
   doc["cluster"]["secret"] = "sixteen-chars-ok";
+  doc["cluster"]["min_nodes"] = 3;
   r = parse_serve_config(doc, test::serve_types());
   REQUIRE(r.is_ok());
+  CHECK(r->cluster->min_nodes == 3);
   CHECK(r->cluster->secret == "sixteen-chars-ok");
   CHECK(r->cluster->name == "c1");
   CHECK(r->cluster->shards == 256);
@@ -314,6 +317,8 @@ TEST_CASE("serve config: the cluster object is parsed with its defaults, and a b
   CHECK(error_with("shards", 0).starts_with("cluster.shards:"));
   CHECK(error_with("shards", 5000).starts_with("cluster.shards:"));
   CHECK(error_with("lease_ttl_ms", 999).starts_with("cluster.lease_ttl_ms:"));
+  CHECK(error_with("min_nodes", 0).starts_with("cluster.min_nodes:"));
+  CHECK(error_with("min_nodes", 1025).starts_with("cluster.min_nodes:"));
   CHECK(error_with("storage", "replicated").starts_with("cluster.storage:"));
   CHECK(error_with("shared_dir", "/srv/x").starts_with("cluster.shared_dir: is for storage"));
   CHECK(error_with("secret", "short").starts_with("cluster.secret:"));

@@ -678,7 +678,7 @@ status parse_cluster(const json& doc, serve_config& cfg) {
     return bad("cluster", "must be an object (docs/cluster.md)");
   if (auto st = check_keys(c, "cluster.",
                            {"name", "node_id", "etcd", "advertise", "shards", "lease_ttl_ms",
-                            "storage", "shared_dir", "secret"});
+                            "min_nodes", "storage", "shared_dir", "secret"});
       !st)
     return st;
   serve_cluster out;
@@ -701,6 +701,8 @@ status parse_cluster(const json& doc, serve_config& cfg) {
   if (auto st = read_field(c, "shards", 1, 4096, out.shards, "cluster."); !st)
     return st;
   if (auto st = read_ms(c, "lease_ttl_ms", 1'000, 600'000, out.lease_ttl, "cluster."); !st)
+    return st;
+  if (auto st = read_field(c, "min_nodes", 1, 1024, out.min_nodes, "cluster."); !st)
     return st;
   if (auto s = c.find("storage"); s != c.end()) {
     if (!s->is_string() || (*s != "local" && *s != "shared"))

@@ -48,6 +48,7 @@ result<std::shared_ptr<cluster::node>> start_cluster_node(const serve_cluster& c
   n.advertise = c.advertise;
   n.shards = c.shards;
   n.lease_ttl = c.lease_ttl;
+  n.min_nodes = c.min_nodes;
   n.storage = c.storage;
   n.secret = c.secret;
   n.log = [](std::string_view line) {

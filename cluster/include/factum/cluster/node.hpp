@@ -57,6 +57,11 @@ struct node_config {
   /// The node's lease in etcd: how long after its last renewal the others consider it gone.
   /// etcd grants whole seconds (rounded up); at least 1 s. Default 10 s.
   std::chrono::milliseconds lease_ttl{10'000};
+  /// A shard never used is placed only once at least this many nodes are live and not
+  /// draining (as this node saw at its last poll): until then its requests answer 503
+  /// SHARD_UNAVAILABLE, so that the first requests of a new cluster do not all land on the
+  /// nodes that started first (Akka's min-nr-of-members). 1..1024; default 1.
+  uint32_t min_nodes = 1;
   /// Where the entity files are: "local" (each node its own data directory; a shard is served
   /// only by its home, and its files move with a planned move) or "shared" (one entity root
   /// that every node sees, runtime_config::entity_root: a down node's shards are taken over by

@@ -40,6 +40,7 @@ struct serve_cluster {
   std::string advertise;         ///< required: host:port where the other nodes reach this one
   uint32_t shards = 64;          ///< fixed when the cluster is created; 1..4096
   std::chrono::milliseconds lease_ttl{10'000}; ///< 1 s..10 min
+  uint32_t min_nodes = 1; ///< live nodes before a never-used shard is placed; 1..1024
   /// "local": each node its own data directory; "shared": the entity files under shared_dir,
   /// which every node sees. Default "local".
   std::string storage = "local";
