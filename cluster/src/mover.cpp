@@ -340,30 +340,33 @@ status node::impl::send_file(http::client::sync_client& client, uint32_t k, cons
 
 status node::impl::finish_move(uint32_t k, const move_view& m) {
   auto which = [&](const entity_key& e) { return cluster::shard_of(e, cfg.shards) == k; };
-  auto list = rt->entities_where(which);
-  if (!list)
-    return list.error();
+  size_t removed = 0;
   if (shared()) { // the files are the new home's now: only this node's rows of them go
-    if (auto n = rt->unindex_entities(which); !n)
+    auto n = rt->unindex_entities(which);
+    if (!n)
       return n.error();
     std::lock_guard<std::mutex> g(move_mu);
     index_state[k] = 0;
-    list->clear();
-  }
-  for (auto& e : *list) {
-    auto st = rt->forget_entity(e);
-    if (!st && st.code() == errc::busy) { // a stray activation (an alarm refused since)
-      rt->release_entities([&](const entity_key& x) { return x == e; }, release_wait);
-      st = rt->forget_entity(e);
+  } else {
+    auto list = rt->entities_where(which);
+    if (!list)
+      return list.error();
+    for (auto& e : *list) {
+      auto st = rt->forget_entity(e);
+      if (!st && st.code() == errc::busy) { // a stray activation (an alarm refused since)
+        rt->release_entities([&](const entity_key& x) { return x == e; }, release_wait);
+        st = rt->forget_entity(e);
+      }
+      if (!st)
+        return {st.code(), e.to_string() + ": " + st.message()};
     }
-    if (!st)
-      return {st.code(), e.to_string() + ": " + st.message()};
+    removed = list->size();
   }
   auto t = move_etcd->transact({{key("moves", k), etcd_compare::field::create, {}, m.epoch}},
                                {{key("moves", k), std::nullopt}});
   if (!t)
     return t.error();
-  log({{"event", "shard_move_done"}, {"shard", k}, {"to", m.to}, {"removed", list->size()}});
+  log({{"event", "shard_move_done"}, {"shard", k}, {"to", m.to}, {"removed", removed}});
   std::lock_guard<std::mutex> g(mu);
   if (auto it = st.moves.find(k); it != st.moves.end() && it->second.epoch == m.epoch)
     st.moves.erase(it);

@@ -500,6 +500,10 @@ shard_route node::route(const entity_key& key, bool forwarded) {
   if (!p.lease_live())
     return unavailable("CLUSTER_UNAVAILABLE",
                        "this node has no live lease in etcd (etcd unreachable or without quorum)");
+  auto not_taken = [&](const status& why) { // acquiring or taking over the shard failed
+    return unavailable(
+      why.code() == errc::unavailable ? "CLUSTER_UNAVAILABLE" : "SHARD_UNAVAILABLE", why.message());
+  };
   auto moving = [&] {
     return unavailable("SHARD_UNAVAILABLE", "shard " + std::to_string(k) +
                                               " is moving to another node; retry in a moment");
@@ -542,9 +546,7 @@ shard_route node::route(const entity_key& key, bool forwarded) {
       return to_node(heir, 0);
     auto e = p.take_over_now(k, s);
     if (!e)
-      return unavailable(e.error().code() == errc::unavailable ? "CLUSTER_UNAVAILABLE"
-                                                               : "SHARD_UNAVAILABLE",
-                         e.error().message());
+      return not_taken(e.error());
     r.epoch = *e;
     return r;
   }
@@ -568,9 +570,7 @@ shard_route node::route(const entity_key& key, bool forwarded) {
   if (!taken_by.empty())
     return to_node(taken_by, 0); // another node placed it first
   if (!e)
-    return unavailable(e.error().code() == errc::unavailable ? "CLUSTER_UNAVAILABLE"
-                                                             : "SHARD_UNAVAILABLE",
-                       e.error().message());
+    return not_taken(e.error());
   r.epoch = *e;
   return r;
 }

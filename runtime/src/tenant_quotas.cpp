@@ -114,11 +114,16 @@ void release_entity(runtime_core& rt, const entity_key& key, tenant_account& acc
 }
 
 /// A file claimed without a reservation (a spare left in place by a crash when the index was
-/// rebuilt since, so that no row names it): counted now, whatever the quota, since it exists.
-void count_unreserved(runtime_core& rt, const entity_key& key, tenant_account& acct) {
-  auto has = between_writes(rt, [&](tenant_index* ix) {
+/// Whether the tenant index has a row for `key` (UNAVAILABLE once it is closed).
+result<bool> has_row(runtime_core& rt, const entity_key& key) {
+  return between_writes(rt, [&](tenant_index* ix) {
     return ix ? ix->contains(key) : result<bool>(status{errc::unavailable, "index closed"});
   });
+}
+
+/// rebuilt since, so that no row names it): counted now, whatever the quota, since it exists.
+void count_unreserved(runtime_core& rt, const entity_key& key, tenant_account& acct) {
+  auto has = has_row(rt, key);
   if (!has || *has)
     return;
   {
@@ -401,9 +406,7 @@ result<adopted_row> index_adopted(runtime_core& rt, const entity_key& key, int64
   row.had_file = fs::exists(path, ec);
   row.old_bytes = row.had_file ? entity_disk_bytes(path) : 0;
   row.bytes = bytes;
-  auto has = between_writes(rt, [&](tenant_index* ix) {
-    return ix ? ix->contains(key) : result<bool>(status{errc::unavailable, "index closed"});
-  });
+  auto has = has_row(rt, key);
   if (!has)
     return has.error();
   row.had_row = *has;
@@ -446,9 +449,7 @@ status uncount_forgotten(runtime_core& rt, const entity_key& key, bool had_file,
     }
     acct->bytes.fetch_sub(removed_bytes, std::memory_order_relaxed);
   } else {
-    auto has = between_writes(rt, [&](tenant_index* ix) {
-      return ix ? ix->contains(key) : result<bool>(status{errc::unavailable, "index closed"});
-    });
+    auto has = has_row(rt, key);
     if (!has)
       return has.error();
     if (!*has)
@@ -460,9 +461,7 @@ status uncount_forgotten(runtime_core& rt, const entity_key& key, bool had_file,
 }
 
 result<bool> index_in_place(runtime_core& rt, const entity_key& key, int64_t bytes) {
-  auto has = between_writes(rt, [&](tenant_index* ix) {
-    return ix ? ix->contains(key) : result<bool>(status{errc::unavailable, "index closed"});
-  });
+  auto has = has_row(rt, key);
   if (!has)
     return has.error();
   if (*has)

@@ -209,6 +209,27 @@ status entity_store::checkpoint() {
 }
 
 namespace {
+
+/// SQLite's default busy wait (as sqlite3_busy_timeout: sleeps of 1, 2, 5, ... 100 ms until
+/// *timeout_ms), except for a WAL index another process holds: that lasts until the other
+/// process closes the file, so the connection gives up at once (detail::take_shm_refusal).
+int busy_wait(void* timeout_ms, int count) {
+  if (detail::take_shm_refusal())
+    return 0;
+  static constexpr int delays[] = {1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100};
+  static constexpr int totals[] = {0, 1, 3, 8, 18, 33, 53, 78, 103, 128, 178, 228};
+  constexpr int last = 11;
+  int timeout = *static_cast<const int*>(timeout_ms);
+  int delay = delays[count < last ? count : last];
+  int prior = count < last ? totals[count] : totals[last] + delays[last] * (count - last);
+  if (prior + delay > timeout) {
+    delay = timeout - prior;
+    if (delay <= 0)
+      return 0;
+  }
+  sqlite3_sleep(delay);
+  return 1;
+}
 int wal_hook(void* p, sqlite3*, const char*, int frames) {
   *static_cast<int*>(p) = frames;
   return SQLITE_OK;
@@ -553,8 +574,7 @@ status entity_store::open_db() {
   } else {
     flags |= SQLITE_OPEN_READWRITE; // files are created by build_entity_file only
   }
-  if (opts_.vfs.empty() && detail::wal_open_in_another_process(path_.c_str()))
-    return busy_elsewhere("the lock of its -shm is held");
+  (void)detail::take_shm_refusal(); // a flag left by another call of this thread is not ours
   int rc = sqlite3_open_v2(enc.c_str(), &db_, flags, vfs_name());
   if (rc != SQLITE_OK)
     return fail(rc, "open " + path_.string());
@@ -580,13 +600,8 @@ status entity_store::open_db() {
   return migrate();
 }
 
-status entity_store::busy_elsewhere(const std::string& why) const {
-  return {errc::busy, path_.string() + " is open in another process (" + why +
-                        "): it opens here once that process closed it"};
-}
-
 status entity_store::configure() {
-  sqlite3_busy_timeout(db_, opts_.busy_timeout_ms);
+  sqlite3_busy_handler(db_, busy_wait, &opts_.busy_timeout_ms);
   std::string pragmas = "PRAGMA cache_size=-" + std::to_string(opts_.cache_kib) +
                         ";PRAGMA temp_store=MEMORY;PRAGMA mmap_size=0;";
   if (!opts_.read_only) {
@@ -602,8 +617,9 @@ status entity_store::configure() {
     sqlite3_free(err);
     if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT)
       return {errc::corruption, path_.string() + " is not a database (" + msg + ")"};
-    if ((rc & 0xff) == SQLITE_BUSY)
-      return busy_elsewhere(msg);
+    if ((rc & 0xff) == SQLITE_BUSY) // the only lock an open waits for: another process's WAL index
+      return {errc::busy, path_.string() + " is open in another process (" + msg +
+                            "): it opens here once that process closed it"};
     return {map_rc(rc), "configure " + path_.string() + ": " + msg};
   }
   return status::ok();

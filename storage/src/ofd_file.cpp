@@ -339,6 +339,10 @@ const bool atfork_set = [] {
   return true;
 }();
 
+/// Set on the thread whose attach_wal_index() another process refused; read and cleared by
+/// take_shm_refusal() (the connection's busy handler, on that thread, in the same SQLite call).
+thread_local bool shm_refused = false;
+
 /// Attaches f to its file's wal-index, making it (zeroed: SQLite then rebuilds it from the WAL)
 /// when this is the first connection of the process. SQLITE_BUSY_TIMEOUT when another process
 /// has the file's -shm attached (the DMS byte is not ours to lock).
@@ -359,8 +363,12 @@ int attach_wal_index(ofd_file* f) {
       ::close(fd);
       // Another process has the file open, and keeps it until it closes it: not the transient
       // race SQLite assumes of a plain SQLITE_BUSY from xShmMap (it would retry for some 10 s,
-      // sleeping on the caller's thread). The extended code ends the open at once, as BUSY.
-      return e == EAGAIN || e == EACCES ? SQLITE_BUSY_TIMEOUT : SQLITE_IOERR_LOCK;
+      // sleeping on the caller's thread). The extended code ends SQLite's own retries, and the
+      // flag tells the connection's busy handler not to wait either (take_shm_refusal).
+      if (e != EAGAIN && e != EACCES)
+        return SQLITE_IOERR_LOCK;
+      shm_refused = true;
+      return SQLITE_BUSY_TIMEOUT;
     }
     auto* wi = new (std::nothrow) wal_index;
     if (wi == nullptr) {
@@ -570,28 +578,8 @@ int ofd_open(const char* name, sqlite3_file* out, int flags, int* out_flags) {
   return SQLITE_OK;
 }
 
-bool wal_open_in_another_process(const char* db) {
-  struct stat st {};
-  if (::stat(db, &st) != 0)
-    return false;
-  // Under the registry's lock throughout: this process's own connections take and drop the DMS
-  // byte under it (attach_wal_index, detach_wal_index), so a lock seen here is another's.
-  std::lock_guard<std::mutex> g(registry_mu);
-  if (registry.count(std::make_pair(st.st_dev, st.st_ino)))
-    return false; // this process holds the DMS byte
-  std::string shm = db;
-  shm += "-shm";
-  int fd = ::open(shm.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
-    return false;
-  struct flock l {};
-  l.l_type = F_WRLCK;
-  l.l_whence = SEEK_SET;
-  l.l_start = shm_dms;
-  l.l_len = 1;
-  bool held = ::fcntl(fd, F_OFD_GETLK, &l) == 0 && l.l_type != F_UNLCK;
-  ::close(fd); // it held no lock: closing it releases nothing
-  return held;
+bool take_shm_refusal() noexcept {
+  return std::exchange(shm_refused, false);
 }
 
 } // namespace factum::detail

@@ -30,10 +30,11 @@ std::size_t ofd_file_size() noexcept;
 /// only when the file is open).
 int ofd_open(const char* name, sqlite3_file* out, int flags, int* out_flags);
 
-/// Whether another process has database file `db`'s WAL open through this VFS (the DMS byte of
-/// its -shm is locked, and not by this process): an open here would be refused. For a clear
-/// BUSY at once, where SQLite's busy handler would wait out its timeout first. Any thread.
-bool wal_open_in_another_process(const char* db);
+/// Whether this thread's last attempt to attach a WAL index was refused because another process
+/// has the file open (its -shm's DMS byte); clears the flag. A busy handler calls it so that it
+/// does not wait out its timeout for a refusal that lasts until the other process closes the
+/// file.
+bool take_shm_refusal() noexcept;
 
 /// The byte of a database file that a reader copying it (entity_store::copy_files) locks for
 /// reading and every checkpoint of factum's VFS locks for writing (ofd_file.cpp, file comment).

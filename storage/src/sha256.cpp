@@ -26,6 +26,17 @@ struct ctx_deleter {
   void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
 };
 
+/// 32 bytes (a SHA-256 digest or MAC) as 64 lowercase hex digits.
+std::string hex32(const unsigned char* bytes) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out(64, '0');
+  for (unsigned i = 0; i < 32; ++i) {
+    out[2 * i] = hex[bytes[i] >> 4];
+    out[2 * i + 1] = hex[bytes[i] & 0xf];
+  }
+  return out;
+}
+
 } // namespace
 
 std::string sha256_hex(std::string_view data) {
@@ -36,13 +47,7 @@ std::string sha256_hex(std::string_view data) {
       EVP_DigestUpdate(ctx.get(), data.data(), data.size()) != 1 ||
       EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1 || len != 32)
     std::abort(); // no SHA-256 means no hash chain: refuse to write anything
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out(64, '0');
-  for (unsigned i = 0; i < 32; ++i) {
-    out[2 * i] = hex[digest[i] >> 4];
-    out[2 * i + 1] = hex[digest[i] & 0xf];
-  }
-  return out;
+  return hex32(digest);
 }
 
 std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
@@ -52,13 +57,7 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
             reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &len) ||
       len != 32)
     std::abort(); // as sha256_hex: without it nothing can be authenticated
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out(64, '0');
-  for (unsigned i = 0; i < 32; ++i) {
-    out[2 * i] = hex[mac[i] >> 4];
-    out[2 * i + 1] = hex[mac[i] & 15];
-  }
-  return out;
+  return hex32(mac);
 }
 
 } // namespace factum

@@ -411,8 +411,6 @@ class entity_store {
   /// Deferred sync is in effect: asked for, and durability full (store_options::defer_sync).
   bool deferred_sync() const noexcept { return opts_.defer_sync && opts_.mode == durability::full; }
   status configure();
-  /// BUSY: the file is open in another process (`why`), which keeps it until it closes it.
-  status busy_elsewhere(const std::string& why) const;
   /// The PRAGMA synchronous statement configure() runs for this store.
   const char* synchronous_pragma() const noexcept;
   status migrate();
