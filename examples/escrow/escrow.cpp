@@ -352,11 +352,14 @@ class escrow_entity final : public entity {
     settled();
   }
 
-  /// The release/refund saga (a payout that fails after the state changed): the state
-  /// changes first (a fact, committed when the payout is awaited), then the payout tool runs
-  /// with its retries; if it fails for good, a compensating fact restores the previous state,
-  /// is committed, and the failure is answered (with the dead letter the runtime made, which
-  /// an operator may retry: the retry runs the command again).
+  /// The release/refund saga, journaled (every command is keyed: docs/architecture.md,
+  /// "Durable execution"): the state changes first (a fact), then the payout tool runs with its
+  /// retries. If it fails for good, a compensating fact restores the previous state and the
+  /// failure is answered keeping both facts (call_error::keep_writes), with the dead letter the
+  /// runtime made. A crash at any point resumes from the journal when the client retries: the
+  /// facts are not written twice, and a payout that completed is not asked again. An operator's
+  /// retry of the dead letter replays up to the payout and runs it again; the first run's
+  /// compensation stays in the log, so the move is recorded again before the payout's result.
   task<json> settle(context& ctx, json args, std::string command) {
     fresh(ctx);
     require_object(args);
@@ -365,15 +368,16 @@ class escrow_entity final : public entity {
     auto from = state_.status;
     bool is_release = command == "release";
     auto to = is_release ? state_.seller : state_.buyer;
-    record(is_release ? "escrow.released" : "escrow.refunded",
-           {{"actor", actor},
-            {"from", from},
-            {"to", to},
-            {"amount", state_.amount},
-            {"currency", state_.currency}},
-           ctx);
-    // One key per escrow and kind: a retried release (after a compensation, or from its dead
-    // letter) asks the provider for the same transfer, so it can never pay twice.
+    json move = {{"actor", actor},
+                 {"from", from},
+                 {"to", to},
+                 {"amount", state_.amount},
+                 {"currency", state_.currency}};
+    auto move_type = is_release ? "escrow.released" : "escrow.refunded";
+    record(move_type, move, ctx);
+    auto target = state_.status;
+    // One key per escrow and kind: a retried release (from its dead letter) asks the provider
+    // for the same transfer, so it can never pay twice.
     auto transfer_key = "payout-" + ctx.key().tenant + "-" + ctx.key().id + "-" + command;
     tool_request req;
     req.tool = "payout";
@@ -388,7 +392,12 @@ class escrow_entity final : public entity {
     stale_ = true;
     auto op = ctx.call_tool(std::move(req));
     tool_reply r = co_await op;
+    // The log as it is now: an earlier run of this command (the one a dead letter's retry runs
+    // again) may have compensated since the move above.
+    state_ = es::replay(all_facts(ctx));
     if (r.ok) {
+      if (state_.status != target)
+        record(move_type, move, ctx);
       std::string transfer_id = transfer_key;
       if (r.body.is_object())
         for (const char* k : {"transfer_id", "id"})
@@ -407,15 +416,10 @@ class escrow_entity final : public entity {
     if (!r.dead_letter_id.empty())
       comp["dead_letter_id"] = r.dead_letter_id;
     record("escrow.payout_compensated", std::move(comp), ctx);
-    // The compensation must outlive the failure answered below (a throw rolls back the writes
-    // since the last await): awaiting a zero timer is a commit point.
-    stale_ = true;
-    auto commit = ctx.sleep(std::chrono::milliseconds(0));
-    co_await commit;
-    settled();
     call_error e(r.category, "PAYOUT_FAILED",
                  "the payout failed (" + r.error_code + "); the escrow is back in " + from,
                  r.error_code == "CIRCUIT_OPEN" ? 503 : 0);
+    e.keep_writes = true; // the move and its compensation stay in the log
     e.details["compensated"] = true;
     e.details["escrow_status"] = from;
     e.details["payout_error"] = r.error_code;

@@ -30,6 +30,8 @@ namespace factum::detail {
 void reply_to::deliver(call_reply r) {
   if (sink)
     sink->deliver(std::move(r));
+  else if (local)
+    std::exchange(local, nullptr)(std::move(r));
 }
 
 namespace {
@@ -56,7 +58,7 @@ class actor_port final : public turn_host, public context_port {
  public:
   explicit actor_port(self_ptr self) : self_(self) {}
   void turn_answered(queued& item, call_reply r) override;
-  std::function<void()> commit_at_await(uint64_t token) override;
+  void hold_await(uint64_t token, std::function<void(bool, std::function<void()>)> start) override;
   uint64_t next_token() override;
   void route(const entity_key& key, call_request req, std::chrono::milliseconds timeout,
              std::function<void(call_reply)> done) override;
@@ -101,6 +103,9 @@ struct entity_state {
   /// activation, which asks for the epoch again (and fails them NOT_OWNER if the node still
   /// does not own the entity).
   bool fenced = false;
+  /// The start of the operation the suspended turn awaits: held, like a reply, until what the
+  /// turn wrote before its await is durable (release_await).
+  reply_to await_start;
   uint64_t next_token = 1;
   uint64_t alarm_gen = 0;
   std::unordered_map<uint64_t, std::function<void(bool)>> timers;
@@ -109,6 +114,7 @@ struct entity_state {
 void pump(self_ptr self);
 void start_commit(self_ptr self);
 void maybe_close(self_ptr self);
+void release_await(self_ptr self);
 
 // -- timers -------------------------------------------------------------------------------------
 
@@ -136,12 +142,19 @@ void actor_port::turn_answered(queued& item, call_reply r) {
     s.batch.emplace_back(std::move(item.rp), std::move(r));
 }
 
-std::function<void()> actor_port::commit_at_await(uint64_t token) {
-  auto& s = self_->state;
-  if (s.core->store->dirty() && !s.committing)
-    start_commit(self_);
+void actor_port::hold_await(uint64_t token,
+                            std::function<void(bool, std::function<void()>)> start) {
   auto me = caf::actor_cast<caf::actor>(self_);
-  return [me, token] { caf::anon_send(me, atoms::resume::value, token); };
+  std::function<void()> wake = [me, token] { caf::anon_send(me, atoms::resume::value, token); };
+  auto self = self_;
+  // Delivered on this actor by the output gate, with the answer a reply would get: ok once the
+  // commit is durable, a failure when it failed or the entity is quarantined.
+  self_->state.await_start.local = [self, start = std::move(start),
+                                    wake = std::move(wake)](call_reply r) mutable {
+    auto* t = self->state.runner->current();
+    start(r.ok && t && !t->lost_at_await, std::move(wake));
+  };
+  release_await(self_);
 }
 
 uint64_t actor_port::next_token() {
@@ -358,6 +371,26 @@ void request_sync(self_ptr self) {
   });
 }
 
+/// The suspended turn's awaited operation starts once everything the turn wrote before the
+/// await is durable: its writes are committed (unless a commit runs on a storage thread now:
+/// on_committed and on_checkpointed come back here), then the start waits in the output gate
+/// like a reply (nothing leaves the entity, an outgoing call included, before the writes it
+/// may reveal are durable).
+void release_await(self_ptr self) {
+  auto& s = self->state;
+  if (!s.await_start.local || s.committing)
+    return;
+  if (s.core->store && s.core->store->dirty()) {
+    start_commit(self);
+    if (s.committing)
+      return;
+  }
+  output_gate<reply_to>::reply_batch b;
+  b.emplace_back(std::move(s.await_start), call_reply::success("null"));
+  s.await_start = {};
+  s.gate.hold(b);
+}
+
 /// Resumes the suspended turn if its await completed while a job held the store.
 void resume_if_woken(self_ptr self) {
   auto& s = self->state;
@@ -400,6 +433,7 @@ void on_committed(self_ptr self, const status& commit, bool alarms, const sync_r
   if (alarms && s.core->store)
     rearm_from_store(self);
   handle_quarantine(self);
+  release_await(self);
   resume_if_woken(self);
   maybe_checkpoint(self);
   pump(self);
@@ -478,6 +512,7 @@ void on_checkpointed(self_ptr self, bool concurrent, int done) {
   }
   if (!concurrent) {
     s.committing = false;
+    release_await(self);
     resume_if_woken(self);
   }
   pump(self);
@@ -751,7 +786,7 @@ void on_closed(self_ptr self) {
 
 void on_call(self_ptr self, std::shared_ptr<reply_sink>& sink) {
   auto& s = self->state;
-  reply_to rp{sink};
+  reply_to rp{sink, nullptr};
   auto req = sink->take();
   s.idle_fired = false;
   s.last_call = std::chrono::steady_clock::now();

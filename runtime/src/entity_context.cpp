@@ -1,6 +1,11 @@
-// entity_context.cpp: the handler's context and the tool host (entity_context.hpp). Runs on
-// the entity's actor thread, inside a turn.
+// entity_context.cpp: the handler's context and the tool host (entity_context.hpp), and the
+// journaling of what a handler does in a journaled turn (journal.hpp): each operation of the
+// context records its result while the turn is live and returns the recorded one while it
+// replays. Runs on the entity's actor thread, inside a turn.
 #include "entity_context.hpp"
+
+#include "factum/storage/json_text.hpp"
+#include "factum/storage/sha256.hpp"
 
 namespace factum::detail {
 
@@ -16,6 +21,11 @@ uint64_t next_seed() {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
+}
+
+void throw_if(const status& st) {
+  if (!st)
+    throw storage_error(st);
 }
 
 template <class T> T value_or_throw(result<T> r) {
@@ -41,16 +51,188 @@ std::string entity_context::retrying_dead_letter() {
   return t ? t->dead_letter_id : std::string();
 }
 
-// -- context ------------------------------------------------------------------------------------
+// -- the journal ---------------------------------------------------------------------------------
+
+turn_journal* entity_context::journal() const {
+  auto& j = runner_.journal();
+  return j.recording() ? &j : nullptr;
+}
+
+std::optional<json> entity_context::begin_step(turn_journal& j, std::string_view kind,
+                                               const std::string& what,
+                                               const std::string& fingerprint, int64_t& step,
+                                               int64_t& started_ms) {
+  auto s = j.begin_step(kind, what, fingerprint, clock_ms());
+  step = s.step;
+  if (s.result) {
+    env_.stats->journal_steps_replayed.fetch_add(1, std::memory_order_relaxed);
+    return s.result;
+  }
+  started_ms = s.row.started_at_ms;
+  try {
+    // A journal begun afresh replaces whatever an earlier call with the key left (one whose
+    // dead letter was discarded, say).
+    if (s.step == 1 && s.row.runs == 1)
+      throw_if(store().purge_journal(j.key()));
+    else if (s.row.runs > 1) // a step run again: the steps after it go (journal.hpp)
+      throw_if(store().purge_journal(j.key(), s.step));
+    throw_if(store().put_journal_step(s.row));
+  } catch (...) {
+    j.end_step();
+    throw;
+  }
+  env_.stats->journal_steps.fetch_add(1, std::memory_order_relaxed);
+  return std::nullopt;
+}
+
+void entity_context::end_step(turn_journal& j, int64_t step, const std::optional<json>& result) {
+  j.end_step();
+  if (result)
+    throw_if(store().finish_journal_step(j.key(), step, json_text(*result), clock_ms()));
+  // The step's record (and what the step wrote: a tool's error and cost facts) stays even if
+  // the handler fails later.
+  throw_if(store().end_turn(true));
+  throw_if(store().begin_turn());
+}
+
+std::string entity_context::step_key(const char* prefix, const turn_journal& j,
+                                     int64_t step) const {
+  return prefix + sha256_hex(env_.key->to_string() + "\n" + j.key() + "\n" + std::to_string(step))
+                    .substr(0, 40);
+}
+
+// -- context: asynchronous operations -------------------------------------------------------------
 
 task<tool_reply> entity_context::call_tool(tool_request req) {
-  auto inner = resilient_tool_call(*this, std::move(req));
-  tool_reply r = co_await inner;
-  // The attempts' error, cost and dead-letter records stay even if the handler fails later.
-  (void)store().end_turn(true);
-  (void)store().begin_turn();
+  auto* j = journal();
+  int64_t step = 0, started = 0;
+  if (j) {
+    auto fp = sha256_hex(req.payload.dump() + "\n" + req.idempotency_key);
+    if (auto r = begin_step(*j, "tool", req.tool + "/" + req.operation, fp, step, started))
+      co_return tool_reply_from_journal(*r);
+    // The key the vendor sees: the one every run of this step sends (docs/tools.md).
+    if (req.idempotency_key.empty()) {
+      auto base = call().idempotency_key.empty() ? j->key() : call().idempotency_key;
+      auto text = env_.key->to_string() + "\n" + base + "\n" + req.tool + "\n" + req.operation +
+                  "\n" + req.payload.dump();
+      if (step > 1)
+        text += "\n#" + std::to_string(step);
+      req.idempotency_key = "fk_" + sha256_hex(text).substr(0, 40);
+    }
+  }
+  tool_reply r;
+  try {
+    auto inner = resilient_tool_call(*this, std::move(req));
+    r = co_await inner;
+  } catch (...) {
+    if (j)
+      j->end_step();
+    throw;
+  }
+  if (j) {
+    // A call that failed retryably, or ended as a dead letter, is not done: a retry of the turn
+    // (or the dead letter's) runs it again.
+    std::optional<json> done;
+    if (r.ok || (r.dead_letter_id.empty() && !retryable(r.category)))
+      done = journal_result(r);
+    end_step(*j, step, done);
+  } else {
+    // The attempts' error, cost and dead-letter records stay even if the handler fails later.
+    (void)store().end_turn(true);
+    (void)store().begin_turn();
+  }
   co_return r;
 }
+
+task<tool_reply> entity_context::call_tool_once(tool_request req) {
+  auto* j = journal();
+  int64_t step = 0, started = 0;
+  if (j) {
+    auto fp = sha256_hex(req.payload.dump() + "\n" + req.idempotency_key);
+    if (auto r = begin_step(*j, "tool", req.tool + "/" + req.operation, fp, step, started))
+      co_return tool_reply_from_journal(*r);
+    if (req.idempotency_key.empty())
+      req.idempotency_key = step_key("fk_", *j, step);
+  }
+  tool_reply r;
+  try {
+    auto op = async_op<tool_reply>(
+      *this, [this, req = std::move(req)](std::function<void(tool_reply)> done) {
+        start_tool_call(req, std::move(done));
+      });
+    r = co_await op;
+  } catch (...) {
+    if (j)
+      j->end_step();
+    throw;
+  }
+  if (j)
+    end_step(*j, step,
+             r.ok || !retryable(r.category) ? std::optional<json>(journal_result(r))
+                                            : std::nullopt);
+  co_return r;
+}
+
+task<call_reply> entity_context::call(const std::string& type, const std::string& id,
+                                      std::string method, json args, call_options opts) {
+  auto* j = journal();
+  int64_t step = 0, started = 0;
+  if (j) {
+    auto fp = sha256_hex(args.dump() + "\n" + opts.idempotency_key);
+    if (auto r = begin_step(*j, "call", type + "/" + id + "/" + method, fp, step, started))
+      co_return call_reply_from_journal(*r);
+    // The callee de-duplicates a run of this step again by this key.
+    if (opts.idempotency_key.empty())
+      opts.idempotency_key = step_key("jc_", *j, step);
+  }
+  call_reply r;
+  try {
+    auto op = async_op<call_reply>(
+      *this, [this, type, id, method = std::move(method), args = args.dump(),
+              opts = std::move(opts)](std::function<void(call_reply)> done) mutable {
+        start_entity_call(type, id, std::move(method), std::move(args), std::move(opts),
+                          std::move(done));
+      });
+    r = co_await op;
+  } catch (...) {
+    if (j)
+      j->end_step();
+    throw;
+  }
+  if (j) // a retryable failure is not done: a retry of the turn calls again
+    end_step(*j, step,
+             r.ok || !r.retryable ? std::optional<json>(journal_result(r)) : std::nullopt);
+  co_return r;
+}
+
+task<bool> entity_context::sleep(std::chrono::milliseconds d) {
+  auto* j = journal();
+  int64_t step = 0, started = 0;
+  auto wait = d;
+  if (j) {
+    auto what = std::to_string(d.count()) + "ms";
+    if (auto r = begin_step(*j, "sleep", what, what, step, started))
+      co_return true;
+    // A replay that reaches a sleep in flight waits only for what was left of it.
+    wait = std::chrono::milliseconds(std::max<int64_t>(0, started + d.count() - clock_ms()));
+  }
+  bool r = false;
+  try {
+    auto op = async_op<bool>(*this, [this, wait](std::function<void(bool)> done) {
+      port_.start_timer(wait, std::move(done));
+    });
+    r = co_await op;
+  } catch (...) {
+    if (j)
+      j->end_step();
+    throw;
+  }
+  if (j)
+    end_step(*j, step, json(r));
+  co_return r;
+}
+
+// -- context: identity, clock, random ----------------------------------------------------------
 
 const call_info& entity_context::call() const {
   static const call_info none;
@@ -58,70 +240,202 @@ const call_info& entity_context::call() const {
   return t ? t->info : none;
 }
 
+int64_t entity_context::now_ms() const {
+  auto t = clock_ms();
+  if (auto* j = journal()) {
+    if (auto r = j->replay("now", ""))
+      return r->get<int64_t>();
+    j->record("now", "", t);
+  }
+  return t;
+}
+
+uint64_t entity_context::random() {
+  auto* j = journal();
+  if (j)
+    if (auto r = j->replay("random", ""))
+      return r->get<uint64_t>();
+  auto v = rng()();
+  if (j)
+    j->record("random", "", v);
+  return v;
+}
+
+// -- context: facts, tables, alarms, configs ---------------------------------------------------
+
+namespace {
+
+std::string fact_what(const fact_draft& d) {
+  return d.subtype.empty() ? d.type : d.type + "/" + d.subtype;
+}
+
+/// A SQL text as an entry names it: its first 120 bytes.
+std::string sql_what(std::string_view q) {
+  return std::string(q.substr(0, 120));
+}
+
+json alarm_json(const alarm_record& a) {
+  return {{"name", a.name},
+          {"due_ms", a.due_ms},
+          {"payload", a.payload},
+          {"attempts", a.attempts},
+          {"created_at_ms", a.created_at_ms}};
+}
+
+} // namespace
+
 fact entity_context::append(fact_draft d) {
+  auto* j = journal();
+  if (j)
+    if (auto r = j->replay("append", fact_what(d)))
+      return value_or_throw(store().get(r->get<int64_t>()));
   if (d.trace_id.empty())
     d.trace_id = call().trace_id;
   if (d.idempotency_key.empty())
     d.idempotency_key = call().idempotency_key;
-  return value_or_throw(store().append(d));
+  auto f = value_or_throw(store().append(d));
+  if (j)
+    j->record("append", fact_what(d), f.seq);
+  return f;
 }
 
 std::vector<fact> entity_context::query(const fact_filter& f) {
-  return value_or_throw(store().query(f));
+  auto* j = journal();
+  if (j)
+    if (auto r = j->replay("query", "facts")) {
+      // Facts never change: the ones the first run read, by seq.
+      std::vector<fact> out;
+      for (auto& seq : *r)
+        out.push_back(value_or_throw(store().get(seq.get<int64_t>())));
+      return out;
+    }
+  auto out = value_or_throw(store().query(f));
+  if (j) {
+    json seqs = json::array();
+    for (auto& fa : out)
+      seqs.push_back(fa.seq);
+    j->record("query", "facts", std::move(seqs));
+  }
+  return out;
 }
 
 json entity_context::sql(std::string_view q, const json& params) {
-  return value_or_throw(store().tenant_sql(q, params, true));
+  auto* j = journal();
+  if (j)
+    if (auto r = j->replay("sql", sql_what(q)))
+      return *r;
+  auto out = value_or_throw(store().tenant_sql(q, params, true));
+  if (j)
+    j->record("sql", sql_what(q), out);
+  return out;
 }
 
 json entity_context::sql_write(std::string_view q, const json& params) {
-  return value_or_throw(store().tenant_sql(q, params, false));
+  auto* j = journal();
+  if (j)
+    if (auto r = j->replay("sql_write", sql_what(q)))
+      return *r;
+  auto out = value_or_throw(store().tenant_sql(q, params, false));
+  if (j)
+    j->record("sql_write", sql_what(q), out);
+  return out;
 }
 
 void entity_context::set_alarm(std::string name, int64_t due_ms, json payload) {
   if (name.empty() || name[0] == '@')
     throw client_error("INVALID_ALARM", "alarm names must be non-empty and not start with '@'");
-  set_alarm_internal(std::move(name), due_ms, payload.dump(), 0);
+  auto* j = journal();
+  if (j && j->replay("set_alarm", name))
+    return;
+  // A new occurrence of the alarm: the journal of one that was interrupted is not its own.
+  if (!(j && j->key() == "alarm:" + name))
+    throw_if(store().purge_journal("alarm:" + name));
+  set_alarm_internal(name, due_ms, payload.dump(), 0);
+  if (j)
+    j->record("set_alarm", name, nullptr);
 }
 
 void entity_context::set_alarm_internal(std::string name, int64_t due_ms, std::string payload,
                                         int64_t attempts) {
-  alarm_record a{name, due_ms, std::move(payload), attempts, now_ms()};
-  if (auto st = store().set_alarm(a); !st)
-    throw storage_error(st);
+  alarm_record a{name, due_ms, std::move(payload), attempts, clock_ms()};
+  throw_if(store().set_alarm(a));
   runner_.marks().alarms_moved = true;
   if (auto* t = runner_.current())
     t->alarms_set.push_back(std::move(name));
 }
 
 void entity_context::cancel_alarm(std::string_view name) {
-  if (auto st = store().cancel_alarm(name); !st)
-    throw storage_error(st);
+  auto* j = journal();
+  if (j && j->replay("cancel_alarm", name))
+    return;
+  throw_if(store().cancel_alarm(name));
   runner_.marks().alarms_moved = true;
+  if (j)
+    j->record("cancel_alarm", name, nullptr);
 }
 
 std::vector<alarm_record> entity_context::alarms() {
-  return value_or_throw(store().list_alarms());
+  auto* j = journal();
+  if (j)
+    if (auto r = j->replay("alarms", "")) {
+      std::vector<alarm_record> out;
+      for (auto& a : *r)
+        out.push_back(alarm_record{a.value("name", ""), a.value("due_ms", int64_t{0}),
+                                   a.value("payload", "{}"), a.value("attempts", int64_t{0}),
+                                   a.value("created_at_ms", int64_t{0})});
+      return out;
+    }
+  auto out = value_or_throw(store().list_alarms());
+  if (j) {
+    json all = json::array();
+    for (auto& a : out)
+      all.push_back(alarm_json(a));
+    j->record("alarms", "", std::move(all));
+  }
+  return out;
 }
 
 std::optional<config_record> entity_context::config(std::string_view id, int64_t version) {
+  auto* j = journal();
+  if (j)
+    if (auto r = j->replay("config", id)) {
+      if (r->is_null())
+        return std::nullopt;
+      return config_record{r->value("config_id", ""), r->value("version", int64_t{0}),
+                           r->value("body", "{}"), r->value("created_at_ms", int64_t{0})};
+    }
+  std::optional<config_record> out;
   auto r = store().get_config(id, version);
-  if (!r) {
-    if (r.error().code() == errc::not_found)
-      return std::nullopt;
+  if (r)
+    out = std::move(r.value());
+  else if (r.error().code() != errc::not_found)
     throw storage_error(r.error());
-  }
-  return std::move(r.value());
+  if (j)
+    j->record("config", id,
+              out ? json{{"config_id", out->config_id},
+                         {"version", out->version},
+                         {"body", out->body},
+                         {"created_at_ms", out->created_at_ms}}
+                  : json(nullptr));
+  return out;
 }
 
 int64_t entity_context::put_config(std::string_view id, const json& body) {
-  return value_or_throw(store().put_config(id, body.dump()));
+  auto* j = journal();
+  if (j)
+    if (auto r = j->replay("put_config", id))
+      return r->get<int64_t>();
+  auto v = value_or_throw(store().put_config(id, body.dump()));
+  if (j)
+    j->record("put_config", id, v);
+  return v;
 }
 
-std::function<void()> entity_context::suspend_turn(std::coroutine_handle<> h) {
+void entity_context::suspend_turn(std::coroutine_handle<> h,
+                                  std::function<void(bool, std::function<void()>)> start) {
   auto token = port_.next_token();
   runner_.suspend(h, token);
-  return port_.commit_at_await(token);
+  port_.hold_await(token, std::move(start));
 }
 
 void entity_context::start_entity_call(const std::string& type, const std::string& id,

@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 
+#include "journal.hpp"
 #include "tool_call.hpp"
 #include "turn_runner.hpp"
 
@@ -19,9 +20,11 @@ namespace factum::detail {
 class context_port {
  public:
   virtual ~context_port() = default;
-  /// The running turn is suspended at an await: commit what it wrote. Returns the thread-safe
-  /// function that asks the actor to resume the turn with `token`.
-  virtual std::function<void()> commit_at_await(uint64_t token) = 0;
+  /// The running turn is suspended at an await (resumed by `token`): commit what it wrote, and
+  /// once that is durable call `start(true, wake)` on the actor (`start(false, wake)` when the
+  /// commit failed); `wake` asks the actor to resume the turn.
+  virtual void hold_await(uint64_t token,
+                          std::function<void(bool, std::function<void()>)> start) = 0;
   /// A fresh token (awaits, timers).
   virtual uint64_t next_token() = 0;
   /// Sends a call to another entity; `done` runs once, on any thread.
@@ -70,10 +73,16 @@ class entity_context final : public context, public tool_host {
   }
 
   // -- context --
+  using context::call;
+  task<call_reply> call(const std::string& type, const std::string& id, std::string method,
+                        nlohmann::json args, call_options opts) override;
   task<tool_reply> call_tool(tool_request req) override;
+  task<tool_reply> call_tool_once(tool_request req) override;
+  task<bool> sleep(std::chrono::milliseconds d) override;
+  uint64_t random() override;
   const entity_key& key() const override { return *env_.key; }
   const call_info& call() const override;
-  int64_t now_ms() const override { return factum::now_ms(); }
+  int64_t now_ms() const override;
   fact append(fact_draft d) override;
   std::vector<fact> query(const fact_filter& f) override;
   nlohmann::json sql(std::string_view q, const nlohmann::json& params) override;
@@ -83,21 +92,31 @@ class entity_context final : public context, public tool_host {
   std::vector<alarm_record> alarms() override;
   std::optional<config_record> config(std::string_view id, int64_t version) override;
   int64_t put_config(std::string_view id, const nlohmann::json& body) override;
-  std::function<void()> suspend_turn(std::coroutine_handle<> h) override;
+  void suspend_turn(std::coroutine_handle<> h,
+                    std::function<void(bool, std::function<void()>)> start) override;
 
   /// Sets an alarm, the runtime's own (names starting with '@') included.
   void set_alarm_internal(std::string name, int64_t due_ms, std::string payload, int64_t attempts);
-
- protected:
-  void start_entity_call(const std::string& type, const std::string& id, std::string method,
-                         std::string args_json, call_options opts,
-                         std::function<void(call_reply)> done) override;
-  void start_tool_call(const tool_request& req, std::function<void(tool_reply)> done) override;
-  void start_timer(std::chrono::milliseconds d, std::function<void(bool)> done) override {
-    port_.start_timer(d, std::move(done));
-  }
+  /// The wall clock, never journaled (the runtime's own use).
+  int64_t clock_ms() const { return factum::now_ms(); }
 
  private:
+  /// The running turn's journal while it records the handler's own work (null otherwise).
+  turn_journal* journal() const;
+  /// Starts journaled step `kind` on `what` (journal.hpp): the recorded result of a replayed
+  /// step, or nothing after writing its row (the step then runs as step `*step`).
+  std::optional<nlohmann::json> begin_step(turn_journal& j, std::string_view kind,
+                                           const std::string& what, const std::string& fingerprint,
+                                           int64_t& step, int64_t& started_ms);
+  /// The journaled step `step` ended with `result` (nothing: it stays in flight, to run again).
+  void end_step(turn_journal& j, int64_t step, const std::optional<nlohmann::json>& result);
+  /// A key derived from the turn's journal for step `step` (the same in every replay).
+  std::string step_key(const char* prefix, const turn_journal& j, int64_t step) const;
+  void start_entity_call(const std::string& type, const std::string& id, std::string method,
+                         std::string args_json, call_options opts,
+                         std::function<void(call_reply)> done);
+  void start_tool_call(const tool_request& req, std::function<void(tool_reply)> done);
+
   context_env env_;
   turn_runner& runner_;
   context_port& port_;

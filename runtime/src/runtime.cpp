@@ -915,6 +915,10 @@ runtime_stats runtime::stats() const {
   r.replays = ld(s.replays);
   r.key_conflicts = ld(s.key_conflicts);
   r.key_mismatches = ld(s.key_mismatches);
+  r.journal_steps = ld(s.journal_steps);
+  r.journal_steps_replayed = ld(s.journal_steps_replayed);
+  r.journal_resumes = ld(s.journal_resumes);
+  r.journal_mismatches = ld(s.journal_mismatches);
   r.keys_released_on_open = ld(s.keys_released_on_open);
   r.alarm_index_rebuilds = ld(s.alarm_index_rebuilds);
   r.alarm_index_changes = ld(s.alarm_index_changes);

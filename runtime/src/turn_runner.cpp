@@ -79,7 +79,7 @@ void turn_runner::detach() {
 }
 
 int64_t turn_runner::now() const {
-  return ctx_->now_ms();
+  return ctx_->clock_ms();
 }
 
 // -- turns --------------------------------------------------------------------------------------
@@ -119,7 +119,8 @@ std::optional<std::string> turn_runner::dead_letter_owning(const std::string& ke
   return std::nullopt;
 }
 
-std::optional<call_reply> turn_runner::check_key(const call_request& req, int64_t now) {
+std::optional<call_reply> turn_runner::check_key(const call_request& req, int64_t now,
+                                                 bool& resume) {
   auto& stats = *env_.stats;
   auto p = store().peek_key(req.idempotency_key, req.fingerprint, now);
   if (!p)
@@ -127,9 +128,10 @@ std::optional<call_reply> turn_runner::check_key(const call_request& req, int64_
   switch (p->outcome) {
   case key_outcome::fresh: break;
   case key_outcome::in_flight:
-    stats.key_conflicts.fetch_add(1, std::memory_order_relaxed);
-    return call_reply::failure(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
-                               "a call with this idempotency key is still in flight", 409);
+    // Pending on disk while no call with the key runs here (accept() refused those): its call
+    // was interrupted at an await (a crash, a retryable failure). This call resumes it.
+    resume = true;
+    return std::nullopt;
   case key_outcome::mismatch:
     stats.key_mismatches.fetch_add(1, std::memory_order_relaxed);
     return call_reply::failure(error_category::client, "IDEMPOTENCY_KEY_MISMATCH",
@@ -167,13 +169,15 @@ std::optional<call_reply> turn_runner::check_key(const call_request& req, int64_
 
 void turn_runner::run(queued item) {
   int64_t now = this->now();
+  bool resume = false;
   if (item.kind == turn_kind::call && !item.req.idempotency_key.empty())
-    if (auto r = check_key(item.req, now)) {
+    if (auto r = check_key(item.req, now, resume)) {
       answer(item, std::move(*r));
       return;
     }
   turn_.emplace();
   auto& t = *turn_;
+  t.resumed = t.key_on_disk = resume;
   t.item = std::move(item);
   t.info.method = t.item.req.method;
   t.info.idempotency_key = t.item.req.idempotency_key;
@@ -225,6 +229,8 @@ void turn_runner::run_call() {
   if (!m)
     throw not_found_error("METHOD_NOT_FOUND",
                           "entity type " + env_.key->type + " has no method " + r.method);
+  if (!r.idempotency_key.empty())
+    start_journal(journal_key_of_call(r.idempotency_key), t.resumed);
   start_task(m->fn(*instance_, *ctx_, std::move(args)),
              [this](std::exception_ptr e, std::optional<json> v) { finish(e, std::move(v)); });
 }
@@ -251,6 +257,7 @@ void turn_runner::run_alarm(int64_t now) {
     run_purge(now);
     return;
   }
+  start_journal("alarm:" + t.alarm.name, true);
   start_task(instance_->on_alarm(*ctx_, t.alarm),
              [this](std::exception_ptr e) { finish(e, json(nullptr)); });
 }
@@ -273,6 +280,7 @@ void turn_runner::run_dead_letter_retry() {
     a.payload = dl->payload;
     a.attempts = dl->attempts;
     t.info.method = "@alarm";
+    start_journal("alarm:" + a.name, true);
     start_task(instance_->on_alarm(*ctx_, a),
                [this](std::exception_ptr e) { finish(e, json(nullptr)); });
     return;
@@ -293,8 +301,20 @@ void turn_runner::run_dead_letter_retry() {
   if (t.item.req.fingerprint.empty())
     t.item.req.fingerprint = call_fingerprint(t.info.method, t.info.args_json);
   t.info.fingerprint = t.item.req.fingerprint;
+  start_journal(t.info.idempotency_key.empty() ? "dl:" + dl->id
+                                               : journal_key_of_call(t.info.idempotency_key),
+                true);
   start_task(m->fn(*instance_, *ctx_, std::move(args)),
              [this](std::exception_ptr e, std::optional<json> v) { finish(e, std::move(v)); });
+}
+
+void turn_runner::start_journal(std::string key, bool recorded) {
+  std::vector<journal_step> steps;
+  if (recorded)
+    steps = value_or_throw(store().journal(key));
+  if (turn_->resumed)
+    env_.stats->journal_resumes.fetch_add(1, std::memory_order_relaxed);
+  journal_.start(std::move(key), std::move(steps));
 }
 
 void turn_runner::run_purge(int64_t now) {
@@ -421,7 +441,9 @@ void turn_runner::commit_failed() {
 
 void turn_runner::finish(std::exception_ptr err, std::optional<json> value) {
   auto& t = *turn_;
-  if (!err && t.lost_at_await)
+  // A commit at an await failed: that is the turn's failure, whatever the handler made of the
+  // await that could not start.
+  if (t.lost_at_await)
     err = std::make_exception_ptr(storage_error(*t.lost_at_await));
   call_reply reply;
   if (!err) {
@@ -433,6 +455,7 @@ void turn_runner::finish(std::exception_ptr err, std::optional<json> value) {
   }
   if (err)
     reply = finish_failed(to_call_error(err));
+  journal_.stop();
   auto item = std::move(t.item);
   turn_.reset();
   answer(item, std::move(reply));
@@ -459,6 +482,8 @@ call_reply turn_runner::finish_ok(const std::optional<json>& value) {
     dl.next_retry_ms.reset();
     throw_if(store.put_dead_letter(dl));
     dead_letter_written(dl);
+    if (!t.alarm.name.empty() && journal_.active() && journal_.key().rfind("key:", 0) != 0)
+      throw_if(store.purge_journal(journal_.key())); // an alarm's or an unkeyed call's
     fact_draft life;
     life.type = "lifecycle";
     life.subtype = "dead_letter_resolved";
@@ -477,6 +502,9 @@ call_reply turn_runner::finish_ok(const std::optional<json>& value) {
       throw_if(store.cancel_alarm(t.alarm.name));
       marks_.alarms_moved = true;
     }
+    // This occurrence of the alarm is done: its journal goes.
+    if (t.dead_letter_id.empty() && journal_.active())
+      throw_if(store.purge_journal(journal_.key()));
   }
   throw_if(store.end_turn(true));
   ++marks_.turns;
@@ -491,8 +519,9 @@ call_reply turn_runner::finish_failed(const call_error& ce) {
   auto& t = *turn_;
   auto& store = this->store();
   auto reply = call_reply::failure(ce);
-  (void)store.end_turn(false); // the turn's own writes go; earlier turns stay
-  breakers_.clear();           // an operator's or a tool's change of this turn went with them
+  // The turn's own writes go (unless the handler asked to keep them); earlier turns stay.
+  (void)store.end_turn(ce.keep_writes && !t.lost_at_await);
+  breakers_.clear(); // an operator's or a tool's change of this turn went with them
   try {
     throw_if(store.begin_turn());
     if (t.item.kind == turn_kind::alarm && !t.dead_letter_id.empty())
@@ -501,13 +530,34 @@ call_reply turn_runner::finish_failed(const call_error& ce) {
       alarm_failed(ce);
     else
       append_error_fact(ce, "", json::object());
-    // The key may have been committed as pending at an await: release it. A dead letter's
-    // retry gives it back to the dead letter, which still owns it (check_key names it).
-    if (t.key_on_disk && !t.info.idempotency_key.empty())
-      throw_if(store.release_key(t.info.idempotency_key));
-    if (t.item.kind == turn_kind::call && !t.info.idempotency_key.empty()) {
+    bool keyed_call = t.item.kind == turn_kind::call && !t.info.idempotency_key.empty();
+    bool mismatch = ce.code() == "JOURNAL_MISMATCH";
+    if (mismatch)
+      env_.stats->journal_mismatches.fetch_add(1, std::memory_order_relaxed);
+    if (keyed_call && mismatch) {
+      // Not a failure to store (a fixed handler may yet run the call): a dead letter owns it.
+      journal_mismatch_dead_letter(ce);
+      call_error owned = ce;
+      owned.details["dead_letter_id"] = t.dead_letter_id;
+      reply = call_reply::failure(owned);
+      if (t.key_on_disk)
+        throw_if(store.release_key(t.info.idempotency_key));
+    } else {
+      // The key may have been committed as pending at an await. A retryable failure keeps it
+      // pending with its journal: a retry resumes the call. Else it is released; a dead
+      // letter's retry gives it back to the dead letter, which still owns it (check_key names
+      // it), and the dead letter's next retry replays the journal.
+      // A failure that kept its writes ended the call (a compensated saga): nothing resumes
+      // it, and its journal goes unless a dead letter's retry is to replay it.
+      bool owned = keyed_call && dead_letter_owning(t.info.idempotency_key);
+      bool keep = keyed_call && t.key_on_disk && ce.retryable() && journal_.active() && !owned &&
+                  !ce.keep_writes;
+      if (t.key_on_disk && !t.info.idempotency_key.empty() && !keep)
+        throw_if(store.release_key(t.info.idempotency_key));
+      if (keyed_call && ce.keep_writes && !owned && journal_.active())
+        throw_if(store.purge_journal(journal_.key()));
       // Store the failure when it is terminal so that a retry replays it.
-      if (!ce.retryable())
+      if (keyed_call && !ce.retryable())
         throw_if(store.record_key(t.info.idempotency_key, key_status::failed,
                                   t.item.req.fingerprint, reply.body,
                                   static_cast<int64_t>(env_.cfg->key_ttl.count()), now()));
@@ -520,6 +570,43 @@ call_reply turn_runner::finish_failed(const call_error& ce) {
     reply = call_reply::failure(to_call_error(std::current_exception()));
   }
   return reply;
+}
+
+void turn_runner::journal_mismatch_dead_letter(const call_error& ce) {
+  auto& t = *turn_;
+  int64_t now = this->now();
+  dead_letter_record dl;
+  dl.id = "dl_" + sha256_hex(env_.key->to_string() + "\n" + t.info.idempotency_key + "\n" +
+                             std::to_string(now))
+                    .substr(0, 24);
+  dl.operation = t.info.method;
+  dl.payload = json{{"args", json::parse(t.info.args_json, nullptr, false)},
+                    {"fingerprint", t.info.fingerprint}}
+                 .dump();
+  dl.idempotency_key = t.info.idempotency_key;
+  dl.error_code = ce.code();
+  dl.error_message = ce.what();
+  dl.error_category = std::string(to_string(ce.category()));
+  dl.reason = "journal_mismatch";
+  dl.attempts = 1;
+  dl.first_attempt_ms = dl.last_attempt_ms = dl.created_at_ms = dl.updated_at_ms = now;
+  dl.trace_id = t.info.trace_id;
+  dl.status = dl_status::pending;
+  throw_if(store().put_dead_letter(dl));
+  dead_letter_written(dl);
+  env_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+  t.dead_letter_id = dl.id;
+  fact_draft life;
+  life.type = "lifecycle";
+  life.subtype = "dead_letter_created";
+  life.trace_id = t.info.trace_id;
+  life.idempotency_key = t.info.idempotency_key;
+  life.data = {{"dead_letter_id", dl.id},
+               {"status", "pending"},
+               {"reason", dl.reason},
+               {"attempts", dl.attempts},
+               {"journal", journal_.key()}};
+  value_or_throw(store().append(life));
 }
 
 void turn_runner::dead_letter_retry_failed(const call_error& ce) {

@@ -28,16 +28,20 @@
 #include "factum/resilience/retry_budget.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/entity_store.hpp"
+#include "journal.hpp"
 
 namespace factum::detail {
 
 class reply_sink;
 
 /// Where a call's answer goes: its caller's reply sink (runtime_core.hpp). Empty for turns
-/// nobody waits on (activation, alarms, the runtime's own retries).
+/// nobody waits on (activation, alarms, the runtime's own retries). The entity itself may be
+/// the destination instead (`local`): the start of an awaited operation, which the output gate
+/// holds like a reply.
 struct reply_to {
   std::shared_ptr<reply_sink> sink;
-  /// Hands `r` to the sink (defined beside reply_sink); nothing when empty.
+  std::function<void(call_reply)> local;
+  /// Hands `r` to the sink (defined beside reply_sink) or to `local`; nothing when empty.
   void deliver(call_reply r);
 };
 
@@ -65,6 +69,8 @@ struct turn_state {
   bool dead_letter_rewritten = false;
   std::vector<std::string> alarms_set;
   bool key_on_disk = false; ///< a pending row was committed (the turn awaited something)
+  /// The call resumes one interrupted at an await (its key was pending): it replays its journal.
+  bool resumed = false;
   /// A commit at one of the turn's awaits failed: what it wrote before the await is gone, so
   /// the turn fails (retryably) whatever its handler returns.
   std::optional<status> lost_at_await;
@@ -142,6 +148,8 @@ class turn_runner {
   // -- the batch --
 
   batch_marks& marks() noexcept { return marks_; }
+  /// The journal of the running turn (inactive for a turn that is not journaled).
+  turn_journal& journal() noexcept { return journal_; }
   /// A commit failed: what this activation remembers of the writes it rolled back goes too.
   void commit_failed();
 
@@ -158,7 +166,13 @@ class turn_runner {
   int64_t now() const;
   void answer(queued& item, call_reply r);
   /// A keyed call's answer from its key alone (replay, conflict), or nothing: run it.
-  std::optional<call_reply> check_key(const call_request& req, int64_t now);
+  /// `resume` is set when the key is pending: the call was interrupted at an await and runs
+  /// again from its journal.
+  std::optional<call_reply> check_key(const call_request& req, int64_t now, bool& resume);
+  /// Starts the running turn's journal under `key` (read from the store when `recorded`).
+  void start_journal(std::string key, bool recorded);
+  /// A keyed call's replay diverged from its journal: a dead letter owns the call from now on.
+  void journal_mismatch_dead_letter(const call_error& ce);
   std::optional<std::string> dead_letter_owning(const std::string& key);
   void run_call();
   void run_alarm(int64_t now);
@@ -179,6 +193,7 @@ class turn_runner {
   entity* instance_ = nullptr;
   entity_context* ctx_ = nullptr;
   std::optional<turn_state> turn_;
+  turn_journal journal_;
   batch_marks marks_;
   /// The purge alarm is known to be set (so a keyed call need not look).
   bool purge_alarm_known_ = false;

@@ -162,18 +162,46 @@ WHEN NEW.epoch <= (SELECT COALESCE(MAX(epoch), 0) FROM owners)
 BEGIN SELECT RAISE(ABORT, 'owners: an epoch must be greater than every epoch before it'); END;
 )sql";
 
-inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5, v6};
+/// Version 7: the journal of durable execution (docs/storage-format.md section 16): one row per
+/// awaited step of a journaled call (a call with an idempotency key, an alarm, a dead letter's
+/// retry), written when the step starts and completed with its result, so that a retry of the
+/// call after a crash replays what was recorded instead of running it again.
+inline constexpr const char* v7 = R"sql(
+CREATE TABLE journal(
+  key         TEXT NOT NULL CHECK (key <> ''),
+  step        INTEGER NOT NULL CHECK (step >= 1),
+  kind        TEXT NOT NULL CHECK (kind IN ('tool', 'call', 'sleep')),
+  what        TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  entries     TEXT NOT NULL,
+  result      TEXT,
+  runs        INTEGER NOT NULL CHECK (runs >= 1),
+  started_at  INTEGER NOT NULL,
+  finished_at INTEGER,
+  PRIMARY KEY (key, step)
+) WITHOUT ROWID;
+)sql";
+
+inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5, v6, v7};
 
 /// The first schema version with the `owners` table.
 inline constexpr int owners_version = 6;
+/// The first schema version with the `journal` table.
+inline constexpr int journal_version = 7;
+
+/// What an open releases: the keys an activation that is gone left pending, except (from
+/// version 7) those whose call has a journal, which a retry resumes.
+inline constexpr char release_pending_sql[] = "DELETE FROM idempotency_keys WHERE status='pending'";
+inline constexpr char release_unjournaled_sql[] =
+  "DELETE FROM idempotency_keys WHERE status='pending' AND "
+  "'key:' || key NOT IN (SELECT key FROM journal)";
 
 /// Migration 1 as a new file gets it at version 4: the same tables, indexes and triggers that
 /// migrations 1, 3 and 4 leave, except that `facts.fact_id` has no UNIQUE constraint (and so no
-/// index). A new file is built from `fresh_v1` + `v2` + `v5` + `v6` (fewer statements to parse
-/// than replaying every migration, which matters for creation time); the meta rows are written
-/// by the builder.
-/// A test checks that a new file and one migrated from version 1 have the same tables, columns,
-/// indexes and triggers, apart from that constraint.
+/// index). A new file is built from `fresh_v1` + `v2` + `v5` + `v6` + `v7` (fewer statements to
+/// parse than replaying every migration, which matters for creation time); the meta rows are
+/// written by the builder. A test checks that a new file and one migrated from version 1 have the
+/// same tables, columns, indexes and triggers, apart from that constraint.
 inline constexpr const char* fresh_v1 = R"sql(
 CREATE TABLE meta(
   key   TEXT PRIMARY KEY,

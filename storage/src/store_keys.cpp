@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "schema.hpp"
 #include "store_sql.hpp"
 
 namespace factum {
@@ -147,12 +148,34 @@ status entity_store::release_key(std::string_view key) {
 }
 
 result<int64_t> entity_store::purge_expired_keys(int64_t now) {
+  if (schema_version_ < schema::journal_version) {
+    if (auto st = write_bound("DELETE FROM idempotency_keys WHERE expires_at IS NOT NULL AND "
+                              "expires_at <= ? AND status <> 'pending'",
+                              "purge keys", now);
+        !st)
+      return st;
+    return static_cast<int64_t>(sqlite3_changes(db_));
+  }
+  // A pending key with a journal belongs to a call interrupted at an await (no call runs while
+  // the purge does): it expires like a settled one.
   if (auto st = write_bound("DELETE FROM idempotency_keys WHERE expires_at IS NOT NULL AND "
-                            "expires_at <= ? AND status <> 'pending'",
+                            "expires_at <= ? AND (status <> 'pending' OR "
+                            "'key:' || key IN (SELECT key FROM journal))",
                             "purge keys", now);
       !st)
     return st;
-  return static_cast<int64_t>(sqlite3_changes(db_));
+  auto purged = static_cast<int64_t>(sqlite3_changes(db_));
+  // The journals of calls whose key is gone, unless a live dead letter owns the key (its retry
+  // replays the journal).
+  if (auto st = write_bound(
+        "DELETE FROM journal WHERE substr(key, 1, 4) = 'key:' AND substr(key, 5) NOT IN "
+        "(SELECT key FROM idempotency_keys) AND substr(key, 5) NOT IN (SELECT idempotency_key "
+        "FROM dead_letters WHERE idempotency_key IS NOT NULL AND status IN ('pending', "
+        "'scheduled', 'acknowledged'))",
+        "purge journals");
+      !st)
+    return st;
+  return purged;
 }
 
 result<idempotency_record> entity_store::get_key(std::string_view key) {

@@ -79,9 +79,10 @@ status entity_store::take_ownership(int64_t epoch, std::string_view node, bool r
       return undo(st);
   int64_t released = 0;
   if (release_pending) {
-    if (auto st =
-          step_bound("DELETE FROM idempotency_keys WHERE status='pending'", "release pending keys");
-        !st)
+    auto st = schema_version_ >= schema::journal_version
+                ? step_bound(schema::release_unjournaled_sql, "release pending keys")
+                : step_bound(schema::release_pending_sql, "release pending keys");
+    if (!st)
       return undo(st);
     released = sqlite3_changes(db_);
   }

@@ -307,7 +307,10 @@ status entity_store::write_migrations(int version, int target) {
 }
 
 result<int64_t> entity_store::count_pending_keys() {
-  sqlite3_stmt* st = prepare("SELECT COUNT(*) FROM idempotency_keys WHERE status='pending'");
+  sqlite3_stmt* st = schema_version_ >= schema::journal_version
+                       ? prepare("SELECT COUNT(*) FROM idempotency_keys WHERE status='pending' "
+                                 "AND 'key:' || key NOT IN (SELECT key FROM journal)")
+                       : prepare("SELECT COUNT(*) FROM idempotency_keys WHERE status='pending'");
   if (!st)
     return fail(sqlite3_errcode(db_), "count pending keys");
   stmt_guard g{st};
@@ -415,14 +418,17 @@ status entity_store::migrate() {
     end_reading();
     return take_ownership(opts_.owner_epoch, opts_.owner_node, true);
   }
-  // Keys pending in the file belong to an activation that is gone (single activation).
+  // Keys pending in the file belong to an activation that is gone (single activation). A key
+  // with a journal stays pending: its call was interrupted at an await, and a retry resumes it.
   auto pending = count_pending_keys();
   if (!pending)
     return pending.error();
   if (*pending > 0) {
     released_on_open_ = *pending;
     end_reading();
-    if (auto st = exec("DELETE FROM idempotency_keys WHERE status='pending'"); !st)
+    if (auto st = exec(schema_version_ >= schema::journal_version ? schema::release_unjournaled_sql
+                                                                  : schema::release_pending_sql);
+        !st)
       return st;
   }
   return status::ok();

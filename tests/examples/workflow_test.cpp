@@ -129,7 +129,15 @@ TEST_CASE("workflow: an exhausted step is a dead letter whose operator retry res
   REQUIRE_MESSAGE(again.ok, again.body);
   CHECK(again.replayed);
   CHECK(again.json()["execution_id"] == exec_id);
-  CHECK(again.json()["resumed"] == true);
+  // The retry replayed the first run from its journal (which had found nothing to resume), up
+  // to the failed step, instead of starting over: no execution_resumed fact.
+  CHECK(again.json()["resumed"] == false);
+  CHECK(f.facts("order_workflow", "order-process",
+                {{"type", "workflow.execution_resumed"}, {"idempotency_key", "order-ORD-2"}})
+          .empty());
+  CHECK(f.facts("order_workflow", "order-process",
+                {{"type", "workflow.execution_started"}, {"idempotency_key", "order-ORD-2"}})
+          .size() == 1);
 }
 
 TEST_CASE("workflow: dead letters can be discarded or acknowledged, and final ones stay final") {

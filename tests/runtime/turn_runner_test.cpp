@@ -71,10 +71,11 @@ struct fake_host final : turn_host, context_port {
   int commits_failed = 0;
 
   void turn_answered(queued&, call_reply r) override { answers.push_back(std::move(r)); }
-  std::function<void()> commit_at_await(uint64_t token) override {
+  void hold_await(uint64_t token, std::function<void(bool, std::function<void()>)> start) override {
     if (store->dirty())
       commit();
-    return [this, token] { wakes.push_back(token); };
+    auto* t = runner->current();
+    start(!(t && t->lost_at_await), [this, token] { wakes.push_back(token); });
   }
   uint64_t next_token() override { return tokens++; }
   void route(const entity_key&, call_request, std::chrono::milliseconds,
@@ -425,8 +426,9 @@ TEST_CASE("turn runner: a breaker's half-open trial left in flight by a dead pro
   CHECK(b.vendor_calls == 1);
 }
 
-TEST_CASE("turn runner: a commit that fails while a tool call awaits its vendor fails the call "
-          "retryably, and the call's breaker outlives the commit (it was freed under it)") {
+TEST_CASE("turn runner: a commit that fails at a tool call's await fails the call retryably "
+          "without calling the vendor, and the call's breaker outlives the commit (it was freed "
+          "under it)") {
   bench b;
   b.vendor_ok = true;
   b.fail_commits = true;
@@ -435,8 +437,9 @@ TEST_CASE("turn runner: a commit that fails while a tool call awaits its vendor 
   CHECK(r.retryable);
   CHECK(r.code == "STORAGE_FULL");
   CHECK(b.host.commits_failed >= 1);
+  CHECK(b.vendor_calls == 0); // the call waits for the commit before it leaves, and it failed
   b.fail_commits = false;
   auto again = b.call("deliver", "k1");
   CHECK_MESSAGE(again.ok, again.body);
-  CHECK(b.vendor_calls == 2);
+  CHECK(b.vendor_calls == 1);
 }

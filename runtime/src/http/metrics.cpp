@@ -255,6 +255,17 @@ std::string http_metrics::render(const runtime_stats& rt, const cluster_stats* c
          "Calls refused because their key was in flight (409).", rt.key_conflicts);
   metric(out, "factum_idempotency_mismatches_total", "counter",
          "Calls refused because their key was used with another request (422).", rt.key_mismatches);
+  metric(out, "factum_journal_steps_total", "counter",
+         "Awaited steps of journaled calls started (run for real).", rt.journal_steps);
+  metric(out, "factum_journal_steps_replayed_total", "counter",
+         "Awaited steps of journaled calls answered from the journal by a replay.",
+         rt.journal_steps_replayed);
+  metric(out, "factum_journal_resumes_total", "counter",
+         "Calls interrupted at an await (a crash, a retryable failure) that a retry resumed.",
+         rt.journal_resumes);
+  metric(out, "factum_journal_mismatches_total", "counter",
+         "Replays that diverged from their journal (JOURNAL_MISMATCH, dead-lettered).",
+         rt.journal_mismatches);
   metric(out, "factum_idempotency_keys_released_on_open_total", "counter",
          "Pending keys released when an entity reopened after a crash.", rt.keys_released_on_open);
   metric(out, "factum_alarm_index_rebuilds_total", "counter",

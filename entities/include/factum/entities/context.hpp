@@ -66,7 +66,10 @@ class context;
 
 /// An asynchronous operation a handler awaits. Awaiting it ends the turn's current savepoint and
 /// commits what the entity has written so far (like Durable Objects, an await of I/O is a
-/// commit point); the handler resumes on the entity's actor once the result is there.
+/// commit point); the operation starts only once that commit is durable (the output gate holds
+/// it as it holds replies), and the handler resumes on the entity's actor once the result is
+/// there. When that commit fails, the operation never starts and the await throws the storage
+/// error (503 STORAGE_UNAVAILABLE, retryable).
 template <class T> class async_op {
  public:
   using starter = std::function<void(std::function<void(T)>)>;
@@ -74,7 +77,14 @@ template <class T> class async_op {
 
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h);
-  T await_resume() { return std::move(**slot_); }
+  T await_resume() {
+    if (!*slot_)
+      throw call_error(error_category::transient, "STORAGE_UNAVAILABLE",
+                       "the commit of what the handler wrote before this await failed; the "
+                       "awaited operation did not start",
+                       503);
+    return std::move(**slot_);
+  }
 
  private:
   context& ctx_;
@@ -90,7 +100,7 @@ class context {
   // -- identity --
   virtual const entity_key& key() const = 0;
   virtual const call_info& call() const = 0;
-  /// Wall clock in ms since the epoch (injectable by the runtime's clock).
+  /// Wall clock in ms since the epoch (journaled: a replay gets the time the first run got).
   virtual int64_t now_ms() const = 0;
 
   // -- facts --
@@ -119,60 +129,57 @@ class context {
   virtual int64_t put_config(std::string_view config_id, const nlohmann::json& body) = 0;
 
   // -- asynchronous operations --
+  //
+  // In a journaled turn (a call with an idempotency key, an alarm, a dead letter's retry) each
+  // of these is a step of the turn's journal, and the reads, writes, clock and random numbers
+  // between them are its entries: a retry of the turn after a crash replays what the journal
+  // recorded instead of doing it again (docs/architecture.md, "Durable execution").
+
   /// Calls a method of another entity of the same tenant.
-  async_op<call_reply> call(const std::string& type, const std::string& id, std::string method,
-                            nlohmann::json args) {
+  task<call_reply> call(const std::string& type, const std::string& id, std::string method,
+                        nlohmann::json args) {
     // No defaulted class-type argument: GCC 12 miscompiles them inside co_await expressions.
     return call(type, id, std::move(method), std::move(args), call_options());
   }
   /// Calls a method of another entity of the same tenant with options (idempotency key...).
-  async_op<call_reply> call(const std::string& type, const std::string& id, std::string method,
-                            nlohmann::json args, call_options opts) {
-    return async_op<call_reply>(
-      *this, [this, type, id, method = std::move(method), args = args.dump(),
-              opts = std::move(opts)](std::function<void(call_reply)> done) mutable {
-        start_entity_call(type, id, std::move(method), std::move(args), std::move(opts),
-                          std::move(done));
-      });
-  }
+  /// In a journaled turn a call without a key gets one derived from the turn's journal, so that
+  /// a replay that runs it again is not run twice by the callee.
+  virtual task<call_reply> call(const std::string& type, const std::string& id, std::string method,
+                                nlohmann::json args, call_options opts) = 0;
   /// Calls an external tool registered with the runtime, with its retry policy, circuit
   /// breaker, retry budget and price (config version locked at the first attempt). Every failed
   /// attempt appends an error fact, every charge a cost fact; exhausted retries end as a dead
   /// letter. The reply is the last attempt's (or the fallback's while the breaker is open).
   virtual task<tool_reply> call_tool(tool_request req) = 0;
   /// One attempt at the tool, without any policy (the transport).
-  async_op<tool_reply> call_tool_once(tool_request req) {
-    return async_op<tool_reply>(*this,
-                                [this, req = std::move(req)](std::function<void(tool_reply)> done) {
-                                  start_tool_call(req, std::move(done));
-                                });
-  }
-  /// Waits without blocking a thread.
-  async_op<bool> sleep(std::chrono::milliseconds d) {
-    return async_op<bool>(
-      *this, [this, d](std::function<void(bool)> done) { start_timer(d, std::move(done)); });
-  }
+  virtual task<tool_reply> call_tool_once(tool_request req) = 0;
+  /// Waits without blocking a thread. In a journaled turn the wait ends at the time the first
+  /// run chose, also when a replay reaches it after a crash.
+  virtual task<bool> sleep(std::chrono::milliseconds d) = 0;
+  /// A random 64-bit number (journaled: a replay gets the same one).
+  virtual uint64_t random() = 0;
 
   // -- runtime seam (implemented by the runtime; not for handlers) --
-  /// Marks the running turn suspended at `h` (a commit point) and returns the thread-safe
-  /// function that schedules its resumption on the entity's actor.
-  virtual std::function<void()> suspend_turn(std::coroutine_handle<> h) = 0;
-
- protected:
-  virtual void start_entity_call(const std::string& type, const std::string& id, std::string method,
-                                 std::string args_json, call_options opts,
-                                 std::function<void(call_reply)> done) = 0;
-  virtual void start_tool_call(const tool_request& req, std::function<void(tool_reply)> done) = 0;
-  virtual void start_timer(std::chrono::milliseconds d, std::function<void(bool)> done) = 0;
+  /// Marks the running turn suspended at `h` (a commit point), commits what it wrote, and once
+  /// that is durable calls `start(true, wake)` on the entity's actor (`start(false, wake)` when
+  /// the commit failed); `wake` is the thread-safe function that schedules the turn's
+  /// resumption.
+  virtual void suspend_turn(std::coroutine_handle<> h,
+                            std::function<void(bool, std::function<void()>)> start) = 0;
 };
 
 template <class T> void async_op<T>::await_suspend(std::coroutine_handle<> h) {
-  auto wake = ctx_.suspend_turn(h);
-  auto slot = slot_;
-  start_([slot, wake = std::move(wake)](T v) mutable {
-    *slot = std::move(v);
-    wake();
-  });
+  ctx_.suspend_turn(
+    h, [slot = slot_, start = std::move(start_)](bool go, std::function<void()> wake) mutable {
+      if (!go) {
+        wake(); // the slot stays empty: await_resume throws
+        return;
+      }
+      start([slot, wake = std::move(wake)](T v) mutable {
+        *slot = std::move(v);
+        wake();
+      });
+    });
 }
 
 } // namespace factum

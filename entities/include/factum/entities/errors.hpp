@@ -55,6 +55,9 @@ class call_error : public std::runtime_error {
 
   /// Extra members of the problem body (e.g. retry_after_ms).
   nlohmann::json details = nlohmann::json::object();
+  /// The turn keeps what it wrote although it fails: a saga that compensated before failing.
+  /// By default (false) a failure rolls back what the turn wrote since its last await.
+  bool keep_writes = false;
 
  private:
   error_category category_;

@@ -233,6 +233,10 @@ struct runtime_stats {
   uint64_t replays = 0;
   uint64_t key_conflicts = 0;
   uint64_t key_mismatches = 0;
+  uint64_t journal_steps = 0;          ///< journaled steps started (run for real)
+  uint64_t journal_steps_replayed = 0; ///< journaled steps answered from the journal
+  uint64_t journal_resumes = 0;        ///< interrupted calls resumed by a retry
+  uint64_t journal_mismatches = 0;     ///< replays that diverged (JOURNAL_MISMATCH)
   uint64_t keys_released_on_open = 0;
   uint64_t alarms_fired = 0;
   uint64_t alarm_retries = 0;

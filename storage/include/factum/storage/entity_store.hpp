@@ -331,7 +331,9 @@ class entity_store {
   status fail_key(std::string_view key, std::string_view response);
   /// Removes a pending key (a retryable failure): a retry runs the call again.
   status release_key(std::string_view key);
-  /// Deletes keys whose expiry is at or before `now`; returns how many.
+  /// Deletes keys whose expiry is at or before `now`, with their journals; returns how many.
+  /// A pending key with a journal (a call interrupted at an await, which a retry resumes) expires
+  /// too: nothing else releases it.
   result<int64_t> purge_expired_keys(int64_t now);
   /// One key, NOT_FOUND when absent.
   result<idempotency_record> get_key(std::string_view key);
@@ -339,6 +341,20 @@ class entity_store {
   result<std::vector<idempotency_record>> list_keys(int64_t limit);
   /// The earliest expiry among stored keys, if any.
   result<std::optional<int64_t>> next_key_expiry();
+
+  // -- the journal of durable execution (schema version 7) --
+
+  /// Writes step `s` (replacing a row of the same key and step): its start, or its start again.
+  status put_journal_step(const journal_step& s);
+  /// Completes step `step` of `key` with `result` (JSON text) at `at_ms`.
+  status finish_journal_step(std::string_view key, int64_t step, std::string_view result,
+                             int64_t at_ms);
+  /// Every step of `key`, in step order (empty when none, or in a file older than version 7).
+  result<std::vector<journal_step>> journal(std::string_view key);
+  /// The journals in the file, newest first.
+  result<std::vector<journal_summary>> list_journals(int64_t limit);
+  /// Deletes the journal of `key`: its steps after `after_step` (0: all of them).
+  status purge_journal(std::string_view key, int64_t after_step = 0);
 
   // -- alarms --
 

@@ -93,6 +93,31 @@ struct owner_record {
   int64_t claimed_ms = 0; ///< when the claim committed
 };
 
+/// One awaited step of a journaled call (entity_store's journal; docs/storage-format.md
+/// section 16): written when the step starts, completed with its result, replayed by a retry.
+struct journal_step {
+  std::string key;         ///< the journal's call: an idempotency key, "@alarm:NAME" or "@dl:ID"
+  int64_t step = 0;        ///< 1, 2, ... in the order the handler awaited
+  std::string kind;        ///< "tool", "call" or "sleep"
+  std::string what;        ///< tool/operation, type/id/method, or the sleep's duration
+  std::string fingerprint; ///< SHA-256 (hex) of the request
+  /// What the handler did since the step before (reads, writes, clock, random numbers), each
+  /// with its result: a JSON array (docs/storage-format.md section 16).
+  std::string entries = "[]";
+  std::optional<std::string> result;     ///< the step's result (JSON); none while in flight
+  int64_t runs = 1;                      ///< how many times the step was started
+  int64_t started_at_ms = 0;             ///< when it last started
+  std::optional<int64_t> finished_at_ms; ///< when it completed
+};
+
+/// A journal in a listing: its key, how many steps, and when its last step started.
+struct journal_summary {
+  std::string key;
+  int64_t steps = 0;
+  int64_t completed = 0; ///< steps with a result
+  int64_t last_started_ms = 0;
+};
+
 /// What verify() found.
 struct verify_report {
   bool ok = true;
