@@ -200,6 +200,28 @@ TEST_CASE("keys, alarms, breakers, dead letters: golden tables") {
   CHECK(alarms.code == 0);
   CHECK(alarms.out == golden("alarms.txt"));
 
+  auto journals = f.table("journal", {"acme/ledger/a1"});
+  CHECK(journals.code == 0);
+  CHECK(journals.out == golden("journals.txt"));
+  auto journal = f.table("journal", {"acme/ledger/a1", "--key", "k1"});
+  CHECK(journal.code == 0);
+  CHECK(journal.out == golden("journal.txt"));
+  auto steps = f.json("journal", {"acme/ledger/a1", "--journal", "key:k1"});
+  REQUIRE(lines(steps.out).size() == 2);
+  auto s1 = nlohmann::json::parse(lines(steps.out)[0]);
+  CHECK(s1["state"] == "completed");
+  CHECK(s1["entries"] == nlohmann::json::parse(R"([["append","order",1]])"));
+  CHECK(s1["result"]["ok"] == true);
+  auto s2 = nlohmann::json::parse(lines(steps.out)[1]);
+  CHECK(s2["state"] == "in flight");
+  CHECK(s2["runs"] == 2);
+  CHECK(s2["result"].is_null());
+  auto none = f.table("journal", {"acme/ledger/a1", "--key", "nope"});
+  CHECK(none.code == 3);
+  CHECK(none.err == "factum inspect: no journal key:nope in acme/ledger/a1\n");
+  auto both = f.table("journal", {"acme/ledger/a1", "--key", "k1", "--journal", "key:k1"});
+  CHECK(both.code == 2);
+
   auto breakers = f.table("breakers", {"acme/ledger/a1"});
   CHECK(breakers.code == 0);
   CHECK(breakers.out == golden("breakers.txt"));
@@ -390,6 +412,7 @@ TEST_CASE("read-only: inspecting closed files changes no byte, no mtime, and add
     {"show", "acme/ledger/a1", "3"},
     {"keys", "acme/ledger/a1"},
     {"alarms", "acme/ledger/a1"},
+    {"journal", "acme/ledger/a1", "--key", "k1"},
     {"owners", "acme/ledger/a1"},
     {"breakers", "acme/ledger/a1"},
     {"dead-letters", "acme/ledger/a1"},

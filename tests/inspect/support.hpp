@@ -158,6 +158,20 @@ inline void fill_fixture(const fs::path& dir) {
     REQUIRE(s->fail_key("k2", R"({"code":"HTTP_503"})").is_ok());
     REQUIRE(s->begin_key("k3", "fp3", 0, t0 + 5000).is_ok());
     REQUIRE(s->complete_key("k3", R"({"seq":7})").is_ok());
+    journal_step j1{"key:k1",
+                    1,
+                    "tool",
+                    "sms/send",
+                    "fp-s1",
+                    R"([["append","order",1]])",
+                    R"({"ok":true,"http_status":200})",
+                    1,
+                    t0 + 100,
+                    t0 + 200};
+    journal_step j2{"key:k1",     2, "sleep",  "500ms",     "500ms", "[]",
+                    std::nullopt, 2, t0 + 300, std::nullopt};
+    REQUIRE(s->put_journal_step(j1).is_ok());
+    REQUIRE(s->put_journal_step(j2).is_ok());
     REQUIRE(s->set_alarm({"expire-keys", t0 + 30'000, "{}", 0, t0}).is_ok());
     REQUIRE(s->set_alarm({"retry-dl", t0 + 120'000, R"({"dl":"dl_1"})", 2, t0 + 1000}).is_ok());
     REQUIRE(s->put_breaker({"telephony", "OPEN", R"({"failures":5})", t0 + 10000}).is_ok());

@@ -82,6 +82,10 @@ int run_show(const run_ctx& ctx, const common_options& c, const std::string& ent
              const std::string& which);
 int run_keys(const run_ctx& ctx, const common_options& c, const std::string& entity,
              const std::string& status, int64_t limit);
+/// The journals of durable execution in the entity's file, or one of them (a call's by its
+/// idempotency key, or any by its name as listed: key:K, alarm:NAME, dl:ID) step by step.
+int run_journal(const run_ctx& ctx, const common_options& c, const std::string& entity,
+                const std::string& call_key, const std::string& journal);
 int run_alarms(const run_ctx& ctx, const common_options& c, const std::string& entity);
 int run_owners(const run_ctx& ctx, const common_options& c, const std::string& entity);
 int run_breakers(const run_ctx& ctx, const common_options& c, const std::string& entity);

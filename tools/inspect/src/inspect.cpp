@@ -151,6 +151,10 @@ struct list_cmd {
   std::string entity, status;
   int64_t limit = 100;
 };
+struct journal_cmd {
+  common_options common;
+  std::string entity, key, journal;
+};
 
 } // namespace
 
@@ -165,8 +169,9 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
   s->io = std::move(io);
   s->exit_code = exit_code;
   auto* inspect = app.add_subcommand(
-    "inspect", "Inspect entity databases read-only: entities, facts, keys, alarms, owners, "
-               "breakers, dead letters, economics, verify");
+    "inspect",
+    "Inspect entity databases read-only: entities, facts, keys, journals, alarms, owners, "
+    "breakers, dead letters, economics, verify");
   inspect->require_subcommand(1);
   // Parse errors inside `factum inspect` carry the tool's prefix like its other messages.
   app.failure_message([inspect](const CLI::App* a, const CLI::Error& e) {
@@ -256,6 +261,24 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
     },
     [](const run_ctx& ctx, list_cmd& o) {
       return run_keys(ctx, o.common, o.entity, o.status, o.limit);
+    });
+
+  subcommand<journal_cmd>(
+    inspect, s, "journal",
+    "List the journals of durable execution in the entity's file, or show one step by step",
+    [](CLI::App* sub, journal_cmd& o) {
+      add_data_option(sub, o.common);
+      add_output_options(sub, o.common);
+      add_entity_arg(sub, o.entity);
+      sub->add_option("--key", o.key, "The journal of the call with this idempotency key")
+        ->type_name("KEY");
+      sub
+        ->add_option("--journal", o.journal,
+                     "A journal by its name as listed (key:K, alarm:NAME, dl:ID)")
+        ->type_name("NAME");
+    },
+    [](const run_ctx& ctx, journal_cmd& o) {
+      return run_journal(ctx, o.common, o.entity, o.key, o.journal);
     });
 
   subcommand<entity_cmd>(

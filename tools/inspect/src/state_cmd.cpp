@@ -1,6 +1,6 @@
-// state_cmd.cpp: `keys`, `alarms`, `owners`, `breakers` and `dead-letters`: the entity's state
-// besides its facts (breakers and dead letters also through the HTTP API). Runs on the thread that
-// parses the command line.
+// state_cmd.cpp: `keys`, `journal`, `alarms`, `owners`, `breakers` and `dead-letters`: the
+// entity's state besides its facts (breakers and dead letters also through the HTTP API). Runs on
+// the thread that parses the command line.
 #include <ostream>
 
 #include "commands.hpp"
@@ -92,6 +92,78 @@ int run_keys(const run_ctx& ctx, const common_options& c, const std::string& ent
     t.add({k.key, st, ctx.time(k.created_at_ms), opt_time(ctx, k.expires_at_ms, "never"),
            expired ? "yes" : "no", or_dash(compact(k.response, 60))},
           {"", k.status == key_status::failed ? ctx.red(st) : st});
+  }
+  if (!ctx.json)
+    t.print(ctx);
+  return exit_ok;
+}
+
+int run_journal(const run_ctx& ctx, const common_options& c, const std::string& entity,
+                const std::string& call_key, const std::string& journal) {
+  if (!call_key.empty() && !journal.empty())
+    return ctx.fail(exit_usage, "--key and --journal exclude each other");
+  auto e = open_entity(ctx, c, entity, "journal");
+  if (e.rc)
+    return e.rc;
+  auto& store = e.reader->store();
+  if (call_key.empty() && journal.empty()) { // the journals in the file
+    auto all = store.list_journals(100000);
+    if (!all)
+      return ctx.fail(all.error());
+    text_table t({{"JOURNAL"}, {"STEPS", true}, {"COMPLETED", true}, {"LAST_STARTED"}});
+    for (auto& j : *all) {
+      if (ctx.json)
+        ctx.json_line({{"journal", j.key},
+                       {"steps", j.steps},
+                       {"completed", j.completed},
+                       {"last_started_ms", j.last_started_ms}});
+      else
+        t.add({j.key, std::to_string(j.steps), std::to_string(j.completed),
+               ctx.time(j.last_started_ms)});
+    }
+    if (!ctx.json)
+      t.print(ctx);
+    return exit_ok;
+  }
+  auto name = journal.empty() ? "key:" + call_key : journal;
+  auto steps = store.journal(name);
+  if (!steps)
+    return ctx.fail(steps.error());
+  if (steps->empty())
+    return ctx.fail(status{errc::not_found, "no journal " + name + " in " + entity});
+  text_table t({{"STEP", true},
+                {"KIND"},
+                {"WHAT"},
+                {"RUNS", true},
+                {"STATE"},
+                {"STARTED"},
+                {"FINISHED"},
+                {"ENTRIES", true},
+                {"RESULT"}});
+  for (auto& s : *steps) {
+    auto entries = nlohmann::json::parse(s.entries, nullptr, false);
+    std::string state = s.result ? "completed" : "in flight";
+    if (ctx.json) {
+      nlohmann::json j = {{"journal", name},
+                          {"step", s.step},
+                          {"kind", s.kind},
+                          {"what", s.what},
+                          {"fingerprint", s.fingerprint},
+                          {"runs", s.runs},
+                          {"state", state},
+                          {"started_at_ms", s.started_at_ms},
+                          {"entries", entries}};
+      j["result"] = s.result ? nlohmann::json::parse(*s.result, nullptr, false) : nullptr;
+      if (s.finished_at_ms)
+        j["finished_at_ms"] = *s.finished_at_ms;
+      ctx.json_line(j);
+      continue;
+    }
+    t.add({std::to_string(s.step), s.kind, s.what, std::to_string(s.runs), state,
+           ctx.time(s.started_at_ms), opt_time(ctx, s.finished_at_ms, "-"),
+           std::to_string(entries.is_array() ? entries.size() : 0),
+           s.result ? compact(*s.result, 60) : std::string("-")},
+          {"", "", "", "", s.result ? state : ctx.red(state)});
   }
   if (!ctx.json)
     t.print(ctx);
