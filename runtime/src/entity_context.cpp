@@ -70,11 +70,9 @@ std::optional<json> entity_context::begin_step(turn_journal& j, std::string_view
   }
   started_ms = s.row.started_at_ms;
   try {
-    // A journal begun afresh replaces whatever an earlier call with the key left (one whose
-    // dead letter was discarded, say).
-    if (s.step == 1 && s.row.runs == 1)
-      throw_if(store().purge_journal(j.key()));
-    else if (s.row.runs > 1) // a step run again: the steps after it go (journal.hpp)
+    // (A journal begun afresh has no rows to replace: a key's journal goes with the key, or
+    // when the dead letter that owned the key is discarded.)
+    if (s.row.runs > 1) // a step run again: the steps after it go (journal.hpp)
       throw_if(store().purge_journal(j.key(), s.step));
     throw_if(store().put_journal_step(s.row));
   } catch (...) {

@@ -6,6 +6,8 @@
 // class arguments): every awaited operation here is first bound to a named variable.
 #include "tool_call.hpp"
 
+#include "journal.hpp"
+
 #include "call_errors.hpp"
 
 #include "factum/resilience/money.hpp"
@@ -591,6 +593,13 @@ json operator_record(const json& args) {
 
 } // namespace
 
+std::string dead_letter_journal(const dead_letter_record& dl) {
+  static constexpr std::string_view alarm_op = "@alarm:";
+  if (dl.operation.rfind(alarm_op, 0) == 0)
+    return "alarm:" + dl.operation.substr(alarm_op.size());
+  return dl.idempotency_key.empty() ? "dl:" + dl.id : journal_key_of_call(dl.idempotency_key);
+}
+
 json act_on_dead_letter(tool_host& h, const json& args) {
   auto id = args.value("id", "");
   auto action = parse_dl_action(args.value("action", ""));
@@ -622,6 +631,9 @@ json act_on_dead_letter(tool_host& h, const json& args) {
   if (auto st = h.store().put_dead_letter(dl); !st)
     throw storage_error(st);
   h.dead_letter_written(dl);
+  if (dl.status == dl_status::discarded) // nothing will replay its call's journal now
+    if (auto st = h.store().purge_journal(dead_letter_journal(dl)); !st)
+      throw storage_error(st);
   fact_draft d;
   d.type = "lifecycle";
   d.subtype = "dead_letter_" + std::string(to_string(*action));

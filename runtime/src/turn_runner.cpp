@@ -301,14 +301,14 @@ void turn_runner::run_dead_letter_retry() {
   if (t.item.req.fingerprint.empty())
     t.item.req.fingerprint = call_fingerprint(t.info.method, t.info.args_json);
   t.info.fingerprint = t.item.req.fingerprint;
-  start_journal(t.info.idempotency_key.empty() ? "dl:" + dl->id
-                                               : journal_key_of_call(t.info.idempotency_key),
-                true);
+  start_journal(dead_letter_journal(*dl), true);
   start_task(m->fn(*instance_, *ctx_, std::move(args)),
              [this](std::exception_ptr e, std::optional<json> v) { finish(e, std::move(v)); });
 }
 
 void turn_runner::start_journal(std::string key, bool recorded) {
+  if (!env_.cfg->journal)
+    return;
   std::vector<journal_step> steps;
   if (recorded)
     steps = value_or_throw(store().journal(key));

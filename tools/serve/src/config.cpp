@@ -583,12 +583,17 @@ status apply_listen(serve_config& cfg, std::string_view listen) {
   return status::ok();
 }
 
-/// `dev`, `listen`, `data_dir` and `durability`.
+/// `dev`, `journal`, `listen`, `data_dir` and `durability`.
 status parse_basics(const json& doc, serve_config& cfg) {
   if (auto it = doc.find("dev"); it != doc.end()) {
     if (!it->is_boolean())
       return bad("dev", "must be true or false");
     cfg.dev = it->get<bool>();
+  }
+  if (auto it = doc.find("journal"); it != doc.end()) {
+    if (!it->is_boolean())
+      return bad("journal", "must be true or false");
+    cfg.runtime.journal = it->get<bool>();
   }
   if (auto it = doc.find("listen"); it != doc.end()) {
     if (!it->is_string())
@@ -756,6 +761,7 @@ result<serve_config> parse_serve_config(const json& doc, const entity_registry& 
                             "alarm_poll_ms",
                             "dead_letter_rules",
                             "dev",
+                            "journal",
                             "tenants",
                             "types",
                             "idempotency",

@@ -122,6 +122,11 @@ struct runtime_config {
   size_t sync_threads = 16;
   /// Idempotency key lifetime; 0 keeps keys until purged. Default 24 h.
   std::chrono::milliseconds key_ttl{std::chrono::hours(24)};
+  /// Durable execution: a call with an idempotency key, an alarm and a dead letter's retry
+  /// journal the steps their handler awaits, so that a retry after a crash resumes them
+  /// (docs/architecture.md, "Durable execution"). False: no journal; a retry of a call
+  /// interrupted at an await runs it again from the start. Default true.
+  bool journal = true;
   /// Expired keys of an entity are purged by an alarm at most this often. Default 1 h.
   std::chrono::milliseconds key_purge_interval{std::chrono::hours(1)};
   /// First retry delay of a failing alarm handler; doubles per retry. Default 2 s.
