@@ -55,6 +55,7 @@ struct args_t {
   int wal_checkpoint_frames = 0; // 0: the runtime's default
   int wal_grow_kib = -1;         // -1: the runtime's default
   bool tenant_quota = false;     // the bench tenant gets quotas no run reaches
+  bool journal = true;           // keyed calls journal their awaits (runtime_config::journal)
 };
 
 struct run_result {
@@ -103,6 +104,7 @@ runtime_config make_config(const fs::path& dir, const args_t& a, size_t max_acti
     c.wal_checkpoint_frames = a.wal_checkpoint_frames;
   if (a.wal_grow_kib >= 0)
     c.wal_grow_kib = a.wal_grow_kib;
+  c.journal = a.journal;
   if (a.tenant_quota) // creations check max_entities; every commit measures its -wal
     c.tenant_quotas["bench"] = {int64_t{1} << 40, int64_t{1} << 60};
   add_builtin_types(c.types);
@@ -586,6 +588,9 @@ int main(int argc, char** argv) {
   app.add_flag("--tenant_quota", a.tenant_quota,
                "give the bench tenant quotas no run reaches (max_entities, max_bytes), so that "
                "creations are checked against them and every commit measures its -wal");
+  app.add_option("--journal", a.journal,
+                 "journal keyed calls (runtime_config::journal; the journal workload sets it "
+                 "itself)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -284,7 +284,7 @@ json alarm_json(const alarm_record& a) {
 
 fact entity_context::append(fact_draft d) {
   auto* j = journal();
-  if (j)
+  if (j && j->replaying())
     if (auto r = j->replay("append", fact_what(d)))
       return value_or_throw(store().get(r->get<int64_t>()));
   if (d.trace_id.empty())

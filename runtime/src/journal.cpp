@@ -95,7 +95,7 @@ void turn_journal::stop() {
   next_recorded_ = next_entry_ = 0;
   entries_ = nullptr;
   next_step_ = 1;
-  live_entries_ = json::array();
+  live_.clear();
 }
 
 const json& turn_journal::recorded_entries() {
@@ -129,9 +129,7 @@ std::optional<json> turn_journal::replay(std::string_view kind, std::string_view
 }
 
 void turn_journal::record(std::string_view kind, std::string_view what, json result) {
-  if (live_entries_.is_null())
-    live_entries_ = json::array();
-  live_entries_.push_back(json::array({kind, what, std::move(result)}));
+  live_.push_back(live_entry{kind, std::string(what), std::move(result)});
 }
 
 turn_journal::step_start turn_journal::begin_step(std::string_view kind, std::string_view what,
@@ -177,10 +175,13 @@ turn_journal::step_start turn_journal::begin_step(std::string_view kind, std::st
   out.row.kind = std::string(kind);
   out.row.what = std::string(what);
   out.row.fingerprint = std::string(fingerprint);
-  out.row.entries = live_entries_.is_null() ? "[]" : live_entries_.dump();
+  json entries = json::array();
+  for (auto& e : live_)
+    entries.push_back(json::array({e.kind, std::move(e.what), std::move(e.result)}));
+  out.row.entries = entries.dump();
   out.row.runs = 1;
   out.row.started_at_ms = now_ms;
-  live_entries_ = json::array();
+  live_.clear();
   in_step_ = true;
   return out;
 }

@@ -95,11 +95,18 @@ class turn_journal {
   bool in_step_ = false;
   std::string key_;
   std::vector<journal_step> recorded_;
-  size_t next_recorded_ = 0;    ///< the recorded step the replay reaches next
-  size_t next_entry_ = 0;       ///< its next entry
-  nlohmann::json entries_;      ///< its entries, parsed (null until read)
-  int64_t next_step_ = 1;       ///< the number of the next step
-  nlohmann::json live_entries_; ///< entries done live since the last step
+  size_t next_recorded_ = 0; ///< the recorded step the replay reaches next
+  size_t next_entry_ = 0;    ///< its next entry
+  nlohmann::json entries_;   ///< its entries, parsed (null until read)
+  int64_t next_step_ = 1;    ///< the number of the next step
+  /// An entry done live, kept as it is until a step writes it (most keyed calls never await:
+  /// their entries are dropped unwritten, so recording one must cost next to nothing).
+  struct live_entry {
+    std::string_view kind; ///< a literal of the context's
+    std::string what;
+    nlohmann::json result;
+  };
+  std::vector<live_entry> live_; ///< entries done live since the last step
 };
 
 } // namespace factum::detail
