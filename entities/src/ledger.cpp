@@ -64,7 +64,7 @@ void add_builtin_types(entity_registry& registry) {
   // (docs/performance.md, "What the figures rest on": +30-50% across 1,000 entities).
   registry.add(type_builder<ledger>("ledger")
                  .method("append", &ledger::append)
-                 .method("recent", &ledger::recent)
+                 .method("recent", &ledger::recent, {.shared = true})
                  .page_size(1024)
                  .build());
 }

@@ -55,7 +55,7 @@ class counter final : public entity {
 void add_counter_type(entity_registry& registry) {
   registry.add(type_builder<counter>("counter")
                  .method("add", &counter::add, {.requires_idempotency_key = false})
-                 .method("get", &counter::get)
+                 .method("get", &counter::get, {.shared = true})
                  .build());
 }
 

@@ -297,12 +297,9 @@ class escrow_entity final : public entity {
            {{"actor", "payment_provider"}, {"amount", state_.amount}, {"event_id", event_id}}, ctx);
   }
 
-  /// {} -> the state held in memory (rebuilt from the facts at activation).
-  json get(context& ctx, json) {
-    fresh(ctx);
-    settled();
-    return state_.to_json();
-  }
+  /// {} -> the state (shared: it runs beside a command waiting at its payout, so it reads the
+  /// facts committed so far when the state in memory may be ahead of them, and changes nothing).
+  json get(context& ctx, json) { return (stale_ ? es::replay(all_facts(ctx)) : state_).to_json(); }
 
   /// {} -> the state replayed from the facts now, and whether it equals the one in memory.
   json rebuild(context& ctx, json) {
@@ -445,7 +442,7 @@ void add_escrow_type(entity_registry& registry) {
                  .method("release", &escrow_entity::release, keyed)
                  .method("refund", &escrow_entity::refund, keyed)
                  .method("ingest", &escrow_entity::ingest, keyed)
-                 .method("state", &escrow_entity::get)
+                 .method("state", &escrow_entity::get, {.shared = true})
                  .method("rebuild", &escrow_entity::rebuild)
                  .build());
 }

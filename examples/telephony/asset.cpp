@@ -159,7 +159,7 @@ class asset final : public entity {
 void add_telephony_types(entity_registry& registry) {
   registry.add(type_builder<asset>("asset")
                  .method("place_call", &asset::place_call, {.requires_idempotency_key = true})
-                 .method("summary", &asset::summary)
+                 .method("summary", &asset::summary, {.shared = true})
                  .build());
 }
 

@@ -182,7 +182,7 @@ class order_workflow final : public entity {
 void add_workflow_type(entity_registry& registry) {
   registry.add(type_builder<order_workflow>("order_workflow")
                  .method("execute", &order_workflow::execute)
-                 .method("execution", &order_workflow::execution)
+                 .method("execution", &order_workflow::execution, {.shared = true})
                  .build());
 }
 

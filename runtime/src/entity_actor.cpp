@@ -520,6 +520,62 @@ void on_checkpointed(self_ptr self, bool concurrent, int done) {
 
 // -- turns --------------------------------------------------------------------------------------
 
+/// Runs shared call `item` now and hands its answer to the gate: with the open batch's commit
+/// when the batch holds writes (the answer may reveal them), else as soon as the last commit is
+/// durable. A failure of its method returns the internal call that records its error fact.
+std::optional<queued> run_shared_call(self_ptr self, queued& item) {
+  auto& s = self->state;
+  if (item.rp.sink && item.rp.sink->answered()) {
+    s.rt->stats.calls_dropped.fetch_add(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+  bool ran = false;
+  auto r = s.runner->run_shared(item.req, ran);
+  std::optional<queued> rec;
+  if (!r.ok) {
+    s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    if (ran) {
+      rec.emplace();
+      rec->req = turn_runner::shared_failure_record(item.req, r);
+    }
+  }
+  if (s.core->store->dirty()) {
+    s.batch.emplace_back(std::move(item.rp), std::move(r));
+  } else {
+    output_gate<reply_to>::reply_batch b;
+    b.emplace_back(std::move(item.rp), std::move(r));
+    s.gate.hold(b);
+  }
+  return rec;
+}
+
+/// Runs the shared (read-only) calls in the queue now, ahead of exclusive calls queued before
+/// them: they read the store as it stands (also while an exclusive turn waits at an await),
+/// and their answers leave once what they may reveal is durable: with the open batch's commit
+/// when it holds writes, else as soon as the last commit is durable. Not while a storage
+/// thread holds the store.
+void run_shared_calls(self_ptr self) {
+  auto& s = self->state;
+  auto& runner = *s.runner;
+  if (s.committing || s.queue.empty()) // committing: also a checkpoint on its connection
+    return;
+  // Never before the activation's turn has run: on_activate builds what the entity reads.
+  if (auto* t = runner.current(); t && t->item.kind == turn_kind::activate)
+    return;
+  for (auto it = s.queue.begin(); it != s.queue.end();) {
+    if (it->kind == turn_kind::activate)
+      return;
+    if (it->kind != turn_kind::call || !runner.is_shared(it->req)) {
+      ++it;
+      continue;
+    }
+    auto item = std::move(*it);
+    it = s.queue.erase(it);
+    if (auto rec = run_shared_call(self, item)) // its error fact, by an exclusive turn of its own
+      it = std::next(s.queue.insert(it, std::move(*rec)));
+  }
+}
+
 void pump(self_ptr self) {
   auto& s = self->state;
   if (s.ph != phase::ready)
@@ -536,6 +592,7 @@ void pump(self_ptr self) {
     return;
   }
   auto& runner = *s.runner;
+  run_shared_calls(self);
   while (!runner.busy() && !s.committing && !s.queue.empty()) {
     auto item = std::move(s.queue.front());
     s.queue.pop_front();
@@ -548,6 +605,11 @@ void pump(self_ptr self) {
       // Its caller was answered CALL_TIMEOUT while it waited: it never runs (a retry does).
       s.rt->stats.calls_dropped.fetch_add(1, std::memory_order_relaxed);
       runner.drop(item);
+      continue;
+    }
+    if (item.kind == turn_kind::call && runner.is_shared(item.req)) {
+      if (auto rec = run_shared_call(self, item))
+        s.queue.push_front(std::move(*rec));
       continue;
     }
     runner.run(std::move(item));

@@ -650,7 +650,7 @@ json list_breakers(tool_host& h) {
   if (!r)
     throw storage_error(r.error());
   json out = json::array();
-  int64_t now = h.ctx().now_ms();
+  int64_t now = factum::now_ms(); // not the context's: a read runs beside any turn
   for (auto& b : *r) {
     json j = {{"tool", b.tool_id}, {"state", b.state}, {"updated_at", b.updated_at_ms}};
     auto cb = circuit_breaker::from_json(json::parse(b.data, nullptr, false));

@@ -85,7 +85,8 @@ int64_t turn_runner::now() const {
 // -- turns --------------------------------------------------------------------------------------
 
 std::optional<call_reply> turn_runner::accept(const call_request& req) {
-  if (req.idempotency_key.empty() || keys_in_flight_.insert(req.idempotency_key).second)
+  if (req.idempotency_key.empty() || is_shared(req) ||
+      keys_in_flight_.insert(req.idempotency_key).second)
     return std::nullopt;
   env_.stats->key_conflicts.fetch_add(1, std::memory_order_relaxed);
   return call_reply::failure(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
@@ -356,45 +357,22 @@ void turn_runner::dead_letter_written(const dead_letter_record& dl) {
 }
 
 json turn_runner::run_internal(const std::string& method, const json& args) {
-  if (method == "@facts") {
-    auto f = fact_filter::from_json(args);
-    if (!f)
-      throw storage_error(f.error());
-    f->max_bytes = env_.cfg->max_facts_bytes;
-    bool more = false;
-    auto facts = value_or_throw(store().query(*f, &more));
-    json out = json::array();
-    for (auto& fa : facts)
-      out.push_back(to_json(fa));
-    if (more && !facts.empty())
-      turn_->cursor =
-        (f->newest_first ? "before_seq=" : "after_seq=") + std::to_string(facts.back().seq);
-    return out;
-  }
-  if (method == "@verify") {
-    auto r = value_or_throw(store().verify());
-    return {{"ok", r.ok},
-            {"facts_checked", r.facts_checked},
-            {"first_bad_seq", r.first_bad_seq},
-            {"problem", r.problem}};
-  }
-  if (method == "@alarms") {
-    json out = json::array();
-    for (auto& a : value_or_throw(store().list_alarms()))
-      out.push_back({{"name", a.name},
-                     {"due_ms", a.due_ms},
-                     {"attempts", a.attempts},
-                     {"payload", json::parse(a.payload, nullptr, false)}});
-    return out;
-  }
-  if (method == "@dead_letters")
-    return list_dead_letters(*ctx_, args);
+  if (is_read(method))
+    return read_internal(method, args, turn_->cursor);
   if (method == "@dead_letter")
     return act_on_dead_letter(*ctx_, args);
-  if (method == "@breakers")
-    return list_breakers(*ctx_);
   if (method == "@breaker")
     return act_on_breaker(*ctx_, args);
+  if (method == "@shared_failed") { // a shared call's failure, recorded as an error fact
+    call_error ce(parse_error_category(args.value("category", "")).value_or(error_category::server),
+                  args.value("code", "FAILED"), args.value("message", ""));
+    auto& t = *turn_;
+    t.info.method = args.value("method", "");
+    t.info.trace_id = args.value("trace_id", t.info.trace_id);
+    append_error_fact(ce, "",
+                      json{{"shared", true}, {"retryable", args.value("retryable", false)}});
+    return nullptr;
+  }
   throw not_found_error("METHOD_NOT_FOUND", "no internal method " + method);
 }
 

@@ -124,11 +124,25 @@ class turn_runner {
   std::optional<call_reply> accept(const call_request& req);
   /// Forgets a call that will not run (answered without a turn): its key is free again.
   void drop(const queued& item) {
-    if (item.kind == turn_kind::call && !item.req.idempotency_key.empty())
+    if (item.kind == turn_kind::call && !item.req.idempotency_key.empty() && !is_shared(item.req))
       keys_in_flight_.erase(item.req.idempotency_key);
   }
   /// Runs `item` until it ends (its answer goes to the host) or suspends at an await.
   void run(queued item);
+
+  // -- shared (read-only) calls: shared_calls.cpp --
+
+  /// Whether `req` is a shared call: a method declared `method_options::shared`, or one of the
+  /// built-in reads (@facts, @verify, @alarms, @dead_letters, @breakers).
+  bool is_shared(const call_request& req) const;
+  /// Runs shared call `req` at once, beside the turn that runs or waits at an await, on the
+  /// store as it stands (the caller holds the answer until what it may reveal is durable). It
+  /// writes nothing: the error fact of a failure of the method (`ran`: it ran; a key used with
+  /// another request is refused before) is written by the internal call
+  /// shared_failure_record() makes, which the caller queues.
+  call_reply run_shared(const call_request& req, bool& ran);
+  /// The internal call that records a shared call's failure `r` as an error fact.
+  static call_request shared_failure_record(const call_request& req, const call_reply& r);
   /// Ends the running turn with the handler's outcome (`err`, or `value` for a call).
   void finish(std::exception_ptr err, std::optional<nlohmann::json> value);
   /// The turn that runs (or waits at an await), if any.
@@ -179,6 +193,11 @@ class turn_runner {
   void run_dead_letter_retry();
   void run_purge(int64_t now);
   nlohmann::json run_internal(const std::string& method, const nlohmann::json& args);
+  /// Whether `method` is a built-in read (shared_calls.cpp).
+  static bool is_read(const std::string& method);
+  /// A built-in read; `cursor` gets where the next page starts (shared_calls.cpp).
+  nlohmann::json read_internal(const std::string& method, const nlohmann::json& args,
+                               std::string& cursor);
   void arm_purge(int64_t due_ms);
   call_reply finish_ok(const std::optional<nlohmann::json>& value);
   call_reply finish_failed(const call_error& ce);

@@ -34,6 +34,11 @@ using method_fn = std::function<task<nlohmann::json>(entity&, context&, nlohmann
 struct method_options {
   /// HTTP answers 400 when a call to this method carries no Idempotency-Key.
   bool requires_idempotency_key = false;
+  /// A shared (read-only) method: it reads the entity's state as committed so far, may not
+  /// write, append or await (500 SHARED_CALL_READ_ONLY), ignores idempotency keys, and runs at
+  /// once, also while an exclusive call waits at an await, instead of queueing behind it
+  /// (docs/architecture.md, "Shared calls"). Default false: exclusive.
+  bool shared = false;
 };
 
 struct method_def {

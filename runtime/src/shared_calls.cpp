@@ -1,0 +1,138 @@
+// shared_calls.cpp: the turn runner's shared (read-only) calls (turn_runner.hpp, "shared
+// calls"): which calls are shared, the built-in reads, and a shared method run on a
+// shared_context beside the turn that runs or waits. Runs on the entity's actor thread.
+#include "call_errors.hpp"
+#include "entity_context.hpp"
+#include "factum/storage/json_text.hpp"
+#include "shared_context.hpp"
+#include "tool_call.hpp"
+#include "turn_runner.hpp"
+
+namespace factum::detail {
+
+using nlohmann::json;
+
+namespace {
+
+template <class T> T value_or_throw(result<T> r) {
+  if (!r)
+    throw storage_error(r.error());
+  return std::move(r.value());
+}
+
+} // namespace
+
+bool turn_runner::is_read(const std::string& method) {
+  return method == "@facts" || method == "@verify" || method == "@alarms" ||
+         method == "@dead_letters" || method == "@breakers";
+}
+
+bool turn_runner::is_shared(const call_request& req) const {
+  if (req.method.empty())
+    return false;
+  if (req.method[0] == '@')
+    return is_read(req.method);
+  auto* m = env_.type->find(req.method);
+  return m && m->options.shared;
+}
+
+json turn_runner::read_internal(const std::string& method, const json& args, std::string& cursor) {
+  if (method == "@facts") {
+    auto f = fact_filter::from_json(args);
+    if (!f)
+      throw storage_error(f.error());
+    f->max_bytes = env_.cfg->max_facts_bytes;
+    bool more = false;
+    auto facts = value_or_throw(store().query(*f, &more));
+    json out = json::array();
+    for (auto& fa : facts)
+      out.push_back(to_json(fa));
+    if (more && !facts.empty())
+      cursor = (f->newest_first ? "before_seq=" : "after_seq=") + std::to_string(facts.back().seq);
+    return out;
+  }
+  if (method == "@verify") {
+    auto r = value_or_throw(store().verify());
+    return {{"ok", r.ok},
+            {"facts_checked", r.facts_checked},
+            {"first_bad_seq", r.first_bad_seq},
+            {"problem", r.problem}};
+  }
+  if (method == "@alarms") {
+    json out = json::array();
+    for (auto& a : value_or_throw(store().list_alarms()))
+      out.push_back({{"name", a.name},
+                     {"due_ms", a.due_ms},
+                     {"attempts", a.attempts},
+                     {"payload", json::parse(a.payload, nullptr, false)}});
+    return out;
+  }
+  if (method == "@dead_letters")
+    return list_dead_letters(*ctx_, args);
+  if (method == "@breakers")
+    return list_breakers(*ctx_);
+  throw not_found_error("METHOD_NOT_FOUND", "no internal method " + method);
+}
+
+call_reply turn_runner::run_shared(const call_request& req, bool& ran) {
+  ran = false;
+  try {
+    // A key is not recorded for a read, but a key used with another request is refused.
+    if (!req.idempotency_key.empty()) {
+      auto p = value_or_throw(store().peek_key(req.idempotency_key, req.fingerprint, now()));
+      if (p.outcome == key_outcome::mismatch) {
+        env_.stats->key_mismatches.fetch_add(1, std::memory_order_relaxed);
+        return call_reply::failure(error_category::client, "IDEMPOTENCY_KEY_MISMATCH",
+                                   "this idempotency key was used with a different request", 422);
+      }
+    }
+    ran = true;
+    json args = req.args.empty() ? json::object() : json::parse(req.args);
+    if (req.method[0] == '@') {
+      std::string cursor;
+      auto r = call_reply::success(json_text(read_internal(req.method, args, cursor)));
+      r.cursor = std::move(cursor);
+      return r;
+    }
+    call_info info{req.method, req.idempotency_key, req.trace_id, req.args, req.fingerprint};
+    // Held by the handler's frame too: a handler that suspended anyway (on an awaitable that is
+    // not the context's) keeps it alive instead of dangling.
+    auto sc = std::make_shared<shared_context>(store(), *env_.key, std::move(info));
+    struct outcome {
+      bool done = false;
+      std::exception_ptr err;
+      std::optional<json> value;
+    };
+    auto out = std::make_shared<outcome>();
+    start_task(env_.type->find(req.method)->fn(*instance_, *sc, std::move(args)),
+               [out, sc](std::exception_ptr e, std::optional<json> v) {
+                 out->done = true;
+                 out->err = e;
+                 out->value = std::move(v);
+               });
+    if (!out->done)
+      throw shared_read_only("suspend");
+    if (out->err)
+      std::rethrow_exception(out->err);
+    return call_reply::success(out->value ? json_text(*out->value) : std::string("null"));
+  } catch (...) {
+    return call_reply::failure(to_call_error(std::current_exception()));
+  }
+}
+
+call_request turn_runner::shared_failure_record(const call_request& req, const call_reply& r) {
+  call_request rec;
+  rec.method = "@shared_failed";
+  rec.trace_id = req.trace_id;
+  auto problem = r.json();
+  rec.args = json{{"method", req.method},
+                  {"trace_id", req.trace_id},
+                  {"code", r.code},
+                  {"category", r.category},
+                  {"retryable", r.retryable},
+                  {"message", problem.is_object() ? problem.value("detail", "") : ""}}
+               .dump();
+  return rec;
+}
+
+} // namespace factum::detail
