@@ -285,8 +285,17 @@ json alarm_json(const alarm_record& a) {
 fact entity_context::append(fact_draft d) {
   auto* j = journal();
   if (j && j->replaying())
-    if (auto r = j->replay("append", fact_what(d)))
-      return value_or_throw(store().get(r->get<int64_t>()));
+    if (auto r = j->replay("append", fact_what(d))) {
+      // The fact the first run appended; a draft whose data differ is a divergence too (the
+      // first run's data may have come from outside the context: a clock, a random device).
+      auto f = value_or_throw(store().get(r->get<int64_t>()));
+      if (json::parse(f.data, nullptr, false) != d.data)
+        throw journal_mismatch("the handler appended " + fact_what(d) +
+                               " with other data than "
+                               "fact " +
+                               std::to_string(f.seq) + " its first run appended");
+      return f;
+    }
   if (d.trace_id.empty())
     d.trace_id = call().trace_id;
   if (d.idempotency_key.empty())

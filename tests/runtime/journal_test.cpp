@@ -221,6 +221,28 @@ TEST_CASE("journal: a replay that awaits another step than its journal fails JOU
   CHECK(held.json().value("dead_letter_id", "") == dl_id);
 }
 
+TEST_CASE("journal: a replay that appends a fact with other data than its first run did fails "
+          "JOURNAL_MISMATCH") {
+  bench b;
+  b.vendor_ok = true;
+  awaiter::fail_steps_ = 1;
+  REQUIRE_FALSE(b.call("three_steps", "k4", {{"fail_after", 1}}).ok);
+  // Fact j.a holds the clock and random number: a handler that took them from outside the
+  // context would append other data on its replay. Edit the recorded entries to make the
+  // replay's ctx.random() differ, as such a handler would.
+  auto steps = journal_of(b, "key:k4");
+  REQUIRE(steps.size() == 1);
+  auto entries = json::parse(steps[0].entries);
+  REQUIRE(entries[1][0] == "random");
+  entries[1][2] = entries[1][2].get<uint64_t>() + 1;
+  steps[0].entries = entries.dump();
+  REQUIRE(b.store->put_journal_step(steps[0]).is_ok());
+  REQUIRE(b.store->commit().is_ok());
+  auto r = b.call("three_steps", "k4", {{"fail_after", 1}});
+  CHECK(r.code == "JOURNAL_MISMATCH");
+  CHECK(b.count_facts("j.a") == 1);
+}
+
 TEST_CASE("journal: a dead letter's retry replays the call up to the step that ended in it, runs "
           "that step again and goes on live") {
   bench b;
