@@ -358,7 +358,10 @@ class escrow_entity final : public entity {
   /// retry of the dead letter replays up to the payout and runs it again; the first run's
   /// compensation stays in the log, so the move is recorded again before the payout's result.
   task<json> settle(context& ctx, json args, std::string command) {
-    fresh(ctx);
+    // The saga decides on the log as read through ctx: a replay reads what its first run read,
+    // not the state this object rebuilt at activation (which holds the first run's own move).
+    state_ = es::replay(all_facts(ctx));
+    stale_ = true;
     require_object(args);
     auto actor = name_arg(args, "actor");
     check_command(command, actor);
