@@ -327,24 +327,22 @@ std::vector<fact> entity_context::query(const fact_filter& f) {
 }
 
 json entity_context::sql(std::string_view q, const json& params) {
-  auto* j = journal();
-  if (j)
-    if (auto r = j->replay("sql", sql_what(q)))
-      return *r;
-  auto out = value_or_throw(store().tenant_sql(q, params, true));
-  if (j)
-    j->record("sql", sql_what(q), out);
-  return out;
+  return journaled_sql(q, params, true);
 }
 
 json entity_context::sql_write(std::string_view q, const json& params) {
+  return journaled_sql(q, params, false);
+}
+
+json entity_context::journaled_sql(std::string_view q, const json& params, bool read_only) {
   auto* j = journal();
+  std::string_view kind = read_only ? "sql" : "sql_write";
   if (j)
-    if (auto r = j->replay("sql_write", sql_what(q)))
+    if (auto r = j->replay(kind, sql_what(q)))
       return *r;
-  auto out = value_or_throw(store().tenant_sql(q, params, false));
+  auto out = value_or_throw(store().tenant_sql(q, params, read_only));
   if (j)
-    j->record("sql_write", sql_what(q), out);
+    j->record(kind, sql_what(q), out);
   return out;
 }
 

@@ -110,6 +110,8 @@ class entity_context final : public context, public tool_host {
                                            int64_t& step, int64_t& started_ms);
   /// The journaled step `step` ended with `result` (nothing: it stays in flight, to run again).
   void end_step(turn_journal& j, int64_t step, const std::optional<nlohmann::json>& result);
+  /// The tenant's SQL (read-only or not), recorded or replayed as an entry.
+  nlohmann::json journaled_sql(std::string_view q, const nlohmann::json& params, bool read_only);
   /// A key derived from the turn's journal for step `step` (the same in every replay).
   std::string step_key(const char* prefix, const turn_journal& j, int64_t step) const;
   void start_entity_call(const std::string& type, const std::string& id, std::string method,

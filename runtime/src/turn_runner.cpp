@@ -130,9 +130,10 @@ std::optional<call_reply> turn_runner::check_key(const call_request& req, int64_
   case key_outcome::fresh: break;
   case key_outcome::in_flight:
     // Pending on disk while no call with the key runs here (accept() refused those): its call
-    // was interrupted at an await (a crash, a retryable failure). This call resumes it.
+    // was interrupted at an await (a crash, a retryable failure), and this call resumes it,
+    // unless a dead letter owns the key (its retry was the call interrupted: it resumes it).
     resume = true;
-    return std::nullopt;
+    break;
   case key_outcome::mismatch:
     stats.key_mismatches.fetch_add(1, std::memory_order_relaxed);
     return call_reply::failure(error_category::client, "IDEMPOTENCY_KEY_MISMATCH",
@@ -150,7 +151,8 @@ std::optional<call_reply> turn_runner::check_key(const call_request& req, int64_
     return r;
   }
   }
-  // Fresh: unless a dead letter of an earlier attempt owns the key (its retry runs the call).
+  // Fresh or interrupted: unless a dead letter of an earlier attempt owns the key (its retry
+  // runs the call).
   std::optional<std::string> owner;
   try {
     owner = dead_letter_owning(req.idempotency_key);

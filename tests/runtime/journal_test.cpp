@@ -272,6 +272,24 @@ TEST_CASE("journal: a dead letter's retry replays the call up to the step that e
   CHECK(replay.replayed);
 }
 
+TEST_CASE("journal: a key left pending by a dead letter's retry that was interrupted stays the "
+          "dead letter's: a client's retry is told so and does not resume the call") {
+  bench b;
+  b.vendor_ok = true;
+  b.fail_op = "s2";
+  auto r = b.call("three_steps", "k5");
+  auto dl_id = r.json().value("dead_letter_id", "");
+  REQUIRE_FALSE(dl_id.empty());
+  // What a dead letter's retry killed at its await leaves: the key pending, with the journal.
+  REQUIRE(b.store->begin_key("k5", "fp-three_steps", 60'000, now_ms()).is_ok());
+  REQUIRE(b.store->commit().is_ok());
+  b.fail_op.clear();
+  auto held = b.call("three_steps", "k5");
+  CHECK(held.code == "IDEMPOTENCY_KEY_IN_USE");
+  CHECK(held.json().value("dead_letter_id", "") == dl_id);
+  CHECK(b.vendor_ops["s2"] == 1);
+}
+
 TEST_CASE("journal: an alarm whose handler failed after its step replays the step on its retry, "
           "and the alarm's journal goes once it completes") {
   bench b;
