@@ -96,7 +96,7 @@ set(CPACK_DEBIAN_SERVER_PACKAGE_SHLIBDEPS ON) # dpkg-shlibdeps: libcaf, libsqlit
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libfactum-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-    "libcaf-dev, libsqlite3-dev, nlohmann-json3-dev, libboost-dev, libssl-dev, libcli11-dev")
+    "libcaf-dev, libsqlite3-dev, nlohmann-json3-dev, libboost-dev, libssl-dev, libcli11-dev, libhowardhinnant-date-dev")
 set(CPACK_COMPONENT_SERVER_DESCRIPTION "durable entity server: factum serve, inspect, bench")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "durable entities: headers, static libraries, CMake package")
 include(CPack)
