@@ -182,12 +182,29 @@ CREATE TABLE journal(
 ) WITHOUT ROWID;
 )sql";
 
-inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5, v6, v7};
+/// Version 8: recurring schedules (docs/storage-format.md section 17): one row per schedule
+/// with its spec, payload and next scheduled time; each fires through the alarm
+/// `@schedule:<name>`, which the runtime keeps in step with the row.
+inline constexpr const char* v8 = R"sql(
+CREATE TABLE schedules(
+  name       TEXT PRIMARY KEY,
+  spec       TEXT NOT NULL,
+  payload    TEXT NOT NULL,
+  next_at    INTEGER NOT NULL,
+  last_at    INTEGER,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
+inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5, v6, v7, v8};
 
 /// The first schema version with the `owners` table.
 inline constexpr int owners_version = 6;
 /// The first schema version with the `journal` table.
 inline constexpr int journal_version = 7;
+/// The first schema version with the `schedules` table.
+inline constexpr int schedules_version = 8;
 
 /// What an open releases: the keys an activation that is gone left pending, except (from
 /// version 7) those whose call has a journal, which a retry resumes.
@@ -198,8 +215,8 @@ inline constexpr char release_unjournaled_sql[] =
 
 /// Migration 1 as a new file gets it at version 4: the same tables, indexes and triggers that
 /// migrations 1, 3 and 4 leave, except that `facts.fact_id` has no UNIQUE constraint (and so no
-/// index). A new file is built from `fresh_v1` + `v2` + `v5` + `v6` + `v7` (fewer statements to
-/// parse than replaying every migration, which matters for creation time); the meta rows are
+/// index). A new file is built from `fresh_v1` + `v2` + `v5` + `v6` + `v7` + `v8` (fewer statements
+/// to parse than replaying every migration, which matters for creation time); the meta rows are
 /// written by the builder. A test checks that a new file and one migrated from version 1 have the
 /// same tables, columns, indexes and triggers, apart from that constraint.
 inline constexpr const char* fresh_v1 = R"sql(

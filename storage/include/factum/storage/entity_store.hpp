@@ -367,6 +367,17 @@ class entity_store {
   result<std::optional<alarm_record>> next_alarm();
   result<alarm_record> get_alarm(std::string_view name);
 
+  // -- schedules (from schema version 7; the runtime keeps their alarms in step) --
+
+  /// Sets or replaces the schedule `name`.
+  status put_schedule(const schedule_record& s);
+  /// Deletes `name`; ok when absent.
+  status delete_schedule(std::string_view name);
+  /// One schedule, NOT_FOUND when absent.
+  result<schedule_record> get_schedule(std::string_view name);
+  /// Every schedule, by name.
+  result<std::vector<schedule_record>> list_schedules();
+
   // -- dead letters --
 
   /// Inserts or replaces a dead letter by id (its moves are recorded as facts by the caller).

@@ -38,6 +38,26 @@ struct alarm_record {
   std::string payload = "{}"; ///< JSON text
   int64_t attempts = 0;       ///< failed handler runs so far
   int64_t created_at_ms = 0;
+  // -- the fire of a recurring schedule (context::set_schedule); not columns of `alarms` --
+  /// The turn fires the schedule `name`: `due_ms` is the scheduled time it stands for (without
+  /// jitter), `payload` the schedule's payload.
+  bool schedule = false;
+  /// Scheduled times that were missed which this fire covers: 0 for a fire on time, 1 for each
+  /// fire of `fire_all` catching up, all of them for `fire_once` (docs/architecture.md,
+  /// "Schedules").
+  int64_t missed = 0;
+};
+
+/// A recurring schedule of an entity (docs/storage-format.md section 17). Its fires go through
+/// the alarm `@schedule:<name>`.
+struct schedule_record {
+  std::string name;
+  std::string spec = "{}";        ///< the spec as JSON text, every default filled in
+  std::string payload = "{}";     ///< JSON text handed to each fire
+  int64_t next_ms = 0;            ///< the next scheduled time (without jitter)
+  std::optional<int64_t> last_ms; ///< the scheduled time of the last fire that ran
+  int64_t created_at_ms = 0;
+  int64_t updated_at_ms = 0;
 };
 
 /// Dead letter states (their moves: factum/resilience/dead_letter_rules.hpp).
