@@ -90,6 +90,9 @@ class entity_context final : public context, public tool_host {
   void set_alarm(std::string name, int64_t due_ms, nlohmann::json payload) override;
   void cancel_alarm(std::string_view name) override;
   std::vector<alarm_record> alarms() override;
+  void set_schedule(std::string name, const nlohmann::json& spec,
+                    nlohmann::json payload) override; // schedule_turns.cpp
+  void cancel_schedule(std::string_view name) override;
   std::optional<config_record> config(std::string_view id, int64_t version) override;
   int64_t put_config(std::string_view id, const nlohmann::json& body) override;
   void suspend_turn(std::coroutine_handle<> h,
@@ -98,7 +101,7 @@ class entity_context final : public context, public tool_host {
   /// Sets an alarm, the runtime's own (names starting with '@') included.
   void set_alarm_internal(std::string name, int64_t due_ms, std::string payload, int64_t attempts);
   /// The wall clock, never journaled (the runtime's own use).
-  int64_t clock_ms() const { return factum::now_ms(); }
+  int64_t clock_ms() const { return env_.cfg->clock ? env_.cfg->clock() : factum::now_ms(); }
 
  private:
   /// The running turn's journal while it records the handler's own work (null otherwise).

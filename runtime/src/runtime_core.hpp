@@ -291,7 +291,7 @@ struct runtime_core {
   std::mutex suspects_mu;
   std::unordered_set<std::string> suspects; ///< guarded by suspects_mu
 
-  int64_t now() const { return now_ms(); }
+  int64_t now() const { return cfg.clock ? cfg.clock() : now_ms(); }
 };
 
 /// Removes the temporary files of shard-move exports and adopts (DATA/runtime/move-*) that a

@@ -58,15 +58,8 @@ json turn_runner::read_internal(const std::string& method, const json& args, std
             {"first_bad_seq", r.first_bad_seq},
             {"problem", r.problem}};
   }
-  if (method == "@alarms") {
-    json out = json::array();
-    for (auto& a : value_or_throw(store().list_alarms()))
-      out.push_back({{"name", a.name},
-                     {"due_ms", a.due_ms},
-                     {"attempts", a.attempts},
-                     {"payload", json::parse(a.payload, nullptr, false)}});
-    return out;
-  }
+  if (method == "@alarms")
+    return alarms_json(store()); // schedule_turns.cpp: each schedule with its alarm
   if (method == "@dead_letters")
     return list_dead_letters(*ctx_, args);
   if (method == "@breakers")

@@ -42,6 +42,10 @@ class shared_context final : public context {
     throw shared_read_only("set an alarm");
   }
   void cancel_alarm(std::string_view) override { throw shared_read_only("cancel an alarm"); }
+  void set_schedule(std::string, const nlohmann::json&, nlohmann::json) override {
+    throw shared_read_only("set a schedule");
+  }
+  void cancel_schedule(std::string_view) override { throw shared_read_only("cancel a schedule"); }
   int64_t put_config(std::string_view, const nlohmann::json&) override {
     throw shared_read_only("publish a config");
   }

@@ -260,6 +260,10 @@ void turn_runner::run_alarm(int64_t now) {
     run_purge(now);
     return;
   }
+  if (is_schedule_alarm(t.alarm.name)) {
+    run_schedule(now);
+    return;
+  }
   start_journal("alarm:" + t.alarm.name, true);
   start_task(instance_->on_alarm(*ctx_, t.alarm),
              [this](std::exception_ptr e) { finish(e, json(nullptr)); });
@@ -282,6 +286,8 @@ void turn_runner::run_dead_letter_retry() {
     a.due_ms = dl->first_attempt_ms;
     a.payload = dl->payload;
     a.attempts = dl->attempts;
+    if (is_schedule_alarm(a.name))
+      a = fire_of_dead_letter(a);
     t.info.method = "@alarm";
     start_journal("alarm:" + a.name, true);
     start_task(instance_->on_alarm(*ctx_, a),
@@ -507,7 +513,7 @@ call_reply turn_runner::finish_failed(const call_error& ce) {
     if (t.item.kind == turn_kind::alarm && !t.dead_letter_id.empty())
       dead_letter_retry_failed(ce);
     else if (t.item.kind == turn_kind::alarm && !t.alarm.name.empty())
-      alarm_failed(ce);
+      is_schedule_alarm(t.alarm.name) ? schedule_failed(ce) : alarm_failed(ce);
     else
       append_error_fact(ce, "", json::object());
     bool keyed_call = t.item.kind == turn_kind::call && !t.info.idempotency_key.empty();

@@ -29,6 +29,7 @@
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "journal.hpp"
+#include "schedule_turns.hpp"
 
 namespace factum::detail {
 
@@ -76,6 +77,8 @@ struct turn_state {
   std::optional<status> lost_at_await;
   /// A read whose page was full: where the next one starts (call_reply::cursor).
   std::string cursor;
+  /// A schedule's alarm turn: the fire it runs (schedule_turns.hpp).
+  std::optional<schedule_turn> schedule;
 };
 
 /// What the runner needs from its owner (the entity actor; a fake in tests).
@@ -202,6 +205,10 @@ class turn_runner {
   call_reply finish_ok(const std::optional<nlohmann::json>& value);
   call_reply finish_failed(const call_error& ce);
   void alarm_failed(const call_error& ce);
+  // A schedule's alarm turn and its failure (schedule_turns.cpp).
+  void run_schedule(int64_t now);
+  void advance_schedule(schedule_record row, const schedule& spec, const schedule_step& step);
+  void schedule_failed(const call_error& ce);
   void dead_letter_retry_failed(const call_error& ce);
   void append_error_fact(const call_error& ce, const std::string& subtype,
                          const nlohmann::json& extra);

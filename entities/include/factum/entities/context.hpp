@@ -1,6 +1,6 @@
 // factum/entities/context.hpp: the handler's view of its entity: facts, its own SQL tables,
-// alarms, configs, and asynchronous calls to other entities, tools and timers. Implemented by
-// the runtime. Used only on the entity's actor thread, during a turn.
+// alarms and schedules, configs, and asynchronous calls to other entities, tools and timers.
+// Implemented by the runtime. Used only on the entity's actor thread, during a turn.
 #pragma once
 
 #include <chrono>
@@ -121,6 +121,21 @@ class context {
                          nlohmann::json payload = nlohmann::json::object()) = 0;
   virtual void cancel_alarm(std::string_view name) = 0;
   virtual std::vector<alarm_record> alarms() = 0;
+
+  // -- schedules --
+  /// Sets or replaces the recurring schedule `name`: `spec` is {"every_ms": N} (optionally with
+  /// "anchor_ms") or {"cron": "m h dom mon dow", "time_zone": "Europe/Berlin"}, with "missed"
+  /// ("skip", "fire_once", "fire_all" with "max_catch_up"), "jitter_ms" and "grace_ms"
+  /// (docs/architecture.md, "Schedules"). An invalid spec throws call_error 400
+  /// INVALID_SCHEDULE saying what is wrong. Each fire runs on_alarm with an alarm_record whose
+  /// `schedule` is true, `name` the schedule's name, `due_ms` the scheduled time the fire stands
+  /// for (without jitter), `payload` this payload and `missed` how many missed scheduled times it
+  /// covers (0 when on time). The schedule goes on after each fire, failed ones included (their
+  /// retries and dead letters are an alarm's); a handler may cancel or replace it meanwhile.
+  virtual void set_schedule(std::string name, const nlohmann::json& spec,
+                            nlohmann::json payload = nlohmann::json::object()) = 0;
+  /// Cancels the schedule `name` (nothing when there is none).
+  virtual void cancel_schedule(std::string_view name) = 0;
 
   // -- configs --
   /// The latest version of `config_id` (or `version`); nullopt when absent.

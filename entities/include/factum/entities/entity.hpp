@@ -23,8 +23,9 @@ class entity {
   virtual ~entity() = default;
   /// Runs once per activation, before any call (e.g. rebuild in-memory state from facts).
   virtual task<void> on_activate(context&) { co_return; }
-  /// Runs when an alarm is due. Throwing retries it with backoff (2 s, doubling, 6 retries),
-  /// then dead-letters it.
+  /// Runs when an alarm is due, or a schedule fires (alarm_record::schedule; context.hpp,
+  /// set_schedule). Throwing retries it with backoff (2 s, doubling, 6 retries), then
+  /// dead-letters it; a schedule goes on with its next fire either way.
   virtual task<void> on_alarm(context&, const alarm_record&) { co_return; }
 };
 

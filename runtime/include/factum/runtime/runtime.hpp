@@ -196,6 +196,12 @@ struct runtime_config {
   /// Fault injection for tests: applied to the tenant index's writes (tenant_index::set_fault).
   /// Default none.
   fault_hook tenant_index_fault;
+  /// The wall clock in ms since the epoch, for tests that move time on without waiting for it:
+  /// what handlers see as now_ms(), what alarms and schedules are due against, and what the
+  /// alarm scheduler and the entities' alarm timers measure delays from (timers still wait in
+  /// real time, so a test clock should run with the real one plus an offset). Default: the
+  /// system clock.
+  std::function<int64_t()> clock;
   /// Where the runtime writes what an operator must hear of (an entity quarantined after a
   /// failed sync, alarms parked, the alarm index failing): one JSON object per line, with
   /// "ts", "level" and "event". Default: standard error. `factum serve` passes its log.
