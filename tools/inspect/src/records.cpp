@@ -95,6 +95,33 @@ json alarm_json(const alarm_record& a, int64_t now) {
               {"payload", json_or_string(a.payload)}};
 }
 
+json schedule_json(const schedule_record& s) {
+  auto spec = json_or_string(s.spec);
+  return json{{"name", s.name},
+              {"spec", spec},
+              {"missed", spec.is_object() ? spec.value("missed", json()) : json()},
+              {"next_at", s.next_ms},
+              {"last_at", opt_ms(s.last_ms)},
+              {"payload", json_or_string(s.payload)},
+              {"created_at", s.created_at_ms},
+              {"updated_at", s.updated_at_ms}};
+}
+
+std::string schedule_spec_text(const schedule_record& s) {
+  auto spec = json_or_string(s.spec);
+  if (!spec.is_object())
+    return s.spec;
+  std::string out;
+  if (spec.contains("cron"))
+    out = "cron " + spec.value("cron", std::string()) + " " +
+          spec.value("time_zone", std::string("UTC"));
+  else
+    out = "every " + std::to_string(spec.value("every_ms", int64_t{0})) + " ms";
+  if (auto j = spec.value("jitter_ms", int64_t{0}); j > 0)
+    out += ", jitter " + std::to_string(j) + " ms";
+  return out;
+}
+
 json owner_json(const owner_record& o) {
   return json{
     {"epoch", o.epoch}, {"node", o.node}, {"first_seq", o.first_seq}, {"claimed_at", o.claimed_ms}};

@@ -1,6 +1,7 @@
 // records.hpp (private to factum_inspect): the JSON forms of the records the tool prints
-// (idempotency keys, alarms, breakers, dead letters, owner history, entity summaries), and the
-// lenient readers of the same records from a server's JSON. Pure functions; any thread.
+// (idempotency keys, alarms and schedules, breakers, dead letters, owner history, entity
+// summaries), and the lenient readers of the same records from a server's JSON. Pure functions; any
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,12 @@ nlohmann::json json_or_string(std::string_view text);
 /// Output forms; times are integer milliseconds since the epoch, absent ones null.
 nlohmann::json key_json(const idempotency_record& k, int64_t now);
 nlohmann::json alarm_json(const alarm_record& a, int64_t now);
+/// A recurring schedule (docs/storage-format.md section 16): name, spec, its missed-fire policy,
+/// next and last scheduled time, payload.
+nlohmann::json schedule_json(const schedule_record& s);
+/// A schedule's spec in a few words: "every 60000 ms", "cron 30 2 * * * Europe/Berlin", plus
+/// the jitter when there is one.
+std::string schedule_spec_text(const schedule_record& s);
 nlohmann::json breaker_json(const breaker_record& b);
 nlohmann::json dead_letter_json(const dead_letter_record& d);
 nlohmann::json owner_json(const owner_record& o);

@@ -1,6 +1,7 @@
-// state_cmd.cpp: `keys`, `journal`, `alarms`, `owners`, `breakers` and `dead-letters`: the
-// entity's state besides its facts (breakers and dead letters also through the HTTP API). Runs on
-// the thread that parses the command line.
+// state_cmd.cpp: `keys`, `journal`, `alarms` (with the schedules they fire), `owners`,
+// `breakers` and `dead-letters`: the entity's state besides its facts (breakers and dead letters
+// also through the HTTP API). Runs on the thread that parses the command line.
+#include <map>
 #include <ostream>
 
 #include "commands.hpp"
@@ -177,17 +178,41 @@ int run_alarms(const run_ctx& ctx, const common_options& c, const std::string& e
   auto alarms = e.reader->store().list_alarms();
   if (!alarms)
     return ctx.fail(alarms.error());
+  auto schedules = e.reader->store().list_schedules();
+  if (!schedules)
+    return ctx.fail(schedules.error());
+  std::map<std::string, const schedule_record*> by_alarm; // a schedule fires through its alarm
+  for (auto& sc : *schedules)
+    by_alarm["@schedule:" + sc.name] = &sc;
   int64_t now = ctx.now();
   text_table t({{"NAME"}, {"DUE"}, {"OVERDUE"}, {"ATTEMPTS", true}, {"CREATED"}, {"PAYLOAD"}});
   for (auto& a : *alarms) {
-    if (ctx.json)
-      ctx.json_line(alarm_json(a, now));
-    else
+    if (ctx.json) {
+      auto j = alarm_json(a, now);
+      if (auto it = by_alarm.find(a.name); it != by_alarm.end())
+        j["schedule"] = schedule_json(*it->second);
+      ctx.json_line(j);
+    } else {
       t.add({a.name, ctx.time(a.due_ms), a.due_ms <= now ? "yes" : "no", std::to_string(a.attempts),
              ctx.time(a.created_at_ms), compact(a.payload, 60)});
+    }
   }
-  if (!ctx.json)
-    t.print(ctx);
+  if (ctx.json)
+    return exit_ok;
+  t.print(ctx);
+  if (schedules->empty())
+    return exit_ok;
+  text_table st({{"SCHEDULE"}, {"SPEC"}, {"MISSED"}, {"NEXT"}, {"LAST"}, {"PAYLOAD"}});
+  for (auto& sc : *schedules) {
+    auto spec = json_or_string(sc.spec);
+    std::string missed = spec.is_object() ? spec.value("missed", std::string()) : "";
+    if (missed == "fire_all")
+      missed += " (max " + std::to_string(spec.value("max_catch_up", int64_t{0})) + ")";
+    st.add({sc.name, schedule_spec_text(sc), or_dash(missed), ctx.time(sc.next_ms),
+            sc.last_ms ? ctx.time(*sc.last_ms) : "-", compact(sc.payload, 40)});
+  }
+  ctx.out << "\n";
+  st.print(ctx);
   return exit_ok;
 }
 
