@@ -258,7 +258,12 @@ std::optional<int64_t> cron_schedule::next_after(int64_t after_ms) const {
   sys_seconds after{duration_cast<seconds>(milliseconds(after_ms)) -
                     (after_ms % 1000 < 0 ? seconds(1) : seconds(0))};
   auto local = zone_->to_local(after);
-  int64_t from = duration_cast<minutes>(local.time_since_epoch()).count() - lookback_min;
+  int64_t from = duration_cast<minutes>(local.time_since_epoch()).count();
+  // Only near a change of offset can a local minute before the instant's own fire after it (its
+  // second occurrence, when the change repeats it): look back then.
+  auto period = zone_->get_info(after);
+  if (after - period.begin < hours(3) || period.end - after < hours(3))
+    from -= lookback_min;
   int64_t limit = from + horizon_days * 1440;
   // The first occurrences of matching local minutes never decrease with the minute: the first
   // one after the instant bounds the answer. A second occurrence (a repeated hour) of an

@@ -197,6 +197,19 @@ schedule::due_run schedule::due_from(std::string_view seed, int64_t first, int64
       last.pop_front();
     t = next_after(*t);
   }
+  if (cron_ && run.count >= max_counted_misses && t && due_ms(seed, *t) <= now_ms) {
+    // The count stopped short of now: the latest due times come from the day before now.
+    std::deque<int64_t> recent;
+    auto r = next_after(std::max(first, now_ms - 86'400'000));
+    while (r && due_ms(seed, *r) <= now_ms) {
+      recent.push_back(*r);
+      if (recent.size() > keep)
+        recent.pop_front();
+      r = next_after(*r);
+    }
+    if (!recent.empty())
+      last = std::move(recent);
+  }
   run.last.assign(last.begin(), last.end());
   return run;
 }

@@ -172,6 +172,8 @@ TEST_CASE("schedules: cron: daylight-saving changes in Europe/Berlin and America
      "wildcard: 01:00 EST"},
     {"0 * * * *", "America/New_York", "2026-11-01 06:00", "2026-11-01 07:00",
      "wildcard: 02:00 EST"},
+    {"*/30 * * * *", "America/New_York", "2026-11-01 05:45", "2026-11-01 06:00",
+     "wildcard, asked at 01:45 EDT: 01:00 EST, the repeated hour, comes first"},
     {"@hourly", "America/New_York", "2026-11-01 05:00", "2026-11-01 06:00",
      "@hourly is a wildcard time"},
     // Plain local times in winter and summer.
@@ -189,8 +191,8 @@ TEST_CASE("schedules: cron: daylight-saving changes in Europe/Berlin and America
 
 // -- specs --------------------------------------------------------------------------------------
 
-TEST_CASE("schedules: an interval fires at its anchor and every every_ms after it; the anchor "
-          "defaults to the time it is set") {
+TEST_CASE("schedules: an interval fires at its anchor and every every_ms after it, the anchor "
+          "defaulting to the time it is set") {
   auto s = parse_ok({{"every_ms", 60'000}}, 1'000);
   CHECK(s.anchor_ms() == 1'000);
   CHECK(s.next_after(1'000) == 61'000);
@@ -317,7 +319,7 @@ TEST_CASE("schedules: a fire on time runs whatever the policy, and nothing runs 
   }
 }
 
-TEST_CASE("schedules: skip runs none of the missed fires; the next is the next to come") {
+TEST_CASE("schedules: skip runs none of the missed fires and goes on with the next to come") {
   auto s = parse_ok(interval("skip"));
   // Down from before 10 s to 55 s: 10, 20, 30, 40 and 50 s passed.
   auto st = s.step("k", 10'000, 55'000);
@@ -331,7 +333,7 @@ TEST_CASE("schedules: skip runs none of the missed fires; the next is the next t
   CHECK(one.next_ms == 20'000);
 }
 
-TEST_CASE("schedules: fire_once runs one fire for all the missed ones, then the next to come") {
+TEST_CASE("schedules: fire_once runs one fire for all the missed ones and then the next to come") {
   auto s = parse_ok(interval("fire_once"));
   auto st = s.step("k", 10'000, 55'000);
   REQUIRE(st.fire);
@@ -374,6 +376,21 @@ TEST_CASE("schedules: fire_all runs each missed fire oldest first, at most max_c
   REQUIRE(big.fire);
   CHECK(big.dropped == 1'000'001 - 3);
   CHECK(big.fire->scheduled_ms == 10'000 * 999'999LL);
+}
+
+TEST_CASE(
+  "schedules: a cron schedule down for a year counts a hundred thousand missed fires at most") {
+  auto c = parse_ok({{"cron", "* * * * *"}, {"missed", "fire_once"}});
+  auto st = c.step("k", utc("2026-01-01 00:00"), utc("2026-12-01 00:00") + 30'000);
+  REQUIRE(st.fire);
+  CHECK(st.fire->missed == max_counted_misses);
+  CHECK(st.fire->scheduled_ms == utc("2026-12-01 00:00")); // still the latest
+  CHECK(st.next_ms == utc("2026-12-01 00:01"));
+  auto all = parse_ok({{"cron", "* * * * *"}, {"missed", "fire_all"}, {"max_catch_up", 2}});
+  auto a = all.step("k", utc("2026-01-01 00:00"), utc("2026-12-01 00:00") + 30'000);
+  REQUIRE(a.fire);
+  CHECK(a.fire->scheduled_ms == utc("2026-11-30 23:59"));
+  CHECK(a.next_ms == utc("2026-12-01 00:00"));
 }
 
 TEST_CASE("schedules: missed fires of a cron schedule and of a jittered one") {

@@ -90,8 +90,8 @@ TEST_CASE("schedules store: a turn that fails takes its schedule writes with it"
   CHECK((*all)[0].name == "kept");
 }
 
-TEST_CASE("schedules store: migration 8 gives a version-7 file an empty schedules table; a "
-          "read-only open of the old file lists none") {
+TEST_CASE("schedules store: migration 8 gives a version-7 file an empty schedules table, and "
+          "a read-only open of the old file lists none") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   o.target_schema_version = 7; // the last version without the schedules table
