@@ -3,6 +3,8 @@
 // `@alarms` listing. Runs on the entity's actor thread, inside a turn.
 #include "schedule_turns.hpp"
 
+#include <limits>
+
 #include "entity_context.hpp"
 #include "factum/storage/utf8.hpp"
 #include "turn_runner.hpp"
@@ -168,9 +170,12 @@ void turn_runner::advance_schedule(schedule_record row, const schedule& spec,
     row.last_ms = step.fire->scheduled_ms;
   row.updated_at_ms = now;
   throw_if(store().put_schedule(row));
-  ctx_->set_alarm_internal(schedule_alarm_name(row.name),
-                           spec.due_ms(schedule_seed(*env_.key, row.name), step.next_ms),
-                           json{{"at", step.next_ms}}.dump(), 0);
+  if (step.next_ms == std::numeric_limits<int64_t>::max())
+    ctx_->cancel_alarm(schedule_alarm_name(row.name)); // no time to come (no accepted spec)
+  else
+    ctx_->set_alarm_internal(schedule_alarm_name(row.name),
+                             spec.due_ms(schedule_seed(*env_.key, row.name), step.next_ms),
+                             json{{"at", step.next_ms}}.dump(), 0);
   if (step.dropped > 0) {
     fact_draft d;
     d.type = "lifecycle";
