@@ -201,6 +201,13 @@ void list_breakers(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   run_call(gw, x, e, "@breakers", "{}", base_options(gw, *x));
 }
 
+/// GET .../alarms: the entity's alarms, each schedule's alarm with its schedule.
+void list_alarms(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
+  if (auto no = no_query(*x))
+    return refuse(gw, *x, std::move(*no));
+  run_call(gw, x, e, "@alarms", "{}", base_options(gw, *x));
+}
+
 /// POST .../{dead-letters|breakers}/{name}/{action}: an operator's action; the body's object
 /// members travel along with the name and the action.
 void operator_action(gateway& gw, const exchange_ptr& x, const entity_ref& e, bool dead_letter) {
@@ -282,6 +289,7 @@ constexpr route routes[] = {
   {"GET", "/v1/entities/{type}/{id}/dead-letters", "dead_letters", nullptr, list_dead_letters,
    scope_read},
   {"GET", "/v1/entities/{type}/{id}/breakers", "breakers", nullptr, list_breakers, scope_read},
+  {"GET", "/v1/entities/{type}/{id}/alarms", "alarms", nullptr, list_alarms, scope_read},
   {"POST", "/v1/entities/{type}/{id}/{method}", "call", nullptr, call_method, scope_write},
   {"POST", "/v1/entities/{type}/{id}/dead-letters/{dead_letter}/{action:retry|discard|acknowledge}",
    "dead_letter_action", nullptr, dead_letter_action, scope_operate,
