@@ -13,7 +13,7 @@ using nlohmann::json;
 namespace {
 
 /// acme/cron/s1 with two schedules and their alarms, as the runtime writes them
-/// (docs/storage-format.md section 16), and one plain alarm.
+/// (docs/storage-format.md section 17), and one plain alarm.
 void fill_schedules(const fs::path& dir) {
   auto s = open_store(dir, entity_key{"acme", "cron", "s1"});
   schedule_record daily;

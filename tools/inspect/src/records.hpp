@@ -21,7 +21,7 @@ nlohmann::json json_or_string(std::string_view text);
 /// Output forms; times are integer milliseconds since the epoch, absent ones null.
 nlohmann::json key_json(const idempotency_record& k, int64_t now);
 nlohmann::json alarm_json(const alarm_record& a, int64_t now);
-/// A recurring schedule (docs/storage-format.md section 16): name, spec, its missed-fire policy,
+/// A recurring schedule (docs/storage-format.md section 17): name, spec, its missed-fire policy,
 /// next and last scheduled time, payload.
 nlohmann::json schedule_json(const schedule_record& s);
 /// A schedule's spec in a few words: "every 60000 ms", "cron 30 2 * * * Europe/Berlin", plus

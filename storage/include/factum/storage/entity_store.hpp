@@ -367,7 +367,7 @@ class entity_store {
   result<std::optional<alarm_record>> next_alarm();
   result<alarm_record> get_alarm(std::string_view name);
 
-  // -- schedules (from schema version 7; the runtime keeps their alarms in step) --
+  // -- schedules (from schema version 8; the runtime keeps their alarms in step) --
 
   /// Sets or replaces the schedule `name`.
   status put_schedule(const schedule_record& s);
