@@ -46,22 +46,35 @@ schedule stored_spec(const schedule_record& row) {
 
 json retry_payload(const schedule_turn& st) {
   json p = {{"next", st.step.next_ms}, {"payload", json_or_text(st.payload)}};
-  if (st.step.fire) {
-    p["at"] = st.step.fire->scheduled_ms;
-    p["missed"] = st.step.fire->missed;
-  }
+  if (st.step.fire)
+    p["fire"] = {{"at", st.step.fire->scheduled_ms}, {"missed", st.step.fire->missed}};
   return p;
+}
+
+std::optional<schedule_turn> chosen_fire(const std::string& alarm_payload) {
+  auto p = json::parse(alarm_payload, nullptr, false);
+  if (!p.is_object() || !p.contains("fire") || !p["fire"].is_object())
+    return std::nullopt;
+  schedule_turn st;
+  st.step.fire =
+    schedule_fire{p["fire"].value("at", int64_t{0}), p["fire"].value("missed", int64_t{0})};
+  st.step.next_ms = p.value("next", st.step.fire->scheduled_ms);
+  st.payload = p.value("payload", json::object()).dump();
+  return st;
+}
+
+std::string schedule_journal_key(std::string_view schedule_name, int64_t scheduled_ms) {
+  return "schedule:" + std::to_string(scheduled_ms) + ":" + std::string(schedule_name);
 }
 
 alarm_record fire_of_dead_letter(const alarm_record& dl_alarm) {
   alarm_record a = dl_alarm;
-  auto p = json::parse(dl_alarm.payload, nullptr, false);
   a.name = dl_alarm.name.substr(schedule_alarm_prefix.size());
   a.schedule = true;
-  if (p.is_object()) {
-    a.due_ms = p.value("at", dl_alarm.due_ms);
-    a.missed = p.value("missed", int64_t{0});
-    a.payload = p.value("payload", json::object()).dump();
+  if (auto st = chosen_fire(dl_alarm.payload)) {
+    a.due_ms = st->step.fire->scheduled_ms;
+    a.missed = st->step.fire->missed;
+    a.payload = st->payload;
   }
   return a;
 }
@@ -134,22 +147,31 @@ void turn_runner::run_schedule(int64_t now) {
   }
   auto spec = stored_spec(*row);
   schedule_turn st{name, {}, row->payload};
-  auto retry = json::parse(t.alarm.payload, nullptr, false);
-  if (t.alarm.attempts > 0 && retry.is_object() && retry.contains("at")) {
-    // The retry of a failed fire runs that fire again, as the policy chose it.
-    st.step.fire = schedule_fire{retry.value("at", int64_t{0}), retry.value("missed", int64_t{0})};
-    st.step.next_ms = retry.value("next", row->next_ms);
-    st.payload = retry.value("payload", json::object()).dump();
+  auto chosen = chosen_fire(t.alarm.payload);
+  if (chosen) {
+    // A fire chosen before: retried after a failure, or resumed after the process died in it
+    // (its journal replays). It runs as the policy chose it then.
+    st = *chosen;
+    st.name = name;
   } else {
     st.step = spec.step(schedule_seed(*env_.key, name), row->next_ms, now);
   }
   t.schedule = st;
-  advance_schedule(*row, spec, st.step);
   if (!st.step.fire) {
+    advance_schedule(*row, spec, st.step);
     finish(nullptr, json(nullptr));
     return;
   }
-  alarm_record a;
+  if (!chosen) {
+    // The alarm keeps the chosen fire until it ends: committed at the handler's first await, it
+    // makes the fire resume after a crash instead of being skipped.
+    ctx_->set_alarm_internal(t.alarm.name, t.alarm.due_ms, retry_payload(st).dump(),
+                             t.alarm.attempts);
+    record_dropped(name, spec, st.step);
+  }
+  start_journal(schedule_journal_key(name, st.step.fire->scheduled_ms), true);
+  // The record lives in the turn: the handler holds a reference to it across its awaits.
+  auto& a = t.schedule->record;
   a.name = name;
   a.due_ms = st.step.fire->scheduled_ms;
   a.payload = st.payload;
@@ -157,18 +179,37 @@ void turn_runner::run_schedule(int64_t now) {
   a.created_at_ms = row->created_at_ms;
   a.schedule = true;
   a.missed = st.step.fire->missed;
-  start_task(instance_->on_alarm(*ctx_, a),
-             [this](std::exception_ptr e) { finish(e, json(nullptr)); });
+  start_task(instance_->on_alarm(*ctx_, a), [this](std::exception_ptr e) {
+    if (!e) {
+      try {
+        schedule_fire_done();
+      } catch (...) {
+        e = std::current_exception();
+      }
+    }
+    finish(e, json(nullptr));
+  });
+}
+
+void turn_runner::schedule_fire_done() {
+  auto& t = *turn_;
+  // The handler may have cancelled or replaced its schedule: then its alarm no longer holds this
+  // fire, and what the handler did stands.
+  auto cur = store().get_alarm(t.alarm.name);
+  if (!cur || cur->payload != retry_payload(*t.schedule).dump())
+    return;
+  auto row = store().get_schedule(t.schedule->name);
+  if (!row)
+    return;
+  advance_schedule(*row, stored_spec(*row), t.schedule->step);
 }
 
 void turn_runner::advance_schedule(schedule_record row, const schedule& spec,
                                    const schedule_step& step) {
-  auto& t = *turn_;
-  int64_t now = this->now();
   row.next_ms = step.next_ms;
   if (step.fire)
     row.last_ms = step.fire->scheduled_ms;
-  row.updated_at_ms = now;
+  row.updated_at_ms = now();
   throw_if(store().put_schedule(row));
   if (step.next_ms == std::numeric_limits<int64_t>::max())
     ctx_->cancel_alarm(schedule_alarm_name(row.name)); // no time to come (no accepted spec)
@@ -176,17 +217,23 @@ void turn_runner::advance_schedule(schedule_record row, const schedule& spec,
     ctx_->set_alarm_internal(schedule_alarm_name(row.name),
                              spec.due_ms(schedule_seed(*env_.key, row.name), step.next_ms),
                              json{{"at", step.next_ms}}.dump(), 0);
-  if (step.dropped > 0) {
-    fact_draft d;
-    d.type = "lifecycle";
-    d.subtype = "schedule_missed";
-    d.trace_id = t.info.trace_id;
-    d.data = {{"schedule", row.name},
-              {"missed", std::string(to_string(spec.policy()))},
-              {"dropped", step.dropped},
-              {"next_at", step.next_ms}};
-    value_or_throw(store().append(d));
-  }
+  if (!step.fire)
+    record_dropped(row.name, spec, step);
+}
+
+void turn_runner::record_dropped(const std::string& name, const schedule& spec,
+                                 const schedule_step& step) {
+  if (step.dropped == 0)
+    return;
+  fact_draft d;
+  d.type = "lifecycle";
+  d.subtype = "schedule_missed";
+  d.trace_id = turn_->info.trace_id;
+  d.data = {{"schedule", name},
+            {"missed", std::string(to_string(spec.policy()))},
+            {"dropped", step.dropped},
+            {"next_at", step.next_ms}};
+  value_or_throw(store().append(d));
 }
 
 void turn_runner::schedule_failed(const call_error& ce) {

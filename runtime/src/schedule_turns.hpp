@@ -1,12 +1,15 @@
 // schedule_turns.hpp (private): how recurring schedules live on the alarm machinery. A schedule
 // is a row of the entity's `schedules` table plus the alarm `@schedule:<name>`, due at its next
 // scheduled time plus jitter; the alarm index wakes a hibernated entity for it like for any
-// alarm. Its alarm turn (turn_runner::run_schedule) applies the missed-fire policy, moves the row
-// and the alarm on to the next time, then runs on_alarm with the fire; a failing fire is retried
-// by the alarm's own backoff and, once that is spent, dead-lettered while the schedule goes on
-// (docs/architecture.md, "Schedules"). Touched only on the entity's actor thread, in a turn.
+// alarm. Its alarm turn (turn_runner::run_schedule) applies the missed-fire policy, keeps the
+// chosen fire on the alarm while on_alarm runs it (a fire the process died in resumes, its
+// journal replaying), then moves the row and the alarm on to the next time; a failing fire is
+// retried by the alarm's own backoff and, once that is spent, dead-lettered while the schedule
+// goes on (docs/architecture.md, "Schedules"). Touched only on the entity's actor thread, in a
+// turn.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -39,11 +42,18 @@ struct schedule_turn {
   std::string name;    ///< the schedule's name
   schedule_step step;  ///< what the policy decided
   std::string payload; ///< the schedule's payload (JSON text)
+  alarm_record record; ///< what on_alarm sees (kept here: the handler refers to it)
 };
 
-/// The alarm payload of a failed fire's retry (and of its dead letter): the fire, the time after
-/// it and the schedule's payload, so that the retry runs the same fire.
+/// The alarm payload while a chosen fire runs, and of its retry and its dead letter:
+/// {"fire": {"at", "missed"}, "next", "payload"}, so that a resumed or retried fire is the same.
 nlohmann::json retry_payload(const schedule_turn& st);
+/// The fire an alarm payload of retry_payload() holds (name left empty); nullopt for the payload
+/// of an alarm waiting for its time ({"at": ...}).
+std::optional<schedule_turn> chosen_fire(const std::string& alarm_payload);
+/// The journal key of one fire (durable execution: its awaited steps replay when the fire is
+/// resumed or retried; each fire has its own).
+std::string schedule_journal_key(std::string_view schedule_name, int64_t scheduled_ms);
 /// The record on_alarm sees for the retry of a dead-lettered fire (`dl_alarm` names the alarm
 /// `@schedule:<name>` and carries retry_payload()).
 alarm_record fire_of_dead_letter(const alarm_record& dl_alarm);

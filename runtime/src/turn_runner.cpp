@@ -289,7 +289,7 @@ void turn_runner::run_dead_letter_retry() {
     if (is_schedule_alarm(a.name))
       a = fire_of_dead_letter(a);
     t.info.method = "@alarm";
-    start_journal("alarm:" + a.name, true);
+    start_journal(a.schedule ? schedule_journal_key(a.name, a.due_ms) : "alarm:" + a.name, true);
     start_task(instance_->on_alarm(*ctx_, a),
                [this](std::exception_ptr e) { finish(e, json(nullptr)); });
     return;

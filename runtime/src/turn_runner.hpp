@@ -207,7 +207,9 @@ class turn_runner {
   void alarm_failed(const call_error& ce);
   // A schedule's alarm turn and its failure (schedule_turns.cpp).
   void run_schedule(int64_t now);
+  void schedule_fire_done();
   void advance_schedule(schedule_record row, const schedule& spec, const schedule_step& step);
+  void record_dropped(const std::string& name, const schedule& spec, const schedule_step& step);
   void schedule_failed(const call_error& ce);
   void dead_letter_retry_failed(const call_error& ce);
   void append_error_fact(const call_error& ce, const std::string& subtype,

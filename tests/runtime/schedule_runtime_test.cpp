@@ -298,7 +298,7 @@ TEST_CASE("schedules: a failing fire is retried, then dead-lettered, and the sch
   auto letters = call_ok(*rt, k, "@dead_letters", json::object());
   REQUIRE(letters.size() == 1);
   CHECK(letters[0]["operation"] == "@alarm:@schedule:tick");
-  CHECK(letters[0]["payload"]["at"] == anchor);
+  CHECK(letters[0]["payload"]["fire"]["at"] == anchor);
   // The schedule was not stopped by it: its next time is the next minute, on a fresh alarm.
   auto shown = schedule_of(*rt, k, "tick");
   REQUIRE(shown.is_object());
