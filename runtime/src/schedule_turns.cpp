@@ -109,13 +109,17 @@ void entity_context::set_schedule(std::string name, const json& spec, json paylo
   if (name.empty() || name[0] == '@' || name.size() > 118 || !valid_utf8(name))
     throw client_error("INVALID_SCHEDULE",
                        "schedule names must be 1 to 118 bytes of UTF-8 and not start with '@'");
-  int64_t now = now_ms();
+  int64_t now = now_ms(); // journaled: a replay computes the same next time
   auto s = schedule::parse(spec, now);
   if (!s)
     throw client_error("INVALID_SCHEDULE", s.error().message());
   auto next = s->next_after(now);
   if (!next)
     throw client_error("INVALID_SCHEDULE", "the schedule never fires");
+  // A journaled turn's write: a replay finds it done (its row and alarm committed).
+  auto* j = journal();
+  if (j && j->replay("set_schedule", name))
+    return;
   schedule_record row;
   row.name = name;
   row.spec = s->to_json().dump();
@@ -126,11 +130,19 @@ void entity_context::set_schedule(std::string name, const json& spec, json paylo
   throw_if(store().put_schedule(row));
   set_alarm_internal(schedule_alarm_name(name), s->due_ms(schedule_seed(key(), name), *next),
                      json{{"at", *next}}.dump(), 0);
+  if (j)
+    j->record("set_schedule", name, nullptr);
 }
 
 void entity_context::cancel_schedule(std::string_view name) {
+  auto* j = journal();
+  if (j && j->replay("cancel_schedule", name))
+    return;
   throw_if(store().delete_schedule(name));
-  cancel_alarm(schedule_alarm_name(name));
+  throw_if(store().cancel_alarm(schedule_alarm_name(name)));
+  runner_.marks().alarms_moved = true;
+  if (j)
+    j->record("cancel_schedule", name, nullptr);
 }
 
 // -- the alarm turn of a schedule ---------------------------------------------------------------
@@ -211,12 +223,15 @@ void turn_runner::advance_schedule(schedule_record row, const schedule& spec,
     row.last_ms = step.fire->scheduled_ms;
   row.updated_at_ms = now();
   throw_if(store().put_schedule(row));
-  if (step.next_ms == std::numeric_limits<int64_t>::max())
-    ctx_->cancel_alarm(schedule_alarm_name(row.name)); // no time to come (no accepted spec)
-  else
+  if (step.next_ms == std::numeric_limits<int64_t>::max()) {
+    // No time to come (no accepted spec gets here).
+    throw_if(store().cancel_alarm(schedule_alarm_name(row.name)));
+    marks_.alarms_moved = true;
+  } else {
     ctx_->set_alarm_internal(schedule_alarm_name(row.name),
                              spec.due_ms(schedule_seed(*env_.key, row.name), step.next_ms),
                              json{{"at", step.next_ms}}.dump(), 0);
+  }
   if (!step.fire)
     record_dropped(row.name, spec, step);
 }

@@ -33,6 +33,25 @@ void due_schedule(bench& b, int64_t at) {
   REQUIRE(b.store->commit().is_ok());
 }
 
+/// Sets a schedule, awaits a tool step, then fails retryably while `fail_` says so.
+class planner final : public entity {
+ public:
+  task<json> plan(context& ctx, json) {
+    ctx.set_schedule("tick", json{{"every_ms", 60'000}});
+    tool_request req;
+    req.tool = "vendor";
+    req.operation = "after_plan";
+    auto op = ctx.call_tool(std::move(req));
+    tool_reply r = co_await op;
+    if (fail_ > 0) {
+      --fail_;
+      throw transient_error("ASKED_TO_FAIL", "asked to fail after the step");
+    }
+    co_return json{{"ok", r.ok}};
+  }
+  static inline int fail_ = 0;
+};
+
 std::vector<journal_step> journal_of(bench& b, const std::string& key) {
   auto r = b.store->journal(key);
   REQUIRE(r.is_ok());
@@ -135,4 +154,31 @@ TEST_CASE("schedules: a fire that failed after its step replays the step on its 
   CHECK(b.store->get_schedule("steps")->next_ms == at + 60'000);
   CHECK(b.store->get_alarm("@schedule:steps")->attempts == 0);
   CHECK(journal_of(b, schedule_journal_key("steps", at)).empty());
+}
+
+TEST_CASE("schedules: set_schedule in a journaled call is an entry: the call's retry replays it, "
+          "and the schedule keeps the times of the first run") {
+  bench b;
+  b.vendor_ok = true;
+  b.type = type_builder<planner>("planner").method("plan", &planner::plan).build();
+  b.instance = std::make_unique<planner>();
+  b.runner.attach(*b.store, *b.instance, b.ctx);
+  planner::fail_ = 1;
+  auto r = b.call("plan", "k1");
+  REQUIRE_FALSE(r.ok);
+  CHECK(r.retryable);
+  auto first = b.store->get_schedule("tick"); // committed at the await
+  REQUIRE(first.is_ok());
+  auto again = b.call("plan", "k1");
+  REQUIRE_MESSAGE(again.ok, again.body);
+  CHECK(b.vendor_ops["after_plan"] == 1); // the step replayed
+  auto row = b.store->get_schedule("tick");
+  REQUIRE(row.is_ok());
+  CHECK(row->next_ms == first->next_ms);
+  CHECK(row->spec == first->spec); // the anchor the first run chose
+  CHECK(b.store->get_alarm("@schedule:tick")->due_ms == first->next_ms);
+  CHECK(b.stats.journal_mismatches == 0);
+  auto steps = journal_of(b, "key:k1");
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].entries.find("\"set_schedule\",\"tick\"") != std::string::npos);
 }
