@@ -158,7 +158,7 @@ void turn_runner::run_schedule(int64_t now) {
     return;
   }
   auto spec = stored_spec(*row);
-  schedule_turn st{name, {}, row->payload};
+  schedule_turn st{name, {}, row->payload, {}};
   auto chosen = chosen_fire(t.alarm.payload);
   if (chosen) {
     // A fire chosen before: retried after a failure, or resumed after the process died in it

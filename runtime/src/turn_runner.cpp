@@ -281,7 +281,7 @@ void turn_runner::run_dead_letter_retry() {
   auto payload = json::parse(dl->payload, nullptr, false);
   if (dl->operation.rfind(alarm_operation, 0) == 0) {
     // An alarm whose retries ran out: its handler runs again with the alarm as it was.
-    alarm_record a;
+    auto& a = t.retried_alarm;
     a.name = dl->operation.substr(alarm_operation.size());
     a.due_ms = dl->first_attempt_ms;
     a.payload = dl->payload;

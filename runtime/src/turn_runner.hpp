@@ -63,7 +63,10 @@ struct turn_state {
   bool woken = false;
   std::coroutine_handle<> handle;
   uint64_t token = 0;
-  alarm_record alarm;         ///< alarm turns: the alarm that is due
+  alarm_record alarm; ///< alarm turns: the alarm that is due
+  /// A dead letter's retry of an alarm: the alarm its on_alarm runs with (kept here: the
+  /// handler holds a reference to it across its awaits).
+  alarm_record retried_alarm;
   std::string dead_letter_id; ///< a turn that retries a dead letter
   /// The turn's tool call wrote that dead letter (its retry failed and it was rescheduled or
   /// handed to an operator): the turn's failure leaves it as the tool wrote it.

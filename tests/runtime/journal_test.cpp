@@ -309,6 +309,29 @@ TEST_CASE("journal: an alarm whose handler failed after its step replays the ste
   CHECK(journal_of(b, "alarm:steps").empty());
 }
 
+TEST_CASE("journal: a dead letter's retry of an alarm runs its handler with the alarm kept for "
+          "the whole turn (the handler read it after its await from a local that had gone)") {
+  bench b;
+  b.cfg.alarm_max_retries = 0;
+  b.vendor_ok = true;
+  awaiter::fail_alarms_ = 1;
+  REQUIRE(b.store->set_alarm({"pause", now_ms() - 1, "{}", 0, now_ms()}).is_ok());
+  REQUIRE(b.store->commit().is_ok());
+  b.alarm(); // the step, then the handler fails: a dead letter
+  auto dls = b.store->list_dead_letters(std::nullopt, 10);
+  REQUIRE(dls->size() == 1);
+  auto moved = b.call("@dead_letter", "", {{"id", (*dls)[0].id}, {"action", "retry"}});
+  REQUIRE_MESSAGE(moved.ok, moved.body);
+  b.alarm(); // the retry: the step replays, the sleep suspends, then the alarm is read
+  CHECK(b.vendor_ops["pause_step"] == 1);
+  fact_filter f;
+  f.type = "pause_done";
+  auto done = b.store->query(f);
+  REQUIRE(done->size() == 1);
+  CHECK(json::parse((*done)[0].data)["alarm"] == "pause");
+  CHECK(b.store->get_dead_letter((*dls)[0].id)->status == dl_status::resolved);
+}
+
 // -- a process killed mid-await ------------------------------------------------------------------
 
 namespace {

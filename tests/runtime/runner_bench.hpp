@@ -98,6 +98,24 @@ class awaiter final : public entity {
       d.data = {{"ok", r.ok}};
       ctx.append(d);
     }
+    if (a.name == "pause") { // a tool step, maybe a failure, a timer, then the alarm read again
+      tool_request req;
+      req.tool = "vendor";
+      req.operation = "pause_step";
+      auto op = ctx.call_tool(std::move(req));
+      tool_reply r = co_await op;
+      if (fail_alarms_ > 0) {
+        --fail_alarms_;
+        throw transient_error("ALARM_FAILED", "asked to fail after the step");
+      }
+      auto pause = ctx.sleep(std::chrono::milliseconds(1));
+      co_await pause;
+      fact_draft d;
+      d.type = "pause_done";
+      d.data = {{"ok", r.ok}, {"alarm", a.name}}; // read after the awaits
+      ctx.append(d);
+      co_return;
+    }
     if (fail_alarms_ > 0) {
       --fail_alarms_;
       throw transient_error("ALARM_FAILED", "asked to fail");
