@@ -82,6 +82,7 @@ struct entity_state {
   output_gate<reply_to> gate;
   phase ph = phase::waiting_slot;
   std::deque<queued> queue;
+  size_t shared_queued = 0; ///< shared calls in `queue` (run_shared_calls looks only then)
   output_gate<reply_to>::reply_batch batch; ///< replies of turns not yet committed
   output_gate<reply_to>::reply_batch in_commit;
   uint64_t commit_facts = 0, commit_turns = 0;
@@ -557,7 +558,7 @@ std::optional<queued> run_shared_call(self_ptr self, queued& item) {
 void run_shared_calls(self_ptr self) {
   auto& s = self->state;
   auto& runner = *s.runner;
-  if (s.committing || s.queue.empty()) // committing: also a checkpoint on its connection
+  if (s.committing || s.shared_queued == 0) // committing: also a checkpoint on its connection
     return;
   // Never before the activation's turn has run: on_activate builds what the entity reads.
   if (auto* t = runner.current(); t && t->item.kind == turn_kind::activate)
@@ -565,12 +566,13 @@ void run_shared_calls(self_ptr self) {
   for (auto it = s.queue.begin(); it != s.queue.end();) {
     if (it->kind == turn_kind::activate)
       return;
-    if (it->kind != turn_kind::call || !runner.is_shared(it->req)) {
+    if (!it->shared) {
       ++it;
       continue;
     }
     auto item = std::move(*it);
     it = s.queue.erase(it);
+    --s.shared_queued;
     if (auto rec = run_shared_call(self, item)) // its error fact, by an exclusive turn of its own
       it = std::next(s.queue.insert(it, std::move(*rec)));
   }
@@ -596,6 +598,7 @@ void pump(self_ptr self) {
   while (!runner.busy() && !s.committing && !s.queue.empty()) {
     auto item = std::move(s.queue.front());
     s.queue.pop_front();
+    s.shared_queued -= item.shared;
     if (item.kind == turn_kind::alarm && item.rp.sink) {
       // The alarm scheduler's wake: the entity is open, so its alarms will be looked at.
       item.rp.deliver(call_reply::success("null"));
@@ -607,7 +610,7 @@ void pump(self_ptr self) {
       runner.drop(item);
       continue;
     }
-    if (item.kind == turn_kind::call && runner.is_shared(item.req)) {
+    if (item.shared) {
       if (auto rec = run_shared_call(self, item))
         s.queue.push_front(std::move(*rec));
       continue;
@@ -759,6 +762,8 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
         s.runner->drop(q);
     }
     s.queue = std::move(writes);
+    s.shared_queued = static_cast<size_t>(
+      std::count_if(s.queue.begin(), s.queue.end(), [](const queued& q) { return q.shared; }));
     if (!s.queue.empty()) {
       start_open(self); // with a file to create this time
       return;
@@ -877,7 +882,8 @@ void on_call(self_ptr self, std::shared_ptr<reply_sink>& sink) {
     rp.deliver(std::move(r));
     return;
   }
-  if (auto refused = s.runner->accept(req)) {
+  bool shared = s.runner->is_shared(req);
+  if (auto refused = s.runner->accept(req, shared)) {
     s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
     rp.deliver(std::move(*refused));
     return;
@@ -885,6 +891,8 @@ void on_call(self_ptr self, std::shared_ptr<reply_sink>& sink) {
   queued q;
   q.req = std::move(req);
   q.rp = std::move(rp);
+  q.shared = shared;
+  s.shared_queued += shared;
   s.queue.push_back(std::move(q));
   pump(self);
 }

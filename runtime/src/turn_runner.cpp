@@ -84,9 +84,8 @@ int64_t turn_runner::now() const {
 
 // -- turns --------------------------------------------------------------------------------------
 
-std::optional<call_reply> turn_runner::accept(const call_request& req) {
-  if (req.idempotency_key.empty() || is_shared(req) ||
-      keys_in_flight_.insert(req.idempotency_key).second)
+std::optional<call_reply> turn_runner::accept(const call_request& req, bool shared) {
+  if (req.idempotency_key.empty() || shared || keys_in_flight_.insert(req.idempotency_key).second)
     return std::nullopt;
   env_.stats->key_conflicts.fetch_add(1, std::memory_order_relaxed);
   return call_reply::failure(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",

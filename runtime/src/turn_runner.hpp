@@ -52,7 +52,8 @@ enum class turn_kind { call, activate, alarm };
 struct queued {
   turn_kind kind = turn_kind::call;
   call_request req;
-  reply_to rp; ///< empty for turns nobody waits on
+  reply_to rp;         ///< empty for turns nobody waits on
+  bool shared = false; ///< a shared (read-only) call (turn_runner::is_shared, asked once)
 };
 
 /// The turn that runs now.
@@ -127,10 +128,11 @@ class turn_runner {
 
   /// Whether a call may queue: a call whose idempotency key belongs to a call accepted and
   /// not yet answered gets 409 at once (the reply to send), instead of queueing behind it.
-  std::optional<call_reply> accept(const call_request& req);
+  /// `shared`: is_shared(req), which the caller asked once and keeps in the queued call.
+  std::optional<call_reply> accept(const call_request& req, bool shared);
   /// Forgets a call that will not run (answered without a turn): its key is free again.
   void drop(const queued& item) {
-    if (item.kind == turn_kind::call && !item.req.idempotency_key.empty() && !is_shared(item.req))
+    if (item.kind == turn_kind::call && !item.req.idempotency_key.empty() && !item.shared)
       keys_in_flight_.erase(item.req.idempotency_key);
   }
   /// Runs `item` until it ends (its answer goes to the host) or suspends at an await.

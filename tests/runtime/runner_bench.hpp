@@ -241,7 +241,7 @@ struct bench {
     q.req.args = args.is_null() ? "{}" : args.dump();
     q.req.idempotency_key = key_;
     q.req.fingerprint = key_.empty() ? "" : "fp-" + method;
-    REQUIRE_FALSE(runner.accept(q.req));
+    REQUIRE_FALSE(runner.accept(q.req, runner.is_shared(q.req)));
     return run(std::move(q));
   }
   call_reply run(queued q) {
