@@ -109,14 +109,9 @@ task<tool_reply> entity_context::call_tool(tool_request req) {
     if (auto r = begin_step(*j, "tool", req.tool + "/" + req.operation, fp, step, started))
       co_return tool_reply_from_journal(*r);
     // The key the vendor sees: the one every run of this step sends (docs/tools.md).
-    if (req.idempotency_key.empty()) {
-      auto base = call().idempotency_key.empty() ? j->key() : call().idempotency_key;
-      auto text = env_.key->to_string() + "\n" + base + "\n" + req.tool + "\n" + req.operation +
-                  "\n" + req.payload.dump();
-      if (step > 1)
-        text += "\n#" + std::to_string(step);
-      req.idempotency_key = "fk_" + sha256_hex(text).substr(0, 40);
-    }
+    if (req.idempotency_key.empty())
+      req.idempotency_key = derived_tool_key(
+        *env_.key, call().idempotency_key.empty() ? j->key() : call().idempotency_key, req, step);
   }
   tool_reply r;
   try {

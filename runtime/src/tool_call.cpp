@@ -212,6 +212,19 @@ struct tool_call_plan {
   }
 };
 
+} // namespace
+
+std::string derived_tool_key(const entity_key& entity, const std::string& base,
+                             const tool_request& req, int64_t step) {
+  auto text = entity.to_string() + "\n" + base + "\n" + req.tool + "\n" + req.operation + "\n" +
+              req.payload.dump();
+  if (step > 1)
+    text += "\n#" + std::to_string(step);
+  return "fk_" + sha256_hex(text).substr(0, 40);
+}
+
+namespace {
+
 /// The call's plan: the trace id and Idempotency-Key the transport sends (the key is the same
 /// for every attempt of this logical call, and for a dead letter's retries, which re-run the
 /// call with its key, so that a vendor can de-duplicate: docs/tools.md), the config version in
@@ -221,12 +234,9 @@ tool_call_plan plan_call(tool_host& h, tool_request req) {
   if (req.trace_id.empty())
     req.trace_id = ctx.call().trace_id;
   if (req.idempotency_key.empty())
-    req.idempotency_key =
-      ctx.call().idempotency_key.empty()
-        ? "fk_" + new_trace_id()
-        : "fk_" + sha256_hex(ctx.key().to_string() + "\n" + ctx.call().idempotency_key + "\n" +
-                             req.tool + "\n" + req.operation + "\n" + req.payload.dump())
-                    .substr(0, 40);
+    req.idempotency_key = ctx.call().idempotency_key.empty()
+                            ? "fk_" + new_trace_id()
+                            : derived_tool_key(ctx.key(), ctx.call().idempotency_key, req, 0);
   tool_call_plan p;
   p.pol = &policy_of(h.config(), req.tool);
   p.cfg = lock_config(h, req.tool);

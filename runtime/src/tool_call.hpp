@@ -46,6 +46,12 @@ class tool_host {
   virtual void dead_letter_written(const dead_letter_record& dl) = 0;
 };
 
+/// The Idempotency-Key a tool call sends when the entity set none (docs/tools.md): "fk_" + the
+/// first 40 hex digits of SHA-256(entity key, `base` (the call's key, or a journal's name),
+/// tool, operation, payload [, "#" + `step` from the second journaled step on]).
+std::string derived_tool_key(const entity_key& entity, const std::string& base,
+                             const tool_request& req, int64_t step);
+
 /// ctx.call_tool(): see context::call_tool.
 task<tool_reply> resilient_tool_call(tool_host& h, tool_request req);
 
