@@ -9,6 +9,7 @@ void add_example_types(entity_registry& registry) {
   add_telephony_types(registry);
   add_escrow_type(registry);
   add_workflow_type(registry);
+  add_chat_types(registry);
 }
 
 } // namespace factum::examples

@@ -63,8 +63,13 @@ class actor_port final : public turn_host, public context_port {
   void route(const entity_key& key, call_request req, std::chrono::milliseconds timeout,
              std::function<void(call_reply)> done) override;
   void start_timer(std::chrono::milliseconds d, std::function<void(bool)> done) override;
+  std::shared_ptr<connection_host> connections() override;
 
  private:
+  /// Puts the frames the running turn sent into the batch the next commit covers: they leave
+  /// when it is durable, as replies do.
+  void gate_frames();
+
   self_ptr self_;
 };
 
@@ -139,8 +144,30 @@ void actor_port::turn_answered(queued& item, call_reply r) {
       s.rt->stats.fenced_writes.fetch_add(1, std::memory_order_relaxed);
     }
   }
+  if (r.ok)
+    gate_frames();
+  else
+    (void)s.ctx->take_frames(); // a failed turn sends nothing (its writes are gone)
   if (item.rp.sink)
     s.batch.emplace_back(std::move(item.rp), std::move(r));
+}
+
+void actor_port::gate_frames() {
+  auto& s = self_->state;
+  auto frames = s.ctx->take_frames();
+  if (frames.empty())
+    return;
+  reply_to to;
+  to.local = [holder = s.rt->connection_holder(), key = s.key,
+              frames = std::move(frames)](call_reply r) mutable {
+    if (r.ok && holder)
+      holder->deliver(key, std::move(frames));
+  };
+  s.batch.emplace_back(std::move(to), call_reply::success("null"));
+}
+
+std::shared_ptr<connection_host> actor_port::connections() {
+  return self_->state.rt->connection_holder();
 }
 
 void actor_port::hold_await(uint64_t token,
@@ -155,6 +182,7 @@ void actor_port::hold_await(uint64_t token,
     auto* t = self->state.runner->current();
     start(r.ok && t && !t->lost_at_await, std::move(wake));
   };
+  gate_frames(); // what the turn sent before the await leaves with the await's commit
   release_await(self_);
 }
 
@@ -386,6 +414,7 @@ void release_await(self_ptr self) {
     if (s.committing)
       return;
   }
+  s.gate.hold(s.batch); // nothing uncommitted: frames the turn sent leave with what is durable
   output_gate<reply_to>::reply_batch b;
   b.emplace_back(std::move(s.await_start), call_reply::success("null"));
   s.await_start = {};
@@ -677,7 +706,8 @@ result<std::unique_ptr<entity_store>> open_existing(const store_options& opts,
 /// Reads and operator actions (internal methods, '@...') and the alarm scheduler's wakes never
 /// create one: an entity that was never written answers them 404 ENTITY_NOT_FOUND.
 bool creates_file(const queued& q) {
-  return q.kind == turn_kind::call && (q.req.method.empty() || q.req.method[0] != '@');
+  return q.kind == turn_kind::call &&
+         (q.req.method.empty() || q.req.method[0] != '@' || is_connection_turn(q.req.method));
 }
 
 /// Opens the entity's file on a storage thread: creating it when `create` (counted against its
@@ -920,8 +950,10 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
   s.port = std::make_unique<actor_port>(self);
   s.runner =
     std::make_unique<turn_runner>(turn_runner::env{&rt->cfg, &rt->stats, type, &s.key}, *s.port);
-  s.ctx = std::make_unique<entity_context>(
-    context_env{&rt->cfg, &rt->stats, &rt->classifier, &rt->dl_rules, &s.key}, *s.runner, *s.port);
+  s.ctx = std::make_unique<entity_context>(context_env{&rt->cfg, &rt->stats, &rt->classifier,
+                                                       &rt->dl_rules, &s.key,
+                                                       type && type->websocket.has_value()},
+                                           *s.runner, *s.port);
   if (rt->acquire_slot(s.key_str, caf::actor_cast<caf::actor>(self)))
     start_open(self);
   return {

@@ -9,7 +9,10 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <utility>
+#include <vector>
 
+#include "factum/runtime/connections.hpp"
 #include "journal.hpp"
 #include "tool_call.hpp"
 #include "turn_runner.hpp"
@@ -32,6 +35,8 @@ class context_port {
                      std::function<void(call_reply)> done) = 0;
   /// Calls `done(true)` on the actor after `d`.
   virtual void start_timer(std::chrono::milliseconds d, std::function<void(bool)> done) = 0;
+  /// The holder of the runtime's WebSocket connections; null when there is none.
+  virtual std::shared_ptr<connection_host> connections() { return nullptr; }
 };
 
 /// The runtime-wide things the context reads (read-only while the runtime runs).
@@ -41,6 +46,8 @@ struct context_env {
   const resilience::classifier* classifier = nullptr;
   const resilience::dead_letter_rules* dl_rules = nullptr;
   const entity_key* key = nullptr;
+  /// The entity's type accepts WebSocket connections (entity_type::websocket).
+  bool websocket = false;
 };
 
 class entity_context final : public context, public tool_host {
@@ -97,6 +104,15 @@ class entity_context final : public context, public tool_host {
   int64_t put_config(std::string_view id, const nlohmann::json& body) override;
   void suspend_turn(std::coroutine_handle<> h,
                     std::function<void(bool, std::function<void()>)> start) override;
+  // WebSocket connections (context_connections.cpp).
+  using context::send;
+  void send(const std::string& conn_id, std::string message, bool binary) override;
+  void broadcast(const std::string& tag, std::string message) override;
+  void close(const std::string& conn_id, int code, std::string reason) override;
+  std::vector<connection> connections(const std::string& tag) override;
+  /// The frames the running turn sent since the last take (the owner hands them to the output
+  /// gate, or drops them with a turn that failed).
+  std::vector<outgoing_frame> take_frames() { return std::exchange(frames_, {}); }
 
   /// Sets an alarm, the runtime's own (names starting with '@') included.
   void set_alarm_internal(std::string name, int64_t due_ms, std::string payload, int64_t attempts);
@@ -127,6 +143,7 @@ class entity_context final : public context, public tool_host {
   context_port& port_;
   entity_store* store_ = nullptr;
   std::unique_ptr<std::mt19937_64> rng_; // 2.5 KiB when made
+  std::vector<outgoing_frame> frames_;   ///< sent by the running turn, not yet gated
 };
 
 } // namespace factum::detail

@@ -956,6 +956,12 @@ runtime_stats runtime::stats() const {
   return r;
 }
 
+void runtime::attach_connections(std::shared_ptr<connection_host> host) {
+  auto& core = *impl_->core;
+  std::lock_guard<std::mutex> g(core.connections_mu);
+  core.connections = std::move(host);
+}
+
 size_t runtime::connection_budget() const {
   auto n = descriptor_limit();
   if (n == 0)

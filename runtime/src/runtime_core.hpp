@@ -22,6 +22,7 @@
 #include "counters.hpp"
 #include "factum/resilience/classifier.hpp"
 #include "factum/resilience/dead_letter_rules.hpp"
+#include "factum/runtime/connections.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/alarm_index.hpp"
 #include "factum/storage/entity_store.hpp"
@@ -292,6 +293,16 @@ struct runtime_core {
   std::unordered_set<std::string> suspects; ///< guarded by suspects_mu
 
   int64_t now() const { return cfg.clock ? cfg.clock() : now_ms(); }
+
+  // -- WebSocket connections (any thread) --
+
+  /// The holder of entities' WebSocket connections (runtime::attach_connections), or null.
+  std::shared_ptr<connection_host> connection_holder() const {
+    std::lock_guard<std::mutex> g(connections_mu);
+    return connections;
+  }
+  mutable std::mutex connections_mu;
+  std::shared_ptr<connection_host> connections; ///< guarded by connections_mu
 };
 
 /// Removes the temporary files of shard-move exports and adopts (DATA/runtime/move-*) that a

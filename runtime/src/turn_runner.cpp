@@ -223,6 +223,10 @@ void turn_runner::run_call() {
     }
   }
   json args = r.args.empty() ? json::object() : json::parse(r.args);
+  if (is_connection_turn(r.method)) {
+    run_connection_turn(r.method, args);
+    return;
+  }
   if (!r.method.empty() && r.method[0] == '@') {
     finish(nullptr, run_internal(r.method, args));
     return;

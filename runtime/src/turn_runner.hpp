@@ -83,7 +83,14 @@ struct turn_state {
   std::string cursor;
   /// A schedule's alarm turn: the fire it runs (schedule_turns.hpp).
   std::optional<schedule_turn> schedule;
+  /// A connection's turn: the connection and the message its handler runs with (kept here:
+  /// the handler holds references to them across its awaits).
+  connection conn;
+  ws_message message;
 };
+
+/// Whether `method` is one of a WebSocket connection's turns (connection_turns.cpp).
+bool is_connection_turn(const std::string& method);
 
 /// What the runner needs from its owner (the entity actor; a fake in tests).
 class turn_host {
@@ -198,6 +205,8 @@ class turn_runner {
   std::optional<std::string> dead_letter_owning(const std::string& key);
   void run_call();
   void run_alarm(int64_t now);
+  /// A connection's turn: on_connect, on_message or on_close (connection_turns.cpp).
+  void run_connection_turn(const std::string& method, const nlohmann::json& args);
   void run_dead_letter_retry();
   void run_purge(int64_t now);
   nlohmann::json run_internal(const std::string& method, const nlohmann::json& args);

@@ -290,6 +290,7 @@ constexpr route routes[] = {
    scope_read},
   {"GET", "/v1/entities/{type}/{id}/breakers", "breakers", nullptr, list_breakers, scope_read},
   {"GET", "/v1/entities/{type}/{id}/alarms", "alarms", nullptr, list_alarms, scope_read},
+  {"GET", "/v1/entities/{type}/{id}/ws", "websocket", nullptr, open_websocket, scope_write},
   {"POST", "/v1/entities/{type}/{id}/{method}", "call", nullptr, call_method, scope_write},
   {"POST", "/v1/entities/{type}/{id}/dead-letters/{dead_letter}/{action:retry|discard|acknowledge}",
    "dead_letter_action", nullptr, dead_letter_action, scope_operate,
@@ -412,6 +413,13 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x) {
     return;
   if (auto* c = gw.config().cluster.get()) {
     auto d = c->route(entity_key{e->tenant.name, e->type, e->id}, !x->req.forwarded.empty());
+    if (d.to == shard_route::where::forward && x->req.websocket) {
+      // A WebSocket is served by the entity's owner only (docs/websockets.md, "Cluster mode").
+      auto r = problem(*x, 421, "NOT_OWNER_NODE",
+                       "connect to the entity's owner, " + d.address + ", for a WebSocket");
+      r.close = true;
+      return finish(gw, *x, std::move(r));
+    }
     if (d.to == shard_route::where::forward && gw.relay())
       return relay(gw, x, d);
     if (d.to != shard_route::where::local) {
@@ -428,6 +436,7 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x) {
 
 gateway::~gateway() {
   stop_relay();
+  rt_.attach_connections(nullptr);
 }
 
 std::string gateway::metrics_text() const {
@@ -445,6 +454,9 @@ void gateway::stop_relay() {
 gateway::gateway(runtime& rt, http_server_config cfg) : rt_(rt), cfg_(std::move(cfg)) {
   if (cfg_.cluster)
     relay_ = std::make_unique<forwarder>(cfg_.call_timeout + std::chrono::seconds(5));
+  hub_ = std::make_shared<ws_hub>(cfg_.limits.ws_max_connections_per_entity,
+                                  cfg_.limits.ws_max_connections_per_tenant);
+  rt_.attach_connections(hub_);
   if (!cfg_.log)
     cfg_.log = [](std::string_view line) {
       std::string l(line);

@@ -16,10 +16,12 @@
 
 #include "factum/runtime/http_server.hpp"
 #include "http/metrics.hpp"
+#include "http/ws_hub.hpp"
 
 namespace factum::http {
 
 class forwarder;
+struct ws_upgrade;
 
 /// A request as the transport read it: the parts the API looks at.
 struct http_request {
@@ -43,6 +45,10 @@ struct http_request {
   /// X-Factum-Move-Signature (cluster_router.hpp, move_credentials).
   std::string move_epoch, content_sha256, move_time, move_signature;
   std::string body;
+  /// The request asks for a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket); `link`
+  /// is the connection's sending side for the hub.
+  bool websocket = false;
+  std::weak_ptr<ws_link> link;
 };
 
 /// Copies the parts the API looks at out of a parsed request. `Message` is a Beast request
@@ -95,6 +101,19 @@ struct http_response {
   int64_t retry_after_s = 0; ///< > 0: the Retry-After header (seconds)
   std::string link;          ///< the Link header (a page's next page), when not empty
   bool not_owner = false; ///< adds X-Factum-Not-Owner: 1 (cluster: a relayed request's owner moved)
+  /// A WebSocket upgrade on_connect decided: the transport completes the handshake instead of
+  /// writing this response (and closes at once with the refusal's code when it refused).
+  std::shared_ptr<const ws_upgrade> upgrade;
+};
+
+/// What the transport needs to open (or refuse) a WebSocket connection.
+struct ws_upgrade {
+  bool accept = false;
+  std::string conn_id;
+  entity_key key;
+  int close_code = 1008;
+  std::string reason;
+  const websocket_options* options = nullptr; ///< the entity type's (the registry outlives us)
 };
 
 /// The HTTP API over one runtime.
@@ -129,11 +148,14 @@ class gateway {
   std::string metrics_text() const;
   /// Stops relaying (answers what is in flight); before the I/O threads stop.
   void stop_relay();
+  /// The WebSocket connections this gateway holds (attached to the runtime while it lives).
+  ws_hub& hub() { return *hub_; }
 
  private:
   runtime& rt_;
   http_server_config cfg_;
   std::unique_ptr<forwarder> relay_;
+  std::shared_ptr<ws_hub> hub_;
   http_metrics metrics_;
   std::atomic<bool> draining_{false};
 };

@@ -121,4 +121,9 @@ void get_cluster(gateway& gw, const exchange_ptr& x);
 /// PUT /v1/cluster/moves/{shard}/{tenant}/{type}/{id}: one entity file of a planned shard move.
 void put_move_file(gateway& gw, const exchange_ptr& x);
 
+// -- WebSocket connections (ws_routes.cpp) --
+
+/// GET /v1/entities/{type}/{id}/ws: a WebSocket upgrade, decided by the entity's on_connect.
+void open_websocket(gateway& gw, const exchange_ptr& x, const entity_ref& e);
+
 } // namespace factum::http::steps

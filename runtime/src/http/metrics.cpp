@@ -199,6 +199,48 @@ void http_metrics::render_cluster(std::string& out, const runtime_stats& rt,
          rt.activations_refused_not_owner);
 }
 
+std::string_view http_metrics::ws_end_label(ws_end e) {
+  switch (e) {
+  case ws_end::client: return "client";
+  case ws_end::entity: return "entity";
+  case ws_end::rate_limit: return "rate_limit";
+  case ws_end::too_big: return "too_big";
+  case ws_end::slow_reader: return "slow_reader";
+  case ws_end::protocol: return "protocol";
+  case ws_end::idle: return "idle";
+  case ws_end::failed_turn: return "failed_turn";
+  case ws_end::stopping: return "stopping";
+  case ws_end::count_: break;
+  }
+  return "unknown";
+}
+
+void http_metrics::render_websockets(std::string& out) const {
+  metric(out, "factum_ws_connections", "gauge", "Open WebSocket connections.",
+         static_cast<uint64_t>(std::max<int64_t>(0, ws_open.load())));
+  metric(out, "factum_ws_accepted_total", "counter", "WebSocket connections on_connect accepted.",
+         ws_accepted.load());
+  header(out, "factum_ws_refused_total", "counter",
+         "WebSocket connections refused: at a connection cap (429), or by on_connect.");
+  out += "factum_ws_refused_total{reason=\"limit\"} " + std::to_string(ws_refused_limit.load()) +
+         "\nfactum_ws_refused_total{reason=\"entity\"} " +
+         std::to_string(ws_refused_by_entity.load()) + '\n';
+  header(out, "factum_ws_closed_total", "counter", "WebSocket connections ended, by reason.");
+  for (size_t i = 0; i < ws_closed_.size(); ++i) {
+    out += "factum_ws_closed_total{reason=\"";
+    out += ws_end_label(static_cast<ws_end>(i));
+    out += "\"} " + std::to_string(ws_closed_[i].load()) + '\n';
+  }
+  header(out, "factum_ws_messages_total", "counter",
+         "WebSocket messages: received (each a turn), sent, answered by an auto-response.");
+  out += "factum_ws_messages_total{direction=\"in\"} " + std::to_string(ws_messages_in.load()) +
+         "\nfactum_ws_messages_total{direction=\"out\"} " + std::to_string(ws_messages_out.load()) +
+         "\nfactum_ws_messages_total{direction=\"auto_response\"} " +
+         std::to_string(ws_auto_responses.load()) + '\n';
+  metric(out, "factum_ws_turn_failures_total", "counter",
+         "WebSocket message turns that failed (each also an error fact).", ws_turn_failures.load());
+}
+
 /// Long for a reason: one statement per metric, in the order /metrics lists them.
 std::string http_metrics::render(const runtime_stats& rt, const cluster_stats* cluster) const {
   std::string out;
@@ -228,6 +270,7 @@ std::string http_metrics::render(const runtime_stats& rt, const cluster_stats* c
          "HTTP connections refused at max_connections.", connections_refused.load());
   metric(out, "factum_http_in_flight_requests", "gauge", "HTTP requests read and not yet answered.",
          static_cast<uint64_t>(std::max<int64_t>(0, in_flight.load())));
+  render_websockets(out);
   // -- runtime --
   metric(out, "factum_calls_total", "counter", "Calls routed to entities.", rt.calls);
   metric(out, "factum_call_errors_total", "counter", "Calls that failed before reaching an entity.",

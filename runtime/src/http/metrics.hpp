@@ -46,12 +46,41 @@ class http_metrics {
   /// refused NOT_OWNER (retried), failed without an answer.
   std::atomic<uint64_t> forwarded_ok{0}, forwarded_not_owner{0}, forwarded_failed{0};
 
+  // -- WebSocket connections (docs/websockets.md) --
+
+  /// Why a WebSocket connection ended: the label of factum_ws_closed_total.
+  enum class ws_end {
+    client,      ///< the client closed it (or went away)
+    entity,      ///< the entity closed it (context::close), or refused it in on_connect
+    rate_limit,  ///< more messages per second than ws_messages_per_second (1008)
+    too_big,     ///< a message over ws_max_message_bytes (1009)
+    slow_reader, ///< its send queue passed ws_max_send_queue_bytes (1008)
+    protocol,    ///< a protocol error: unmasked frame, invalid UTF-8, bad opcode (1002, 1007)
+    idle,        ///< no answer to the idle ping (ws_idle_timeout)
+    failed_turn, ///< a message's turn failed retryably (1013): the client should resend
+    stopping,    ///< the server stops (1001)
+    count_
+  };
+  /// Label value of `e`.
+  static std::string_view ws_end_label(ws_end e);
+  void ws_closed(ws_end e) { ws_closed_[static_cast<size_t>(e)].fetch_add(1); }
+
+  /// Open WebSocket connections (gauge).
+  std::atomic<int64_t> ws_open{0};
+  /// Connections accepted by on_connect; refused at a cap (429); refused by on_connect.
+  std::atomic<uint64_t> ws_accepted{0}, ws_refused_limit{0}, ws_refused_by_entity{0};
+  /// Messages received (turns started), sent, answered by an auto-response without a turn.
+  std::atomic<uint64_t> ws_messages_in{0}, ws_messages_out{0}, ws_auto_responses{0};
+  /// Message turns that failed (each is also an error fact of the entity).
+  std::atomic<uint64_t> ws_turn_failures{0};
+
   /// The whole exposition: gateway counters plus the runtime's, plus the cluster's when
   /// `cluster` is given (cluster mode).
   std::string render(const runtime_stats& rt, const cluster_stats* cluster = nullptr) const;
 
  private:
   void render_requests(std::string& out) const;
+  void render_websockets(std::string& out) const;
   void render_cluster(std::string& out, const runtime_stats& rt, const cluster_stats& c) const;
 
   mutable std::mutex mu_;
@@ -63,6 +92,7 @@ class http_metrics {
   std::array<std::atomic<uint64_t>, bounds.size() + 1> buckets_{};
   std::atomic<uint64_t> call_count_{0};
   std::atomic<uint64_t> call_ns_sum_{0};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(ws_end::count_)> ws_closed_{};
 };
 
 } // namespace factum::http

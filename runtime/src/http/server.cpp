@@ -20,8 +20,10 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
 
 #include "http/gateway.hpp"
+#include "http/ws_server.hpp"
 
 namespace factum {
 
@@ -120,7 +122,7 @@ namespace {
 class session : public std::enable_shared_from_this<session> {
  public:
   session(tcp::socket&& s, std::shared_ptr<http_server::impl> srv, std::string client)
-      : stream_(std::move(s)), srv_(std::move(srv)), deadline_(stream_.get_executor()),
+      : stream_(std::move(s)), ex_(stream_.get_executor()), srv_(std::move(srv)), deadline_(ex_),
         client_(std::move(client)) {}
 
   ~session() { srv_->session_gone(this, client_); }
@@ -145,6 +147,8 @@ class session : public std::enable_shared_from_this<session> {
 
   /// Closes the socket; a pending call's response is dropped when it arrives.
   void close() {
+    if (auto w = upgraded_.lock()) // a WebSocket now: it closes with 1001
+      return w->stop();
     if (closed_)
       return;
     closed_ = true;
@@ -155,7 +159,8 @@ class session : public std::enable_shared_from_this<session> {
     stream_.socket().close(ec);
   }
 
-  net::any_io_executor executor() { return stream_.get_executor(); }
+  /// The connection's strand (kept: the stream moves to a WebSocket session on an upgrade).
+  net::any_io_executor executor() { return ex_; }
 
  private:
   const http_limits& limits() const { return srv_->gw.config().limits; }
@@ -277,6 +282,16 @@ class session : public std::enable_shared_from_this<session> {
     disarm_deadline();
     auto msg = parser_->release();
     parser_.reset();
+    if (beast::websocket::is_upgrade(msg)) {
+      // The WebSocket session keeps this one (and so the server's count of the connection)
+      // until it ends. A client sends nothing before the handshake's answer (RFC 6455, 4.1),
+      // so nothing is left in buffer_.
+      closed_ = true;
+      buffer_ = {};
+      upgraded_ =
+        http::start_websocket(srv_->gw, std::move(stream_), std::move(msg), shared_from_this());
+      return;
+    }
     auto r = http::to_http_request(msg);
     keep_alive_ = msg.keep_alive();
     version_ = msg.version();
@@ -360,13 +375,14 @@ class session : public std::enable_shared_from_this<session> {
       return close();
     drained_ = buffer_.size();
     buffer_.consume(buffer_.size());
+    drain_buf_ = std::make_unique<std::array<char, 16 * 1024>>();
     arm_deadline(std::min(linger_time, limits().request_timeout));
     drain();
   }
 
   void drain() {
     stream_.socket().async_read_some(
-      net::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      net::buffer(*drain_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
         self->drained_ += n;
         if (ec || self->drained_ > linger_cap || self->srv_->closing.load())
           return self->close();
@@ -375,6 +391,7 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   beast::tcp_stream stream_;
+  net::any_io_executor ex_;
   std::shared_ptr<http_server::impl> srv_;
   net::steady_timer deadline_;
   std::string client_; ///< the peer's address (per-client connection count)
@@ -387,7 +404,8 @@ class session : public std::enable_shared_from_this<session> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bhttp::response<bhttp::string_body> res_;
   bhttp::response<bhttp::empty_body> continue_;
-  std::array<char, 16 * 1024> drain_buf_{};
+  std::unique_ptr<std::array<char, 16 * 1024>> drain_buf_; ///< made when lingering
+  std::weak_ptr<http::ws_handle> upgraded_; ///< the WebSocket session this connection became
   size_t drained_ = 0;
 };
 

@@ -293,7 +293,10 @@ status parse_limits(const json& doc, serve_config& cfg) {
   if (auto st =
         check_keys(l, "limits.",
                    {"max_body_bytes", "max_json_depth", "max_header_bytes", "request_timeout_ms",
-                    "max_connections", "max_connections_per_client", "max_move_file_bytes"});
+                    "max_connections", "max_connections_per_client", "max_move_file_bytes",
+                    "ws_max_message_bytes", "ws_messages_per_second",
+                    "ws_max_connections_per_entity", "ws_max_connections_per_tenant",
+                    "ws_max_send_queue_bytes", "ws_max_pending_messages", "ws_idle_timeout_ms"});
       !st)
     return st;
   auto& out = cfg.http.limits;
@@ -306,7 +309,17 @@ status parse_limits(const json& doc, serve_config& cfg) {
         read_field(l, "max_connections", 1, 1'000'000, out.max_connections, lp),
         read_field(l, "max_connections_per_client", 1, 1'000'000, out.max_connections_per_client,
                    lp),
-        read_field(l, "max_move_file_bytes", 1, int64_t{1} << 36, out.max_move_file_bytes, lp)})
+        read_field(l, "max_move_file_bytes", 1, int64_t{1} << 36, out.max_move_file_bytes, lp),
+        read_field(l, "ws_max_message_bytes", 1, 64 << 20, out.ws_max_message_bytes, lp),
+        read_field(l, "ws_messages_per_second", 1, 1'000'000, out.ws_messages_per_second, lp),
+        read_field(l, "ws_max_connections_per_entity", 1, 10'000'000,
+                   out.ws_max_connections_per_entity, lp),
+        read_field(l, "ws_max_connections_per_tenant", 1, 10'000'000,
+                   out.ws_max_connections_per_tenant, lp),
+        read_field(l, "ws_max_send_queue_bytes", 1024, int64_t{1} << 30,
+                   out.ws_max_send_queue_bytes, lp),
+        read_field(l, "ws_max_pending_messages", 1, 100'000, out.ws_max_pending_messages, lp),
+        read_ms(l, "ws_idle_timeout_ms", 0, 86'400'000, out.ws_idle_timeout, lp)})
     if (!st)
       return st;
   return status::ok();

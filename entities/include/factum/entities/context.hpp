@@ -15,6 +15,7 @@
 
 #include "factum/entities/call.hpp"
 #include "factum/entities/task.hpp"
+#include "factum/entities/websocket.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/fact.hpp"
 #include "factum/storage/records.hpp"
@@ -174,6 +175,37 @@ class context {
   /// A random 64-bit number (journaled: a replay gets the same one).
   virtual uint64_t random() = 0;
 
+  // -- WebSocket connections (docs/websockets.md) --
+  //
+  // Frames leave when what the turn wrote before them is durable (at the turn's end, or at an
+  // await), as replies do; a turn that fails sends nothing it had not sent at an earlier await.
+  // A connection that has gone meanwhile is skipped. Outside an entity that accepts
+  // connections these throw call_error 400 WEBSOCKET_NOT_SUPPORTED.
+
+  /// Sends a text (or binary) message to connection `conn_id`.
+  virtual void send(const std::string& conn_id, std::string message, bool binary) {
+    (void)conn_id, (void)message, (void)binary;
+    throw no_websockets();
+  }
+  void send(const std::string& conn_id, std::string message) {
+    send(conn_id, std::move(message), false);
+  }
+  /// Sends a text message to every open connection with `tag` (every one when `tag` is empty).
+  virtual void broadcast(const std::string& tag, std::string message) {
+    (void)tag, (void)message;
+    throw no_websockets();
+  }
+  /// Closes connection `conn_id` with `code` (1000, or 3000-4999) and `reason` (<= 123 bytes).
+  virtual void close(const std::string& conn_id, int code, std::string reason) {
+    (void)conn_id, (void)code, (void)reason;
+    throw no_websockets();
+  }
+  /// The open connections with `tag` (every one when `tag` is empty), oldest first.
+  virtual std::vector<connection> connections(const std::string& tag) {
+    (void)tag;
+    throw no_websockets();
+  }
+
   // -- runtime seam (implemented by the runtime; not for handlers) --
   /// Marks the running turn suspended at `h` (a commit point), commits what it wrote, and once
   /// that is durable calls `start(true, wake)` on the entity's actor (`start(false, wake)` when
@@ -181,7 +213,17 @@ class context {
   /// resumption.
   virtual void suspend_turn(std::coroutine_handle<> h,
                             std::function<void(bool, std::function<void()>)> start) = 0;
+
+ protected:
+  static call_error no_websockets();
 };
+
+inline call_error context::no_websockets() {
+  return call_error(error_category::client, "WEBSOCKET_NOT_SUPPORTED",
+                    "this context has no WebSocket connections (a shared call, or an entity type "
+                    "without websocket options)",
+                    400);
+}
 
 template <class T> void async_op<T>::await_suspend(std::coroutine_handle<> h) {
   ctx_.suspend_turn(

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 
 #include "factum/entities/context.hpp"
 #include "factum/entities/task.hpp"
+#include "factum/entities/websocket.hpp"
 
 namespace factum {
 
@@ -27,6 +29,21 @@ class entity {
   /// set_schedule). Throwing retries it with backoff (2 s, doubling, 6 retries), then
   /// dead-letters it; a schedule goes on with its next fire either way.
   virtual task<void> on_alarm(context&, const alarm_record&) { co_return; }
+
+  // -- WebSocket connections (types built with type_builder::websocket; docs/websockets.md) --
+
+  /// A client asks to connect (GET /v1/entities/{type}/{id}/ws). Runs as a turn: what it
+  /// writes is committed, and what it sends (history, say) leaves, before the client sees the
+  /// connection open. Default: refused with 1008.
+  virtual task<connect_decision> on_connect(context&, const connection&) {
+    co_return connect_decision::refuse(1008, "this entity accepts no connections");
+  }
+  /// A message from an open connection. Runs as a turn, one at a time with every other turn;
+  /// frames it sends leave once what it wrote is durable (the output gate).
+  virtual task<void> on_message(context&, const connection&, const ws_message&) { co_return; }
+  /// An accepted connection ended (`code`: the close code the client sent, 1006 when it went
+  /// away without one, or the server's own). It is no longer among ctx.connections().
+  virtual task<void> on_close(context&, const connection&, int /*code*/) { co_return; }
 };
 
 using method_fn = std::function<task<nlohmann::json>(entity&, context&, nlohmann::json args)>;
@@ -58,6 +75,9 @@ struct entity_type {
   /// types that write many facts per call or large ones. Files keep the size they were made
   /// with. Default 4096.
   int page_size = 4096;
+  /// Set: the type accepts WebSocket connections (entity::on_connect and friends). Default
+  /// unset: GET .../ws answers 404 WEBSOCKET_NOT_SUPPORTED.
+  std::optional<websocket_options> websocket;
 
   const method_def* find(std::string_view method) const {
     auto it = methods.find(method);
@@ -102,6 +122,11 @@ template <class E> class type_builder {
   /// The page size of this type's new entity files (entity_type::page_size).
   type_builder& page_size(int bytes) {
     type_.page_size = bytes;
+    return *this;
+  }
+  /// The type accepts WebSocket connections (entity_type::websocket).
+  type_builder& websocket(websocket_options opts = {}) {
+    type_.websocket = std::move(opts);
     return *this;
   }
   entity_type build() { return std::move(type_); }

@@ -29,6 +29,9 @@ inline std::vector<fact> all_facts(context& ctx, fact_filter f = {}) {
 /// `escrow` and `order_workflow`.
 void add_example_types(entity_registry& registry);
 
+/// examples/chat: `room`, a chat room over WebSocket connections.
+void add_chat_types(entity_registry& registry);
+
 /// examples/counter: the quick-start counter.
 void add_counter_type(entity_registry& registry);
 

@@ -68,6 +68,30 @@ struct http_limits {
   /// PUT /v1/cluster/moves/..., taken only with the cluster's secret). A larger file fails its
   /// move, which leaves the shard on its old home. Default 256 MiB.
   size_t max_move_file_bytes = 256 * 1024 * 1024;
+
+  // -- WebSocket connections (docs/websockets.md) --
+
+  /// Largest message (a frame, or a fragmented message whole) a client may send; a larger one
+  /// closes the connection with 1009. Default 64 KiB.
+  size_t ws_max_message_bytes = 64 * 1024;
+  /// Messages per second one connection may send (a burst of as many is allowed); more closes it
+  /// with 1008. Default 100.
+  uint32_t ws_messages_per_second = 100;
+  /// Connections one entity may hold; one more is answered 429 TOO_MANY_CONNECTIONS before the
+  /// handshake. Default 10,000.
+  size_t ws_max_connections_per_entity = 10'000;
+  /// Connections one tenant may hold across its entities; one more: 429. Default 100,000.
+  size_t ws_max_connections_per_tenant = 100'000;
+  /// Bytes queued for one connection that its client has not read yet; more closes it (1008; a
+  /// client that reads nothing does not get the close frame, its TCP connection is closed).
+  /// Default 1 MiB.
+  size_t ws_max_send_queue_bytes = 1024 * 1024;
+  /// Messages read ahead from one connection while its previous message's turn runs (its
+  /// messages run one at a time, in order); then reading pauses. Default 64.
+  size_t ws_max_pending_messages = 64;
+  /// A connection from which nothing arrived for this long is sent a ping; one that does not
+  /// answer within as long again is closed. 0: never. Default 300 s.
+  std::chrono::milliseconds ws_idle_timeout{300'000};
 };
 
 /// Configuration of the gateway. Every field documents its default.

@@ -19,6 +19,7 @@
 #include "factum/entities/call.hpp"
 #include "factum/entities/context.hpp"
 #include "factum/entities/entity.hpp"
+#include "factum/runtime/connections.hpp"
 #include "factum/runtime/ownership.hpp"
 #include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
@@ -340,6 +341,12 @@ class runtime {
 
   /// A snapshot of the counters.
   runtime_stats stats() const;
+
+  /// Who holds entities' WebSocket connections (the HTTP gateway attaches its hub when it
+  /// starts and detaches it, with null, when it stops): turns list connections through it and
+  /// their frames go to it. Without one, a turn's connections() is empty and its frames are
+  /// dropped. Any thread.
+  void attach_connections(std::shared_ptr<connection_host> host);
 
   /// Connections the process can hold beside the entity files: the quarter of RLIMIT_NOFILE
   /// start() leaves to sockets, less a few (SIZE_MAX when the limit cannot be read). The HTTP

@@ -1,0 +1,37 @@
+// factum/runtime/connections.hpp: the seam between the runtime and whoever holds WebSocket
+// connections (the HTTP gateway's hub; a recorder in tests). The runtime asks it for an
+// entity's open connections during a turn, and hands it the frames a turn sent once the output
+// gate lets them out. Implementations are thread-safe: any CAF worker calls them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "factum/entities/websocket.hpp"
+#include "factum/storage/entity_key.hpp"
+
+namespace factum {
+
+/// One frame a turn sent (context::send, broadcast, close).
+struct outgoing_frame {
+  enum class kind { text, binary, close };
+  kind what = kind::text;
+  std::string conn_id; ///< the connection; empty with `tag` set: a broadcast
+  std::string tag;     ///< a broadcast's tag (empty with an empty conn_id: every connection)
+  bool broadcast = false;
+  std::string data; ///< the message, or a close's reason
+  int code = 1000;  ///< a close's code
+};
+
+/// Holds the WebSocket connections of entities.
+class connection_host {
+ public:
+  virtual ~connection_host() = default;
+  /// The open connections of `key` with `tag` (all when empty), oldest first.
+  virtual std::vector<connection> connections(const entity_key& key, const std::string& tag) = 0;
+  /// Sends `frames` (in order) to `key`'s connections; connections gone meanwhile are skipped.
+  virtual void deliver(const entity_key& key, std::vector<outgoing_frame> frames) = 0;
+};
+
+} // namespace factum
