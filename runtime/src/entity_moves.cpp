@@ -545,6 +545,8 @@ size_t runtime::release_entities(const std::function<bool(const entity_key&)>& w
                                  std::chrono::milliseconds wait) {
   auto& c = *impl_->core;
   auto deadline = std::chrono::steady_clock::now() + wait;
+  if (auto host = c.connection_holder()) // their WebSocket clients reconnect to the new owner
+    host->release(which);
   std::vector<std::string> live, selected;
   {
     std::lock_guard<std::mutex> g(c.reg.mu);

@@ -12,86 +12,13 @@
 
 #include "factum/storage/sha256.hpp"
 #include "http/fixture.hpp"
+#include "http/scripted_cluster.hpp"
 
 using namespace factum;
 using namespace factum::test;
 using nlohmann::json;
 
 namespace {
-
-/// A cluster whose every answer the test sets.
-struct scripted_cluster final : cluster_router, entity_ownership {
-  mutable std::mutex mu;
-  shard_route next;           ///< what route() answers to a client's request
-  shard_route when_forwarded; ///< what route() answers to a relayed request
-  std::atomic<int> routes{0}, forwarded_routes{0}, refreshes{0};
-  std::atomic<int64_t> epoch{7}; ///< claim_for's epoch (0: NOT_OWNER)
-  std::atomic<bool> commits_allowed{true};
-  std::atomic<bool> lease_live{true};
-  std::string id = "n-test";
-
-  shard_route route(const entity_key&, bool forwarded) override {
-    std::lock_guard<std::mutex> g(mu);
-    ++(forwarded ? forwarded_routes : routes);
-    return forwarded ? when_forwarded : next;
-  }
-  void refresh(uint32_t, std::function<void()> then) override {
-    ++refreshes;
-    then();
-  }
-  std::vector<std::string> peers(std::vector<std::string>& down) const override {
-    std::lock_guard<std::mutex> g(mu);
-    down = down_nodes;
-    return peer_addresses;
-  }
-  std::vector<std::string> peer_addresses, down_nodes; ///< what peers() answers (under mu)
-  std::string describe() const override { return R"({"cluster":"scripted"})"; }
-  bool healthy(std::string& why) const override {
-    if (!lease_live)
-      why = "no lease (scripted)";
-    return lease_live;
-  }
-  cluster_stats stats() const override {
-    cluster_stats s;
-    s.lease_live = lease_live;
-    s.shards_owned = 3;
-    return s;
-  }
-
-  result<owner_claim> claim_for(const entity_key&) const override {
-    if (epoch.load() == 0)
-      return status{errc::not_owner, "scripted: not this node's"};
-    return owner_claim{epoch.load(), 0};
-  }
-  bool may_commit(const owner_claim& c) const override {
-    return commits_allowed && c.epoch == epoch.load();
-  }
-  const std::string& node_id() const override { return id; }
-
-  // -- planned moves --
-  std::string secret = "scripted-secret-0123";
-  status accept = status::ok(); ///< what accept_move() answers (under mu)
-  std::atomic<int> received{0};
-  bool authentic(const move_credentials& c) const override {
-    return c.signature == move_signature(secret, c); // the clock is the real node's concern
-  }
-  status accept_move(uint32_t, int64_t, const entity_key&) override {
-    std::lock_guard<std::mutex> g(mu);
-    return accept;
-  }
-  void file_received() override { ++received; }
-};
-
-shard_route local_route() {
-  return {};
-}
-
-gateway_fixture::tweak with_cluster(const std::shared_ptr<scripted_cluster>& c) {
-  return [c](runtime_config& rc, http_server_config& hc) {
-    rc.ownership = c;
-    hc.cluster = c;
-  };
-}
 
 std::string append_path(const std::string& id) {
   return "/v1/entities/ledger/" + id + "/append";

@@ -38,7 +38,7 @@ outgoing_frame to_tag(std::string tag, std::string data) {
 
 } // namespace
 
-TEST_CASE("ws hub: caps per entity and per tenant count pending connections; removal frees") {
+TEST_CASE("ws hub: caps per entity and per tenant count pending connections, removal frees") {
   ws_hub hub(2, 3);
   entity_key a{"acme", "room", "a"}, b{"acme", "room", "b"}, g{"globex", "room", "a"};
   auto l = std::make_shared<recording_link>();
@@ -57,7 +57,7 @@ TEST_CASE("ws hub: caps per entity and per tenant count pending connections; rem
   CHECK(hub.count_of(a) == 1);
 }
 
-TEST_CASE("ws hub: pending connections get frames by id only; open ones are listed by tag in "
+TEST_CASE("ws hub: pending connections get frames by id only, open ones are listed by tag in "
           "order of admission, with their attachments") {
   ws_hub hub(10, 10);
   entity_key k{"acme", "room", "r"};
@@ -87,8 +87,8 @@ TEST_CASE("ws hub: pending connections get frames by id only; open ones are list
   CHECK(hub.connections(k, "").size() == 1);
 }
 
-TEST_CASE("ws hub: an entity's frames never reach another entity's connection; closes and "
-          "binary frames pass; a link that is gone is skipped") {
+TEST_CASE("ws hub: an entity's frames never reach another entity's connection, closes and "
+          "binary frames pass, a link that is gone is skipped") {
   ws_hub hub(10, 10);
   entity_key k{"acme", "room", "r"}, other{"acme", "room", "s"};
   auto mine = std::make_shared<recording_link>(), theirs = std::make_shared<recording_link>();

@@ -176,7 +176,7 @@ struct fixture {
 
 } // namespace
 
-TEST_CASE("connections: on_connect decides; its frames leave with its reply; an invalid "
+TEST_CASE("connections: on_connect decides, its frames leave with its reply, an invalid "
           "decision fails the turn") {
   fixture f;
   auto r = f.connect("w1");
@@ -236,7 +236,7 @@ TEST_CASE("connections: frames sent before an await leave with the await's commi
 }
 
 TEST_CASE("connections: turns list connections from the host, also after the entity "
-          "hibernated; on_close gets the connection with its attachment") {
+          "hibernated, on_close gets the connection with its attachment") {
   fixture f;
   f.host->open = {connection{"w1", {"all"}, {{"n", 1}}, {}}, connection{"w2", {"x"}, {}, {}}};
   REQUIRE(f.connect("w1").ok);

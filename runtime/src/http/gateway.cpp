@@ -413,13 +413,9 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x) {
     return;
   if (auto* c = gw.config().cluster.get()) {
     auto d = c->route(entity_key{e->tenant.name, e->type, e->id}, !x->req.forwarded.empty());
-    if (d.to == shard_route::where::forward && x->req.websocket) {
-      // A WebSocket is served by the entity's owner only (docs/websockets.md, "Cluster mode").
-      auto r = problem(*x, 421, "NOT_OWNER_NODE",
-                       "connect to the entity's owner, " + d.address + ", for a WebSocket");
-      r.close = true;
-      return finish(gw, *x, std::move(r));
-    }
+    if (d.to == shard_route::where::forward && x->chosen->entity == &open_websocket &&
+        x->req.websocket)
+      return proxy_websocket(gw, x, *e, d);
     if (d.to == shard_route::where::forward && gw.relay())
       return relay(gw, x, d);
     if (d.to != shard_route::where::local) {

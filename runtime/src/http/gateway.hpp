@@ -114,6 +114,10 @@ struct ws_upgrade {
   int close_code = 1008;
   std::string reason;
   const websocket_options* options = nullptr; ///< the entity type's (the registry outlives us)
+  /// Cluster mode: the entity's owner is another node ("host:port"); the transport opens the
+  /// connection there (X-Factum-Forwarded: proxy_epoch) and relays frames both ways.
+  std::string proxy_to;
+  int64_t proxy_epoch = 0;
 };
 
 /// The HTTP API over one runtime.

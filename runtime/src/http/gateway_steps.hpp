@@ -125,5 +125,8 @@ void put_move_file(gateway& gw, const exchange_ptr& x);
 
 /// GET /v1/entities/{type}/{id}/ws: a WebSocket upgrade, decided by the entity's on_connect.
 void open_websocket(gateway& gw, const exchange_ptr& x, const entity_ref& e);
+/// The same in cluster mode when another node owns the entity: the transport relays the
+/// connection to the owner `d` (which authenticates and decides again).
+void proxy_websocket(gateway& gw, const exchange_ptr& x, const entity_ref& e, const shard_route& d);
 
 } // namespace factum::http::steps

@@ -210,6 +210,7 @@ std::string_view http_metrics::ws_end_label(ws_end e) {
   case ws_end::idle: return "idle";
   case ws_end::failed_turn: return "failed_turn";
   case ws_end::stopping: return "stopping";
+  case ws_end::moved: return "moved";
   case ws_end::count_: break;
   }
   return "unknown";

@@ -59,6 +59,7 @@ class http_metrics {
     idle,        ///< no answer to the idle ping (ws_idle_timeout)
     failed_turn, ///< a message's turn failed retryably (1013): the client should resend
     stopping,    ///< the server stops (1001)
+    moved,       ///< the entity moved to another node, or its node went away (1012)
     count_
   };
   /// Label value of `e`.

@@ -55,6 +55,7 @@ ws_hub::admission ws_hub::admit(const entity_key& key, nlohmann::json params,
   auto order = next_order_++;
   a.id = new_connection_id(order);
   entry e;
+  e.key = key;
   e.entity = ks;
   e.tenant = key.tenant;
   e.order = order;
@@ -172,6 +173,24 @@ void ws_hub::deliver(const entity_key& key, std::vector<outgoing_frame> frames) 
     else
       j.link->send(j.data, j.frame->what == outgoing_frame::kind::binary);
   }
+}
+
+} // namespace factum::http
+
+namespace factum::http {
+
+void ws_hub::release(const std::function<bool(const entity_key&)>& which) {
+  std::vector<std::pair<entity_key, std::weak_ptr<ws_link>>> all;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    all.reserve(by_id_.size());
+    for (auto& [id, e] : by_id_)
+      all.emplace_back(e.key, e.link);
+  }
+  for (auto& [key, link] : all) // `which` runs unlocked: it may take its own locks
+    if (which(key))
+      if (auto l = link.lock())
+        l->close(1012, "the entity moved to another node; reconnect");
 }
 
 } // namespace factum::http

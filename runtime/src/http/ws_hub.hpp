@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -58,9 +59,11 @@ class ws_hub final : public connection_host {
   // -- connection_host (the runtime's side) --
   std::vector<connection> connections(const entity_key& key, const std::string& tag) override;
   void deliver(const entity_key& key, std::vector<outgoing_frame> frames) override;
+  void release(const std::function<bool(const entity_key&)>& which) override;
 
  private:
   struct entry {
+    entity_key key;
     std::string entity; ///< entity_key::to_string()
     std::string tenant;
     uint64_t order = 0;

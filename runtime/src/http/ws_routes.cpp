@@ -119,4 +119,23 @@ void open_websocket(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
                });
 }
 
+void proxy_websocket(gateway& gw, const exchange_ptr& x, const entity_ref& e,
+                     const shard_route& d) {
+  if (!e.def.websocket)
+    return refuse(gw, *x,
+                  {404, "WEBSOCKET_NOT_SUPPORTED",
+                   "entity type " + e.type + " accepts no WebSocket connections"});
+  auto up = std::make_shared<ws_upgrade>();
+  up->accept = true;
+  up->key = entity_key{e.tenant.name, e.type, e.id};
+  up->options = &*e.def.websocket;
+  up->proxy_to = d.address;
+  up->proxy_epoch = d.epoch;
+  http_response res;
+  res.status = 101;
+  res.trace_id = x->trace_id;
+  res.upgrade = std::move(up);
+  finish(gw, *x, std::move(res));
+}
+
 } // namespace factum::http::steps

@@ -9,6 +9,7 @@
 
 #include <deque>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
@@ -25,6 +26,7 @@ namespace bhttp = boost::beast::http;
 namespace websocket = boost::beast::websocket;
 namespace net = boost::asio;
 using ws_end = http_metrics::ws_end;
+using tcp = net::ip::tcp;
 
 namespace {
 
@@ -53,6 +55,7 @@ class ws_session final : public ws_link,
     r.websocket = true;
     r.link = std::weak_ptr<ws_link>(shared_from_this());
     take_subprotocols(r);
+    api_key_ = r.api_key;
     gw_.handle(std::move(r), [self = shared_from_this()](http_response res) {
       net::post(self->ex_,
                 [self, res = std::move(res)]() mutable { self->decided(std::move(res)); });
@@ -68,7 +71,7 @@ class ws_session final : public ws_link,
   }
   void close(int code, std::string reason) override {
     net::post(ex_, [self = shared_from_this(), code, reason = std::move(reason)] {
-      self->start_close(code, reason, ws_end::entity);
+      self->start_close(code, reason, code == 1012 ? ws_end::moved : ws_end::entity);
     });
   }
 
@@ -126,9 +129,15 @@ class ws_session final : public ws_link,
     up_ = res.upgrade;
     id_ = up_->conn_id;
     key_ = up_->key;
+    if (!up_->proxy_to.empty())
+      return connect_peer();
     if (up_->accept)
       if (auto c = gw_.hub().find(id_))
         conn_ = std::move(*c);
+    accept_client();
+  }
+
+  void accept_client() {
     beast::get_lowest_layer(ws_).expires_never();
     auto t = websocket::stream_base::timeout::suggested(beast::role_type::server);
     t.handshake_timeout = std::chrono::seconds(10);
@@ -167,6 +176,8 @@ class ws_session final : public ws_link,
     }
     write_next();
     read();
+    if (peer_)
+      read_peer();
   }
 
   /// A refusal before the handshake: the gateway's problem+json, then close.
@@ -251,6 +262,8 @@ class ws_session final : public ws_link,
   void run_next_message() {
     if (turn_running_ || pending_.empty())
       return;
+    if (peer_)
+      return write_peer();
     turn_running_ = true;
     auto m = std::move(pending_.front());
     pending_.pop_front();
@@ -415,6 +428,10 @@ class ws_session final : public ws_link,
     if (!id_.empty())
       record_ = gw_.hub().remove(id_);
     keep_.reset(); // the HTTP server's accounting of this connection ends
+    if (peer_) {
+      pending_.clear();
+      close_peer();
+    }
     maybe_run_close();
   }
 
@@ -432,6 +449,138 @@ class ws_session final : public ws_link,
     gw_.rt().call(key_, "@ws_close", args.dump(), std::move(opts), [](call_reply) {});
   }
 
+  // -- cluster mode: a relay to the entity's owner --
+  //
+  // The owner holds the connection (its hub, its turns); this node passes frames both ways,
+  // answers auto-responses and applies the client-side limits. The owner's refusal before its
+  // handshake is the client's; a peer that goes away closes the client with 1012 (reconnect).
+
+  void connect_peer() {
+    auto colon = up_->proxy_to.rfind(':');
+    if (colon == std::string::npos)
+      return peer_unavailable("the owner's address " + up_->proxy_to + " has no port");
+    peer_.emplace(ex_);
+    resolver_.emplace(ex_);
+    beast::get_lowest_layer(*peer_).expires_after(lim_.request_timeout);
+    resolver_->async_resolve(
+      up_->proxy_to.substr(0, colon), up_->proxy_to.substr(colon + 1),
+      [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type found) {
+        if (ec || self->ended_)
+          return self->peer_unavailable("cannot resolve the owner: " + ec.message());
+        beast::get_lowest_layer(*self->peer_)
+          .async_connect(found, [self](beast::error_code ec, const tcp::endpoint&) {
+            self->peer_connected(ec);
+          });
+      });
+  }
+
+  void peer_connected(beast::error_code ec) {
+    if (ended_)
+      return close_peer();
+    if (ec)
+      return peer_unavailable("cannot reach the owner " + up_->proxy_to + ": " + ec.message());
+    peer_->set_option(websocket::stream_base::decorator(
+      [key = api_key_, epoch = std::to_string(up_->proxy_epoch)](websocket::request_type& m) {
+        m.set("X-API-Key", key);
+        m.set("X-Factum-Forwarded", epoch);
+      }));
+    peer_->read_message_max(17 * 1024 * 1024); // a turn sends at most 16 MiB of frames
+    std::string target(req_.target().data(), req_.target().size());
+    peer_->async_handshake(
+      peer_res_, up_->proxy_to, target,
+      [self = shared_from_this()](beast::error_code ec) { self->peer_handshake(ec); });
+  }
+
+  void peer_handshake(beast::error_code ec) {
+    if (ended_)
+      return close_peer();
+    if (ec == websocket::error::upgrade_declined) { // the owner's own answer goes to the client
+      http_response r;
+      r.status = static_cast<int>(peer_res_.result_int());
+      r.content_type = std::string(peer_res_[bhttp::field::content_type]);
+      r.body = std::move(peer_res_.body());
+      r.trace_id = std::string(peer_res_["X-Trace-Id"]);
+      peer_.reset();
+      return refuse_http(std::move(r));
+    }
+    if (ec)
+      return peer_unavailable("the owner's handshake failed: " + ec.message());
+    beast::get_lowest_layer(*peer_).expires_never();
+    accept_client();
+  }
+
+  void peer_unavailable(const std::string& detail) {
+    if (ended_)
+      return;
+    peer_.reset();
+    auto r = gw_.reject(503, "SHARD_UNAVAILABLE", detail + "; retry", "GET",
+                        std::string_view(req_.target().data(), req_.target().size()));
+    r.retry_after_s = 1;
+    refuse_http(std::move(r));
+  }
+
+  /// The next message read from the client goes to the owner (one write at a time).
+  void write_peer() {
+    turn_running_ = true;
+    auto m = std::move(pending_.front());
+    pending_.pop_front();
+    gw_.metrics().ws_messages_in.fetch_add(1);
+    peer_->binary(m.binary);
+    peer_->async_write(net::buffer(*m.data),
+                       [self = shared_from_this(), m](beast::error_code ec, size_t) {
+                         self->turn_running_ = false;
+                         if (ec)
+                           return self->peer_gone();
+                         self->run_next_message();
+                         self->read();
+                       });
+  }
+
+  void read_peer() {
+    peer_->async_read(peer_buf_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec)
+        return self->peer_gone();
+      auto data = beast::buffers_to_string(self->peer_buf_.data());
+      self->peer_buf_.consume(self->peer_buf_.size());
+      self->enqueue(
+        {std::make_shared<const std::string>(std::move(data)), self->peer_->got_binary()});
+      self->read_peer();
+    });
+  }
+
+  /// The owner closed the connection (its code goes to the client) or went away (1012).
+  void peer_gone() {
+    if (ended_ || !peer_)
+      return;
+    auto code = static_cast<int>(peer_->reason().code);
+    std::string reason(peer_->reason().reason.data(), peer_->reason().reason.size());
+    if (code == 0 || code == 1005 || code == 1006) {
+      code = 1012;
+      reason = "the entity's node went away; reconnect";
+    }
+    start_close(code, reason, code == 1012 ? ws_end::moved : ws_end::entity);
+  }
+
+  /// The client's end reaches the owner: its close code when it sent one (the owner's on_close
+  /// sees it), else the TCP connection just closes (1006 there).
+  void close_peer() {
+    if (!peer_)
+      return;
+    bool sendable = end_reason_ == ws_end::client && close_code_ >= 1000 && close_code_ <= 4999 &&
+                    close_code_ != 1005 && close_code_ != 1006 && close_code_ != 1015;
+    if (sendable && peer_->is_open()) {
+      beast::get_lowest_layer(*peer_).expires_after(close_grace);
+      return peer_->async_close(
+        websocket::close_reason(static_cast<websocket::close_code>(close_code_)),
+        [self = shared_from_this()](beast::error_code) {
+          beast::error_code ignored;
+          beast::get_lowest_layer(*self->peer_).socket().close(ignored);
+        });
+    }
+    beast::error_code ignored;
+    beast::get_lowest_layer(*peer_).socket().close(ignored);
+  }
+
   gateway& gw_;
   websocket::stream<beast::tcp_stream> ws_;
   net::any_io_executor ex_;
@@ -440,6 +589,11 @@ class ws_session final : public ws_link,
   const http_limits& lim_;
   bhttp::request<bhttp::string_body> req_;
   bool offers_factum_ = false;
+  std::string api_key_; ///< the client's (the owner authenticates it again)
+  std::optional<websocket::stream<beast::tcp_stream>> peer_; ///< cluster: the owner's side
+  std::optional<tcp::resolver> resolver_;
+  websocket::response_type peer_res_;
+  beast::flat_buffer peer_buf_;
   std::shared_ptr<const ws_upgrade> up_;
   std::string id_;
   entity_key key_;

@@ -4,6 +4,7 @@
 // gate lets them out. Implementations are thread-safe: any CAF worker calls them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ class connection_host {
   virtual std::vector<connection> connections(const entity_key& key, const std::string& tag) = 0;
   /// Sends `frames` (in order) to `key`'s connections; connections gone meanwhile are skipped.
   virtual void deliver(const entity_key& key, std::vector<outgoing_frame> frames) = 0;
+  /// The entities `which` selects stop being served here (runtime::release_entities: a shard
+  /// moves to another node): their connections close with 1012 (service restart), which tells
+  /// clients to reconnect, reaching the new owner. `which` may take its own locks.
+  virtual void release(const std::function<bool(const entity_key&)>& which) { (void)which; }
 };
 
 } // namespace factum
