@@ -1,8 +1,10 @@
 // entity_actor.cpp: the actor of one entity: a thin adapter between CAF messages and the plain
 // classes that do the work: the turn runner (turns, keys, error facts: turn_runner.hpp), the
 // context handlers see (entity_context.hpp) and the output gate (which replies may leave:
-// output_gate.hpp). The actor itself owns the phases of an activation (open, ready, close),
-// the commit of each batch of turns, the WAL syncs and checkpoints, and a quarantine.
+// output_gate.hpp). This file owns the actor's behaviour (its message handlers), the phases of an
+// activation (open, ready, close), the queue and pump(), and the port the runner and the context
+// call back through. The commit of each batch of turns, the WAL syncs and checkpoints and a
+// quarantine are entity_commits.cpp's; the state both share is entity_actor_state.hpp.
 //
 // Threads: everything here runs on the entity's actor (one CAF worker at a time), except the
 // jobs posted to the storage pool (open, slow-path commit, checkpoint on the actor's
@@ -20,10 +22,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "entity_context.hpp"
-#include "factum/storage/entity_store.hpp"
-#include "output_gate.hpp"
-#include "runtime_core.hpp"
+#include "entity_actor_state.hpp"
 
 namespace factum::detail {
 
@@ -38,90 +37,6 @@ namespace {
 
 using nlohmann::json;
 
-/// What storage jobs and the actor share: the store itself, and results of jobs.
-struct entity_core {
-  std::unique_ptr<entity_store> store;
-  std::optional<int64_t> next_alarm;
-  int64_t released_on_open = 0;
-  sync_ticketer tickets; ///< numbers every sync of this entity's WAL (output_gate.hpp)
-  tenant_meter meter;    ///< this entity's part of its tenant's usage (tenant_quotas.hpp)
-  owner_claim claim;     ///< cluster mode: what this activation claimed its file under
-};
-
-enum class phase { waiting_slot, opening, ready, closing };
-
-struct entity_state;
-using self_ptr = caf::stateful_actor<entity_state>*;
-
-/// The actor's side of the turn runner and the context (turn_host, context_port).
-class actor_port final : public turn_host, public context_port {
- public:
-  explicit actor_port(self_ptr self) : self_(self) {}
-  void turn_answered(queued& item, call_reply r) override;
-  void hold_await(uint64_t token, std::function<void(bool, std::function<void()>)> start) override;
-  uint64_t next_token() override;
-  void route(const entity_key& key, call_request req, std::chrono::milliseconds timeout,
-             std::function<void(call_reply)> done) override;
-  void start_timer(std::chrono::milliseconds d, std::function<void(bool)> done) override;
-  std::shared_ptr<connection_host> connections() override;
-
- private:
-  /// Puts the frames the running turn sent into the batch the next commit covers: they leave
-  /// when it is durable, as replies do.
-  void gate_frames();
-
-  self_ptr self_;
-};
-
-struct entity_state {
-  static inline const char* name = "factum.entity";
-  runtime_core* rt = nullptr;
-  entity_key key;
-  std::string key_str;
-  std::shared_ptr<entity_core> core = std::make_shared<entity_core>();
-  const entity_type* type = nullptr;
-  std::unique_ptr<entity> instance;
-  std::unique_ptr<actor_port> port;
-  std::unique_ptr<turn_runner> runner;
-  std::unique_ptr<entity_context> ctx;
-  output_gate<reply_to> gate;
-  phase ph = phase::waiting_slot;
-  std::deque<queued> queue;
-  size_t shared_queued = 0; ///< shared calls in `queue` (run_shared_calls looks only then)
-  output_gate<reply_to>::reply_batch batch; ///< replies of turns not yet committed
-  output_gate<reply_to>::reply_batch in_commit;
-  uint64_t commit_facts = 0, commit_turns = 0;
-  int64_t committed_seq = 0;  ///< last seq committed
-  int64_t commit_seq = 0;     ///< last seq of the commit in flight
-  bool checkpointing = false; ///< a storage thread is checkpointing the WAL
-  int ckpt_rounds = 0;        ///< concurrent checkpoints in this cycle (maybe_checkpoint)
-  int ckpt_done = 0;          ///< WAL frames in the database after the last of them
-  bool committing = false;
-  bool flush_scheduled = false;
-  bool idle_fired = false;
-  bool idle_armed = false;                         ///< an atoms::idle check is on its way
-  std::chrono::steady_clock::time_point last_call; ///< arrival of the last call
-  bool evict_requested = false;
-  bool stopping = false;
-  bool quarantine_handled = false; ///< the quarantine was counted and logged
-  /// Cluster mode: this activation lost its ownership (a commit or a write was refused
-  /// NOT_OWNER). It runs nothing more and closes; calls still queued wait for the next
-  /// activation, which asks for the epoch again (and fails them NOT_OWNER if the node still
-  /// does not own the entity).
-  bool fenced = false;
-  /// The start of the operation the suspended turn awaits: held, like a reply, until what the
-  /// turn wrote before its await is durable (release_await).
-  reply_to await_start;
-  uint64_t next_token = 1;
-  uint64_t alarm_gen = 0;
-  std::unordered_map<uint64_t, std::function<void(bool)>> timers;
-};
-
-void pump(self_ptr self);
-void start_commit(self_ptr self);
-void maybe_close(self_ptr self);
-void release_await(self_ptr self);
-
 // -- timers -------------------------------------------------------------------------------------
 
 /// Sends (xs...) to this actor after `d` by way of the runtime's timer actor, anonymously and
@@ -132,6 +47,8 @@ template <class Duration, class... Ts> void send_later(self_ptr self, Duration d
                          static_cast<uint64_t>(self->id()),
                          caf::make_message(std::forward<Ts>(xs)...));
 }
+
+} // namespace
 
 // -- the port (turn_host, context_port) ---------------------------------------------------------
 
@@ -204,6 +121,8 @@ void actor_port::start_timer(std::chrono::milliseconds d, std::function<void(boo
 
 // -- alarms -------------------------------------------------------------------------------------
 
+namespace {
+
 void arm_alarm_timer(self_ptr self, std::optional<int64_t> next) {
   auto& s = self->state;
   ++s.alarm_gen;
@@ -212,6 +131,8 @@ void arm_alarm_timer(self_ptr self, std::optional<int64_t> next) {
   auto delay = std::max<int64_t>(0, *next - s.rt->now());
   send_later(self, std::chrono::milliseconds(delay), atoms::alarm::value, s.alarm_gen);
 }
+
+} // namespace
 
 void rearm_from_store(self_ptr self) {
   auto& s = self->state;
@@ -222,30 +143,9 @@ void rearm_from_store(self_ptr self) {
     arm_alarm_timer(self, std::nullopt);
 }
 
-// -- quarantine ---------------------------------------------------------------------------------
-
-/// The gate is quarantined (a sync failed, or a commit failed in a way that leaves the WAL's
-/// tail unknown): nothing more is answered from this activation's state. The batch not yet
-/// committed is rolled back (its replies fail), and the entity closes without trusting its WAL
-/// (entity_store::mark_unsynced()). Calls that have not run stay queued: the next activation,
-/// which re-syncs the files before it reads them, runs them.
-void handle_quarantine(self_ptr self) {
-  auto& s = self->state;
-  auto* why = s.gate.quarantined();
-  if (!why)
-    return;
-  if (!s.quarantine_handled) {
-    s.quarantine_handled = true;
-    s.rt->stats.quarantines.fetch_add(1, std::memory_order_relaxed);
-    s.rt->log_quarantine(s.key_str, *why);
-  }
-  if (s.ph == phase::ready && !s.committing && !s.runner->busy() && s.core->store->in_batch())
-    (void)s.core->store->rollback();
-  s.gate.hold(s.batch); // fails them
-  maybe_close(self);
-}
-
 // -- cluster ownership --------------------------------------------------------------------------
+
+namespace {
 
 /// The claim this node may open `key` under (epoch 0: a node alone), or NOT_OWNER. Any thread.
 result<owner_claim> owner_claim_for(runtime_core& rt, const entity_key& key) {
@@ -257,295 +157,6 @@ result<owner_claim> owner_claim_for(runtime_core& rt, const entity_key& key) {
     return status{errc::not_owner, c.error().message()};
   }
   return c;
-}
-
-/// Commits the store's batch if this node still owns the entity under the store's claim (the
-/// lease is live and the shard not taken again: entity_ownership::may_commit); else rolls the
-/// batch back and answers NOT_OWNER. The store's own check (inside the transaction) stays the
-/// fence; this one stops a node that outlived its lease. The actor's or a storage thread.
-status owned_commit(runtime_core& rt, entity_core& core) {
-  auto& store = *core.store;
-  if (rt.cfg.ownership && !rt.cfg.ownership->may_commit(core.claim)) {
-    (void)store.rollback();
-    return {errc::not_owner,
-            "this node no longer owns the entity (its lease or its shard's epoch " +
-              std::to_string(core.claim.epoch) + " is gone)"};
-  }
-  return store.commit();
-}
-
-// -- commit -------------------------------------------------------------------------------------
-
-void request_sync(self_ptr self);
-void maybe_checkpoint(self_ptr self);
-
-/// A commit failed and its batch was rolled back (by SQLite, or by us): its replies fail, and
-/// what this activation remembers of the rolled-back writes goes. An I/O error may have left
-/// the WAL's tail half-written: that quarantines.
-void commit_failed(self_ptr self, output_gate<reply_to>::reply_batch& v, const status& st) {
-  auto& s = self->state;
-  if (st.code() == errc::io_error)
-    s.gate.quarantine(st);
-  if (st.code() == errc::not_owner && !s.fenced) {
-    s.fenced = true;
-    s.rt->stats.fenced_writes.fetch_add(1, std::memory_order_relaxed);
-  }
-  auto r = call_reply::failure(storage_error(st));
-  s.rt->stats.call_errors.fetch_add(v.size(), std::memory_order_relaxed);
-  if (s.gate.quarantined())
-    s.gate.hold(v); // fails them with the quarantine's answer
-  else
-    output_gate<reply_to>::fail(v, r);
-  s.runner->commit_failed();
-  if (auto* t = s.runner->current(); t && t->suspended)
-    s.runner->lost_at_await(st);
-}
-
-void start_commit(self_ptr self) {
-  auto& s = self->state;
-  auto& store = *s.core->store;
-  if (s.gate.quarantined()) {
-    if (store.in_batch())
-      (void)store.rollback();
-    s.gate.hold(s.batch);
-    pump(self);
-    return;
-  }
-  auto& marks = s.runner->marks();
-  bool deferred = s.rt->store_opts.defer_sync && s.rt->cfg.mode == durability::full;
-  if (!marks.alarms_moved && (deferred || s.rt->cfg.mode == durability::normal)) {
-    // Fast path: the commit writes the WAL on this thread (no fsync); the fsync runs on a
-    // sync thread while the next batch executes here (pipelined group commit).
-    auto seq = store.last_seq();
-    auto facts = static_cast<uint64_t>(seq - s.committed_seq);
-    auto turns = std::exchange(marks.turns, 0);
-    if (auto st = owned_commit(*s.rt, *s.core); !st) {
-      commit_failed(self, s.batch, st);
-      handle_quarantine(self);
-      pump(self); // nothing comes back to resume this entity
-      return;
-    }
-    s.committed_seq = seq;
-    measure_commit(s.core->meter, store);
-    s.rt->stats.commits.fetch_add(1, std::memory_order_relaxed);
-    s.rt->stats.facts.fetch_add(facts, std::memory_order_relaxed);
-    s.rt->stats.turns_committed.fetch_add(turns, std::memory_order_relaxed);
-    if (deferred) {
-      s.gate.committed();
-      s.gate.hold(s.batch);
-      request_sync(self);
-    } else {
-      s.gate.committed_durable();
-      s.gate.hold(s.batch);
-      maybe_checkpoint(self); // with deferred sync: after the sync (on_synced)
-    }
-    // A sync in flight resumes the entity when it returns (on_synced pumps). Without one (an
-    // inline commit in durability normal) nothing comes back: run what queued meanwhile and
-    // let an entity asked to hibernate close now. Within a suspended turn pump does nothing.
-    if (s.gate.in_flight() == 0)
-      pump(self);
-    return;
-  }
-  // Slow path (the batch moved alarms, or durability is at-commit): the whole commit runs on a
-  // storage thread, the alarm index written before it.
-  s.committing = true;
-  s.in_commit = std::move(s.batch);
-  s.batch.clear();
-  s.commit_seq = store.last_seq();
-  s.commit_facts = static_cast<uint64_t>(s.commit_seq - s.committed_seq);
-  s.commit_turns = std::exchange(marks.turns, 0);
-  bool alarms = std::exchange(marks.alarms_moved, false);
-  auto core = s.core;
-  auto rt = s.rt;
-  auto key = s.key;
-  auto me = caf::actor_cast<caf::actor>(self);
-  rt->pool.post([core, rt, key, me, alarms] {
-    std::optional<int64_t> next;
-    status st;
-    if (alarms) {
-      auto n = core->store->next_alarm();
-      if (n && n->has_value())
-        next = n->value().due_ms;
-      // The index may say earlier than the entity, never later: an alarm this commit moves
-      // earlier must be in the index first, or the commit does not happen.
-      st = rt->sync_alarm_index(key, next, true);
-      if (!st)
-        (void)core->store->rollback();
-    }
-    if (st)
-      st = owned_commit(*rt, *core);
-    sync_report rep;
-    if (st) {
-      rep = core->tickets.run(0, [&] { return core->store->sync(); });
-      if (rep.st && alarms)
-        (void)rt->sync_alarm_index(key, next, false); // later or gone: the index stays early
-    }
-    caf::anon_send(me, atoms::committed::value, static_cast<int>(st.code()), st.message(), alarms,
-                   rep.ticket, rep.started_by_end, static_cast<int>(rep.st.code()),
-                   rep.st.message());
-  });
-}
-
-void request_sync(self_ptr self) {
-  auto& s = self->state;
-  auto target = s.gate.want_sync();
-  if (!target)
-    return; // at the cap (on_synced asks again), every commit covered, or quarantined
-  auto core = s.core;
-  auto me = caf::actor_cast<caf::actor>(self);
-  s.rt->sync_pool.post([core, me, covers = *target] {
-    auto r = core->tickets.run(covers, [&] { return core->store->sync(); });
-    caf::anon_send(me, atoms::synced::value, r.covers, r.ticket, r.started_by_end,
-                   static_cast<int>(r.st.code()), r.st.message());
-  });
-}
-
-/// The suspended turn's awaited operation starts once everything the turn wrote before the
-/// await is durable: its writes are committed (unless a commit runs on a storage thread now:
-/// on_committed and on_checkpointed come back here), then the start waits in the output gate
-/// like a reply (nothing leaves the entity, an outgoing call included, before the writes it
-/// may reveal are durable).
-void release_await(self_ptr self) {
-  auto& s = self->state;
-  if (!s.await_start.local || s.committing)
-    return;
-  if (s.core->store && s.core->store->dirty()) {
-    start_commit(self);
-    if (s.committing)
-      return;
-  }
-  s.gate.hold(s.batch); // nothing uncommitted: frames the turn sent leave with what is durable
-  output_gate<reply_to>::reply_batch b;
-  b.emplace_back(std::move(s.await_start), call_reply::success("null"));
-  s.await_start = {};
-  s.gate.hold(b);
-}
-
-/// Resumes the suspended turn if its await completed while a job held the store.
-void resume_if_woken(self_ptr self) {
-  auto& s = self->state;
-  auto* t = s.runner->current();
-  if (t && t->suspended && t->woken)
-    s.runner->resume();
-}
-
-void on_synced(self_ptr self, const sync_report& r) {
-  auto& s = self->state;
-  s.gate.synced(r);
-  if (s.gate.quarantined()) {
-    handle_quarantine(self);
-    pump(self);
-    return;
-  }
-  request_sync(self);
-  maybe_checkpoint(self);
-  pump(self);
-}
-
-/// A commit that ran whole on a storage thread (commit + WAL sync) is done.
-void on_committed(self_ptr self, const status& commit, bool alarms, const sync_report& rep) {
-  auto& s = self->state;
-  s.committing = false;
-  if (commit) {
-    s.rt->stats.commits.fetch_add(1, std::memory_order_relaxed);
-    s.rt->stats.facts.fetch_add(s.commit_facts, std::memory_order_relaxed);
-    s.rt->stats.turns_committed.fetch_add(s.commit_turns, std::memory_order_relaxed);
-    s.committed_seq = s.commit_seq;
-    if (s.core->store)
-      measure_commit(s.core->meter, *s.core->store);
-    s.gate.committed_and_synced(rep); // a failed sync quarantines: the commit landed
-    s.gate.hold(s.in_commit);
-  } else {
-    // The batch was rolled back whole: its keys were never recorded, so retries run again.
-    commit_failed(self, s.in_commit, status{commit.code(), "commit failed: " + commit.message()});
-    alarms = true;
-  }
-  if (alarms && s.core->store)
-    rearm_from_store(self);
-  handle_quarantine(self);
-  release_await(self);
-  resume_if_woken(self);
-  maybe_checkpoint(self);
-  pump(self);
-}
-
-// -- checkpoints --------------------------------------------------------------------------------
-
-/// A failed checkpoint: SQLITE_BUSY (expected now and then, tried again) apart from errors.
-void count_checkpoint_error(runtime_core* rt, const status& st) {
-  (st.code() == errc::busy ? rt->stats.checkpoints_busy : rt->stats.checkpoint_failures)
-    .fetch_add(1, std::memory_order_relaxed);
-}
-
-/// Keeps the WAL short. Past the configured size, a storage thread copies it into the database
-/// through a connection of its own while this actor goes on committing (up to three rounds,
-/// while commits made meanwhile keep more than a quarter of the threshold out); then the rest,
-/// now small, is copied on the actor's own connection while the actor holds off, which lets
-/// the next commit restart the WAL. (A checkpoint only on the actor's connection held every
-/// call for the whole copy: tens of ms for a hot entity. Only concurrent ones never let the
-/// WAL restart under steady load: some commit always lands during the copy.)
-void maybe_checkpoint(self_ptr self) {
-  auto& s = self->state;
-  // Not while a commit runs on a storage thread (it moves wal_frames()), nor in quarantine.
-  if (s.checkpointing || s.committing || s.ph != phase::ready || !s.core->store ||
-      s.gate.quarantined())
-    return;
-  auto& store = *s.core->store;
-  int threshold = s.rt->cfg.wal_checkpoint_frames;
-  if (s.ckpt_rounds == 0 && store.wal_frames() <= threshold)
-    return; // the common case, once per commit or sync
-  if (s.ckpt_rounds > 0 && store.wal_frames() < s.ckpt_done) {
-    s.ckpt_rounds = 0; // all of it was copied and a commit has restarted the WAL since
-    return;
-  }
-  auto core = s.core;
-  auto rt = s.rt;
-  auto me = caf::actor_cast<caf::actor>(self);
-  bool another =
-    s.ckpt_rounds == 0 || (s.ckpt_rounds < 3 && store.wal_frames() - s.ckpt_done > threshold / 4);
-  if (another) {
-    s.checkpointing = true;
-    ++s.ckpt_rounds;
-    rt->pool.post([core, rt, me] {
-      auto r = core->store->checkpoint_concurrently();
-      rt->stats.checkpoints.fetch_add(1, std::memory_order_relaxed);
-      if (!r)
-        count_checkpoint_error(rt, r.error());
-      caf::anon_send(me, atoms::checkpointed::value, true, r ? r.value() : -1);
-    });
-    return;
-  }
-  if (s.runner->busy() || store.in_batch())
-    return; // the next sync tries again
-  s.checkpointing = s.committing = true;
-  rt->pool.post([core, rt, me] {
-    auto st = core->store->checkpoint();
-    if (!st)
-      count_checkpoint_error(rt, st);
-    caf::anon_send(me, atoms::checkpointed::value, false, st ? 0 : -1);
-  });
-}
-
-/// A checkpoint on a storage thread is done (`concurrent`: through its own connection, which
-/// left `done` frames in the database; else on the actor's connection). -1: it failed, which
-/// only leaves the WAL longer: the next sync starts over.
-void on_checkpointed(self_ptr self, bool concurrent, int done) {
-  auto& s = self->state;
-  s.checkpointing = false;
-  if (s.core->store)
-    measure_checkpoint(s.core->meter, *s.core->store);
-  if (concurrent && done >= 0) {
-    s.ckpt_done = done;
-    maybe_checkpoint(self); // another round or the rest
-  } else {
-    s.ckpt_rounds = 0;
-  }
-  if (!concurrent) {
-    s.committing = false;
-    release_await(self);
-    resume_if_woken(self);
-  }
-  pump(self);
 }
 
 // -- turns --------------------------------------------------------------------------------------
@@ -607,6 +218,8 @@ void run_shared_calls(self_ptr self) {
   }
 }
 
+} // namespace
+
 void pump(self_ptr self) {
   auto& s = self->state;
   if (s.ph != phase::ready)
@@ -663,6 +276,8 @@ void pump(self_ptr self) {
 }
 
 // -- activation and hibernation -----------------------------------------------------------------
+
+namespace {
 
 /// Idle timeout: one self-message per idle period, which looks at the last call's arrival and
 /// either marks the entity idle or comes back when the period would end. (CAF's `after` in
@@ -825,6 +440,8 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
   pump(self);
 }
 
+} // namespace
+
 void maybe_close(self_ptr self) {
   auto& s = self->state;
   bool quarantined = s.gate.quarantined() != nullptr;
@@ -857,6 +474,8 @@ void maybe_close(self_ptr self) {
     caf::anon_send(me, atoms::closed::value);
   });
 }
+
+namespace {
 
 void on_closed(self_ptr self) {
   auto& s = self->state;

@@ -684,7 +684,7 @@ status configure_storage(detail::runtime_core& c) {
       return spares.error();
     c.store_opts.spares = std::move(spares.value());
   }
-  c.store_opts.defer_sync = true;       // pipelined group commit (entity_actor.cpp, start_commit)
+  c.store_opts.defer_sync = true;       // pipelined group commit (entity_commits.cpp, start_commit)
   c.store_opts.auto_checkpoint = false; // checkpoints on storage threads (maybe_checkpoint)
   for (auto& name : c.cfg.types.names()) {
     int page = c.cfg.types.find(name)->page_size;
