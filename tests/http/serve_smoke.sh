@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # serve_smoke.sh: end-to-end check of the real `factum serve` binary with curl: start on a free
 # port (listen port 0; the port is read from the start log line) with a temp data dir, drive a
-# few requests (up to the tenant's quota of entities), check a bad config exits 2, then SIGTERM by
-# pid and expect exit code 0.
+# few requests (up to the tenant's quota of entities) and the chat example's page, check a bad
+# config exits 2, then SIGTERM by pid and expect exit code 0.
 # Usage: serve_smoke.sh PATH/TO/factum
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../support/serve.sh"
@@ -27,7 +27,7 @@ cat > "$tmp/serve.json" <<JSON
   "listen": "127.0.0.1:8080",
   "data_dir": "$tmp/unused",
   "tenants": {"acme": {"api_keys": ["sha256:$key_hash"], "quota": {"max_entities": 2}}},
-  "types": ["ledger", "counter"]
+  "types": ["ledger", "counter", "room"]
 }
 JSON
 
@@ -90,6 +90,16 @@ code=$(curl -s -o "$tmp/facts" -w '%{http_code}' -H 'X-API-Key: smoke-key' \
 [ "$(grep -o '"seq":' "$tmp/facts" | wc -l)" -eq 1 ] || fail "facts: $(cat "$tmp/facts")"
 code=$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/entities/ledger/s1/facts")
 [ "$code" = 401 ] || fail "no API key answered $code"
+# The chat example's page (the configuration hosts `room`): compiled in, no API key, its headers.
+code=$(curl -s -D "$tmp/headers" -o "$tmp/page" -w '%{http_code}' "$base/examples/chat")
+[ "$code" = 200 ] || fail "the chat page answered $code"
+grep -qi "^Content-Type: text/html; charset=utf-8" "$tmp/headers" || fail "page: $(cat "$tmp/headers")"
+grep -qi "^Content-Security-Policy: default-src 'none';" "$tmp/headers" ||
+  fail "page without its CSP: $(cat "$tmp/headers")"
+grep -qi '^X-Content-Type-Options: nosniff' "$tmp/headers" || fail "page without nosniff"
+grep -q 'factum-key\.' "$tmp/page" || fail "not the chat page: $(head -c 300 "$tmp/page")"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$base/examples/nothing")
+[ "$code" = 404 ] || fail "an unknown path answered $code"
 curl -s -o "$tmp/metrics" "$base/metrics" || fail "metrics unreachable"
 grep -q '^factum_facts_total 2$' "$tmp/metrics" || fail "metrics: $(grep facts_total "$tmp/metrics")"
 

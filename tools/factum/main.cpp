@@ -18,7 +18,10 @@ int main(int argc, char** argv) {
   factum::entity_registry types;
   factum::add_builtin_types(types);
   factum::examples::add_example_types(types);
-  factum::tools::add_serve_command(app, &exit_code, std::move(types));
+  // The chat example's page, served when the configuration hosts `room`.
+  factum::tools::serve_page chat{"/examples/chat", {}, "room"};
+  chat.page.body = std::string(factum::examples::chat_page());
+  factum::tools::add_serve_command(app, &exit_code, std::move(types), {std::move(chat)});
   factum::tools::add_bench_command(app, &exit_code);
   factum::cluster::add_cluster_command(app, &exit_code);
   try {

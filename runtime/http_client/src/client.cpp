@@ -149,8 +149,10 @@ struct sync_client::impl {
     return out;
   }
 
-  reply read(std::chrono::steady_clock::time_point deadline) {
+  /// Reads one response; `head`: it answers a HEAD request, so no body follows its headers.
+  reply read(std::chrono::steady_clock::time_point deadline, bool head = false) {
     bhttp::response_parser<bhttp::string_body> parser;
+    parser.skip(head);
     parser.body_limit(opts.max_body ? boost::optional<std::uint64_t>(*opts.max_body)
                                     : boost::optional<std::uint64_t>());
     parser.header_limit(64 * 1024);
@@ -227,7 +229,7 @@ reply sync_client::request(std::string_view method, std::string_view target,
         continue; // the server had closed the idle connection: send again on a new one
       return impl::failed(ec, stage::write);
     }
-    return i.read(deadline);
+    return i.read(deadline, method == "HEAD");
   }
   return impl::failed(failure::closed, stage::write, "the write failed twice");
 }

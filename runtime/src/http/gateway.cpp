@@ -1,9 +1,10 @@
 // http/gateway.cpp: the HTTP API (docs/http-api.md) over runtime::call: a route table (method and
 // path pattern -> one handler per route), the entity routes (registry checks, the Idempotency-Key
-// and fingerprint, the call, the mapping of its reply), the operational routes, and the relay to
-// an entity's owner in a cluster. The steps every route shares are in gateway_steps.cpp, the
-// routes that span a cluster in cluster_routes.cpp. handle() runs on an I/O thread and never
-// blocks; runtime replies arrive on CAF workers.
+// and fingerprint, the call, the mapping of its reply), the operational routes, the static pages
+// (http_server_config::pages, at paths no route takes), and the relay to an entity's owner in a
+// cluster. The steps every route shares are in gateway_steps.cpp, the routes that span a cluster
+// in cluster_routes.cpp. handle() runs on an I/O thread and never blocks; runtime replies arrive
+// on CAF workers.
 #include "http/gateway.hpp"
 
 #include <algorithm>
@@ -276,6 +277,43 @@ void get_metrics(gateway& gw, const exchange_ptr& x) {
   finish(gw, *x, std::move(r));
 }
 
+// -- static pages (http_server_config::pages) --
+
+/// The page configured at the request's path (its query aside), or null.
+const http_page* find_page(const gateway& gw, const exchange& x) {
+  const auto& pages = gw.config().pages;
+  if (pages.empty())
+    return nullptr;
+  std::string_view target = x.req.target;
+  auto it = pages.find(std::string(target.substr(0, target.find('?'))));
+  return it == pages.end() ? nullptr : &it->second;
+}
+
+/// GET or HEAD of a static page (the transport leaves a HEAD's body out): no API key (it holds
+/// no data), any query (its script reads it), and headers that keep the browser to the page's
+/// own origin.
+void answer_page(gateway& gw, const exchange_ptr& x, const http_page& page) {
+  x->route = "page";
+  if (x->req.verb != "GET" && x->req.verb != "HEAD") {
+    auto r =
+      problem(*x, 405, "METHOD_NOT_ALLOWED", x->req.verb + " is not allowed here; use GET, HEAD");
+    r.allow = "GET, HEAD";
+    return finish(gw, *x, std::move(r));
+  }
+  if (x->req.websocket)
+    return refuse(
+      gw, *x, {404, "ROUTE_NOT_FOUND", "no WebSocket route at " + std::string(clip(x->path, 200))});
+  http_response r;
+  r.trace_id = x->trace_id;
+  r.content_type = page.content_type;
+  r.body = page.body;
+  r.headers = {{"Content-Security-Policy", page.content_security_policy},
+               {"X-Content-Type-Options", "nosniff"},
+               {"Referrer-Policy", "no-referrer"},
+               {"Cache-Control", "no-cache"}};
+  finish(gw, *x, std::move(r));
+}
+
 // -- the route table --
 
 /// First match wins; a path that fits routes of other methods only is 405 with their Allow.
@@ -503,9 +541,12 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
     x->route = sel.but_value->label;
     return refuse(*this, *x, {404, "ROUTE_NOT_FOUND", std::string(sel.but_value->unknown_value)});
   }
-  if (!sel.chosen)
+  if (!sel.chosen) {
+    if (const auto* page = find_page(*this, *x)) // only where no route fits: none is shadowed
+      return answer_page(*this, x, *page);
     return refuse(*this, *x,
                   {404, "ROUTE_NOT_FOUND", "no route for " + std::string(clip(x->path, 200))});
+  }
   const route* chosen = sel.chosen;
   x->route = chosen->label;
   if (chosen->answer)

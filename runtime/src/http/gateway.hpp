@@ -101,6 +101,8 @@ struct http_response {
   int64_t retry_after_s = 0; ///< > 0: the Retry-After header (seconds)
   std::string link;          ///< the Link header (a page's next page), when not empty
   bool not_owner = false; ///< adds X-Factum-Not-Owner: 1 (cluster: a relayed request's owner moved)
+  /// More headers, written as they are (a page's Content-Security-Policy, ...).
+  std::vector<std::pair<std::string, std::string>> headers;
   /// A WebSocket upgrade on_connect decided: the transport completes the handshake instead of
   /// writing this response (and closes at once with the refusal's code when it refused).
   std::shared_ptr<const ws_upgrade> upgrade;

@@ -295,6 +295,7 @@ class session : public std::enable_shared_from_this<session> {
     auto r = http::to_http_request(msg);
     keep_alive_ = msg.keep_alive();
     version_ = msg.version();
+    head_ = msg.method() == bhttp::verb::head;
     srv_->request_started();
     auto ex = stream_.get_executor();
     srv_->gw.handle(std::move(r), [self = shared_from_this(), ex](http::http_response res) {
@@ -313,6 +314,7 @@ class session : public std::enable_shared_from_this<session> {
       xt = std::string(h["X-Trace-Id"]);
       version_ = h.version();
     }
+    head_ = !verb.empty() && parser_->get().method() == bhttp::verb::head;
     auto r = srv_->gw.reject(status, code, std::move(detail), verb, target, tp, xt);
     keep_alive_ = false;
     write(std::move(r), false);
@@ -341,10 +343,17 @@ class session : public std::enable_shared_from_this<session> {
       res_.set(bhttp::field::link, r.link);
     if (r.not_owner)
       res_.set("X-Factum-Not-Owner", "1");
+    for (auto& [name, value] : r.headers)
+      res_.set(name, value);
     bool keep = keep_alive_ && !r.close && !srv_->gw.draining() && !srv_->closing.load();
     res_.keep_alive(keep);
-    res_.body() = std::move(r.body);
-    res_.prepare_payload();
+    if (head_) {
+      // The answer to HEAD: GET's headers, its Content-Length, no body (RFC 9110, 9.3.2).
+      res_.content_length(r.body.size());
+    } else {
+      res_.body() = std::move(r.body);
+      res_.prepare_payload();
+    }
     stream_.expires_after(limits().request_timeout);
     bhttp::async_write(stream_, res_,
                        [self = shared_from_this(), counted, keep](beast::error_code ec, size_t) {
@@ -400,6 +409,7 @@ class session : public std::enable_shared_from_this<session> {
   bool closed_ = false;
   bool keep_alive_ = true;
   unsigned version_ = 11;
+  bool head_ = false; ///< the request being answered is a HEAD: its response has no body
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bhttp::response<bhttp::string_body> res_;

@@ -2,6 +2,7 @@
 // waits for SIGTERM/SIGINT with sigwait (the signals are blocked in every thread, so no handler
 // runs asynchronously), then stops gracefully: no new connections, in-flight requests finish,
 // the runtime drains and commits, exit 0. Runs on the thread that calls CLI::App::parse.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -70,6 +71,15 @@ tool_fn static_fallback(json body) {
     r.body = body;
     done(std::move(r));
   };
+}
+
+void add_pages(serve_config& cfg, const std::vector<serve_page>& pages) {
+  for (const auto& p : pages) {
+    bool hosted = p.type.empty() || std::find(cfg.type_names.begin(), cfg.type_names.end(),
+                                              p.type) != cfg.type_names.end();
+    if (hosted)
+      cfg.http.pages[p.path] = p.page;
+  }
 }
 
 int run_serve(serve_config cfg) {
@@ -219,7 +229,8 @@ void add_serve_options(CLI::App& cmd, serve_options& o) {
 }
 
 /// Loads the configuration with the command line's overrides and runs the server; its exit code.
-int serve_with(const serve_options& o, const entity_registry& available) {
+int serve_with(const serve_options& o, const entity_registry& available,
+               const std::vector<serve_page>& pages) {
   auto fail = [&](const std::string& msg) {
     std::fprintf(stderr, "factum serve: bad configuration: %s\n", msg.c_str());
     return 2;
@@ -242,20 +253,23 @@ int serve_with(const serve_options& o, const entity_registry& available) {
       return fail("cluster.shared_dir: must not be data_dir (each node keeps its own data_dir "
                   "for its lock and indexes)");
   }
+  add_pages(*cfg, pages);
   return run_serve(std::move(*cfg));
 }
 
 } // namespace
 
-void add_serve_command(CLI::App& app, int* exit_code, entity_registry available) {
+void add_serve_command(CLI::App& app, int* exit_code, entity_registry available,
+                       std::vector<serve_page> pages) {
   auto o = std::make_shared<serve_options>();
   auto types = std::make_shared<entity_registry>(std::move(available));
+  auto offered = std::make_shared<std::vector<serve_page>>(std::move(pages));
   auto* cmd = app.add_subcommand("serve", "Run the HTTP API server (docs/http-api.md)");
   add_serve_options(*cmd, *o);
-  cmd->callback([o, types, exit_code] { *exit_code = serve_with(*o, *types); });
+  cmd->callback([o, types, offered, exit_code] { *exit_code = serve_with(*o, *types, *offered); });
 }
 
-int serve_main(int argc, char** argv, entity_registry available) {
+int serve_main(int argc, char** argv, entity_registry available, std::vector<serve_page> pages) {
   CLI::App app{"An HTTP server of durable entities (factum; docs/http-api.md)"};
   serve_options o;
   add_serve_options(app, o);
@@ -264,7 +278,7 @@ int serve_main(int argc, char** argv, entity_registry available) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  return serve_with(o, available);
+  return serve_with(o, available, pages);
 }
 
 } // namespace factum::tools

@@ -3,6 +3,7 @@
 // the runtime starts (any single thread).
 #pragma once
 
+#include <string_view>
 #include <vector>
 
 #include "factum/entities/entity.hpp"
@@ -31,6 +32,10 @@ void add_example_types(entity_registry& registry);
 
 /// examples/chat: `room`, a chat room over WebSocket connections.
 void add_chat_types(entity_registry& registry);
+
+/// examples/chat/index.html, compiled in: a page for trying `room` by hand in a browser
+/// (`factum serve` answers it at /examples/chat when it hosts `room`).
+std::string_view chat_page();
 
 /// examples/counter: the quick-start counter.
 void add_counter_type(entity_registry& registry);

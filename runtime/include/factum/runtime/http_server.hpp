@@ -94,6 +94,23 @@ struct http_limits {
   std::chrono::milliseconds ws_idle_timeout{300'000};
 };
 
+/// A static page the gateway answers on GET and HEAD without an API key (http_server_config::
+/// pages): a page for trying an API by hand, which holds no data of its own. Every field
+/// documents its default.
+struct http_page {
+  /// Its Content-Type. Default text/html; charset=utf-8.
+  std::string content_type = "text/html; charset=utf-8";
+  /// The page itself.
+  std::string body;
+  /// Its Content-Security-Policy header. Default: nothing but inline script and style, WebSocket
+  /// and fetch connections to the page's own origin ('self'), and a data: icon; no frames, no
+  /// forms, no <base>.
+  std::string content_security_policy =
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'";
+};
+
 /// Configuration of the gateway. Every field documents its default.
 struct http_server_config {
   /// Address to bind (IPv4 or IPv6 literal, or a host name resolved once). Default 127.0.0.1.
@@ -117,6 +134,11 @@ struct http_server_config {
   /// 503 SHARD_UNAVAILABLE / CLUSTER_UNAVAILABLE), GET /v1/cluster, the lease in /healthz and
   /// the cluster's metrics. Default null: this node serves every entity.
   std::shared_ptr<cluster_router> cluster;
+  /// Static pages: absolute path (without a query; "/examples/chat") -> page. Each is answered
+  /// on GET and HEAD (any query, no API key; other methods 405) with its Content-Security-Policy,
+  /// X-Content-Type-Options: nosniff, Referrer-Policy: no-referrer and Cache-Control: no-cache.
+  /// The API's routes come first: a page never shadows one. Default none.
+  std::map<std::string, http_page> pages;
 };
 
 /// The HTTP gateway: POST /v1/entities/{type}/{id}/{method} and friends, /healthz, /metrics.

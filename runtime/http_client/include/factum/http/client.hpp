@@ -114,7 +114,8 @@ class sync_client {
 
   /// Sends one request (Host first, then `headers` as given, duplicates kept; Content-Length
   /// from `body`) and reads its response. A request whose send fails on a reused connection is
-  /// sent once more on a fresh one (the server had closed the idle connection).
+  /// sent once more on a fresh one (the server had closed the idle connection). A HEAD
+  /// request's response is read without a body, whatever its Content-Length says.
   reply request(std::string_view method, std::string_view target, const header_list& headers = {},
                 std::string_view body = {});
 

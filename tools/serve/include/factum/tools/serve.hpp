@@ -70,6 +70,20 @@ struct serve_config {
   std::optional<serve_cluster> cluster;
 };
 
+/// A static page a server program offers (http_server_config::pages), served when the
+/// configuration hosts the entity type it talks to.
+struct serve_page {
+  /// Its absolute path ("/examples/chat").
+  std::string path;
+  http_page page;
+  /// The entity type the page is for: served only when the configuration's types include it.
+  /// Empty: always served.
+  std::string type;
+};
+
+/// Puts into cfg.http.pages each of `pages` whose type cfg hosts.
+void add_pages(serve_config& cfg, const std::vector<serve_page>& pages);
+
 /// Validates a configuration document; its "types" are chosen among `available` (all of them
 /// when it names none). INVALID_ARGUMENT names the offending key.
 result<serve_config> parse_serve_config(const nlohmann::json& doc,
@@ -90,15 +104,17 @@ tool_fn static_fallback(nlohmann::json body);
 int run_serve(serve_config cfg);
 
 /// Adds `serve --config FILE [--listen HOST:PORT] [--data DIR]` to `app`, hosting types among
-/// `available`. When it runs, it writes its exit code to *exit_code (0 stopped by a signal, 1
-/// start failure, 2 bad configuration).
-void add_serve_command(CLI::App& app, int* exit_code, entity_registry available);
+/// `available`, and those of `pages` whose type it hosts (add_pages). When it runs, it writes
+/// its exit code to *exit_code (0 stopped by a signal, 1 start failure, 2 bad configuration).
+void add_serve_command(CLI::App& app, int* exit_code, entity_registry available,
+                       std::vector<serve_page> pages = {});
 
 /// A whole server program: `argv` takes `--config FILE [--listen HOST:PORT] [--data DIR]` as
 /// `factum serve` does, the configuration chooses its types among `available`, and the process
 /// runs until SIGTERM or SIGINT. Returns the exit code (as add_serve_command; 0 for --help).
 /// A tenant's own `main`: register the types, then `return factum::tools::serve_main(argc,
-/// argv, std::move(types));`.
-int serve_main(int argc, char** argv, entity_registry available);
+/// argv, std::move(types));`. `pages` as add_serve_command's.
+int serve_main(int argc, char** argv, entity_registry available,
+               std::vector<serve_page> pages = {});
 
 } // namespace factum::tools
