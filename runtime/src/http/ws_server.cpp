@@ -306,14 +306,16 @@ class ws_session final : public ws_link,
     if (ended_)
       return maybe_run_close();
     if (ec == websocket::error::closed) {
-      if (!closing_)
-        return end_transport(ws_end::client, static_cast<int>(ws_.reason().code));
+      if (!closing_) { // a close frame without a code is 1005 (RFC 6455, 7.1.5)
+        auto code = static_cast<int>(ws_.reason().code);
+        return end_transport(ws_end::client, code == 0 ? 1005 : code);
+      }
       return end_transport(end_reason_, close_code_);
     }
     if (ec == websocket::error::message_too_big)
       return end_transport(ws_end::too_big, 1009);
     if (ec == beast::error::timeout)
-      return end_transport(ws_end::idle, 1001);
+      return end_transport(ws_end::idle, 1006);
     if (ec == websocket::condition::protocol_violation)
       return end_transport(ws_end::protocol,
                            ec == websocket::error::bad_frame_payload ? 1007 : 1002);

@@ -89,8 +89,9 @@ struct http_limits {
   /// Messages read ahead from one connection while its previous message's turn runs (its
   /// messages run one at a time, in order); then reading pauses. Default 64.
   size_t ws_max_pending_messages = 64;
-  /// A connection from which nothing arrived for this long is sent a ping; one that does not
-  /// answer within as long again is closed. 0: never. Default 300 s.
+  /// A connection from which nothing arrived for half of this is sent a ping; one from which
+  /// nothing arrives within the whole of it is closed (its TCP connection). 0: never. Default
+  /// 300 s.
   std::chrono::milliseconds ws_idle_timeout{300'000};
 };
 
