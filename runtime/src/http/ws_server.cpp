@@ -349,16 +349,19 @@ class ws_session final : public ws_link,
     writing_ = true;
     auto& f = queue_.front();
     ws_.binary(f.binary);
-    ws_.async_write(
-      net::buffer(*f.data), [self = shared_from_this()](beast::error_code ec, size_t) {
-        self->writing_ = false;
-        if (ec)
-          return self->end_transport(self->closing_ ? self->end_reason_ : ws_end::client, 1006);
-        self->queued_bytes_ -= self->queue_.front().data->size();
-        self->queue_.pop_front();
-        self->gw_.metrics().ws_messages_out.fetch_add(1);
-        self->write_next();
-      });
+    // The handler holds the data: end_transport() may clear the queue while the write is out.
+    ws_.async_write(net::buffer(*f.data), [self = shared_from_this(),
+                                           data = f.data](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      if (self->ended_)
+        return;
+      if (ec)
+        return self->end_transport(self->closing_ ? self->end_reason_ : ws_end::client, 1006);
+      self->queued_bytes_ -= self->queue_.front().data->size();
+      self->queue_.pop_front();
+      self->gw_.metrics().ws_messages_out.fetch_add(1);
+      self->write_next();
+    });
   }
 
   // -- closing --
