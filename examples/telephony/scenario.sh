@@ -66,6 +66,21 @@ ex_say "   call-$n: placed"
 ex_facts asset/a1 "type=lifecycle&subtype=circuit_breaker_state_changed"
 ex_check '[.[] | .data.new_state] == ["OPEN", "HALF_OPEN", "CLOSED"]' "OPEN -> HALF_OPEN -> CLOSED"
 ex_say "   breaker: $(ex_jq -c '[.[] | "\(.data.previous_state)->\(.data.new_state)"]')"
+# The operator's view of the same, labelled by tool on /metrics.
+metric() { grep -F "$1" "$EX_TMP/metrics" | awk '{print $2}'; }
+curl -sf "$BASE/metrics" > "$EX_TMP/metrics" || ex_fail "GET /metrics failed"
+for series in 'factum_tool_breaker_transitions_total{tool="telephony",to="open"} 1' \
+  'factum_tool_breaker_transitions_total{tool="telephony",to="closed"} 1' \
+  'factum_tool_breakers{tool="telephony",state="open"} 0'; do
+  grep -qxF "$series" "$EX_TMP/metrics" || ex_fail "/metrics lacks: $series"
+done
+[ "$(metric 'factum_tool_errors_total{tool="telephony",category="transient"}')" -ge 3 ] ||
+  ex_fail "/metrics counts fewer than 3 transient errors of telephony"
+[ "$(metric 'factum_tool_fast_fails_total{tool="telephony"}')" -ge 1 ] ||
+  ex_fail "/metrics counts no fast fail of telephony"
+[ "$(metric 'factum_tool_retry_outcomes_total{tool="telephony",outcome="succeeded"}')" -ge 1 ] ||
+  ex_fail "/metrics counts no call that succeeded after retrying"
+ex_say "   /metrics: breaker transitions, fast fails, errors by category and retries, by tool"
 
 ex_step "4. Economics close: every cent the vendor charged is a cost fact, failed calls included"
 ex_call asset/a1/summary '{}'

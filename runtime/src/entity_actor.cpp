@@ -569,10 +569,10 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
   s.port = std::make_unique<actor_port>(self);
   s.runner =
     std::make_unique<turn_runner>(turn_runner::env{&rt->cfg, &rt->stats, type, &s.key}, *s.port);
-  s.ctx = std::make_unique<entity_context>(context_env{&rt->cfg, &rt->stats, &rt->classifier,
-                                                       &rt->dl_rules, &s.key,
-                                                       type && type->websocket.has_value()},
-                                           *s.runner, *s.port);
+  s.ctx = std::make_unique<entity_context>(
+    context_env{&rt->cfg, &rt->stats, &rt->classifier, &rt->dl_rules, &s.key,
+                type && type->websocket.has_value(), &rt->tools, &s.key_str},
+    *s.runner, *s.port);
   if (rt->acquire_slot(s.key_str, caf::actor_cast<caf::actor>(self)))
     start_open(self);
   return {

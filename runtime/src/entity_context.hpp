@@ -48,6 +48,9 @@ struct context_env {
   const entity_key* key = nullptr;
   /// The entity's type accepts WebSocket connections (entity_type::websocket).
   bool websocket = false;
+  /// The runtime's per-tool counters (null in tests that have none).
+  tool_board* tools = nullptr;
+  const std::string* key_str = nullptr; ///< key->to_string(), kept by the owner
 };
 
 class entity_context final : public context, public tool_host {
@@ -77,6 +80,13 @@ class entity_context final : public context, public tool_host {
   void cancel_internal_alarm(const std::string& name) override { cancel_alarm(name); }
   void dead_letter_written(const dead_letter_record& dl) override {
     runner_.dead_letter_written(dl);
+  }
+  tool_counters* tool_stats(const std::string& tool) override {
+    return env_.tools ? env_.tools->find(tool) : nullptr;
+  }
+  void breaker_seen(const std::string& tool, resilience::breaker_state s) override {
+    if (env_.tools)
+      env_.tools->breaker_seen(env_.key_str ? *env_.key_str : env_.key->to_string(), tool, s);
   }
 
   // -- context --

@@ -953,6 +953,7 @@ runtime_stats runtime::stats() const {
   r.fenced_writes = ld(s.fenced_writes);
   r.activations_refused_not_owner = ld(s.activations_refused_not_owner);
   detail::fill_tenant_stats(*impl_->core, r);
+  r.tools = impl_->core->tools.snapshot();
   return r;
 }
 

@@ -30,6 +30,7 @@
 #include "messages.hpp"
 #include "storage_pool.hpp"
 #include "tenant_quotas.hpp"
+#include "tool_board.hpp"
 
 namespace factum::detail {
 
@@ -188,6 +189,17 @@ struct alarm_directory {
   std::vector<failed_wake> failed_wakes;
 };
 
+/// The configured tools: the transports' names and the policies' names.
+inline std::vector<std::string> tool_names(const runtime_config& cfg) {
+  std::vector<std::string> out;
+  for (auto& [name, _] : cfg.tools)
+    out.push_back(name);
+  for (auto& [name, _] : cfg.tool_policies)
+    if (!cfg.tools.count(name))
+      out.push_back(name);
+  return out;
+}
+
 struct runtime_core {
   explicit runtime_core(runtime_config c)
       : cfg(std::move(c)), pool(cfg.storage_threads), sync_pool(cfg.sync_threads) {}
@@ -224,6 +236,8 @@ struct runtime_core {
   /// Per-tenant accounts and the tenant index (tenant_quotas.hpp).
   tenant_directory tenants;
   counters stats;
+  /// The configured tools' counters and breaker states (tool_board.hpp).
+  tool_board tools{tool_names(cfg)};
   resilience::classifier classifier;      ///< read-only after start
   resilience::dead_letter_rules dl_rules; ///< read-only after start
   std::unique_ptr<caf::actor_system_config> sys_cfg;

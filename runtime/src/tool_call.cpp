@@ -147,6 +147,7 @@ circuit_breaker& breaker_for(tool_host& h, const std::string& tool, const json& 
         auto j = json::parse(b.data, nullptr, false);
         if (auto cb = circuit_breaker::from_json(j)) {
           cb->forget_trials();
+          h.breaker_seen(tool, cb->state());
           return m.emplace(tool, std::move(cb.value())).first->second;
         }
       }
@@ -160,8 +161,11 @@ circuit_breaker& breaker_for(tool_host& h, const std::string& tool, const json& 
 void record_breaker(tool_host& h, const std::string& tool,
                     const std::optional<breaker_transition>& t, const json& operator_fields) {
   auto& br = h.breakers().at(tool);
+  h.breaker_seen(tool, br.state());
   if (t) {
     h.stats().breaker_transitions.fetch_add(1, std::memory_order_relaxed);
+    if (auto* c = h.tool_stats(tool))
+      c->entered[static_cast<size_t>(t->to)].fetch_add(1, std::memory_order_relaxed);
     fact_draft d;
     d.type = "lifecycle";
     d.subtype = "circuit_breaker_state_changed";
@@ -276,6 +280,8 @@ void append_cost(tool_host& h, const tool_call_plan& p, const std::string& charg
 tool_reply refused_by_breaker(tool_host& h, const tool_call_plan& p, int attempt,
                               const breaker_decision& decision) {
   h.stats().breaker_fast_fails.fetch_add(1, std::memory_order_relaxed);
+  if (auto* c = h.tool_stats(p.req.tool))
+    c->fast_fails.fetch_add(1, std::memory_order_relaxed);
   auto d = p.base_fact("error", "external");
   d.data = {{"error_code", "CIRCUIT_OPEN"},
             {"error_message", "the circuit breaker of " + p.req.tool + " is " +
@@ -311,6 +317,9 @@ std::string charged_for(const tool_call_plan& p, const tool_reply& r) {
 void attempt_succeeded(tool_host& h, tool_call_plan& p, int attempt, int64_t now,
                        const tool_reply& r) {
   record_breaker(h, p.req.tool, p.breaker(h).on_success(now));
+  if (attempt > 1)
+    if (auto* c = h.tool_stats(p.req.tool))
+      c->retried_ok.fetch_add(1, std::memory_order_relaxed);
   if (!p.error_fact_ids.empty()) {
     auto d = p.base_fact("outcome", "resolved_after_retry");
     d.data = {
@@ -336,6 +345,8 @@ classification attempt_failed(tool_host& h, tool_call_plan& p, int attempt, int6
                               tool_reply& r) {
   h.stats().tool_failures.fetch_add(1, std::memory_order_relaxed);
   auto cls = classify_reply(h, p.req.tool, r, p.idempotent);
+  if (auto* c = h.tool_stats(p.req.tool))
+    c->errors[static_cast<size_t>(cls.category)].fetch_add(1, std::memory_order_relaxed);
   r.category = cls.category;
   p.failed_rp = retry_policy_for(p, r);
   auto charged = charged_for(p, r);
@@ -362,6 +373,8 @@ classification attempt_failed(tool_host& h, tool_call_plan& p, int attempt, int6
 
 /// The retry budget is spent: its error fact; the reply says so.
 void budget_spent(tool_host& h, const tool_call_plan& p, int attempt, tool_reply& r) {
+  if (auto* c = h.tool_stats(p.req.tool))
+    c->budget_refused.fetch_add(1, std::memory_order_relaxed);
   auto d = p.base_fact("error", "budget");
   d.data = {{"error_code", "RETRY_BUDGET_EXHAUSTED"},
             {"error_message", "the retry budget of " + p.req.tool + " is spent"},
@@ -452,8 +465,11 @@ void dead_letter(tool_host& h, const tool_call_plan& p, int attempt, int64_t now
   h.dead_letter_written(dl);
   if (dl.next_retry_ms)
     h.set_internal_alarm(dead_letter_alarm(dl.id), *dl.next_retry_ms);
-  if (is_new)
+  if (is_new) {
     h.stats().dead_letters.fetch_add(1, std::memory_order_relaxed);
+    if (auto* c = h.tool_stats(p.req.tool))
+      c->dead_letters.fetch_add(1, std::memory_order_relaxed);
+  }
   auto life = p.base_fact("lifecycle", is_new ? "dead_letter_created" : "dead_letter_retry_failed");
   life.data = {{"dead_letter_id", dl.id},
                {"status", std::string(to_string(dl.status))},
@@ -471,6 +487,8 @@ void dead_letter(tool_host& h, const tool_call_plan& p, int attempt, int64_t now
 task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
   auto& ctx = h.ctx();
   h.stats().tool_calls.fetch_add(1, std::memory_order_relaxed);
+  if (auto* c = h.tool_stats(req.tool))
+    c->calls.fetch_add(1, std::memory_order_relaxed);
   auto p = plan_call(h, std::move(req));
   for (int attempt = 1;; ++attempt) {
     int64_t now = ctx.now_ms();
@@ -518,6 +536,8 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
       co_return r;
     }
     h.stats().tool_retries.fetch_add(1, std::memory_order_relaxed);
+    if (auto* c = h.tool_stats(p.req.tool))
+      c->retries.fetch_add(1, std::memory_order_relaxed);
     p.prev_delay = delay;
     auto wait = ctx.sleep(std::chrono::milliseconds(*delay));
     co_await wait;

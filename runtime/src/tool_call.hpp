@@ -17,6 +17,7 @@
 #include "factum/resilience/retry_policy.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/entity_store.hpp"
+#include "tool_board.hpp"
 
 namespace factum::detail {
 
@@ -44,6 +45,10 @@ class tool_host {
   /// A dead letter was written in the running turn (created, rescheduled or moved by an
   /// operator): the entity keeps track of the idempotency keys that live ones own.
   virtual void dead_letter_written(const dead_letter_record& dl) = 0;
+  /// The runtime's counters of `tool` (tool_board.hpp); null when it is not configured.
+  virtual tool_counters* tool_stats(const std::string& tool) = 0;
+  /// This entity's breaker of `tool` is in state `s` now (tool_board::breaker_seen).
+  virtual void breaker_seen(const std::string& tool, resilience::breaker_state s) = 0;
 };
 
 /// The Idempotency-Key a tool call sends when the entity set none (docs/tools.md): "fk_" + the

@@ -199,6 +199,69 @@ void http_metrics::render_cluster(std::string& out, const runtime_stats& rt,
          rt.activations_refused_not_owner);
 }
 
+namespace {
+
+/// One labelled sample: name{tool="T",<label>="V"} N.
+void tool_sample(std::string& out, const char* name, const std::string& tool,
+                 std::string_view label, std::string_view value, uint64_t n) {
+  out += name;
+  out += "{tool=\"" + tool + "\"";
+  if (!label.empty()) {
+    out += ',';
+    out += label;
+    out += "=\"";
+    out += value;
+    out += '"';
+  }
+  out += "} " + std::to_string(n) + '\n';
+}
+
+constexpr std::string_view breaker_state_labels[] = {"closed", "open", "half_open", "forced_open",
+                                                     "disabled"};
+
+} // namespace
+
+/// The configured tools, labelled by name (a bounded set): errors by category, retries by
+/// outcome, dead letters, breaker transitions by the state entered, breakers by state.
+void http_metrics::render_tools(std::string& out, const runtime_stats& rt) const {
+  header(out, "factum_tool_errors_total", "counter",
+         "Failed tool attempts by tool and error category.");
+  for (auto& t : rt.tools)
+    for (size_t i = 0; i < t.errors.size(); ++i)
+      tool_sample(out, "factum_tool_errors_total", t.tool, "category",
+                  to_string(static_cast<error_category>(i)), t.errors[i]);
+  header(out, "factum_tool_retry_outcomes_total", "counter",
+         "Tool retries by tool: attempted, calls that succeeded after retrying, retries the "
+         "retry budget refused.");
+  for (auto& t : rt.tools) {
+    tool_sample(out, "factum_tool_retry_outcomes_total", t.tool, "outcome", "attempted", t.retries);
+    tool_sample(out, "factum_tool_retry_outcomes_total", t.tool, "outcome", "succeeded",
+                t.retried_ok);
+    tool_sample(out, "factum_tool_retry_outcomes_total", t.tool, "outcome", "budget_refused",
+                t.budget_refused);
+  }
+  header(out, "factum_tool_dead_letters_total", "counter",
+         "Tool calls that ended as a new dead letter, by tool.");
+  for (auto& t : rt.tools)
+    tool_sample(out, "factum_tool_dead_letters_total", t.tool, "", "", t.dead_letters);
+  header(out, "factum_tool_fast_fails_total", "counter",
+         "Tool attempts an open circuit breaker refused, by tool.");
+  for (auto& t : rt.tools)
+    tool_sample(out, "factum_tool_fast_fails_total", t.tool, "", "", t.fast_fails);
+  header(out, "factum_tool_breaker_transitions_total", "counter",
+         "Circuit breaker transitions by tool and the state entered.");
+  for (auto& t : rt.tools)
+    for (size_t i = 0; i < t.entered.size(); ++i)
+      tool_sample(out, "factum_tool_breaker_transitions_total", t.tool, "to",
+                  breaker_state_labels[i], t.entered[i]);
+  header(out, "factum_tool_breakers", "gauge",
+         "Entities whose breaker of the tool is in the state, as last seen by this process.");
+  for (auto& t : rt.tools)
+    for (size_t i = 1; i < t.breakers.size(); ++i)
+      tool_sample(out, "factum_tool_breakers", t.tool, "state", breaker_state_labels[i],
+                  t.breakers[i]);
+}
+
 std::string_view http_metrics::ws_end_label(ws_end e) {
   switch (e) {
   case ws_end::client: return "client";
@@ -371,6 +434,7 @@ std::string http_metrics::render(const runtime_stats& rt, const cluster_stats* c
   metric(out, "factum_calls_dropped_total", "counter",
          "Calls never run because their caller had been answered 504 while they waited.",
          rt.calls_dropped);
+  render_tools(out, rt);
   render_tenants(out, rt);
   if (cluster)
     render_cluster(out, rt, *cluster);

@@ -82,6 +82,7 @@ class http_metrics {
  private:
   void render_requests(std::string& out) const;
   void render_websockets(std::string& out) const;
+  void render_tools(std::string& out, const runtime_stats& rt) const;
   void render_cluster(std::string& out, const runtime_stats& rt, const cluster_stats& c) const;
 
   mutable std::mutex mu_;

@@ -4,6 +4,7 @@
 // thread-safe; done callbacks run on a CAF worker thread and must not block.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -232,6 +233,25 @@ struct entity_list_query {
 };
 
 /// Counters for /metrics and tests. Monotonic unless said otherwise.
+/// One configured tool across the runtime's entities (runtime_stats::tools).
+struct tool_stats {
+  std::string tool;
+  uint64_t calls = 0;          ///< resilient calls (ctx.call_tool)
+  uint64_t retries = 0;        ///< retries started
+  uint64_t retried_ok = 0;     ///< calls that succeeded after at least one retry
+  uint64_t budget_refused = 0; ///< retries the retry budget refused
+  uint64_t fast_fails = 0;     ///< attempts an open breaker refused
+  uint64_t dead_letters = 0;   ///< calls that ended as a new dead letter
+  /// Failed attempts by error category (index: error_category's value).
+  std::array<uint64_t, 7> errors{};
+  /// Breaker transitions into each state (index: resilience::breaker_state's value: closed,
+  /// open, half_open, forced_open, disabled).
+  std::array<uint64_t, 5> entered{};
+  /// Entities whose breaker of this tool is in each state now, as last seen by this process
+  /// (an entity's breaker is seen when it moves or when the entity loads it); closed is 0.
+  std::array<uint64_t, 5> breakers{};
+};
+
 struct runtime_stats {
   uint64_t calls = 0;
   uint64_t call_errors = 0;
@@ -312,6 +332,8 @@ struct runtime_stats {
   uint64_t activations_refused_not_owner = 0;
   /// The usage of each tenant that has a quota (gauges; as many as runtime_config::tenant_quotas).
   std::vector<tenant_usage> tenants;
+  /// Each configured tool (by name).
+  std::vector<tool_stats> tools;
 };
 
 namespace detail {

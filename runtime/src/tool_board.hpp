@@ -1,0 +1,94 @@
+// tool_board.hpp (private): the runtime's view of each configured tool across its entities,
+// for operators (/metrics): calls, errors by category, retries by outcome, dead letters, fast
+// fails, breaker transitions by the state entered, and how many entities hold the tool's breaker
+// open, half-open or disabled as last seen by this process. Tools are the configured names
+// (runtime_config::tools and tool_policies): label values stay bounded, and a tool that is not
+// configured is not counted here. Counters are atomics any CAF worker bumps; the breaker states
+// are under a mutex (a breaker moves rarely).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "factum/entities/errors.hpp"
+#include "factum/resilience/circuit_breaker.hpp"
+#include "factum/runtime/runtime.hpp"
+
+namespace factum::detail {
+
+/// Error categories counted per tool (error_category's values, in order).
+inline constexpr size_t tool_error_categories = 7;
+/// Breaker states (resilience::breaker_state's values, in order).
+inline constexpr size_t breaker_states = 5;
+
+struct tool_counters {
+  std::atomic<uint64_t> calls{0}, retries{0}, retried_ok{0}, budget_refused{0}, fast_fails{0},
+    dead_letters{0};
+  std::array<std::atomic<uint64_t>, tool_error_categories> errors{};
+  std::array<std::atomic<uint64_t>, breaker_states> entered{}; ///< transitions into each state
+};
+
+class tool_board {
+ public:
+  /// One entry per name; the map is read-only afterwards.
+  explicit tool_board(const std::vector<std::string>& tools) {
+    for (auto& t : tools)
+      counters_.emplace(t, std::make_unique<tool_counters>());
+  }
+  /// The counters of `tool`; null when it is not configured.
+  tool_counters* find(const std::string& tool) const {
+    auto it = counters_.find(tool);
+    return it == counters_.end() ? nullptr : it->second.get();
+  }
+  /// `entity`'s breaker of `tool` is in state `s` now.
+  void breaker_seen(const std::string& entity, const std::string& tool,
+                    resilience::breaker_state s) {
+    if (!find(tool))
+      return;
+    std::lock_guard<std::mutex> g(mu_);
+    auto& m = states_[tool];
+    if (s == resilience::breaker_state::closed)
+      m.erase(entity);
+    else
+      m[entity] = s;
+  }
+  /// What runtime::stats() reports.
+  std::vector<tool_stats> snapshot() const {
+    std::vector<tool_stats> out;
+    auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [name, c] : counters_) {
+      tool_stats t;
+      t.tool = name;
+      t.calls = ld(c->calls);
+      t.retries = ld(c->retries);
+      t.retried_ok = ld(c->retried_ok);
+      t.budget_refused = ld(c->budget_refused);
+      t.fast_fails = ld(c->fast_fails);
+      t.dead_letters = ld(c->dead_letters);
+      for (size_t i = 0; i < tool_error_categories; ++i)
+        t.errors[i] = ld(c->errors[i]);
+      for (size_t i = 0; i < breaker_states; ++i)
+        t.entered[i] = ld(c->entered[i]);
+      if (auto it = states_.find(name); it != states_.end())
+        for (auto& [entity, s] : it->second)
+          ++t.breakers[static_cast<size_t>(s)];
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
+ private:
+  std::map<std::string, std::unique_ptr<tool_counters>> counters_;
+  mutable std::mutex mu_;
+  /// tool -> entity -> its breaker's state, when not closed (under mu_).
+  std::map<std::string, std::map<std::string, resilience::breaker_state>> states_;
+};
+
+} // namespace factum::detail
