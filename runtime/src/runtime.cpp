@@ -967,8 +967,12 @@ size_t runtime::connection_budget() const {
   auto n = descriptor_limit();
   if (n == 0)
     return SIZE_MAX;
-  // The quarter left to sockets, less a few for the listener, the tools and the indexes.
-  return n / 4 > 64 ? n / 4 - 32 : 32;
+  // What the cap on open entities leaves (4 descriptors each: a quarter of the limit with the
+  // default cap, more with a lower max_active_entities), less a few for the listener, the tools'
+  // connections, the indexes and the spare files.
+  constexpr size_t reserve = 64;
+  auto entities = 4 * impl_->core->reg.cap;
+  return n > entities + reserve + 32 ? n - entities - reserve : 32;
 }
 
 tenant_usage runtime::tenant_usage_of(const std::string& tenant) const {

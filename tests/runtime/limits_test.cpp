@@ -1,8 +1,11 @@
 // limits_test.cpp: what one entity refuses, through the runtime: reads of an entity that was
 // never written create no file (404 ENTITY_NOT_FOUND); one call more than the queue cap is
 // answered 429 ENTITY_OVERLOADED with a retry delay; a call whose caller was answered 504 while
-// it waited never runs. Test thread; replies arrive on CAF workers.
+// it waited never runs; the descriptors the cap on open entities leaves to connections. Test
+// thread; replies arrive on CAF workers.
 #include <doctest/doctest.h>
+
+#include <sys/resource.h>
 
 #include <future>
 
@@ -105,4 +108,28 @@ TEST_CASE("limits: a call whose caller was answered 504 CALL_TIMEOUT while it wa
   REQUIRE(probes.ok);
   CHECK(probes.json().size() == 2); // slow_pair's begin and end
   CHECK(rt->stats().calls_dropped == 1);
+}
+
+TEST_CASE("limits: the connection budget is what RLIMIT_NOFILE leaves beside 4 descriptors per "
+          "entity max_active_entities lets be open, so a lower cap leaves more to connections") {
+  test::temp_dir tmp;
+  runtime_config c;
+  c.data_dir = tmp.path();
+  add_builtin_types(c.types);
+  c.max_active_entities = 100;
+  auto rt = runtime::start(c);
+  REQUIRE(rt.is_ok());
+  struct rlimit rl {};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &rl) == 0); // start() raised the soft limit to the hard one
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1'000'000)
+    rl.rlim_cur = 1'000'000;
+  auto n = static_cast<size_t>(rl.rlim_cur);
+  REQUIRE(n > 1000);
+  CHECK((*rt)->connection_budget() == n - 4 * 100 - 64);
+  (*rt)->stop();
+  rt->reset();
+  c.max_active_entities = 0; // the default cap: three quarters of the limit for entity files
+  auto def = runtime::start(c);
+  REQUIRE(def.is_ok());
+  CHECK((*def)->connection_budget() == n - 4 * ((n - n / 4) / 4) - 64);
 }

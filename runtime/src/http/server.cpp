@@ -475,7 +475,7 @@ void http_server::impl::on_accept(beast::error_code ec, tcp::socket s,
 }
 
 result<std::unique_ptr<http_server>> http_server::start(runtime& rt, http_server_config config) {
-  // The runtime keeps three quarters of RLIMIT_NOFILE for entity files (4 descriptors each).
+  // The runtime keeps 4 descriptors per entity it may hold open (max_active_entities).
   size_t asked = config.limits.max_connections;
   config.limits.max_connections = std::min(asked, rt.connection_budget());
   auto p = std::make_shared<impl>(rt, std::move(config));
@@ -485,8 +485,9 @@ result<std::unique_ptr<http_server>> http_server::start(runtime& rt, http_server
                {"event", "max_connections_lowered"},
                {"asked", asked},
                {"max_connections", p->gw.config().limits.max_connections},
-               {"detail", "a quarter of RLIMIT_NOFILE is left to connections; raise the "
-                          "descriptor limit to allow more"}});
+               {"detail", "RLIMIT_NOFILE less 4 descriptors per entity max_active_entities "
+                          "lets be open is left to connections; raise the descriptor limit, or "
+                          "lower max_active_entities, to allow more"}});
   const auto& cfg = p->gw.config();
   beast::error_code ec;
   std::string host = cfg.host;

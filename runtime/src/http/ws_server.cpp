@@ -7,7 +7,7 @@
 // through ws_link, which posts to it.
 #include "http/ws_server.hpp"
 
-#include <deque>
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -40,6 +40,36 @@ struct out_frame {
   std::shared_ptr<const std::string> data;
   bool binary = false;
 };
+
+/// A FIFO of frames that holds no memory while empty (a std::deque allocates a 512-byte block
+/// up front: two per connection were a tenth of an idle connection's memory).
+class frame_queue {
+ public:
+  bool empty() const noexcept { return head_ == v_.size(); }
+  size_t size() const noexcept { return v_.size() - head_; }
+  out_frame& front() { return v_[head_]; }
+  void push_back(out_frame f) { v_.push_back(std::move(f)); }
+  void pop_front() {
+    v_[head_++] = {};
+    if (head_ == v_.size())
+      clear();
+  }
+  void clear() {
+    v_.clear();
+    head_ = 0;
+    if (v_.capacity() > 64)
+      v_.shrink_to_fit();
+  }
+
+ private:
+  std::vector<out_frame> v_;
+  size_t head_ = 0;
+};
+
+/// A connection as a connection turn's arguments carry it (connection_turns.cpp reads it).
+nlohmann::json conn_json(const connection& c) {
+  return {{"id", c.id}, {"tags", c.tags}, {"attachment", c.attachment}, {"params", c.params}};
+}
 
 class ws_session final : public ws_link,
                          public ws_handle,
@@ -131,9 +161,6 @@ class ws_session final : public ws_link,
     key_ = up_->key;
     if (!up_->proxy_to.empty())
       return connect_peer();
-    if (up_->accept)
-      if (auto c = gw_.hub().find(id_))
-        conn_ = std::move(*c);
     accept_client();
   }
 
@@ -163,6 +190,7 @@ class ws_session final : public ws_link,
     if (ec)
       return end_transport(ws_end::client, 1006);
     open_ = true;
+    req_ = {}; // the handshake's request is not needed any more (its headers cost ~1 KiB)
     if (up_->accept) {
       counted_ = true;
       gw_.metrics().ws_open.fetch_add(1);
@@ -264,14 +292,16 @@ class ws_session final : public ws_link,
       return;
     if (peer_)
       return write_peer();
+    // The hub holds the connection's record (one copy per connection); once it ended, record_.
+    auto c = ended_ ? record_ : gw_.hub().find(id_);
+    if (!c) {
+      pending_.clear();
+      return;
+    }
     turn_running_ = true;
     auto m = std::move(pending_.front());
     pending_.pop_front();
-    nlohmann::json args = {{"conn",
-                            {{"id", conn_.id},
-                             {"tags", conn_.tags},
-                             {"attachment", conn_.attachment},
-                             {"params", conn_.params}}}};
+    nlohmann::json args = {{"conn", conn_json(*c)}};
     if (m.binary)
       args["binary_b64"] = detail::base64_encode(*m.data);
     else
@@ -445,10 +475,7 @@ class ws_session final : public ws_link,
       return run_next_message();
     auto c = std::move(*record_);
     record_.reset();
-    nlohmann::json args = {
-      {"conn",
-       {{"id", c.id}, {"tags", c.tags}, {"attachment", c.attachment}, {"params", c.params}}},
-      {"code", close_code_}};
+    nlohmann::json args = {{"conn", conn_json(c)}, {"code", close_code_}};
     call_options opts;
     opts.timeout = gw_.config().call_timeout;
     gw_.rt().call(key_, "@ws_close", args.dump(), std::move(opts), [](call_reply) {});
@@ -602,11 +629,10 @@ class ws_session final : public ws_link,
   std::shared_ptr<const ws_upgrade> up_;
   std::string id_;
   entity_key key_;
-  connection conn_;                  ///< as on_connect accepted it
   std::optional<connection> record_; ///< removed from the hub, its on_close not yet run
   beast::flat_buffer rbuf_;
-  std::deque<out_frame> pending_; ///< messages read, their turns not yet started
-  std::deque<out_frame> queue_;   ///< frames to write
+  frame_queue pending_; ///< messages read, their turns not yet started
+  frame_queue queue_;   ///< frames to write
   size_t queued_bytes_ = 0;
   double tokens_ = 0;
   std::chrono::steady_clock::time_point last_refill_{};

@@ -57,8 +57,9 @@ struct http_limits {
   /// Default 30 s.
   std::chrono::milliseconds request_timeout{30'000};
   /// Open connections at once; one more is answered 503 TOO_MANY_CONNECTIONS and closed. Lowered
-  /// at start to a quarter of RLIMIT_NOFILE (the part the runtime leaves to sockets; the rest
-  /// is its budget for entity files), with a log line saying so. Default 10,000.
+  /// at start to runtime::connection_budget() (what RLIMIT_NOFILE leaves beside 4 descriptors
+  /// per entity runtime_config::max_active_entities lets be open: a quarter of the limit with
+  /// the default cap), with a log line saying so. Default 10,000.
   size_t max_connections = 10'000;
   /// Open connections from one client address at once; one more is answered 429
   /// TOO_MANY_CONNECTIONS and closed, so that one client cannot take every connection. Behind a

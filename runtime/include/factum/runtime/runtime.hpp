@@ -109,7 +109,9 @@ struct runtime_config {
   /// An entity idle this long hibernates: commits, closes its file, ends its actor. Default 60 s.
   std::chrono::milliseconds idle_timeout{60'000};
   /// Cap on entities with an open file at once; 0 derives it from RLIMIT_NOFILE (each open
-  /// entity holds 4 descriptors; a quarter of the limit is kept for sockets). Default 0.
+  /// entity holds 4 descriptors; a quarter of the limit is kept for sockets). A lower cap leaves
+  /// the descriptors it does not use to connections (connection_budget): a server of many
+  /// WebSocket clients over few active entities sets it. Default 0.
   size_t max_active_entities = 0;
   /// CAF scheduler worker threads; 0 means the number of cores. Default 0.
   size_t scheduler_threads = 0;
@@ -370,9 +372,10 @@ class runtime {
   /// dropped. Any thread.
   void attach_connections(std::shared_ptr<connection_host> host);
 
-  /// Connections the process can hold beside the entity files: the quarter of RLIMIT_NOFILE
-  /// start() leaves to sockets, less a few (SIZE_MAX when the limit cannot be read). The HTTP
-  /// server lowers max_connections to it.
+  /// Connections the process can hold beside the entity files: RLIMIT_NOFILE less 4 descriptors
+  /// per entity max_active_entities lets be open and 64 for the listener, tools and indexes (a
+  /// quarter of the limit less 64 with the default cap; SIZE_MAX when the limit cannot be read).
+  /// The HTTP server lowers max_connections to it.
   size_t connection_budget() const;
 
   /// What `tenant` uses now (its entities and bytes) and its quota; zeros for a tenant that has
