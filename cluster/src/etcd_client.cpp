@@ -1,6 +1,6 @@
 // etcd_client.cpp: the etcd v3 client of cluster mode (factum/cluster/etcd_client.hpp): request
-// bodies and answers of etcd's JSON gateway, base64, the failover over endpoints and the mapping
-// of etcd's errors to status codes. One thread at a time (the caller's).
+// bodies and answers of etcd's JSON gateway (keys and values in base64), the failover over
+// endpoints and the mapping of etcd's errors to status codes. One thread at a time (the caller's).
 #include <algorithm>
 #include <functional>
 #include <stdexcept>
@@ -9,6 +9,7 @@
 
 #include "factum/cluster/etcd_client.hpp"
 #include "factum/http/client.hpp"
+#include "factum/storage/base64.hpp"
 
 namespace factum::cluster {
 
@@ -16,73 +17,6 @@ namespace {
 
 using json = nlohmann::json;
 namespace hc = http::client;
-
-// -- base64 (RFC 4648, standard alphabet, padded: what etcd's gateway reads and writes) --
-
-constexpr char b64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-std::string base64_encode(std::string_view in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 3 <= in.size(); i += 3) {
-    uint32_t n = uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8 |
-                 uint32_t(uint8_t(in[i + 2]));
-    for (int shift = 18; shift >= 0; shift -= 6)
-      out.push_back(b64_alphabet[(n >> shift) & 63]);
-  }
-  if (size_t rest = in.size() - i; rest > 0) {
-    uint32_t n = uint32_t(uint8_t(in[i])) << 16;
-    if (rest == 2)
-      n |= uint32_t(uint8_t(in[i + 1])) << 8;
-    out.push_back(b64_alphabet[(n >> 18) & 63]);
-    out.push_back(b64_alphabet[(n >> 12) & 63]);
-    out.push_back(rest == 2 ? b64_alphabet[(n >> 6) & 63] : '=');
-    out.push_back('=');
-  }
-  return out;
-}
-
-int base64_value(char c) {
-  if (c >= 'A' && c <= 'Z')
-    return c - 'A';
-  if (c >= 'a' && c <= 'z')
-    return c - 'a' + 26;
-  if (c >= '0' && c <= '9')
-    return c - '0' + 52;
-  if (c == '+')
-    return 62;
-  if (c == '/')
-    return 63;
-  return -1;
-}
-
-/// The decoded bytes, or nullopt for text that is not padded standard base64.
-std::optional<std::string> base64_decode(std::string_view in) {
-  if (in.size() % 4 != 0)
-    return std::nullopt;
-  std::string out;
-  out.reserve(in.size() / 4 * 3);
-  for (size_t i = 0; i < in.size(); i += 4) {
-    bool last = i + 4 == in.size();
-    size_t pad = last ? (in[i + 3] == '=') + (in[i + 2] == '=') : 0;
-    if (pad == 1 && in[i + 2] == '=')
-      return std::nullopt; // "x=y=" is not padding
-    uint32_t n = 0;
-    for (size_t j = 0; j < 4 - pad; ++j) {
-      int v = base64_value(in[i + j]);
-      if (v < 0)
-        return std::nullopt;
-      n |= uint32_t(v) << (18 - 6 * j);
-    }
-    out.push_back(char(n >> 16));
-    if (pad < 2)
-      out.push_back(char((n >> 8) & 0xff));
-    if (pad < 1)
-      out.push_back(char(n & 0xff));
-  }
-  return out;
-}
 
 // -- reading answers --
 

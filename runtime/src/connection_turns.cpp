@@ -3,8 +3,8 @@
 // gateway starts them as calls of the internal methods @ws_connect, @ws_message and @ws_close
 // (clients cannot name a method starting with '@'); their arguments carry the connection as
 // the gateway holds it. Runs on the entity's actor thread.
-#include "base64.hpp"
 #include "entity_context.hpp"
+#include "factum/storage/base64.hpp"
 #include "factum/storage/utf8.hpp"
 #include "turn_runner.hpp"
 

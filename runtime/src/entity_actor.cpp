@@ -457,7 +457,6 @@ void maybe_close(self_ptr self) {
   s.instance.reset();
   ++s.alarm_gen; // local alarm timers are void; the scheduler wakes the entity
   s.rt->stats.hibernations.fetch_add(1, std::memory_order_relaxed);
-  s.rt->stats.active.fetch_sub(1, std::memory_order_relaxed);
   auto core = s.core;
   auto rt = s.rt;
   auto key = s.key;
@@ -470,6 +469,8 @@ void maybe_close(self_ptr self) {
       if (auto st = core->store->mark_unsynced(); !st)
         rt->remember_suspect(key_str);
     core->store.reset(); // closes the file (checkpoints the WAL unless quarantined)
+    // Counted active until its file is closed: the gauge says how many entity files are open.
+    rt->stats.active.fetch_sub(1, std::memory_order_relaxed);
     measure_closed(*rt, key, core->meter);
     caf::anon_send(me, atoms::closed::value);
   });

@@ -13,6 +13,7 @@
 
 #include "factum/entities/entity.hpp"
 #include "factum/runtime/runtime.hpp"
+#include "factum/storage/base64.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -38,9 +39,10 @@ class recording_host final : public connection_host {
   void deliver(const entity_key&, std::vector<outgoing_frame> frames) override {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& f : frames)
-      sent_.push_back(
-        (f.broadcast ? "*" + f.tag : f.conn_id) + ":" +
-        (f.what == outgoing_frame::kind::close ? "close " + std::to_string(f.code) : f.data));
+      sent_.push_back((f.broadcast ? "*" + f.tag : f.conn_id) + ":" +
+                      (f.what == outgoing_frame::kind::close    ? "close " + std::to_string(f.code)
+                       : f.what == outgoing_frame::kind::binary ? "bin " + f.data
+                                                                : f.data));
     cv_.notify_all();
   }
   /// Waits (bounded) until `n` frames were delivered; what was delivered by then.
@@ -100,6 +102,10 @@ class talk final : public entity {
     co_return connect_decision::accept_with({"all"}, {{"n", 1}});
   }
   task<void> on_message(context& ctx, const connection& c, const ws_message& m) override {
+    if (m.binary) { // bytes back as bytes, reversed
+      ctx.send(c.id, std::string(m.data.rbegin(), m.data.rend()), true);
+      co_return;
+    }
     fact_draft d;
     d.type = "said";
     d.data = {{"text", m.data}};
@@ -167,6 +173,11 @@ struct fixture {
   call_reply message(const std::string& id, const std::string& text) {
     json conn = {{"id", id}, {"tags", {"all"}}, {"attachment", {{"n", 1}}}};
     return rt->call_sync(key, "@ws_message", json{{"conn", conn}, {"text", text}}.dump());
+  }
+  call_reply binary(const std::string& id, const std::string& bytes) {
+    json conn = {{"id", id}, {"tags", {"all"}}, {"attachment", {{"n", 1}}}};
+    return rt->call_sync(key, "@ws_message",
+                         json{{"conn", conn}, {"binary_b64", base64_encode(bytes)}}.dump());
   }
   void fail_sync(bool on) {
     std::lock_guard<std::mutex> g(mu);
@@ -256,6 +267,19 @@ TEST_CASE("connections: turns list connections from the host, also after the ent
   REQUIRE(facts.ok);
   REQUIRE(facts.json().size() == 1);
   CHECK(facts.json()[0]["data"] == json{{"conn", "w1"}, {"code", 4002}, {"n", 1}});
+}
+
+TEST_CASE("connections: a binary message reaches on_message as its bytes, and a binary frame "
+          "leaves as bytes") {
+  fixture f;
+  REQUIRE(f.connect("w1").ok);
+  std::string bytes("\x00\x01\xff\xfe\x80", 5);
+  REQUIRE(f.binary("w1", bytes).ok);
+  CHECK(f.host->wait_for(2).back() == "w1:bin " + std::string("\x80\xfe\xff\x01\x00", 5));
+  auto bad =
+    f.rt->call_sync(f.key, "@ws_message", R"({"conn":{"id":"w1"},"binary_b64":"not base64!"})");
+  CHECK_FALSE(bad.ok);
+  CHECK(bad.code == "INVALID_MESSAGE");
 }
 
 TEST_CASE("connections: a type without WebSockets refuses connection turns 404") {

@@ -16,7 +16,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 
-#include "base64.hpp"
+#include "factum/storage/base64.hpp"
 #include "http/gateway.hpp"
 
 namespace factum::http {
@@ -236,15 +236,20 @@ class ws_session final : public ws_link,
 
   // -- reading: each message a turn, one at a time --
 
+  /// Reads the next message (a turn's), or once closing, until the client's close frame
+  /// (error::closed), dropping messages before it.
   void read() {
-    if (reading_ || closing_ || ended_ || pending_.size() >= lim_.ws_max_pending_messages)
+    if (reading_ || ended_ || (!closing_ && pending_.size() >= lim_.ws_max_pending_messages))
       return;
     reading_ = true;
     ws_.async_read(rbuf_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->reading_ = false;
       if (ec)
         return self->on_read_error(ec);
-      self->on_message();
+      if (!self->closing_)
+        return self->on_message();
+      self->rbuf_.consume(self->rbuf_.size());
+      self->read();
     });
   }
 
@@ -303,7 +308,7 @@ class ws_session final : public ws_link,
     pending_.pop_front();
     nlohmann::json args = {{"conn", conn_json(*c)}};
     if (m.binary)
-      args["binary_b64"] = detail::base64_encode(*m.data);
+      args["binary_b64"] = base64_encode(*m.data);
     else
       args["text"] = *m.data;
     gw_.metrics().ws_messages_in.fetch_add(1);
@@ -426,21 +431,7 @@ class ws_session final : public ws_link,
           self->end_transport(self->end_reason_, self->close_code_);
         // else the read loop sees the client's close frame (error::closed)
       });
-    read_after_close();
-  }
-
-  /// A close needs the client's close frame read: read when no read is outstanding.
-  void read_after_close() {
-    if (reading_ || ended_)
-      return;
-    reading_ = true;
-    ws_.async_read(rbuf_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      self->reading_ = false;
-      if (ec)
-        return self->on_read_error(ec);
-      self->rbuf_.consume(self->rbuf_.size()); // a message after our close: dropped
-      self->read_after_close();
-    });
+    read(); // the client's close frame completes the close
   }
 
   /// The connection has ended: the socket goes, the hub forgets it, and its on_close runs once
