@@ -12,7 +12,8 @@ namespace factum {
 
 namespace base64_detail {
 
-inline constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+inline constexpr char alphabet[] =
+  "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 inline int value(char c) {
   if (c >= 'A' && c <= 'Z')
