@@ -161,8 +161,8 @@ circuit_breaker& breaker_for(tool_host& h, const std::string& tool, const json& 
 void record_breaker(tool_host& h, const std::string& tool,
                     const std::optional<breaker_transition>& t, const json& operator_fields) {
   auto& br = h.breakers().at(tool);
-  h.breaker_seen(tool, br.state());
-  if (t) {
+  if (t) { // only a move changes what the board knows (a load reports in breaker_for)
+    h.breaker_seen(tool, br.state());
     h.stats().breaker_transitions.fetch_add(1, std::memory_order_relaxed);
     if (auto* c = h.tool_stats(tool))
       c->entered[static_cast<size_t>(t->to)].fetch_add(1, std::memory_order_relaxed);

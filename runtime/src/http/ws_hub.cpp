@@ -57,7 +57,6 @@ ws_hub::admission ws_hub::admit(const entity_key& key, nlohmann::json params,
   entry e;
   e.key = key;
   e.entity = ks;
-  e.tenant = key.tenant;
   e.order = order;
   e.conn.id = a.id;
   e.conn.params = std::move(params);
@@ -91,7 +90,7 @@ std::optional<connection> ws_hub::remove(const std::string& id) {
     if (m->second.empty())
       by_entity_.erase(m);
   }
-  if (auto t = per_tenant_.find(e.tenant); t != per_tenant_.end() && --t->second == 0)
+  if (auto t = per_tenant_.find(e.key.tenant); t != per_tenant_.end() && --t->second == 0)
     per_tenant_.erase(t);
   std::optional<connection> out;
   if (e.open) {

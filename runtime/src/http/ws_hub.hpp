@@ -64,8 +64,7 @@ class ws_hub final : public connection_host {
  private:
   struct entry {
     entity_key key;
-    std::string entity; ///< entity_key::to_string()
-    std::string tenant;
+    std::string entity; ///< key.to_string(), the by_entity_ key
     uint64_t order = 0;
     bool open = false;
     connection conn;
