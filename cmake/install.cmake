@@ -27,6 +27,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/runtime.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/ownership.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/cluster_router.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/connections.hpp
+              ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/degradation.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/runtime COMPONENT dev)
 install(FILES ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/durability.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/entity_key.hpp

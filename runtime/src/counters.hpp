@@ -17,7 +17,7 @@ struct counters {
     checkpoints{0}, checkpoints_busy{0}, checkpoint_failures{0}, quarantines{0}, resyncs{0},
     alarm_index_failures{0}, alarms_parked{0}, calls_overloaded{0}, calls_dropped{0},
     fenced_writes{0}, activations_refused_not_owner{0}, journal_steps{0}, journal_steps_replayed{0},
-    journal_resumes{0}, journal_mismatches{0};
+    journal_resumes{0}, journal_mismatches{0}, degradation_changes{0};
 };
 
 } // namespace factum::detail

@@ -322,7 +322,8 @@ result<std::unique_ptr<entity_store>> open_existing(const store_options& opts,
 /// create one: an entity that was never written answers them 404 ENTITY_NOT_FOUND.
 bool creates_file(const queued& q) {
   return q.kind == turn_kind::call &&
-         (q.req.method.empty() || q.req.method[0] != '@' || is_connection_turn(q.req.method));
+         (q.req.method.empty() || q.req.method[0] != '@' || is_connection_turn(q.req.method) ||
+          q.req.method == "@degradation");
 }
 
 /// Opens the entity's file on a storage thread: creating it when `create` (counted against its
@@ -572,7 +573,7 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
     std::make_unique<turn_runner>(turn_runner::env{&rt->cfg, &rt->stats, type, &s.key}, *s.port);
   s.ctx = std::make_unique<entity_context>(
     context_env{&rt->cfg, &rt->stats, &rt->classifier, &rt->dl_rules, &s.key,
-                type && type->websocket.has_value(), &rt->tools, &s.key_str},
+                type && type->websocket.has_value(), &rt->tools, &s.key_str, &rt->degradation},
     *s.runner, *s.port);
   if (rt->acquire_slot(s.key_str, caf::actor_cast<caf::actor>(self)))
     start_open(self);

@@ -51,6 +51,8 @@ struct context_env {
   /// The runtime's per-tool counters (null in tests that have none).
   tool_board* tools = nullptr;
   const std::string* key_str = nullptr; ///< key->to_string(), kept by the owner
+  /// The runtime's degradation levels and feature matrix (null in tests that have none).
+  const degradation_board* degradation = nullptr;
 };
 
 class entity_context final : public context, public tool_host {
@@ -83,6 +85,14 @@ class entity_context final : public context, public tool_host {
   }
   tool_counters* tool_stats(const std::string& tool) override {
     return env_.tools ? env_.tools->find(tool) : nullptr;
+  }
+  std::optional<degradation_refusal> degraded(const std::string& tool) override {
+    if (!env_.degradation)
+      return std::nullopt;
+    return env_.degradation->refuses_tool(env_.key->tenant, tool);
+  }
+  std::chrono::seconds degraded_retry_after() override {
+    return env_.degradation ? env_.degradation->config().retry_after : std::chrono::seconds(30);
   }
   void breaker_seen(const std::string& tool, resilience::breaker_state s) override {
     if (env_.tools)

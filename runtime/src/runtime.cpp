@@ -329,6 +329,13 @@ void runtime_core::route(const entity_key& key, call_request req, std::chrono::m
                              "no entity type " + key.type, 404));
     return;
   }
+  if (!req.method.empty() && req.method[0] != '@')
+    if (auto no = degradation.refuses_method(key.tenant, key.type, req.method)) {
+      stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+      done(degraded_reply(*no, degradation.config().retry_after,
+                          key.type + "." + req.method + " is turned off"));
+      return;
+    }
   auto sink = std::make_shared<reply_sink>(this, key, key.to_string(), std::move(req), timeout,
                                            std::move(done));
   router.add(sink);
@@ -429,6 +436,8 @@ status runtime_core::resync_if_suspect(const store_options& opts, const entity_k
 }
 
 void runtime_core::log_quarantine(const std::string& key_str, const status& why) {
+  degradation.note_quarantine(key_str.substr(0, key_str.find('/')), now());
+  degradation_watcher.kick();
   log_event({{"level", "error"},
              {"event", "entity_quarantined"},
              {"entity", key_str},
@@ -811,7 +820,10 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
     return st;
   if (auto st = detail::open_tenant_index(c, p->start_notes); !st)
     return st;
+  if (c.degradation.enabled())
+    detail::add_runtime_entity_type(c.cfg.types);
   start_actors(c);
+  c.degradation_watcher.start(&c);
   return std::unique_ptr<runtime>(new runtime(std::move(p)));
 }
 
@@ -820,6 +832,7 @@ void runtime::stop() {
   if (impl_->stopped.exchange(true))
     return;
   auto& c = *impl_->core;
+  c.degradation_watcher.stop(); // it routes calls: first, while entities still run
   std::vector<caf::actor> actors;
   {
     std::lock_guard<std::mutex> g(c.reg.mu);
@@ -945,6 +958,7 @@ runtime_stats runtime::stats() const {
   r.breaker_fast_fails = ld(s.breaker_fast_fails);
   r.dead_letters = ld(s.dead_letters);
   r.quarantines = ld(s.quarantines);
+  r.degradation_changes = ld(s.degradation_changes);
   r.resyncs = ld(s.resyncs);
   r.alarm_index_failures = ld(s.alarm_index_failures);
   r.alarms_parked = ld(s.alarms_parked);
@@ -954,6 +968,8 @@ runtime_stats runtime::stats() const {
   r.activations_refused_not_owner = ld(s.activations_refused_not_owner);
   detail::fill_tenant_stats(*impl_->core, r);
   r.tools = impl_->core->tools.snapshot();
+  if (impl_->core->degradation.enabled())
+    r.degradation = impl_->core->degradation.all();
   return r;
 }
 

@@ -20,6 +20,8 @@
 #include <caf/all.hpp>
 
 #include "counters.hpp"
+#include "degradation.hpp"
+#include "degradation_watch.hpp"
 #include "factum/resilience/classifier.hpp"
 #include "factum/resilience/dead_letter_rules.hpp"
 #include "factum/runtime/connections.hpp"
@@ -238,6 +240,10 @@ struct runtime_core {
   counters stats;
   /// The configured tools' counters and breaker states (tool_board.hpp).
   tool_board tools{tool_names(cfg)};
+  /// Each tenant's degradation level and the feature matrix (degradation.hpp); evaluated by
+  /// `degradation_watcher`'s thread.
+  degradation_board degradation{cfg.degradation};
+  degradation_watch degradation_watcher;
   resilience::classifier classifier;      ///< read-only after start
   resilience::dead_letter_rules dl_rules; ///< read-only after start
   std::unique_ptr<caf::actor_system_config> sys_cfg;

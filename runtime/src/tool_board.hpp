@@ -4,12 +4,13 @@
 // open, half-open or disabled as last seen by this process. Tools are the configured names
 // (runtime_config::tools and tool_policies): label values stay bounded, and a tool that is not
 // configured is not counted here. Counters are atomics any CAF worker bumps; the breaker states
-// are under a mutex (a breaker moves rarely).
+// are under a mutex (a breaker moves rarely); each move kicks the degradation watcher.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,12 +52,29 @@ class tool_board {
                     resilience::breaker_state s) {
     if (!find(tool))
       return;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto& m = states_[tool];
+      if (s == resilience::breaker_state::closed)
+        m.erase(entity);
+      else
+        m[entity] = s;
+    }
+    if (on_move_)
+      on_move_();
+  }
+  /// Called after each breaker_seen (any thread, no lock held): the degradation watcher's kick.
+  /// Set before any entity runs.
+  void on_breaker_move(std::function<void()> fn) { on_move_ = std::move(fn); }
+  /// The entities whose breaker of each tool is open or forced open, by tool.
+  std::map<std::string, std::vector<std::string>> open_breakers() const {
+    std::map<std::string, std::vector<std::string>> out;
     std::lock_guard<std::mutex> g(mu_);
-    auto& m = states_[tool];
-    if (s == resilience::breaker_state::closed)
-      m.erase(entity);
-    else
-      m[entity] = s;
+    for (auto& [tool, m] : states_)
+      for (auto& [entity, s] : m)
+        if (s == resilience::breaker_state::open || s == resilience::breaker_state::forced_open)
+          out[tool].push_back(entity);
+    return out;
   }
   /// What runtime::stats() reports.
   std::vector<tool_stats> snapshot() const {
@@ -89,6 +107,7 @@ class tool_board {
   mutable std::mutex mu_;
   /// tool -> entity -> its breaker's state, when not closed (under mu_).
   std::map<std::string, std::map<std::string, resilience::breaker_state>> states_;
+  std::function<void()> on_move_;
 };
 
 } // namespace factum::detail

@@ -305,6 +305,30 @@ tool_reply refused_by_breaker(tool_host& h, const tool_call_plan& p, int attempt
   return r;
 }
 
+/// The degradation matrix turns the tool off at the tenant's level: an error fact, and the
+/// reply when there is no fallback (nothing is sent; no breaker, budget or dead letter moves).
+tool_reply refused_by_level(tool_host& h, const tool_call_plan& p, const degradation_refusal& no) {
+  auto why = "the tool " + p.req.tool + " is turned off at degradation level " +
+             std::to_string(no.level) + " (feature " + no.feature + ")";
+  auto d = p.base_fact("error", "external");
+  d.data = {{"error_code", "DEGRADED"},
+            {"error_message", why},
+            {"category", "transient"},
+            {"degradation_level", no.level},
+            {"feature", no.feature},
+            {"cost_incurred", "0"},
+            {"resolved", static_cast<bool>(p.pol->fallback)}};
+  append_or_throw(h, std::move(d));
+  tool_reply r;
+  r.ok = false;
+  r.http_status = 503;
+  r.error_code = "DEGRADED";
+  r.error_message = std::move(why);
+  r.category = error_category::transient;
+  r.retry_after_ms = h.degraded_retry_after().count() * 1000;
+  return r;
+}
+
 /// What the vendor charged for an attempt (its own figure, else the configured price when it
 /// charges), as an exact decimal.
 std::string charged_for(const tool_call_plan& p, const tool_reply& r) {
@@ -490,6 +514,13 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
   if (auto* c = h.tool_stats(req.tool))
     c->calls.fetch_add(1, std::memory_order_relaxed);
   auto p = plan_call(h, std::move(req));
+  if (auto no = h.degraded(p.req.tool)) {
+    auto refused = refused_by_level(h, p, *no);
+    if (!p.pol->fallback)
+      co_return refused;
+    auto fb = answer_with_fallback(h, p, 0);
+    co_return co_await fb;
+  }
   for (int attempt = 1;; ++attempt) {
     int64_t now = ctx.now_ms();
     auto decision = p.breaker(h).allow(now);

@@ -3,12 +3,15 @@
 // entity actor implements tool_host. Runs on the entity's actor thread, inside a turn.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "counters.hpp"
+#include "degradation.hpp"
 #include "factum/entities/context.hpp"
 #include "factum/resilience/circuit_breaker.hpp"
 #include "factum/resilience/classifier.hpp"
@@ -49,6 +52,10 @@ class tool_host {
   virtual tool_counters* tool_stats(const std::string& tool) = 0;
   /// This entity's breaker of `tool` is in state `s` now (tool_board::breaker_seen).
   virtual void breaker_seen(const std::string& tool, resilience::breaker_state s) = 0;
+  /// The feature of the degradation matrix that turns `tool` off at the tenant's level now.
+  virtual std::optional<degradation_refusal> degraded(const std::string&) { return std::nullopt; }
+  /// The Retry-After of such a refusal.
+  virtual std::chrono::seconds degraded_retry_after() { return std::chrono::seconds(30); }
 };
 
 /// The Idempotency-Key a tool call sends when the entity set none (docs/tools.md): "fk_" + the

@@ -374,6 +374,14 @@ json turn_runner::run_internal(const std::string& method, const json& args) {
     return act_on_dead_letter(*ctx_, args);
   if (method == "@breaker")
     return act_on_breaker(*ctx_, args);
+  if (method == "@degradation") { // the degradation watcher's record (degradation_watch.cpp)
+    fact_draft d;
+    d.type = "lifecycle";
+    d.subtype = args.value("subtype", "degradation_level_changed");
+    d.data = args.value("data", json::object());
+    auto f = ctx_->append(std::move(d));
+    return {{"seq", f.seq}, {"fact_id", f.fact_id}};
+  }
   if (method == "@shared_failed") { // a shared call's failure, recorded as an error fact
     call_error ce(parse_error_category(args.value("category", "")).value_or(error_category::server),
                   args.value("code", "FAILED"), args.value("message", ""));

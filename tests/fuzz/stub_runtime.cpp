@@ -50,6 +50,24 @@ void runtime::list_entities(const std::string&, entity_list_query q,
   done(std::vector<entity_listing>{});
 }
 
+// Degradation: the stub's tenants are always at level 0 and take no floor.
+
+degradation_status runtime::degradation_of(const std::string& tenant) const {
+  degradation_status s;
+  s.tenant = tenant;
+  return s;
+}
+
+std::vector<degradation_status> runtime::degradation() const {
+  return {};
+}
+
+void runtime::set_degradation(const std::string&, std::optional<int>, std::string, std::string,
+                              std::function<void(call_reply)> done) {
+  done(call_reply::failure(error_category::client, "DEGRADATION_NOT_ENABLED",
+                           "not in the fuzz stub", 409));
+}
+
 // The shard moves' members (the gateway does not call them): the stub holds no entity.
 
 size_t runtime::release_entities(const std::function<bool(const entity_key&)>&,

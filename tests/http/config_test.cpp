@@ -182,6 +182,66 @@ TEST_CASE("config: tenant quotas are read, and each bad one names its path") {
   CHECK(error_of(with_quota(json::array())).find("tenants.acme.quota: must be an object") == 0);
 }
 
+TEST_CASE("config: degradation levels are read, and each bad member names its path") {
+  auto with = [](json d) {
+    auto doc = minimal();
+    doc["tools"] = {{"telephony", {{"url", "http://127.0.0.1:9/"}}},
+                    {"ocr", {{"url", "http://127.0.0.1:9/"}}}};
+    doc["degradation"] = std::move(d);
+    return doc;
+  };
+  auto r =
+    parse_serve_config(with({{"critical_tools", {"telephony"}},
+                             {"features",
+                              {{"reports", {{"max_level", 0}, {"methods", {"ledger.recent"}}}},
+                               {"ocr", {{"max_level", 1}, {"tools", {"ocr"}}}},
+                               {"writes", {{"max_level", 3}, {"methods", {"ledger.*", "*"}}}}}},
+                             {"retry_after_s", 15},
+                             {"quarantine_hold_ms", 60000},
+                             {"min_free_bytes", 1 << 30},
+                             {"recover_after_ms", 5000},
+                             {"check_interval_ms", 250}}),
+                       test::serve_types());
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  auto& d = r->runtime.degradation;
+  CHECK(d.enabled);
+  CHECK(d.critical_tools == std::vector<std::string>{"telephony"});
+  REQUIRE(d.features.size() == 3);
+  CHECK(d.features[1].name == "reports"); // the object's (sorted) order
+  CHECK(d.features[1].max_level == 0);
+  CHECK(d.features[0].tools == std::vector<std::string>{"ocr"});
+  CHECK(d.retry_after == std::chrono::seconds(15));
+  CHECK(d.min_free_bytes == int64_t{1} << 30);
+  CHECK(d.recover_after == std::chrono::milliseconds(5000));
+  CHECK(d.check_interval == std::chrono::milliseconds(250));
+  CHECK(d.tenants == std::vector<std::string>{"acme"});
+  // Absent: not enabled; {} enables the rules with an empty matrix.
+  CHECK_FALSE(parse_serve_config(minimal(), test::serve_types())->runtime.degradation.enabled);
+  CHECK(parse_serve_config(with(json::object()), test::serve_types())->runtime.degradation.enabled);
+  CHECK(error_of(with({{"critical", {"x"}}})).find("degradation.critical: unknown key") == 0);
+  CHECK(error_of(with({{"critical_tools", {"fax"}}}))
+          .find("degradation.critical_tools: names tool 'fax'") == 0);
+  CHECK(error_of(with({{"features", {{"f", {{"methods", {"ledger.recent"}}}}}}}))
+          .find("degradation.features.f.max_level: required") == 0);
+  CHECK(error_of(with({{"features", {{"f", {{"max_level", 5}, {"methods", {"ledger.*"}}}}}}}))
+          .find("degradation.features.f.max_level: must be between 0 and 4") == 0);
+  CHECK(error_of(with({{"features", {{"f", {{"max_level", 1}}}}}}))
+          .find("degradation.features.f.: names no method and no tool") == 0);
+  CHECK(error_of(with({{"features", {{"f", {{"max_level", 1}, {"methods", {"nosuch.x"}}}}}}}))
+          .find("names entity type 'nosuch'") != std::string::npos);
+  CHECK(error_of(with({{"features", {{"f", {{"max_level", 1}, {"methods", {"ledger.nosuch"}}}}}}}))
+          .find("entity type ledger has no method 'nosuch'") != std::string::npos);
+  CHECK(error_of(with({{"features", {{"f", {{"max_level", 1}, {"methods", {"ledger"}}}}}}}))
+          .find("must be \"*\", \"type.*\" or \"type.method\"") != std::string::npos);
+  CHECK(error_of(with({{"features", {{"f", {{"max_level", 1}, {"tools", {"fax"}}}}}}}))
+          .find("names tool 'fax'") != std::string::npos);
+  CHECK(error_of(with({{"features", {{"a b", {{"max_level", 1}, {"tools", {"ocr"}}}}}}}))
+          .find("a feature name is 1 to 64") != std::string::npos);
+  CHECK(error_of(with({{"retry_after_s", 0}})).find("degradation.retry_after_s: must be") == 0);
+  CHECK(error_of(with({{"check_interval_ms", 1}})).find("degradation.check_interval_ms") == 0);
+  CHECK(error_of(with(json::array())).find("degradation: must be an object") == 0);
+}
+
 TEST_CASE("config: --listen overrides, comments are ignored") {
   auto d = minimal();
   d["// note"] = "anything";

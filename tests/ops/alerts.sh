@@ -79,6 +79,7 @@ done
 # "advertise" is where other nodes would reach this one; a one-node cluster relays nothing.
 cat > "$tmp/serve.json" <<JSON
 {"dev": true, "tenants": {"acme": {"api_keys": ["k"], "quota": {"max_bytes": 1000000000}}},
+ "degradation": {},
  "cluster": {"name": "ops", "node_id": "ops1", "etcd": ["$etcd_url"],
              "advertise": "127.0.0.1:1", "shards": 4, "lease_ttl_ms": 2000}}
 JSON

@@ -248,7 +248,7 @@ void breaker_action(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
 
 // -- operational routes --
 
-/// GET /healthz: 200 while serving, 503 once draining or stopping.
+/// GET /healthz: 200 while serving (degraded or not), 503 once draining or stopping.
 void get_healthz(gateway& gw, const exchange_ptr& x) {
   if (auto no = no_query(*x))
     return refuse(gw, *x, std::move(*no));
@@ -256,13 +256,26 @@ void get_healthz(gateway& gw, const exchange_ptr& x) {
     return refuse(gw, *x, {503, "UNAVAILABLE", "the server is stopping"});
   http_response r;
   r.trace_id = x->trace_id;
-  r.body = R"({"status":"ok"})";
+  json body = {{"status", "ok"}};
   if (auto* c = gw.config().cluster.get()) {
     std::string why;
     if (!c->healthy(why))
       return refuse(gw, *x, {503, "CLUSTER_UNAVAILABLE", why});
-    r.body = R"({"status":"ok","lease":"live"})";
+    body["lease"] = "live";
   }
+  // Degraded is still serving (200): the level says how much; tenants above 0 by name.
+  if (gw.rt().config().degradation.enabled) {
+    int top = 0;
+    json tenants = json::object();
+    for (auto& d : gw.rt().degradation())
+      if (d.level > 0) {
+        top = std::max(top, d.level);
+        tenants[d.tenant] = d.level;
+      }
+    body["degradation"] = {
+      {"level", top}, {"level_name", degradation_level_name(top)}, {"tenants", tenants}};
+  }
+  r.body = body.dump();
   finish(gw, *x, std::move(r));
 }
 
@@ -323,6 +336,8 @@ constexpr route routes[] = {
   {"GET", "/v1/cluster", "cluster", get_cluster},
   {"PUT", "/v1/cluster/moves/{shard}/{tenant}/{type}/{id}", "cluster_move", put_move_file},
   {"GET", "/v1/entities", "entities", list_entities},
+  {"GET", "/v1/degradation", "degradation", get_degradation},
+  {"PUT", "/v1/degradation", "degradation", put_degradation},
   {"GET", "/v1/entities/{type}/{id}/facts", "facts", nullptr, list_facts, scope_read},
   {"GET", "/v1/entities/{type}/{id}/dead-letters", "dead_letters", nullptr, list_dead_letters,
    scope_read},

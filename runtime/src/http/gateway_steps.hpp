@@ -121,6 +121,13 @@ void get_cluster(gateway& gw, const exchange_ptr& x);
 /// PUT /v1/cluster/moves/{shard}/{tenant}/{type}/{id}: one entity file of a planned shard move.
 void put_move_file(gateway& gw, const exchange_ptr& x);
 
+// -- degradation (degradation_routes.cpp) --
+
+/// GET /v1/degradation: the key's tenant's degradation level here, why, what it turns off.
+void get_degradation(gateway& gw, const exchange_ptr& x);
+/// PUT /v1/degradation: an operator's floor for the key's tenant (scope operate).
+void put_degradation(gateway& gw, const exchange_ptr& x);
+
 // -- WebSocket connections (ws_routes.cpp) --
 
 /// GET /v1/entities/{type}/{id}/ws: a WebSocket upgrade, decided by the entity's on_connect.

@@ -91,6 +91,13 @@ void render_tenants(std::string& out, const runtime_stats& rt) {
       if (auto v = g.value(u))
         labeled(out, g.name, {{"tenant", u.tenant}}, *v);
   }
+  header(out, "factum_degradation_level", "gauge",
+         "A tenant's degradation level: 0 full, 1 reduced, 2 limited, 3 minimal, 4 emergency "
+         "(configured tenants, and any a rule named; none when levels are not enabled).");
+  for (auto& d : rt.degradation)
+    labeled(out, "factum_degradation_level", {{"tenant", d.tenant}}, d.level);
+  metric(out, "factum_degradation_changes_total", "counter",
+         "Moves of a tenant's degradation level.", rt.degradation_changes);
 }
 
 std::string fmt_double(double v) {

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "config_util.hpp"
 #include "factum/resilience/circuit_breaker.hpp"
 #include "factum/resilience/classifier.hpp"
 #include "factum/resilience/dead_letter_rules.hpp"
@@ -21,77 +22,7 @@ using nlohmann::json;
 
 namespace {
 
-status bad(const std::string& key, const std::string& why) {
-  return status{errc::invalid_argument, key + ": " + why};
-}
-
-/// Reads an optional integer member into `out`, checking [lo, hi].
-status read_int(const json& obj, const char* name, const std::string& path, int64_t lo, int64_t hi,
-                int64_t& out) {
-  auto it = obj.find(name);
-  if (it == obj.end())
-    return status::ok();
-  if (!it->is_number_integer())
-    return bad(path + name,
-               "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi));
-  int64_t v;
-  if (it->is_number_unsigned()) {
-    auto u = it->get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      return bad(path + name, "must be at most " + std::to_string(hi));
-    v = static_cast<int64_t>(u);
-  } else {
-    v = it->get<int64_t>();
-  }
-  if (v < lo || v > hi)
-    return bad(path + name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
-                              " (got " + std::to_string(v) + ")");
-  out = v;
-  return status::ok();
-}
-
-/// read_int into `field` (kept when absent), whatever its integer type.
-template <class T>
-status read_field(const json& obj, const char* name, int64_t lo, int64_t hi, T& field,
-                  const std::string& path = "") {
-  auto v = static_cast<int64_t>(field);
-  if (auto st = read_int(obj, name, path, lo, hi, v); !st)
-    return st;
-  field = static_cast<T>(v);
-  return {};
-}
-
-/// read_int into a duration in milliseconds (kept when absent).
-status read_ms(const json& obj, const char* name, int64_t lo, int64_t hi,
-               std::chrono::milliseconds& field, const std::string& path = "") {
-  auto v = static_cast<int64_t>(field.count());
-  if (auto st = read_int(obj, name, path, lo, hi, v); !st)
-    return st;
-  field = std::chrono::milliseconds(v);
-  return {};
-}
-
-bool is_comment(const std::string& key) {
-  return key.rfind("//", 0) == 0;
-}
-
-status check_keys(const json& obj, const std::string& path,
-                  std::initializer_list<const char*> known) {
-  for (auto& [k, _] : obj.items()) {
-    if (is_comment(k))
-      continue;
-    bool ok = false;
-    for (auto* n : known)
-      ok = ok || k == n;
-    if (!ok) {
-      std::string list;
-      for (auto* n : known)
-        list += std::string(list.empty() ? "" : ", ") + n;
-      return bad(path + k, "unknown key (known: " + list + ")");
-    }
-  }
-  return status::ok();
-}
+using namespace config_util;
 
 bool is_hex64(std::string_view s) {
   if (s.size() != 64)
@@ -780,6 +711,7 @@ result<serve_config> parse_serve_config(const json& doc, const entity_registry& 
                             "idempotency",
                             "limits",
                             "tools",
+                            "degradation",
                             "cluster"});
       !st)
     return st;
@@ -803,6 +735,8 @@ result<serve_config> parse_serve_config(const json& doc, const entity_registry& 
   if (auto st = parse_limits(doc, cfg); !st)
     return st;
   if (auto st = parse_tools(doc, cfg); !st)
+    return st;
+  if (auto st = parse_degradation(doc, cfg); !st)
     return st;
   if (auto st = parse_cluster(doc, cfg); !st)
     return st;

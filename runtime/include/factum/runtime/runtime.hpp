@@ -21,6 +21,7 @@
 #include "factum/entities/context.hpp"
 #include "factum/entities/entity.hpp"
 #include "factum/runtime/connections.hpp"
+#include "factum/runtime/degradation.hpp"
 #include "factum/runtime/ownership.hpp"
 #include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
@@ -192,6 +193,10 @@ struct runtime_config {
   /// commit is refused NOT_OWNER (503, retryable) once the lease or the shard is gone. Default
   /// null: a node alone, no claim, no check.
   std::shared_ptr<const entity_ownership> ownership;
+  /// Degradation levels and the feature matrix (factum/runtime/degradation.hpp). Enabled, the
+  /// runtime hosts one more entity type, `factum.runtime`, whose entity `degradation` of each
+  /// tenant holds the tenant's level changes as lifecycle facts. Default: not enabled.
+  degradation_config degradation;
   /// Fault injection for storage tests: applied to every entity store. Default none.
   fault_hook storage_fault;
   /// Fault injection for tests: applied to the alarm index's writes (alarm_index::set_fault).
@@ -309,6 +314,8 @@ struct runtime_stats {
   /// Entity files re-synced before an open (rewritten WAL, fdatasync, directory fsync) because
   /// a quarantine marked them.
   uint64_t resyncs = 0;
+  /// Moves of a tenant's degradation level (runtime_config::degradation).
+  uint64_t degradation_changes = 0;
   /// Writes of the alarm index that failed (a commit that needed one was refused).
   uint64_t alarm_index_failures = 0;
   /// Alarm wakes that could not reach their entity (type not hosted, file that cannot open):
@@ -336,6 +343,8 @@ struct runtime_stats {
   std::vector<tenant_usage> tenants;
   /// Each configured tool (by name).
   std::vector<tool_stats> tools;
+  /// Each reported tenant's degradation (runtime::degradation()); empty when not enabled.
+  std::vector<degradation_status> degradation;
 };
 
 namespace detail {
@@ -381,6 +390,21 @@ class runtime {
   /// What `tenant` uses now (its entities and bytes) and its quota; zeros for a tenant that has
   /// no entity.
   tenant_usage tenant_usage_of(const std::string& tenant) const;
+
+  // -- degradation (factum/runtime/degradation.hpp) --
+
+  /// `tenant`'s level now, why, and what it turns off (level 0 when not enabled).
+  degradation_status degradation_of(const std::string& tenant) const;
+  /// The level of every tenant degradation_config::tenants lists or a rule has named.
+  std::vector<degradation_status> degradation() const;
+  /// Sets an operator's floor for `tenant` (nullopt: removes it), with why and who: recorded
+  /// as a lifecycle fact `degradation_override` in the tenant's runtime entity
+  /// (factum.runtime/degradation), read back at the next start for the tenants
+  /// degradation_config::tenants lists. `done` gets that fact's outcome (a CAF worker, or the
+  /// calling thread when refused: 409 DEGRADATION_NOT_ENABLED, 400 INVALID_ARGUMENT for a level
+  /// outside 0..4). The floor applies at once, before the fact is written.
+  void set_degradation(const std::string& tenant, std::optional<int> level, std::string reason,
+                       std::string actor, std::function<void(call_reply)> done);
 
   /// A page of `tenant`'s entities in (type, id) order, as `q` says (a limit outside 1..10000:
   /// INVALID_ARGUMENT), handed to `done` on a storage thread. From the tenant index

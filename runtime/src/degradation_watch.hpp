@@ -1,0 +1,60 @@
+// degradation_watch.hpp (private): the thread that evaluates the degradation board
+// (degradation.hpp) from what the runtime sees (breakers on the tool board, quarantines, tenant
+// quotas, the data disk's free space) every check_interval or at once when kicked, and records
+// each tenant's move as a lifecycle fact in the tenant's runtime entity
+// (factum.runtime/degradation). kick() and set_override() from any thread; the rest on the
+// watcher's own thread.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "degradation.hpp"
+#include "factum/entities/call.hpp"
+#include "factum/entities/entity.hpp"
+
+namespace factum::detail {
+
+struct runtime_core;
+
+/// The type and id of each tenant's runtime entity, where degradation facts go.
+inline constexpr const char* runtime_entity_type = "factum.runtime";
+inline constexpr const char* degradation_entity_id = "degradation";
+
+/// Adds the type of the tenants' runtime entities (no methods a client can call; the watcher
+/// writes through the internal method @degradation).
+void add_runtime_entity_type(entity_registry& types);
+
+class degradation_watch {
+ public:
+  /// Starts the thread when the board is enabled; reads back each configured tenant's last
+  /// operator floor from its runtime entity first.
+  void start(runtime_core* rt);
+  /// Stops and joins the thread (before the actor system goes).
+  void stop();
+  /// Evaluate now (a breaker moved, an entity was quarantined).
+  void kick();
+  /// An operator's floor for `tenant`, recorded as a `degradation_override` fact; `done` gets
+  /// the fact's outcome (any thread).
+  void set_override(const std::string& tenant, std::optional<int> level, std::string reason,
+                    std::string actor, std::function<void(call_reply)> done);
+
+ private:
+  void run();
+  void evaluate_once();
+  void restore_floors();
+  void record(const degradation_change& ch, const char* subtype, nlohmann::json extra,
+              std::function<void(call_reply)> done);
+
+  runtime_core* rt_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false, kicked_ = false;
+  std::thread thread_;
+};
+
+} // namespace factum::detail
