@@ -119,7 +119,12 @@ json default_tool_config(const runtime_config& cfg, const std::string& tool) {
   if (p.budget.is_object())
     if (auto b = retry_budget_config::from_json(p.budget))
       bu = *b;
+  json ops = json::object();
+  for (auto& [op, rj] : p.operation_retry)
+    if (auto r = retry_policy::from_json(rj))
+      ops[op] = {{"retry", r->to_json()}};
   return {{"retry", rp.to_json()},
+          {"operations", std::move(ops)},
           {"breaker", bc.to_json()},
           {"budget", bu.to_json()},
           {"price",
@@ -233,6 +238,15 @@ namespace {
 /// for every attempt of this logical call, and for a dead letter's retries, which re-run the
 /// call with its key, so that a vendor can de-duplicate: docs/tools.md), the config version in
 /// force, the breaker and the budget.
+/// The retry policy JSON of `operation` in a tool's config: its own under "operations", else
+/// the tool's.
+json retry_json(const json& body, const std::string& operation) {
+  if (auto ops = body.find("operations"); ops != body.end() && ops->is_object())
+    if (auto o = ops->find(operation); o != ops->end() && o->is_object() && o->contains("retry"))
+      return (*o)["retry"];
+  return body.value("retry", json::object());
+}
+
 tool_call_plan plan_call(tool_host& h, tool_request req) {
   auto& ctx = h.ctx();
   if (req.trace_id.empty())
@@ -244,7 +258,7 @@ tool_call_plan plan_call(tool_host& h, tool_request req) {
   tool_call_plan p;
   p.pol = &policy_of(h.config(), req.tool);
   p.cfg = lock_config(h, req.tool);
-  if (auto r = retry_policy::from_json(p.cfg.body.value("retry", json::object())))
+  if (auto r = retry_policy::from_json(retry_json(p.cfg.body, req.operation)))
     p.rp = *r;
   auto price = p.cfg.body.value("price", json::object());
   p.amount = price.value("amount", "0");

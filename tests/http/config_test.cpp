@@ -182,6 +182,37 @@ TEST_CASE("config: tenant quotas are read, and each bad one names its path") {
   CHECK(error_of(with_quota(json::array())).find("tenants.acme.quota: must be an object") == 0);
 }
 
+TEST_CASE("config: a tool's per-operation retry policies are read, and each bad one names its "
+          "path") {
+  auto with = [](json ops) {
+    auto doc = minimal();
+    doc["tools"] = {{"crm", {{"url", "http://127.0.0.1:9/"}, {"operations", std::move(ops)}}}};
+    return doc;
+  };
+  auto r = parse_serve_config(
+    with({{"search", {{"retry", {{"max_attempts", 3}, {"base_delay_ms", 100}}}}},
+          {"charge", {{"retry", {{"preset", "webhook_delivery"}, {"priority", "realtime"}}}}}}),
+    test::serve_types());
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  REQUIRE(r->tool_specs.size() == 1);
+  auto& ops = r->tool_specs[0].policy.operation_retry;
+  REQUIRE(ops.size() == 2);
+  CHECK(ops["search"]["max_attempts"] == 3);
+  CHECK(ops["search"]["base_delay_ms"] == 100);
+  CHECK(ops["charge"]["max_attempts"] == 2); // realtime: 2 attempts
+  CHECK(error_of(with({{"a/b", {{"retry", {{"max_attempts", 3}}}}}}))
+          .find("tools.crm.operations.a/b: an operation is") == 0);
+  CHECK(error_of(with({{"s", {{"retries", json::object()}}}}))
+          .find("tools.crm.operations.s.retries: unknown key") == 0);
+  CHECK(error_of(with({{"s", json::object()}})).find("tools.crm.operations.s.retry: required") ==
+        0);
+  CHECK(error_of(with({{"s", {{"retry", {{"by_status", true}}}}}}))
+          .find("tools.crm.operations.s.retry.by_status: is set per tool") == 0);
+  CHECK(error_of(with({{"s", {{"retry", {{"max_attempts", 0}}}}}}))
+          .find("tools.crm.operations.s.retry") == 0);
+  CHECK(error_of(with(json::array())).find("tools.crm.operations: must be an object") == 0);
+}
+
 TEST_CASE("config: degradation levels are read, and each bad member names its path") {
   auto with = [](json d) {
     auto doc = minimal();

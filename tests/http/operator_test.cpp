@@ -6,7 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "factum/storage/sha256.hpp"
 #include "http/fixture.hpp"
@@ -345,4 +347,52 @@ TEST_CASE("tools: retry_by_status makes a 504 wait as the status table says (5 s
   REQUIRE(dls.size() == 1);
   CHECK(dls[0]["status"] == "scheduled");
   CHECK(dls[0]["next_retry_at"].get<int64_t>() >= before + 5000);
+}
+
+TEST_CASE("operator routes: a tool's per-operation retry policy replaces the tool's for calls of "
+          "that operation only, and a bad operation name is refused") {
+  auto calls = std::make_shared<std::map<std::string, int>>();
+  auto mu = std::make_shared<std::mutex>();
+  gateway_fixture f([calls, mu](runtime_config& rc, http_server_config&) {
+    rc.tools["vendor"] = [calls, mu](const tool_request& req,
+                                     std::function<void(tool_reply)> done) {
+      {
+        std::lock_guard<std::mutex> g(*mu);
+        ++(*calls)[req.operation];
+      }
+      tool_reply r;
+      r.ok = false;
+      r.http_status = 503;
+      r.body = json{{"status", 503}};
+      done(std::move(r));
+    };
+    tool_policy p;
+    p.retry = {{"base_delay_ms", 1}, {"max_delay_ms", 2}, {"max_attempts", 1}, {"jitter", "none"}};
+    p.operation_retry["charge"] = {
+      {"base_delay_ms", 1}, {"max_delay_ms", 2}, {"max_attempts", 4}, {"jitter", "none"}};
+    p.budget = {{"ratio", 1.0}, {"min_per_window", 100}};
+    rc.tool_policies["vendor"] = std::move(p);
+  });
+  http_client c(f.port());
+  auto deliver = [&](const std::string& id, const std::string& op) {
+    return c.request("POST", "/v1/entities/webhook/" + id + "/deliver",
+                     json_headers(acme_key, "k-" + id),
+                     json{{"tool", "vendor"}, {"operation", op}}.dump());
+  };
+  auto plain = deliver("o1", "deliver");
+  CHECK(plain.status == 503);
+  CHECK(plain.json()["attempts"] == 1);
+  auto charge = deliver("o2", "charge");
+  CHECK(charge.status == 503);
+  CHECK(charge.json()["attempts"] == 4);
+  {
+    std::lock_guard<std::mutex> g(*mu);
+    CHECK((*calls)["deliver"] == 1);
+    CHECK((*calls)["charge"] == 4);
+  }
+  // Each attempt of the operation left its error fact.
+  CHECK(f.facts("acme", "webhook", "o2", {{"type", "error"}}).size() >= 4);
+  auto bad = deliver("o3", "../x");
+  CHECK(bad.status == 400);
+  CHECK(bad.code() == "INVALID_ARGUMENT");
 }

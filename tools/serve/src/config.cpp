@@ -353,6 +353,37 @@ status parse_retry(const json& t, const std::string& path, tool_policy& pol) {
   return status::ok();
 }
 
+/// "operations": {"<op>": {"retry": {...}}}: an operation's own retry policy (the same keys as
+/// the tool's "retry", but for by_status, which is the tool's).
+status parse_operations(const json& t, const std::string& path, tool_policy& pol) {
+  auto it = t.find("operations");
+  if (it == t.end())
+    return status::ok();
+  std::string p = path + ".operations";
+  if (!it->is_object())
+    return bad(p, "must be an object of operation name -> {\"retry\": {...}}");
+  for (auto& [op, spec] : it->items()) {
+    if (is_comment(op))
+      continue;
+    auto op_path = p + "." + op;
+    if (!validate_key_part(op, "operation") || op.size() > 64 || op.find(':') != op.npos)
+      return bad(op_path, "an operation is 1 to 64 characters of [A-Za-z0-9._-]");
+    if (!spec.is_object())
+      return bad(op_path, "must be an object {\"retry\": {...}}");
+    if (auto st = check_keys(spec, op_path + ".", {"retry"}); !st)
+      return st;
+    tool_policy one;
+    if (auto st = parse_retry(spec, op_path, one); !st)
+      return st;
+    if (one.retry_by_status)
+      return bad(op_path + ".retry.by_status", "is set per tool, not per operation");
+    if (one.retry.is_null())
+      return bad(op_path + ".retry", "required");
+    pol.operation_retry[op] = std::move(one.retry);
+  }
+  return status::ok();
+}
+
 bool valid_tool_name(const std::string& n) {
   if (n.empty() || n.size() > 64)
     return false;
@@ -373,7 +404,7 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
                            {"url", "connect_timeout_ms", "request_timeout_ms", "max_connections",
                             "max_queued", "headers", "retry", "breaker", "budget", "price",
                             "currency", "charge_on_failure", "vendor", "idempotent",
-                            "max_inline_delay_ms", "fallback", "classify"});
+                            "max_inline_delay_ms", "fallback", "classify", "operations"});
       !st)
     return st;
   serve_tool out;
@@ -407,6 +438,8 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
                st.message().substr(st.message().find(':') + 2));
   auto& pol = out.policy;
   if (auto st = parse_retry(t, path, pol); !st)
+    return st;
+  if (auto st = parse_operations(t, path, pol); !st)
     return st;
   if (auto st = parse_policy_part<resilience::breaker_config>(t, "breaker", path, pol.breaker); !st)
     return st;

@@ -40,6 +40,10 @@ struct tool_policy {
   /// retry_policy JSON (factum/resilience/retry_policy.hpp); null: 5 attempts, 1 s base,
   /// exponential x2 to 60 s, ratio jitter 0.5, Retry-After honoured up to 5 min.
   nlohmann::json retry;
+  /// Retry policies of single operations (tool_request::operation -> retry_policy JSON), in
+  /// place of `retry` for calls of that operation: e.g. a tool's "search" retried 3 x 100 ms and
+  /// its "charge" 5 x 1 s. Written into the versioned config with the rest. Default none.
+  std::map<std::string, nlohmann::json> operation_retry;
   /// HTTP failures wait (and stop) as their status's own policy says (429: 60 s apart, 6
   /// attempts; 503: exponential from 2 s, 4; 504: linear from 5 s, 3; ...:
   /// resilience::http_status_policy) instead of as `retry` says. Default false.
