@@ -449,6 +449,18 @@ task<tool_reply> answer_with_fallback(tool_host& h, const tool_call_plan& p, int
   co_return fb;
 }
 
+/// An attempt answered 401: the policy's refresh_auth runs, and an outcome fact says whether
+/// new credentials are in place (the call then tries again).
+task<bool> refresh_credentials(tool_host& h, const tool_call_plan& p, int attempt) {
+  auto op = async_op<bool>(
+    h.ctx(), [pol = p.pol](std::function<void(bool)> done) { pol->refresh_auth(std::move(done)); });
+  bool ok = co_await op;
+  auto d = p.base_fact("outcome", ok ? "auth_refreshed" : "auth_refresh_failed");
+  d.data = {{"operation", p.req.operation}, {"after_attempt", attempt}};
+  append_or_throw(h, std::move(d));
+  co_return ok;
+}
+
 /// The dead letter of a call whose retries ran out (`delay` empty) or whose next wait is too
 /// long to hold the entity: made, or updated when this run was one of its retries; its retry
 /// alarm set when its reason retries automatically and its cap is not reached.
@@ -535,6 +547,7 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
     auto fb = answer_with_fallback(h, p, 0);
     co_return co_await fb;
   }
+  bool refreshed = false; // the policy's refresh_auth ran (once per call)
   for (int attempt = 1;; ++attempt) {
     int64_t now = ctx.now_ms();
     auto decision = p.breaker(h).allow(now);
@@ -556,6 +569,12 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
       co_return r;
     }
     auto cls = attempt_failed(h, p, attempt, now, r);
+    if (r.http_status == 401 && p.pol->refresh_auth && !refreshed) {
+      refreshed = true;
+      auto rf = refresh_credentials(h, p, attempt);
+      if (co_await rf)
+        continue; // the same call again at once: not a retry of the policy, nothing spent
+    }
     if (!cls.retryable)
       co_return r;
     auto delay = p.failed_rp.next_delay(attempt, p.prev_delay, r.retry_after_ms, h.rng());

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <future>
+#include <optional>
 
 #include "factum/fake_vendor/fake_vendor.hpp"
 #include "factum/resilience/money.hpp"
@@ -25,7 +26,8 @@ struct fixture {
   http_tool_client client;
   std::unique_ptr<runtime> rt;
 
-  void start(tool_policy pol, std::chrono::milliseconds request_timeout = 2s) {
+  void start(tool_policy pol, std::chrono::milliseconds request_timeout = 2s,
+             std::optional<http_tool_auth_refresh> auth = std::nullopt) {
     runtime_config c;
     c.data_dir = tmp.path();
     c.storage_threads = 2;
@@ -34,8 +36,10 @@ struct fixture {
     http_tool_options o;
     o.url = vendor.url() + "/hooks";
     o.request_timeout = request_timeout;
+    o.auth_refresh = std::move(auth);
     auto fn = client.make_tool("hook", o);
     REQUIRE_MESSAGE(fn.is_ok(), fn.error().message());
+    pol.refresh_auth = client.auth_refresher("hook");
     c.tools["hook"] = fn.value();
     c.tool_policies["hook"] = std::move(pol);
     auto r = runtime::start(std::move(c));
@@ -227,4 +231,48 @@ TEST_CASE("runtime over HTTP: exhausted retries become a dead letter") {
   CHECK(list[0]["attempts"] == 3);
   CHECK(list[0]["reason"] == "server_error");
   CHECK(list[0]["error_code"] == "HTTP_503");
+}
+
+TEST_CASE("runtime over HTTP: a 401 refreshes the credential once and the call goes on with it, "
+          "and a rotated credential is refreshed again") {
+  fixture f;
+  http_tool_auth_refresh auth;
+  auth.url = f.vendor.url() + "/_vendor/token";
+  f.start(fast_policy(1), 2s, auth); // one attempt: the call after the refresh is not a retry
+  REQUIRE(f.vendor.set_mode({{"token", "t1"}}) == "");
+  auto r = f.deliver("a1", "auth-1");
+  REQUIRE_MESSAGE(r.ok, r.body);
+  auto st = f.vendor.stats();
+  CHECK(st["by_status"]["401"] == 1);
+  CHECK(st["by_status"]["200"] == 1);
+  CHECK(st["tokens_issued"] == 1);
+  auto refreshed = f.facts("a1", {{"type", "outcome"}, {"subtype", "auth_refreshed"}});
+  REQUIRE(refreshed.size() == 1);
+  CHECK(refreshed[0]["data"]["after_attempt"] == 1);
+  CHECK(f.facts("a1", {{"type", "error"}})[0]["data"]["error_code"] == "HTTP_401");
+  // The credential is kept: the next call carries it and needs no refresh.
+  REQUIRE(f.deliver("a2", "auth-2").ok);
+  CHECK(f.vendor.stats()["tokens_issued"] == 1);
+  CHECK(f.vendor.stats()["by_status"]["401"] == 1);
+  // The vendor rotates its token: the next call refreshes again and goes on.
+  REQUIRE(f.vendor.set_mode({{"token", "t2"}}) == "");
+  REQUIRE(f.deliver("a3", "auth-3").ok);
+  CHECK(f.vendor.stats()["tokens_issued"] == 2);
+  CHECK(f.vendor.stats()["by_status"]["401"] == 2);
+}
+
+TEST_CASE("runtime over HTTP: a refresh whose answer has no credential leaves the call's 401 as "
+          "its answer, once") {
+  fixture f;
+  http_tool_auth_refresh auth;
+  auth.url = f.vendor.url() + "/_vendor/token";
+  auth.field = "token"; // the vendor answers access_token: no such member
+  f.start(fast_policy(3), 2s, auth);
+  REQUIRE(f.vendor.set_mode({{"token", "t1"}}) == "");
+  auto r = f.deliver("b1", "auth-b1");
+  CHECK_FALSE(r.ok);
+  CHECK(r.code == "HTTP_401");
+  CHECK(f.vendor.stats()["by_status"]["401"] == 1); // 401 is not retried: one call
+  CHECK(f.vendor.stats()["tokens_issued"] == 1);
+  CHECK(f.facts("b1", {{"type", "outcome"}, {"subtype", "auth_refresh_failed"}}).size() == 1);
 }

@@ -64,6 +64,11 @@ cat > "$tmp/serve.json" <<JSON
       "retry": {"base_delay_ms": 10, "max_delay_ms": 50, "max_attempts": 4, "jitter": "none"},
       "price": "0.013",
       "charge_on_failure": true
+    },
+    "authed": {
+      "url": "$v/api",
+      "retry": {"max_attempts": 1},
+      "auth_refresh": {"url": "$v/_vendor/token", "field": "access_token"}
     }
   }
 }
@@ -72,7 +77,7 @@ JSON
 pid=$!
 wait_for_port "$tmp/err.log" "$pid" 10 || fail "$wait_error"
 base="http://127.0.0.1:$port"
-grep -q '"tools":\["hook"\]' "$tmp/err.log" || fail "start line does not list the tool"
+grep -q '"tools":\["authed","hook"\]' "$tmp/err.log" || fail "start line does not list the tools"
 
 ctl() { curl -s -f -X POST "$v/_vendor/$1" -d "$2" > /dev/null || fail "vendor control $1"; }
 ctl mode '{"price": "0.013", "charge_failed": true}'
@@ -100,6 +105,18 @@ echo "$stats" | grep -q '"charged_total":"0.039"' || fail "vendor stats $stats"
 keys=$(echo "$stats" | grep -o '"idempotency_key":"[^"]*"' | sort -u)
 [ "$(echo "$keys" | wc -l)" -eq 1 ] || fail "attempts used different keys: $keys"
 echo "$keys" | grep -q '"idempotency_key":"fk_' || fail "key $keys"
+
+# A vendor that wants a bearer token: the first call's 401 refreshes it, the call goes on.
+ctl mode '{"token": "tok-1"}'
+code=$(curl -s -o "$tmp/body" -w '%{http_code}' -X POST "$base/v1/entities/webhook/w2/deliver" \
+  -H 'X-API-Key: tools-key' -H 'Content-Type: application/json' -H 'Idempotency-Key: d-2' \
+  -d '{"tool": "authed", "payload": {"n": 1}}')
+[ "$code" = 200 ] || fail "authed deliver answered $code: $(cat "$tmp/body")"
+stats=$(curl -s -f "$v/_vendor/stats") || fail "vendor stats"
+echo "$stats" | grep -q '"tokens_issued":1' || fail "vendor stats after the refresh $stats"
+curl -s -f -H 'X-API-Key: tools-key' \
+  "$base/v1/entities/webhook/w2/facts?type=outcome&subtype=auth_refreshed" | grep -q '"after_attempt":1' ||
+  fail "no auth_refreshed fact"
 
 kill -TERM "$pid"
 set +e

@@ -75,13 +75,20 @@ tool_reply transport_failure(std::string code, std::string message,
   return r;
 }
 
-/// One tool: its pool and what its messages name.
+/// One tool: its pool, what its messages name, and its refreshed credential.
 struct tool {
   std::string name;
   http_tool_options opts;
   http_tool_url url;
   std::string where; ///< "tool NAME (host[:port])"
   hc::pool pool;
+  std::optional<hc::pool> auth_pool; ///< to opts.auth_refresh->url
+  std::mutex auth_mu;                ///< guards auth_value (callers' threads and the I/O thread)
+  std::string auth_value;            ///< the header's value once refreshed; empty before
+
+  tool(std::string n, http_tool_options o, http_tool_url u, std::string w, hc::pool p)
+      : name(std::move(n)), opts(std::move(o)), url(std::move(u)), where(std::move(w)),
+        pool(std::move(p)) {}
 };
 
 std::string ms(std::chrono::milliseconds d) {
@@ -146,7 +153,25 @@ hc::request to_request(const tool& t, const tool_request& req) {
   r.body = req.payload.dump(-1, ' ', false, json::error_handler_t::replace);
   r.idempotency_key = req.idempotency_key;
   r.trace_id = req.trace_id;
+  if (t.opts.auth_refresh) {
+    std::lock_guard<std::mutex> g(const_cast<tool&>(t).auth_mu);
+    if (!t.auth_value.empty())
+      r.headers.emplace_back(t.opts.auth_refresh->header, t.auth_value);
+  }
   return r;
+}
+
+/// The refreshed credential in a refresh's answer, or nullopt.
+std::optional<std::string> refreshed_value(const http_tool_auth_refresh& a, hc::response& res) {
+  if (res.failed != hc::failure::none || res.status < 200 || res.status >= 300)
+    return std::nullopt;
+  auto j = json::parse(res.body, nullptr, false);
+  if (!j.is_object() || !j.contains(a.field) || !j[a.field].is_string())
+    return std::nullopt;
+  auto v = a.prefix + j[a.field].get<std::string>();
+  if (v.empty() || v.size() > 8192 || v.find_first_of(std::string("\r\n\0", 3)) != v.npos)
+    return std::nullopt;
+  return v;
 }
 
 } // namespace
@@ -200,6 +225,21 @@ status validate_http_tool_options(const http_tool_options& opts) {
       if (c == '\r' || c == '\n' || c == '\0')
         return bad("headers." + k, "the value may not contain CR, LF or NUL");
   }
+  if (auto& a = opts.auth_refresh) {
+    auto au = parse_http_tool_url(a->url);
+    if (!au)
+      return bad("auth_refresh.url", au.error().message());
+    if (a->field.empty())
+      return bad("auth_refresh.field", "must not be empty");
+    if (a->header.empty() || !std::all_of(a->header.begin(), a->header.end(), is_token_char))
+      return bad("auth_refresh.header", "not a valid header name");
+    for (auto& [k, v] : a->headers)
+      if (k.empty() || !std::all_of(k.begin(), k.end(), is_token_char) ||
+          v.find_first_of(std::string("\r\n\0", 3)) != v.npos)
+        return bad("auth_refresh.headers." + k, "not a valid header");
+    if (auto st = hc::check_resolves(au->host, au->port); !st)
+      return bad("auth_refresh.url", "host '" + au->host + "' does not resolve");
+  }
   // The host must resolve now: a typo fails the configuration, not the first call.
   if (auto st = hc::check_resolves(url->host, url->port); !st)
     return bad("url", "host '" + url->host + "' does not resolve" +
@@ -227,14 +267,51 @@ result<tool_fn> http_tool_client::make_tool(std::string name, http_tool_options 
     return status{errc::invalid_argument, "name: tool '" + name + "' is already defined"};
   hc::url target{url.host, url.port, url.path};
   auto where = "tool " + name + " (" + target.host_header() + ")";
-  auto t = std::make_shared<tool>(tool{name, std::move(opts), std::move(url), std::move(where),
-                                       impl_->io.make_pool(target, std::move(po))});
+  auto pool = impl_->io.make_pool(target, std::move(po));
+  auto t = std::make_shared<tool>(name, std::move(opts), std::move(url), std::move(where),
+                                  std::move(pool));
+  if (auto& a = t->opts.auth_refresh) {
+    auto au = parse_http_tool_url(a->url).value(); // validated above
+    hc::pool_options ao;
+    ao.connect_timeout = t->opts.connect_timeout;
+    ao.request_timeout = t->opts.request_timeout;
+    ao.max_connections = 1;
+    ao.headers = {{"User-Agent", "factum"}, {"Accept", "application/json"}};
+    ao.headers.insert(ao.headers.end(), a->headers.begin(), a->headers.end());
+    t->auth_pool = impl_->io.make_pool(hc::url{au.host, au.port, au.path}, std::move(ao));
+  }
   impl_->tools.emplace(std::move(name), t);
   return tool_fn([t](const tool_request& req, std::function<void(tool_reply)> done) {
     t->pool.submit(to_request(*t, req), [t, done = std::move(done)](hc::response& res) {
       done(to_tool_reply(*t, res));
     });
   });
+}
+
+std::function<void(std::function<void(bool)>)>
+http_tool_client::auth_refresher(std::string_view name) const {
+  std::shared_ptr<tool> t;
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    auto it = impl_->tools.find(name);
+    if (it == impl_->tools.end() || !it->second->auth_pool)
+      return nullptr;
+    t = it->second;
+  }
+  return [t](std::function<void(bool)> done) {
+    hc::request r;
+    auto u = parse_http_tool_url(t->opts.auth_refresh->url).value();
+    r.target = u.path.empty() ? "/" : u.path;
+    r.body = "{}";
+    t->auth_pool->submit(std::move(r), [t, done = std::move(done)](hc::response& res) {
+      auto v = refreshed_value(*t->opts.auth_refresh, res);
+      if (v) {
+        std::lock_guard<std::mutex> g(t->auth_mu);
+        t->auth_value = std::move(*v);
+      }
+      done(v.has_value());
+    });
+  };
 }
 
 http_tool_stats http_tool_client::stats(std::string_view name) const {

@@ -66,6 +66,9 @@ struct mode_state {
   int64_t hold_ms = max_hold_ms;
   std::optional<std::string> price; ///< unset: no X-Cost header and nothing charged
   bool charge_failed = false;
+  /// Set: a call without `Authorization: Bearer <token>` is answered 401; POST /_vendor/token
+  /// hands it out.
+  std::optional<std::string> token;
 };
 
 /// A completed (2xx) answer kept for its Idempotency-Key.
@@ -138,6 +141,7 @@ struct vendor::impl {
   decimal charged_total = decimal::parse("0").value();
   json charges = json::array();
   uint64_t duplicates = 0;
+  uint64_t tokens_issued = 0;
   uint64_t connections = 0;
   uint64_t open_connections = 0;
   uint64_t in_flight = 0;
@@ -214,6 +218,14 @@ class session : public std::enable_shared_from_this<session> {
       return respond(200, v_.stats_json().dump(), {});
     if (path == "/_vendor/keys" && req_.method() == bhttp::verb::get)
       return respond(200, v_.keys_json().dump(), {});
+    if (path == "/_vendor/token" && post) {
+      std::lock_guard<std::mutex> g(v_.mu);
+      if (!v_.mode.token)
+        return respond(404, problem("no token is set (POST /_vendor/mode {\"token\": ...})"), {});
+      ++v_.tokens_issued;
+      return respond(200, json{{"access_token", *v_.mode.token}, {"token_type", "Bearer"}}.dump(),
+                     {});
+    }
     if (path == "/_vendor/reset" && post) {
       v_.reset_all();
       return respond(200, json{{"ok", true}}.dump(), {});
@@ -332,7 +344,11 @@ class session : public std::enable_shared_from_this<session> {
       ++v_.calls;
       ++v_.in_flight;
       v_.max_in_flight = std::max(v_.max_in_flight, v_.in_flight);
-      if (auto it = key.empty() ? v_.keys.end() : v_.keys.find(key); it != v_.keys.end()) {
+      if (v_.mode.token && std::string(req_["Authorization"]) != "Bearer " + *v_.mode.token) {
+        a.status = 401; // before replays: a replay needs the credential too
+        a.body = json{{"error", "unauthorized"}};
+        body = a.body.dump();
+      } else if (auto it = key.empty() ? v_.keys.end() : v_.keys.find(key); it != v_.keys.end()) {
         ++v_.duplicates;
         replay = true;
         a.status = it->second.status;
@@ -452,7 +468,7 @@ std::string vendor::impl::apply_mode(const json& body) {
   std::string err;
   if (!known_keys(body,
                   {"mode", "retry_after_s", "fail_ratio", "timeout_ratio", "seed", "delay_ms",
-                   "delay_jitter_ms", "hold_ms", "price", "charge_failed"},
+                   "delay_jitter_ms", "hold_ms", "price", "charge_failed", "token"},
                   err, ""))
     return err;
   std::lock_guard<std::mutex> g(mu);
@@ -487,6 +503,12 @@ std::string vendor::impl::apply_mode(const json& body) {
       return "seed must be a non-negative integer";
     m.seed = it->get<uint64_t>();
     reseed = true;
+  }
+  if (auto it = body.find("token"); it != body.end()) {
+    if (!it->is_null() && (!it->is_string() || it->get<std::string>().empty() ||
+                           it->get<std::string>().find_first_of(" \r\n") != std::string::npos))
+      return "token must be a non-empty string without spaces (or null)";
+    m.token = it->is_null() ? std::nullopt : std::optional<std::string>(it->get<std::string>());
   }
   if (auto it = body.find("price"); it != body.end()) {
     if (it->is_null()) {
@@ -600,11 +622,13 @@ json vendor::impl::stats_json() const {
             {"hold_ms", mode.hold_ms},
             {"charge_failed", mode.charge_failed}};
   m["price"] = mode.price ? json(*mode.price) : json(nullptr);
+  m["token"] = mode.token ? json(*mode.token) : json(nullptr);
   return {{"calls", calls},
           {"by_status", bs},
           {"charged_total", charged_total.to_string()},
           {"charges", charges},
           {"duplicates", duplicates},
+          {"tokens_issued", tokens_issued},
           {"connections", connections},
           {"open_connections", open_connections},
           {"in_flight", in_flight},
@@ -644,6 +668,7 @@ void vendor::impl::reset_all() {
   charged_total = decimal::parse("0").value();
   charges = json::array();
   duplicates = 0;
+  tokens_issued = 0;
   connections = 0;
   max_in_flight = in_flight;
 }

@@ -384,6 +384,47 @@ status parse_operations(const json& t, const std::string& path, tool_policy& pol
   return status::ok();
 }
 
+/// "auth_refresh": {"url", "field", "header", "prefix", "headers"}: where the tool's credential
+/// is refreshed after a 401 (http_tool_auth_refresh; validated with the tool's options).
+status parse_auth_refresh(const json& t, const std::string& p, http_tool_options& h) {
+  auto it = t.find("auth_refresh");
+  if (it == t.end())
+    return status::ok();
+  auto path = p + "auth_refresh";
+  if (!it->is_object())
+    return bad(path, "must be an object {\"url\": ..., \"field\", \"header\", \"prefix\", "
+                     "\"headers\"}");
+  if (auto st = check_keys(*it, path + ".", {"url", "field", "header", "prefix", "headers"}); !st)
+    return st;
+  http_tool_auth_refresh a;
+  auto str = [&](const char* name, std::string& out, bool required) -> status {
+    auto f = it->find(name);
+    if (f == it->end())
+      return required ? bad(path + "." + name, "required") : status::ok();
+    if (!f->is_string())
+      return bad(path + "." + name, "must be a string");
+    out = f->get<std::string>();
+    return status::ok();
+  };
+  for (auto st : {str("url", a.url, true), str("field", a.field, false),
+                  str("header", a.header, false), str("prefix", a.prefix, false)})
+    if (!st)
+      return st;
+  if (auto hs = it->find("headers"); hs != it->end()) {
+    if (!hs->is_object())
+      return bad(path + ".headers", "must be an object of header name -> string value");
+    for (auto& [k, v] : hs->items()) {
+      if (is_comment(k))
+        continue;
+      if (!v.is_string())
+        return bad(path + ".headers." + k, "must be a string");
+      a.headers[k] = v.get<std::string>();
+    }
+  }
+  h.auth_refresh = std::move(a);
+  return status::ok();
+}
+
 bool valid_tool_name(const std::string& n) {
   if (n.empty() || n.size() > 64)
     return false;
@@ -400,11 +441,12 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
     return bad(path, "a tool name is 1 to 64 characters of [A-Za-z0-9._-]");
   if (!t.is_object())
     return bad(path, "must be an object with at least \"url\"");
-  if (auto st = check_keys(t, path + ".",
-                           {"url", "connect_timeout_ms", "request_timeout_ms", "max_connections",
-                            "max_queued", "headers", "retry", "breaker", "budget", "price",
-                            "currency", "charge_on_failure", "vendor", "idempotent",
-                            "max_inline_delay_ms", "fallback", "classify", "operations"});
+  if (auto st =
+        check_keys(t, path + ".",
+                   {"url", "connect_timeout_ms", "request_timeout_ms", "max_connections",
+                    "max_queued", "headers", "retry", "breaker", "budget", "price", "currency",
+                    "charge_on_failure", "vendor", "idempotent", "max_inline_delay_ms", "fallback",
+                    "classify", "operations", "auth_refresh"});
       !st)
     return st;
   serve_tool out;
@@ -432,6 +474,8 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
       h.headers[k] = hv.get<std::string>();
     }
   }
+  if (auto st = parse_auth_refresh(t, p, h); !st)
+    return st;
   // URL form, timeouts, header names and values, and the host resolves now.
   if (auto st = validate_http_tool_options(h); !st)
     return bad(path + "." + st.message().substr(0, st.message().find(':')),

@@ -116,6 +116,7 @@ int run_serve(serve_config cfg) {
     auto pol = t.policy;
     if (t.fallback_body)
       pol.fallback = static_fallback(*t.fallback_body);
+    pol.refresh_auth = tool_client->auth_refresher(t.name); // null without auth_refresh
     cfg.runtime.tool_policies[t.name] = std::move(pol);
     tool_names.push_back(t.name);
   }

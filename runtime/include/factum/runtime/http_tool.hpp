@@ -8,8 +8,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,6 +19,23 @@
 #include "factum/storage/status.hpp"
 
 namespace factum {
+
+/// Where an HTTP tool's credential is refreshed after a 401 (http_tool_client::auth_refresher,
+/// tool_policy::refresh_auth): `POST <url>` with the body `{}`; the answer's JSON member `field`
+/// (a string) is the new credential, sent as `header: <prefix><value>` with every request of the
+/// tool from then on (in place of a configured header of that name).
+struct http_tool_auth_refresh {
+  /// `http://host[:port][/path]`. Required.
+  std::string url;
+  /// The member of the answer's JSON object holding the credential. Default "access_token".
+  std::string field = "access_token";
+  /// The request header it goes into. Default "Authorization".
+  std::string header = "Authorization";
+  /// Put before the value. Default "Bearer ".
+  std::string prefix = "Bearer ";
+  /// Headers of the refresh request itself (e.g. the client's own secret). Default none.
+  std::map<std::string, std::string> headers;
+};
 
 /// How one HTTP tool is reached. Every field documents its default.
 struct http_tool_options {
@@ -37,6 +56,8 @@ struct http_tool_options {
   size_t max_queued = 1'024;
   /// Extra request headers (e.g. Authorization). Default none.
   std::map<std::string, std::string> headers;
+  /// How the credential is refreshed after a 401. Default none: a 401 stands.
+  std::optional<http_tool_auth_refresh> auth_refresh;
 };
 
 /// A parsed tool URL.
@@ -82,6 +103,10 @@ class http_tool_client {
   /// once with error_code "CANCELLED" (category transient). Blocks for the name resolution.
   result<tool_fn> make_tool(std::string name, http_tool_options opts);
 
+  /// The credential refresh of tool `name` (its options' auth_refresh), for
+  /// tool_policy::refresh_auth; null when it has none. `done(true)` once the new credential is
+  /// in place, `done(false)` when the refresh failed (on the client's I/O thread).
+  std::function<void(std::function<void(bool)>)> auth_refresher(std::string_view name) const;
   /// Counters of `name`'s pool (zeros for an unknown tool). Waits for the I/O thread (for the
   /// open-connection gauge): do not call it from inside a `done`.
   http_tool_stats stats(std::string_view name) const;

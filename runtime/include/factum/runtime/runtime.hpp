@@ -67,6 +67,12 @@ struct tool_policy {
   int64_t max_inline_delay_ms = 5'000;
   /// Answers in place of the tool while its breaker is open. Default none.
   tool_fn fallback;
+  /// Refreshes the tool's credentials after an attempt answered 401: `done(true)` once new
+  /// ones are in place, and the attempt is made again at once (once per call; not a retry of
+  /// the policy, not spent from the budget; an `outcome` fact `auth_refreshed` or
+  /// `auth_refresh_failed` says what happened). Default none: a 401 ends the call
+  /// (authorization, not retried). http_tool_client::auth_refresher makes one for HTTP tools.
+  std::function<void(std::function<void(bool)> done)> refresh_auth;
   /// Also answer with `fallback` when the retries run out: the call then has its answer, so no
   /// dead letter is made; the `max_retries_exceeded` error fact says `resolved` true and an
   /// `outcome` fact `fallback_used` follows. Default false: a dead letter.
