@@ -84,6 +84,15 @@ void commit_failed(self_ptr self, output_gate<reply_to>::reply_batch& v, const s
     s.runner->lost_at_await(st);
 }
 
+/// The store's WAL sync, timed into the runtime's sync histogram (a sync thread or a storage
+/// thread).
+status timed_sync(runtime_core& rt, entity_store& store) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto st = store.sync();
+  rt.stats.syncs.observe(std::chrono::steady_clock::now() - t0);
+  return st;
+}
+
 void request_sync(self_ptr self) {
   auto& s = self->state;
   auto target = s.gate.want_sync();
@@ -91,8 +100,8 @@ void request_sync(self_ptr self) {
     return; // at the cap (on_synced asks again), every commit covered, or quarantined
   auto core = s.core;
   auto me = caf::actor_cast<caf::actor>(self);
-  s.rt->sync_pool.post([core, me, covers = *target] {
-    auto r = core->tickets.run(covers, [&] { return core->store->sync(); });
+  s.rt->sync_pool.post([core, me, rt = s.rt, covers = *target] {
+    auto r = core->tickets.run(covers, [&] { return timed_sync(*rt, *core->store); });
     caf::anon_send(me, atoms::synced::value, r.covers, r.ticket, r.started_by_end,
                    static_cast<int>(r.st.code()), r.st.message());
   });
@@ -183,7 +192,7 @@ void start_commit(self_ptr self) {
       st = owned_commit(*rt, *core);
     sync_report rep;
     if (st) {
-      rep = core->tickets.run(0, [&] { return core->store->sync(); });
+      rep = core->tickets.run(0, [&] { return timed_sync(*rt, *core->store); });
       if (rep.st && alarms)
         (void)rt->sync_alarm_index(key, next, false); // later or gone: the index stays early
     }

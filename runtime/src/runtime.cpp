@@ -959,6 +959,11 @@ runtime_stats runtime::stats() const {
   r.dead_letters = ld(s.dead_letters);
   r.quarantines = ld(s.quarantines);
   r.degradation_changes = ld(s.degradation_changes);
+  r.sync_bounds.assign(s.syncs.bounds.begin(), s.syncs.bounds.end());
+  for (auto& b : s.syncs.buckets)
+    r.sync_buckets.push_back(ld(b));
+  r.sync_seconds = static_cast<double>(ld(s.syncs.ns_sum)) / 1e9;
+  r.syncs = ld(s.syncs.count);
   r.resyncs = ld(s.resyncs);
   r.alarm_index_failures = ld(s.alarm_index_failures);
   r.alarms_parked = ld(s.alarms_parked);

@@ -388,6 +388,11 @@ TEST_CASE("GET /metrics parses as Prometheus text and counts requests, latency a
   CHECK(values["factum_http_call_duration_seconds_bucket{le=\"+Inf\"}"] == 6);
   CHECK(values["factum_facts_total"] == 5);
   CHECK(values["factum_commits_total"] >= 1);
+  // Every acknowledged write waited for a WAL sync: at least one was timed, each in a bucket.
+  CHECK(values["factum_storage_sync_duration_seconds_count"] >= 1);
+  CHECK(values["factum_storage_sync_duration_seconds_bucket{le=\"+Inf\"}"] ==
+        values["factum_storage_sync_duration_seconds_count"]);
+  CHECK(values["factum_storage_sync_duration_seconds_sum"] > 0);
   CHECK(values["factum_idempotency_replays_total"] == 1);
   CHECK(values["factum_active_entities"] == 1);
   CHECK(values["factum_activations_total"] == 1);

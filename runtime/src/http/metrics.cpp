@@ -106,6 +106,23 @@ std::string fmt_double(double v) {
   return buf;
 }
 
+/// The entity WAL sync histogram (runtime_stats::sync_*).
+void render_syncs(std::string& out, const runtime_stats& rt) {
+  const char* name = "factum_storage_sync_duration_seconds";
+  header(out, name, "histogram",
+         "Entity WAL syncs (an fdatasync each in durability full) by duration.");
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < rt.sync_buckets.size(); ++i) {
+    cumulative += rt.sync_buckets[i];
+    out += name;
+    out += "_bucket{le=\"";
+    out += i < rt.sync_bounds.size() ? fmt_double(rt.sync_bounds[i]) : std::string("+Inf");
+    out += "\"} " + std::to_string(cumulative) + '\n';
+  }
+  out += std::string(name) + "_sum " + fmt_double(rt.sync_seconds) + '\n';
+  out += std::string(name) + "_count " + std::to_string(rt.syncs) + '\n';
+}
+
 } // namespace
 
 void http_metrics::count_request(std::string_view route, int status, std::string_view tenant) {
@@ -333,6 +350,7 @@ std::string http_metrics::render(const runtime_stats& rt, const cluster_stats* c
          fmt_double(static_cast<double>(call_ns_sum_.load(std::memory_order_relaxed)) / 1e9) + '\n';
   out += "factum_http_call_duration_seconds_count " +
          std::to_string(call_count_.load(std::memory_order_relaxed)) + '\n';
+  render_syncs(out, rt);
   metric(out, "factum_http_connections", "gauge", "Open HTTP connections.",
          static_cast<uint64_t>(std::max<int64_t>(0, connections.load())));
   metric(out, "factum_http_connections_total", "counter", "HTTP connections accepted.",

@@ -326,6 +326,13 @@ struct runtime_stats {
   uint64_t resyncs = 0;
   /// Moves of a tenant's degradation level (runtime_config::degradation).
   uint64_t degradation_changes = 0;
+  /// Entity WAL syncs (an fdatasync each in durability full) by duration: upper bounds in
+  /// seconds (+Inf implicit), the count in each bucket (not cumulative; one more for +Inf),
+  /// the total seconds and the count.
+  std::vector<double> sync_bounds;
+  std::vector<uint64_t> sync_buckets;
+  double sync_seconds = 0;
+  uint64_t syncs = 0;
   /// Writes of the alarm index that failed (a commit that needed one was refused).
   uint64_t alarm_index_failures = 0;
   /// Alarm wakes that could not reach their entity (type not hosted, file that cannot open):
