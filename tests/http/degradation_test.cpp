@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 
 #include <atomic>
+#include <limits>
 
 #include "http/fixture.hpp"
 
@@ -261,4 +262,40 @@ TEST_CASE("degradation: not enabled, every tenant is at 0, /healthz says nothing
   auto r = c.request("PUT", "/v1/degradation", json_headers(), R"({"level":4,"reason":"x"})");
   CHECK(r.status == 409);
   CHECK(r.code() == "DEGRADATION_NOT_ENABLED");
+}
+
+TEST_CASE("degradation: a breaker of a tool that is not critical puts its tenant at 1, which turns "
+          "off only what runs at 0") {
+  gateway_fixture f([](runtime_config& rc, http_server_config&) {
+    add_tools(rc);
+    enable(rc);
+  });
+  http_client c(f.port());
+  auto auth = header_list{{"X-API-Key", acme_key}};
+  REQUIRE(c.request("POST", "/v1/entities/webhook/s1/deliver", json_headers(acme_key, "s-1"),
+                    json{{"tool", "sms"}}.dump())
+            .status == 200);
+  REQUIRE(c.request("POST", "/v1/entities/webhook/s1/breakers/sms/force-open", auth).status == 200);
+  REQUIRE(level_becomes(c, 1));
+  auto st = c.request("GET", "/v1/degradation", auth).json();
+  CHECK(st["reasons"] == json::array({"breaker_open:sms"}));
+  CHECK(st["features_off"] == json::array({"reports"}));
+  CHECK(recent(c).code() == "DEGRADED");
+  REQUIRE(c.request("POST", "/v1/entities/webhook/s1/breakers/sms/reset", auth).status == 200);
+  REQUIRE(level_becomes(c, 0));
+}
+
+TEST_CASE("degradation: a data disk below min_free_bytes puts every tenant at 3") {
+  gateway_fixture f([](runtime_config& rc, http_server_config&) {
+    enable(rc);
+    rc.degradation.min_free_bytes = std::numeric_limits<int64_t>::max(); // no disk has that
+  });
+  http_client c(f.port());
+  REQUIRE(level_becomes(c, 3));
+  REQUIRE(level_becomes(c, 3, globex_key));
+  CHECK(c.request("GET", "/v1/degradation", {{"X-API-Key", globex_key}}).json()["reasons"] ==
+        json::array({"disk_low"}));
+  auto r = c.request("POST", "/v1/entities/counter/d1/add", json_headers(), R"({"by":1})");
+  CHECK(r.status == 200); // writes run up to 3
+  CHECK(recent(c, globex_key).code() == "DEGRADED");
 }
