@@ -55,6 +55,12 @@ void enable(runtime_config& rc) {
                 {"writes", 3, {"ledger.*", "counter.*"}, {}}};
 }
 
+/// The fixture's tweak of most cases: both tools and the levels.
+void tools_and_levels(runtime_config& rc, http_server_config&) {
+  add_tools(rc);
+  enable(rc);
+}
+
 int level(http_client& c, const std::string& key = acme_key) {
   auto r = c.request("GET", "/v1/degradation", {{"X-API-Key", key}});
   REQUIRE_MESSAGE(r.status == 200, r.body);
@@ -83,10 +89,7 @@ http_reply recent(http_client& c, const std::string& key = acme_key) {
 
 TEST_CASE("degradation: a critical tool's open breaker puts its tenant at 2, refuses the features "
           "off at 2 with 503 DEGRADED, shows in /healthz and /metrics, and a reset brings 0") {
-  gateway_fixture f([](runtime_config& rc, http_server_config&) {
-    add_tools(rc);
-    enable(rc);
-  });
+  gateway_fixture f(tools_and_levels);
   http_client c(f.port());
   auto auth = header_list{{"X-API-Key", acme_key}};
   CHECK(level(c) == 0);
@@ -160,10 +163,7 @@ TEST_CASE("degradation: a critical tool's open breaker puts its tenant at 2, ref
 
 TEST_CASE("degradation: an operator's floor of 4 refuses every covered method, is recorded with "
           "who and why, survives a restart, and only a key with scope operate sets it") {
-  auto tweak = [](runtime_config& rc, http_server_config&) {
-    add_tools(rc);
-    enable(rc);
-  };
+  auto tweak = tools_and_levels;
   gateway_fixture f(tweak);
   http_client c(f.port());
   auto op = json_headers(acme_key);
@@ -266,10 +266,7 @@ TEST_CASE("degradation: not enabled, every tenant is at 0, /healthz says nothing
 
 TEST_CASE("degradation: a breaker of a tool that is not critical puts its tenant at 1, which turns "
           "off only what runs at 0") {
-  gateway_fixture f([](runtime_config& rc, http_server_config&) {
-    add_tools(rc);
-    enable(rc);
-  });
+  gateway_fixture f(tools_and_levels);
   http_client c(f.port());
   auto auth = header_list{{"X-API-Key", acme_key}};
   REQUIRE(c.request("POST", "/v1/entities/webhook/s1/deliver", json_headers(acme_key, "s-1"),

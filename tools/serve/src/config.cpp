@@ -384,6 +384,25 @@ status parse_operations(const json& t, const std::string& path, tool_policy& pol
   return status::ok();
 }
 
+/// The optional "headers" member of `obj`: header name -> string value (checked later with the
+/// transport's options).
+status read_headers(const json& obj, const std::string& p,
+                    std::map<std::string, std::string>& out) {
+  auto it = obj.find("headers");
+  if (it == obj.end())
+    return status::ok();
+  if (!it->is_object())
+    return bad(p + "headers", "must be an object of header name -> string value");
+  for (auto& [k, v] : it->items()) {
+    if (is_comment(k))
+      continue;
+    if (!v.is_string())
+      return bad(p + "headers." + k, "must be a string");
+    out[k] = v.get<std::string>();
+  }
+  return status::ok();
+}
+
 /// "auth_refresh": {"url", "field", "header", "prefix", "headers"}: where the tool's credential
 /// is refreshed after a 401 (http_tool_auth_refresh; validated with the tool's options).
 status parse_auth_refresh(const json& t, const std::string& p, http_tool_options& h) {
@@ -410,17 +429,8 @@ status parse_auth_refresh(const json& t, const std::string& p, http_tool_options
                   str("header", a.header, false), str("prefix", a.prefix, false)})
     if (!st)
       return st;
-  if (auto hs = it->find("headers"); hs != it->end()) {
-    if (!hs->is_object())
-      return bad(path + ".headers", "must be an object of header name -> string value");
-    for (auto& [k, v] : hs->items()) {
-      if (is_comment(k))
-        continue;
-      if (!v.is_string())
-        return bad(path + ".headers." + k, "must be a string");
-      a.headers[k] = v.get<std::string>();
-    }
-  }
+  if (auto st = read_headers(*it, path + ".", a.headers); !st)
+    return st;
   h.auth_refresh = std::move(a);
   return status::ok();
 }
@@ -463,17 +473,8 @@ status parse_tool(const std::string& name, const json& t, serve_config& cfg) {
                   read_field(t, "max_queued", 0, 1'000'000, h.max_queued, p)})
     if (!st)
       return st;
-  if (auto it = t.find("headers"); it != t.end()) {
-    if (!it->is_object())
-      return bad(p + "headers", "must be an object of header name -> string value");
-    for (auto& [k, hv] : it->items()) {
-      if (is_comment(k))
-        continue;
-      if (!hv.is_string())
-        return bad(p + "headers." + k, "must be a string");
-      h.headers[k] = hv.get<std::string>();
-    }
-  }
+  if (auto st = read_headers(t, p, h.headers); !st)
+    return st;
   if (auto st = parse_auth_refresh(t, p, h); !st)
     return st;
   // URL form, timeouts, header names and values, and the host resolves now.
