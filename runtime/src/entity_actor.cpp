@@ -317,13 +317,10 @@ result<std::unique_ptr<entity_store>> open_existing(const store_options& opts,
   return entity_store::open(o, key);
 }
 
-/// Whether a queued turn may create the entity's file: a call of one of its type's methods.
-/// Reads and operator actions (internal methods, '@...') and the alarm scheduler's wakes never
-/// create one: an entity that was never written answers them 404 ENTITY_NOT_FOUND.
+/// Whether a queued turn may create the entity's file: a call of a method that may
+/// (may_create_entity); the alarm scheduler's wakes never do.
 bool creates_file(const queued& q) {
-  return q.kind == turn_kind::call &&
-         (q.req.method.empty() || q.req.method[0] != '@' || is_connection_turn(q.req.method) ||
-          q.req.method == "@degradation");
+  return q.kind == turn_kind::call && may_create_entity(q.req.method);
 }
 
 /// Opens the entity's file on a storage thread: creating it when `create` (counted against its

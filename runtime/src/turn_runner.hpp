@@ -92,6 +92,16 @@ struct turn_state {
 /// Whether `method` is one of a WebSocket connection's turns (connection_turns.cpp).
 bool is_connection_turn(const std::string& method);
 
+/// Whether a call of `method` may create its entity's file: a type's own method, a
+/// connection's turn (a client connecting makes the entity, as a call would), or the
+/// degradation watcher's record (a tenant's runtime entity starts with its first move). Every
+/// other internal method ('@...': reads, operator actions) never creates one: an entity that
+/// was never written answers it 404 ENTITY_NOT_FOUND.
+inline bool may_create_entity(const std::string& method) {
+  return method.empty() || method[0] != '@' || is_connection_turn(method) ||
+         method == "@degradation";
+}
+
 /// What the runner needs from its owner (the entity actor; a fake in tests).
 class turn_host {
  public:
