@@ -202,6 +202,8 @@ struct tool_call_plan {
   int64_t max_inline = 5000;
   json breaker_json; ///< the locked config's breaker settings (for a breaker made anew)
   retry_budget* budget = nullptr;
+  /// The tool's counters on the runtime's tool board, looked up once (null: not configured).
+  tool_counters* counters = nullptr;
   int64_t first_attempt = 0;
   std::vector<std::string> error_fact_ids; ///< the failed attempts' error facts
   std::optional<int64_t> prev_delay;
@@ -270,6 +272,7 @@ tool_call_plan plan_call(tool_host& h, tool_request req) {
   p.max_inline = p.cfg.body.value("max_inline_delay_ms", int64_t{5000});
   p.breaker_json = p.cfg.body.value("breaker", json::object());
   p.budget = &budget_for(h, req.tool, p.cfg.body.value("budget", json::object()));
+  p.counters = h.tool_stats(req.tool);
   p.first_attempt = ctx.now_ms();
   p.budget->on_call(p.first_attempt);
   p.req = std::move(req);
@@ -294,7 +297,7 @@ void append_cost(tool_host& h, const tool_call_plan& p, const std::string& charg
 tool_reply refused_by_breaker(tool_host& h, const tool_call_plan& p, int attempt,
                               const breaker_decision& decision) {
   h.stats().breaker_fast_fails.fetch_add(1, std::memory_order_relaxed);
-  if (auto* c = h.tool_stats(p.req.tool))
+  if (auto* c = p.counters)
     c->fast_fails.fetch_add(1, std::memory_order_relaxed);
   auto d = p.base_fact("error", "external");
   d.data = {{"error_code", "CIRCUIT_OPEN"},
@@ -356,7 +359,7 @@ void attempt_succeeded(tool_host& h, tool_call_plan& p, int attempt, int64_t now
                        const tool_reply& r) {
   record_breaker(h, p.req.tool, p.breaker(h).on_success(now));
   if (attempt > 1)
-    if (auto* c = h.tool_stats(p.req.tool))
+    if (auto* c = p.counters)
       c->retried_ok.fetch_add(1, std::memory_order_relaxed);
   if (!p.error_fact_ids.empty()) {
     auto d = p.base_fact("outcome", "resolved_after_retry");
@@ -383,7 +386,7 @@ classification attempt_failed(tool_host& h, tool_call_plan& p, int attempt, int6
                               tool_reply& r) {
   h.stats().tool_failures.fetch_add(1, std::memory_order_relaxed);
   auto cls = classify_reply(h, p.req.tool, r, p.idempotent);
-  if (auto* c = h.tool_stats(p.req.tool))
+  if (auto* c = p.counters)
     c->errors[static_cast<size_t>(cls.category)].fetch_add(1, std::memory_order_relaxed);
   r.category = cls.category;
   p.failed_rp = retry_policy_for(p, r);
@@ -411,7 +414,7 @@ classification attempt_failed(tool_host& h, tool_call_plan& p, int attempt, int6
 
 /// The retry budget is spent: its error fact; the reply says so.
 void budget_spent(tool_host& h, const tool_call_plan& p, int attempt, tool_reply& r) {
-  if (auto* c = h.tool_stats(p.req.tool))
+  if (auto* c = p.counters)
     c->budget_refused.fetch_add(1, std::memory_order_relaxed);
   auto d = p.base_fact("error", "budget");
   d.data = {{"error_code", "RETRY_BUDGET_EXHAUSTED"},
@@ -517,7 +520,7 @@ void dead_letter(tool_host& h, const tool_call_plan& p, int attempt, int64_t now
     h.set_internal_alarm(dead_letter_alarm(dl.id), *dl.next_retry_ms);
   if (is_new) {
     h.stats().dead_letters.fetch_add(1, std::memory_order_relaxed);
-    if (auto* c = h.tool_stats(p.req.tool))
+    if (auto* c = p.counters)
       c->dead_letters.fetch_add(1, std::memory_order_relaxed);
   }
   auto life = p.base_fact("lifecycle", is_new ? "dead_letter_created" : "dead_letter_retry_failed");
@@ -537,9 +540,9 @@ void dead_letter(tool_host& h, const tool_call_plan& p, int attempt, int64_t now
 task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
   auto& ctx = h.ctx();
   h.stats().tool_calls.fetch_add(1, std::memory_order_relaxed);
-  if (auto* c = h.tool_stats(req.tool))
-    c->calls.fetch_add(1, std::memory_order_relaxed);
   auto p = plan_call(h, std::move(req));
+  if (auto* c = p.counters)
+    c->calls.fetch_add(1, std::memory_order_relaxed);
   if (auto no = h.degraded(p.req.tool)) {
     auto refused = refused_by_level(h, p, *no);
     if (!p.pol->fallback)
@@ -600,7 +603,7 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
       co_return r;
     }
     h.stats().tool_retries.fetch_add(1, std::memory_order_relaxed);
-    if (auto* c = h.tool_stats(p.req.tool))
+    if (auto* c = p.counters)
       c->retries.fetch_add(1, std::memory_order_relaxed);
     p.prev_delay = delay;
     auto wait = ctx.sleep(std::chrono::milliseconds(*delay));
