@@ -82,13 +82,7 @@ void put_degradation(gateway& gw, const exchange_ptr& x) {
                           [&gw, x, name](call_reply r) {
                             if (r.ok)
                               return answer_status(gw, *x, name);
-                            http_response res;
-                            res.trace_id = x->trace_id;
-                            res.status = r.http_status > 0 ? r.http_status : 500;
-                            res.content_type = problem_type;
-                            res.body = std::move(r.body);
-                            x->code = r.code;
-                            finish(gw, *x, std::move(res));
+                            finish(gw, *x, failed_call_answer(*x, std::move(r)));
                           });
 }
 

@@ -130,11 +130,9 @@ void run_call(gateway& gw, const exchange_ptr& x, const entity_ref& e, std::stri
                  } else if (r.code == "NOT_OWNER") {
                    res = not_owner_answer(*x, r);
                  } else {
-                   res.status = r.http_status > 0 ? r.http_status : 500;
-                   res.content_type = problem_type;
-                   res.body = std::move(r.body);
-                   res.retry_after_s = (r.retry_after_ms + 999) / 1000;
-                   x->code = r.code;
+                   bool replayed = r.replayed;
+                   res = failed_call_answer(*x, std::move(r));
+                   res.replayed = replayed;
                  }
                  finish(gw, *x, std::move(res));
                });

@@ -263,6 +263,17 @@ verdict tenant_check(gateway& gw, exchange& x, uint8_t scope, const http_tenant*
 
 /// The Link header of a page whose reply says where the next one starts: the request's own
 /// path and query, its after_seq/before_seq/after replaced by the cursor ("after_seq=42").
+http_response failed_call_answer(exchange& x, call_reply r) {
+  http_response res;
+  res.trace_id = x.trace_id;
+  res.status = r.http_status > 0 ? r.http_status : 500;
+  res.content_type = problem_type;
+  res.body = std::move(r.body);
+  res.retry_after_s = (r.retry_after_ms + 999) / 1000;
+  x.code = r.code;
+  return res;
+}
+
 std::string next_link(const exchange& x, const std::string& cursor) {
   std::string_view target = x.req.target;
   std::string link = "<" + std::string(target.substr(0, target.find('?'))) + "?";

@@ -109,6 +109,9 @@ verdict check_write(const http_server_config& cfg, const http_request& req, call
 /// Running, the tenant of the API key, and the key's scope for the route: the tenant (noted in
 /// `x`), or a refusal.
 verdict tenant_check(gateway& gw, exchange& x, uint8_t scope, const http_tenant*& tenant);
+/// The answer to a call that failed (`r.ok` false): its status (500 when it has none), its
+/// problem body, Retry-After from its retry_after_ms; notes its code in `x` for the log line.
+http_response failed_call_answer(exchange& x, call_reply r);
 /// The Link header of the next page: the request's path and query with the cursor in place.
 std::string next_link(const exchange& x, const std::string& cursor);
 

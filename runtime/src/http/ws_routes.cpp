@@ -44,13 +44,8 @@ http_response connect_answer(gateway& gw, exchange& x, const entity_key& key,
                              const call_reply& r) {
   if (!r.ok) {
     (void)gw.hub().remove(conn_id);
-    http_response res;
-    res.status = r.http_status > 0 ? r.http_status : 500;
-    res.content_type = problem_type;
-    res.body = r.body;
-    res.retry_after_s = (r.retry_after_ms + 999) / 1000;
+    auto res = failed_call_answer(x, r);
     res.close = true;
-    x.code = r.code;
     return res;
   }
   auto d = r.json();
