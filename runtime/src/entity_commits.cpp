@@ -1,7 +1,8 @@
 // entity_commits.cpp: the entity actor's durability path: the commit of each batch of turns (on
 // the actor without fsync, or whole on a storage thread when the batch moved alarms or
 // durability is at-commit), the WAL syncs whose reports let the output gate release replies,
-// the release of a suspended turn's await once what it wrote is durable, the checkpoints that
+// the release of a suspended turn's await once what it wrote is durable, the entity's fleet
+// summary written to the tenant index after a commit (index_fleet_summary), the checkpoints that
 // keep the WAL short, and the quarantine of an activation whose WAL can no longer be trusted.
 // The actor's messages, phases, queue and pump are entity_actor.cpp's; the state both share is
 // entity_actor_state.hpp.
@@ -143,6 +144,7 @@ void start_commit(self_ptr self) {
     }
     s.committed_seq = seq;
     measure_commit(s.core->meter, store);
+    index_fleet_summary(*s.rt, s.key, s.core->meter, store);
     s.rt->stats.commits.fetch_add(1, std::memory_order_relaxed);
     s.rt->stats.facts.fetch_add(facts, std::memory_order_relaxed);
     s.rt->stats.turns_committed.fetch_add(turns, std::memory_order_relaxed);
@@ -245,8 +247,10 @@ void on_committed(self_ptr self, const status& commit, bool alarms, const sync_r
     s.rt->stats.facts.fetch_add(s.commit_facts, std::memory_order_relaxed);
     s.rt->stats.turns_committed.fetch_add(s.commit_turns, std::memory_order_relaxed);
     s.committed_seq = s.commit_seq;
-    if (s.core->store)
+    if (s.core->store) {
       measure_commit(s.core->meter, *s.core->store);
+      index_fleet_summary(*s.rt, s.key, s.core->meter, *s.core->store);
+    }
     s.gate.committed_and_synced(rep); // a failed sync quarantines: the commit landed
     s.gate.hold(s.in_commit);
   } else {

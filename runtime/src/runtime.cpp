@@ -1010,6 +1010,15 @@ void runtime::list_entities(const std::string& tenant, entity_list_query q,
   });
 }
 
+void runtime::read_tenant_index(std::function<void(tenant_index*)> read,
+                                std::function<void()> then) const {
+  auto* core = impl_->core.get();
+  core->pool.post([core, read = std::move(read), then = std::move(then)] {
+    detail::read_tenant_index(*core, read);
+    then();
+  });
+}
+
 const runtime_config& runtime::config() const {
   return impl_->core->cfg;
 }

@@ -1,11 +1,12 @@
 // tenant_quotas.cpp: per-tenant quotas (see tenant_quotas.hpp): the accounts, the group-committed
-// writes of the tenant index, the counting of creations and the measuring of entity files, and
-// the counting of files a shard move adopts or forgets.
+// writes of the tenant index, the counting of creations and the measuring of entity files, the
+// counting of files a shard move adopts or forgets, and each entity's fleet summary and last
+// activity in the index (the fleet views, docs/http-api.md).
 //
 // Threads: start and stop on the thread that starts or stops the runtime; accounts and the
 // index queue under tenant_directory::mu from any thread; open_creating, measure_closed and the
-// moves' counts on storage threads (they may wait for an index write); the other measures on an
-// entity's actor.
+// moves' counts on storage threads (they may wait for an index write); index_fleet_summary and
+// the other measures on an entity's actor (index_fleet_summary may wait for an index write).
 #include "tenant_quotas.hpp"
 
 #include <filesystem>
@@ -200,17 +201,27 @@ result<std::unique_ptr<tenant_index>> open_index(runtime_core& rt,
                       std::to_string(rep->entity_files) +
                       " entity files: " + std::to_string(rep->entities) + " entities, " +
                       std::to_string(rep->unreadable) + " files unreadable");
-  } else if (auto clean = (*ix)->flag("clean"); !clean || !*clean) {
-    auto rep = (*ix)->rescan(rt.cfg.entity_dir());
+  } else if (auto clean = (*ix)->flag("clean"), summaries = (*ix)->flag("summaries");
+             !clean || !*clean || !summaries || !*summaries) {
+    // A summary written after its entity's commit may be lost with the process: those of the
+    // files written since the index was last opened (2 s of slack for the clocks' steps) are
+    // read again; all of them when some may be missing (an index made before the summaries).
+    auto opened = (*ix)->number("opened_at");
+    int64_t since = summaries && *summaries && opened && *opened > 0 ? *opened - 2000 : 0;
+    auto rep = (*ix)->rescan(rt.cfg.entity_dir(), since);
     if (!rep)
       return rep.error();
-    if (rep->removed > 0 || rep->resized > 0)
+    if (rep->removed > 0 || rep->resized > 0 || rep->unreadable > 0)
       notes.push_back("the tenant index was not closed cleanly; its " +
                       std::to_string(rep->entries) + " entities were checked against their " +
                       "files: " + std::to_string(rep->removed) + " without a file removed, " +
-                      std::to_string(rep->resized) + " sizes corrected");
+                      std::to_string(rep->resized) + " sizes corrected, " +
+                      std::to_string(rep->unreadable) + " summaries unreadable");
   }
-  // In use from now on: a stop that does not reach close_tenant_index() leaves it unclean.
+  // In use from now on: a stop that does not reach close_tenant_index() leaves it unclean, and
+  // the next start reads again the summaries of the files written since now.
+  if (auto st = (*ix)->set_number("opened_at", now_ms()); !st)
+    return st;
   if (auto st = (*ix)->set_flag("clean", false); !st)
     return st;
   return ix;
@@ -298,6 +309,20 @@ void fill_tenant_stats(runtime_core& rt, runtime_stats& out) {
 
 result<std::vector<entity_listing>>
 list_tenant_entities(runtime_core& rt, const std::string& tenant, const entity_list_query& q) {
+  if (q.by_activity) {
+    using act_t = result<std::vector<entity_activity>>;
+    auto rows = between_writes(rt, [&](tenant_index* ix) -> act_t {
+      if (!ix)
+        return status{errc::unavailable, "the tenant index is closed: the runtime is stopping"};
+      return ix->list_by_activity(tenant, q.type, q.before_ms, q.after_type, q.after_id, q.limit);
+    });
+    if (!rows)
+      return rows.error();
+    std::vector<entity_listing> out;
+    for (auto& r : *rows)
+      out.push_back({r.key.type, r.key.id, r.bytes, r.last_activity_ms});
+    return out;
+  }
   using rows_t = result<std::vector<std::pair<entity_key, int64_t>>>;
   auto rows = between_writes(rt, [&](tenant_index* ix) -> rows_t {
     if (!ix)
@@ -311,6 +336,13 @@ list_tenant_entities(runtime_core& rt, const std::string& tenant, const entity_l
   for (auto& [key, bytes] : *rows)
     out.push_back({key.type, key.id, bytes});
   return out;
+}
+
+void read_tenant_index(runtime_core& rt, const std::function<void(tenant_index*)>& read) {
+  between_writes(rt, [&](tenant_index* ix) {
+    read(ix); // reads and copies only: nothing in it throws or waits for the index
+    return 0;
+  });
 }
 
 // -- an entity ----------------------------------------------------------------------------------
@@ -366,7 +398,30 @@ void measure_checkpoint(tenant_meter& meter, const entity_store& store) {
     meter.set(measure_both(meter, store));
 }
 
+void index_fleet_summary(runtime_core& rt, const entity_key& key, tenant_meter& meter,
+                         entity_store& store) {
+  int64_t now = now_ms();
+  meter.active_ms = now;
+  if (store.take_fleet_change()) {
+    auto sum = store.fleet_summary();
+    if (!sum) // the summary stays as it was; the next change or start corrects it
+      return (void)(rt.tenants.failures.fetch_add(1, std::memory_order_relaxed));
+    sum->last_activity_ms = std::max(sum->last_activity_ms, now);
+    tenant_index_change c{tenant_index_change::kind::summary, key, 0, std::move(sum.value())};
+    if (write_tenant_index(rt, std::move(c), false))
+      meter.activity_indexed_ms = now;
+    return;
+  }
+  if (now - meter.activity_indexed_ms < activity_cadence_ms)
+    return;
+  meter.activity_indexed_ms = now; // not retried sooner on a failure: at the next cadence
+  (void)write_tenant_index(rt, {tenant_index_change::kind::activity, key, now}, false);
+}
+
 void measure_closed(runtime_core& rt, const entity_key& key, tenant_meter& meter) {
+  if (meter.active_ms > meter.activity_indexed_ms)
+    (void)write_tenant_index(rt, {tenant_index_change::kind::activity, key, meter.active_ms},
+                             false);
   if (!meter.account)
     return;
   auto bytes = entity_disk_bytes(key.file_path(rt.cfg.entity_dir()));

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,6 +49,10 @@ struct tenant_meter {
   int64_t db = 0; ///< the database file's bytes at the last measure of both files
   /// Set by an open job that refused to create the entity's file (its quota).
   std::optional<call_error> refusal;
+  /// The entity's last commit (ms), and the last activity written to the index for it
+  /// (index_fleet_summary, measure_closed).
+  int64_t active_ms = 0;
+  int64_t activity_indexed_ms = 0;
 
   /// Whether commits are measured: the tenant has a byte quota.
   bool watches_commits() const noexcept { return account && account->quota.max_bytes; }
@@ -97,6 +102,8 @@ void fill_tenant_stats(runtime_core& rt, runtime_stats& out);
 /// A page of a tenant's entities from the index (runtime::list_entities), between its writes.
 result<std::vector<entity_listing>>
 list_tenant_entities(runtime_core& rt, const std::string& tenant, const entity_list_query& q);
+/// Runs `read` with the index (null once closed) between its writes (runtime::read_tenant_index).
+void read_tenant_index(runtime_core& rt, const std::function<void(tenant_index*)>& read);
 
 // -- an entity (its open and close jobs on storage threads; the rest on its actor) --
 
@@ -111,7 +118,17 @@ void measure_opened(tenant_meter& meter, const entity_store& store);
 void measure_commit(tenant_meter& meter, const entity_store& store);
 /// After a checkpoint: both files.
 void measure_checkpoint(tenant_meter& meter, const entity_store& store);
-/// After the entity's store closed: both files, written to the index when they changed.
+/// How often an active entity's last activity is written to the index at most (ms): the
+/// staleness bound of GET /v1/entities?order=last_activity for an entity that stays active.
+constexpr int64_t activity_cadence_ms = 60'000;
+/// After a commit, on the actor: when the commit wrote dead letters or moved breakers
+/// (entity_store::take_fleet_change), the entity's fleet summary is written to the index now
+/// (the actor waits for that write: a fleet view read after the call's answer sees it);
+/// otherwise its last activity, at most once per activity_cadence_ms.
+void index_fleet_summary(runtime_core& rt, const entity_key& key, tenant_meter& meter,
+                         entity_store& store);
+/// After the entity's store closed: both files, written to the index when they changed, and
+/// its last activity when newer than the index's.
 void measure_closed(runtime_core& rt, const entity_key& key, tenant_meter& meter);
 /// 507 TENANT_STORAGE_QUOTA_EXCEEDED for a call of a type's method (not '@...') while the
 /// tenant is at or over its max_bytes; nothing otherwise.

@@ -160,6 +160,7 @@ circuit_breaker& breaker_for(tool_host& h, const std::string& tool, const json& 
   if (breaker_json.is_object())
     if (auto p = breaker_config::from_json(breaker_json))
       bc = *p;
+  h.store().note_fleet_change(); // a new breaker row: the tenant index counts it closed
   return m.emplace(tool, circuit_breaker(tool, bc, h.ctx().now_ms())).first->second;
 }
 
@@ -168,6 +169,7 @@ void record_breaker(tool_host& h, const std::string& tool,
   auto& br = h.breakers().at(tool);
   if (t) { // only a move changes what the board knows (a load reports in breaker_for)
     h.breaker_seen(tool, br.state());
+    h.store().note_fleet_change(); // and what the tenant index keeps of the entity
     h.stats().breaker_transitions.fetch_add(1, std::memory_order_relaxed);
     if (auto* c = h.tool_stats(tool))
       c->entered[static_cast<size_t>(t->to)].fetch_add(1, std::memory_order_relaxed);

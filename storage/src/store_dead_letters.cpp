@@ -88,6 +88,7 @@ status entity_store::put_dead_letter(const dead_letter_record& d) {
   if (!nlohmann::json::accept(d.payload))
     return {errc::invalid_argument, "dead letter payload must be JSON"};
   int64_t now = now_ms();
+  fleet_changed_ = true;
   return write_bound(
     "INSERT OR REPLACE INTO dead_letters(id, operation, payload, idempotency_key, config_id, "
     "config_version, error_code, error_message, error_category, reason, attempts, "
@@ -149,7 +150,9 @@ result<int64_t> entity_store::purge_dead_letters(int64_t now) {
                     "purge dead letters", now);
       !st)
     return st;
-  return static_cast<int64_t>(sqlite3_changes(db_));
+  auto purged = static_cast<int64_t>(sqlite3_changes(db_));
+  fleet_changed_ = fleet_changed_ || purged > 0;
+  return purged;
 }
 
 result<std::optional<int64_t>> entity_store::next_dead_letter_expiry() {
@@ -163,6 +166,39 @@ result<std::optional<int64_t>> entity_store::next_dead_letter_expiry() {
       !found)
     return found.error();
   return next;
+}
+
+// -- the fleet summary ---------------------------------------------------------------------------
+
+result<entity_fleet_summary> entity_store::fleet_summary() {
+  entity_fleet_summary out;
+  if (last_seq_ > 0) {
+    auto f = get(last_seq_);
+    if (!f)
+      return f.error();
+    out.last_activity_ms = f->timestamp_ms;
+  }
+  if (schema_version_ < 2)
+    return out;
+  if (auto st = read_rows("SELECT status, reason, COUNT(*), MIN(created_at) FROM dead_letters "
+                          "GROUP BY status, reason ORDER BY status, reason",
+                          "dead letter summary",
+                          [&](sqlite3_stmt* row) {
+                            out.dead_letters.push_back({col_text(row, 0), col_text(row, 1),
+                                                        sqlite3_column_int64(row, 2),
+                                                        sqlite3_column_int64(row, 3)});
+                          });
+      !st)
+    return st;
+  if (auto st = read_rows("SELECT tool_id, state, updated_at FROM breakers ORDER BY tool_id",
+                          "breaker summary",
+                          [&](sqlite3_stmt* row) {
+                            out.breakers.push_back({col_text(row, 0), col_text(row, 1), "",
+                                                    sqlite3_column_int64(row, 2)});
+                          });
+      !st)
+    return st;
+  return out;
 }
 
 } // namespace factum

@@ -31,10 +31,43 @@ constexpr const char* add_sql =
   "INSERT OR IGNORE INTO tenant_entities(digest, tenant, type, id, bytes) VALUES (?,?,?,?,?)";
 constexpr const char* set_bytes_sql = "UPDATE tenant_entities SET bytes=? WHERE digest=?";
 constexpr const char* remove_sql = "DELETE FROM tenant_entities WHERE digest=?";
+constexpr const char* activity_sql =
+  "UPDATE tenant_entities SET last_activity=MAX(last_activity, ?1) WHERE digest=?2";
+constexpr const char* drop_dead_letters_sql = "DELETE FROM tenant_dead_letters WHERE digest=?";
+constexpr const char* drop_breakers_sql = "DELETE FROM tenant_breakers WHERE digest=?";
+constexpr const char* put_dead_letters_sql =
+  "INSERT OR REPLACE INTO tenant_dead_letters(digest, tenant, type, id, status, reason, count,"
+  " oldest) VALUES (?,?,?,?,?,?,?,?)";
+constexpr const char* put_breaker_sql =
+  "INSERT OR REPLACE INTO tenant_breakers(digest, tenant, type, id, tool, state, updated_at)"
+  " VALUES (?,?,?,?,?,?,?)";
+
+/// Runs a cached statement once with `args`: whether it was done.
+template <class... A> bool step_once(sqlite3_stmt* st, const A&... args) {
+  if (!st)
+    return false;
+  detail::bind_args(st, args...);
+  bool ok = sqlite3_step(st) == SQLITE_DONE;
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  return ok;
+}
 
 int64_t file_size(const char* path) {
   struct stat st {};
   return ::stat(path, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+}
+
+/// The later modification time (ms) of an entity's database file and its -wal (0: neither).
+int64_t written_ms(const fs::path& db_file) {
+  int64_t out = 0;
+  for (auto& p : {db_file.native(), db_file.native() + "-wal"}) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0)
+      out =
+        std::max<int64_t>(out, int64_t{st.st_mtim.tv_sec} * 1000 + st.st_mtim.tv_nsec / 1000000);
+  }
+  return out;
 }
 
 } // namespace
@@ -63,7 +96,52 @@ result<std::unique_ptr<tenant_index>> tenant_index::open(const fs::path& data_di
                          "create");
       !st)
     return st;
+  if (auto st = ix->migrate(); !st)
+    return st;
   return ix;
+}
+
+status tenant_index::migrate() {
+  bool has_activity = false;
+  {
+    stmt s;
+    if (sqlite3_prepare_v2(db_,
+                           "SELECT 1 FROM pragma_table_info('tenant_entities')"
+                           " WHERE name='last_activity'",
+                           -1, &s.st, nullptr) != SQLITE_OK)
+      return sql_error(db_, "migrate");
+    has_activity = sqlite3_step(s.st) == SQLITE_ROW;
+  }
+  if (!has_activity) {
+    // An index made before the fleet views: its summaries are read from the files (the
+    // "summaries" flag is not set) at the next rescan.
+    if (auto st = exec("ALTER TABLE tenant_entities"
+                       "  ADD COLUMN last_activity INTEGER NOT NULL DEFAULT 0",
+                       "migrate");
+        !st)
+      return st;
+  }
+  // tenant_entities_by_activity: list_by_activity(); the summaries' indexes: the fleet views
+  // (covering: the counts and the oldest are read from the index alone; the breakers not closed,
+  // a few among many, have a partial index of their own).
+  return exec("CREATE INDEX IF NOT EXISTS tenant_entities_by_activity"
+              "  ON tenant_entities(tenant, last_activity, type, id);"
+              "CREATE TABLE IF NOT EXISTS tenant_dead_letters("
+              "  digest TEXT NOT NULL, tenant TEXT NOT NULL, type TEXT NOT NULL, id TEXT NOT NULL,"
+              "  status TEXT NOT NULL, reason TEXT NOT NULL, count INTEGER NOT NULL,"
+              "  oldest INTEGER NOT NULL, PRIMARY KEY (digest, status, reason)) WITHOUT ROWID;"
+              "CREATE INDEX IF NOT EXISTS tenant_dead_letters_by_filter"
+              "  ON tenant_dead_letters(tenant, status, reason, type, id, count, oldest);"
+              "CREATE TABLE IF NOT EXISTS tenant_breakers("
+              "  digest TEXT NOT NULL, tenant TEXT NOT NULL, type TEXT NOT NULL, id TEXT NOT NULL,"
+              "  tool TEXT NOT NULL, state TEXT NOT NULL, updated_at INTEGER NOT NULL,"
+              "  PRIMARY KEY (digest, tool)) WITHOUT ROWID;"
+              "CREATE INDEX IF NOT EXISTS tenant_breakers_by_tool"
+              "  ON tenant_breakers(tenant, tool, state, type, id);"
+              "CREATE INDEX IF NOT EXISTS tenant_breakers_not_closed"
+              "  ON tenant_breakers(tenant, tool, type, id, state, updated_at)"
+              "  WHERE state <> 'CLOSED';",
+              "migrate");
 }
 
 tenant_index::~tenant_index() {
@@ -108,6 +186,7 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
   auto* del = stmts_->get(remove_sql);
   if (!add || !set || !del)
     return sql_error(db_, "apply");
+  using kind = tenant_index_change::kind;
   if (auto st = exec("BEGIN IMMEDIATE", "begin"); !st)
     return st;
   bool ok = true;
@@ -115,6 +194,13 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
     if (!ok)
       break;
     auto d = c.key.digest();
+    if (c.what == kind::summary || c.what == kind::activity) {
+      ok = apply_fleet(c, d);
+      continue;
+    }
+    if (c.what == kind::remove)
+      ok = step_once(stmts_->get(drop_dead_letters_sql), std::string_view(d)) &&
+           step_once(stmts_->get(drop_breakers_sql), std::string_view(d));
     sqlite3_stmt* st = nullptr;
     switch (c.what) {
     case tenant_index_change::kind::add:
@@ -130,8 +216,9 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
       st = del;
       detail::bind_args(st, std::string_view(d));
       break;
+    default: break;
     }
-    ok = sqlite3_step(st) == SQLITE_DONE;
+    ok = ok && sqlite3_step(st) == SQLITE_DONE;
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
   }
@@ -141,6 +228,32 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
     return err;
   }
   return status::ok();
+}
+
+bool tenant_index::apply_fleet(const tenant_index_change& c, const std::string& digest) {
+  std::string_view d(digest);
+  if (c.what == tenant_index_change::kind::activity)
+    return step_once(stmts_->get(activity_sql), c.bytes, d);
+  auto has = contains(c.key); // an entity the index does not list has no summary either
+  if (!has)
+    return false;
+  if (!*has)
+    return true;
+  auto& k = c.key;
+  auto& sum = c.summary;
+  bool ok = step_once(stmts_->get(drop_dead_letters_sql), d) &&
+            step_once(stmts_->get(drop_breakers_sql), d) &&
+            step_once(stmts_->get(activity_sql), sum.last_activity_ms, d);
+  for (auto& g : sum.dead_letters)
+    ok =
+      ok && step_once(stmts_->get(put_dead_letters_sql), d, std::string_view(k.tenant),
+                      std::string_view(k.type), std::string_view(k.id), std::string_view(g.status),
+                      std::string_view(g.reason), g.count, g.oldest_ms);
+  for (auto& b : sum.breakers)
+    ok = ok && step_once(stmts_->get(put_breaker_sql), d, std::string_view(k.tenant),
+                         std::string_view(k.type), std::string_view(k.id),
+                         std::string_view(b.tool_id), std::string_view(b.state), b.updated_at_ms);
+  return ok;
 }
 
 result<bool> tenant_index::contains(const entity_key& key) {
@@ -193,6 +306,17 @@ tenant_index::list(std::string_view tenant, std::string_view type, std::string_v
 }
 
 result<bool> tenant_index::flag(const char* name) {
+  auto n = number(name);
+  if (!n)
+    return n.error();
+  return *n != 0;
+}
+
+status tenant_index::set_flag(const char* name, bool value) {
+  return set_number(name, value ? 1 : 0);
+}
+
+result<int64_t> tenant_index::number(const char* name) {
   auto* st = stmts_->get("SELECT value FROM tenant_index_flags WHERE name=?");
   if (!st)
     return sql_error(db_, "flag");
@@ -201,10 +325,10 @@ result<bool> tenant_index::flag(const char* name) {
   int rc = sqlite3_step(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return sql_error(db_, "flag");
-  return rc == SQLITE_ROW && sqlite3_column_int64(st, 0) != 0;
+  return rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : int64_t{0};
 }
 
-status tenant_index::set_flag(const char* name, bool value) {
+status tenant_index::set_number(const char* name, int64_t value) {
   if (auto st = injected("flag"); !st)
     return st;
   if (auto st = synchronous(mode_ == durability::full); !st)
@@ -213,7 +337,7 @@ status tenant_index::set_flag(const char* name, bool value) {
   if (!st)
     return sql_error(db_, "set flag");
   detail::stmt_guard g{st};
-  detail::bind_args(st, std::string_view(name), int64_t{value ? 1 : 0});
+  detail::bind_args(st, std::string_view(name), value);
   if (sqlite3_step(st) != SQLITE_DONE)
     return sql_error(db_, "set flag");
   return status::ok();
@@ -227,7 +351,10 @@ result<tenant_index_rebuild_report> tenant_index::rebuild(const fs::path& data_d
   tenant_index_rebuild_report report;
   if (auto st = set_flag("complete", false); !st)
     return st;
-  if (auto st = exec("DELETE FROM tenant_entities", "clear"); !st)
+  if (auto st = exec("DELETE FROM tenant_entities; DELETE FROM tenant_dead_letters;"
+                     " DELETE FROM tenant_breakers;",
+                     "clear");
+      !st)
     return st;
   store_options o;
   o.data_dir = data_dir;
@@ -235,13 +362,15 @@ result<tenant_index_rebuild_report> tenant_index::rebuild(const fs::path& data_d
   std::vector<tenant_index_change> batch;
   auto flush = [&]() -> status {
     auto st = apply(batch, false);
-    report.entities += static_cast<int64_t>(batch.size());
+    for (auto& c : batch)
+      report.entities += c.what == tenant_index_change::kind::add ? 1 : 0;
     batch.clear();
     return st;
   };
   for (auto& file : list_entity_files(data_dir)) {
     ++report.entity_files;
     entity_key key;
+    entity_fleet_summary summary;
     {
       auto s = entity_store::open_file(file, o);
       if (!s) {
@@ -251,6 +380,12 @@ result<tenant_index_rebuild_report> tenant_index::rebuild(const fs::path& data_d
         continue;
       }
       key = (*s)->key();
+      auto sum = (*s)->fleet_summary();
+      if (!sum) {
+        ++report.unreadable;
+        continue;
+      }
+      summary = std::move(sum.value());
     } // closed before its bytes are measured
     // A file whose meta names another path's entity would never be opened by the runtime.
     if (key.file_path(data_dir) != file) {
@@ -258,18 +393,22 @@ result<tenant_index_rebuild_report> tenant_index::rebuild(const fs::path& data_d
       continue;
     }
     batch.push_back({tenant_index_change::kind::add, key, entity_disk_bytes(file)});
-    if (batch.size() >= 1000)
+    batch.push_back({tenant_index_change::kind::summary, key, 0, std::move(summary)});
+    if (batch.size() >= 2000)
       if (auto st = flush(); !st)
         return st;
   }
   if (auto st = flush(); !st)
+    return st;
+  if (auto st = set_flag("summaries", true); !st)
     return st;
   if (auto st = set_flag("complete", true); !st)
     return st;
   return report;
 }
 
-result<tenant_index_rescan_report> tenant_index::rescan(const fs::path& data_dir) {
+result<tenant_index_rescan_report> tenant_index::rescan(const fs::path& data_dir,
+                                                        std::optional<int64_t> summaries_since) {
   tenant_index_rescan_report report;
   std::vector<tenant_index_change> changes;
   {
@@ -289,6 +428,16 @@ result<tenant_index_rescan_report> tenant_index::rescan(const fs::path& data_dir
         ++report.removed;
         continue;
       }
+      if (summaries_since && written_ms(file) >= *summaries_since) {
+        // Read before the bytes are measured: the open may move the -wal's bytes.
+        auto sum = read_fleet_summary(file, data_dir);
+        if (sum) {
+          changes.push_back({tenant_index_change::kind::summary, key, 0, std::move(sum.value())});
+          ++report.summarized;
+        } else {
+          ++report.unreadable;
+        }
+      }
       auto bytes = entity_disk_bytes(file);
       if (bytes != sqlite3_column_int64(s.st, 3)) {
         changes.push_back({tenant_index_change::kind::set_bytes, std::move(key), bytes});
@@ -300,6 +449,9 @@ result<tenant_index_rescan_report> tenant_index::rescan(const fs::path& data_dir
   }
   if (auto st = apply(changes, true); !st)
     return st;
+  if (summaries_since && report.unreadable == 0)
+    if (auto st = set_flag("summaries", true); !st)
+      return st;
   return report;
 }
 

@@ -68,6 +68,13 @@ void runtime::set_degradation(const std::string&, std::optional<int>, std::strin
                            "not in the fuzz stub", 409));
 }
 
+// The fleet views read no index: the stub has none (null, as a stopping runtime's).
+void runtime::read_tenant_index(std::function<void(tenant_index*)> read,
+                                std::function<void()> then) const {
+  read(nullptr);
+  then();
+}
+
 // The shard moves' members (the gateway does not call them): the stub holds no entity.
 
 size_t runtime::release_entities(const std::function<bool(const entity_key&)>&,

@@ -350,3 +350,49 @@ TEST_CASE("remote: URL parsing and query encoding") {
   f.limit = 5;
   CHECK(tools::facts_query(f) == "?limit=5");
 }
+
+TEST_CASE("remote: the fleet views page through the server's fleet routes") {
+  fake_server srv([](const std::string& t) {
+    auto path = t.substr(0, t.find('?'));
+    if (path == "/v1/dead-letters") {
+      bool first = param(t, "after").empty();
+      auto dl = [](const char* id, const char* entity) {
+        return nlohmann::json{
+          {"id", id},         {"status", "pending"},      {"reason", "timeout"},
+          {"created_at", t0}, {"entity_type", "webhook"}, {"entity_id", entity}};
+      };
+      nlohmann::json page = {
+        {"matched", 3},
+        {"dead_letters", first ? nlohmann::json::array({dl("dl_1", "w1"), dl("dl_2", "w1")})
+                               : nlohmann::json::array({dl("dl_3", "w2")})},
+        {"errors", nlohmann::json::array()},
+        {"next", first ? nlohmann::json("c+1") : nlohmann::json(nullptr)}};
+      return canned{200, page.dump()};
+    }
+    if (path == "/v1/breakers")
+      return canned{200, R"({"tools":[{"tool":"pay","entities":{"CLOSED":4,"OPEN":1}}],)"
+                         R"("not_closed":[{"tool":"pay","state":"OPEN","type":"webhook",)"
+                         R"("id":"w2","updated_at":1}],"next":null})"};
+    if (path == "/v1/entities")
+      return canned{200, R"([{"type":"webhook","id":"w2","bytes":10,"last_activity":9},)"
+                         R"({"type":"webhook","id":"w1","bytes":10,"last_activity":5}])"};
+    return canned{404, "{}"};
+  });
+  auto dls =
+    run_cli(remote(srv, {"fleet-dead-letters", "--state", "pending", "--reason", "timeout"}));
+  REQUIRE_MESSAGE(dls.code == 0, dls.err);
+  CHECK(lines(dls.out).size() == 3);
+  auto br = run_cli(remote(srv, {"fleet-breakers"}));
+  REQUIRE_MESSAGE(br.code == 0, br.err);
+  CHECK(lines(br.out).size() == 2);
+  auto recent = run_cli(remote(srv, {"recent", "--limit", "5"}));
+  REQUIRE_MESSAGE(recent.code == 0, recent.err);
+  REQUIRE(lines(recent.out).size() == 2);
+  CHECK(nlohmann::json::parse(lines(recent.out)[0])["id"] == "w2");
+  auto t = srv.targets();
+  REQUIRE(t.size() == 4);
+  CHECK(t[0] == "/v1/dead-letters?limit=100&state=pending&reason=timeout");
+  CHECK(t[1] == "/v1/dead-letters?limit=100&state=pending&reason=timeout&after=c%2B1");
+  CHECK(t[2] == "/v1/breakers?limit=1000");
+  CHECK(t[3] == "/v1/entities?order=last_activity&limit=5");
+}

@@ -63,6 +63,53 @@ void answer_listing(gateway& gw, const exchange_ptr& x, fleet_page& f, int64_t l
 
 } // namespace
 
+namespace {
+
+/// GET /v1/entities?order=last_activity: a page of the tenant's entities, most recently active
+/// first ({"type","id","bytes","last_activity"}), after the cursor `after` ("ms/type/id", the
+/// last of the previous page). One node's index: refused in a cluster.
+void list_by_activity(gateway& gw, const exchange_ptr& x, const http_tenant& tenant,
+                      const json& args, entity_list_query lq) {
+  if (gw.config().cluster)
+    return refuse(gw, *x,
+                  {501, "NOT_SUPPORTED_IN_CLUSTER",
+                   "order=last_activity reads one node's tenant index; in a cluster list by key"});
+  lq.by_activity = true;
+  if (auto after = args.value("after", ""); !after.empty()) {
+    auto s1 = after.find('/');
+    auto s2 = s1 == std::string::npos ? s1 : after.find('/', s1 + 1);
+    auto ms = s1 == std::string::npos ? std::nullopt : parse_non_negative(after.substr(0, s1));
+    if (s2 != std::string::npos) {
+      lq.after_type = after.substr(s1 + 1, s2 - s1 - 1);
+      lq.after_id = after.substr(s2 + 1);
+    }
+    if (!ms || !check_key_part(lq.after_type, "type") || !check_key_part(lq.after_id, "id"))
+      return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'after' must be MS/TYPE/ID"});
+    lq.before_ms = *ms;
+  }
+  lq.limit = args.value("limit", int64_t{100});
+  auto limit = lq.limit;
+  gw.rt().list_entities(tenant.name, std::move(lq), [&gw, x, limit](auto page) {
+    if (!page)
+      return finish(gw, *x, problem(*x, 503, "UNAVAILABLE", page.error().message()));
+    json out = json::array();
+    for (auto& e : *page)
+      out.push_back({{"type", e.type},
+                     {"id", e.id},
+                     {"bytes", e.bytes},
+                     {"last_activity", e.last_activity_ms}});
+    http_response r;
+    r.trace_id = x->trace_id;
+    if (static_cast<int64_t>(page->size()) == limit && !page->empty())
+      r.link = next_link(*x, "after=" + std::to_string(page->back().last_activity_ms) + "/" +
+                               page->back().type + "/" + page->back().id);
+    r.body = out.dump();
+    finish(gw, *x, std::move(r));
+  });
+}
+
+} // namespace
+
 /// GET /v1/entities: a page of the tenant's entities ({"type","id","bytes"}, in (type, id)
 /// order), optionally of one `type`, after the cursor `after` ("type/id"); a full page has a
 /// Link to the next. Read from the tenant index on a storage thread; answered from there.
@@ -70,7 +117,7 @@ void list_entities(gateway& gw, const exchange_ptr& x) {
   const http_tenant* tenant = nullptr;
   if (auto no = tenant_check(gw, *x, scope_read, tenant))
     return refuse(gw, *x, std::move(*no));
-  auto q = parse_query(x->query, {"type", "after"}, {}, true, false);
+  auto q = parse_query(x->query, {"type", "after", "order"}, {}, true, false);
   if (!q.error.empty())
     return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
   entity_list_query lq;
@@ -78,6 +125,10 @@ void list_entities(gateway& gw, const exchange_ptr& x) {
   if (!lq.type.empty())
     if (auto st = check_key_part(lq.type, "type"); !st)
       return refuse(gw, *x, {400, "INVALID_QUERY", st.message()});
+  if (auto order = q.args.value("order", "key"); order == "last_activity")
+    return list_by_activity(gw, x, *tenant, q.args, std::move(lq));
+  else if (order != "key")
+    return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'order' must be key or last_activity"});
   if (auto after = q.args.value("after", ""); !after.empty()) {
     auto slash = after.find('/');
     lq.after_type = after.substr(0, slash);

@@ -3,18 +3,22 @@
 // and fingerprint, the call, the mapping of its reply), the operational routes, the static pages
 // (http_server_config::pages, at paths no route takes), and the relay to an entity's owner in a
 // cluster. The steps every route shares are in gateway_steps.cpp, the routes that span a cluster
-// in cluster_routes.cpp. handle() runs on an I/O thread and never blocks; runtime replies arrive
-// on CAF workers.
+// in cluster_routes.cpp, the fleet views in fleet_routes.cpp. handle() runs on an I/O thread and
+// never blocks; runtime replies arrive on CAF workers, reads of the tenant index (the fleet
+// views, /metrics' dead letter gauges) on a storage thread.
 #include "http/gateway.hpp"
 
 #include <algorithm>
 #include <ctime>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "factum/storage/fact.hpp"
 #include "factum/storage/records.hpp"
 #include "factum/storage/sha256.hpp"
+#include "factum/storage/tenant_index.hpp"
 #include "http/forwarder.hpp"
 #include "http/gateway_steps.hpp"
 #include "http/http_util.hpp"
@@ -281,11 +285,30 @@ void get_healthz(gateway& gw, const exchange_ptr& x) {
 void get_metrics(gateway& gw, const exchange_ptr& x) {
   if (auto no = no_query(*x))
     return refuse(gw, *x, std::move(*no));
-  http_response r;
-  r.trace_id = x->trace_id;
-  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  r.body = gw.metrics_text();
-  finish(gw, *x, std::move(r));
+  // The dead letter gauges read the tenant index (a storage thread: it may wait for a write).
+  // An index that cannot be read (closed, failing) leaves them out: not zeros.
+  using totals_t = std::optional<std::map<std::string, dead_letter_totals>>;
+  auto totals = std::make_shared<totals_t>();
+  gw.rt().read_tenant_index(
+    [totals](tenant_index* ix) {
+      if (ix)
+        if (auto t = ix->dead_letter_totals_by_tenant(); t)
+          *totals = std::move(t.value());
+    },
+    [&gw, x, totals] {
+      std::vector<std::string> tenants;
+      for (auto& t : gw.config().tenants)
+        tenants.push_back(t.name);
+      std::sort(tenants.begin(), tenants.end());
+      tenants.erase(std::unique(tenants.begin(), tenants.end()), tenants.end());
+      http_response r;
+      r.trace_id = x->trace_id;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = gw.metrics_text();
+      if (*totals)
+        r.body += http_metrics::render_dead_letters(**totals, tenants, now_ms());
+      finish(gw, *x, std::move(r));
+    });
 }
 
 // -- static pages (http_server_config::pages) --
@@ -336,6 +359,10 @@ constexpr route routes[] = {
   {"GET", "/v1/entities", "entities", list_entities},
   {"GET", "/v1/degradation", "degradation", get_degradation},
   {"PUT", "/v1/degradation", "degradation", put_degradation},
+  {"GET", "/v1/dead-letters", "fleet_dead_letters", list_fleet_dead_letters},
+  {"POST", "/v1/dead-letters/{action:retry|discard}", "fleet_dead_letter_action",
+   act_on_fleet_dead_letters, nullptr, 0, "a bulk dead letter action is retry or discard"},
+  {"GET", "/v1/breakers", "fleet_breakers", list_fleet_breakers},
   {"GET", "/v1/entities/{type}/{id}/facts", "facts", nullptr, list_facts, scope_read},
   {"GET", "/v1/entities/{type}/{id}/dead-letters", "dead_letters", nullptr, list_dead_letters,
    scope_read},

@@ -131,6 +131,15 @@ void get_degradation(gateway& gw, const exchange_ptr& x);
 /// PUT /v1/degradation: an operator's floor for the key's tenant (scope operate).
 void put_degradation(gateway& gw, const exchange_ptr& x);
 
+// -- the fleet views (fleet_routes.cpp) --
+
+/// GET /v1/dead-letters: the tenant's dead letters across its entities, filtered, paged.
+void list_fleet_dead_letters(gateway& gw, const exchange_ptr& x);
+/// POST /v1/dead-letters/{retry|discard}: a bulk action by filter, bounded, with a dry run.
+void act_on_fleet_dead_letters(gateway& gw, const exchange_ptr& x);
+/// GET /v1/breakers: per tool, entities per breaker state; the ones not closed, paged.
+void list_fleet_breakers(gateway& gw, const exchange_ptr& x);
+
 // -- WebSocket connections (ws_routes.cpp) --
 
 /// GET /v1/entities/{type}/{id}/ws: a WebSocket upgrade, decided by the entity's on_connect.

@@ -466,4 +466,35 @@ std::string http_metrics::render(const runtime_stats& rt, const cluster_stats* c
   return out;
 }
 
+// -- dead letters (the tenant index's totals) ---------------------------------------------------
+
+std::string
+http_metrics::render_dead_letters(const std::map<std::string, dead_letter_totals>& totals,
+                                  const std::vector<std::string>& tenants, int64_t now_ms) {
+  std::string out;
+  header(out, "factum_dead_letters", "gauge",
+         "Dead letters of a tenant's entities by state, as the tenant index counts them (written "
+         "after each commit that changes them).");
+  static const dead_letter_totals none;
+  for (auto& t : tenants) {
+    auto it = totals.find(t);
+    auto& tt = it == totals.end() ? none : it->second;
+    for (auto state : {"pending", "scheduled", "resolved", "discarded", "acknowledged"}) {
+      auto n = tt.by_status.find(state);
+      labeled(out, "factum_dead_letters", {{"tenant", t}, {"state", state}},
+              n == tt.by_status.end() ? 0 : n->second);
+    }
+  }
+  header(out, "factum_dead_letter_oldest_pending_seconds", "gauge",
+         "Age of a tenant's oldest pending dead letter (0: none pending).");
+  for (auto& t : tenants) {
+    auto it = totals.find(t);
+    int64_t ms = it == totals.end() || it->second.oldest_pending_ms == 0
+                   ? 0
+                   : std::max<int64_t>(now_ms - it->second.oldest_pending_ms, 0);
+    labeled(out, "factum_dead_letter_oldest_pending_seconds", {{"tenant", t}}, ms / 1000);
+  }
+  return out;
+}
+
 } // namespace factum::http

@@ -13,9 +13,11 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "factum/runtime/cluster_router.hpp"
 #include "factum/runtime/runtime.hpp"
+#include "factum/storage/tenant_index.hpp"
 
 namespace factum::http {
 
@@ -78,6 +80,12 @@ class http_metrics {
   /// The whole exposition: gateway counters plus the runtime's, plus the cluster's when
   /// `cluster` is given (cluster mode).
   std::string render(const runtime_stats& rt, const cluster_stats* cluster = nullptr) const;
+
+  /// The dead letter gauges of the tenants named in `tenants` (configured names only: bounded
+  /// labels), from the tenant index's totals: factum_dead_letters{tenant,state} and
+  /// factum_dead_letter_oldest_pending_seconds{tenant} at `now_ms`.
+  static std::string render_dead_letters(const std::map<std::string, dead_letter_totals>& totals,
+                                         const std::vector<std::string>& tenants, int64_t now_ms);
 
  private:
   void render_requests(std::string& out) const;

@@ -91,6 +91,15 @@ int run_owners(const run_ctx& ctx, const common_options& c, const std::string& e
 int run_breakers(const run_ctx& ctx, const common_options& c, const std::string& entity);
 int run_dead_letters(const run_ctx& ctx, const common_options& c, const std::string& entity,
                      const std::string& status, int64_t limit);
+/// The fleet views (fleet_cmd.cpp): under --data every entity file of the scope; with --server
+/// the API key's tenant through GET /v1/entities?order=last_activity, /v1/dead-letters and
+/// /v1/breakers (no scope then).
+int run_recent(const run_ctx& ctx, const common_options& c, const std::string& scope,
+               int64_t limit);
+int run_fleet_dead_letters(const run_ctx& ctx, const common_options& c, const std::string& scope,
+                           const std::string& state, const std::string& reason, int64_t limit);
+int run_fleet_breakers(const run_ctx& ctx, const common_options& c, const std::string& scope,
+                       const std::string& tool);
 int run_economics(const run_ctx& ctx, const common_options& c, const std::string& scope,
                   const std::string& since, const std::string& until);
 int run_verify(const run_ctx& ctx, const common_options& c, const std::string& scope);

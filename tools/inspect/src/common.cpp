@@ -52,8 +52,9 @@ result<entity_key> parse_entity(std::string_view text) {
 
 int require_local(const run_ctx& ctx, const common_options& c, const char* command) {
   if (!c.server.empty())
-    return ctx.fail(exit_usage, std::string("--server is not supported by `") + command +
-                                  "` (only facts, tail, dead-letters and breakers); use --data");
+    return ctx.fail(
+      exit_usage, std::string("--server is not supported by `") + command +
+                    "` (only facts, tail, dead-letters, breakers and the fleet views); use --data");
   if (c.data.empty())
     return ctx.fail(exit_usage, "--data DIR is required");
   return 0;

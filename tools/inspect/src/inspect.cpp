@@ -132,6 +132,12 @@ struct scope_cmd {
   std::string scope;
   std::string since, until;
 };
+struct fleet_cmd {
+  common_options common;
+  std::string scope;
+  std::string state, reason, tool;
+  int64_t limit = 100;
+};
 struct entities_cmd {
   common_options common;
   std::string scope;
@@ -325,6 +331,49 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
     },
     [](const run_ctx& ctx, list_cmd& o) {
       return run_dead_letters(ctx, o.common, o.entity, o.status, o.limit);
+    });
+
+  subcommand<fleet_cmd>(
+    inspect, s, "recent", "List entities, most recently active first",
+    [](CLI::App* sub, fleet_cmd& o) {
+      add_data_option(sub, o.common);
+      add_server_options(sub, o.common);
+      add_output_options(sub, o.common);
+      add_scope_arg(sub, o.scope, "A tenant or tenant/type under --data; default: all");
+      sub->add_option("--limit", o.limit, "At most this many (default 100)")->type_name("N");
+    },
+    [](const run_ctx& ctx, fleet_cmd& o) { return run_recent(ctx, o.common, o.scope, o.limit); });
+
+  subcommand<fleet_cmd>(
+    inspect, s, "fleet-dead-letters",
+    "List dead letters across entities, by entity then oldest first",
+    [](CLI::App* sub, fleet_cmd& o) {
+      add_data_option(sub, o.common);
+      add_server_options(sub, o.common);
+      add_output_options(sub, o.common);
+      add_scope_arg(sub, o.scope, "A tenant or tenant/type under --data; default: all");
+      sub->add_option("--state", o.state, "Only dead letters in this state")
+        ->type_name("pending|scheduled|resolved|discarded|acknowledged");
+      sub->add_option("--reason", o.reason, "Only dead letters of this failure reason")
+        ->type_name("REASON");
+      sub->add_option("--limit", o.limit, "At most this many (default 100)")->type_name("N");
+    },
+    [](const run_ctx& ctx, fleet_cmd& o) {
+      return run_fleet_dead_letters(ctx, o.common, o.scope, o.state, o.reason, o.limit);
+    });
+
+  subcommand<fleet_cmd>(
+    inspect, s, "fleet-breakers",
+    "Circuit breakers per tool across entities, and the entities whose breaker is not closed",
+    [](CLI::App* sub, fleet_cmd& o) {
+      add_data_option(sub, o.common);
+      add_server_options(sub, o.common);
+      add_output_options(sub, o.common);
+      add_scope_arg(sub, o.scope, "A tenant or tenant/type under --data; default: all");
+      sub->add_option("--tool", o.tool, "Only this tool")->type_name("TOOL");
+    },
+    [](const run_ctx& ctx, fleet_cmd& o) {
+      return run_fleet_breakers(ctx, o.common, o.scope, o.tool);
     });
 
   subcommand<scope_cmd>(

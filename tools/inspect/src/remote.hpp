@@ -1,7 +1,8 @@
-// remote.hpp (private to factum_inspect): reads facts, dead letters and breakers of an entity
-// through the HTTP API of a running `factum serve` (docs/http-api.md; the tenant comes from the
-// API key), with factum's synchronous HTTP client over plain HTTP to a loopback address only
-// (the API key travels in a header). Used by the one thread that runs a subcommand.
+// remote.hpp (private to factum_inspect): reads facts, dead letters and breakers of an entity,
+// and the fleet views of a tenant, through the HTTP API of a running `factum serve`
+// (docs/http-api.md; the tenant comes from the API key), with factum's synchronous HTTP client
+// over plain HTTP to a loopback address only (the API key travels in a header). Used by the one
+// thread that runs a subcommand.
 #pragma once
 
 #include <chrono>
@@ -42,14 +43,15 @@ class remote_api {
   result<std::vector<dead_letter_record>> dead_letters(const entity_key& key) const;
   /// GET .../breakers.
   result<std::vector<breaker_record>> breakers(const entity_key& key) const;
+  /// GET `target` (a path under the server's base, with its query); a 2xx JSON body (with
+  /// `link`, its Link header too: "" without one), else NOT_FOUND (404) or UNAVAILABLE naming
+  /// the problem. The fleet views (fleet_cmd.cpp) read their pages with it.
+  result<nlohmann::json> get_json(const std::string& target, std::string* link = nullptr) const;
 
  private:
   remote_api(http::client::url server, std::string api_key, std::chrono::milliseconds timeout)
       : server_(std::move(server)), api_key_(std::move(api_key)), timeout_(timeout) {}
   std::string entity_path(const entity_key& key, const char* what) const;
-  /// GET `target`; a 2xx JSON body (with `link`, its Link header too: "" without one), else
-  /// NOT_FOUND (404) or UNAVAILABLE naming the problem.
-  result<nlohmann::json> get_json(const std::string& target, std::string* link = nullptr) const;
 
   http::client::url server_;
   std::string api_key_;

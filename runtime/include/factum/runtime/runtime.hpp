@@ -29,6 +29,8 @@
 
 namespace factum {
 
+class tenant_index; // factum/storage/tenant_index.hpp
+
 /// An external tool as the runtime sees it: an asynchronous callable. It must call `done`
 /// exactly once, from any thread, and must not block the calling thread.
 using tool_fn = std::function<void(const tool_request&, std::function<void(tool_reply)> done)>;
@@ -240,6 +242,9 @@ struct entity_listing {
   std::string type;
   std::string id;
   int64_t bytes = 0; ///< its files' bytes at its last close (0: created and not closed since)
+  /// Its last activity (ms) as the index has it: written when it closes and after commits at
+  /// most once a minute while it is active (0: none known). Set for by_activity only.
+  int64_t last_activity_ms = 0;
 };
 
 /// Which page of a tenant's entities to list (runtime::list_entities).
@@ -247,6 +252,10 @@ struct entity_list_query {
   std::string type;                 ///< only this type; empty: every type
   std::string after_type, after_id; ///< the page starts after this entity; empty: at the start
   int64_t limit = 100;              ///< 1..10000
+  /// Most recently active first; the page starts after (before_ms, after_type, after_id), the
+  /// last entity of the previous page (before_ms < 0: at the start).
+  bool by_activity = false;
+  int64_t before_ms = -1;
 };
 
 /// Counters for /metrics and tests. Monotonic unless said otherwise.
@@ -429,6 +438,13 @@ class runtime {
   /// current write, which is why it does not run on the caller's thread. Any thread.
   void list_entities(const std::string& tenant, entity_list_query q,
                      std::function<void(result<std::vector<entity_listing>>)> done) const;
+
+  /// Runs `read` on a storage thread between the tenant index's writes, with the index (null
+  /// once it is closed: the runtime is stopping), then `then` on the same thread once the index
+  /// is free again. `read` only reads (the fleet views: dead letters and breakers across a
+  /// tenant's entities, tenant_index.hpp) and copies what it needs; `then` does the rest (it may
+  /// call the runtime). Any thread.
+  void read_tenant_index(std::function<void(tenant_index*)> read, std::function<void()> then) const;
 
   // -- cluster mode: shard moves --
   //

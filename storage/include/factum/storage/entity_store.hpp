@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "factum/storage/durability.hpp"
@@ -390,6 +391,16 @@ class entity_store {
   result<int64_t> purge_dead_letters(int64_t now);
   /// The earliest expiry among dead letters that purge_dead_letters() may delete, if any.
   result<std::optional<int64_t>> next_dead_letter_expiry();
+  /// Dead letters by status and reason, breakers' states and the last fact's time: what the
+  /// tenant index keeps of the entity (three small reads).
+  result<entity_fleet_summary> fleet_summary();
+  /// Whether a dead letter was written or purged, or note_fleet_change() called, since the
+  /// last call (a rollback does not clear it): the runtime then writes the entity's fleet
+  /// summary to the tenant index again. Clears it.
+  bool take_fleet_change() noexcept { return std::exchange(fleet_changed_, false); }
+  /// The fleet summary changes with what this turn writes (a breaker made or moved: breaker
+  /// rows are written at every attempt, so put_breaker does not say so by itself).
+  void note_fleet_change() noexcept { fleet_changed_ = true; }
 
   // -- circuit breakers --
 
@@ -531,6 +542,7 @@ class entity_store {
   bool in_batch_ = false;
   bool in_turn_ = false;
   bool dirty_ = false;
+  bool fleet_changed_ = false; // take_fleet_change()
   int64_t released_on_open_ = 0;
   bool claimed_ = false;  // this open claimed an unclaimed file
   bool unsynced_ = false; // mark_unsynced(): the close keeps the WAL unchecked

@@ -97,6 +97,22 @@ struct breaker_record {
   int64_t updated_at_ms = 0;
 };
 
+/// An entity's dead letters of one status and failure reason (entity_store::fleet_summary).
+struct dead_letter_group {
+  std::string status; ///< to_string(dl_status)
+  std::string reason;
+  int64_t count = 0;
+  int64_t oldest_ms = 0; ///< the earliest created_at among them
+};
+
+/// What the tenant index keeps of an entity for the fleet views (docs/storage-format.md, the
+/// tenant index): its dead letters by status and reason, its breakers' states, its last fact.
+struct entity_fleet_summary {
+  std::vector<dead_letter_group> dead_letters;
+  std::vector<breaker_record> breakers; ///< `data` left empty
+  int64_t last_activity_ms = 0;         ///< the timestamp of its last fact (0: none)
+};
+
 struct config_record {
   std::string config_id;
   int64_t version = 0;

@@ -1,0 +1,464 @@
+// http/fleet_routes.cpp: the operator's views across a tenant's entities (docs/http-api.md,
+// "Fleet views"): GET /v1/dead-letters, POST /v1/dead-letters/{retry|discard} (bulk, with a dry
+// run) and GET /v1/breakers. Which entities to look at comes from the tenant index (its
+// per-entity summaries, storage/tenant_index.hpp); a dead letter's detail and every action go
+// through the owning entity's actor, as the per-entity routes do. A request starts on an I/O
+// thread, reads the index on a storage thread and walks the entities one at a time from the
+// CAF workers their replies arrive on (a `walk` is touched by one thread at a time).
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <mutex>
+#include <tuple>
+
+#include "factum/storage/base64.hpp"
+#include "factum/storage/records.hpp"
+#include "factum/storage/tenant_index.hpp"
+#include "http/gateway_steps.hpp"
+#include "http/http_util.hpp"
+
+namespace factum::http::steps {
+
+namespace {
+
+// -- cursors --
+
+/// A cursor is the JSON array of the last item's sort key, base64url without padding: opaque
+/// to clients, safe in a query and a Link.
+std::string encode_cursor(const json& key) {
+  auto b = base64_encode(key.dump());
+  std::replace(b.begin(), b.end(), '+', '-');
+  std::replace(b.begin(), b.end(), '/', '_');
+  b.erase(b.find_last_not_of('=') + 1);
+  return b;
+}
+
+/// The array a cursor holds, `n` members long: strings but for the positions in `ints`; null
+/// when it is not one this server gave.
+json decode_cursor(std::string text, size_t n, std::initializer_list<size_t> ints) {
+  std::replace(text.begin(), text.end(), '-', '+');
+  std::replace(text.begin(), text.end(), '_', '/');
+  while (text.size() % 4)
+    text.push_back('=');
+  auto raw = base64_decode(text);
+  if (!raw)
+    return nullptr;
+  auto j = json::parse(*raw, nullptr, false);
+  if (!j.is_array() || j.size() != n)
+    return nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    bool want_int = std::find(ints.begin(), ints.end(), i) != ints.end();
+    if (want_int ? !j[i].is_number_integer() : !j[i].is_string())
+      return nullptr;
+  }
+  return j;
+}
+
+constexpr std::string_view bad_cursor = "parameter 'after' is not a cursor this server gave";
+
+/// The fleet views read this node's tenant index: in a cluster they would miss the entities
+/// other nodes hold, so they refuse there (docs/http-api.md, "Fleet views").
+verdict fleet_tenant(gateway& gw, exchange& x, uint8_t scope, const http_tenant*& tenant) {
+  if (auto no = tenant_check(gw, x, scope, tenant))
+    return no;
+  if (gw.config().cluster)
+    return refusal{501, "NOT_SUPPORTED_IN_CLUSTER",
+                   "the fleet views read one node's tenant index; in a cluster use each "
+                   "entity's own routes"};
+  return std::nullopt;
+}
+
+http_response json_answer(const exchange& x, const json& body) {
+  http_response r;
+  r.trace_id = x.trace_id;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+// -- dead letters: the walk over the entities the index names --
+
+/// Which dead letters, from where, how many, and (for an action) what to do with them.
+struct dl_query {
+  dead_letter_filter filter;
+  std::string type;               ///< only this entity type; empty: every type
+  std::string from_type, from_id; ///< the cursor's entity (included)
+  int64_t after_created = -1;     ///< and its last dead letter done (-1: none)
+  std::string after_dl;           ///< (created_at, id)
+  int64_t limit = 100;            ///< dead letters in the page (1..1000)
+  bool action = false;            ///< false: a listing
+  std::string action_name;        ///< "retry" or "discard"
+  bool dry_run = false;
+  json note; ///< the operator's free text for each action's fact (null: none)
+};
+
+/// One request's walk: the entities the index named, the next one to read, and the answer so
+/// far. Each step runs on the thread of the reply that ends the previous one.
+struct walk {
+  gateway* gw = nullptr;
+  exchange_ptr x;
+  dl_query q;
+  std::string tenant;
+  std::string actor;                                    ///< "api-key:<id>" (actions)
+  std::vector<std::pair<entity_key, int64_t>> entities; ///< from the index, limit + 1 at most
+  size_t next = 0;                                      ///< the entity to read next
+  int64_t matched = 0;                                  ///< the index's count for the filter
+  int64_t taken = 0;                                    ///< dead letters in the page so far
+  int64_t acted = 0, skipped = 0, failed = 0;           ///< actions
+  json items = json::array();                           ///< dead letters or action results
+  json errors = json::array();                          ///< entities that could not be read
+  json last = nullptr;                                  ///< the cursor of the last item taken
+  bool full = false;                                    ///< the page is full and more remain
+  std::mutex mu;               ///< the replies of one entity's actions arrive on any worker
+  std::atomic<int> pending{0}; ///< actions of one entity under way
+};
+using walk_ptr = std::shared_ptr<walk>;
+
+call_options walk_options(const walk& w) {
+  call_options o;
+  o.trace_id = w.x->trace_id;
+  o.timeout = w.gw->config().call_timeout;
+  return o;
+}
+
+void walk_step(const walk_ptr& w);
+
+void walk_answer(const walk_ptr& w) {
+  json body = {{"matched", w->matched}};
+  if (w->q.action) {
+    body["action"] = w->q.action_name;
+    body["dry_run"] = w->q.dry_run;
+    body[w->q.dry_run ? "would_act" : "acted"] = w->acted;
+    body["skipped"] = w->skipped;
+    body["failed"] = w->failed;
+    body["results"] = std::move(w->items);
+  } else {
+    body["dead_letters"] = std::move(w->items);
+  }
+  body["errors"] = std::move(w->errors);
+  // More when the page filled up, or when the index named more entities than were read.
+  bool more = w->full || w->entities.size() > static_cast<size_t>(w->q.limit);
+  std::string cursor = more && !w->last.is_null() ? encode_cursor(w->last) : "";
+  body["next"] = cursor.empty() ? json(nullptr) : json(cursor);
+  auto r = json_answer(*w->x, body);
+  if (!cursor.empty() && !w->q.action)
+    r.link = next_link(*w->x, "after=" + cursor);
+  finish(*w->gw, *w->x, std::move(r));
+}
+
+/// Whether dead letter `d` of `key` is past the cursor and in the filter's reason.
+bool wanted(const walk& w, const entity_key& key, const json& d) {
+  if (!w.q.filter.reason.empty() && d.value("reason", "") != w.q.filter.reason)
+    return false;
+  if (w.q.after_created < 0 || key.type != w.q.from_type || key.id != w.q.from_id)
+    return true;
+  return std::make_tuple(d.value("created_at", int64_t{0}), d.value("id", "")) >
+         std::make_tuple(w.q.after_created, w.q.after_dl);
+}
+
+/// Whether retry and discard may move a dead letter in `status`: both lead out of every state
+/// but the final ones (factum/resilience/dead_letter_rules.hpp, validate_transition; the entity
+/// checks again when it acts). The gateway does not link the resilience library.
+bool actionable(const std::string& status) {
+  return status == "pending" || status == "scheduled" || status == "acknowledged";
+}
+
+/// The action's result for one dead letter, counted.
+void note_result(walk& w, const entity_key& key, const json& d, const call_reply* r) {
+  json item = {{"type", key.type},
+               {"id", key.id},
+               {"dead_letter", d.value("id", "")},
+               {"status", d.value("status", "")}};
+  if (!r) {
+    ++w.acted; // a dry run: what would be done
+    return w.items.push_back(std::move(item));
+  }
+  if (r->ok) {
+    ++w.acted;
+    item["new_status"] = r->json().value("status", "");
+  } else {
+    ++w.failed;
+    item["error"] = r->code;
+  }
+  w.items.push_back(std::move(item));
+}
+
+/// An entity's dead letters arrived: the wanted ones go into the page (a listing) or are acted
+/// on (all of this entity's at once; its actor runs them in order), then the next entity.
+void walk_read(const walk_ptr& w, const entity_key& key, call_reply r) {
+  if (!r.ok) {
+    w->errors.push_back({{"type", key.type}, {"id", key.id}, {"error", r.code}});
+    return walk_step(w);
+  }
+  auto list = r.json();
+  std::vector<json> acts;
+  for (auto& d : list) {
+    if (!d.is_object() || !wanted(*w, key, d))
+      continue;
+    if (w->taken == w->q.limit) {
+      w->full = true;
+      break;
+    }
+    ++w->taken;
+    w->last = json::array({key.type, key.id, d.value("created_at", int64_t{0}), d.value("id", "")});
+    if (!w->q.action) {
+      d["entity_type"] = key.type;
+      d["entity_id"] = key.id;
+      w->items.push_back(std::move(d));
+      continue;
+    }
+    if (!actionable(d.value("status", ""))) {
+      ++w->skipped;
+      continue;
+    }
+    if (w->q.dry_run)
+      note_result(*w, key, d, nullptr);
+    else
+      acts.push_back(std::move(d));
+  }
+  if (!w->full) // all of this entity's are done: the next page starts after it
+    w->last = json::array({key.type, key.id, INT64_MAX, ""});
+  if (acts.empty())
+    return w->full ? walk_answer(w) : walk_step(w);
+  w->pending = static_cast<int>(acts.size());
+  for (auto& d : acts) {
+    json args = {{"id", d.value("id", "")}, {"action", w->q.action_name}, {"actor", w->actor}};
+    if (!w->q.note.is_null())
+      args["reason"] = w->q.note;
+    w->gw->rt().call(key, "@dead_letter", args.dump(), walk_options(*w), [w, key, d](call_reply r) {
+      {
+        std::lock_guard<std::mutex> g(w->mu);
+        note_result(*w, key, d, &r);
+      }
+      if (--w->pending == 0) // the last one: nothing else touches `w` now
+        w->full ? walk_answer(w) : walk_step(w);
+    });
+  }
+}
+
+/// Reads the next entity's dead letters through its actor, or answers when none is left.
+void walk_step(const walk_ptr& w) {
+  if (w->next >= w->entities.size() || w->next >= static_cast<size_t>(w->q.limit))
+    return walk_answer(w);
+  auto key = w->entities[w->next++].first;
+  json args = {{"limit", 10000}};
+  if (!w->q.filter.status.empty())
+    args["status"] = w->q.filter.status;
+  w->gw->rt().call(key, "@dead_letters", args.dump(), walk_options(*w),
+                   [w, key](call_reply r) { walk_read(w, key, std::move(r)); });
+}
+
+/// Reads the index on a storage thread (the filter's count and the entities from the
+/// cursor's), then walks them.
+void start_walk(const walk_ptr& w) {
+  auto failed = std::make_shared<status>();
+  w->gw->rt().read_tenant_index(
+    [w, failed](tenant_index* ix) {
+      if (!ix) {
+        *failed = status{errc::unavailable, "the runtime is stopping"};
+        return;
+      }
+      auto n = ix->count_dead_letters(w->tenant, w->q.filter);
+      auto e = n ? ix->dead_letter_entities(w->tenant, w->q.filter, w->q.type, w->q.from_type,
+                                            w->q.from_id, w->q.limit + 1)
+                 : n.error();
+      if (!e) {
+        *failed = e.error();
+        return;
+      }
+      w->matched = *n;
+      w->entities = std::move(e.value());
+    },
+    [w, failed] {
+      if (!*failed)
+        return finish(*w->gw, *w->x,
+                      problem(*w->x, 503, "UNAVAILABLE", "the tenant index: " + failed->message()));
+      walk_step(w);
+    });
+}
+
+/// The filter's state and reason, checked; a refusal names the parameter.
+verdict check_filter(const json& args, dl_query& q, std::string_view code) {
+  q.filter.status = args.value("state", "");
+  q.filter.reason = args.value("reason", "");
+  q.type = args.value("type", "");
+  if (!q.filter.status.empty() && !parse_dl_status(q.filter.status))
+    return refusal{400, code,
+                   "'state' must be pending, scheduled, resolved, discarded or acknowledged"};
+  if (!q.type.empty())
+    if (auto st = check_key_part(q.type, "type"); !st)
+      return refusal{400, code, st.message()};
+  if (q.limit < 1 || q.limit > 1000)
+    return refusal{400, code, "'limit' must be between 1 and 1000"};
+  if (auto after = args.value("after", ""); !after.empty()) {
+    auto c = decode_cursor(after, 4, {2});
+    if (c.is_null() || !check_key_part(c[0].get<std::string>(), "type") ||
+        !check_key_part(c[1].get<std::string>(), "id"))
+      return refusal{400, code, std::string(bad_cursor)};
+    q.from_type = c[0].get<std::string>();
+    q.from_id = c[1].get<std::string>();
+    q.after_created = c[2].get<int64_t>();
+    q.after_dl = c[3].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+// -- the routes --
+
+/// GET /v1/dead-letters: the tenant's dead letters across its entities, of one `state` and
+/// `reason` (each optional), in (type, id, created_at, dead letter id) order, `limit` a page.
+void list_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
+  const http_tenant* tenant = nullptr;
+  if (auto no = fleet_tenant(gw, *x, scope_read, tenant))
+    return refuse(gw, *x, std::move(*no));
+  auto qr = parse_query(x->query, {"state", "reason", "type", "after"}, {}, true, false);
+  if (!qr.error.empty())
+    return refuse(gw, *x, {400, "INVALID_QUERY", qr.error});
+  auto w = std::make_shared<walk>();
+  w->gw = &gw;
+  w->x = x;
+  w->tenant = tenant->name;
+  w->q.limit = qr.args.value("limit", int64_t{100});
+  if (auto no = check_filter(qr.args, w->q, "INVALID_QUERY"))
+    return refuse(gw, *x, std::move(*no));
+  start_walk(w);
+}
+
+/// POST /v1/dead-letters/{retry|discard}: the action on every dead letter the body's filter
+/// takes, at most `limit`, each through its entity as the per-entity route does; `dry_run`
+/// answers what would be done and does nothing.
+void act_on_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
+  const http_tenant* tenant = nullptr;
+  verdict no = fleet_tenant(gw, *x, scope_operate, tenant);
+  if (!no)
+    no = no_query(*x);
+  call_options unused;
+  if (!no)
+    no = check_write(gw.config(), x->req, unused); // Content-Type, JSON syntax and depth
+  if (!no && x->req.idempotency_key_count > 0)
+    no = refusal{400, "INVALID_ARGUMENT",
+                 "a bulk action takes no Idempotency-Key: go on with the cursor it answered"};
+  auto body = json::parse(x->req.body.empty() ? "{}" : x->req.body, nullptr, false);
+  if (!no && !body.is_object())
+    no = refusal{400, "INVALID_ARGUMENT", "the body must be a JSON object"};
+  auto w = std::make_shared<walk>();
+  for (auto it = body.begin(); !no && body.is_object() && it != body.end(); ++it) {
+    static constexpr std::string_view strings[] = {"state", "reason", "type", "after", "note"};
+    bool is_string =
+      std::find(std::begin(strings), std::end(strings), it.key()) != std::end(strings);
+    if (is_string && !(it->is_string() && !it->get_ref<const std::string&>().empty() &&
+                       it->get_ref<const std::string&>().size() <= 255))
+      no = refusal{400, "INVALID_ARGUMENT", "'" + it.key() + "' must be a string of 1..255"};
+    else if (it.key() == "dry_run" && !it->is_boolean())
+      no = refusal{400, "INVALID_ARGUMENT", "'dry_run' must be true or false"};
+    else if (it.key() == "limit" && !it->is_number_integer())
+      no = refusal{400, "INVALID_ARGUMENT", "'limit' must be an integer"};
+    else if (!is_string && it.key() != "dry_run" && it.key() != "limit")
+      no = refusal{400, "INVALID_ARGUMENT",
+                   "unknown member '" + std::string(clip(it.key(), 64)) +
+                     "' (state, reason, type, limit, after, dry_run, note)"};
+  }
+  if (!no) {
+    w->q.limit = body.value("limit", int64_t{100});
+    no = check_filter(body, w->q, "INVALID_ARGUMENT");
+  }
+  if (no)
+    return refuse(gw, *x, std::move(*no));
+  w->gw = &gw;
+  w->x = x;
+  w->tenant = tenant->name;
+  w->q.action_name = x->seg[2]; // the route lets retry and discard through only
+  w->q.action = true;
+  w->q.dry_run = body.value("dry_run", false);
+  w->q.note = body.value("note", json(nullptr));
+  w->actor = "api-key:" + x->key->sha256.substr(0, 12);
+  start_walk(w);
+}
+
+namespace {
+
+/// The answer of GET /v1/breakers from what the index said (`rd`: failed, states, open).
+template <class Read>
+void answer_breakers(gateway& gw, const exchange_ptr& x, Read& rd, int64_t limit) {
+  if (!rd.failed)
+    return finish(gw, *x,
+                  problem(*x, 503, "UNAVAILABLE", "the tenant index: " + rd.failed.message()));
+  json tools = json::array();
+  for (auto& t : rd.states)
+    tools.push_back({{"tool", t.tool}, {"entities", t.entities_by_state}});
+  json page = json::array();
+  for (size_t i = 0; i < rd.open.size() && i < static_cast<size_t>(limit); ++i) {
+    auto& b = rd.open[i];
+    page.push_back({{"tool", b.tool},
+                    {"state", b.state},
+                    {"type", b.type},
+                    {"id", b.id},
+                    {"updated_at", b.updated_at_ms}});
+  }
+  std::string cursor;
+  if (rd.open.size() > static_cast<size_t>(limit)) {
+    auto& b = rd.open[static_cast<size_t>(limit) - 1];
+    cursor = encode_cursor(json::array({b.tool, b.type, b.id}));
+  }
+  auto r = json_answer(*x, {{"tools", std::move(tools)},
+                            {"not_closed", std::move(page)},
+                            {"next", cursor.empty() ? json(nullptr) : json(cursor)}});
+  if (!cursor.empty())
+    r.link = next_link(*x, "after=" + cursor);
+  finish(gw, *x, std::move(r));
+}
+
+} // namespace
+
+/// GET /v1/breakers: per tool, the tenant's entities in each breaker state, and a page of the
+/// entities whose breaker is not CLOSED (of `tool` and `state`, each optional).
+void list_fleet_breakers(gateway& gw, const exchange_ptr& x) {
+  const http_tenant* tenant = nullptr;
+  if (auto no = fleet_tenant(gw, *x, scope_read, tenant))
+    return refuse(gw, *x, std::move(*no));
+  auto qr = parse_query(x->query, {"tool", "state", "after"}, {}, true, false);
+  if (!qr.error.empty())
+    return refuse(gw, *x, {400, "INVALID_QUERY", qr.error});
+  auto tool = qr.args.value("tool", "");
+  auto state = qr.args.value("state", "");
+  int64_t limit = qr.args.value("limit", int64_t{100});
+  if (!state.empty() && state != "OPEN" && state != "HALF_OPEN" && state != "FORCED_OPEN" &&
+      state != "DISABLED")
+    return refuse(
+      gw, *x,
+      {400, "INVALID_QUERY", "parameter 'state' must be OPEN, HALF_OPEN, FORCED_OPEN or DISABLED"});
+  if (limit > 1000)
+    return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'limit' must be between 1 and 1000"});
+  json after = json::array({"", "", ""});
+  if (auto a = qr.args.value("after", ""); !a.empty())
+    if ((after = decode_cursor(a, 3, {})).is_null())
+      return refuse(gw, *x, {400, "INVALID_QUERY", std::string(bad_cursor)});
+  struct read_t {
+    status failed;
+    std::vector<tool_breaker_states> states;
+    std::vector<entity_breaker> open;
+  };
+  auto rd = std::make_shared<read_t>();
+  gw.rt().read_tenant_index(
+    [rd, name = tenant->name, tool, state, limit, after](tenant_index* ix) {
+      if (!ix) {
+        rd->failed = status{errc::unavailable, "the runtime is stopping"};
+        return;
+      }
+      auto states = ix->breaker_states(name, tool);
+      auto open = states ? ix->open_breakers(name, tool, state, after[0].get<std::string>(),
+                                             after[1].get<std::string>(),
+                                             after[2].get<std::string>(), limit + 1)
+                         : states.error();
+      if (!open) {
+        rd->failed = open.error();
+        return;
+      }
+      rd->states = std::move(states.value());
+      rd->open = std::move(open.value());
+    },
+    [&gw, x, rd, limit] { answer_breakers(gw, x, *rd, limit); });
+}
+
+} // namespace factum::http::steps
