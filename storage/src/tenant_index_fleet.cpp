@@ -85,24 +85,26 @@ void bind_filter(sqlite3_stmt* st, const dead_letter_filter& f, int at) {
     sqlite3_bind_text(st, at++, f.status.data(), static_cast<int>(f.status.size()),
                       SQLITE_TRANSIENT);
   if (!f.reason.empty())
-    sqlite3_bind_text(st, at, f.reason.data(), static_cast<int>(f.reason.size()),
-                      SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, at, f.reason.data(), static_cast<int>(f.reason.size()), SQLITE_TRANSIENT);
 }
 
-#define FLEET_DL_ENTITIES(filter)                                                                 \
-  "SELECT type, id, SUM(count) FROM tenant_dead_letters WHERE tenant=?1 AND (?2='' OR type=?2)"  \
-  " AND (type, id) >= (?3, ?4)" filter " GROUP BY type, id ORDER BY type, id LIMIT ?5"
 constexpr const char* dl_entities_sql[4] = {
-  FLEET_DL_ENTITIES(""), FLEET_DL_ENTITIES(" AND status=?6"), FLEET_DL_ENTITIES(" AND reason=?6"),
-  FLEET_DL_ENTITIES(" AND status=?6 AND reason=?7")};
-#undef FLEET_DL_ENTITIES
+  "SELECT type, id, SUM(count) FROM tenant_dead_letters WHERE tenant=?1 AND (?2='' OR type=?2)"
+  " AND (type, id) >= (?3, ?4) GROUP BY type, id ORDER BY type, id LIMIT ?5",
+  "SELECT type, id, SUM(count) FROM tenant_dead_letters WHERE tenant=?1 AND (?2='' OR type=?2)"
+  " AND (type, id) >= (?3, ?4) AND status=?6 GROUP BY type, id ORDER BY type, id LIMIT ?5",
+  "SELECT type, id, SUM(count) FROM tenant_dead_letters WHERE tenant=?1 AND (?2='' OR type=?2)"
+  " AND (type, id) >= (?3, ?4) AND reason=?6 GROUP BY type, id ORDER BY type, id LIMIT ?5",
+  "SELECT type, id, SUM(count) FROM tenant_dead_letters WHERE tenant=?1 AND (?2='' OR type=?2)"
+  " AND (type, id) >= (?3, ?4) AND status=?6 AND reason=?7 GROUP BY type, id ORDER BY type, id"
+  " LIMIT ?5"};
 
-#define FLEET_DL_COUNT(filter)                                                                    \
-  "SELECT COALESCE(SUM(count), 0) FROM tenant_dead_letters WHERE tenant=?1" filter
-constexpr const char* dl_count_sql[4] = {FLEET_DL_COUNT(""), FLEET_DL_COUNT(" AND status=?2"),
-                                         FLEET_DL_COUNT(" AND reason=?2"),
-                                         FLEET_DL_COUNT(" AND status=?2 AND reason=?3")};
-#undef FLEET_DL_COUNT
+constexpr const char* dl_count_sql[4] = {
+  "SELECT COALESCE(SUM(count), 0) FROM tenant_dead_letters WHERE tenant=?1",
+  "SELECT COALESCE(SUM(count), 0) FROM tenant_dead_letters WHERE tenant=?1 AND status=?2",
+  "SELECT COALESCE(SUM(count), 0) FROM tenant_dead_letters WHERE tenant=?1 AND reason=?2",
+  "SELECT COALESCE(SUM(count), 0) FROM tenant_dead_letters WHERE tenant=?1 AND status=?2"
+  " AND reason=?3"};
 
 } // namespace
 
