@@ -184,7 +184,7 @@ TEST_CASE("fleet: GET /v1/dead-letters lists the tenant's dead letters across it
 }
 
 TEST_CASE("fleet: POST /v1/dead-letters/{retry|discard} acts on dead letters by filter through "
-          "their entities, with a dry run, a limit and a cursor; bad input changes nothing") {
+          "their entities, with a dry run, a limit and a cursor, and bad input changes nothing") {
   std::atomic<bool> healthy{false};
   gateway_fixture f(fleet_setup(&healthy));
   http_client c(f.port());
@@ -301,7 +301,7 @@ TEST_CASE("fleet: GET /v1/breakers sums each tool's breakers by state and pages 
 }
 
 TEST_CASE("fleet: GET /v1/entities?order=last_activity lists the most recently active first, in "
-          "pages; an entity's last activity reaches the index when it closes") {
+          "pages, and an entity's last activity reaches the index when it closes") {
   gateway_fixture f;
   http_client c(f.port());
   for (auto id : {"c1", "c2", "c3"})
@@ -359,7 +359,7 @@ TEST_CASE("fleet: GET /v1/entities?order=last_activity lists the most recently a
 }
 
 TEST_CASE("fleet: /metrics has the dead letters by state and the oldest pending one's age per "
-          "configured tenant; a summary a failed index write lost is read again at the next "
+          "configured tenant, and a summary a failed index write lost is read again at the next "
           "start") {
   std::atomic<bool> failing{false};
   auto setup = [&](runtime_config& rc, http_server_config& hc) {

@@ -150,7 +150,7 @@ TEST_CASE("tenant index fleet: summaries per entity, queried per tenant, replace
   CHECK(*ix->count_dead_letters("acme", {"pending", "rate_limit"}) == 1);
 }
 
-TEST_CASE("tenant index fleet: a rebuild reads every file's summary; a rescan corrects a stale "
+TEST_CASE("tenant index fleet: a rebuild reads every file's summary, and a rescan corrects a stale "
           "or lost one") {
   test::temp_dir tmp;
   entity_key a1{"acme", "counter", "a1"}, a2{"acme", "counter", "a2"};
