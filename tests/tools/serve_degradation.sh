@@ -104,8 +104,12 @@ grep -q '"code":"DEGRADED"' "$tmp/body" || fail "body $(cat "$tmp/body")"
 grep -q '"feature":"reports"' "$tmp/body" || fail "body $(cat "$tmp/body")"
 grep -qi '^retry-after: 9' "$tmp/headers" || fail "no Retry-After: $(cat "$tmp/headers")"
 [ "$(call globex-key /v1/entities/ledger/l1/recent '{}')" = 200 ] || fail "globex refused"
-curl -s -f "$base/healthz" | grep -q '"tenants":{"acme":2}' || fail "healthz $(curl -s "$base/healthz")"
-curl -s -f "$base/metrics" | grep -q '^factum_degradation_level{tenant="acme"} 2$' || fail "metrics"
+# Read whole before grep -q, which stops at the first match: under pipefail, curl writing into a
+# closed pipe (SIGPIPE, exit 23) would fail a check that matched.
+health=$(curl -s -f "$base/healthz") || fail "healthz"
+grep -q '"tenants":{"acme":2}' <<< "$health" || fail "healthz $health"
+metrics=$(curl -s -f "$base/metrics") || fail "metrics"
+grep -q '^factum_degradation_level{tenant="acme"} 2$' <<< "$metrics" || fail "metrics"
 curl -s -f -H 'X-API-Key: acme-key' "$base/v1/entities/factum.runtime/degradation/facts?type=lifecycle" |
   grep -q '"subtype":"degradation_level_changed"' || fail "no lifecycle fact"
 
