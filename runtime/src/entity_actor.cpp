@@ -566,8 +566,8 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
   s.type = type;
   s.core->meter.account = tenant_account_of(*rt, s.key.tenant);
   s.port = std::make_unique<actor_port>(self);
-  s.runner =
-    std::make_unique<turn_runner>(turn_runner::env{&rt->cfg, &rt->stats, type, &s.key}, *s.port);
+  s.runner = std::make_unique<turn_runner>(
+    turn_runner::env{&rt->cfg, &rt->stats, type, &s.key, rt->outbox.get()}, *s.port);
   s.ctx = std::make_unique<entity_context>(
     context_env{&rt->cfg, &rt->stats, &rt->classifier, &rt->dl_rules, &s.key,
                 type && type->websocket.has_value(), &rt->tools, &s.key_str, &rt->degradation},

@@ -816,6 +816,12 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   }
   if (auto st = build_classifier(c); !st)
     return st;
+  if (!c.cfg.outbox.sinks.empty() || !c.cfg.outbox.routes.empty()) {
+    auto board = detail::outbox_board::make(c.cfg.outbox);
+    if (!board)
+      return board.error();
+    c.outbox = std::move(board.value());
+  }
   if (auto st = open_alarm_index(c, p->start_notes); !st)
     return st;
   if (auto st = detail::open_tenant_index(c, p->start_notes); !st)
@@ -975,6 +981,8 @@ runtime_stats runtime::stats() const {
   r.tools = impl_->core->tools.snapshot();
   if (impl_->core->degradation.enabled())
     r.degradation = impl_->core->degradation.all();
+  if (impl_->core->outbox)
+    r.outbox = impl_->core->outbox->snapshot(impl_->core->now());
   return r;
 }
 

@@ -30,6 +30,7 @@
 #include "factum/storage/entity_store.hpp"
 #include "group_commit.hpp"
 #include "messages.hpp"
+#include "outbox/outbox_board.hpp"
 #include "storage_pool.hpp"
 #include "tenant_quotas.hpp"
 #include "tool_board.hpp"
@@ -244,6 +245,8 @@ struct runtime_core {
   /// `degradation_watcher`'s thread.
   degradation_board degradation{cfg.degradation};
   degradation_watch degradation_watcher;
+  /// The outbox sinks and routes (outbox/outbox_board.hpp); null when none is configured.
+  std::unique_ptr<outbox_board> outbox;
   resilience::classifier classifier;      ///< read-only after start
   resilience::dead_letter_rules dl_rules; ///< read-only after start
   std::unique_ptr<caf::actor_system_config> sys_cfg;

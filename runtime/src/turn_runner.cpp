@@ -67,6 +67,7 @@ void turn_runner::attach(entity_store& store, entity& instance, entity_context& 
   breakers_.clear();
   budgets_.clear();
   marks_ = {};
+  outbox_.attach(env_.outbox, *env_.key, store);
 }
 
 void turn_runner::detach() {
@@ -76,6 +77,7 @@ void turn_runner::detach() {
   dead_letter_keys_.reset();
   breakers_.clear();
   budgets_.clear();
+  outbox_.detach();
 }
 
 int64_t turn_runner::now() const {
@@ -267,6 +269,11 @@ void turn_runner::run_alarm(int64_t now) {
     run_schedule(now);
     return;
   }
+  if (t.alarm.name == outbox_alarm) {
+    start_task(outbox_.run(*ctx_, store()),
+               [this](std::exception_ptr e) { finish(e, json(nullptr)); });
+    return;
+  }
   start_journal("alarm:" + t.alarm.name, true);
   start_task(instance_->on_alarm(*ctx_, t.alarm),
              [this](std::exception_ptr e) { finish(e, json(nullptr)); });
@@ -410,6 +417,12 @@ void turn_runner::suspend(std::coroutine_handle<> h, uint64_t token) {
                                static_cast<int64_t>(env_.cfg->key_ttl.count()), now());
     t.key_on_disk = b.is_ok();
   }
+  // The facts committed at the await arm the outbox with them (a failure here is tried again
+  // at the turn's end).
+  try {
+    outbox_.after_writes(*ctx_, store());
+  } catch (const call_error&) {
+  }
   (void)store().end_turn(true);
 }
 
@@ -430,6 +443,7 @@ void turn_runner::resume() {
 
 void turn_runner::commit_failed() {
   purge_alarm_known_ = false;
+  outbox_.commit_failed();
   dead_letter_keys_.reset();
   breakers_.clear(); // reloaded from the store, which no longer has what the batch wrote
 }
@@ -461,6 +475,7 @@ void turn_runner::finish(std::exception_ptr err, std::optional<json> value) {
 call_reply turn_runner::finish_ok(const std::optional<json>& value) {
   auto& t = *turn_;
   auto& store = this->store();
+  outbox_.after_writes(*ctx_, store); // in the commit of the facts it relays
   auto body = value ? json_text(*value) : std::string("null");
   auto ttl = static_cast<int64_t>(env_.cfg->key_ttl.count());
   if (t.item.kind == turn_kind::call && !t.info.idempotency_key.empty())
@@ -523,6 +538,8 @@ call_reply turn_runner::finish_failed(const call_error& ce) {
     throw_if(store.begin_turn());
     if (t.item.kind == turn_kind::alarm && !t.dead_letter_id.empty())
       dead_letter_retry_failed(ce);
+    else if (t.item.kind == turn_kind::alarm && t.alarm.name == outbox_alarm)
+      outbox_failed(ce);
     else if (t.item.kind == turn_kind::alarm && !t.alarm.name.empty())
       is_schedule_alarm(t.alarm.name) ? schedule_failed(ce) : alarm_failed(ce);
     else
@@ -559,6 +576,7 @@ call_reply turn_runner::finish_failed(const call_error& ce) {
                                   t.item.req.fingerprint, reply.body,
                                   static_cast<int64_t>(env_.cfg->key_ttl.count()), now()));
     }
+    outbox_.after_writes(*ctx_, store);
     throw_if(store.end_turn(true));
     ++marks_.turns;
   } catch (...) {
@@ -682,6 +700,17 @@ void turn_runner::alarm_failed(const call_error& ce) {
   }
   marks_.alarms_moved = true;
   value_or_throw(store.append(life));
+}
+
+void turn_runner::outbox_failed(const call_error& ce) {
+  auto& t = *turn_;
+  int64_t attempts = t.alarm.attempts + 1;
+  append_error_fact(ce, "alarm_failed", {{"alarm", t.alarm.name}, {"attempt", attempts}});
+  auto delay = std::min<int64_t>(static_cast<int64_t>(env_.cfg->alarm_retry_base.count()) *
+                                   (int64_t{1} << std::min<int64_t>(attempts - 1, 30)),
+                                 60'000);
+  ctx_->set_alarm_internal(t.alarm.name, now() + delay, t.alarm.payload, attempts);
+  env_.stats->alarm_retries.fetch_add(1, std::memory_order_relaxed);
 }
 
 void turn_runner::append_error_fact(const call_error& ce, const std::string& subtype,

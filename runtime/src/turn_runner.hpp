@@ -29,6 +29,7 @@
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "journal.hpp"
+#include "outbox/outbox_relay.hpp"
 #include "schedule_turns.hpp"
 
 namespace factum::detail {
@@ -130,6 +131,7 @@ class turn_runner {
     counters* stats = nullptr;
     const entity_type* type = nullptr;
     const entity_key* key = nullptr;
+    outbox_board* outbox = nullptr; ///< null when no outbox sink is configured
   };
 
   turn_runner(env e, turn_host& host) : env_(e), host_(host) {}
@@ -229,6 +231,9 @@ class turn_runner {
   call_reply finish_ok(const std::optional<nlohmann::json>& value);
   call_reply finish_failed(const call_error& ce);
   void alarm_failed(const call_error& ce);
+  /// The outbox relay's turn failed (a commit at a delivery, a store error): its alarm is set
+  /// again after a backoff; it never becomes a dead letter (docs/outbox.md).
+  void outbox_failed(const call_error& ce);
   // A schedule's alarm turn and its failure (schedule_turns.cpp).
   void run_schedule(int64_t now);
   void schedule_fire_done();
@@ -257,6 +262,8 @@ class turn_runner {
   /// Breakers (loaded from the store) and retry budgets of this activation.
   std::map<std::string, resilience::circuit_breaker> breakers_;
   std::map<std::string, resilience::retry_budget> budgets_;
+  /// The outbox of this activation (outbox/outbox_relay.hpp).
+  outbox_relay outbox_;
 };
 
 } // namespace factum::detail

@@ -86,6 +86,7 @@ class entity_template {
     script += schema::v6;
     script += schema::v7;
     script += schema::v8;
+    script += schema::v9;
     script += "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), ('tenant', ''), "
               "('type', ''), ('id', ''), ('created_at', '0'), ('fact_id_prefix', '');"
               "PRAGMA user_version=" +

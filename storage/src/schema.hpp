@@ -197,7 +197,22 @@ CREATE TABLE schedules(
 ) WITHOUT ROWID;
 )sql";
 
-inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5, v6, v7, v8};
+/// Version 9: the outbox (docs/storage-format.md section 18): one row per sink this entity's
+/// facts are relayed to, with the seq of the last fact the sink acknowledged (or that was
+/// dead-lettered) and the backoff of a failing delivery. The runtime advances a row only after
+/// its sink acknowledged, in an ordinary commit of the entity.
+inline constexpr const char* v9 = R"sql(
+CREATE TABLE outbox_cursors(
+  sink       TEXT PRIMARY KEY,
+  seq        INTEGER NOT NULL CHECK (seq >= 0),
+  attempts   INTEGER NOT NULL CHECK (attempts >= 0),
+  next_at    INTEGER NOT NULL,
+  last_error TEXT,
+  updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
+inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5, v6, v7, v8, v9};
 
 /// The first schema version with the `owners` table.
 inline constexpr int owners_version = 6;
@@ -205,6 +220,8 @@ inline constexpr int owners_version = 6;
 inline constexpr int journal_version = 7;
 /// The first schema version with the `schedules` table.
 inline constexpr int schedules_version = 8;
+/// The first schema version with the `outbox_cursors` table.
+inline constexpr int outbox_version = 9;
 
 /// What an open releases: the keys an activation that is gone left pending, except (from
 /// version 7) those whose call has a journal, which a retry resumes.

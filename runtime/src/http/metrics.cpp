@@ -245,6 +245,43 @@ constexpr std::string_view breaker_state_labels[] = {"closed", "open", "half_ope
 
 } // namespace
 
+namespace {
+
+/// The configured outbox sinks, labelled by their configured name (a bounded set; never an
+/// entity): lag and the age of the oldest unacknowledged fact, deliveries by outcome, the breaker.
+void render_outbox(std::string& out, const runtime_stats& rt) {
+  auto each = [&](const char* name, const char* type, const char* help, auto value) {
+    header(out, name, type, help);
+    for (auto& o : rt.outbox)
+      out += std::string(name) + "{sink=\"" + o.sink + "\"} " + value(o) + '\n';
+  };
+  auto n = [](uint64_t v) { return std::to_string(v); };
+  each("factum_outbox_lag", "gauge",
+       "Facts committed and not yet acknowledged by the sink, over the entities this process has "
+       "seen since it started.",
+       [&](const outbox_stats& o) { return n(o.lag); });
+  each(
+    "factum_outbox_oldest_unacked_age_seconds", "gauge",
+    "Age of the oldest fact the sink has not acknowledged (0 when none).",
+    [&](const outbox_stats& o) { return fmt_double(static_cast<double>(o.oldest_age_ms) / 1e3); });
+  each("factum_outbox_delivered_total", "counter", "Facts the sink acknowledged.",
+       [&](const outbox_stats& o) { return n(o.delivered); });
+  each("factum_outbox_retries_total", "counter",
+       "Deliveries that failed and are tried again after a backoff.",
+       [&](const outbox_stats& o) { return n(o.retried); });
+  each("factum_outbox_refused_total", "counter",
+       "Facts the sink refused for good, each one a dead letter.",
+       [&](const outbox_stats& o) { return n(o.refused); });
+  each("factum_outbox_fast_fails_total", "counter",
+       "Deliveries the sink's open circuit breaker held back.",
+       [&](const outbox_stats& o) { return n(o.fast_fails); });
+  each("factum_outbox_breaker_open", "gauge",
+       "1 while the sink's circuit breaker holds deliveries back (open or forced open).",
+       [&](const outbox_stats& o) { return n(o.breaker_state == 1 || o.breaker_state == 3); });
+}
+
+} // namespace
+
 /// The configured tools, labelled by name (a bounded set): errors by category, retries by
 /// outcome, dead letters, breaker transitions by the state entered, breakers by state.
 void http_metrics::render_tools(std::string& out, const runtime_stats& rt) const {
@@ -460,6 +497,7 @@ std::string http_metrics::render(const runtime_stats& rt, const cluster_stats* c
          "Calls never run because their caller had been answered 504 while they waited.",
          rt.calls_dropped);
   render_tools(out, rt);
+  render_outbox(out, rt);
   render_tenants(out, rt);
   if (cluster)
     render_cluster(out, rt, *cluster);

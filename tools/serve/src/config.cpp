@@ -14,6 +14,7 @@
 #include "factum/resilience/retry_budget.hpp"
 #include "factum/resilience/retry_policy.hpp"
 #include "factum/storage/entity_key.hpp"
+#include "factum/storage/fact.hpp"
 #include "factum/tools/serve.hpp"
 
 namespace factum::tools {
@@ -565,6 +566,159 @@ status parse_tools(const json& doc, serve_config& cfg) {
   return status::ok();
 }
 
+// -- outbox (docs/outbox.md) --
+
+/// A list of strings (`what` names its elements in the error), each checked by `ok`.
+status read_names(const json& r, const char* name, const std::string& path,
+                  std::vector<std::string>& out, bool (*ok)(const std::string&)) {
+  auto it = r.find(name);
+  if (it == r.end())
+    return status::ok();
+  if (!it->is_array())
+    return bad(path + name, "must be an array of strings");
+  for (auto& v : *it) {
+    if (!v.is_string() || !ok(v.get<std::string>()))
+      return bad(path + name, "has an invalid entry " + v.dump());
+    out.push_back(v.get<std::string>());
+  }
+  return status::ok();
+}
+
+/// outbox.sinks.<name>: {"kind": "http", url, timeouts, pool, headers} or {"kind": "nats", url,
+/// subject, stream, ...}, and both: retry (a retry policy's fields), breaker.
+status parse_outbox_sink(const std::string& name, const json& t, serve_config& cfg) {
+  std::string path = "outbox.sinks." + name, p = path + ".";
+  if (!valid_tool_name(name))
+    return bad(path, "a sink name is 1 to 64 characters of [A-Za-z0-9._-]");
+  if (!t.is_object() || !t.contains("kind") || !t["kind"].is_string())
+    return bad(path + ".kind", "required: \"http\" or \"nats\"");
+  serve_outbox_sink out;
+  out.name = name;
+  out.kind = t["kind"].get<std::string>();
+  if (out.kind == "http") {
+    if (auto st = check_keys(t, p,
+                             {"kind", "url", "connect_timeout_ms", "request_timeout_ms",
+                              "max_connections", "max_queued", "headers", "retry", "breaker"});
+        !st)
+      return st;
+    auto& h = out.http;
+    if (!t.contains("url") || !t["url"].is_string())
+      return bad(p + "url", "required: a string http://host:port/path");
+    h.url = t["url"].get<std::string>();
+    for (auto st : {read_ms(t, "connect_timeout_ms", 1, 600'000, h.connect_timeout, p),
+                    read_ms(t, "request_timeout_ms", 1, 3'600'000, h.request_timeout, p),
+                    read_field(t, "max_connections", 1, 10'000, h.max_connections, p),
+                    read_field(t, "max_queued", 0, 1'000'000, h.max_queued, p)})
+      if (!st)
+        return st;
+    if (auto it = t.find("headers"); it != t.end()) {
+      if (!it->is_object())
+        return bad(p + "headers", "must be an object of header name -> string value");
+      for (auto& [k, hv] : it->items()) {
+        if (is_comment(k))
+          continue;
+        if (!hv.is_string())
+          return bad(p + "headers." + k, "must be a string");
+        h.headers[k] = hv.get<std::string>();
+      }
+    }
+    if (auto st = validate_http_tool_options(h); !st)
+      return bad(path + "." + st.message().substr(0, st.message().find(':')),
+                 st.message().substr(st.message().find(':') + 2));
+  } else if (out.kind == "nats") {
+    if (auto st = check_keys(t, p,
+                             {"kind", "url", "subject", "stream", "duplicate_window_ms",
+                              "publish_timeout_ms", "connect_timeout_ms", "threads", "max_queued",
+                              "retry", "breaker"});
+        !st)
+      return st;
+    auto& n = out.nats;
+    for (auto [key, field] : {std::pair{"url", &n.url}, std::pair{"subject", &n.subject},
+                              std::pair{"stream", &n.stream}})
+      if (auto it = t.find(key); it != t.end()) {
+        if (!it->is_string())
+          return bad(p + key, "must be a string");
+        *field = it->get<std::string>();
+      }
+    for (auto st : {read_ms(t, "duplicate_window_ms", 1, 86'400'000, n.duplicate_window, p),
+                    read_ms(t, "publish_timeout_ms", 1, 600'000, n.publish_timeout, p),
+                    read_ms(t, "connect_timeout_ms", 1, 600'000, n.connect_timeout, p),
+                    read_field(t, "threads", 1, 64, n.threads, p),
+                    read_field(t, "max_queued", 1, 10'000'000, n.max_queued, p)})
+      if (!st)
+        return st;
+    if (auto st = validate_nats_sink_options(n); !st)
+      return bad(p + st.message().substr(0, st.message().find(':')),
+                 st.message().substr(st.message().find(':') + 2));
+  } else {
+    return bad(p + "kind", "must be \"http\" or \"nats\"");
+  }
+  if (auto st = parse_policy_part<resilience::retry_policy>(t, "retry", path, out.sink.retry); !st)
+    return st;
+  if (auto st = parse_policy_part<resilience::breaker_config>(t, "breaker", path, out.sink.breaker);
+      !st)
+    return st;
+  cfg.outbox_sinks.push_back(std::move(out));
+  return status::ok();
+}
+
+/// outbox: {"sinks": {name: {...}}, "routes": [{"sink", "fact_types", "tenants"?,
+/// "entity_types"?}], "batch"?}.
+status parse_outbox(const json& doc, serve_config& cfg) {
+  auto it = doc.find("outbox");
+  if (it == doc.end())
+    return status::ok();
+  if (!it->is_object())
+    return bad("outbox", "must be an object {\"sinks\": {...}, \"routes\": [...]}");
+  if (auto st = check_keys(*it, "outbox.", {"sinks", "routes", "batch"}); !st)
+    return st;
+  auto& ob = cfg.runtime.outbox;
+  if (auto st = read_field(*it, "batch", 1, 10'000, ob.batch, "outbox."); !st)
+    return st;
+  if (auto s = it->find("sinks"); s != it->end()) {
+    if (!s->is_object())
+      return bad("outbox.sinks", "must be an object of sink name -> settings");
+    for (auto& [name, t] : s->items())
+      if (!is_comment(name))
+        if (auto st = parse_outbox_sink(name, t, cfg); !st)
+          return st;
+  }
+  auto routes = it->find("routes");
+  if (routes == it->end())
+    return status::ok();
+  if (!routes->is_array())
+    return bad("outbox.routes", "must be an array of {\"sink\", \"fact_types\", ...}");
+  for (size_t i = 0; i < routes->size(); ++i) {
+    auto& r = (*routes)[i];
+    std::string p = "outbox.routes[" + std::to_string(i) + "].";
+    if (!r.is_object())
+      return bad(p.substr(0, p.size() - 1), "must be an object");
+    if (auto st = check_keys(r, p, {"sink", "fact_types", "tenants", "entity_types"}); !st)
+      return st;
+    outbox_route route;
+    if (!r.contains("sink") || !r["sink"].is_string())
+      return bad(p + "sink", "required: the name of a sink");
+    route.sink = r["sink"].get<std::string>();
+    bool known = false;
+    for (auto& s : cfg.outbox_sinks)
+      known = known || s.name == route.sink;
+    if (!known)
+      return bad(p + "sink", "no sink named '" + route.sink + "' in outbox.sinks");
+    auto token = [](const std::string& v) { return validate_fact_token(v, "type").is_ok(); };
+    auto part = [](const std::string& v) { return validate_key_part(v, "name").is_ok(); };
+    if (auto st = read_names(r, "fact_types", p, route.fact_types, +token); !st)
+      return st;
+    if (route.fact_types.empty())
+      return bad(p + "fact_types", "required: at least one fact type");
+    if (auto st = read_names(r, "tenants", p, route.tenants, +part); !st)
+      return st;
+    if (auto st = read_names(r, "entity_types", p, route.entity_types, +part); !st)
+      return st;
+    ob.routes.push_back(std::move(route));
+  }
+  return status::ok();
+}
+
 } // namespace
 
 status apply_listen(serve_config& cfg, std::string_view listen) {
@@ -790,6 +944,7 @@ result<serve_config> parse_serve_config(const json& doc, const entity_registry& 
                             "limits",
                             "tools",
                             "degradation",
+                            "outbox",
                             "cluster"});
       !st)
     return st;
@@ -815,6 +970,8 @@ result<serve_config> parse_serve_config(const json& doc, const entity_registry& 
   if (auto st = parse_tools(doc, cfg); !st)
     return st;
   if (auto st = parse_degradation(doc, cfg); !st)
+    return st;
+  if (auto st = parse_outbox(doc, cfg); !st)
     return st;
   if (auto st = parse_cluster(doc, cfg); !st)
     return st;

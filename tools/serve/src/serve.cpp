@@ -120,6 +120,37 @@ int run_serve(serve_config cfg) {
     cfg.runtime.tool_policies[t.name] = std::move(pol);
     tool_names.push_back(t.name);
   }
+  // The outbox's sinks: HTTP ones over the tools' client, NATS ones each with a connection and
+  // threads of its own. Like the tools, they outlive the runtime (its last relays drain).
+  std::vector<std::shared_ptr<nats_sink>> nats_sinks;
+  json sink_names = json::array();
+  for (auto& o : cfg.outbox_sinks) {
+    auto sink = o.sink;
+    status failed;
+    if (o.kind == "http") {
+      auto fn = tool_client->make_tool("outbox:" + o.name, o.http);
+      if (fn)
+        sink.deliver = http_outbox_sink(o.name, std::move(fn.value()));
+      else
+        failed = fn.error();
+    } else {
+      auto n = nats_sink::start(o.nats);
+      if (n) {
+        sink.deliver = (*n)->deliver();
+        nats_sinks.push_back(std::move(n.value()));
+      } else {
+        failed = n.error();
+      }
+    }
+    if (!failed) {
+      log_line({{"level", "error"},
+                {"event", "start_failed"},
+                {"detail", "outbox.sinks." + o.name + ": " + failed.message()}});
+      return 1;
+    }
+    cfg.runtime.outbox.sinks[o.name] = std::move(sink);
+    sink_names.push_back(o.name);
+  }
   // Cluster mode: the node joins (lease, registration, its shards) before the runtime starts,
   // and leaves after it stopped, so that the runtime's last commits are still owned.
   std::shared_ptr<cluster::node> member;
@@ -169,6 +200,7 @@ int run_serve(serve_config cfg) {
             {"types", cfg.type_names},
             {"tenants", tenants},
             {"tools", tool_names},
+            {"outbox_sinks", sink_names},
             {"dev", cfg.dev},
             {"pid", static_cast<int64_t>(::getpid())}});
 
@@ -196,6 +228,8 @@ int run_serve(serve_config cfg) {
     member->detach(); // a move under way resumes at the next start
   (*rt)->stop();
   tool_client->stop();
+  for (auto& n : nats_sinks)
+    n->stop();
   if (member)
     member->stop();
   auto st = (*rt)->stats();

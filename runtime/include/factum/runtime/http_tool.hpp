@@ -122,4 +122,16 @@ class http_tool_client {
   std::shared_ptr<impl> impl_;
 };
 
+// -- the outbox's HTTP sink (docs/outbox.md) --
+
+/// What an HTTP sink's answer means for the outbox: 2xx acknowledged; 429, 5xx (and 408) and
+/// transport errors (timeouts, refused or reset connections, a full pool) retried after a
+/// backoff; any other status refused for good (the fact is dead-lettered).
+outbox_ack outbox_ack_of(const tool_reply& r);
+
+/// An outbox sink over an HTTP tool transport (http_tool_client::make_tool): each fact is
+/// `POST <url>` with the fact as its JSON body, its fact_id as Idempotency-Key (the sink's
+/// dedupe key) and its trace id as X-Trace-Id; the answer is read by outbox_ack_of().
+outbox_fn http_outbox_sink(std::string name, tool_fn transport);
+
 } // namespace factum

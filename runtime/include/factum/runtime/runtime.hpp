@@ -22,6 +22,7 @@
 #include "factum/entities/entity.hpp"
 #include "factum/runtime/connections.hpp"
 #include "factum/runtime/degradation.hpp"
+#include "factum/runtime/outbox.hpp"
 #include "factum/runtime/ownership.hpp"
 #include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
@@ -186,6 +187,9 @@ struct runtime_config {
   std::map<std::string, tool_fn> tools;
   /// Resilience policy per tool name; a tool without one gets tool_policy{}. Default none.
   std::map<std::string, tool_policy> tool_policies;
+  /// The outbox: facts of configured types relayed to external sinks until they acknowledge
+  /// them (factum/runtime/outbox.hpp, docs/outbox.md). Default none.
+  outbox_config outbox;
   /// Dead-letter rules by failure reason (dead_letter_rules JSON); null: the defaults of
   /// resilience::dead_letter_rules (its header's table).
   nlohmann::json dead_letter_rules;
@@ -276,6 +280,22 @@ struct tool_stats {
   /// Entities whose breaker of this tool is in each state now, as last seen by this process
   /// (an entity's breaker is seen when it moves or when the entity loads it); closed is 0.
   std::array<uint64_t, 5> breakers{};
+};
+
+/// One configured outbox sink across the runtime's entities (runtime_stats::outbox).
+struct outbox_stats {
+  std::string sink;
+  uint64_t delivered = 0;  ///< facts the sink acknowledged
+  uint64_t retried = 0;    ///< deliveries that failed and will be tried again after a backoff
+  uint64_t refused = 0;    ///< facts the sink refused for good (each one a dead letter)
+  uint64_t fast_fails = 0; ///< deliveries the sink's open breaker held back
+  /// Facts committed and not yet acknowledged (gauge), over the entities this process has seen
+  /// since it started (an entity is seen when it commits such a fact or its relay runs).
+  uint64_t lag = 0;
+  /// Age of the oldest of those facts, ms (gauge; 0 when there is none).
+  uint64_t oldest_age_ms = 0;
+  /// The sink's breaker state (resilience::breaker_state's value).
+  int breaker_state = 0;
 };
 
 struct runtime_stats {
@@ -371,6 +391,8 @@ struct runtime_stats {
   std::vector<tool_stats> tools;
   /// Each reported tenant's degradation (runtime::degradation()); empty when not enabled.
   std::vector<degradation_status> degradation;
+  /// Each configured outbox sink (by name).
+  std::vector<outbox_stats> outbox;
 };
 
 namespace detail {

@@ -379,6 +379,17 @@ class entity_store {
   /// Every schedule, by name.
   result<std::vector<schedule_record>> list_schedules();
 
+  // -- outbox cursors (from schema version 9; store_outbox.cpp) --
+
+  /// Sets or replaces the cursor of `c.sink`.
+  status put_outbox_cursor(const outbox_cursor& c);
+  /// The cursor of `sink`; one at seq 0 when the entity has none (nothing relayed yet).
+  result<outbox_cursor> get_outbox_cursor(std::string_view sink);
+  /// Every cursor, by sink.
+  result<std::vector<outbox_cursor>> list_outbox_cursors();
+  /// Facts of `type` after `after_seq`: how many, and the timestamp of the first (0 if none).
+  result<std::pair<int64_t, int64_t>> count_facts_after(std::string_view type, int64_t after_seq);
+
   // -- dead letters --
 
   /// Inserts or replaces a dead letter by id (its moves are recorded as facts by the caller).

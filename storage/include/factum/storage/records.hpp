@@ -60,6 +60,16 @@ struct schedule_record {
   int64_t updated_at_ms = 0;
 };
 
+/// Where an entity's facts stand with one outbox sink (docs/storage-format.md section 18).
+struct outbox_cursor {
+  std::string sink;
+  int64_t seq = 0;        ///< the last fact the sink acknowledged or that was dead-lettered
+  int64_t attempts = 0;   ///< failed deliveries of the fact after `seq` since its last success
+  int64_t next_ms = 0;    ///< no delivery to this sink before this time (backoff); 0: now
+  std::string last_error; ///< the last failure, "CODE: message"; empty after a success
+  int64_t updated_at_ms = 0;
+};
+
 /// Dead letter states (their moves: factum/resilience/dead_letter_rules.hpp).
 enum class dl_status { pending, scheduled, resolved, discarded, acknowledged };
 std::string_view to_string(dl_status s) noexcept;

@@ -16,6 +16,7 @@
 
 #include "factum/runtime/http_server.hpp"
 #include "factum/runtime/http_tool.hpp"
+#include "factum/runtime/nats_sink.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/status.hpp"
 
@@ -30,6 +31,16 @@ struct serve_tool {
   tool_policy policy;
   /// The static answer while the breaker is open ("fallback": {"body": ...}); none if unset.
   std::optional<nlohmann::json> fallback_body;
+};
+
+/// One sink of the "outbox" object, validated (docs/configuration.md, "outbox"); run_serve makes
+/// its transport. Its retry and breaker are in `sink` (its `deliver` stays empty here).
+struct serve_outbox_sink {
+  std::string name;
+  std::string kind; ///< "http" or "nats"
+  http_tool_options http;
+  nats_sink_options nats;
+  outbox_sink sink;
 };
 
 /// The "cluster" object, validated (docs/cluster.md). Every field documents its default.
@@ -62,6 +73,8 @@ struct serve_config {
   nlohmann::json tools = nlohmann::json::object();
   /// The tools, parsed: run_serve gives each an HTTP transport and its policy. Default none.
   std::vector<serve_tool> tool_specs;
+  /// The outbox's sinks, parsed (their routes and batch are in runtime.outbox). Default none.
+  std::vector<serve_outbox_sink> outbox_sinks;
   /// Whether plain-text API keys are allowed ("dev": true). Default false.
   bool dev = false;
   /// How long a graceful stop waits for in-flight requests. Default 30 s.
