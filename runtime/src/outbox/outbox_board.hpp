@@ -41,6 +41,9 @@ class outbox_sink_state {
   void record(const outbox_ack& ack, int64_t now_ms);
   /// A delivery allow() let through that will report nothing (its turn failed).
   void forget_trial();
+  /// The retry policy's ceiling: the longest a fact waits between two attempts, also while the
+  /// breaker is open (a relay started after a restart finds a closed breaker).
+  int64_t max_delay_ms() const noexcept { return std::max<int64_t>(1'000, retry_.max_delay_ms); }
   /// The wait before the next attempt after `attempts` failed ones (never gives up).
   int64_t backoff_ms(int64_t attempts, std::optional<int64_t> retry_after_ms);
 

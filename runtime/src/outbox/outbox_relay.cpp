@@ -151,8 +151,8 @@ task<void> outbox_relay::run(entity_context& ctx, entity_store& store) {
     bool moved = false, stopped = false;
     for (auto& f : facts) {
       auto d = t.sink->allow(now);
-      if (!d.allowed) {
-        due_at(now + std::max<int64_t>(d.retry_after_ms, 1'000));
+      if (!d.allowed) { // again when the cooldown ends, or within the retry policy's ceiling
+        due_at(now + std::clamp<int64_t>(d.retry_after_ms, 1'000, t.sink->max_delay_ms()));
         stopped = true;
         break;
       }
