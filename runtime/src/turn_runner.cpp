@@ -289,6 +289,12 @@ void turn_runner::run_dead_letter_retry() {
   t.dead_letter_id = dl->id;
   t.info.trace_id = dl->trace_id.empty() ? new_trace_id() : dl->trace_id;
   auto payload = json::parse(dl->payload, nullptr, false);
+  if (dl->operation.rfind(outbox_operation, 0) == 0) { // a fact an outbox sink refused
+    t.info.method = dl->operation;
+    start_task(outbox_.redeliver(*ctx_, store(), *dl),
+               [this](std::exception_ptr e) { finish(e, json(nullptr)); });
+    return;
+  }
   if (dl->operation.rfind(alarm_operation, 0) == 0) {
     // An alarm whose retries ran out: its handler runs again with the alarm as it was.
     auto& a = t.retried_alarm;

@@ -28,8 +28,8 @@ std::vector<std::string> delivered_keys(const fake_vendor::vendor& v) {
 
 } // namespace
 
-TEST_CASE("outbox over HTTP: facts POSTed in order with fact_id as Idempotency-Key; a 503 "
-          "retried, a 400 dead-lettered and passed; the sink's series on /metrics") {
+TEST_CASE("outbox over HTTP: facts POSTed in order with fact_id as Idempotency-Key (a 503 "
+          "retried and a 400 dead-lettered and passed) and the sink's series on /metrics") {
   fake_vendor::vendor v;
   REQUIRE(v.set_mode({{"price", "0.001"}, {"charge_failed", true}}).empty());
   http_tool_client tools;

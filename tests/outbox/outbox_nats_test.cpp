@@ -107,8 +107,8 @@ template <class F> bool wait_until(F cond, std::chrono::milliseconds limit = 15s
 
 } // namespace
 
-TEST_CASE("outbox NATS sink: publishes to its stream with Nats-Msg-Id = fact_id, a redelivery "
-          "is deduplicated, a server that is down is retried and a returning one delivered to") {
+TEST_CASE("outbox NATS sink: publishes to its stream with Nats-Msg-Id = fact_id (a redelivery "
+          "is deduplicated) and retries a server that is down until it returns") {
   nats_server ns;
   nats_sink_options o;
   o.url = ns.url();

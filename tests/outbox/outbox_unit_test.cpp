@@ -47,7 +47,7 @@ outbox_ack ack_of(int status, std::string transport = {}) {
 
 } // namespace
 
-TEST_CASE("outbox board: the configuration is checked, each refusal naming its field") {
+TEST_CASE("outbox board: the configuration is checked and each refusal names its field") {
   CHECK(why(one_sink()).empty());
   auto c = one_sink();
   c.routes[0].sink = "nope";
@@ -75,8 +75,8 @@ TEST_CASE("outbox board: the configuration is checked, each refusal naming its f
   CHECK(why(c).find("outbox.batch") == 0);
 }
 
-TEST_CASE("outbox board: an entity takes the routes its tenant and type match, one target per "
-          "sink with the union of their fact types") {
+TEST_CASE("outbox board: an entity takes the routes its tenant and type match (one target per "
+          "sink with the union of their fact types)") {
   outbox_config c;
   c.sinks["a"].deliver = never;
   c.sinks["b"].deliver = never;
@@ -98,8 +98,8 @@ TEST_CASE("outbox board: an entity takes the routes its tenant and type match, o
   CHECK(acme_counter[0].types == std::vector<std::string>{"payment"});
 }
 
-TEST_CASE("outbox sink: failures open its one breaker, which then holds deliveries back; "
-          "refusals do not count as failures") {
+TEST_CASE("outbox sink: failures open its one breaker which then holds deliveries back (refusals "
+          "do not count as failures)") {
   outbox_config c = one_sink();
   c.sinks["bus"].breaker =
     json{{"count_window", {{"size", 3}, {"min_calls", 3}, {"failure_threshold", 3}}},
@@ -128,7 +128,7 @@ TEST_CASE("outbox sink: failures open its one breaker, which then holds deliveri
   CHECK(s->allow(11'000).allowed); // the cooldown passed: a trial
 }
 
-TEST_CASE("outbox sink: the backoff follows its retry policy, stays at the ceiling past "
+TEST_CASE("outbox sink: the backoff follows its retry policy and stays at the ceiling past "
           "max_attempts (delivery never gives up) and honours Retry-After") {
   outbox_config c = one_sink();
   c.sinks["bus"].retry =
@@ -143,7 +143,7 @@ TEST_CASE("outbox sink: the backoff follows its retry policy, stays at the ceili
   CHECK(s->backoff_ms(1, int64_t{7'000}) == 7'000);
 }
 
-TEST_CASE("outbox sink: the lag is the sum over entities, its age that of the oldest fact") {
+TEST_CASE("outbox sink: the lag is the sum over entities and its age that of the oldest fact") {
   auto b = detail::outbox_board::make(one_sink());
   REQUIRE(b.is_ok());
   auto* s = (*b)->targets_for(entity_key{"acme", "ledger", "x"})[0].sink;
@@ -163,7 +163,7 @@ TEST_CASE("outbox sink: the lag is the sum over entities, its age that of the ol
   CHECK(st.oldest_age_ms == 0);
 }
 
-TEST_CASE("outbox HTTP sink: 2xx acknowledges; 408, 429, 5xx and no answer retry; other 4xx "
+TEST_CASE("outbox HTTP sink: 2xx acknowledges (408 429 5xx and no answer retry) and other 4xx "
           "refuse for good") {
   using o = outbox_ack::outcome;
   CHECK(ack_of(200).result == o::acknowledged);
@@ -182,7 +182,7 @@ TEST_CASE("outbox HTTP sink: 2xx acknowledges; 408, 429, 5xx and no answer retry
   CHECK(outbox_ack_of(r).retry_after_ms == 2'000);
 }
 
-TEST_CASE("outbox HTTP sink: the fact is the body, its fact_id the Idempotency-Key") {
+TEST_CASE("outbox HTTP sink: the fact is the body and its fact_id the Idempotency-Key") {
   tool_request seen;
   auto fn = http_outbox_sink("audit", [&](const tool_request& req, auto done) {
     seen = req;
@@ -205,8 +205,8 @@ TEST_CASE("outbox HTTP sink: the fact is the body, its fact_id the Idempotency-K
   CHECK(seen.payload["seq"] == 7);
 }
 
-TEST_CASE("outbox store: cursors are put, replaced and listed; facts after a cursor are counted "
-          "by type; a version-8 file gets the table by migration 9") {
+TEST_CASE("outbox store: cursors are put and replaced and listed (facts after a cursor counted "
+          "by type) and a version-8 file gets the table by migration 9") {
   test::temp_dir tmp;
   store_options o;
   o.data_dir = tmp.path();

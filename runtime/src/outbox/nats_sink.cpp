@@ -67,6 +67,7 @@ struct nats_sink::impl {
   struct job {
     outbox_message msg;
     std::function<void(outbox_ack)> done;
+    std::chrono::steady_clock::time_point queued_at;
   };
 
   nats_sink_options opts;
@@ -117,7 +118,10 @@ struct nats_sink::impl {
     s = natsConnection_Connect(&conn, nopts);
     if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED)
       return fail("connect", s);
-    s = natsConnection_JetStream(&js, conn, nullptr);
+    jsOptions jo; // JetStream API requests (the stream's info and creation) wait this long
+    jsOptions_Init(&jo);
+    jo.Wait = opts.publish_timeout.count();
+    s = natsConnection_JetStream(&js, conn, &jo);
     if (s != NATS_OK)
       return fail("JetStream context", s);
     stream_ready = opts.stream.empty();
@@ -205,6 +209,16 @@ struct nats_sink::impl {
         j = std::move(queue.front());
         queue.pop_front();
       }
+      // A delivery that waited for a thread longer than a publish may take is answered
+      // `retry` unsent: an entity's relay waits for its delivery, and a sink that cannot keep
+      // up must not hold every entity for the whole queue.
+      if (std::chrono::steady_clock::now() - j.queued_at > opts.publish_timeout) {
+        outbox_ack a;
+        a.error_code = "timeout";
+        a.error_message = "the delivery waited for a publishing thread longer than publish_timeout";
+        j.done(a);
+        continue;
+      }
       j.done(publish(j.msg));
     }
   }
@@ -221,7 +235,7 @@ struct nats_sink::impl {
     {
       std::lock_guard<std::mutex> g(mu);
       if (!stopping && queue.size() < opts.max_queued) {
-        queue.push_back(job{m, std::move(done)});
+        queue.push_back(job{m, std::move(done), std::chrono::steady_clock::now()});
         cv.notify_one();
         return;
       }

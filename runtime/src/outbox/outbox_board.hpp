@@ -87,6 +87,11 @@ class outbox_board {
 
   /// The sinks `key`'s facts go to, with their types; empty when no route applies.
   std::vector<outbox_target> targets_for(const entity_key& key) const;
+  /// The sink named `name`; null when none is.
+  outbox_sink_state* find(const std::string& name) const {
+    auto it = sinks_.find(name);
+    return it == sinks_.end() ? nullptr : it->second.get();
+  }
   int batch() const noexcept { return batch_; }
   bool empty() const noexcept { return sinks_.empty(); }
   std::vector<outbox_stats> snapshot(int64_t now_ms) const;

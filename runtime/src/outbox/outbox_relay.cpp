@@ -136,6 +136,53 @@ void outbox_relay::dead_letter(entity_context& ctx, entity_store& store, const o
   value_or_throw(store.append(life));
 }
 
+task<outbox_ack> outbox_relay::deliver(entity_context& ctx, outbox_sink_state& sink,
+                                       const fact& f) {
+  outbox_message m{sink.name(), ctx.key(), f.seq, f.fact_id, f.type, to_json_text(f)};
+  // Starts once every commit before it is durable (the output gate). A named operation, not a
+  // temporary in the co_await expression (as entity_context's awaits, for GCC 12).
+  auto op =
+    async_op<outbox_ack>(ctx, [fn = sink.deliver(), m = std::move(m)](
+                                std::function<void(outbox_ack)> done) { fn(m, std::move(done)); });
+  outbox_ack ack;
+  bool lost = false;
+  try {
+    ack = co_await op;
+  } catch (...) {
+    lost = true;
+  }
+  if (lost) { // the commit before it failed: the delivery never started
+    sink.forget_trial();
+    throw call_error(error_category::transient, "STORAGE_UNAVAILABLE",
+                     "the commit before an outbox delivery failed", 503);
+  }
+  sink.record(ack, ctx.clock_ms());
+  co_return ack;
+}
+
+task<void> outbox_relay::redeliver(entity_context& ctx, entity_store& store,
+                                   dead_letter_record dl) {
+  auto p = json::parse(dl.payload, nullptr, false);
+  auto name = p.is_object() ? p.value("sink", std::string()) : std::string();
+  auto* sink = board_ ? board_->find(name) : nullptr;
+  if (!sink)
+    throw call_error(error_category::client, "OUTBOX_SINK_NOT_CONFIGURED",
+                     "dead letter " + dl.id + ": no outbox sink named '" + name + "'", 404);
+  auto f = value_or_throw(store.get(p.value("seq", int64_t{0})));
+  auto d = sink->allow(ctx.clock_ms());
+  if (!d.allowed)
+    throw resilience::circuit_open_error("outbox:" + name, d);
+  auto delivery = deliver(ctx, *sink, f);
+  auto ack = co_await delivery;
+  if (ack.result != outbox_ack::outcome::acknowledged) {
+    bool refused = ack.result == outbox_ack::outcome::refused;
+    throw call_error(refused ? error_category::client : error_category::transient,
+                     ack.error_code.empty() ? "OUTBOX_NOT_ACKNOWLEDGED" : ack.error_code,
+                     ack.error_message, refused ? 422 : 503);
+  }
+  co_return;
+}
+
 task<void> outbox_relay::run(entity_context& ctx, entity_store& store) {
   std::optional<int64_t> next_due;
   auto due_at = [&](int64_t t) { next_due = next_due ? std::min(*next_due, t) : t; };
@@ -156,27 +203,9 @@ task<void> outbox_relay::run(entity_context& ctx, entity_store& store) {
         stopped = true;
         break;
       }
-      outbox_message m{t.sink->name(), ctx.key(), f.seq, f.fact_id, f.type, to_json_text(f)};
-      // Starts once every commit before it is durable (the output gate). A named operation, not
-      // a temporary in the co_await expression (as entity_context's awaits, for GCC 12).
-      auto op = async_op<outbox_ack>(
-        ctx, [fn = t.sink->deliver(), m = std::move(m)](std::function<void(outbox_ack)> done) {
-          fn(m, std::move(done));
-        });
-      outbox_ack ack;
-      bool lost = false;
-      try {
-        ack = co_await op;
-      } catch (...) {
-        lost = true;
-      }
-      if (lost) { // the commit before it failed: the delivery never started
-        t.sink->forget_trial();
-        throw call_error(error_category::transient, "STORAGE_UNAVAILABLE",
-                         "the commit before an outbox delivery failed", 503);
-      }
+      auto delivery = deliver(ctx, *t.sink, f);
+      auto ack = co_await delivery;
       now = ctx.clock_ms();
-      t.sink->record(ack, now);
       if (ack.result == outbox_ack::outcome::retry) {
         ++cur.attempts;
         cur.next_ms = now + t.sink->backoff_ms(cur.attempts, ack.retry_after_ms);

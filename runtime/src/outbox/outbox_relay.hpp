@@ -43,6 +43,11 @@ class outbox_relay {
   /// sink), then sets the alarm again when more is left or a sink is backing off.
   task<void> run(entity_context& ctx, entity_store& store);
 
+  /// An operator's retry of a dead letter of this outbox (operation "@outbox:<sink>"): delivers
+  /// its fact to its sink once more (whatever the cursor says; the cursor is past it). Returns
+  /// when the sink acknowledged; throws a call_error when it did not (the dead letter stays).
+  task<void> redeliver(entity_context& ctx, entity_store& store, dead_letter_record dl);
+
   /// The batch was rolled back: what this activation believed of the alarm may be gone.
   void commit_failed() noexcept { armed_known_ = false; }
 
@@ -52,6 +57,8 @@ class outbox_relay {
                                    int64_t after_seq, int64_t limit);
   /// Counts what `t`'s sink has not acknowledged of this entity into its lag; answers it.
   int64_t measure(entity_store& store, const outbox_target& t, int64_t cursor);
+  /// Delivers `f` to `sink` through the output gate and records the outcome on the sink.
+  static task<outbox_ack> deliver(entity_context& ctx, outbox_sink_state& sink, const fact& f);
   /// A fact `t`'s sink refused: a dead letter and its lifecycle fact.
   void dead_letter(entity_context& ctx, entity_store& store, const outbox_target& t, const fact& f,
                    const outbox_ack& ack, int64_t now);

@@ -29,7 +29,9 @@ struct nats_sink_options {
   std::string stream;
   /// The duplicate window of a stream this sink creates. Default 2 min (JetStream's default).
   std::chrono::milliseconds duplicate_window{120'000};
-  /// Longest wait for a PubAck; then the delivery is retried. Default 5 s.
+  /// Longest wait for a PubAck (and for the JetStream requests that look up or make the
+  /// stream); then the delivery is retried. A delivery that waited this long for a publishing
+  /// thread is retried unsent. Default 5 s.
   std::chrono::milliseconds publish_timeout{5'000};
   /// Longest wait for a connection at each (re)connect attempt. Default 2 s.
   std::chrono::milliseconds connect_timeout{2'000};
