@@ -27,15 +27,18 @@ using nlohmann::json;
 namespace {
 
 /// nats-server -js on 127.0.0.1:<free port>, its store in a temporary directory; dies with the
-/// test's thread (PR_SET_PDEATHSIG). The binary is $FACTUM_NATS_SERVER, else nats-server.
+/// test's thread (PR_SET_PDEATHSIG). The binary is $FACTUM_NATS_SERVER, else Debian's
+/// /usr/sbin/nats-server, else nats-server on the PATH.
 class nats_server {
  public:
   nats_server() : port_(test::free_ports(1)[0]) { start(); }
   ~nats_server() { kill9(); }
   std::string url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
   void start() {
-    auto bin = std::getenv("FACTUM_NATS_SERVER") ? std::getenv("FACTUM_NATS_SERVER")
-                                                 : std::string("nats-server");
+    // Debian installs it in /usr/sbin, which a user's PATH may not hold.
+    std::string bin = std::getenv("FACTUM_NATS_SERVER") ? std::getenv("FACTUM_NATS_SERVER")
+                      : std::filesystem::exists("/usr/sbin/nats-server") ? "/usr/sbin/nats-server"
+                                                                         : "nats-server";
     auto store = (dir_.path() / "js").string(), port = std::to_string(port_);
     auto log = (dir_.path() / "nats.log").string();
     std::vector<std::string> args{bin, "-js", "-sd", store, "-a", "127.0.0.1", "-p", port};
