@@ -611,17 +611,8 @@ status parse_outbox_sink(const std::string& name, const json& t, serve_config& c
                     read_field(t, "max_queued", 0, 1'000'000, h.max_queued, p)})
       if (!st)
         return st;
-    if (auto it = t.find("headers"); it != t.end()) {
-      if (!it->is_object())
-        return bad(p + "headers", "must be an object of header name -> string value");
-      for (auto& [k, hv] : it->items()) {
-        if (is_comment(k))
-          continue;
-        if (!hv.is_string())
-          return bad(p + "headers." + k, "must be a string");
-        h.headers[k] = hv.get<std::string>();
-      }
-    }
+    if (auto st = read_headers(t, p, h.headers); !st)
+      return st;
     if (auto st = validate_http_tool_options(h); !st)
       return bad(path + "." + st.message().substr(0, st.message().find(':')),
                  st.message().substr(st.message().find(':') + 2));
