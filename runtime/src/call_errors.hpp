@@ -3,6 +3,7 @@
 #pragma once
 
 #include <exception>
+#include <utility>
 
 #include "factum/entities/errors.hpp"
 #include "factum/storage/status.hpp"
@@ -17,5 +18,18 @@ call_error storage_error(const status& st);
 /// The call_error of whatever a handler threw: a call_error as it is, a JSON error 400
 /// INVALID_ARGUMENT, anything else 500 HANDLER_FAILED.
 call_error to_call_error(std::exception_ptr err);
+
+/// A store's failure thrown as its storage_error (a turn then fails with it).
+inline void throw_if(const status& st) {
+  if (!st)
+    throw storage_error(st);
+}
+
+/// A store's value, or its failure thrown as its storage_error.
+template <class T> T value_or_throw(result<T> r) {
+  if (!r)
+    throw storage_error(r.error());
+  return std::move(r.value());
+}
 
 } // namespace factum::detail

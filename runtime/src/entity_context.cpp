@@ -3,6 +3,7 @@
 // context records its result while the turn is live and returns the recorded one while it
 // replays. Runs on the entity's actor thread, inside a turn.
 #include "entity_context.hpp"
+#include "call_errors.hpp"
 
 #include "factum/storage/json_text.hpp"
 #include "factum/storage/sha256.hpp"
@@ -21,17 +22,6 @@ uint64_t next_seed() {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
-}
-
-void throw_if(const status& st) {
-  if (!st)
-    throw storage_error(st);
-}
-
-template <class T> T value_or_throw(result<T> r) {
-  if (!r)
-    throw storage_error(r.error());
-  return std::move(r.value());
 }
 
 } // namespace

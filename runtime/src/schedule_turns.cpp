@@ -2,6 +2,7 @@
 // context's set_schedule and cancel_schedule, the alarm turn of a schedule and its failure, the
 // `@alarms` listing. Runs on the entity's actor thread, inside a turn.
 #include "schedule_turns.hpp"
+#include "call_errors.hpp"
 
 #include <limits>
 
@@ -14,17 +15,6 @@ namespace factum::detail {
 using nlohmann::json;
 
 namespace {
-
-template <class T> T value_or_throw(result<T> r) {
-  if (!r)
-    throw storage_error(r.error());
-  return std::move(r.value());
-}
-
-void throw_if(const status& st) {
-  if (!st)
-    throw storage_error(st);
-}
 
 json json_or_text(const std::string& text) {
   auto v = json::parse(text, nullptr, false);

@@ -12,16 +12,6 @@ namespace factum::detail {
 
 using nlohmann::json;
 
-namespace {
-
-template <class T> T value_or_throw(result<T> r) {
-  if (!r)
-    throw storage_error(r.error());
-  return std::move(r.value());
-}
-
-} // namespace
-
 bool turn_runner::is_read(const std::string& method) {
   return method == "@facts" || method == "@verify" || method == "@alarms" ||
          method == "@dead_letters" || method == "@breakers";

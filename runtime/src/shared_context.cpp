@@ -6,16 +6,6 @@
 
 namespace factum::detail {
 
-namespace {
-
-template <class T> T value_or_throw(result<T> r) {
-  if (!r)
-    throw storage_error(r.error());
-  return std::move(r.value());
-}
-
-} // namespace
-
 call_error shared_read_only(const std::string& what) {
   return call_error(error_category::data_integrity, "SHARED_CALL_READ_ONLY",
                     "a shared (read-only) method may not " + what +

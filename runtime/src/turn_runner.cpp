@@ -1,6 +1,7 @@
 // turn_runner.cpp: the turns of one entity (turn_runner.hpp). Runs on the entity's actor
 // thread; every write joins the open batch through the turn's savepoint.
 #include "turn_runner.hpp"
+#include "call_errors.hpp"
 
 #include <algorithm>
 
@@ -27,17 +28,6 @@ call_reply reply_from_stored_failure(const std::string& body) {
   }
   r.retryable = false;
   return r;
-}
-
-void throw_if(const status& st) {
-  if (!st)
-    throw storage_error(st);
-}
-
-template <class T> T value_or_throw(result<T> r) {
-  if (!r)
-    throw storage_error(r.error());
-  return std::move(r.value());
 }
 
 /// Whether a dead letter in `s` still owns its call's idempotency key: a retry of it may yet

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "../call_errors.hpp"
 #include "../entity_context.hpp"
 #include "factum/storage/sha256.hpp"
 
@@ -14,17 +15,6 @@ namespace factum::detail {
 using nlohmann::json;
 
 namespace {
-
-template <class T> T value_or_throw(result<T> r) {
-  if (!r)
-    throw storage_error(r.error());
-  return std::move(r.value());
-}
-
-void throw_if(const status& st) {
-  if (!st)
-    throw storage_error(st);
-}
 
 std::string error_text(const outbox_ack& ack) {
   return ack.error_code + (ack.error_message.empty() ? "" : ": " + ack.error_message);
