@@ -103,8 +103,8 @@ constexpr const char* dl_count_sql[4] = {
   "SELECT COALESCE(SUM(count), 0) FROM tenant_dead_letters WHERE tenant=?1",
   "SELECT COALESCE(SUM(count), 0) FROM tenant_dead_letters WHERE tenant=?1 AND status=?2",
   "SELECT COALESCE(SUM(count), 0) FROM tenant_dead_letters WHERE tenant=?1 AND reason=?2",
-  "SELECT COALESCE(SUM(count), 0) FROM tenant_dead_letters WHERE tenant=?1 AND status=?2"
-  " AND reason=?3"};
+  ("SELECT COALESCE(SUM(count), 0) FROM tenant_dead_letters WHERE tenant=?1 AND status=?2"
+   " AND reason=?3")};
 
 } // namespace
 
