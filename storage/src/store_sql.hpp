@@ -146,6 +146,17 @@ struct stmt_guard {
   }
 };
 
+/// Binds `args` to prepared statement `st`, calls `row(st)` on each row it yields and resets
+/// it; answers the last sqlite3_step result (SQLITE_DONE when every row was read).
+template <class Row, class... A> int step_rows(sqlite3_stmt* st, Row&& row, const A&... args) {
+  stmt_guard g{st};
+  bind_args(st, args...);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    row(st);
+  return rc;
+}
+
 /// The prepared statements of one index connection (the alarm index, the tenant index), by the
 /// address of their literal SQL text, prepared once (SQLITE_PREPARE_PERSISTENT) and finalized
 /// with the cache; each use resets its statement (stmt_guard). The connection's owner thread.
@@ -240,11 +251,7 @@ status entity_store::read_rows(sql_literal sql, const char* what, Row&& row, con
   auto st = prepare(sql);
   if (!st)
     return fail(sqlite3_errcode(db_), std::string("prepare ") + what);
-  detail::stmt_guard g{st};
-  detail::bind_args(st, args...);
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    row(st);
+  int rc = detail::step_rows(st, row, args...);
   if (rc != SQLITE_DONE)
     return fail(rc, what);
   return status::ok();

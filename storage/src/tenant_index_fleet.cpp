@@ -20,14 +20,7 @@ status sql_error(sqlite3* db, const char* what) {
 /// Runs cached statement `st` with `args`, `row` on each row; the error when it fails.
 template <class Row, class... A>
 status each_row(sqlite3* db, sqlite3_stmt* st, const char* what, Row&& row, const A&... args) {
-  if (!st)
-    return sql_error(db, what);
-  detail::stmt_guard g{st};
-  detail::bind_args(st, args...);
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    row(st);
-  if (rc != SQLITE_DONE)
+  if (!st || detail::step_rows(st, row, args...) != SQLITE_DONE)
     return sql_error(db, what);
   return status::ok();
 }

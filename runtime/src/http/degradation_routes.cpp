@@ -76,7 +76,7 @@ void put_degradation(gateway& gw, const exchange_ptr& x) {
     no = parse_floor(x->req.body, level, reason);
   if (no)
     return refuse(gw, *x, std::move(*no));
-  auto actor = "api-key:" + x->key->sha256.substr(0, 12);
+  auto actor = key_actor(*x);
   std::string name = tenant->name;
   gw.rt().set_degradation(name, level, std::move(reason), std::move(actor),
                           [&gw, x, name](call_reply r) {

@@ -372,7 +372,7 @@ void act_on_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
   w->q.action = true;
   w->q.dry_run = body.value("dry_run", false);
   w->q.note = body.value("note", json(nullptr));
-  w->actor = "api-key:" + x->key->sha256.substr(0, 12);
+  w->actor = key_actor(*x);
   start_walk(w);
 }
 

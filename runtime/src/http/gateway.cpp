@@ -234,7 +234,7 @@ void operator_action(gateway& gw, const exchange_ptr& x, const entity_ref& e, bo
   args[dead_letter ? "id" : "tool"] = name;
   args["action"] = action;
   // Who asked, whatever the body says: the key's id (its digest's first 12 hex digits).
-  args["actor"] = "api-key:" + x->key->sha256.substr(0, 12);
+  args["actor"] = key_actor(*x);
   if (!opts.idempotency_key.empty())
     opts.fingerprint = fingerprint(e.canonical(x->seg[4] + "/" + name + "/" + action), x->req.body);
   run_call(gw, x, e, dead_letter ? "@dead_letter" : "@breaker", args.dump(), std::move(opts));

@@ -109,6 +109,11 @@ verdict check_write(const http_server_config& cfg, const http_request& req, call
 /// Running, the tenant of the API key, and the key's scope for the route: the tenant (noted in
 /// `x`), or a refusal.
 verdict tenant_check(gateway& gw, exchange& x, uint8_t scope, const http_tenant*& tenant);
+/// Who an operator action says asked: "api-key:" and the first 12 hex digits of the SHA-256 of
+/// the request's API key (set by the gateway, whatever a body says).
+inline std::string key_actor(const exchange& x) {
+  return "api-key:" + x.key->sha256.substr(0, 12);
+}
 /// The answer to a call that failed (`r.ok` false): its status (500 when it has none), its
 /// problem body, Retry-After from its retry_after_ms; notes its code in `x` for the log line.
 http_response failed_call_answer(exchange& x, call_reply r);

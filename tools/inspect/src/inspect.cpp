@@ -143,6 +143,15 @@ struct entities_cmd {
   std::string scope;
   uint32_t shards = 0;
 };
+
+/// The options every fleet view takes: where to read (--data or --server), how to print, and
+/// the scope under --data.
+void add_fleet_source(CLI::App* sub, fleet_cmd& o) {
+  add_data_option(sub, o.common);
+  add_server_options(sub, o.common);
+  add_output_options(sub, o.common);
+  add_scope_arg(sub, o.scope, "A tenant or tenant/type under --data; default: all");
+}
 struct facts_cmd {
   common_options common;
   std::string entity;
@@ -336,10 +345,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
   subcommand<fleet_cmd>(
     inspect, s, "recent", "List entities, most recently active first",
     [](CLI::App* sub, fleet_cmd& o) {
-      add_data_option(sub, o.common);
-      add_server_options(sub, o.common);
-      add_output_options(sub, o.common);
-      add_scope_arg(sub, o.scope, "A tenant or tenant/type under --data; default: all");
+      add_fleet_source(sub, o);
       sub->add_option("--limit", o.limit, "At most this many (default 100)")->type_name("N");
     },
     [](const run_ctx& ctx, fleet_cmd& o) { return run_recent(ctx, o.common, o.scope, o.limit); });
@@ -348,10 +354,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
     inspect, s, "fleet-dead-letters",
     "List dead letters across entities, by entity then oldest first",
     [](CLI::App* sub, fleet_cmd& o) {
-      add_data_option(sub, o.common);
-      add_server_options(sub, o.common);
-      add_output_options(sub, o.common);
-      add_scope_arg(sub, o.scope, "A tenant or tenant/type under --data; default: all");
+      add_fleet_source(sub, o);
       sub->add_option("--state", o.state, "Only dead letters in this state")
         ->type_name("pending|scheduled|resolved|discarded|acknowledged");
       sub->add_option("--reason", o.reason, "Only dead letters of this failure reason")
@@ -366,10 +369,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
     inspect, s, "fleet-breakers",
     "Circuit breakers per tool across entities, and the entities whose breaker is not closed",
     [](CLI::App* sub, fleet_cmd& o) {
-      add_data_option(sub, o.common);
-      add_server_options(sub, o.common);
-      add_output_options(sub, o.common);
-      add_scope_arg(sub, o.scope, "A tenant or tenant/type under --data; default: all");
+      add_fleet_source(sub, o);
       sub->add_option("--tool", o.tool, "Only this tool")->type_name("TOOL");
     },
     [](const run_ctx& ctx, fleet_cmd& o) {
