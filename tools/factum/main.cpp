@@ -1,5 +1,6 @@
-// main.cpp: the `factum` executable. Dispatches to subcommands (inspect, serve, bench, cluster);
-// each subcommand family lives in its own module and registers itself here. The main thread.
+// main.cpp: the `factum` executable. Dispatches to subcommands (inspect, operate, serve, bench,
+// cluster); each subcommand family lives in its own module and registers itself here. The main
+// thread.
 #include <CLI/CLI.hpp>
 
 #include "factum/cluster/cli.hpp"
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   factum::tools::add_inspect_command(app, &exit_code);
+  factum::tools::add_operate_command(app, &exit_code);
   // `factum serve` hosts the built-in types and the examples (a tenant's own server hosts its
   // own: factum::tools::serve_main, docs/embedding.md).
   factum::entity_registry types;

@@ -12,6 +12,7 @@
 #include "entity_reader.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/fact.hpp"
+#include "factum/tools/inspect.hpp"
 #include "output.hpp"
 
 namespace factum::tools {
@@ -27,6 +28,12 @@ struct common_options {
   std::string api_key;     ///< --api-key KEY / FACTUM_API_KEY
   double http_timeout_s = 10;
 };
+
+/// The run context of one run from `io` and --json/--table/--no-color/--local (a table on a
+/// terminal, JSON lines otherwise); messages start with `tool`. The caller refuses --json with
+/// --table.
+std::unique_ptr<run_ctx> make_run_ctx(const inspect_io& io, const common_options& c,
+                                      std::string tool);
 
 /// Fact filters and the listing/follow options of `facts` and `tail`.
 struct fact_options {

@@ -13,6 +13,24 @@
 
 namespace factum::tools {
 
+std::unique_ptr<run_ctx> make_run_ctx(const inspect_io& io, const common_options& c,
+                                      std::string tool) {
+  std::ostream& o = io.out ? *io.out : std::cout;
+  std::ostream& e = io.err ? *io.err : std::cerr;
+  bool tty = io.out_is_tty ? *io.out_is_tty : ::isatty(STDOUT_FILENO) == 1;
+  auto out = std::make_unique<run_ctx>(o, e);
+  out->tool = std::move(tool);
+  out->clock = io.clock ? io.clock : [] { return now_ms(); };
+  out->on_poll = io.on_poll;
+  out->json = c.json || (!c.table && !tty);
+  const char* no_color = std::getenv("NO_COLOR");
+  const char* term = std::getenv("TERM");
+  out->color = tty && !out->json && !c.no_color && !(no_color && *no_color) &&
+               !(term && std::string_view(term) == "dumb");
+  out->local_time = c.local_time;
+  return out;
+}
+
 namespace {
 
 struct shared_state {
@@ -86,24 +104,12 @@ void add_follow_options(CLI::App* sub, fact_options& o) {
     ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}));
 }
 
-/// Builds the run context of one run from the process surroundings and --json/--table/...
 bool make_ctx(const shared_state& s, const common_options& c, std::unique_ptr<run_ctx>& out) {
-  std::ostream& o = s.io.out ? *s.io.out : std::cout;
-  std::ostream& e = s.io.err ? *s.io.err : std::cerr;
-  bool tty = s.io.out_is_tty ? *s.io.out_is_tty : ::isatty(STDOUT_FILENO) == 1;
-  out = std::make_unique<run_ctx>(o, e);
-  out->clock = s.io.clock ? s.io.clock : [] { return now_ms(); };
-  out->on_poll = s.io.on_poll;
+  out = make_run_ctx(s.io, c, "factum inspect");
   if (c.json && c.table) {
     *s.exit_code = out->fail(exit_usage, "--json and --table exclude each other");
     return false;
   }
-  out->json = c.json || (!c.table && !tty);
-  const char* no_color = std::getenv("NO_COLOR");
-  const char* term = std::getenv("TERM");
-  out->color = tty && !out->json && !c.no_color && !(no_color && *no_color) &&
-               !(term && std::string_view(term) == "dumb");
-  out->local_time = c.local_time;
   return true;
 }
 

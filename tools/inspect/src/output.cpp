@@ -35,7 +35,7 @@ int run_ctx::fail(const status& st) const {
 }
 
 void run_ctx::warn(std::string_view message) const {
-  err << "factum inspect: " << message << '\n' << std::flush;
+  err << tool << ": " << message << '\n' << std::flush;
 }
 
 int64_t run_ctx::now() const {

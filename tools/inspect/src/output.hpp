@@ -43,12 +43,13 @@ struct run_ctx {
   bool local_time = false;              ///< local time instead of UTC in tables
   std::function<int64_t()> clock;       ///< wall clock, ms since the epoch
   std::function<void(int64_t)> on_poll; ///< follow: after each poll (tests)
+  std::string tool = "factum inspect";  ///< the prefix of messages
 
-  /// Writes "factum inspect: <message>" to err and returns `code`.
+  /// Writes "<tool>: <message>" to err and returns `code`.
   int fail(int code, std::string_view message) const;
   /// fail(exit_code_for(st.code()), st.message()).
   int fail(const status& st) const;
-  /// Writes "factum inspect: <message>" to err (no exit code).
+  /// Writes "<tool>: <message>" to err (no exit code).
   void warn(std::string_view message) const;
   int64_t now() const;
 

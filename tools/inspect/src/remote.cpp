@@ -74,16 +74,29 @@ std::string remote_api::entity_path(const entity_key& key, const char* what) con
 }
 
 result<json> remote_api::get_json(const std::string& target, std::string* link) const {
+  return exchange("GET", target, nullptr, link);
+}
+
+result<json> remote_api::send_json(const char* method, const std::string& target,
+                                   const json& body) const {
+  auto text = body.dump();
+  return exchange(method, target, &text, nullptr);
+}
+
+result<json> remote_api::exchange(const char* method, const std::string& target,
+                                  const std::string* body_text, std::string* link) const {
   using http::client::failure;
   http::client::sync_options o;
   o.timeout = timeout_; // one deadline for the whole exchange
   o.loopback_only = true;
   http::client::sync_client client(server_.host, server_.port, o);
-  auto res = client.request("GET", server_.path + target,
-                            {{"User-Agent", "factum-inspect"},
-                             {"Accept", "application/json"},
-                             {"Connection", "close"},
-                             {"X-API-Key", api_key_}});
+  http::client::header_list h{{"User-Agent", "factum-inspect"},
+                              {"Accept", "application/json"},
+                              {"Connection", "close"},
+                              {"X-API-Key", api_key_}};
+  if (body_text)
+    h.emplace_back("Content-Type", "application/json");
+  auto res = client.request(method, server_.path + target, h, body_text ? *body_text : "");
   std::string where = "http://" + server_.host + ":" + std::to_string(server_.port);
   switch (res.failed) {
   case failure::none: break;
@@ -104,7 +117,8 @@ result<json> remote_api::get_json(const std::string& target, std::string* link) 
   auto body = json::parse(res.body, nullptr, false);
   if (res.status < 200 || res.status > 299) {
     std::string msg = "server answered " + std::to_string(res.status) +
-                      (res.reason.empty() ? "" : " " + res.reason) + " for GET " + target;
+                      (res.reason.empty() ? "" : " " + res.reason) + " for " + method + " " +
+                      target;
     if (body.is_object()) { // application/problem+json
       for (auto* k : {"title", "detail"})
         if (body.contains(k) && body[k].is_string())
@@ -115,7 +129,8 @@ result<json> remote_api::get_json(const std::string& target, std::string* link) 
     return status{res.status == 404 ? errc::not_found : errc::unavailable, msg};
   }
   if (body.is_discarded())
-    return status{errc::unavailable, "server sent a body that is not JSON for GET " + target};
+    return status{errc::unavailable,
+                  "server sent a body that is not JSON for " + std::string(method) + " " + target};
   if (link)
     *link = res.header("link");
   return body;

@@ -1,8 +1,8 @@
 // remote.hpp (private to factum_inspect): reads facts, dead letters and breakers of an entity,
-// and the fleet views of a tenant, through the HTTP API of a running `factum serve`
-// (docs/http-api.md; the tenant comes from the API key), with factum's synchronous HTTP client
-// over plain HTTP to a loopback address only (the API key travels in a header). Used by the one
-// thread that runs a subcommand.
+// and the fleet views of a tenant, and sends `factum operate`'s actions, through the HTTP API of a
+// running `factum serve` (docs/http-api.md; the tenant comes from the API key), with factum's
+// synchronous HTTP client over plain HTTP to a loopback address only (the API key travels in a
+// header). Used by the one thread that runs a subcommand.
 #pragma once
 
 #include <chrono>
@@ -47,11 +47,17 @@ class remote_api {
   /// `link`, its Link header too: "" without one), else NOT_FOUND (404) or UNAVAILABLE naming
   /// the problem. The fleet views (fleet_cmd.cpp) read their pages with it.
   result<nlohmann::json> get_json(const std::string& target, std::string* link = nullptr) const;
+  /// `method` (POST, PUT) of `target` with a JSON `body` (`factum operate`); answers and errors
+  /// as get_json.
+  result<nlohmann::json> send_json(const char* method, const std::string& target,
+                                   const nlohmann::json& body) const;
 
  private:
   remote_api(http::client::url server, std::string api_key, std::chrono::milliseconds timeout)
       : server_(std::move(server)), api_key_(std::move(api_key)), timeout_(timeout) {}
   std::string entity_path(const entity_key& key, const char* what) const;
+  result<nlohmann::json> exchange(const char* method, const std::string& target,
+                                  const std::string* body, std::string* link) const;
 
   http::client::url server_;
   std::string api_key_;

@@ -1,4 +1,5 @@
-// factum/tools/inspect.hpp: the `factum inspect` subcommand family (read-only fact inspection).
+// factum/tools/inspect.hpp: the `factum inspect` subcommand family (read-only fact inspection)
+// and `factum operate` (an operator's changes through a running server's HTTP API).
 // Registration runs on the thread that builds the command line; the subcommand then runs on
 // the thread that calls CLI::App::parse.
 #pragma once
@@ -28,5 +29,11 @@ void add_inspect_command(CLI::App& app, int* exit_code);
 
 /// The same with explicit streams, terminal detection and clock (tests).
 void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io);
+
+/// Adds `operate` and its subcommands to `app`: an operator's changes through the HTTP API of a
+/// running server (bulk dead letter actions with a dry run, one dead letter, a breaker, the
+/// degradation floor). The exit code goes to *exit_code as for inspect.
+void add_operate_command(CLI::App& app, int* exit_code);
+void add_operate_command(CLI::App& app, int* exit_code, inspect_io io);
 
 } // namespace factum::tools

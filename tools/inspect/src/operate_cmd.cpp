@@ -1,0 +1,297 @@
+// operate_cmd.cpp: `factum operate` (docs/inspect.md, "factum operate"): an operator's changes
+// through the HTTP API of a running `factum serve`, with a key of scope `operate` whose tenant
+// is the one acted on. `factum inspect` never writes; this family is where writing lives:
+// bulk retry or discard of dead letters (POST /v1/dead-letters/{retry|discard}, paged by its
+// cursor, with a dry run), one dead letter's or one breaker's action, and the tenant's
+// degradation floor. Registration and the run happen on the thread that parses the command
+// line; each request is one synchronous HTTP exchange (remote.hpp).
+#include <algorithm>
+#include <memory>
+
+#include "commands.hpp"
+#include "factum/tools/inspect.hpp"
+#include "remote.hpp"
+
+namespace factum::tools {
+
+using nlohmann::json;
+
+namespace {
+
+// -- options --------------------------------------------------------------------------------------
+
+struct operate_options {
+  common_options common;
+  std::string action; ///< retry, discard, acknowledge, force-open, reset, disable, set, clear
+  std::string entity; ///< TYPE/ID
+  std::string name;   ///< the dead letter's id or the tool
+  std::string note;   ///< --note: recorded as the reason of each action's fact
+  std::string state, reason, type;
+  int64_t limit = 100;
+  int64_t page = 100;
+  bool dry_run = false;
+  int level = -1; ///< degradation set
+};
+
+/// The API of --server, or the exit code (operate always needs a server).
+std::optional<remote_api> server_api(const run_ctx& ctx, const common_options& c, int& rc) {
+  if (c.server.empty()) {
+    rc = ctx.fail(exit_usage, "--server URL is required: factum operate acts through the "
+                              "HTTP API of a running server");
+    return std::nullopt;
+  }
+  auto a = remote_api::make(
+    c.server, c.api_key, std::chrono::milliseconds(static_cast<int64_t>(c.http_timeout_s * 1000)));
+  if (!a) {
+    rc = ctx.fail(a.error());
+    return std::nullopt;
+  }
+  return std::move(*a);
+}
+
+/// "TYPE/ID" checked as a key's parts (the tenant is the API key's), or INVALID_ARGUMENT.
+result<entity_key> parse_type_id(std::string_view text) {
+  auto slash = text.find('/');
+  if (slash == std::string_view::npos || text.find('/', slash + 1) != std::string_view::npos)
+    return status{errc::invalid_argument,
+                  "the entity must be TYPE/ID (the tenant is the API key's), not \"" +
+                    std::string(text.substr(0, 200)) + "\""};
+  return entity_key::make("t", text.substr(0, slash), text.substr(slash + 1));
+}
+
+json note_body(const std::string& note) {
+  return note.empty() ? json::object() : json{{"reason", note}};
+}
+
+// -- dead-letters (bulk) --------------------------------------------------------------------------
+
+/// Pages through the bulk action until the cursor ends or --limit dead letters were looked at.
+/// Prints one row per dead letter acted on (or that would be) and a summary; exit 1 when an
+/// entity refused an action or could not be read.
+int run_bulk(const run_ctx& ctx, const operate_options& o) {
+  if (o.limit < 1 || o.limit > 1000000)
+    return ctx.fail(exit_usage, "--limit must be between 1 and 1000000");
+  int rc = exit_ok;
+  auto api = server_api(ctx, o.common, rc);
+  if (!api)
+    return rc;
+  json body = {{"dry_run", o.dry_run}};
+  for (auto [k, v] : {std::pair{"state", &o.state}, {"reason", &o.reason}, {"type", &o.type}})
+    if (!v->empty())
+      body[k] = *v;
+  if (!o.note.empty())
+    body["note"] = o.note;
+  int64_t looked = 0, acted = 0, skipped = 0, failed = 0, errors = 0, matched = -1;
+  text_table t({{"TYPE"}, {"ID"}, {"DEAD_LETTER"}, {"STATUS"}, {"NEW_STATUS"}});
+  for (;;) {
+    body["limit"] = std::min(o.page, o.limit - looked);
+    auto page = api->send_json("POST", "/v1/dead-letters/" + o.action, body);
+    if (!page)
+      return ctx.fail(page.error());
+    if (!page->is_object())
+      return ctx.fail(status{errc::unavailable, "server sent an answer that is not an object"});
+    if (matched < 0)
+      matched = page->value("matched", int64_t{0});
+    int64_t n = page->value(o.dry_run ? "would_act" : "acted", int64_t{0});
+    int64_t s = page->value("skipped", int64_t{0}), f = page->value("failed", int64_t{0});
+    acted += n;
+    skipped += s;
+    failed += f;
+    looked += n + s + f;
+    for (auto& r : page->value("results", json::array())) {
+      auto fresh = r.value("new_status", r.contains("error") ? "error: " + r.value("error", "")
+                                                             : std::string(o.dry_run ? "-" : ""));
+      if (ctx.json) {
+        ctx.json_line(r);
+        continue;
+      }
+      t.add({r.value("type", ""), r.value("id", ""), r.value("dead_letter", ""),
+             r.value("status", ""), or_dash(fresh)});
+    }
+    for (auto& e : page->value("errors", json::array())) {
+      ++errors;
+      ctx.warn("cannot read " + e.value("type", "") + "/" + e.value("id", "") + ": " +
+               e.value("error", ""));
+    }
+    auto next = page->value("next", json(nullptr));
+    // A page that looked at nothing but has a cursor still moves on (entities without a match);
+    // a cursor that does not move would repeat the same page for ever.
+    if (!next.is_string() || looked >= o.limit)
+      break;
+    if (body.contains("after") && body["after"] == next)
+      return ctx.fail(exit_server, "the server answered the same cursor twice: stopped after " +
+                                     std::to_string(looked) + " dead letters");
+    body["after"] = next;
+  }
+  if (ctx.json) {
+    ctx.json_line({{"summary", true},
+                   {"action", o.action},
+                   {"dry_run", o.dry_run},
+                   {"matched", matched},
+                   {o.dry_run ? "would_act" : "acted", acted},
+                   {"skipped", skipped},
+                   {"failed", failed},
+                   {"errors", errors}});
+  } else {
+    t.print(ctx);
+    ctx.out << (o.dry_run ? "dry run: would " : "") << o.action << ' ' << acted << " of " << matched
+            << " matching; skipped " << skipped << " (state does not allow it), failed " << failed
+            << (errors ? ", " + std::to_string(errors) + " entities unreadable" : "") << '\n';
+  }
+  return failed || errors ? exit_verify_failed : exit_ok;
+}
+
+// -- one dead letter, one breaker, the floor ------------------------------------------------------
+
+/// POSTs an entity's action route and prints its answer (the record as it now is).
+int run_entity_action(const run_ctx& ctx, const operate_options& o, const char* what) {
+  int rc = exit_ok;
+  auto api = server_api(ctx, o.common, rc);
+  if (!api)
+    return rc;
+  auto key = parse_type_id(o.entity);
+  if (!key)
+    return ctx.fail(key.error());
+  if (auto named = entity_key::make("t", "t", o.name); !named)
+    return ctx.fail(
+      exit_usage,
+      std::string(std::string_view(what) == "breakers" ? "the tool" : "the dead letter id") +
+        " \"" + o.name.substr(0, 200) + "\" is not a valid name: " + named.error().message());
+  auto target = "/v1/entities/" + http::client::percent_encode(key->type) + "/" +
+                http::client::percent_encode(key->id) + "/" + what + "/" +
+                http::client::percent_encode(o.name) + "/" + o.action;
+  auto r = api->send_json("POST", target, note_body(o.note));
+  if (!r)
+    return ctx.fail(r.error());
+  if (ctx.json)
+    ctx.json_line(*r);
+  else
+    ctx.out << o.action << ' ' << key->type << '/' << key->id << ' ' << o.name << ": "
+            << r->value("status", r->value("state", std::string("done"))) << '\n';
+  return exit_ok;
+}
+
+int run_degradation(const run_ctx& ctx, const operate_options& o) {
+  int rc = exit_ok;
+  auto api = server_api(ctx, o.common, rc);
+  if (!api)
+    return rc;
+  if (o.action == "set" && (o.level < 0 || o.level > 4))
+    return ctx.fail(exit_usage, "set needs a LEVEL from 0 to 4");
+  if (o.note.empty())
+    return ctx.fail(exit_usage, "--note is required: say why the floor changes");
+  json body = {{"level", o.action == "set" ? json(o.level) : json(nullptr)}, {"reason", o.note}};
+  auto r = api->send_json("PUT", "/v1/degradation", body);
+  if (!r)
+    return ctx.fail(r.error());
+  if (ctx.json)
+    ctx.json_line(*r);
+  else
+    ctx.out << "level " << r->value("level", 0) << " (" << r->value("level_name", "") << ")"
+            << (o.action == "set" ? ", floor " + std::to_string(o.level) : ", no floor") << '\n';
+  return exit_ok;
+}
+
+// -- registration ---------------------------------------------------------------------------------
+
+void add_common(CLI::App* sub, operate_options& o) {
+  sub
+    ->add_option("--server", o.common.server,
+                 "The running server (plain http to a loopback address, e.g. "
+                 "http://127.0.0.1:8080)")
+    ->type_name("URL");
+  sub
+    ->add_option("--api-key", o.common.api_key,
+                 "API key of the tenant, with scope operate (also FACTUM_API_KEY)")
+    ->type_name("KEY")
+    ->envname("FACTUM_API_KEY");
+  sub
+    ->add_option("--http-timeout", o.common.http_timeout_s, "Seconds per HTTP request (default 10)")
+    ->type_name("SECONDS")
+    ->check(CLI::PositiveNumber);
+  sub->add_flag("--json", o.common.json, "JSON lines (the default when stdout is not a terminal)");
+  sub->add_flag("--table", o.common.table, "A table even when stdout is not a terminal");
+  sub->add_option("--note", o.note, "Why: recorded as the reason in each action's lifecycle fact")
+    ->type_name("TEXT");
+}
+
+} // namespace
+
+void add_operate_command(CLI::App& app, int* exit_code, inspect_io io) {
+  auto* operate = app.add_subcommand(
+    "operate", "Act on a running server as an operator: dead letters in bulk, one dead letter, "
+               "a breaker, the degradation floor (scope operate)");
+  operate->require_subcommand(1);
+  auto io_ptr = std::make_shared<inspect_io>(std::move(io));
+  auto add = [&](const char* name, const char* help, auto setup, auto run) {
+    auto* sub = operate->add_subcommand(name, help);
+    auto o = std::make_shared<operate_options>();
+    add_common(sub, *o);
+    setup(sub, *o);
+    sub->callback([io_ptr, exit_code, o, run] {
+      auto ctx = make_run_ctx(*io_ptr, o->common, "factum operate");
+      *exit_code = o->common.json && o->common.table
+                     ? ctx->fail(exit_usage, "--json and --table exclude each other")
+                     : run(*ctx, *o);
+    });
+  };
+  add(
+    "dead-letters",
+    "Retry or discard the dead letters a filter takes, across the tenant's entities",
+    [](CLI::App* sub, operate_options& o) {
+      sub->add_option("action", o.action, "retry or discard")
+        ->required()
+        ->check(CLI::IsMember({"retry", "discard"}));
+      sub->add_option("--state", o.state,
+                      "Only dead letters in this state (pending, scheduled, ...)");
+      sub->add_option("--reason", o.reason,
+                      "Only this failure reason (server_error, timeout, ...)");
+      sub->add_option("--type", o.type, "Only entities of this type");
+      sub->add_option("--limit", o.limit, "Look at most at this many dead letters (default 100)")
+        ->type_name("N");
+      sub->add_option("--page", o.page, "Dead letters per request (1..1000, default 100)")
+        ->type_name("N")
+        ->check(CLI::Range(1, 1000));
+      sub->add_flag("--dry-run", o.dry_run, "Show what would be done and do nothing");
+    },
+    run_bulk);
+  add(
+    "dead-letter", "Retry, discard or acknowledge one dead letter of an entity",
+    [](CLI::App* sub, operate_options& o) {
+      sub->add_option("action", o.action, "retry, discard or acknowledge")
+        ->required()
+        ->check(CLI::IsMember({"retry", "discard", "acknowledge"}));
+      sub->add_option("entity", o.entity, "The entity, as TYPE/ID")->required();
+      sub->add_option("id", o.name, "The dead letter's id (dl_...)")->required();
+    },
+    [](const run_ctx& ctx, const operate_options& o) {
+      return run_entity_action(ctx, o, "dead-letters");
+    });
+  add(
+    "breaker", "Force open, reset or disable one breaker of an entity",
+    [](CLI::App* sub, operate_options& o) {
+      sub->add_option("action", o.action, "force-open, reset or disable")
+        ->required()
+        ->check(CLI::IsMember({"force-open", "reset", "disable"}));
+      sub->add_option("entity", o.entity, "The entity, as TYPE/ID")->required();
+      sub->add_option("tool", o.name, "The tool whose breaker it is")->required();
+    },
+    [](const run_ctx& ctx, const operate_options& o) {
+      return run_entity_action(ctx, o, "breakers");
+    });
+  add(
+    "degradation", "Set or clear the operator's degradation floor of the key's tenant",
+    [](CLI::App* sub, operate_options& o) {
+      sub->add_option("action", o.action, "set or clear")
+        ->required()
+        ->check(CLI::IsMember({"set", "clear"}));
+      sub->add_option("level", o.level, "set: the floor, 0 to 4")->check(CLI::Range(0, 4));
+    },
+    run_degradation);
+}
+
+void add_operate_command(CLI::App& app, int* exit_code) {
+  add_operate_command(app, exit_code, inspect_io{});
+}
+
+} // namespace factum::tools
