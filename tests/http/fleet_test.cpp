@@ -156,8 +156,9 @@ TEST_CASE("fleet: GET /v1/dead-letters lists the tenant's dead letters across it
   CHECK(pending["dead_letters"][0]["reason"] == "rate_limit");
   CHECK(get_json(c, "/v1/dead-letters?reason=rate_limit")["matched"] == 2);
   // Pages of two: the cursor in "next" and in the Link.
+  auto auth_header = [](const std::string& key) { return header_list{{"X-API-Key", key}}; };
   auto p1 = c.request("GET", "/v1/dead-letters?state=scheduled&reason=server_error&limit=2",
-                      {{"X-API-Key", acme_key}});
+                      auth_header(acme_key));
   REQUIRE_MESSAGE(p1.status == 200, p1.body);
   CHECK(p1.json()["matched"] == 3);
   REQUIRE(p1.json()["dead_letters"].size() == 2);
@@ -167,6 +168,19 @@ TEST_CASE("fleet: GET /v1/dead-letters lists the tenant's dead letters across it
   REQUIRE(p2["dead_letters"].size() == 1);
   CHECK(p2["dead_letters"][0]["entity_id"] == "w3");
   CHECK(p2["next"].is_null());
+  // Pages of one: each entity's cursor ends it, and the next page starts at the next entity.
+  std::vector<std::string> ones;
+  for (std::string t = "/v1/dead-letters?limit=1"; !t.empty() && ones.size() < 10;) {
+    auto r = c.request("GET", t, auth_header(acme_key));
+    REQUIRE_MESSAGE(r.status == 200, r.body);
+    auto body = r.json();
+    for (auto& d : body["dead_letters"])
+      ones.push_back(d["entity_id"].get<std::string>());
+    auto l = r.header("link");
+    t = l.empty() ? "" : l.substr(1, l.find('>') - 1);
+  }
+  auto want = std::vector<std::string>{"w1", "w2", "w3", "w4", "w5"};
+  CHECK_MESSAGE(ones == want, json(ones).dump());
   // The other tenant sees its own only.
   auto g = get_json(c, "/v1/dead-letters", globex_key);
   CHECK(g["matched"] == 1);

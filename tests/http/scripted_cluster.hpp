@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <mutex>
 
 #include "factum/storage/sha256.hpp"
@@ -22,11 +23,14 @@ struct scripted_cluster final : cluster_router, entity_ownership {
   std::atomic<bool> lease_live{true};
   std::string id = "n-test";
 
-  shard_route route(const entity_key&, bool forwarded) override {
+  shard_route route(const entity_key& k, bool forwarded) override {
     std::lock_guard<std::mutex> g(mu);
     ++(forwarded ? forwarded_routes : routes);
+    if (auto it = by_id.find(k.id); !forwarded && it != by_id.end())
+      return it->second;
     return forwarded ? when_forwarded : next;
   }
+  std::map<std::string, shard_route> by_id; ///< a client's request for these ids (under mu)
   void refresh(uint32_t, std::function<void()> then) override {
     ++refreshes;
     then();

@@ -1,13 +1,15 @@
 // http/cluster_routes.cpp: the gateway's routes that span a cluster (docs/cluster.md): the
-// entity listing merged across nodes, GET /v1/cluster, and the files of planned shard moves.
-// They run on an I/O thread; a listing's parts are merged on the threads they arrive on (a
-// storage thread, the relay's I/O thread), an adopted file answered from a storage thread.
+// entity listing merged across nodes (by key; by activity through fleet.hpp), GET /v1/cluster, and
+// the files of planned shard moves. They run on an I/O thread; a listing's parts are merged on the
+// threads they arrive on (a storage thread, the relay's I/O thread), an adopted file answered from
+// a storage thread.
 #include <algorithm>
 #include <climits>
 #include <mutex>
 #include <tuple>
 
 #include "factum/storage/sha256.hpp"
+#include "http/fleet.hpp"
 #include "http/forwarder.hpp"
 #include "http/gateway_steps.hpp"
 #include "http/http_util.hpp"
@@ -65,15 +67,17 @@ void answer_listing(gateway& gw, const exchange_ptr& x, fleet_page& f, int64_t l
 
 namespace {
 
+/// The Link of a page by activity whose last entity is `last`.
+std::string activity_link(const exchange& x, const json& last) {
+  return next_link(x, "after=" + std::to_string(last.value("last_activity", int64_t{0})) + "/" +
+                        last.value("type", "") + "/" + last.value("id", ""));
+}
+
 /// GET /v1/entities?order=last_activity: a page of the tenant's entities, most recently active
 /// first ({"type","id","bytes","last_activity"}), after the cursor `after` ("ms/type/id", the
-/// last of the previous page). One node's index: refused in a cluster.
+/// last of the previous page). In a cluster every node's page, merged (fleet.hpp).
 void list_by_activity(gateway& gw, const exchange_ptr& x, const http_tenant& tenant,
                       const json& args, entity_list_query lq) {
-  if (gw.config().cluster)
-    return refuse(gw, *x,
-                  {501, "NOT_SUPPORTED_IN_CLUSTER",
-                   "order=last_activity reads one node's tenant index; in a cluster list by key"});
   lq.by_activity = true;
   if (auto after = args.value("after", ""); !after.empty()) {
     auto s1 = after.find('/');
@@ -89,9 +93,24 @@ void list_by_activity(gateway& gw, const exchange_ptr& x, const http_tenant& ten
   }
   lq.limit = args.value("limit", int64_t{100});
   auto limit = lq.limit;
-  gw.rt().list_entities(tenant.name, std::move(lq), [&gw, x, limit](auto page) {
+  answer_sink sink;
+  if (fans_out(gw, *x)) {
+    sink = gather(gw, x, x->req, [&gw, x, limit](std::vector<json>& parts) {
+      auto out = merge_by_activity(parts, limit);
+      http_response r;
+      r.trace_id = x->trace_id;
+      if (static_cast<int64_t>(out.size()) == limit && !out.empty())
+        r.link = activity_link(*x, out.back());
+      r.body = out.dump();
+      finish(gw, *x, std::move(r));
+    });
+    if (!sink)
+      return;
+  }
+  gw.rt().list_entities(tenant.name, std::move(lq), [&gw, x, limit, sink](auto page) {
+    auto done = [&](http_response r) { sink ? sink(std::move(r)) : finish(gw, *x, std::move(r)); };
     if (!page)
-      return finish(gw, *x, problem(*x, 503, "UNAVAILABLE", page.error().message()));
+      return done(problem(*x, 503, "UNAVAILABLE", page.error().message()));
     json out = json::array();
     for (auto& e : *page)
       out.push_back({{"type", e.type},
@@ -100,11 +119,10 @@ void list_by_activity(gateway& gw, const exchange_ptr& x, const http_tenant& ten
                      {"last_activity", e.last_activity_ms}});
     http_response r;
     r.trace_id = x->trace_id;
-    if (static_cast<int64_t>(page->size()) == limit && !page->empty())
-      r.link = next_link(*x, "after=" + std::to_string(page->back().last_activity_ms) + "/" +
-                               page->back().type + "/" + page->back().id);
+    if (static_cast<int64_t>(out.size()) == limit && !out.empty())
+      r.link = activity_link(*x, out.back());
     r.body = out.dump();
-    finish(gw, *x, std::move(r));
+    done(std::move(r));
   });
 }
 

@@ -4,16 +4,19 @@
 // per-entity summaries, storage/tenant_index.hpp); a dead letter's detail and every action go
 // through the owning entity's actor, as the per-entity routes do. A request starts on an I/O
 // thread, reads the index on a storage thread and walks the entities one at a time from the
-// CAF workers their replies arrive on (a `walk` is touched by one thread at a time).
+// CAF workers their replies arrive on (a `walk` is touched by one thread at a time). In a
+// cluster a client's request gathers every node's part (fleet.hpp) and a bulk action acts on
+// each dead letter at its owner.
 #include <algorithm>
 #include <atomic>
 #include <climits>
 #include <mutex>
 #include <tuple>
 
-#include "factum/storage/base64.hpp"
 #include "factum/storage/records.hpp"
 #include "factum/storage/tenant_index.hpp"
+#include "http/fleet.hpp"
+#include "http/forwarder.hpp"
 #include "http/gateway_steps.hpp"
 #include "http/http_util.hpp"
 
@@ -21,51 +24,12 @@ namespace factum::http::steps {
 
 namespace {
 
-// -- cursors --
-
-/// A cursor is the JSON array of the last item's sort key, base64url without padding: opaque
-/// to clients, safe in a query and a Link.
-std::string encode_cursor(const json& key) {
-  auto b = base64_encode(key.dump());
-  std::replace(b.begin(), b.end(), '+', '-');
-  std::replace(b.begin(), b.end(), '/', '_');
-  b.erase(b.find_last_not_of('=') + 1);
-  return b;
-}
-
-/// The array a cursor holds, `n` members long: strings but for the positions in `ints`; null
-/// when it is not one this server gave.
-json decode_cursor(std::string text, size_t n, std::initializer_list<size_t> ints) {
-  std::replace(text.begin(), text.end(), '-', '+');
-  std::replace(text.begin(), text.end(), '_', '/');
-  while (text.size() % 4)
-    text.push_back('=');
-  auto raw = base64_decode(text);
-  if (!raw)
-    return nullptr;
-  auto j = json::parse(*raw, nullptr, false);
-  if (!j.is_array() || j.size() != n)
-    return nullptr;
-  for (size_t i = 0; i < n; ++i) {
-    bool want_int = std::find(ints.begin(), ints.end(), i) != ints.end();
-    if (want_int ? !j[i].is_number_integer() : !j[i].is_string())
-      return nullptr;
-  }
-  return j;
-}
-
 constexpr std::string_view bad_cursor = "parameter 'after' is not a cursor this server gave";
 
 /// The fleet views read this node's tenant index: in a cluster they would miss the entities
-/// other nodes hold, so they refuse there (docs/http-api.md, "Fleet views").
+/// other nodes hold: in a cluster a client's request gathers every node's part (fleet.hpp).
 verdict fleet_tenant(gateway& gw, exchange& x, uint8_t scope, const http_tenant*& tenant) {
-  if (auto no = tenant_check(gw, x, scope, tenant))
-    return no;
-  if (gw.config().cluster)
-    return refusal{501, "NOT_SUPPORTED_IN_CLUSTER",
-                   "the fleet views read one node's tenant index; in a cluster use each "
-                   "entity's own routes"};
-  return std::nullopt;
+  return tenant_check(gw, x, scope, tenant);
 }
 
 http_response json_answer(const exchange& x, const json& body) {
@@ -108,8 +72,10 @@ struct walk {
   json errors = json::array();                          ///< entities that could not be read
   json last = nullptr;                                  ///< the cursor of the last item taken
   bool full = false;                                    ///< the page is full and more remain
-  std::mutex mu;               ///< the replies of one entity's actions arrive on any worker
-  std::atomic<int> pending{0}; ///< actions of one entity under way
+  answer_sink sink; ///< where the answer goes when not to the client (a cluster's part)
+  std::optional<json> merged_next; ///< a cluster's action: the merged listing's cursor
+  std::mutex mu;                   ///< the replies of one entity's actions arrive on any worker
+  std::atomic<int> pending{0};     ///< actions of one entity under way
 };
 using walk_ptr = std::shared_ptr<walk>;
 
@@ -122,8 +88,20 @@ call_options walk_options(const walk& w) {
 
 void walk_step(const walk_ptr& w);
 
+/// The walk's answer (or its failure) to the client, or to the cluster's gathering.
+void walk_done(walk& w, http_response r) {
+  if (w.sink)
+    return w.sink(std::move(r));
+  finish(*w.gw, *w.x, std::move(r));
+}
+
 void walk_answer(const walk_ptr& w) {
   json body = {{"matched", w->matched}};
+  if (w->merged_next) // a cluster's actions answered in any order: shown in the listing's
+    std::sort(w->items.begin(), w->items.end(), [](const json& a, const json& b) {
+      return std::make_tuple(a.value("type", ""), a.value("id", ""), a.value("dead_letter", "")) <
+             std::make_tuple(b.value("type", ""), b.value("id", ""), b.value("dead_letter", ""));
+    });
   if (w->q.action) {
     body["action"] = w->q.action_name;
     body["dry_run"] = w->q.dry_run;
@@ -139,10 +117,12 @@ void walk_answer(const walk_ptr& w) {
   bool more = w->full || w->entities.size() > static_cast<size_t>(w->q.limit);
   std::string cursor = more && !w->last.is_null() ? encode_cursor(w->last) : "";
   body["next"] = cursor.empty() ? json(nullptr) : json(cursor);
+  if (w->merged_next)
+    body["next"] = *w->merged_next;
   auto r = json_answer(*w->x, body);
   if (!cursor.empty() && !w->q.action)
     r.link = next_link(*w->x, "after=" + cursor);
-  finish(*w->gw, *w->x, std::move(r));
+  walk_done(*w, std::move(r));
 }
 
 /// Whether dead letter `d` of `key` is past the cursor and in the filter's reason.
@@ -160,6 +140,14 @@ bool wanted(const walk& w, const entity_key& key, const json& d) {
 /// checks again when it acts). The gateway does not link the resilience library.
 bool actionable(const std::string& status) {
   return status == "pending" || status == "scheduled" || status == "acknowledged";
+}
+
+/// The arguments of the entity's `@dead_letter` for the walk's action on `d`.
+std::string action_args(const walk& w, const json& d) {
+  json args = {{"id", d.value("id", "")}, {"action", w.q.action_name}, {"actor", w.actor}};
+  if (!w.q.note.is_null())
+    args["reason"] = w.q.note;
+  return args.dump();
 }
 
 /// The action's result for one dead letter, counted.
@@ -221,17 +209,15 @@ void walk_read(const walk_ptr& w, const entity_key& key, call_reply r) {
     return w->full ? walk_answer(w) : walk_step(w);
   w->pending = static_cast<int>(acts.size());
   for (auto& d : acts) {
-    json args = {{"id", d.value("id", "")}, {"action", w->q.action_name}, {"actor", w->actor}};
-    if (!w->q.note.is_null())
-      args["reason"] = w->q.note;
-    w->gw->rt().call(key, "@dead_letter", args.dump(), walk_options(*w), [w, key, d](call_reply r) {
-      {
-        std::lock_guard<std::mutex> g(w->mu);
-        note_result(*w, key, d, &r);
-      }
-      if (--w->pending == 0) // the last one: nothing else touches `w` now
-        w->full ? walk_answer(w) : walk_step(w);
-    });
+    w->gw->rt().call(key, "@dead_letter", action_args(*w, d), walk_options(*w),
+                     [w, key, d](call_reply r) {
+                       {
+                         std::lock_guard<std::mutex> g(w->mu);
+                         note_result(*w, key, d, &r);
+                       }
+                       if (--w->pending == 0) // the last one: nothing else touches `w` now
+                         w->full ? walk_answer(w) : walk_step(w);
+                     });
   }
 }
 
@@ -257,23 +243,124 @@ void start_walk(const walk_ptr& w) {
         *failed = status{errc::unavailable, "the runtime is stopping"};
         return;
       }
+      // A cursor that ends an entity (all its dead letters done) names it, and the index lists
+      // from it, included: it is dropped, so that it does not take a read of the page's.
+      bool done_entity = w->q.after_created == INT64_MAX;
       auto n = ix->count_dead_letters(w->tenant, w->q.filter);
       auto e = n ? ix->dead_letter_entities(w->tenant, w->q.filter, w->q.type, w->q.from_type,
-                                            w->q.from_id, w->q.limit + 1)
+                                            w->q.from_id, w->q.limit + 1 + done_entity)
                  : n.error();
       if (!e) {
         *failed = e.error();
         return;
       }
+      if (done_entity && !e->empty() && e->front().first.type == w->q.from_type &&
+          e->front().first.id == w->q.from_id)
+        e->erase(e->begin());
       w->matched = *n;
       w->entities = std::move(e.value());
     },
     [w, failed] {
       if (!*failed)
-        return finish(*w->gw, *w->x,
-                      problem(*w->x, 503, "UNAVAILABLE", "the tenant index: " + failed->message()));
+        return walk_done(
+          *w, problem(*w->x, 503, "UNAVAILABLE", "the tenant index: " + failed->message()));
       walk_step(w);
     });
+}
+
+// -- a cluster's bulk action --
+
+/// Acts on `d` of `key` at its owner: here through its actor, on another node through the
+/// per-entity route relayed there (its answer counted as the actor's would be).
+void act_at_owner(const walk_ptr& w, const entity_key& key, const json& d) {
+  auto done = [w, key, d](call_reply r) {
+    {
+      std::lock_guard<std::mutex> g(w->mu);
+      note_result(*w, key, d, &r);
+    }
+    if (--w->pending == 0) // the last one: nothing else touches `w` now
+      walk_answer(w);
+  };
+  auto route = w->gw->config().cluster->route(key, false);
+  if (route.to == shard_route::where::local) {
+    return w->gw->rt().call(key, "@dead_letter", action_args(*w, d), walk_options(*w), done);
+  }
+  if (route.to != shard_route::where::forward) {
+    call_reply r;
+    r.code = route.code;
+    return done(std::move(r));
+  }
+  http_request req = w->x->req; // the client's API key goes along
+  req.verb = "POST";
+  req.target = "/v1/entities/" + client::percent_encode(key.type) + "/" +
+               client::percent_encode(key.id) + "/dead-letters/" +
+               client::percent_encode(d.value("id", "")) + "/" + w->q.action_name;
+  req.body = w->q.note.is_null() ? "" : json{{"reason", w->q.note}}.dump();
+  req.has_content_type = !req.body.empty();
+  req.content_type = "application/json";
+  req.idempotency_key.clear();
+  req.idempotency_key_count = 0;
+  w->gw->relay()->send(route.address, req, w->x->trace_id, route.epoch, [done](forwarded_reply fr) {
+    call_reply r;
+    r.ok = fr.res.status == 200;
+    r.body = std::move(fr.res.body);
+    if (!r.ok) {
+      auto j = r.json();
+      r.code = j.is_object() ? j.value("code", "") : "";
+      if (r.code.empty())
+        r.code = fr.not_owner ? "NOT_OWNER" : "UNAVAILABLE";
+    }
+    done(std::move(r));
+  });
+}
+
+/// The merged listing's dead letters, acted on (or, in a dry run, counted); its cursor and
+/// counts are the answer's.
+void act_on_listed(const walk_ptr& w, json page) {
+  w->matched = page.value("matched", int64_t{0});
+  w->errors = std::move(page["errors"]);
+  w->merged_next = std::move(page["next"]);
+  std::vector<std::pair<entity_key, json>> acts;
+  for (auto& d : page["dead_letters"]) {
+    entity_key key{w->tenant, d.value("entity_type", ""), d.value("entity_id", "")};
+    if (!actionable(d.value("status", "")))
+      ++w->skipped;
+    else if (w->q.dry_run)
+      note_result(*w, key, d, nullptr);
+    else
+      acts.emplace_back(std::move(key), std::move(d));
+  }
+  if (acts.empty())
+    return walk_answer(w);
+  w->pending = static_cast<int>(acts.size());
+  for (auto& [key, d] : acts)
+    act_at_owner(w, key, d);
+}
+
+/// A cluster's bulk action: the dead letters the filter takes are listed across every node (one
+/// page of GET /v1/dead-letters, merged), then each is acted on at its owner. Each dead letter
+/// of the page is acted on once; the answer's cursor is the merged listing's.
+void act_across_nodes(const walk_ptr& w, const json& body) {
+  auto listing = std::make_shared<walk>(); // this node's part of the listing
+  listing->gw = w->gw;
+  listing->x = w->x;
+  listing->tenant = w->tenant;
+  listing->q = w->q;
+  listing->q.action = false;
+  http_request req = w->x->req; // the client's API key and trace go along
+  req.verb = "GET";
+  req.body.clear();
+  req.has_content_type = false;
+  req.content_type.clear();
+  req.target = "/v1/dead-letters?limit=" + std::to_string(w->q.limit);
+  for (auto* k : {"state", "reason", "type", "after"})
+    if (body.contains(k))
+      req.target += std::string("&") + k + "=" + client::percent_encode(body[k].get<std::string>());
+  listing->sink = gather(*w->gw, w->x, std::move(req), [w](std::vector<json>& parts) {
+    act_on_listed(w, merge_dead_letters(parts, w->q.limit));
+  });
+  if (listing->sink)
+    start_walk(listing);
 }
 
 /// The filter's state and reason, checked; a refusal names the parameter.
@@ -322,6 +409,17 @@ void list_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
   w->q.limit = qr.args.value("limit", int64_t{100});
   if (auto no = check_filter(qr.args, w->q, "INVALID_QUERY"))
     return refuse(gw, *x, std::move(*no));
+  if (fans_out(gw, *x)) {
+    w->sink = gather(gw, x, x->req, [&gw, x, limit = w->q.limit](std::vector<json>& parts) {
+      auto body = merge_dead_letters(parts, limit);
+      auto r = json_answer(*x, body);
+      if (body["next"].is_string())
+        r.link = next_link(*x, "after=" + body["next"].get<std::string>());
+      finish(gw, *x, std::move(r));
+    });
+    if (!w->sink)
+      return;
+  }
   start_walk(w);
 }
 
@@ -373,17 +471,21 @@ void act_on_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
   w->q.dry_run = body.value("dry_run", false);
   w->q.note = body.value("note", json(nullptr));
   w->actor = key_actor(*x);
+  if (fans_out(gw, *x))
+    return act_across_nodes(w, body);
   start_walk(w);
 }
 
 namespace {
 
-/// The answer of GET /v1/breakers from what the index said (`rd`: failed, states, open).
+/// The answer of GET /v1/breakers from what the index said (`rd`: failed, states, open), to the
+/// client or (`sink`) to a cluster's gathering.
 template <class Read>
-void answer_breakers(gateway& gw, const exchange_ptr& x, Read& rd, int64_t limit) {
+void answer_breakers(gateway& gw, const exchange_ptr& x, Read& rd, int64_t limit,
+                     const answer_sink& sink) {
+  auto done = [&](http_response r) { sink ? sink(std::move(r)) : finish(gw, *x, std::move(r)); };
   if (!rd.failed)
-    return finish(gw, *x,
-                  problem(*x, 503, "UNAVAILABLE", "the tenant index: " + rd.failed.message()));
+    return done(problem(*x, 503, "UNAVAILABLE", "the tenant index: " + rd.failed.message()));
   json tools = json::array();
   for (auto& t : rd.states)
     tools.push_back({{"tool", t.tool}, {"entities", t.entities_by_state}});
@@ -406,7 +508,7 @@ void answer_breakers(gateway& gw, const exchange_ptr& x, Read& rd, int64_t limit
                             {"next", cursor.empty() ? json(nullptr) : json(cursor)}});
   if (!cursor.empty())
     r.link = next_link(*x, "after=" + cursor);
-  finish(gw, *x, std::move(r));
+  done(std::move(r));
 }
 
 } // namespace
@@ -440,6 +542,18 @@ void list_fleet_breakers(gateway& gw, const exchange_ptr& x) {
     std::vector<entity_breaker> open;
   };
   auto rd = std::make_shared<read_t>();
+  answer_sink sink;
+  if (fans_out(gw, *x)) {
+    sink = gather(gw, x, x->req, [&gw, x, limit](std::vector<json>& parts) {
+      auto body = merge_breakers(parts, limit);
+      auto r = json_answer(*x, body);
+      if (body["next"].is_string())
+        r.link = next_link(*x, "after=" + body["next"].get<std::string>());
+      finish(gw, *x, std::move(r));
+    });
+    if (!sink)
+      return;
+  }
   gw.rt().read_tenant_index(
     [rd, name = tenant->name, tool, state, limit, after](tenant_index* ix) {
       if (!ix) {
@@ -458,7 +572,7 @@ void list_fleet_breakers(gateway& gw, const exchange_ptr& x) {
       rd->states = std::move(states.value());
       rd->open = std::move(open.value());
     },
-    [&gw, x, rd, limit] { answer_breakers(gw, x, *rd, limit); });
+    [&gw, x, rd, limit, sink] { answer_breakers(gw, x, *rd, limit, sink); });
 }
 
 } // namespace factum::http::steps
