@@ -296,6 +296,8 @@ status node::impl::poll() {
     return next.error();
   }
   std::lock_guard<std::mutex> g(mu);
+  if (next->revision < floors_revision) // a floor this node wrote after these reads
+    next->floors = st.floors;
   // A shard route() acquired after these reads (its epoch is newer than what they saw) keeps
   // what route() wrote: the reads predate it.
   for (uint32_t k = 0; k < next->shards.size() && k < st.shards.size(); ++k)
@@ -573,6 +575,29 @@ shard_route node::route(const entity_key& key, bool forwarded) {
     return not_taken(e.error());
   r.epoch = *e;
   return r;
+}
+
+std::map<std::string, std::string> node::degradation_floors() const {
+  auto& p = *impl_;
+  std::lock_guard<std::mutex> g(p.mu);
+  return p.st.floors;
+}
+
+status node::set_degradation_floor(const std::string& tenant, const std::string& value) const {
+  auto& p = *impl_;
+  // A removed floor is an empty value (not a deleted key): its revision orders it after a poll
+  // that read the floor before.
+  result<int64_t> rev = status{errc::unavailable, "not written"};
+  {
+    std::lock_guard<std::mutex> cg(p.claim_mu);
+    rev = p.claim->put(p.prefix + "floors/" + tenant, value);
+  }
+  if (!rev)
+    return rev.error();
+  std::lock_guard<std::mutex> g(p.mu); // this node sees it before its next poll
+  p.st.floors[tenant] = value;
+  p.floors_revision = std::max(p.floors_revision, *rev);
+  return status::ok();
 }
 
 void node::refresh(uint32_t, std::function<void()> then) {

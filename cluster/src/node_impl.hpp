@@ -55,8 +55,9 @@ struct node::impl {
   /// shard's activations are refused and its requests answered SHARD_UNAVAILABLE here.
   std::vector<std::atomic<int64_t>> moving;
 
-  mutable std::mutex mu; ///< guards st, waiters, stopping, poll_now, accepted
+  mutable std::mutex mu; ///< guards st, floors_revision, waiters, stopping, poll_now, accepted
   cluster_state st;
+  int64_t floors_revision = 0;                ///< etcd's revision of this node's last floor write
   std::vector<std::function<void()>> waiters; ///< refresh() callbacks for the next poll
   bool stopping = false;
   bool poll_now = false;

@@ -90,6 +90,8 @@ void read_key(cluster_state& st, const etcd_kv& kv, std::string_view rest, uint3
       st.moves[static_cast<uint32_t>(k)] = std::move(*m);
   } else if (under("draining/")) {
     st.draining.push_back(kv.key.substr(at + 9));
+  } else if (under("floors/")) {
+    st.floors[kv.key.substr(at + 7)] = kv.value;
   }
 }
 

@@ -44,6 +44,9 @@ struct cluster_state {
   std::vector<shard_view> shards;
   std::map<uint32_t, move_view> moves; ///< by shard
   std::vector<std::string> draining;   ///< node ids being drained (sorted)
+  /// Operators' degradation floors: tenant -> {"level","reason","actor","at"}, or "" once removed
+  /// (floors/<tenant>).
+  std::map<std::string, std::string> floors;
 
   /// Whether `id` is being drained (no shard is placed or moved to it).
   bool is_draining(const std::string& id) const;
@@ -59,7 +62,7 @@ inline std::string prefix_of(const std::string& name) {
   return "/factum/" + name + "/";
 }
 
-/// Reads nodes/, homes/, shards/, moves/ and draining/ under `prefix` (one range read, one
+/// Reads nodes/, homes/, shards/, moves/, draining/ and floors/ under `prefix` (one range read, one
 /// revision) for a cluster of `shards` shards (keys of shards out of range are ignored).
 result<cluster_state> read_state(etcd_client& etcd, const std::string& prefix, uint32_t shards);
 

@@ -1,11 +1,14 @@
 // degradation_watch.cpp: the degradation watcher (degradation_watch.hpp): gathers the rules'
 // signals from the runtime, evaluates the board and records each move in the tenant's runtime
-// entity. Its own thread; kick() and set_override() from any thread.
+// entity; in a cluster it stores operators' floors in the cluster and applies everyone's. Its own
+// thread; kick() and set_override() from any thread.
 #include "degradation_watch.hpp"
 
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <future>
+#include <set>
 
 #include "runtime_core.hpp"
 
@@ -70,7 +73,8 @@ void degradation_watch::start(runtime_core* rt) {
     return;
   rt_->tools.on_breaker_move([this] { kick(); });
   thread_ = std::thread([this] {
-    restore_floors();
+    if (!floor_keeper()) // a cluster's floors come with every check instead
+      restore_floors();
     run();
   });
 }
@@ -97,7 +101,11 @@ void degradation_watch::run() {
   std::unique_lock<std::mutex> g(mu_);
   auto interval = rt_->degradation.config().check_interval;
   while (!stop_) {
+    auto floors = std::move(floors_);
+    floors_.clear();
     g.unlock();
+    for (auto& f : floors)
+      store_floor(std::move(f));
     evaluate_once();
     g.lock();
     cv_.wait_for(g, interval, [&] { return stop_ || kicked_; });
@@ -107,6 +115,8 @@ void degradation_watch::run() {
 
 void degradation_watch::evaluate_once() {
   auto& c = *rt_;
+  if (auto* keeper = floor_keeper())
+    apply_cluster_floors(*keeper);
   auto changes = c.degradation.evaluate(
     gather(c), disk_low(c.cfg.entity_dir(), c.degradation.config().min_free_bytes), c.now());
   for (auto& ch : changes)
@@ -132,7 +142,8 @@ void degradation_watch::record(const degradation_change& ch, const char* subtype
   auto* core = rt_;
   c.route(key, std::move(req), std::chrono::seconds(30),
           [core, tenant = ch.tenant, done = std::move(done)](call_reply r) {
-            if (!r.ok)
+            // In a cluster another node may own the entity: it writes its own levels' facts.
+            if (!r.ok && r.code != "NOT_OWNER")
               core->log_event({{"level", "error"},
                                {"event", "degradation_fact_failed"},
                                {"tenant", tenant},
@@ -145,6 +156,71 @@ void degradation_watch::record(const degradation_change& ch, const char* subtype
 void degradation_watch::set_override(const std::string& tenant, std::optional<int> level,
                                      std::string reason, std::string actor,
                                      std::function<void(call_reply)> done) {
+  if (floor_keeper()) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      floors_.push_back({tenant, level, std::move(reason), std::move(actor), std::move(done)});
+      kicked_ = true;
+    }
+    cv_.notify_all();
+    return;
+  }
+  apply_floor(tenant, level, std::move(reason), std::move(actor), std::move(done));
+}
+
+// -- floors --
+
+const entity_ownership* degradation_watch::floor_keeper() const {
+  auto* o = rt_->cfg.ownership.get();
+  return o && o->keeps_degradation_floors() ? o : nullptr;
+}
+
+void degradation_watch::store_floor(pending_floor f) {
+  json value;
+  if (f.level)
+    value = {{"level", *f.level}, {"reason", f.reason}, {"actor", f.actor}, {"at", rt_->now()}};
+  auto st = floor_keeper()->set_degradation_floor(f.tenant, f.level ? value.dump() : "");
+  if (!st)
+    return f.done(call_reply::failure(error_category::transient, "CLUSTER_UNAVAILABLE",
+                                      "the floor could not be stored in the cluster (nothing "
+                                      "changed): " +
+                                        st.message(),
+                                      503));
+  apply_floor(f.tenant, f.level, std::move(f.reason), std::move(f.actor),
+              [done = std::move(f.done)](call_reply r) {
+                // Stored in the cluster: the owner of the runtime entity writes the fact.
+                done(!r.ok && r.code == "NOT_OWNER" ? call_reply::success("{}") : std::move(r));
+              });
+}
+
+void degradation_watch::apply_cluster_floors(const entity_ownership& keeper) {
+  auto floors = keeper.degradation_floors();
+  std::set<std::string> tenants(rt_->degradation.config().tenants.begin(),
+                                rt_->degradation.config().tenants.end());
+  for (auto& [t, _] : floors)
+    tenants.insert(t);
+  for (auto& t : tenants) {
+    std::optional<int> level;
+    std::string reason, actor;
+    if (auto it = floors.find(t); it != floors.end()) {
+      auto j = json::parse(it->second, nullptr, false);
+      if (j.is_object() && j["level"].is_number_integer()) {
+        level = std::clamp(j["level"].get<int>(), 0, max_degradation_level);
+        reason = j.value("reason", "");
+        actor = j.value("actor", "");
+      }
+    }
+    auto now = rt_->degradation.status_of(t);
+    if (now.override_level == level &&
+        (!level || (now.override_reason == reason && now.override_actor == actor)))
+      continue;
+    apply_floor(t, level, std::move(reason), std::move(actor), nullptr);
+  }
+}
+
+void degradation_watch::apply_floor(const std::string& tenant, std::optional<int> level,
+                                    std::string reason, std::string actor,
+                                    std::function<void(call_reply)> done) {
   auto& b = rt_->degradation;
   int before = b.level_of(tenant);
   auto moved = b.set_override(tenant, level, reason, actor);

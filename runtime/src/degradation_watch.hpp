@@ -12,10 +12,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "degradation.hpp"
 #include "factum/entities/call.hpp"
 #include "factum/entities/entity.hpp"
+#include "factum/runtime/ownership.hpp"
 
 namespace factum::detail {
 
@@ -39,14 +41,33 @@ class degradation_watch {
   /// Evaluate now (a breaker moved, an entity was quarantined).
   void kick();
   /// An operator's floor for `tenant`, recorded as a `degradation_override` fact; `done` gets
-  /// the fact's outcome (any thread).
+  /// the fact's outcome (any thread). In a cluster that keeps the floors
+  /// (entity_ownership::keeps_degradation_floors) the watcher's thread stores it there first
+  /// (`done` gets 503 CLUSTER_UNAVAILABLE when that fails, and nothing changes); every node
+  /// applies it at its next check, and the fact is written by the node that owns the tenant's
+  /// runtime entity.
   void set_override(const std::string& tenant, std::optional<int> level, std::string reason,
                     std::string actor, std::function<void(call_reply)> done);
 
  private:
+  /// A floor waiting for the watcher's thread to store it in the cluster.
+  struct pending_floor {
+    std::string tenant;
+    std::optional<int> level;
+    std::string reason, actor;
+    std::function<void(call_reply)> done;
+  };
+
   void run();
   void evaluate_once();
   void restore_floors();
+  /// The cluster that keeps the floors, or nullptr (the runtime keeps its own).
+  const entity_ownership* floor_keeper() const;
+  void store_floor(pending_floor f);
+  /// Applies the cluster's floors that differ from the board's.
+  void apply_cluster_floors(const entity_ownership& keeper);
+  void apply_floor(const std::string& tenant, std::optional<int> level, std::string reason,
+                   std::string actor, std::function<void(call_reply)> done);
   void record(const degradation_change& ch, const char* subtype, nlohmann::json extra,
               std::function<void(call_reply)> done);
 
@@ -54,6 +75,7 @@ class degradation_watch {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false, kicked_ = false;
+  std::vector<pending_floor> floors_; ///< under mu_
   std::thread thread_;
 };
 

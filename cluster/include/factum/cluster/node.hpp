@@ -93,6 +93,10 @@ class node final : public entity_ownership, public cluster_router {
   result<owner_claim> claim_for(const entity_key& key) const override;
   bool may_commit(const owner_claim& claim) const override;
   const std::string& node_id() const override;
+  /// Floors live in etcd under floors/<tenant>: every node applies them at its next poll.
+  bool keeps_degradation_floors() const override { return true; }
+  std::map<std::string, std::string> degradation_floors() const override;
+  status set_degradation_floor(const std::string& tenant, const std::string& value) const override;
 
   // -- cluster_router --
   shard_route route(const entity_key& key, bool forwarded) override;

@@ -14,9 +14,11 @@
 //   new owner may already serve the entity (liveness of the single-owner rule; the fence above
 //   is what keeps it safe).
 // Threads: both are called from any thread (storage threads, CAF workers) and must not block.
+// The degradation floors (below) are read and written by the runtime's degradation watcher.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "factum/storage/entity_key.hpp"
@@ -47,6 +49,22 @@ class entity_ownership {
 
   /// This node's id (recorded with each claim in the entity file's owner history).
   virtual const std::string& node_id() const = 0;
+
+  // -- operators' degradation floors, kept by the cluster --
+
+  /// Whether the cluster keeps the operators' degradation floors (so that one floor holds on
+  /// every node, and across restarts): set_degradation_floor stores one, degradation_floors
+  /// reads them. False: each runtime keeps its own (in its tenants' runtime entities).
+  virtual bool keeps_degradation_floors() const { return false; }
+  /// Every tenant's floor as last read from the cluster: tenant -> the JSON text that
+  /// set_degradation_floor stored. Must not block.
+  virtual std::map<std::string, std::string> degradation_floors() const { return {}; }
+  /// Stores `value` (JSON text) as `tenant`'s floor, or removes the floor when `value` is
+  /// empty. May block for one write to the cluster's store; UNAVAILABLE when it fails.
+  virtual status set_degradation_floor(const std::string& tenant, const std::string& value) const {
+    (void)tenant, (void)value;
+    return status{errc::unavailable, "this cluster keeps no degradation floors"};
+  }
 };
 
 } // namespace factum
