@@ -1,8 +1,9 @@
 // store_copy.cpp: consistent copies of an entity file while a process may write it (see
-// entity_store::copy_files and refresh_copy): the copy protocol and the walk of a -wal file's
-// frames (docs/storage-format.md section 2). Stateless; any thread, on files that other threads
-// and processes may be using.
+// entity_store::copy_files and refresh_copy, and wal_copy.hpp): the copy protocol and the walk
+// of a -wal file's frames (docs/storage-format.md section 2). Stateless; any thread, on files that
+// other threads and processes may be using.
 #include "factum/storage/entity_store.hpp"
+#include "factum/storage/wal_copy.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -97,6 +98,10 @@ int64_t wal_committed_end(const fs::path& wal) {
 
 } // namespace
 
+int64_t wal_commit_end(const fs::path& wal) {
+  return wal_committed_end(wal);
+}
+
 status entity_store::copy_files(const fs::path& file, const fs::path& to) {
   // The protocol (docs/storage-format.md section 2): under a read lock on the copy byte no
   // checkpoint writes the database file, so one copy of it is one state. Commits append to
@@ -121,8 +126,13 @@ status entity_store::copy_files(const fs::path& file, const fs::path& to) {
   } while (rc != 0 && errno == EINTR);
   if (rc != 0)
     return {errc::io_error, "cannot lock " + file.string() + ": " + std::strerror(errno)};
+  // `to` is replaced, never written into: a name removed first and a new file made, so that a
+  // hard link to an earlier copy (factum backup's unchanged files) keeps that copy's bytes.
   std::error_code ec;
-  fs::copy_file(file, to, fs::copy_options::overwrite_existing, ec);
+  fs::remove(to, ec);
+  if (ec)
+    return {errc::io_error, "cannot replace " + to.string() + ": " + ec.message()};
+  fs::copy_file(file, to, ec);
   if (ec)
     return {errc::io_error, "cannot copy " + file.string() + ": " + ec.message()};
   auto wal = detail::with_suffix(file, "-wal");

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -614,12 +615,24 @@ TEST_CASE("wal vfs: a copy of a live entity is brought up to date from its WAL's
   REQUIRE(r.is_ok());
   CHECK_FALSE(*r);
   check_all_commits(*open_copy(copy), 5);
-  // The commit after that complete checkpoint restarts the WAL: a whole copy.
+  // The commit after that complete checkpoint restarts the WAL: a whole copy, which replaces
+  // the copy's file: another name of the old one (a hard link) keeps the old bytes.
   commit();
+  auto old_name = copy;
+  old_name += ".old";
+  fs::create_hard_link(copy, old_name);
+  auto read_all = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  auto old_bytes = read_all(old_name);
   r = entity_store::refresh_copy(s->path(), copy);
   REQUIRE(r.is_ok());
   CHECK(*r);
   CHECK(fs::last_write_time(copy) != db_time);
+  CHECK(read_all(old_name) == old_bytes);
+  CHECK(fs::hard_link_count(old_name) == 1);
+  fs::remove(old_name);
   check_all_commits(*open_copy(copy), 6);
   // A copy that caught its last commit torn (here: a byte of its last frame changed): the
   // refresh starts at the copy's last whole commit, so the commit is copied again whole.

@@ -1,10 +1,11 @@
 // main.cpp: the `factum` executable. Dispatches to subcommands (inspect, operate, serve, bench,
-// cluster); each subcommand family lives in its own module and registers itself here. The main
-// thread.
+// cluster, backup, restore); each subcommand family lives in its own module and registers itself
+// here. The main thread.
 #include <CLI/CLI.hpp>
 
 #include "factum/cluster/cli.hpp"
 #include "factum/examples/examples.hpp"
+#include "factum/tools/backup.hpp"
 #include "factum/tools/inspect.hpp"
 #include "factum/tools/loadgen.hpp"
 #include "factum/tools/serve.hpp"
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   factum::tools::add_serve_command(app, &exit_code, std::move(types), {std::move(chat)});
   factum::tools::add_bench_command(app, &exit_code);
   factum::cluster::add_cluster_command(app, &exit_code);
+  factum::tools::add_backup_commands(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
