@@ -129,6 +129,7 @@ class backup_run {
   fs::path prev_gen_, gen_;
   manifest next_;
   counters n_;
+  durable_batch durable_;
 };
 
 int backup_run::check() {
@@ -209,10 +210,10 @@ status backup_run::describe(const fs::path& copy, const std::string& rel, const 
     if (!w)
       return w.error();
     e.wal = *w;
-    if (auto st = sync_file(wal); !st)
+    if (auto st = durable_.add_file(wal); !st)
       return st;
   }
-  return sync_file(copy);
+  return durable_.add_file(copy);
 }
 
 status backup_run::copy_entity(const fs::path& src, const std::string& rel) {
@@ -320,13 +321,14 @@ int backup_run::run(std::ostream& out) {
     if (auto st = copy_entity(file, rel); !st)
       return failed(st);
   }
-  // Every new name durable before the manifest names them: shard directories, then parents.
+  // Every file this backup wrote and every name of the generation durable before the manifest
+  // names them (the hard-linked files were synced by an earlier backup).
   for (auto& ent : fs::directory_iterator(gen_ / "entities", ec))
-    if (auto st = sync_dir(ent.path()); !st)
-      return failed(st);
+    durable_.add_dir(ent.path());
   for (auto& d : {gen_ / "entities", gen_, dest_})
-    if (auto st = sync_dir(d); !st)
-      return failed(st);
+    durable_.add_dir(d);
+  if (auto st = durable_.sync(); !st)
+    return failed(st);
   next_.bytes_copied = n_.bytes_copied;
   next_.finished_ms = now_ms();
   if (auto st = write_manifest(dest_, next_); !st)

@@ -7,6 +7,7 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -256,19 +257,8 @@ result<file_sum> copy_and_sum(const fs::path& from, const fs::path& to) {
       off += w;
     }
   }
-  if (::fdatasync(out.fd) != 0)
-    return os_error("cannot sync", to, errno);
   s.sha256 = h.hex();
   return s;
-}
-
-status sync_file(const fs::path& file) {
-  fd_guard fd{::open(file.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0)
-    return os_error("cannot open", file, errno);
-  if (::fdatasync(fd.fd) != 0)
-    return os_error("cannot sync", file, errno);
-  return status::ok();
 }
 
 status sync_dir(const fs::path& dir) {
@@ -277,6 +267,33 @@ status sync_dir(const fs::path& dir) {
     return os_error("cannot open", dir, errno);
   if (::fsync(fd.fd) != 0)
     return os_error("cannot sync", dir, errno);
+  return status::ok();
+}
+
+status durable_batch::add_file(const fs::path& file) {
+  fd_guard fd{::open(file.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0)
+    return os_error("cannot open", file, errno);
+  ::sync_file_range(fd.fd, 0, 0, SYNC_FILE_RANGE_WRITE); // a hint: sync() checks
+  files_.push_back(file);
+  return status::ok();
+}
+
+status durable_batch::sync() {
+  for (auto& f : files_) {
+    fd_guard fd{::open(f.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (fd.fd < 0)
+      return os_error("cannot open", f, errno);
+    if (::fdatasync(fd.fd) != 0)
+      return os_error("cannot sync", f, errno);
+  }
+  std::sort(dirs_.begin(), dirs_.end());
+  dirs_.erase(std::unique(dirs_.begin(), dirs_.end()), dirs_.end());
+  for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it) // a child sorts after its parent
+    if (auto st = sync_dir(*it); !st)
+      return st;
+  files_.clear();
+  dirs_.clear();
   return status::ok();
 }
 

@@ -67,11 +67,24 @@ status write_manifest(const std::filesystem::path& dest, const manifest& m);
 /// Size and SHA-256 of `file` (read once).
 result<file_sum> sum_file(const std::filesystem::path& file);
 /// Copies `from` to a new file `to` (which must not exist), computing size and SHA-256 of the
-/// bytes copied, and fdatasyncs `to`.
+/// bytes copied (not synced: see sync_fs).
 result<file_sum> copy_and_sum(const std::filesystem::path& from, const std::filesystem::path& to);
-/// fdatasync of a file, fsync of a directory: ok or io_error naming it.
-status sync_file(const std::filesystem::path& file);
+/// fsync of a directory: ok or io_error naming it.
 status sync_dir(const std::filesystem::path& dir);
+/// Files and directories to make durable together: each file's write-out starts when it is
+/// added (sync_file_range, without waiting), so that sync() finds most of them written and its
+/// fdatasync of each file, then fsync of each directory (deepest first), wait little.
+class durable_batch {
+ public:
+  /// Starts writing `file` out; sync() fdatasyncs it.
+  status add_file(const std::filesystem::path& file);
+  /// sync() fsyncs `dir` (after every file).
+  void add_dir(const std::filesystem::path& dir) { dirs_.push_back(dir); }
+  status sync();
+
+ private:
+  std::vector<std::filesystem::path> files_, dirs_;
+};
 
 /// `p` made absolute and normal, through symlinks of the part that exists.
 std::filesystem::path normal_path(const std::filesystem::path& p);

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstring>
 #include <iostream>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -149,7 +148,6 @@ int restore_run::check() {
 
 status restore_run::restore_all() {
   auto gen = from_ / generation_dir(m_.generation);
-  std::set<fs::path> dirs;
   for (auto& e : m_.entities) {
     auto to = tmp_.path / e.file;
     auto src = gen / e.file;
@@ -157,7 +155,6 @@ status restore_run::restore_all() {
     fs::create_directories(to.parent_path(), ec);
     if (ec)
       return status{errc::io_error, "cannot create " + to.parent_path().string()};
-    dirs.insert(to.parent_path());
     if (auto st = restore_file(src, to, e.db, e.key.to_string()); !st)
       return st;
     if (e.wal)
@@ -170,13 +167,16 @@ status restore_run::restore_all() {
   }
   if (auto st = build_indexes(tmp_.path); !st)
     return st;
-  dirs.insert(tmp_.path / "entities");
-  dirs.insert(tmp_.path / "runtime");
-  dirs.insert(tmp_.path);
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) // children sort after their parents
-    if (auto st = sync_dir(*it); !st)
+  // Every file and directory of the restore durable before its rename.
+  durable_batch durable;
+  for (auto& ent : fs::recursive_directory_iterator(tmp_.path)) {
+    auto st = ent.is_directory() ? (durable.add_dir(ent.path()), status::ok())
+                                 : durable.add_file(ent.path());
+    if (!st)
       return st;
-  return status::ok();
+  }
+  durable.add_dir(tmp_.path);
+  return durable.sync();
 }
 
 int restore_run::run(std::ostream& out) {
