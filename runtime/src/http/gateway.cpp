@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include "factum/storage/fact.hpp"
 #include "factum/storage/records.hpp"
@@ -168,12 +170,30 @@ void call_method(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   run_call(gw, x, e, method, std::move(args), std::move(opts));
 }
 
+/// The facts route's `as_of_seq=N` (seq <= N) and `as_of=T` (timestamp <= T, ms) as the
+/// exclusive bounds of the filter (before_seq N + 1, until T + 1); the tighter bound wins when
+/// before_seq or until is given too.
+void as_of_bounds(json& args) {
+  for (auto [from, to] : {std::pair{"as_of_seq", "before_seq"}, std::pair{"as_of", "until"}}) {
+    if (!args.contains(from))
+      continue;
+    auto v = args[from].get<int64_t>();
+    args.erase(from);
+    if (v == std::numeric_limits<int64_t>::max())
+      continue; // no fact is past it
+    if (!args.contains(to) || args[to].get<int64_t>() > v + 1)
+      args[to] = v + 1;
+  }
+}
+
 /// GET .../facts: a page of facts; the filters are the query's.
 void list_facts(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
-  auto q = parse_query(x->query, {"type", "subtype", "trace_id", "tool_id", "idempotency_key"},
-                       {"since", "until", "after_seq", "before_seq"}, true, true);
+  auto q =
+    parse_query(x->query, {"type", "subtype", "trace_id", "tool_id", "idempotency_key"},
+                {"since", "until", "after_seq", "before_seq", "as_of_seq", "as_of"}, true, true);
   if (!q.error.empty())
     return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+  as_of_bounds(q.args);
   // Type filters are fact tokens: refused here, so that a bad filter never reaches the entity
   // (where a failed call would be recorded as an error fact).
   for (const char* name : {"type", "subtype"})
