@@ -109,7 +109,13 @@ class backup_run {
   int run(std::ostream& out);
 
  private:
+  /// Copies the entity file `src` (`rel` under the data directory) into the generation.
   status copy_entity(const fs::path& src, const std::string& rel);
+  /// An entity unchanged since `prev`: its files hard-linked from the previous generation.
+  status link_unchanged(const fs::path& prev_copy, const fs::path& to, const manifest_entity& prev);
+  /// A changed one: refresh_copy over the previous copy; true when it copied the file whole.
+  result<bool> refresh_changed(const fs::path& src, const fs::path& prev_copy, const fs::path& to,
+                               const manifest_entity& prev);
   status describe(const fs::path& copy, const std::string& rel, const db_stat& before,
                   manifest_entity& e, bool& skip);
   int refuse(const std::string& msg) {
@@ -216,13 +222,50 @@ status backup_run::describe(const fs::path& copy, const std::string& rel, const 
   return durable_.add_file(copy);
 }
 
+status backup_run::link_unchanged(const fs::path& prev_copy, const fs::path& to,
+                                  const manifest_entity& prev) {
+  // Hard links: nothing writes these files again (a later copy replaces them).
+  std::error_code ec;
+  fs::create_hard_link(prev_copy, to, ec);
+  if (!ec && prev.wal)
+    fs::create_hard_link(suffixed(prev_copy, "-wal"), suffixed(to, "-wal"), ec);
+  if (ec)
+    return status{errc::io_error, "cannot link " + to.string() + ": " + ec.message()};
+  next_.entities.push_back(prev);
+  ++n_.unchanged;
+  n_.bytes += prev.db.bytes + (prev.wal ? prev.wal->bytes : 0);
+  return status::ok();
+}
+
+result<bool> backup_run::refresh_changed(const fs::path& src, const fs::path& prev_copy,
+                                         const fs::path& to, const manifest_entity& prev) {
+  // The previous database file by a second name (refresh_copy replaces it, never writes it,
+  // when it must copy it again), and a -wal of this generation's own, which it appends to.
+  std::error_code ec;
+  fs::create_hard_link(prev_copy, to, ec);
+  if (!ec && prev.wal)
+    fs::copy_file(suffixed(prev_copy, "-wal"), suffixed(to, "-wal"), ec);
+  if (ec)
+    return status{errc::io_error, "cannot prepare " + to.string() + ": " + ec.message()};
+  auto r = entity_store::refresh_copy(src, to);
+  if (r && !*r) // only what followed the copy's last whole commit was read
+    n_.bytes_copied +=
+      static_cast<uint64_t>(std::max<int64_t>(0, file_bytes(suffixed(to, "-wal")) - prev.wal_end));
+  return r;
+}
+
 status backup_run::copy_entity(const fs::path& src, const std::string& rel) {
   auto before = stat_db(src);
-  if (!before.exists) {
-    ++n_.skipped; // deleted since the listing
-    return status::ok();
-  }
   auto to = gen_ / rel;
+  auto drop = [&] { // the entity is left out: deleted since the listing, or unclaimed
+    std::error_code ec;
+    for (const char* s : {"", "-wal", "-shm"})
+      fs::remove(suffixed(to, s), ec);
+    ++n_.skipped;
+    return status::ok();
+  };
+  if (!before.exists)
+    return drop();
   std::error_code ec;
   fs::create_directories(to.parent_path(), ec);
   if (ec)
@@ -232,45 +275,14 @@ status backup_run::copy_entity(const fs::path& src, const std::string& rel) {
   auto prev_copy = prev_gen_ / rel;
   bool whole = true;
   if (prev && fs::exists(prev_copy, ec)) {
-    bool has_wal = prev->wal.has_value();
-    if (unchanged(src, *prev, prev_copy, before)) {
-      // Hard links: nothing writes these files again (a later copy replaces them).
-      fs::create_hard_link(prev_copy, to, ec);
-      if (!ec && has_wal)
-        fs::create_hard_link(suffixed(prev_copy, "-wal"), suffixed(to, "-wal"), ec);
-      if (ec)
-        return status{errc::io_error, "cannot link " + to.string() + ": " + ec.message()};
-      next_.entities.push_back(*prev);
-      ++n_.unchanged;
-      n_.bytes += prev->db.bytes + (has_wal ? prev->wal->bytes : 0);
-      return status::ok();
-    }
-    // The previous database file by a second name (refresh_copy replaces it, never writes it,
-    // when it must copy it again), and a -wal of this generation's own, which it appends to.
-    fs::create_hard_link(prev_copy, to, ec);
-    if (!ec && has_wal)
-      fs::copy_file(suffixed(prev_copy, "-wal"), suffixed(to, "-wal"), ec);
-    if (ec)
-      return status{errc::io_error, "cannot prepare " + to.string() + ": " + ec.message()};
-    auto r = entity_store::refresh_copy(src, to);
-    if (!r && r.error().code() == errc::not_found) {
-      ++n_.skipped;
-      return status::ok();
-    }
+    if (unchanged(src, *prev, prev_copy, before))
+      return link_unchanged(prev_copy, to, *prev);
+    auto r = refresh_changed(src, prev_copy, to, *prev);
     if (!r)
-      return r.error();
+      return r.error().code() == errc::not_found ? drop() : r.error();
     whole = *r;
-    if (!whole)
-      n_.bytes_copied += static_cast<uint64_t>(
-        std::max<int64_t>(0, file_bytes(suffixed(to, "-wal")) - prev->wal_end));
-  } else {
-    auto st = entity_store::copy_files(src, to);
-    if (!st && st.code() == errc::not_found) {
-      ++n_.skipped;
-      return status::ok();
-    }
-    if (!st)
-      return st;
+  } else if (auto st = entity_store::copy_files(src, to); !st) {
+    return st.code() == errc::not_found ? drop() : st;
   }
   if (whole)
     n_.bytes_copied += static_cast<uint64_t>(file_bytes(to) + file_bytes(suffixed(to, "-wal")));
@@ -279,12 +291,8 @@ status backup_run::copy_entity(const fs::path& src, const std::string& rel) {
   bool skip = false;
   if (auto st = describe(to, rel, before, e, skip); !st)
     return st;
-  if (skip) {
-    ++n_.skipped;
-    for (const char* s : {"", "-wal", "-shm"})
-      fs::remove(suffixed(to, s), ec);
-    return status::ok();
-  }
+  if (skip)
+    return drop();
   n_.bytes += e.db.bytes + (e.wal ? e.wal->bytes : 0);
   next_.entities.push_back(std::move(e));
   return status::ok();
