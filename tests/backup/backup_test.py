@@ -13,13 +13,15 @@ temporary data directory, a free loopback port, stopped by its pid). One case pe
   corrupt      a byte changed in a backup file: the restore refuses, the new directory is left
                absent (or empty), no temporary directory stays behind
   bad-input    missing or wrong directories, DEST inside DIR, a manifest that is not a factum
-               backup's, a non-empty target: a message on stderr and exit 2
+               backup's, a non-empty target, a DEST another backup holds: a message on stderr
+               and exit 2
 
 Every wait is bounded (WAIT seconds), every load loop bounded in time and count.
 
   backup_test.py --factum PATH --case NAME [--keep]
 """
 import argparse
+import fcntl
 import hashlib
 import http.client
 import json
@@ -391,6 +393,11 @@ def case_bad_input(factum, tmp):
     for args, says in cases:
         r = run(factum, *args, expect=2)
         check(says in r.stderr, f"factum {' '.join(args)}: stderr {r.stderr!r} lacks {says!r}")
+    # A second backup into a DEST whose lock another backup holds.
+    with open(os.path.join(good, "backup.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        r = run(factum, "backup", "--data", data, "--to", good, expect=2)
+        check("in use by another factum backup" in r.stderr, f"locked DEST: {r.stderr!r}")
     for n in ("n1", "n2", "n3", "n4"):
         check(not os.path.exists(os.path.join(tmp, n)), f"{n} was made by a refused restore")
     check(os.listdir(full) == ["notes.txt"], "a refused restore changed the target")
