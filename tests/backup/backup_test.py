@@ -8,8 +8,9 @@ temporary data directory, a free loopback port, stopped by its pid). One case pe
                began as a replay with the same body
   incremental  a second backup copies fewer bytes (unchanged entities are not copied again) and
                its restore holds the facts appended between the two
-  kill         `factum backup` killed with SIGKILL mid-way: the previous backup still restores
-               and verifies, and the next backup completes over what the killed one left
+  kill         `factum backup` killed with SIGKILL mid-way: a first backup leaves no manifest
+               (nothing to restore); a later one leaves the previous backup, which still
+               restores and verifies; the next backup completes over what the killed one left
   corrupt      a byte changed in a backup file: the restore refuses, the new directory is left
                absent (or empty), no temporary directory stays behind
   bad-input    missing or wrong directories, DEST inside DIR, a manifest that is not a factum
@@ -268,6 +269,25 @@ def case_incremental(factum, tmp):
         srv.stop()
 
 
+def kill_backup(factum, data, dest, generation):
+    """Starts `factum backup`, kills it with SIGKILL once its generation directory holds 10
+    entity files (polled, bounded); answers how many it held."""
+    gen = os.path.join(dest, "gen-%06d" % generation, "entities")
+    p = subprocess.Popen([factum, "backup", "--data", data, "--to", dest],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end, copied = time.time() + WAIT, 0
+    while time.time() < end and p.poll() is None:
+        copied = sum(f.endswith(".db") for _, _, fs in os.walk(gen) for f in fs) \
+            if os.path.isdir(gen) else 0
+        if copied >= 10:
+            break
+        time.sleep(0.005)
+    check(p.poll() is None, "the backup finished before it could be killed")
+    p.kill()
+    p.wait(WAIT)
+    return copied
+
+
 def case_kill(factum, tmp):
     data, dest = os.path.join(tmp, "data"), os.path.join(tmp, "backup")
     ents = [f"k{i}" for i in range(150)]
@@ -278,25 +298,25 @@ def case_kill(factum, tmp):
     srv = Server(factum, tmp, data, "serve", closing)
     try:
         first = fill(srv.port, ents, 1, "first")
+        # A first backup killed mid-way leaves no manifest: no backup, and the next one
+        # completes over what it left.
+        dest0 = os.path.join(tmp, "backup0")
+        copied = kill_backup(factum, data, dest0, 1)
+        check(not os.path.exists(os.path.join(dest0, "manifest.json")), "a killed first backup "
+              "left a manifest")
+        r = run(factum, "restore", "--from", dest0, "--data", os.path.join(tmp, "r0"), expect=2)
+        check("holds no factum backup" in r.stderr, f"restore of a killed first backup: {r.stderr}")
+        print(f"killed the first backup after {copied} of {len(ents)} entities")
+        b0 = backup(factum, data, dest0)
+        check(b0["generation"] == 1 and b0["entities"] == len(ents), f"first backup again: {b0}")
+        check_manifest(dest0)
         backup(factum, data, dest)
     finally:
         srv.stop()
     srv = Server(factum, tmp, data, "serve2", closing)
     try:
         second = fill(srv.port, ents, 1, "second")  # every entity changed since
-        gen2 = os.path.join(dest, "gen-000002", "entities")
-        p = subprocess.Popen([factum, "backup", "--data", data, "--to", dest],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        end, copied = time.time() + WAIT, 0
-        while time.time() < end and p.poll() is None:
-            copied = sum(f.endswith(".db") for _, _, fs in os.walk(gen2) for f in fs) \
-                if os.path.isdir(gen2) else 0
-            if copied >= 10:
-                break
-            time.sleep(0.005)
-        check(p.poll() is None, "the backup finished before it could be killed")
-        p.kill()
-        p.wait(WAIT)
+        copied = kill_backup(factum, data, dest, 2)
         print(f"killed the second backup after {copied} of {len(ents)} entities")
         m = check_manifest(dest)
         check(m["generation"] == 1, f"the manifest is generation {m['generation']}")
