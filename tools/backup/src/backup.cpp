@@ -33,11 +33,6 @@ namespace {
 
 // -- the source's files -------------------------------------------------------------------------
 
-fs::path suffixed(fs::path p, const char* suffix) {
-  p += suffix;
-  return p;
-}
-
 /// The size and mtime of a source .db before it is copied (exists = false: gone).
 struct db_stat {
   bool exists = false;

@@ -64,6 +64,12 @@ result<manifest> read_manifest(const std::filesystem::path& dest);
 /// Writes DEST/manifest.json atomically: a temporary file, fsync, rename over, fsync of DEST.
 status write_manifest(const std::filesystem::path& dest, const manifest& m);
 
+/// `p` with `suffix` appended to its name ("-wal").
+inline std::filesystem::path suffixed(std::filesystem::path p, const char* suffix) {
+  p += suffix;
+  return p;
+}
+
 /// Size and SHA-256 of `file` (read once).
 result<file_sum> sum_file(const std::filesystem::path& file);
 /// Copies `from` to a new file `to` (which must not exist), computing size and SHA-256 of the

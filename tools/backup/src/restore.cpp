@@ -24,11 +24,6 @@ namespace factum::tools::backup {
 
 namespace {
 
-fs::path suffixed(fs::path p, const char* suffix) {
-  p += suffix;
-  return p;
-}
-
 /// A directory removed with everything in it when the restore does not finish.
 struct temp_tree {
   fs::path path;
@@ -40,7 +35,7 @@ struct temp_tree {
   }
 };
 
-/// Copies one file of entity `e` from the backup, checking it against the manifest's sum.
+/// Copies one backup file to `to`, checking it against the manifest's `want` (`what` names it).
 status restore_file(const fs::path& from, const fs::path& to, const file_sum& want,
                     const std::string& what) {
   auto got = copy_and_sum(from, to);
