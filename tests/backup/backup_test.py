@@ -378,7 +378,10 @@ def case_bad_input(factum, tmp):
     data = os.path.join(tmp, "data")
     os.makedirs(os.path.join(data, "entities"))
     good = os.path.join(tmp, "good")
-    backup(factum, data, good)  # an empty data directory: a backup of no entity
+    # An empty data directory: a backup of no entity, with a warning (a shared-storage node's).
+    r = run(factum, "backup", "--data", data, "--to", good)
+    check(json.loads(r.stdout)["entities"] == 0, f"empty backup: {r.stdout}")
+    check("warning: no entity file" in r.stderr, f"no warning: {r.stderr}")
     not_data = os.path.join(tmp, "plain")
     os.mkdir(not_data)
     afile = os.path.join(tmp, "afile")

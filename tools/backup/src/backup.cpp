@@ -350,6 +350,10 @@ int backup_run::run(std::ostream& out) {
                          {"bytes", n_.bytes},
                          {"seconds", s}};
   out << line.dump() << "\n";
+  if (next_.entities.empty()) // e.g. a cluster node on shared storage: its files are elsewhere
+    err_ << "factum backup: warning: no entity file under " << (data_ / "entities").string()
+         << " (a cluster node with storage \"shared\" keeps them under its shared_dir: back that "
+            "directory up with --data SHARED_DIR)\n";
   return 0;
 }
 
