@@ -1,12 +1,10 @@
 // http/cluster_routes.cpp: the gateway's routes that span a cluster (docs/cluster.md): the
-// entity listing merged across nodes (by key; by activity through fleet.hpp), GET /v1/cluster, and
-// the files of planned shard moves. They run on an I/O thread; a listing's parts are merged on the
-// threads they arrive on (a storage thread, the relay's I/O thread), an adopted file answered from
-// a storage thread.
+// entity listing (in a cluster every node's page, gathered and merged by fleet.hpp), GET
+// /v1/cluster, and the files of planned shard moves. They run on an I/O thread; a listing is
+// answered from a storage thread or the thread of its last part, an adopted file from a storage
+// thread.
 #include <algorithm>
 #include <climits>
-#include <mutex>
-#include <tuple>
 
 #include "factum/storage/sha256.hpp"
 #include "http/fleet.hpp"
@@ -20,43 +18,11 @@ using nlohmann::json;
 
 namespace {
 
-/// A listing of a tenant's entities across a cluster: this node's page and every other node's
-/// (each the first `limit` after the cursor), merged. Under `mu`: the completions run on a
-/// storage thread and the relay's I/O thread.
-struct fleet_page {
-  std::mutex mu;
-  int pending = 0;
-  json entities = json::array();
-  bool more = false;  ///< a node had a full page
-  std::string failed; ///< why a part is missing (the answer is then 503)
-};
-
-/// The merged page: the first `limit` in (type, id) order, with a Link when there may be more.
-void answer_listing(gateway& gw, const exchange_ptr& x, fleet_page& f, int64_t limit) {
-  if (!f.failed.empty()) {
-    auto r = problem(*x, 503, "SHARD_UNAVAILABLE", f.failed + "; retry");
-    r.retry_after_s = 1;
-    return finish(gw, *x, std::move(r));
-  }
-  auto& v = f.entities;
-  std::sort(v.begin(), v.end(), [](const json& a, const json& b) {
-    return std::tie(a["type"].get_ref<const std::string&>(),
-                    a["id"].get_ref<const std::string&>()) <
-           std::tie(b["type"].get_ref<const std::string&>(), b["id"].get_ref<const std::string&>());
-  });
-  // During a shard move an entity's file is on both nodes for a moment: listed once.
-  v.erase(std::unique(v.begin(), v.end(),
-                      [](const json& a, const json& b) {
-                        return a["type"] == b["type"] && a["id"] == b["id"];
-                      }),
-          v.end());
-  if (static_cast<int64_t>(v.size()) > limit) {
-    v.erase(v.begin() + limit, v.end());
-    f.more = true;
-  }
+/// A page of entities in (type, id) order, with a Link when there may be more.
+void answer_key_page(gateway& gw, const exchange_ptr& x, const json& v, bool more) {
   http_response r;
   r.trace_id = x->trace_id;
-  if (f.more && !v.empty())
+  if (more && !v.empty())
     r.link = next_link(*x, "after=" + v.back()["type"].get<std::string>() + "/" +
                              v.back()["id"].get<std::string>());
   r.body = v.dump();
@@ -156,53 +122,35 @@ void list_entities(gateway& gw, const exchange_ptr& x) {
   }
   lq.limit = q.args.value("limit", int64_t{100});
   auto limit = lq.limit;
-  std::vector<std::string> peers, down;
-  if (auto* c = gw.config().cluster.get(); c && x->req.forwarded.empty() && gw.relay()) {
-    peers = c->peers(down);
-    if (!down.empty()) {
-      std::string names;
-      for (auto& d : down)
-        names += (names.empty() ? "" : ", ") + d;
-      auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
-                       "node(s) " + names + " hold entities and are down: the listing would " +
-                         "be incomplete; retry when they are back");
-      r.retry_after_s = 1;
-      return finish(gw, *x, std::move(r));
-    }
-  }
-  auto f = std::make_shared<fleet_page>();
-  f->pending = 1 + static_cast<int>(peers.size());
-  gw.rt().list_entities(tenant->name, std::move(lq), [&gw, x, f, limit](auto page) {
-    std::lock_guard<std::mutex> g(f->mu);
-    if (!page) {
-      f->failed = page.error().message();
-    } else {
-      for (auto& e : *page)
-        f->entities.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});
-      f->more = f->more || static_cast<int64_t>(page->size()) == limit;
-    }
-    if (--f->pending == 0)
-      answer_listing(gw, x, *f, limit);
-  });
-  for (auto& address : peers)
-    gw.relay()->send(address, x->req, x->trace_id, 0, [&gw, x, f, limit, address](auto fr) {
-      std::lock_guard<std::mutex> g(f->mu);
-      auto page = fr.res.status == 200 ? json::parse(fr.res.body, nullptr, false) : json();
-      bool well_formed = page.is_array();
-      for (auto& e : page)
-        well_formed = well_formed && e.is_object() && e.contains("type") && e["type"].is_string() &&
-                      e.contains("id") && e["id"].is_string();
-      if (!well_formed) {
-        f->failed = "node " + address + " did not list its entities (" +
-                    (fr.res.status ? std::to_string(fr.res.status) : fr.error) + ")";
-      } else {
-        for (auto& e : page)
-          f->entities.push_back(std::move(e));
-        f->more = f->more || static_cast<int64_t>(page.size()) == limit;
+  answer_sink sink;
+  if (fans_out(gw, *x)) {
+    sink = gather(gw, x, x->req, [&gw, x, limit](std::vector<json>& parts) {
+      bool more = false;
+      auto v = merge_by_key(parts, limit, more);
+      if (v.is_null()) {
+        auto r = problem(*x, 503, "SHARD_UNAVAILABLE", "a node did not list its entities; retry");
+        r.retry_after_s = 1;
+        return finish(gw, *x, std::move(r));
       }
-      if (--f->pending == 0)
-        answer_listing(gw, x, *f, limit);
+      answer_key_page(gw, x, v, more);
     });
+    if (!sink)
+      return;
+  }
+  gw.rt().list_entities(tenant->name, std::move(lq), [&gw, x, limit, sink](auto page) {
+    if (!page) {
+      auto r = problem(*x, 503, "UNAVAILABLE", page.error().message());
+      return sink ? sink(std::move(r)) : finish(gw, *x, std::move(r));
+    }
+    json out = json::array();
+    for (auto& e : *page)
+      out.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});
+    if (!sink)
+      return answer_key_page(gw, x, out, static_cast<int64_t>(out.size()) == limit);
+    http_response r;
+    r.body = out.dump();
+    sink(std::move(r));
+  });
 }
 
 /// GET /v1/cluster: the cluster's nodes, shards, owners and epochs (any key with read).

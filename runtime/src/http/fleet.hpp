@@ -58,6 +58,11 @@ nlohmann::json merge_dead_letters(std::vector<nlohmann::json>& parts, int64_t li
 /// the first `limit` breakers not closed in (tool, type, id) order, each entity once.
 nlohmann::json merge_breakers(std::vector<nlohmann::json>& parts, int64_t limit);
 
+/// One page of GET /v1/entities (in key order) from every node's (each an array of the first
+/// `limit` after the cursor): in (type, id) order, each entity once, at most `limit`; `more`
+/// when a node had a full page. Null when a part is not an array of entities.
+nlohmann::json merge_by_key(std::vector<nlohmann::json>& parts, int64_t limit, bool& more);
+
 /// One page of GET /v1/entities?order=last_activity from every node's (each an array): most
 /// recently active first, ties in (type, id) order, each entity once, at most `limit`.
 nlohmann::json merge_by_activity(std::vector<nlohmann::json>& parts, int64_t limit);

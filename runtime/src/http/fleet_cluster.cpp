@@ -231,6 +231,34 @@ json merge_breakers(std::vector<json>& parts, int64_t limit) {
   return {{"tools", std::move(tools)}, {"not_closed", std::move(page)}, {"next", next}};
 }
 
+json merge_by_key(std::vector<json>& parts, int64_t limit, bool& more) {
+  json v = json::array();
+  for (auto& p : parts) {
+    if (!p.is_array())
+      return nullptr;
+    for (auto& e : p) {
+      if (!e.is_object() || !e.contains("type") || !e["type"].is_string() || !e.contains("id") ||
+          !e["id"].is_string())
+        return nullptr;
+      v.push_back(std::move(e));
+    }
+    more = more || static_cast<int64_t>(p.size()) == limit;
+  }
+  auto key = [](const json& e) {
+    return std::tie(e["type"].get_ref<const std::string&>(), e["id"].get_ref<const std::string&>());
+  };
+  std::sort(v.begin(), v.end(), [&](const json& a, const json& b) { return key(a) < key(b); });
+  // During a shard move an entity's file is on both nodes for a moment: listed once.
+  v.erase(
+    std::unique(v.begin(), v.end(), [&](const json& a, const json& b) { return key(a) == key(b); }),
+    v.end());
+  if (static_cast<int64_t>(v.size()) > limit) {
+    v.erase(v.begin() + limit, v.end());
+    more = true;
+  }
+  return v;
+}
+
 json merge_by_activity(std::vector<json>& parts, int64_t limit) {
   using key = std::tuple<int64_t, std::string, std::string>; // -last_activity, type, id
   std::vector<std::pair<key, json>> all;
