@@ -12,10 +12,11 @@
 #include "entity_reader.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/fact.hpp"
-#include "factum/tools/inspect.hpp"
 #include "output.hpp"
 
 namespace factum::tools {
+
+struct inspect_io; // factum/tools/inspect.hpp (not included: it brings CLI11)
 
 /// Options every subcommand takes.
 struct common_options {
