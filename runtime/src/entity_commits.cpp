@@ -108,6 +108,21 @@ void request_sync(self_ptr self) {
   });
 }
 
+/// A commit appended facts up to `seq`: when a fact stream follows facts, `v` (the commit's
+/// replies) gets one more entry, which the output gate delivers with them once the commit is
+/// durable, and which tells the holder of connections so (never for a commit that fails).
+void notice_facts(entity_state& s, output_gate<reply_to>::reply_batch& v, int64_t seq) {
+  auto holder = s.rt->connection_holder();
+  if (!holder || !holder->follows_facts())
+    return;
+  reply_to to;
+  to.local = [holder = std::move(holder), key = s.key, seq](call_reply r) {
+    if (r.ok)
+      holder->facts_durable(key, seq);
+  };
+  v.emplace_back(std::move(to), call_reply::success("null"));
+}
+
 /// Resumes the suspended turn if its await completed while a job held the store.
 void resume_if_woken(self_ptr self) {
   auto& s = self->state;
@@ -148,6 +163,8 @@ void start_commit(self_ptr self) {
     s.rt->stats.commits.fetch_add(1, std::memory_order_relaxed);
     s.rt->stats.facts.fetch_add(facts, std::memory_order_relaxed);
     s.rt->stats.turns_committed.fetch_add(turns, std::memory_order_relaxed);
+    if (facts > 0)
+      notice_facts(s, s.batch, seq);
     if (deferred) {
       s.gate.committed();
       s.gate.hold(s.batch);
@@ -251,6 +268,8 @@ void on_committed(self_ptr self, const status& commit, bool alarms, const sync_r
       measure_commit(s.core->meter, *s.core->store);
       index_fleet_summary(*s.rt, s.key, s.core->meter, *s.core->store);
     }
+    if (s.commit_facts > 0)
+      notice_facts(s, s.in_commit, s.commit_seq);
     s.gate.committed_and_synced(rep); // a failed sync quarantines: the commit landed
     s.gate.hold(s.in_commit);
   } else {

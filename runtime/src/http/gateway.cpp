@@ -21,6 +21,7 @@
 #include "factum/storage/records.hpp"
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/tenant_index.hpp"
+#include "http/fact_streams.hpp"
 #include "http/forwarder.hpp"
 #include "http/gateway_steps.hpp"
 #include "http/http_util.hpp"
@@ -384,6 +385,8 @@ constexpr route routes[] = {
    act_on_fleet_dead_letters, nullptr, 0, "a bulk dead letter action is retry or discard"},
   {"GET", "/v1/breakers", "fleet_breakers", list_fleet_breakers},
   {"GET", "/v1/entities/{type}/{id}/facts", "facts", nullptr, list_facts, scope_read},
+  {"GET", "/v1/entities/{type}/{id}/facts/stream", "facts_stream", nullptr, open_fact_stream,
+   scope_read},
   {"GET", "/v1/entities/{type}/{id}/dead-letters", "dead_letters", nullptr, list_dead_letters,
    scope_read},
   {"GET", "/v1/entities/{type}/{id}/breakers", "breakers", nullptr, list_breakers, scope_read},
@@ -514,6 +517,11 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x) {
     if (d.to == shard_route::where::forward && x->chosen->entity == &open_websocket &&
         x->req.websocket)
       return proxy_websocket(gw, x, *e, d);
+    if (d.to == shard_route::where::forward && x->chosen->entity == &open_fact_stream)
+      return refuse(
+        gw, *x,
+        {503, "STREAM_AT_OWNER",
+         "a fact stream is served by the entity's owner only: open it at " + d.address});
     if (d.to == shard_route::where::forward && gw.relay())
       return relay(gw, x, d);
     if (d.to != shard_route::where::local) {
@@ -550,6 +558,10 @@ gateway::gateway(runtime& rt, http_server_config cfg) : rt_(rt), cfg_(std::move(
     relay_ = std::make_unique<forwarder>(cfg_.call_timeout + std::chrono::seconds(5));
   hub_ = std::make_shared<ws_hub>(cfg_.limits.ws_max_connections_per_entity,
                                   cfg_.limits.ws_max_connections_per_tenant);
+  streams_ = std::make_shared<fact_streams>(cfg_.limits.stream_max_connections_per_entity,
+                                            cfg_.limits.stream_max_connections_per_tenant,
+                                            &metrics_.streams_open);
+  hub_->follow_facts(streams_);
   rt_.attach_connections(hub_);
   if (!cfg_.log)
     cfg_.log = [](std::string_view line) {

@@ -21,6 +21,8 @@
 namespace factum::http {
 
 class forwarder;
+class fact_stream;
+class fact_streams;
 struct ws_upgrade;
 
 /// A request as the transport read it: the parts the API looks at.
@@ -37,6 +39,8 @@ struct http_request {
   int idempotency_key_count = 0; ///< how many Idempotency-Key headers came
   std::string traceparent;
   std::string x_trace_id;
+  std::string last_event_id;   ///< Last-Event-ID (a fact stream's resumption)
+  int last_event_id_count = 0; ///< how many Last-Event-ID headers came
   /// X-Factum-Forwarded: another node of the cluster relayed the request (the epoch it saw);
   /// empty when a client sent it.
   std::string forwarded;
@@ -75,6 +79,9 @@ template <class Message> http_request to_http_request(Message& msg) {
     r.traceparent = std::string(it->value());
   if (auto it = msg.find("X-Trace-Id"); it != msg.end())
     r.x_trace_id = std::string(it->value());
+  r.last_event_id_count = static_cast<int>(msg.count("Last-Event-ID"));
+  if (auto it = msg.find("Last-Event-ID"); it != msg.end())
+    r.last_event_id = std::string(it->value());
   if (auto it = msg.find("X-Factum-Forwarded"); it != msg.end())
     r.forwarded = std::string(it->value());
   if (auto it = msg.find("X-Factum-Move-Time"); it != msg.end())
@@ -106,6 +113,9 @@ struct http_response {
   /// A WebSocket upgrade on_connect decided: the transport completes the handshake instead of
   /// writing this response (and closes at once with the refusal's code when it refused).
   std::shared_ptr<const ws_upgrade> upgrade;
+  /// A fact stream whose first page was read: the transport writes this response's headers,
+  /// then the stream's events until it ends (fact_streams.hpp).
+  std::shared_ptr<fact_stream> stream;
 };
 
 /// What the transport needs to open (or refuse) a WebSocket connection.
@@ -156,12 +166,15 @@ class gateway {
   void stop_relay();
   /// The WebSocket connections this gateway holds (attached to the runtime while it lives).
   ws_hub& hub() { return *hub_; }
+  /// The open fact streams.
+  fact_streams& streams() { return *streams_; }
 
  private:
   runtime& rt_;
   http_server_config cfg_;
   std::unique_ptr<forwarder> relay_;
   std::shared_ptr<ws_hub> hub_;
+  std::shared_ptr<fact_streams> streams_;
   http_metrics metrics_;
   std::atomic<bool> draining_{false};
 };

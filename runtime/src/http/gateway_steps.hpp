@@ -145,6 +145,11 @@ void act_on_fleet_dead_letters(gateway& gw, const exchange_ptr& x);
 /// GET /v1/breakers: per tool, entities per breaker state; the ones not closed, paged.
 void list_fleet_breakers(gateway& gw, const exchange_ptr& x);
 
+// -- fact streams (stream_routes.cpp) --
+
+/// GET /v1/entities/{type}/{id}/facts/stream: Server-Sent Events of the entity's facts.
+void open_fact_stream(gateway& gw, const exchange_ptr& x, const entity_ref& e);
+
 // -- WebSocket connections (ws_routes.cpp) --
 
 /// GET /v1/entities/{type}/{id}/ws: a WebSocket upgrade, decided by the entity's on_connect.

@@ -366,6 +366,37 @@ void http_metrics::render_websockets(std::string& out) const {
          "WebSocket message turns that failed (each also an error fact).", ws_turn_failures.load());
 }
 
+std::string_view http_metrics::stream_end_label(stream_end e) {
+  switch (e) {
+  case stream_end::client: return "client";
+  case stream_end::overflow: return "overflow";
+  case stream_end::failed: return "failed";
+  case stream_end::slow_reader: return "slow_reader";
+  case stream_end::stopping: return "stopping";
+  case stream_end::count_: break;
+  }
+  return "unknown";
+}
+
+void http_metrics::render_streams(std::string& out) const {
+  metric(out, "factum_fact_streams", "gauge", "Open fact streams (GET .../facts/stream).",
+         static_cast<uint64_t>(std::max<int64_t>(0, streams_open.load())));
+  metric(out, "factum_fact_streams_accepted_total", "counter", "Fact streams started.",
+         streams_accepted.load());
+  header(out, "factum_fact_streams_refused_total", "counter",
+         "Fact streams refused before they started, by reason.");
+  out += "factum_fact_streams_refused_total{reason=\"limit\"} " +
+         std::to_string(streams_refused_limit.load()) + '\n';
+  header(out, "factum_fact_streams_closed_total", "counter", "Fact streams ended, by reason.");
+  for (size_t i = 0; i < streams_closed_.size(); ++i) {
+    out += "factum_fact_streams_closed_total{reason=\"";
+    out += stream_end_label(static_cast<stream_end>(i));
+    out += "\"} " + std::to_string(streams_closed_[i].load()) + '\n';
+  }
+  metric(out, "factum_fact_stream_events_total", "counter",
+         "Fact events handed to fact streams' clients.", stream_events.load());
+}
+
 /// Long for a reason: one statement per metric, in the order /metrics lists them.
 std::string http_metrics::render(const runtime_stats& rt, const cluster_stats* cluster) const {
   std::string out;
@@ -397,6 +428,7 @@ std::string http_metrics::render(const runtime_stats& rt, const cluster_stats* c
   metric(out, "factum_http_in_flight_requests", "gauge", "HTTP requests read and not yet answered.",
          static_cast<uint64_t>(std::max<int64_t>(0, in_flight.load())));
   render_websockets(out);
+  render_streams(out);
   // -- runtime --
   metric(out, "factum_calls_total", "counter", "Calls routed to entities.", rt.calls);
   metric(out, "factum_call_errors_total", "counter", "Calls that failed before reaching an entity.",

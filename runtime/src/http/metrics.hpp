@@ -77,6 +77,25 @@ class http_metrics {
   /// Message turns that failed (each is also an error fact of the entity).
   std::atomic<uint64_t> ws_turn_failures{0};
 
+  // -- fact streams (fact_streams.hpp) --
+
+  /// Why a fact stream ended: the label of factum_fact_streams_closed_total.
+  enum class stream_end {
+    client,      ///< the client went away
+    overflow,    ///< its queue passed stream_max_queue_bytes (an `overflow` event)
+    failed,      ///< a read of the entity failed (a `failed` event)
+    slow_reader, ///< a write did not complete within request_timeout
+    stopping,    ///< the server stops
+    count_
+  };
+  static std::string_view stream_end_label(stream_end e);
+  void stream_closed(stream_end e) { streams_closed_[static_cast<size_t>(e)].fetch_add(1); }
+
+  /// Open fact streams (gauge).
+  std::atomic<int64_t> streams_open{0};
+  /// Streams started; refused at a cap (429); fact events handed to the transport.
+  std::atomic<uint64_t> streams_accepted{0}, streams_refused_limit{0}, stream_events{0};
+
   /// The whole exposition: gateway counters plus the runtime's, plus the cluster's when
   /// `cluster` is given (cluster mode).
   std::string render(const runtime_stats& rt, const cluster_stats* cluster = nullptr) const;
@@ -90,6 +109,7 @@ class http_metrics {
  private:
   void render_requests(std::string& out) const;
   void render_websockets(std::string& out) const;
+  void render_streams(std::string& out) const;
   void render_tools(std::string& out, const runtime_stats& rt) const;
   void render_cluster(std::string& out, const runtime_stats& rt, const cluster_stats& c) const;
 
@@ -103,6 +123,7 @@ class http_metrics {
   std::atomic<uint64_t> call_count_{0};
   std::atomic<uint64_t> call_ns_sum_{0};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(ws_end::count_)> ws_closed_{};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(stream_end::count_)> streams_closed_{};
 };
 
 } // namespace factum::http

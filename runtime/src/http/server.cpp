@@ -1,10 +1,12 @@
 // http/server.cpp: the HTTP/1.1 transport of the gateway (Boost.Beast): the acceptor, one
 // session per connection on its own strand, request deadlines (408), body and header limits
-// (413, 431), keep-alive, lingering close and graceful shutdown. The only translation unit of
+// (413, 431), keep-alive, lingering close and graceful shutdown, and the writing of fact streams
+// (Server-Sent Events, fact_streams.hpp). The only translation unit of
 // factum_http that includes Beast. Runs on the server's Asio threads; runtime replies arrive on
 // CAF workers and are posted back to the connection's strand, so no Asio thread ever waits.
 #include "factum/runtime/http_server.hpp"
 
+#include <array>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -22,6 +24,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
+#include "http/fact_streams.hpp"
 #include "http/gateway.hpp"
 #include "http/ws_server.hpp"
 
@@ -123,7 +126,7 @@ class session : public std::enable_shared_from_this<session> {
  public:
   session(tcp::socket&& s, std::shared_ptr<http_server::impl> srv, std::string client)
       : stream_(std::move(s)), ex_(stream_.get_executor()), srv_(std::move(srv)), deadline_(ex_),
-        client_(std::move(client)) {}
+        keepalive_(ex_), client_(std::move(client)) {}
 
   ~session() { srv_->session_gone(this, client_); }
 
@@ -149,6 +152,8 @@ class session : public std::enable_shared_from_this<session> {
   void close() {
     if (auto w = upgraded_.lock()) // a WebSocket now: it closes with 1001
       return w->stop();
+    if (facts_) // a fact stream: its client resumes from the last id it got
+      return end_stream(srv_->closing.load() ? end::stopping : end::client);
     if (closed_)
       return;
     closed_ = true;
@@ -326,6 +331,8 @@ class session : public std::enable_shared_from_this<session> {
         srv_->request_done();
       return;
     }
+    if (r.stream)
+      return begin_stream(std::move(r));
     res_ = {};
     res_.version(version_ == 10 ? 10 : 11);
     res_.result(static_cast<unsigned>(r.status));
@@ -399,10 +406,150 @@ class session : public std::enable_shared_from_this<session> {
       });
   }
 
+  // -- a fact stream (http_response::stream): its headers, then its events until it ends --
+
+  using end = http::http_metrics::stream_end;
+
+  /// Writes the stream's headers (the request is answered then), then its events. The
+  /// connection ends with the stream: chunked for HTTP/1.1, delimited by the close for 1.0.
+  void begin_stream(http::http_response r) {
+    facts_ = std::move(r.stream);
+    chunked_ = version_ != 10;
+    std::string h = version_ == 10 ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.1 200 OK\r\n";
+    h += "Server: factum\r\nContent-Type: " + r.content_type + "\r\n";
+    if (!r.trace_id.empty())
+      h += "X-Trace-Id: " + r.trace_id + "\r\n";
+    for (auto& [name, value] : r.headers)
+      h += name + ": " + value + "\r\n";
+    if (chunked_)
+      h += "Transfer-Encoding: chunked\r\n";
+    h += "Connection: close\r\n\r\n";
+    out_ = std::move(h);
+    writing_ = true;
+    stream_.expires_after(limits().request_timeout);
+    net::async_write(stream_, net::buffer(out_),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->srv_->request_done(); // answered; the stream goes on
+                       self->on_stream_write(ec, false);
+                       if (ec || !self->facts_)
+                         return;
+                       std::weak_ptr<session> weak = self;
+                       self->facts_->attach([weak, ex = self->ex_] {
+                         net::post(ex, [weak] {
+                           if (auto s = weak.lock())
+                             s->pump_stream();
+                         });
+                       });
+                       self->watch_peer();
+                       self->arm_keepalive();
+                       self->pump_stream();
+                     });
+  }
+
+  /// Writes what the stream has queued, unless a write is out.
+  void pump_stream() {
+    if (!facts_ || writing_)
+      return;
+    auto c = facts_->take();
+    if (c.bytes.empty() && !c.last)
+      return;
+    srv_->gw.metrics().stream_events.fetch_add(c.facts);
+    write_stream(std::move(c.bytes), c.last);
+  }
+
+  /// One chunk (the last one ends the body); a write the client does not take within
+  /// request_timeout ends the stream.
+  void write_stream(std::string bytes, bool last) {
+    out_.clear();
+    if (chunked_ && !bytes.empty()) {
+      static constexpr char hex[] = "0123456789abcdef";
+      std::string size;
+      for (size_t n = bytes.size(); n > 0; n >>= 4)
+        size.insert(size.begin(), hex[n & 15]);
+      out_.append(size).append("\r\n").append(bytes).append("\r\n");
+    } else {
+      out_ = std::move(bytes);
+    }
+    if (chunked_ && last)
+      out_.append("0\r\n\r\n");
+    writing_ = true;
+    last_write_ = std::chrono::steady_clock::now();
+    stream_.expires_after(limits().request_timeout);
+    net::async_write(stream_, net::buffer(out_),
+                     [self = shared_from_this(), last](beast::error_code ec, size_t) {
+                       self->on_stream_write(ec, last);
+                       if (!ec && self->facts_) {
+                         self->facts_->written();
+                         self->pump_stream();
+                       }
+                     });
+  }
+
+  void on_stream_write(beast::error_code ec, bool last) {
+    writing_ = false;
+    stream_.expires_never();
+    if (!facts_)
+      return;
+    if (ec)
+      return end_stream(ec == beast::error::timeout ? end::slow_reader
+                        : srv_->closing.load()      ? end::stopping
+                                                    : end::client);
+    if (last)
+      end_stream(facts_->reason());
+  }
+
+  /// Reads (and drops) what the client sends, to see it go away.
+  void watch_peer() {
+    stream_.socket().async_read_some(
+      net::buffer(peer_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+        self->peer_bytes_ += n;
+        if (!self->facts_)
+          return;
+        if (ec || self->peer_bytes_ > 64 * 1024)
+          return self->end_stream(self->srv_->closing.load() ? end::stopping : end::client);
+        self->watch_peer();
+      });
+  }
+
+  /// A comment after stream_keepalive without a write; a draining server ends its streams.
+  void arm_keepalive() {
+    keepalive_.expires_after(limits().stream_keepalive);
+    keepalive_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || !self->facts_)
+        return;
+      if (self->srv_->gw.draining())
+        return self->end_stream(end::stopping);
+      auto idle = std::chrono::steady_clock::now() - self->last_write_;
+      if (!self->writing_ && idle >= self->limits().stream_keepalive)
+        self->write_stream(": keep-alive\n\n", false);
+      self->arm_keepalive();
+    });
+  }
+
+  void end_stream(end why) {
+    if (!facts_)
+      return;
+    facts_->end();
+    auto decided = facts_->reason(); // an overflow or a failed read was counted when it happened
+    facts_.reset();
+    if (decided != end::overflow && decided != end::failed)
+      srv_->gw.metrics().stream_closed(why);
+    keepalive_.cancel();
+    close();
+  }
+
   beast::tcp_stream stream_;
   net::any_io_executor ex_;
   std::shared_ptr<http_server::impl> srv_;
   net::steady_timer deadline_;
+  net::steady_timer keepalive_;              ///< a fact stream's keep-alive
+  std::shared_ptr<http::fact_stream> facts_; ///< the fact stream this connection writes
+  std::string out_;                          ///< the stream's bytes being written
+  bool chunked_ = true;
+  bool writing_ = false;
+  std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
+  std::array<char, 512> peer_buf_{};
+  size_t peer_bytes_ = 0;
   std::string client_; ///< the peer's address (per-client connection count)
   uint64_t deadline_gen_ = 0;
   bool timed_out_ = false;

@@ -1,8 +1,9 @@
 // http/ws_hub.hpp (private): the WebSocket connections the gateway holds, by entity: their
 // tags, attachments and query parameters, the per-entity and per-tenant limits, and the
 // runtime's connection_host (a turn lists its entity's connections and its frames are handed
-// out here). A plain class: the transport (ws_server.cpp) gives it one ws_link per connection;
-// tests give it recorders. Every member function is thread-safe (I/O threads and CAF workers).
+// out here; notices of durable facts go on to the fact streams). A plain class: the transport
+// (ws_server.cpp) gives it one ws_link per connection; tests give it recorders. Every member
+// function is thread-safe (I/O threads and CAF workers).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "factum/runtime/connections.hpp"
+#include "http/fact_streams.hpp"
 
 namespace factum::http {
 
@@ -60,6 +62,13 @@ class ws_hub final : public connection_host {
   std::vector<connection> connections(const entity_key& key, const std::string& tag) override;
   void deliver(const entity_key& key, std::vector<outgoing_frame> frames) override;
   void release(const std::function<bool(const entity_key&)>& which) override;
+  /// Notices of durable facts go to `streams` (set before the hub is attached to the runtime).
+  void follow_facts(std::shared_ptr<fact_streams> streams) { streams_ = std::move(streams); }
+  bool follows_facts() const override { return streams_ && streams_->any(); }
+  void facts_durable(const entity_key& key, int64_t seq) override {
+    if (streams_)
+      streams_->notify(key, seq);
+  }
 
  private:
   struct entry {
@@ -75,6 +84,7 @@ class ws_hub final : public connection_host {
 
   const size_t max_per_entity_;
   const size_t max_per_tenant_;
+  std::shared_ptr<fact_streams> streams_;
   mutable std::mutex mu_;
   uint64_t next_order_ = 1;
   size_t open_ = 0;

@@ -222,13 +222,14 @@ status parse_limits(const json& doc, serve_config& cfg) {
   if (!it->is_object())
     return bad("limits", "must be an object");
   auto& l = *it;
-  if (auto st =
-        check_keys(l, "limits.",
-                   {"max_body_bytes", "max_json_depth", "max_header_bytes", "request_timeout_ms",
-                    "max_connections", "max_connections_per_client", "max_move_file_bytes",
-                    "ws_max_message_bytes", "ws_messages_per_second",
-                    "ws_max_connections_per_entity", "ws_max_connections_per_tenant",
-                    "ws_max_send_queue_bytes", "ws_max_pending_messages", "ws_idle_timeout_ms"});
+  if (auto st = check_keys(
+        l, "limits.",
+        {"max_body_bytes", "max_json_depth", "max_header_bytes", "request_timeout_ms",
+         "max_connections", "max_connections_per_client", "max_move_file_bytes",
+         "ws_max_message_bytes", "ws_messages_per_second", "ws_max_connections_per_entity",
+         "ws_max_connections_per_tenant", "ws_max_send_queue_bytes", "ws_max_pending_messages",
+         "ws_idle_timeout_ms", "stream_max_connections_per_entity",
+         "stream_max_connections_per_tenant", "stream_max_queue_bytes", "stream_keepalive_ms"});
       !st)
     return st;
   auto& out = cfg.http.limits;
@@ -251,7 +252,14 @@ status parse_limits(const json& doc, serve_config& cfg) {
         read_field(l, "ws_max_send_queue_bytes", 1024, int64_t{1} << 30,
                    out.ws_max_send_queue_bytes, lp),
         read_field(l, "ws_max_pending_messages", 1, 100'000, out.ws_max_pending_messages, lp),
-        read_ms(l, "ws_idle_timeout_ms", 0, 86'400'000, out.ws_idle_timeout, lp)})
+        read_ms(l, "ws_idle_timeout_ms", 0, 86'400'000, out.ws_idle_timeout, lp),
+        read_field(l, "stream_max_connections_per_entity", 1, 10'000'000,
+                   out.stream_max_connections_per_entity, lp),
+        read_field(l, "stream_max_connections_per_tenant", 1, 10'000'000,
+                   out.stream_max_connections_per_tenant, lp),
+        read_field(l, "stream_max_queue_bytes", 1024, int64_t{1} << 30, out.stream_max_queue_bytes,
+                   lp),
+        read_ms(l, "stream_keepalive_ms", 100, 3'600'000, out.stream_keepalive, lp)})
     if (!st)
       return st;
   return status::ok();

@@ -1,9 +1,11 @@
-// factum/runtime/connections.hpp: the seam between the runtime and whoever holds WebSocket
-// connections (the HTTP gateway's hub; a recorder in tests). The runtime asks it for an
-// entity's open connections during a turn, and hands it the frames a turn sent once the output
-// gate lets them out. Implementations are thread-safe: any CAF worker calls them.
+// factum/runtime/connections.hpp: the seam between the runtime and whoever holds live
+// connections (the HTTP gateway's hub; a recorder in tests): WebSocket connections and fact
+// streams. The runtime asks it for an entity's open connections during a turn, hands it the
+// frames a turn sent once the output gate lets them out, and tells it when an entity's new facts
+// are durable. Implementations are thread-safe: any CAF worker calls them.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -37,6 +39,15 @@ class connection_host {
   /// moves to another node): their connections close with 1012 (service restart), which tells
   /// clients to reconnect, reaching the new owner. `which` may take its own locks.
   virtual void release(const std::function<bool(const entity_key&)>& which) { (void)which; }
+  /// Whether anyone follows facts (a fact stream is open): while false, the runtime does not
+  /// call facts_durable(). Cheap; asked at every commit that appended facts.
+  virtual bool follows_facts() const { return false; }
+  /// Every fact of `key` up to `seq` is durable: called once the output gate releases the
+  /// commit that appended it (never for a commit that failed or whose sync failed).
+  virtual void facts_durable(const entity_key& key, int64_t seq) {
+    (void)key;
+    (void)seq;
+  }
 };
 
 } // namespace factum

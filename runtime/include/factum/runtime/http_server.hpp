@@ -94,6 +94,20 @@ struct http_limits {
   /// nothing arrives within the whole of it is closed (its TCP connection). 0: never. Default
   /// 300 s.
   std::chrono::milliseconds ws_idle_timeout{300'000};
+
+  // -- fact streams (GET .../facts/stream; docs/http-api.md, "Following facts") --
+
+  /// Streams one entity may have open; one more is answered 429 TOO_MANY_CONNECTIONS. Default
+  /// 1,000.
+  size_t stream_max_connections_per_entity = 1'000;
+  /// Streams one tenant may have open across its entities; one more: 429. Default 10,000.
+  size_t stream_max_connections_per_tenant = 10'000;
+  /// Bytes of events queued for one stream that its client has not taken yet; more ends the
+  /// stream with an `overflow` event (the client resumes from the last seq it names). Default
+  /// 1 MiB.
+  size_t stream_max_queue_bytes = 1024 * 1024;
+  /// A stream that sent nothing for this long sends a keep-alive comment. Default 15 s.
+  std::chrono::milliseconds stream_keepalive{15'000};
 };
 
 /// A static page the gateway answers on GET and HEAD without an API key (http_server_config::
