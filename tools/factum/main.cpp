@@ -3,6 +3,7 @@
 // here. The main thread.
 #include <CLI/CLI.hpp>
 
+#include "console.hpp"
 #include "factum/cluster/cli.hpp"
 #include "factum/examples/examples.hpp"
 #include "factum/tools/backup.hpp"
@@ -24,7 +25,10 @@ int main(int argc, char** argv) {
   // The chat example's page, served when the configuration hosts `room`.
   factum::tools::serve_page chat{"/examples/chat", {}, "room"};
   chat.page.body = std::string(factum::examples::chat_page());
-  factum::tools::add_serve_command(app, &exit_code, std::move(types), {std::move(chat)});
+  // The web console (docs/console.md), always served.
+  auto pages = factum::console::pages();
+  pages.push_back(std::move(chat));
+  factum::tools::add_serve_command(app, &exit_code, std::move(types), std::move(pages));
   factum::tools::add_bench_command(app, &exit_code);
   factum::cluster::add_cluster_command(app, &exit_code);
   factum::tools::add_backup_commands(app, &exit_code);
