@@ -50,6 +50,28 @@ std::string sha256_hex(std::string_view data) {
   return hex32(digest);
 }
 
+sha256_stream::sha256_stream() : ctx_(EVP_MD_CTX_new()) {
+  if (!ctx_ || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), sha256_md(), nullptr) != 1)
+    std::abort(); // as sha256_hex
+}
+
+sha256_stream::~sha256_stream() {
+  EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_));
+}
+
+void sha256_stream::update(std::string_view part) {
+  if (EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), part.data(), part.size()) != 1)
+    std::abort();
+}
+
+std::string sha256_stream::hex() {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest, &len) != 1 || len != 32)
+    std::abort();
+  return hex32(digest);
+}
+
 std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

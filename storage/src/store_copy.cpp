@@ -58,13 +58,13 @@ void wal_checksum(bool big_endian, const unsigned char* p, size_t n, uint32_t s[
   }
 }
 
-/// Where the last whole commit of `wal`'s current generation ends: the offset after the last
-/// commit frame (its header's database size is not 0) reached through frames whose salts are
-/// the header's and whose checksums hold, as SQLite's recovery decides. 0 without a valid
-/// header; 32 (the header alone) before the first commit. Frames up to there never change
-/// while the generation lasts (SQLite rewrites in place only frames of an unfinished
-/// transaction), so what a later commit adds starts there.
-int64_t wal_committed_end(const fs::path& wal) {
+} // namespace
+
+// The walk: the offset after the last commit frame (its header's database size is not 0)
+// reached through frames whose salts are the header's and whose checksums hold, as SQLite's
+// recovery decides. Frames up to there never change while the generation lasts (SQLite rewrites
+// in place only frames of an unfinished transaction), so what a later commit adds starts there.
+int64_t wal_commit_end(const fs::path& wal) {
   detail::scoped_fd fd(::open(wal.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0)
     return 0;
@@ -94,12 +94,6 @@ int64_t wal_committed_end(const fs::path& wal) {
       committed = off;
   }
   return committed;
-}
-
-} // namespace
-
-int64_t wal_commit_end(const fs::path& wal) {
-  return wal_committed_end(wal);
 }
 
 status entity_store::copy_files(const fs::path& file, const fs::path& to) {
@@ -168,7 +162,7 @@ result<bool> entity_store::refresh_copy(const fs::path& file, const fs::path& to
   // checkpoint since the copy changed only the source's database file, whose pages the copy's
   // WAL holds newer or equal: the copy's old database file and its whole WAL are one state.
   auto head = wal_header(wal_to);
-  int64_t from = wal_committed_end(wal_to); // 0 when the copy has no valid WAL header
+  int64_t from = wal_commit_end(wal_to); // 0 when the copy has no valid WAL header
   if (from < 32 || wal_header(wal) != head)
     return whole();
   detail::scoped_fd in_fd(::open(wal.c_str(), O_RDONLY | O_CLOEXEC));

@@ -4,7 +4,6 @@
 #include "manifest.hpp"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "factum/storage/sha256.hpp"
 
 namespace fs = std::filesystem;
 
@@ -36,30 +37,6 @@ struct fd_guard {
     if (fd >= 0)
       ::close(fd);
   }
-};
-
-/// SHA-256 over a stream of updates (OpenSSL EVP).
-class hasher {
- public:
-  hasher() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
-    EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr);
-  }
-  void update(const char* p, size_t n) { EVP_DigestUpdate(ctx_.get(), p, n); }
-  std::string hex() {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(ctx_.get(), md, &n);
-    static const char* digits = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < n; ++i) {
-      out += digits[md[i] >> 4];
-      out += digits[md[i] & 15];
-    }
-    return out;
-  }
-
- private:
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
 };
 
 bool is_hex64(const std::string& s) {
@@ -206,36 +183,15 @@ status write_manifest(const fs::path& dest, const manifest& m) {
 
 // -- files --------------------------------------------------------------------------------------
 
-result<file_sum> sum_file(const fs::path& file) {
-  fd_guard fd{::open(file.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0)
-    return os_error("cannot open", file, errno);
-  hasher h;
-  file_sum s;
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    ssize_t n = ::read(fd.fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return os_error("cannot read", file, errno);
-    if (n == 0)
-      break;
-    h.update(buf.data(), static_cast<size_t>(n));
-    s.bytes += static_cast<uint64_t>(n);
-  }
-  s.sha256 = h.hex();
-  return s;
-}
+namespace {
 
-result<file_sum> copy_and_sum(const fs::path& from, const fs::path& to) {
+/// Reads `from` once, summing it, and writes each block to `out` too when it is open (`to` names
+/// it in messages).
+result<file_sum> read_summing(const fs::path& from, int out, const fs::path& to) {
   fd_guard in{::open(from.c_str(), O_RDONLY | O_CLOEXEC)};
   if (in.fd < 0)
     return os_error("cannot open", from, errno);
-  fd_guard out{::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
-  if (out.fd < 0)
-    return os_error("cannot create", to, errno);
-  hasher h;
+  sha256_stream h;
   file_sum s;
   std::vector<char> buf(1 << 20);
   for (;;) {
@@ -246,10 +202,10 @@ result<file_sum> copy_and_sum(const fs::path& from, const fs::path& to) {
       return os_error("cannot read", from, errno);
     if (n == 0)
       break;
-    h.update(buf.data(), static_cast<size_t>(n));
+    h.update({buf.data(), static_cast<size_t>(n)});
     s.bytes += static_cast<uint64_t>(n);
-    for (ssize_t off = 0; off < n;) {
-      ssize_t w = ::write(out.fd, buf.data() + off, static_cast<size_t>(n - off));
+    for (ssize_t off = 0; out >= 0 && off < n;) {
+      ssize_t w = ::write(out, buf.data() + off, static_cast<size_t>(n - off));
       if (w < 0 && errno == EINTR)
         continue;
       if (w <= 0)
@@ -259,6 +215,19 @@ result<file_sum> copy_and_sum(const fs::path& from, const fs::path& to) {
   }
   s.sha256 = h.hex();
   return s;
+}
+
+} // namespace
+
+result<file_sum> sum_file(const fs::path& file) {
+  return read_summing(file, -1, {});
+}
+
+result<file_sum> copy_and_sum(const fs::path& from, const fs::path& to) {
+  fd_guard out{::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
+  if (out.fd < 0)
+    return os_error("cannot create", to, errno);
+  return read_summing(from, out.fd, to);
 }
 
 status sync_dir(const fs::path& dir) {
