@@ -29,10 +29,6 @@ void answer_key_page(gateway& gw, const exchange_ptr& x, const json& v, bool mor
   finish(gw, *x, std::move(r));
 }
 
-} // namespace
-
-namespace {
-
 /// The Link of a page by activity whose last entity is `last`.
 std::string activity_link(const exchange& x, const json& last) {
   return next_link(x, "after=" + std::to_string(last.value("last_activity", int64_t{0})) + "/" +
@@ -74,9 +70,8 @@ void list_by_activity(gateway& gw, const exchange_ptr& x, const http_tenant& ten
       return;
   }
   gw.rt().list_entities(tenant.name, std::move(lq), [&gw, x, limit, sink](auto page) {
-    auto done = [&](http_response r) { sink ? sink(std::move(r)) : finish(gw, *x, std::move(r)); };
     if (!page)
-      return done(problem(*x, 503, "UNAVAILABLE", page.error().message()));
+      return answer(gw, x, sink, problem(*x, 503, "UNAVAILABLE", page.error().message()));
     json out = json::array();
     for (auto& e : *page)
       out.push_back({{"type", e.type},
@@ -88,7 +83,7 @@ void list_by_activity(gateway& gw, const exchange_ptr& x, const http_tenant& ten
     if (static_cast<int64_t>(out.size()) == limit && !out.empty())
       r.link = activity_link(*x, out.back());
     r.body = out.dump();
-    done(std::move(r));
+    answer(gw, x, sink, std::move(r));
   });
 }
 
@@ -138,10 +133,8 @@ void list_entities(gateway& gw, const exchange_ptr& x) {
       return;
   }
   gw.rt().list_entities(tenant->name, std::move(lq), [&gw, x, limit, sink](auto page) {
-    if (!page) {
-      auto r = problem(*x, 503, "UNAVAILABLE", page.error().message());
-      return sink ? sink(std::move(r)) : finish(gw, *x, std::move(r));
-    }
+    if (!page)
+      return answer(gw, x, sink, problem(*x, 503, "UNAVAILABLE", page.error().message()));
     json out = json::array();
     for (auto& e : *page)
       out.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});

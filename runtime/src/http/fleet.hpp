@@ -34,6 +34,13 @@ nlohmann::json decode_cursor(std::string text, size_t n, std::initializer_list<s
 /// Where a view's local part goes: the client (alone), or the gathering (a cluster).
 using answer_sink = std::function<void(http_response)>;
 
+/// `r` to `sink` when there is one (a cluster's part), else to the client.
+void answer(gateway& gw, const exchange_ptr& x, const answer_sink& sink, http_response r);
+
+/// A page of a fleet view: `body` as JSON, with a Link to the next page when `body["next"]` is a
+/// cursor.
+http_response page_answer(const exchange& x, const nlohmann::json& body);
+
 /// Whether `x` is a client's request to a node of a cluster that can reach the others: its
 /// answer is then every node's part, merged.
 bool fans_out(gateway& gw, const exchange& x);
@@ -47,6 +54,10 @@ bool fans_out(gateway& gw, const exchange& x);
 /// and the sink returned is empty.
 answer_sink gather(gateway& gw, const exchange_ptr& x, http_request req,
                    std::function<void(std::vector<nlohmann::json>&)> merge);
+
+/// gather() of the client's own request, whose merged parts (`merge`) answer as page_answer().
+answer_sink gather_page(gateway& gw, const exchange_ptr& x,
+                        std::function<nlohmann::json(std::vector<nlohmann::json>&)> merge);
 
 /// One page of GET /v1/dead-letters from every node's page of it: dead letters in (type, id,
 /// created_at, id) order, each once, at most `limit`, none past the least cursor a node

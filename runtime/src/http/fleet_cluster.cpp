@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "factum/storage/base64.hpp"
@@ -82,6 +83,21 @@ void arrive(gateway& gw, const exchange_ptr& x, const std::shared_ptr<gathering>
 
 } // namespace
 
+void answer(gateway& gw, const exchange_ptr& x, const answer_sink& sink, http_response r) {
+  if (sink)
+    return sink(std::move(r));
+  finish(gw, *x, std::move(r));
+}
+
+http_response page_answer(const exchange& x, const json& body) {
+  http_response r;
+  r.trace_id = x.trace_id;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (auto it = body.find("next"); it != body.end() && it->is_string())
+    r.link = next_link(x, "after=" + it->get<std::string>());
+  return r;
+}
+
 bool fans_out(gateway& gw, const exchange& x) {
   return gw.config().cluster && x.req.forwarded.empty() && gw.relay();
 }
@@ -125,6 +141,13 @@ answer_sink gather(gateway& gw, const exchange_ptr& x, http_request req,
            "this node's part failed (" + std::to_string(r.status) + " " +
              std::string(clip(r.body, 200)) + ")");
   };
+}
+
+answer_sink gather_page(gateway& gw, const exchange_ptr& x,
+                        std::function<json(std::vector<json>&)> merge) {
+  return gather(gw, x, x->req, [&gw, x, merge = std::move(merge)](std::vector<json>& parts) {
+    finish(gw, *x, page_answer(*x, merge(parts)));
+  });
 }
 
 // -- merges --
@@ -270,16 +293,13 @@ json merge_by_activity(std::vector<json>& parts, int64_t limit) {
       }
   std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.first < b.first; });
   // During a shard move an entity is on two nodes: listed once, as most recently active.
+  std::set<std::pair<std::string, std::string>> seen;
   std::vector<std::pair<key, json>> once;
   for (auto& a : all) {
-    bool seen = std::any_of(once.begin(), once.end(), [&](auto& o) {
-      return std::get<1>(o.first) == std::get<1>(a.first) &&
-             std::get<2>(o.first) == std::get<2>(a.first);
-    });
-    if (!seen)
-      once.push_back(std::move(a));
     if (static_cast<int64_t>(once.size()) == limit)
       break;
+    if (seen.emplace(std::get<1>(a.first), std::get<2>(a.first)).second)
+      once.push_back(std::move(a));
   }
   json out = json::array();
   for (auto& [k, e] : once)

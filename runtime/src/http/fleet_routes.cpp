@@ -26,19 +26,6 @@ namespace {
 
 constexpr std::string_view bad_cursor = "parameter 'after' is not a cursor this server gave";
 
-/// The fleet views read this node's tenant index: in a cluster they would miss the entities
-/// other nodes hold: in a cluster a client's request gathers every node's part (fleet.hpp).
-verdict fleet_tenant(gateway& gw, exchange& x, uint8_t scope, const http_tenant*& tenant) {
-  return tenant_check(gw, x, scope, tenant);
-}
-
-http_response json_answer(const exchange& x, const json& body) {
-  http_response r;
-  r.trace_id = x.trace_id;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
 // -- dead letters: the walk over the entities the index names --
 
 /// Which dead letters, from where, how many, and (for an action) what to do with them.
@@ -88,13 +75,6 @@ call_options walk_options(const walk& w) {
 
 void walk_step(const walk_ptr& w);
 
-/// The walk's answer (or its failure) to the client, or to the cluster's gathering.
-void walk_done(walk& w, http_response r) {
-  if (w.sink)
-    return w.sink(std::move(r));
-  finish(*w.gw, *w.x, std::move(r));
-}
-
 void walk_answer(const walk_ptr& w) {
   json body = {{"matched", w->matched}};
   if (w->merged_next) // a cluster's actions answered in any order: shown in the listing's
@@ -119,10 +99,10 @@ void walk_answer(const walk_ptr& w) {
   body["next"] = cursor.empty() ? json(nullptr) : json(cursor);
   if (w->merged_next)
     body["next"] = *w->merged_next;
-  auto r = json_answer(*w->x, body);
-  if (!cursor.empty() && !w->q.action)
-    r.link = next_link(*w->x, "after=" + cursor);
-  walk_done(*w, std::move(r));
+  auto r = page_answer(*w->x, body);
+  if (w->q.action)
+    r.link.clear(); // a POST's cursor goes into the next body, not a Link
+  answer(*w->gw, w->x, w->sink, std::move(r));
 }
 
 /// Whether dead letter `d` of `key` is past the cursor and in the filter's reason.
@@ -262,8 +242,8 @@ void start_walk(const walk_ptr& w) {
     },
     [w, failed] {
       if (!*failed)
-        return walk_done(
-          *w, problem(*w->x, 503, "UNAVAILABLE", "the tenant index: " + failed->message()));
+        return answer(*w->gw, w->x, w->sink,
+                      problem(*w->x, 503, "UNAVAILABLE", "the tenant index: " + failed->message()));
       walk_step(w);
     });
 }
@@ -397,7 +377,7 @@ verdict check_filter(const json& args, dl_query& q, std::string_view code) {
 /// `reason` (each optional), in (type, id, created_at, dead letter id) order, `limit` a page.
 void list_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
   const http_tenant* tenant = nullptr;
-  if (auto no = fleet_tenant(gw, *x, scope_read, tenant))
+  if (auto no = tenant_check(gw, *x, scope_read, tenant))
     return refuse(gw, *x, std::move(*no));
   auto qr = parse_query(x->query, {"state", "reason", "type", "after"}, {}, true, false);
   if (!qr.error.empty())
@@ -410,13 +390,8 @@ void list_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
   if (auto no = check_filter(qr.args, w->q, "INVALID_QUERY"))
     return refuse(gw, *x, std::move(*no));
   if (fans_out(gw, *x)) {
-    w->sink = gather(gw, x, x->req, [&gw, x, limit = w->q.limit](std::vector<json>& parts) {
-      auto body = merge_dead_letters(parts, limit);
-      auto r = json_answer(*x, body);
-      if (body["next"].is_string())
-        r.link = next_link(*x, "after=" + body["next"].get<std::string>());
-      finish(gw, *x, std::move(r));
-    });
+    w->sink = gather_page(
+      gw, x, [limit = w->q.limit](auto& parts) { return merge_dead_letters(parts, limit); });
     if (!w->sink)
       return;
   }
@@ -428,7 +403,7 @@ void list_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
 /// answers what would be done and does nothing.
 void act_on_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
   const http_tenant* tenant = nullptr;
-  verdict no = fleet_tenant(gw, *x, scope_operate, tenant);
+  verdict no = tenant_check(gw, *x, scope_operate, tenant);
   if (!no)
     no = no_query(*x);
   call_options unused;
@@ -483,9 +458,9 @@ namespace {
 template <class Read>
 void answer_breakers(gateway& gw, const exchange_ptr& x, Read& rd, int64_t limit,
                      const answer_sink& sink) {
-  auto done = [&](http_response r) { sink ? sink(std::move(r)) : finish(gw, *x, std::move(r)); };
   if (!rd.failed)
-    return done(problem(*x, 503, "UNAVAILABLE", "the tenant index: " + rd.failed.message()));
+    return answer(gw, x, sink,
+                  problem(*x, 503, "UNAVAILABLE", "the tenant index: " + rd.failed.message()));
   json tools = json::array();
   for (auto& t : rd.states)
     tools.push_back({{"tool", t.tool}, {"entities", t.entities_by_state}});
@@ -503,12 +478,10 @@ void answer_breakers(gateway& gw, const exchange_ptr& x, Read& rd, int64_t limit
     auto& b = rd.open[static_cast<size_t>(limit) - 1];
     cursor = encode_cursor(json::array({b.tool, b.type, b.id}));
   }
-  auto r = json_answer(*x, {{"tools", std::move(tools)},
-                            {"not_closed", std::move(page)},
-                            {"next", cursor.empty() ? json(nullptr) : json(cursor)}});
-  if (!cursor.empty())
-    r.link = next_link(*x, "after=" + cursor);
-  done(std::move(r));
+  answer(gw, x, sink,
+         page_answer(*x, {{"tools", std::move(tools)},
+                          {"not_closed", std::move(page)},
+                          {"next", cursor.empty() ? json(nullptr) : json(cursor)}}));
 }
 
 } // namespace
@@ -517,7 +490,7 @@ void answer_breakers(gateway& gw, const exchange_ptr& x, Read& rd, int64_t limit
 /// entities whose breaker is not CLOSED (of `tool` and `state`, each optional).
 void list_fleet_breakers(gateway& gw, const exchange_ptr& x) {
   const http_tenant* tenant = nullptr;
-  if (auto no = fleet_tenant(gw, *x, scope_read, tenant))
+  if (auto no = tenant_check(gw, *x, scope_read, tenant))
     return refuse(gw, *x, std::move(*no));
   auto qr = parse_query(x->query, {"tool", "state", "after"}, {}, true, false);
   if (!qr.error.empty())
@@ -544,13 +517,7 @@ void list_fleet_breakers(gateway& gw, const exchange_ptr& x) {
   auto rd = std::make_shared<read_t>();
   answer_sink sink;
   if (fans_out(gw, *x)) {
-    sink = gather(gw, x, x->req, [&gw, x, limit](std::vector<json>& parts) {
-      auto body = merge_breakers(parts, limit);
-      auto r = json_answer(*x, body);
-      if (body["next"].is_string())
-        r.link = next_link(*x, "after=" + body["next"].get<std::string>());
-      finish(gw, *x, std::move(r));
-    });
+    sink = gather_page(gw, x, [limit](auto& parts) { return merge_breakers(parts, limit); });
     if (!sink)
       return;
   }
