@@ -233,20 +233,12 @@ fact_stream::end_reason fact_stream::reason() const {
 fact_streams::refusal fact_streams::add(const std::shared_ptr<fact_stream>& s) {
   std::lock_guard<std::mutex> g(mu_);
   auto& mine = by_entity_[s->key_str_];
-  auto why = refusal::none;
-  if (mine.size() >= max_per_entity_)
-    why = refusal::entity_full;
-  else if (per_tenant_[s->key_.tenant] >= max_per_tenant_)
-    why = refusal::tenant_full;
-  if (why != refusal::none) {
+  if (auto why = caps_.admit(mine.size(), s->key_.tenant); why != refusal::none) {
     if (mine.empty())
       by_entity_.erase(s->key_str_);
-    if (auto t = per_tenant_.find(s->key_.tenant); t != per_tenant_.end() && t->second == 0)
-      per_tenant_.erase(t);
     return why;
   }
   mine.emplace(s.get(), s);
-  ++per_tenant_[s->key_.tenant];
   open_.fetch_add(1);
   if (gauge_)
     gauge_->fetch_add(1);
@@ -262,8 +254,7 @@ void fact_streams::remove(fact_stream* s) {
     return;
   if (it->second.empty())
     by_entity_.erase(it);
-  if (auto t = per_tenant_.find(s->key_.tenant); t != per_tenant_.end() && --t->second == 0)
-    per_tenant_.erase(t);
+  caps_.release(s->key_.tenant);
   open_.fetch_sub(1);
   if (gauge_)
     gauge_->fetch_sub(1);

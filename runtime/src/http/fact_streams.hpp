@@ -22,6 +22,7 @@
 
 #include "factum/entities/call.hpp"
 #include "factum/storage/entity_key.hpp"
+#include "http/connection_caps.hpp"
 #include "http/metrics.hpp"
 
 namespace factum::http {
@@ -112,9 +113,9 @@ class fact_streams {
  public:
   /// `gauge` (may be null) follows the number of open streams.
   fact_streams(size_t max_per_entity, size_t max_per_tenant, std::atomic<int64_t>* gauge = nullptr)
-      : max_per_entity_(max_per_entity), max_per_tenant_(max_per_tenant), gauge_(gauge) {}
+      : caps_(max_per_entity, max_per_tenant), gauge_(gauge) {}
 
-  enum class refusal { none, entity_full, tenant_full };
+  using refusal = connection_caps::refusal;
   /// Registers `s` (before its first read: no notice is missed), or says which cap refuses it.
   refusal add(const std::shared_ptr<fact_stream>& s);
   /// Forgets `s` (fact_stream::end).
@@ -127,13 +128,11 @@ class fact_streams {
   size_t open_count() const { return static_cast<size_t>(open_.load()); }
 
  private:
-  const size_t max_per_entity_;
-  const size_t max_per_tenant_;
+  connection_caps caps_; ///< under mu_
   std::atomic<int64_t>* gauge_;
   mutable std::mutex mu_;
   std::atomic<int64_t> open_{0};
   std::unordered_map<std::string, std::map<fact_stream*, std::weak_ptr<fact_stream>>> by_entity_;
-  std::unordered_map<std::string, size_t> per_tenant_;
 };
 
 } // namespace factum::http

@@ -39,17 +39,9 @@ ws_hub::admission ws_hub::admit(const entity_key& key, nlohmann::json params,
   auto ks = key.to_string();
   std::lock_guard<std::mutex> g(mu_);
   auto& mine = by_entity_[ks];
-  if (mine.size() >= max_per_entity_) {
+  if (a.why = caps_.admit(mine.size(), key.tenant); a.why != admission::refusal::none) {
     if (mine.empty())
       by_entity_.erase(ks);
-    a.why = admission::refusal::entity_full;
-    return a;
-  }
-  auto& tenant = per_tenant_[key.tenant];
-  if (tenant >= max_per_tenant_) {
-    if (mine.empty())
-      by_entity_.erase(ks);
-    a.why = admission::refusal::tenant_full;
     return a;
   }
   auto order = next_order_++;
@@ -63,7 +55,6 @@ ws_hub::admission ws_hub::admit(const entity_key& key, nlohmann::json params,
   e.link = std::move(link);
   by_id_.emplace(a.id, std::move(e));
   mine.emplace(order, a.id);
-  ++tenant;
   return a;
 }
 
@@ -90,8 +81,7 @@ std::optional<connection> ws_hub::remove(const std::string& id) {
     if (m->second.empty())
       by_entity_.erase(m);
   }
-  if (auto t = per_tenant_.find(e.key.tenant); t != per_tenant_.end() && --t->second == 0)
-    per_tenant_.erase(t);
+  caps_.release(e.key.tenant);
   std::optional<connection> out;
   if (e.open) {
     --open_;

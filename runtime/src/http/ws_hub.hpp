@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "factum/runtime/connections.hpp"
+#include "http/connection_caps.hpp"
 #include "http/fact_streams.hpp"
 
 namespace factum::http {
@@ -35,13 +36,13 @@ class ws_link {
 class ws_hub final : public connection_host {
  public:
   /// Per-entity and per-tenant caps on connections (pending ones included).
-  ws_hub(size_t max_per_entity, size_t max_per_tenant)
-      : max_per_entity_(max_per_entity), max_per_tenant_(max_per_tenant) {}
+  ws_hub(size_t max_per_entity, size_t max_per_tenant) : caps_(max_per_entity, max_per_tenant) {}
 
   /// The outcome of admit(): a new connection's id, or which cap refused it.
   struct admission {
     std::string id; ///< empty when refused
-    enum class refusal { none, entity_full, tenant_full } why = refusal::none;
+    using refusal = connection_caps::refusal;
+    refusal why = refusal::none;
   };
 
   /// Registers a connection of `key` whose on_connect has not decided yet: sends by id reach
@@ -82,15 +83,13 @@ class ws_hub final : public connection_host {
   /// The entity's connections by order of admission.
   using entity_conns = std::map<uint64_t, std::string>;
 
-  const size_t max_per_entity_;
-  const size_t max_per_tenant_;
   std::shared_ptr<fact_streams> streams_;
   mutable std::mutex mu_;
   uint64_t next_order_ = 1;
   size_t open_ = 0;
   std::unordered_map<std::string, entry> by_id_;
   std::unordered_map<std::string, entity_conns> by_entity_;
-  std::unordered_map<std::string, size_t> per_tenant_;
+  connection_caps caps_; ///< under mu_
 };
 
 } // namespace factum::http
