@@ -35,17 +35,11 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from factum_test import Failure, check, start_serve  # noqa: E402
+
 WAIT = 30  # seconds: the bound of every wait
 KEY = "backup-test-key"
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
 
 
 # -- the server ----------------------------------------------------------------------------------
@@ -58,23 +52,8 @@ class Server:
                        "tenants": {"acme": {"api_keys": [KEY]}}, "types": ["ledger"],
                        **(extra or {})}, f)
         self.log = os.path.join(tmp, name + ".log")
-        self.proc = subprocess.Popen([factum, "serve", "--config", self.cfg, "--listen",
-                                      "127.0.0.1:0", "--data", data],
-                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "a"))
-        end = time.time() + WAIT
-        while time.time() < end:
-            check(self.proc.poll() is None, f"factum serve exited: {self.tail()}")
-            for line in open(self.log).read().splitlines():
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                if e.get("event") == "start" and e.get("pid") == self.proc.pid:
-                    self.port = e["port"]
-                    return
-            time.sleep(0.05)
-        self.stop()
-        raise Failure("factum serve did not start")
+        self.proc, self.port = start_serve(factum, self.cfg, self.log, "--listen", "127.0.0.1:0",
+                                           "--data", data, bound=WAIT)
 
     def tail(self):
         return open(self.log).read()[-2000:]

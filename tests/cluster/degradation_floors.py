@@ -16,29 +16,15 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-WAIT = 20  # seconds: the bound of every wait
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from factum_test import WAIT, Failure, check, free_port, wait_until  # noqa: E402
+
 KEY = "floors-key"
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(port, method, path, body=None):
@@ -57,15 +43,6 @@ def request(port, method, path, body=None):
         return r.status, json.loads(data) if data else None
     except ValueError:
         return r.status, data
-
-
-def wait_until(what, fn):
-    end = time.time() + WAIT
-    while time.time() < end:
-        if fn():
-            return
-        time.sleep(0.05)
-    raise Failure(f"not within {WAIT} s: {what}")
 
 
 def level(port):

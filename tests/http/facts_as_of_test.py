@@ -16,42 +16,20 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from factum_test import Failure, check, start_serve  # noqa: E402
 
 WAIT = 30
 KEY = "as-of-key"
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
 
 
 def start(factum, tmp):
     cfg = os.path.join(tmp, "serve.json")
     json.dump({"data_dir": os.path.join(tmp, "data"), "dev": True,
                "tenants": {"acme": {"api_keys": [KEY]}}, "types": ["ledger"]}, open(cfg, "w"))
-    log = os.path.join(tmp, "serve.log")
-    proc = subprocess.Popen([factum, "serve", "--config", cfg, "--listen", "127.0.0.1:0"],
-                            stdout=subprocess.DEVNULL, stderr=open(log, "a"))
-    end = time.time() + WAIT
-    while time.time() < end:
-        check(proc.poll() is None, f"factum serve exited: {open(log).read()[-2000:]}")
-        for line in open(log).read().splitlines():
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if e.get("event") == "start" and e.get("pid") == proc.pid:
-                return proc, e["port"]
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait(WAIT)
-    raise Failure("factum serve did not start")
+    return start_serve(factum, cfg, os.path.join(tmp, "serve.log"), "--listen", "127.0.0.1:0",
+                       bound=WAIT)
 
 
 def main():

@@ -21,32 +21,19 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from factum_test import Failure, check, free_port, start_serve  # noqa: E402
+
 ENTITIES = 6
 UP_S = 1.0     # seconds of load with NATS up
 FROZEN_S = 1.0  # then seconds of load with NATS frozen, before the kill
 WAIT = 30      # seconds: the bound of every wait
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_stream(reader, url):
@@ -59,22 +46,7 @@ def read_stream(reader, url):
 
 
 def start_server(factum, cfg, data, log):
-    proc = subprocess.Popen([factum, "serve", "--config", cfg, "--listen", "127.0.0.1:0",
-                             "--data", data], stdout=subprocess.DEVNULL,
-                            stderr=open(log, "a"))
-    end = time.time() + WAIT
-    while time.time() < end:
-        check(proc.poll() is None, f"factum serve exited: {open(log).read()[-2000:]}")
-        for line in open(log).read().splitlines():
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if e.get("event") == "start" and e.get("pid") == proc.pid:
-                return proc, e["port"]
-        time.sleep(0.05)
-    proc.kill()
-    raise Failure("factum serve did not start")
+    return start_serve(factum, cfg, log, "--listen", "127.0.0.1:0", "--data", data, bound=WAIT)
 
 
 def metric(port, name):

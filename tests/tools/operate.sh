@@ -28,15 +28,8 @@ fail() {
   exit 1
 }
 
-"$vendor" --listen 127.0.0.1:0 --port-file "$tmp/vendor.port" > /dev/null &
-vpid=$!
-for _ in $(seq 1 200); do
-  [ -s "$tmp/vendor.port" ] && break
-  kill -0 "$vpid" 2>/dev/null || fail "vendor exited early"
-  sleep 0.05
-done
-[ -s "$tmp/vendor.port" ] || fail "no vendor port within 10 s"
-v="http://127.0.0.1:$(cat "$tmp/vendor.port")"
+start_vendor "$vendor" "$tmp" || fail "$wait_error"
+v=$vendor_url
 
 cat > "$tmp/serve.json" <<JSON
 {

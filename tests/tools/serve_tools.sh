@@ -26,17 +26,10 @@ fail() {
   exit 1
 }
 
-"$vendor" --listen 127.0.0.1:0 --port-file "$tmp/vendor.port" > "$tmp/vendor.out" &
-vpid=$!
-for _ in $(seq 1 200); do
-  [ -s "$tmp/vendor.port" ] && break
-  kill -0 "$vpid" 2>/dev/null || fail "vendor exited early"
-  sleep 0.05
-done
-[ -s "$tmp/vendor.port" ] || fail "no vendor port within 10 s"
+start_vendor "$vendor" "$tmp" || fail "$wait_error"
 vport=$(cat "$tmp/vendor.port")
 [ "$(cat "$tmp/vendor.out")" = "$vport" ] || fail "vendor printed '$(cat "$tmp/vendor.out")'"
-v="http://127.0.0.1:$vport"
+v=$vendor_url
 
 # A bad tools section: exit 2 and the offending key named.
 cat > "$tmp/bad.json" <<JSON
