@@ -139,11 +139,19 @@ void degradation_watch::record(const degradation_change& ch, const char* subtype
   req.args = json{{"subtype", subtype}, {"data", std::move(data)}}.dump();
   req.trace_id = new_trace_id();
   entity_key key{ch.tenant, runtime_entity_type, degradation_entity_id};
+  // In a cluster the node that owns the runtime entity writes its facts (its own levels, and
+  // every floor, which it applies from the cluster too); another node leaves them to it.
+  if (auto* o = c.cfg.ownership.get(); o) {
+    if (auto claim = o->claim_for(key); !claim && claim.error().code() == errc::not_owner) {
+      if (done)
+        done(call_reply::success("null"));
+      return;
+    }
+  }
   auto* core = rt_;
   c.route(key, std::move(req), std::chrono::seconds(30),
           [core, tenant = ch.tenant, done = std::move(done)](call_reply r) {
-            // In a cluster another node may own the entity: it writes its own levels' facts.
-            if (!r.ok && r.code != "NOT_OWNER")
+            if (!r.ok)
               core->log_event({{"level", "error"},
                                {"event", "degradation_fact_failed"},
                                {"tenant", tenant},
@@ -186,11 +194,7 @@ void degradation_watch::store_floor(pending_floor f) {
                                       "changed): " +
                                         st.message(),
                                       503));
-  apply_floor(f.tenant, f.level, std::move(f.reason), std::move(f.actor),
-              [done = std::move(f.done)](call_reply r) {
-                // Stored in the cluster: the owner of the runtime entity writes the fact.
-                done(!r.ok && r.code == "NOT_OWNER" ? call_reply::success("{}") : std::move(r));
-              });
+  apply_floor(f.tenant, f.level, std::move(f.reason), std::move(f.actor), std::move(f.done));
 }
 
 void degradation_watch::apply_cluster_floors(const entity_ownership& keeper) {
