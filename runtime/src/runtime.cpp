@@ -580,6 +580,7 @@ status configure_storage(detail::runtime_core& c) {
   c.store_opts.cache_kib = c.cfg.cache_kib;
   c.store_opts.wal_kept_on_close_kib = c.cfg.wal_kept_on_close_kib;
   c.store_opts.wal_grow_kib = c.cfg.wal_grow_kib;
+  c.store_opts.archive_dir = c.cfg.archive_dir;
   c.store_opts.fault = c.cfg.storage_fault;
   if (c.cfg.spare_files > 0) {
     auto spares = spare_pool::start(c.cfg.data_dir, c.cfg.spare_files, 4096, c.cfg.entity_dir());

@@ -27,10 +27,12 @@
 
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/spare_pool.hpp"
+#include "factum/storage/wal_archive.hpp"
 #include "file_io.hpp"
 #include "ofd_file.hpp"
 #include "sqlite_global.hpp"
 #include "store_sql.hpp"
+#include "wal_archiver.hpp"
 #include "wal_vfs.hpp"
 
 namespace fs = std::filesystem;
@@ -119,6 +121,8 @@ status entity_store::sync() {
     return {map_rc(frc), "sync " + wal.string() + ": " + sqlite3_errstr(frc) + " (injected)"};
   if (::fdatasync(fd) != 0)
     return {errc::io_error, "fdatasync " + wal.string() + ": " + std::strerror(errno)};
+  if (archive_)
+    archive_->sync(); // its failure breaks the archive, not the commit (wal_archiver.hpp)
   return status::ok();
 }
 
@@ -204,7 +208,7 @@ status entity_store::checkpoint() {
     sqlite3_exec(db_, "PRAGMA synchronous=OFF", nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK)
     return fail(rc, "checkpoint");
-  wal_frames_ = log - done;
+  wal_.frames = log - done;
   return status::ok();
 }
 
@@ -230,8 +234,13 @@ int busy_wait(void* timeout_ms, int count) {
   sqlite3_sleep(delay);
   return 1;
 }
-int wal_hook(void* p, sqlite3*, const char*, int frames) {
-  *static_cast<int*>(p) = frames;
+int wal_hook(void* p, sqlite3* db, const char* name, int frames) {
+  auto* c = static_cast<detail::wal_counts*>(p);
+  c->frames = frames;
+  c->mx = frames;
+  c->committed = true;
+  if (c->auto_checkpoint && frames >= 1000) // what SQLite's own hook (replaced here) does
+    sqlite3_wal_checkpoint(db, name);
   return SQLITE_OK;
 }
 } // namespace
@@ -313,6 +322,8 @@ entity_store::~entity_store() {
       sqlite3_exec(db_, "PRAGMA journal_size_limit=0", nullptr, nullptr, nullptr);
     }
     sqlite3_close_v2(db_);
+    if (archive_)
+      archive_->closed();
   }
 }
 
@@ -584,8 +595,11 @@ status entity_store::open_db() {
   // The WAL hook replaces SQLite's automatic-checkpoint hook (set it after the pragmas, which
   // would reset it): with deferred sync or without automatic checkpoints the owner checkpoints
   // (the runtime: on a storage thread) instead.
-  if ((deferred_sync() || !opts_.auto_checkpoint) && !opts_.read_only)
-    sqlite3_wal_hook(db_, wal_hook, &wal_frames_);
+  if ((deferred_sync() || !opts_.auto_checkpoint || !opts_.archive_dir.empty()) &&
+      !opts_.read_only) {
+    wal_.auto_checkpoint = !deferred_sync() && opts_.auto_checkpoint;
+    sqlite3_wal_hook(db_, wal_hook, &wal_);
+  }
   if (!opts_.read_only) {
     // Keep the -wal and -shm files across a close (the destructor keeps a small WAL as it is
     // or checkpoints and truncates a larger one; the -shm is never written, ofd_file.cpp): a
@@ -597,7 +611,9 @@ status entity_store::open_db() {
     sqlite3_int64 grow = sqlite3_int64{opts_.wal_grow_kib} * 1024;
     sqlite3_file_control(db_, "main", detail::wal_grow_fcntl_op, &grow);
   }
-  return migrate();
+  if (auto st = migrate(); !st)
+    return st;
+  return attach_archive();
 }
 
 status entity_store::configure() {
@@ -687,6 +703,28 @@ status entity_store::commit() {
     return st;
   }
   in_batch_ = dirty_ = false;
+  ship_to_archive();
+  return status::ok();
+}
+
+void entity_store::ship_to_archive() {
+  if (!archive_ || !wal_.committed)
+    return;
+  wal_.committed = false;
+  archive_->ship(wal_.mx, last_seq_);
+  if (!deferred_sync() && opts_.mode == durability::full)
+    archive_->sync(); // the commit synced its WAL: the archive's copy is made as durable
+}
+
+status entity_store::attach_archive() {
+  if (opts_.archive_dir.empty() || opts_.read_only)
+    return status::ok();
+  archive_ =
+    std::make_unique<detail::wal_archiver>(entity_archive_dir(opts_.archive_dir, key_), path_);
+  archive_->attach(last_seq_);
+  wal_.committed = false;
+  if (!deferred_sync() && opts_.mode == durability::full)
+    archive_->sync();
   return status::ok();
 }
 

@@ -113,6 +113,11 @@ struct runtime_config {
   /// data_dir's file system when spare_files > 0 (spares are renamed from one to the other).
   /// Default empty: data_dir.
   std::filesystem::path entity_root;
+  /// Continuous archive (point-in-time recovery): every commit of every entity is copied into
+  /// this directory right after it commits and made durable with the commit's sync
+  /// (store_options::archive_dir; docs/operations.md, "Point-in-time recovery"). Opt-in;
+  /// default empty: no archive.
+  std::filesystem::path archive_dir;
   /// Where the entity files are: entity_root, or data_dir when it is empty.
   const std::filesystem::path& entity_dir() const {
     return entity_root.empty() ? data_dir : entity_root;

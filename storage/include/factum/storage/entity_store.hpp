@@ -39,6 +39,17 @@ namespace factum {
 
 class spare_pool;
 
+namespace detail {
+class wal_archiver;
+/// What SQLite's WAL hook tells the store after each commit (entity_store.cpp).
+struct wal_counts {
+  int frames = 0;               ///< frames not yet checkpointed (wal_frames())
+  int64_t mx = 0;               ///< frames in the WAL, the last commit's included
+  bool committed = false;       ///< the hook ran since the archive last shipped
+  bool auto_checkpoint = false; ///< checkpoint at 1,000 frames, as SQLite's own hook does
+};
+} // namespace detail
+
 /// Options for opening an entity store. Every default is the production default.
 struct store_options {
   /// Root of all entity files (entities/ lives below it). Required.
@@ -111,6 +122,11 @@ struct store_options {
   int64_t owner_epoch = 0;
   /// The node claiming with owner_epoch: 1 to 255 bytes; required with it.
   std::string owner_node;
+  /// Continuous archive (point-in-time recovery): the root directory of the archives. Each
+  /// commit's WAL bytes are copied into the entity's archive (wal_archive.hpp) right after the
+  /// commit, and made durable with the commit's sync. Empty (the default): no archive. Not
+  /// with read_only.
+  std::filesystem::path archive_dir;
   /// SQLite VFS for every connection the store opens. Empty (the default): factum's own,
   /// entity_store::default_vfs(), which passes everything to SQLite's "unix" VFS except that a
   /// commit's WAL writes reach the kernel as one write. Tests name a wrapper of it here.
@@ -242,7 +258,7 @@ class entity_store {
   /// Whether this open re-synced the files first (mark_unsynced() of an earlier store).
   bool resynced_on_open() const noexcept { return resynced_; }
   /// Frames in the WAL after the last commit (0 after a checkpoint that reset it).
-  int wal_frames() const noexcept { return wal_frames_; }
+  int wal_frames() const noexcept { return wal_.frames; }
   /// Bytes of the -wal file on disk now, grown-ahead zeros included (one stat; 0 when there is
   /// none).
   int64_t wal_file_bytes() const { return std::max<int64_t>(wal_bytes(), 0); }
@@ -448,6 +464,10 @@ class entity_store {
   };
 
   status open_db();
+  /// The continuous archive (store_options::archive_dir): attached at the end of an open,
+  /// shipped to after each commit that wrote frames (wal_archiver.hpp).
+  status attach_archive();
+  void ship_to_archive();
   /// resync() of the file at `path`.
   static status resync_files(const std::filesystem::path& path, const fault_hook& fault);
   /// The name of mark_unsynced()'s marker beside the database file.
@@ -559,7 +579,8 @@ class entity_store {
   bool unsynced_ = false; // mark_unsynced(): the close keeps the WAL unchecked
   bool resynced_ = false; // this open re-synced the files first
   uint64_t op_index_ = 0;
-  int wal_frames_ = 0;
+  detail::wal_counts wal_;
+  std::unique_ptr<detail::wal_archiver> archive_; // store_options::archive_dir
   int64_t owner_epoch_ = 0;     // the claim (claim_owner); 0: none, nothing is checked
   std::string owner_node_;      // the node of the claim
   bool fenced_ = false;         // a write found the file's owner epoch past the claim

@@ -1,0 +1,76 @@
+// factum/storage/wal_archive.hpp: an entity's continuous archive (point-in-time recovery), the
+// read side: its commits as bookmarks, the bookmark for a time or a seq, and the entity file as
+// it was at a bookmark. The writer is the store's (store_options::archive_dir; wal_archiver in
+// storage/src). The format: docs/storage-format.md, "The continuous archive".
+//
+// Stateless functions; any thread, on an archive the writer may be appending to (they read only
+// what an index record names, which the writer wrote before the record).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "factum/storage/entity_key.hpp"
+#include "factum/storage/status.hpp"
+
+namespace factum {
+
+/// One archived commit of an entity: where it ends in which WAL generation of which epoch, the
+/// entity's last fact seq and the wall-clock time (ms since the epoch) of its shipping.
+struct archive_point {
+  int64_t epoch = 0; ///< 1, 2, ...: a new base copy of the entity file starts each
+  int64_t gen = 0;   ///< 1, 2, ...: the WAL generation within the epoch
+  int64_t end = 0;   ///< byte offset in that generation's WAL where the commit ends
+  int64_t seq = 0;   ///< the entity's last fact seq after the commit (0: no fact yet)
+  int64_t time_ms = 0;
+
+  /// The bookmark naming this point: "EPOCH.GEN.END.SEQ" (decimal).
+  std::string bookmark() const;
+  /// Parses bookmark(); INVALID_ARGUMENT for any other text.
+  static result<archive_point> parse(std::string_view bookmark);
+  friend bool operator==(const archive_point&, const archive_point&) = default;
+};
+
+/// The directory of `key`'s archive under the archive root `archive_dir`:
+/// ARCHIVE/entities/<digest[0..2]>/<digest>/, as entity_key::file_path derives a data file.
+std::filesystem::path entity_archive_dir(const std::filesystem::path& archive_dir,
+                                         const entity_key& key);
+
+/// Every archived commit of the entity whose archive is `dir`, in order (a torn last record is
+/// left out). NOT_FOUND when `dir` holds no archive.
+result<std::vector<archive_point>> archive_points(const std::filesystem::path& dir);
+
+/// What a bookmark is asked for: the last commit shipped at or before a time, or the last
+/// commit whose last seq is at most a seq.
+struct bookmark_query {
+  std::optional<int64_t> at_time_ms;
+  std::optional<int64_t> at_seq;
+};
+
+/// The archived commit that `q` names (exactly one of its members set). NOT_FOUND when the
+/// archive has no commit that early (before its first base), or no archive.
+result<archive_point> find_bookmark(const std::filesystem::path& dir, const bookmark_query& q);
+
+/// Builds, at `out` (which must not exist), the entity file as it was at `p` (a commit of the
+/// archive at `dir`): the epoch's base with each WAL generation up to p's replayed, the last
+/// one up to p.end, checkpointed into one file without a -wal. The file is written beside
+/// `out` under a temporary name, fdatasynced, then renamed (its directory fsynced). NOT_FOUND
+/// when `p` is not a commit of the archive; CORRUPTION when a file it needs is missing or
+/// shorter than its index says.
+status materialize_archive_point(const std::filesystem::path& dir, const archive_point& p,
+                                 const std::filesystem::path& out);
+
+/// Process-wide counters of the writer (metrics and tests).
+struct wal_archive_counters {
+  uint64_t commits_shipped = 0; ///< commits whose WAL bytes were copied into an archive
+  uint64_t bytes_shipped = 0;   ///< WAL bytes copied (frames and headers)
+  uint64_t epochs_started = 0;  ///< base copies made (a first archive, or after a break)
+  uint64_t failures = 0;        ///< shipping or syncing errors (each breaks that archive)
+};
+wal_archive_counters wal_archive_stats() noexcept;
+
+} // namespace factum

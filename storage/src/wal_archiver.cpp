@@ -1,0 +1,459 @@
+// wal_archiver.cpp: the continuous archive's writer (wal_archiver.hpp) and the index record's
+// encoding. The owner's thread, but for sync() (the store's sync thread).
+#include "wal_archiver.hpp"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "factum/storage/entity_store.hpp"
+#include "factum/storage/wal_copy.hpp"
+
+namespace fs = std::filesystem;
+
+namespace factum::detail {
+
+// -- counters and the record --------------------------------------------------------------------
+
+namespace {
+
+std::atomic<uint64_t> commits_shipped{0}, bytes_shipped{0}, epochs_started{0}, failures{0};
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+void put64(char* out, int64_t v) {
+  auto u = static_cast<uint64_t>(v);
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((u >> (8 * i)) & 0xff);
+}
+
+int64_t get64(const char* in) {
+  uint64_t u = 0;
+  for (int i = 7; i >= 0; --i)
+    u = (u << 8) | static_cast<unsigned char>(in[i]);
+  return static_cast<int64_t>(u);
+}
+
+/// FNV-1a over the record's first 40 bytes, never 0 (a record of zeros is a hole, not a record).
+int64_t record_check(const char* in) {
+  uint64_t h = 14695981039346656037ull;
+  for (int i = 0; i < 40; ++i)
+    h = (h ^ static_cast<unsigned char>(in[i])) * 1099511628211ull;
+  return static_cast<int64_t>(h | 1);
+}
+
+/// A valid WAL header (magic, version, page size): its page size, else 0.
+int64_t header_page_size(const std::string& h) {
+  if (h.size() != 32)
+    return 0;
+  uint32_t magic = be32(h.data()), page = be32(h.data() + 8);
+  if ((magic & 0xfffffffe) != 0x377f0682 || be32(h.data() + 4) != 3007000 || page < 512 ||
+      page > 65536 || (page & (page - 1)) != 0)
+    return 0;
+  return page;
+}
+
+status os_error(const std::string& what, int e) {
+  return {errno_code(e), what + ": " + std::strerror(e)};
+}
+
+} // namespace
+
+void count_archive(uint64_t c, uint64_t b, uint64_t e, uint64_t f) {
+  commits_shipped.fetch_add(c, std::memory_order_relaxed);
+  bytes_shipped.fetch_add(b, std::memory_order_relaxed);
+  epochs_started.fetch_add(e, std::memory_order_relaxed);
+  failures.fetch_add(f, std::memory_order_relaxed);
+}
+
+void encode_archive_record(const archive_point& p, char (&out)[archive_record_size]) {
+  put64(out, p.epoch);
+  put64(out + 8, p.gen);
+  put64(out + 16, p.end);
+  put64(out + 24, p.seq);
+  put64(out + 32, p.time_ms);
+  put64(out + 40, record_check(out));
+}
+
+bool decode_archive_record(const char* in, archive_point& p) {
+  if (get64(in + 40) != record_check(in))
+    return false;
+  p = {get64(in), get64(in + 8), get64(in + 16), get64(in + 24), get64(in + 32)};
+  return p.epoch > 0 && p.gen >= 0 && p.end >= 0 && p.seq >= 0;
+}
+
+std::string archive_epoch_name(int64_t epoch) {
+  char b[32];
+  std::snprintf(b, sizeof b, "e%06lld", static_cast<long long>(epoch));
+  return b;
+}
+
+std::string archive_gen_name(int64_t gen) {
+  char b[32];
+  std::snprintf(b, sizeof b, "g%06lld.wal", static_cast<long long>(gen));
+  return b;
+}
+
+// -- the writer ---------------------------------------------------------------------------------
+
+wal_archiver::wal_archiver(fs::path dir, fs::path db)
+    : dir_(std::move(dir)), db_(std::move(db)), wal_(with_suffix(db_, "-wal")) {}
+
+fs::path wal_archiver::epoch_dir(int64_t epoch) const {
+  return dir_ / archive_epoch_name(epoch);
+}
+
+fs::path wal_archiver::gen_file(int64_t epoch, int64_t gen) const {
+  return epoch_dir(epoch) / archive_gen_name(gen);
+}
+
+void wal_archiver::fail(const status& st) {
+  if (!broken_)
+    std::fprintf(stderr, "factum: archive %s: %s (a new epoch starts at the next commit)\n",
+                 dir_.c_str(), st.message().c_str());
+  broken_ = true;
+  count_archive(0, 0, 0, 1);
+}
+
+void wal_archiver::to_sync(const fd_ptr& fd) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& p : pending_)
+    if (p == fd)
+      return;
+  pending_.push_back(fd);
+}
+
+std::string wal_archiver::live_header() {
+  if (!live_ || live_->get() < 0)
+    live_ = std::make_shared<scoped_fd>(::open(wal_.c_str(), O_RDONLY | O_CLOEXEC));
+  std::string h(32, '\0');
+  ssize_t n = live_->get() < 0 ? -1 : ::pread(live_->get(), h.data(), h.size(), 0);
+  if (n != 32)
+    return {};
+  return h;
+}
+
+/// Reads the index: the whole records up to the first torn or invalid one (a power cut's tail),
+/// which the next append overwrites. The current generation's mirror is reopened for writing.
+status wal_archiver::load_index() {
+  auto path = dir_ / "index";
+  index_ = std::make_shared<scoped_fd>(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (index_->get() < 0) {
+    index_.reset();
+    return errno == ENOENT ? status{errc::not_found, "no index"}
+                           : os_error("open " + path.string(), errno);
+  }
+  char rec[archive_record_size];
+  archive_point p;
+  index_size_ = 0;
+  while (::pread(index_->get(), rec, sizeof rec, index_size_) == archive_record_size &&
+         decode_archive_record(rec, p) &&
+         (index_size_ == 0 || p.epoch > last_.epoch ||
+          (p.epoch == last_.epoch &&
+           (p.gen > last_.gen || (p.gen == last_.gen && p.end >= last_.end))))) {
+    last_ = p;
+    index_size_ += archive_record_size;
+  }
+  if (index_size_ == 0)
+    return {errc::not_found, "an empty index"};
+  if (last_.gen > 0) {
+    auto g = gen_file(last_.epoch, last_.gen);
+    mirror_ = std::make_shared<scoped_fd>(::open(g.c_str(), O_RDWR | O_CLOEXEC));
+    std::string h(32, '\0');
+    if (mirror_->get() < 0 || ::pread(mirror_->get(), h.data(), 32, 0) != 32 ||
+        header_page_size(h) == 0)
+      return {errc::corruption, "the mirror " + g.string() + " is missing or has no header"};
+    page_size_ = header_page_size(h);
+    salts_ = h.substr(16, 8);
+    // A power cut may have taken mirror bytes that the index names: keep only what holds.
+    if (int64_t have = wal_commit_end(g); have < last_.end)
+      return drop_records_after(have);
+  }
+  return status::ok();
+}
+
+/// Drops the index records of the current generation past `end` (the live WAL or the mirror no
+/// longer has those commits) and makes `end` the archive's end.
+status wal_archiver::drop_records_after(int64_t end) {
+  char rec[archive_record_size];
+  archive_point p, keep;
+  int64_t size = 0;
+  while (size < index_size_ &&
+         ::pread(index_->get(), rec, sizeof rec, size) == archive_record_size &&
+         decode_archive_record(rec, p) &&
+         !(p.epoch == last_.epoch && p.gen == last_.gen && p.end > end)) {
+    keep = p;
+    size += archive_record_size;
+  }
+  if (size == 0 || keep.epoch != last_.epoch)
+    return {errc::corruption, "no commit of the current epoch is left in the archive"};
+  if (::ftruncate(index_->get(), size) != 0)
+    return os_error("truncate the index of " + dir_.string(), errno);
+  index_size_ = size;
+  last_ = keep;
+  return status::ok();
+}
+
+std::string wal_archiver::close_note() {
+  struct stat st {};
+  if (::stat(db_.c_str(), &st) != 0)
+    return {};
+  auto h = live_header();
+  std::string salts = header_page_size(h) ? h.substr(16, 8) : std::string();
+  char b[160];
+  std::snprintf(b, sizeof b, "%llu %lld %lld.%09ld %02x%02x%02x%02x%02x%02x%02x%02x\n",
+                static_cast<unsigned long long>(st.st_ino), static_cast<long long>(st.st_size),
+                static_cast<long long>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec,
+                salts.empty() ? 0 : static_cast<unsigned char>(salts[0]),
+                salts.empty() ? 0 : static_cast<unsigned char>(salts[1]),
+                salts.empty() ? 0 : static_cast<unsigned char>(salts[2]),
+                salts.empty() ? 0 : static_cast<unsigned char>(salts[3]),
+                salts.empty() ? 0 : static_cast<unsigned char>(salts[4]),
+                salts.empty() ? 0 : static_cast<unsigned char>(salts[5]),
+                salts.empty() ? 0 : static_cast<unsigned char>(salts[6]),
+                salts.empty() ? 0 : static_cast<unsigned char>(salts[7]));
+  return b;
+}
+
+void wal_archiver::closed() {
+  if (broken() || last_.epoch == 0)
+    return;
+  live_.reset(); // the close may have truncated the -wal: read it anew
+  auto note = close_note();
+  auto path = dir_ / "closed";
+  scoped_fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() >= 0 && !note.empty())
+    (void)write_all(fd.get(), note);
+}
+
+bool wal_archiver::take_close_note() {
+  auto path = dir_ / "closed";
+  std::string note(200, '\0');
+  scoped_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0)
+    return false;
+  ssize_t n = ::pread(fd.get(), note.data(), note.size(), 0);
+  note.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  ::unlink(path.c_str());
+  return !note.empty() && note == close_note();
+}
+
+void wal_archiver::attach(int64_t seq) {
+  if (auto st = load_index(); !st) {
+    if (st.code() != errc::not_found)
+      fail(st);
+    if (auto st2 = start_epoch(seq); !st2)
+      fail(st2);
+    return;
+  }
+  // What the archive can follow from here: the generation it has (a crash left commits in it
+  // unshipped, or a power cut took some from the live file), the one after it (this store
+  // restarted the WAL, then crashed before shipping), or nothing changed since its own close.
+  // Anything else (a writer that did not archive) starts an epoch.
+  bool own_close = take_close_note();
+  auto h = live_header();
+  int64_t page = header_page_size(h);
+  status st;
+  if (page == 0 && own_close) {
+    return; // no live WAL, as this store's close left it: its next header starts a generation
+  } else if (page != 0 && !salts_.empty() && h.compare(16, 8, salts_) == 0) {
+    int64_t live_end = wal_commit_end(wal_);
+    if (live_end < last_.end) // a power cut took commits from the live file, not the mirror
+      st = drop_records_after(live_end);
+    if (st && live_end > last_.end) {
+      st = copy_live(last_.end, live_end);
+      if (st)
+        st = append_record(seq);
+    }
+  } else if (page != 0 && !own_close && !salts_.empty() &&
+             be32(h.data() + 16) == be32(salts_.data()) + 1) {
+    // The generation after the archived one (SQLite adds one to salt-1 at each restart).
+    int64_t live_end = wal_commit_end(wal_);
+    st = start_gen(h);
+    if (st && live_end > 32)
+      st = copy_live(0, live_end);
+    if (st)
+      st = append_record(seq);
+  } else {
+    st = start_epoch(seq);
+  }
+  if (!st)
+    fail(st);
+}
+
+status wal_archiver::start_epoch(int64_t seq) {
+  broken_ = false;
+  sync_failed_ = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    pending_.clear();
+  }
+  mirror_.reset();
+  salts_.clear();
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec)
+    return {errc::io_error, "create " + dir_.string() + ": " + ec.message()};
+  int64_t epoch = last_.epoch + 1;
+  while (fs::exists(epoch_dir(epoch), ec)) // left by an attempt that wrote no record
+    ++epoch;
+  auto ed = epoch_dir(epoch);
+  fs::create_directory(ed, ec);
+  if (ec)
+    return {errc::io_error, "create " + ed.string() + ": " + ec.message()};
+  if (auto st = entity_store::copy_files(db_, ed / "base.db"); !st)
+    return st;
+  last_ = {epoch, 0, 0, seq, 0};
+  auto base_wal = ed / "base.db-wal";
+  if (fs::exists(base_wal, ec)) {
+    int64_t end = wal_commit_end(base_wal);
+    if (end >= 32) {
+      fs::rename(base_wal, gen_file(epoch, 1), ec);
+      if (ec)
+        return {errc::io_error, "rename " + base_wal.string() + ": " + ec.message()};
+      mirror_ = std::make_shared<scoped_fd>(::open(gen_file(epoch, 1).c_str(), O_RDWR | O_CLOEXEC));
+      std::string h(32, '\0');
+      if (mirror_->get() < 0 || ::pread(mirror_->get(), h.data(), 32, 0) != 32)
+        return os_error("open " + gen_file(epoch, 1).string(), errno);
+      page_size_ = header_page_size(h);
+      salts_ = h.substr(16, 8);
+      last_.gen = 1;
+      last_.end = end;
+      to_sync(mirror_);
+    } else {
+      fs::remove(base_wal, ec);
+    }
+  }
+  if (auto b = std::make_shared<scoped_fd>(::open((ed / "base.db").c_str(), O_RDONLY | O_CLOEXEC));
+      b->get() >= 0)
+    to_sync(b);
+  if (!index_) {
+    auto path = dir_ / "index";
+    index_ = std::make_shared<scoped_fd>(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (index_->get() < 0)
+      return os_error("create " + path.string(), errno);
+    index_size_ = 0;
+  }
+  for (const auto& d : {ed, dir_, dir_.parent_path()})
+    if (int e = sync_dir(d); e != 0)
+      return os_error("fsync " + d.string(), e);
+  count_archive(0, 0, 1, 0);
+  return append_record(seq);
+}
+
+status wal_archiver::start_gen(const std::string& header) {
+  int64_t gen = last_.gen + 1;
+  auto g = gen_file(last_.epoch, gen);
+  auto fd =
+    std::make_shared<scoped_fd>(::open(g.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd->get() < 0)
+    return os_error("create " + g.string(), errno);
+  if (int e = sync_dir(g.parent_path()); e != 0)
+    return os_error("fsync " + g.parent_path().string(), e);
+  mirror_ = std::move(fd);
+  page_size_ = header_page_size(header);
+  salts_ = header.substr(16, 8);
+  last_.gen = gen;
+  last_.end = 0;
+  return status::ok();
+}
+
+status wal_archiver::copy_live(int64_t from, int64_t to) {
+  if (buf_.size() < (1u << 16))
+    buf_.resize(1u << 16);
+  for (int64_t off = from; off < to;) {
+    size_t want =
+      static_cast<size_t>(std::min<int64_t>(to - off, static_cast<int64_t>(buf_.size())));
+    ssize_t n = ::pread(live_->get(), buf_.data(), want, off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return n == 0 ? status{errc::corruption, wal_.string() + " ends before its commit"}
+                    : os_error("read " + wal_.string(), errno);
+    for (ssize_t w = 0; w < n;) {
+      ssize_t k = ::pwrite(mirror_->get(), buf_.data() + w, static_cast<size_t>(n - w), off + w);
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k <= 0)
+        return os_error("write " + gen_file(last_.epoch, last_.gen).string(), k < 0 ? errno : EIO);
+      w += k;
+    }
+    off += n;
+  }
+  count_archive(0, static_cast<uint64_t>(to - from), 0, 0);
+  last_.end = to;
+  to_sync(mirror_);
+  return status::ok();
+}
+
+status wal_archiver::append_record(int64_t seq) {
+  last_.seq = seq;
+  last_.time_ms = now_ms();
+  char rec[archive_record_size];
+  encode_archive_record(last_, rec);
+  if (::pwrite(index_->get(), rec, sizeof rec, index_size_) != archive_record_size)
+    return os_error("append to " + (dir_ / "index").string(), errno ? errno : EIO);
+  index_size_ += archive_record_size;
+  to_sync(index_);
+  count_archive(1, 0, 0, 0);
+  return status::ok();
+}
+
+void wal_archiver::ship(int64_t frames, int64_t seq) {
+  if (broken()) {
+    if (auto st = start_epoch(seq); !st)
+      fail(st);
+    return;
+  }
+  auto h = live_header();
+  status st;
+  if (header_page_size(h) == 0) {
+    st = {errc::corruption, wal_.string() + " has no WAL header after a commit"};
+  } else if (salts_.empty() || h.compare(16, 8, salts_) != 0) {
+    // A restart (or the first header of a WAL a close had truncated).
+    st = start_gen(h);
+  }
+  int64_t end = 32 + frames * (24 + page_size_);
+  if (st && end < last_.end)
+    st = {errc::corruption,
+          "the WAL's " + std::to_string(frames) + " frames end before what was shipped of it"};
+  if (st && end > last_.end)
+    st = copy_live(last_.end, end);
+  if (st)
+    st = append_record(seq);
+  if (!st)
+    fail(st);
+}
+
+void wal_archiver::sync() {
+  std::vector<fd_ptr> todo;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    todo.swap(pending_);
+  }
+  for (auto& fd : todo)
+    if (::fdatasync(fd->get()) != 0) {
+      sync_failed_ = true;
+      count_archive(0, 0, 0, 1);
+      std::fprintf(stderr, "factum: archive %s: fdatasync: %s\n", dir_.c_str(),
+                   std::strerror(errno));
+      return;
+    }
+}
+
+} // namespace factum::detail
+
+namespace factum {
+
+wal_archive_counters wal_archive_stats() noexcept {
+  using namespace detail;
+  return {commits_shipped.load(), bytes_shipped.load(), epochs_started.load(), failures.load()};
+}
+
+} // namespace factum

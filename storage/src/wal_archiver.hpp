@@ -1,0 +1,108 @@
+// wal_archiver.hpp (private to storage/): the writer of an entity's continuous archive
+// (store_options::archive_dir; the format: docs/storage-format.md, "The continuous archive").
+// After each commit the store hands it the WAL's frame count; it copies the WAL bytes the
+// commit wrote into the archive's mirror of that WAL generation, at the same offsets, and
+// appends an index record (epoch, generation, end, seq, time). A WAL restart starts the next
+// generation's mirror: SQLite restarts a WAL only after a complete checkpoint, so the database
+// then equals the previous generation replayed over its base. Anything it cannot follow (no
+// archive yet, a generation it did not see, an error) starts a new epoch: a fresh copy of the
+// entity file (entity_store::copy_files) as its base.
+//
+// Threads: everything but sync() runs on the store's owner, in the commit that shipped (the
+// store is not thread-safe, neither is this); sync() runs on the store's sync thread, beside
+// the owner, and only fdatasyncs the descriptors ship() handed it under the mutex.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "factum/storage/status.hpp"
+#include "factum/storage/wal_archive.hpp"
+#include "file_io.hpp"
+
+namespace factum::detail {
+
+class wal_archiver {
+ public:
+  /// The archive at `dir` of the entity file `db` (its -wal beside it). Reads the archive's
+  /// index; creates nothing yet.
+  wal_archiver(std::filesystem::path dir, std::filesystem::path db);
+
+  /// At the end of the store's open (after its own writes): brings the archive level with the
+  /// live WAL (copies commits a crash left unshipped, drops ones a power cut took from the live
+  /// file but not from the archive) or starts an epoch. `seq`: the entity's last seq.
+  void attach(int64_t seq);
+  /// After a commit: the WAL now has `frames` frames (SQLite's WAL hook); `seq` the entity's
+  /// last seq. Errors break the archive (counted); the next ship starts a new epoch.
+  void ship(int64_t frames, int64_t seq);
+  /// After the store's close: notes the database file as the close left it (and the -wal's
+  /// header, when the close kept it), so that the next attach can tell its own close from a
+  /// writer that did not archive (a file `closed` in the archive; lost to a power cut, it only
+  /// makes the next attach start an epoch).
+  void closed();
+  /// fdatasyncs what ship() wrote since the last sync (any thread). A failure breaks the
+  /// archive as ship()'s do.
+  void sync();
+
+  /// The last point shipped (epoch 0 before any).
+  const archive_point& last() const noexcept { return last_; }
+  /// True when the last ship or sync failed and no epoch has started since.
+  bool broken() const noexcept { return broken_ || sync_failed_.load(); }
+
+ private:
+  using fd_ptr = std::shared_ptr<scoped_fd>;
+
+  status load_index();
+  status start_epoch(int64_t seq);
+  status start_gen(const std::string& header);
+  status copy_live(int64_t from, int64_t to);
+  status append_record(int64_t seq);
+  status drop_records_after(int64_t end);
+  std::string live_header();
+  /// The `closed` note for the files as they are now (empty when the database is missing).
+  std::string close_note();
+  /// Reads and removes the `closed` note: true when it describes the files as they are now.
+  bool take_close_note();
+  void fail(const status& st);
+  void to_sync(const fd_ptr& fd);
+  std::filesystem::path epoch_dir(int64_t epoch) const;
+  std::filesystem::path gen_file(int64_t epoch, int64_t gen) const;
+
+  std::filesystem::path dir_;
+  std::filesystem::path db_;
+  std::filesystem::path wal_;
+  archive_point last_;     // the last record written (or read at load)
+  std::string salts_;      // the current generation's salts (8 bytes); empty: none
+  int64_t page_size_ = 0;  // of the current generation's frames
+  fd_ptr mirror_;          // the current generation's mirror
+  fd_ptr index_;           // the index, appended to
+  int64_t index_size_ = 0; // bytes of whole records in it
+  fd_ptr live_;            // the live -wal, read-only
+  std::vector<char> buf_;  // copy buffer
+  bool broken_ = false;
+  std::atomic<bool> sync_failed_{false};
+  std::mutex mu_; // guards pending_
+  std::vector<fd_ptr> pending_;
+};
+
+/// Size in bytes of one index record: epoch, gen, end, seq, time, checksum (little-endian
+/// int64 each).
+inline constexpr int64_t archive_record_size = 48;
+
+/// Encodes and decodes an index record (false: its checksum does not hold).
+void encode_archive_record(const archive_point& p, char (&out)[archive_record_size]);
+bool decode_archive_record(const char* in, archive_point& p);
+
+/// The name of an epoch's directory and a generation's mirror within it.
+std::string archive_epoch_name(int64_t epoch);
+std::string archive_gen_name(int64_t gen);
+
+/// Counts for wal_archive_stats().
+void count_archive(uint64_t commits, uint64_t bytes, uint64_t epochs, uint64_t failures);
+
+} // namespace factum::detail

@@ -1,0 +1,305 @@
+// archive_test.cpp: the continuous archive (store_options::archive_dir, wal_archive.hpp). A store
+// ships each commit into its archive; an entity file rebuilt at any archived commit holds exactly
+// the facts and keys up to it, across WAL restarts, closes, a crash of the writer (SIGKILL), a
+// mirror that lost its tail, commits made without the archive, and an archive that cannot be
+// written.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "factum/storage/entity_store.hpp"
+#include "factum/storage/wal_archive.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace factum;
+namespace fs = std::filesystem;
+
+namespace {
+
+const entity_key key{"acme", "ledger", "a1"};
+
+store_options archive_opts(const fs::path& root, bool deferred = false) {
+  store_options o;
+  o.data_dir = root / "data";
+  o.archive_dir = root / "archive";
+  o.defer_sync = deferred;
+  o.wal_kept_on_close_kib = 0; // every close checkpoints: the next open starts a new generation
+  return o;
+}
+
+/// One commit: a key and `facts` facts, as a turn writes them.
+void commit_turn(entity_store& s, const std::string& k, int facts = 2) {
+  REQUIRE(s.begin_turn().is_ok());
+  REQUIRE(s.begin_key(k, "fp", 0, now_ms()).is_ok());
+  for (int i = 0; i < facts; ++i) {
+    fact_draft d;
+    d.type = "invocation";
+    d.idempotency_key = k;
+    d.data = {{"k", k}, {"i", i}, {"pad", std::string(300, 'p')}};
+    REQUIRE(s.append(d).is_ok());
+  }
+  REQUIRE(s.complete_key(k, "{}").is_ok());
+  REQUIRE(s.end_turn(true).is_ok());
+  REQUIRE(s.commit().is_ok());
+  if (s.wal_frames() > 0)
+    REQUIRE(s.sync().is_ok());
+}
+
+/// The entity file rebuilt at `p`, opened read-only: its last seq, chain verified, and whether
+/// key `k` is there.
+struct rebuilt {
+  int64_t last_seq = -1;
+  bool chain_ok = false;
+  std::unique_ptr<entity_store> store;
+};
+
+rebuilt rebuild(const fs::path& root, const archive_point& p, const std::string& name) {
+  auto out = root / (name + ".db");
+  auto st = materialize_archive_point(entity_archive_dir(root / "archive", key), p, out);
+  REQUIRE_MESSAGE(st.is_ok(), st.message());
+  store_options ro;
+  ro.data_dir = root;
+  ro.read_only = true;
+  auto s = entity_store::open_file(out, ro);
+  REQUIRE(s.is_ok());
+  rebuilt r;
+  r.last_seq = s.value()->last_seq();
+  auto v = s.value()->verify();
+  r.chain_ok = v.is_ok() && v->ok;
+  r.store = std::move(s.value());
+  return r;
+}
+
+std::vector<archive_point> points(const fs::path& root) {
+  auto p = archive_points(entity_archive_dir(root / "archive", key));
+  REQUIRE(p.is_ok());
+  return *p;
+}
+
+} // namespace
+
+TEST_CASE("archive: bookmarks name four numbers and nothing else") {
+  archive_point p{2, 3, 4096, 17, 0};
+  CHECK(p.bookmark() == "2.3.4096.17");
+  auto back = archive_point::parse("2.3.4096.17");
+  REQUIRE(back.is_ok());
+  CHECK(*back == p);
+  CHECK(archive_point::parse("1.0.0.0").is_ok()); // an epoch's base alone
+  for (const char* bad : {"", "1.2.3", "1.2.3.4.5", "a.2.3.4", "-1.2.3.4", "1.2.3.4x", "0.1.32.1",
+                          "01.2.3.4", "1..3.4", "1.0.32.1", "../../etc"})
+    CHECK_MESSAGE(archive_point::parse(bad).error().code() == errc::invalid_argument, bad);
+}
+
+TEST_CASE("archive: every commit is a point, rebuilt exactly, across WAL restarts and closes") {
+  test::temp_dir tmp;
+  auto o = archive_opts(tmp.path(), true);
+  std::vector<archive_point> at; // the point after each turn
+  {
+    auto s = entity_store::open(o, key).value();
+    for (int t = 0; t < 12; ++t) {
+      commit_turn(*s, "k" + std::to_string(t));
+      at.push_back(points(tmp.path()).back());
+      if (t == 3 || t == 7)
+        REQUIRE(s->checkpoint().is_ok()); // the next commit restarts the WAL
+    }
+  }
+  {
+    auto s = entity_store::open(o, key).value(); // the close truncated the WAL: a new generation
+    commit_turn(*s, "k12");
+    at.push_back(points(tmp.path()).back());
+  }
+  CHECK(at.front().epoch == 1);
+  CHECK(at.back().epoch == 1);
+  CHECK(at.back().gen >= 4); // restarts after turns 3 and 7, and after the reopen
+  for (size_t i = 1; i < at.size(); ++i)
+    CHECK(at[i].seq == at[i - 1].seq + 2);
+  for (size_t i : {size_t{0}, size_t{3}, size_t{4}, size_t{8}, size_t{11}, size_t{12}}) {
+    auto r = rebuild(tmp.path(), at[i], "at" + std::to_string(i));
+    CHECK(r.last_seq == at[i].seq);
+    CHECK(r.chain_ok);
+    CHECK(r.store->get_key("k" + std::to_string(i)).is_ok());
+    auto later = r.store->get_key("k" + std::to_string(i + 1));
+    CHECK_FALSE(later.is_ok());
+  }
+  // Bookmarks by seq and by time name those points.
+  auto dir = entity_archive_dir(tmp.path() / "archive", key);
+  auto by_seq = find_bookmark(dir, {std::nullopt, at[5].seq + 1});
+  REQUIRE(by_seq.is_ok());
+  CHECK(by_seq->bookmark() == at[5].bookmark());
+  auto by_time = find_bookmark(dir, {points(tmp.path()).back().time_ms, std::nullopt});
+  REQUIRE(by_time.is_ok());
+  CHECK(by_time->bookmark() == at.back().bookmark());
+  CHECK(find_bookmark(dir, {int64_t{1}, std::nullopt}).error().code() == errc::not_found);
+  // A point that is not a commit of the archive, and an existing target, are refused.
+  auto wrong = at[4];
+  wrong.end += 1;
+  CHECK(materialize_archive_point(dir, wrong, tmp.path() / "x.db").code() == errc::not_found);
+  CHECK(materialize_archive_point(dir, at[4], tmp.path() / "at4.db").code() == errc::conflict);
+}
+
+TEST_CASE("archive: commits made while the archive was not attached are shipped at the next open") {
+  test::temp_dir tmp;
+  auto o = archive_opts(tmp.path());
+  o.wal_kept_on_close_kib = 1024; // the WAL (same generation) outlives the closes
+  {
+    auto s = entity_store::open(o, key).value();
+    commit_turn(*s, "k0");
+  }
+  auto plain = o;
+  plain.archive_dir.clear();
+  {
+    auto s = entity_store::open(plain, key).value();
+    commit_turn(*s, "k1");
+    commit_turn(*s, "k2");
+  }
+  auto s = entity_store::open(o, key).value();
+  auto last = points(tmp.path()).back();
+  CHECK(last.epoch == 1);
+  CHECK(last.seq == s->last_seq());
+  auto r = rebuild(tmp.path(), last, "caught-up");
+  CHECK(r.last_seq == 6);
+  CHECK(r.store->get_key("k2").is_ok());
+}
+
+TEST_CASE("archive: generations it did not see start a new epoch with its own base") {
+  test::temp_dir tmp;
+  auto o = archive_opts(tmp.path(), true);
+  {
+    auto s = entity_store::open(o, key).value();
+    commit_turn(*s, "k0");
+  }
+  auto plain = o;
+  plain.archive_dir.clear();
+  for (int round = 0; round < 2; ++round) { // two closes that truncate: two generations unseen
+    auto s = entity_store::open(plain, key).value();
+    commit_turn(*s, "u" + std::to_string(round));
+    commit_turn(*s, "w" + std::to_string(round));
+  }
+  auto before = wal_archive_stats().epochs_started;
+  {
+    auto s = entity_store::open(o, key).value();
+    commit_turn(*s, "k1");
+  }
+  // The open finds no WAL (the plain close truncated it) and a database file that is not the
+  // one the archive's last close left: a new epoch. Every point the archive names rebuilds.
+  for (const auto& p : points(tmp.path())) {
+    auto r = rebuild(tmp.path(), p, "p" + p.bookmark());
+    CHECK_MESSAGE(r.last_seq == p.seq, p.bookmark());
+    CHECK(r.chain_ok);
+  }
+  CHECK(points(tmp.path()).back().seq == 12);
+  CHECK(points(tmp.path()).back().epoch == 2);
+  CHECK(wal_archive_stats().epochs_started == before + 1);
+}
+
+TEST_CASE("archive: a mirror that lost its tail (power cut) is trimmed and caught up at open") {
+  test::temp_dir tmp;
+  auto o = archive_opts(tmp.path());
+  o.wal_kept_on_close_kib = 1024;
+  archive_point third;
+  {
+    auto s = entity_store::open(o, key).value();
+    for (int t = 0; t < 5; ++t) {
+      commit_turn(*s, "k" + std::to_string(t));
+      if (t == 2)
+        third = points(tmp.path()).back();
+    }
+  }
+  auto mirror = entity_archive_dir(tmp.path() / "archive", key) / "e000001" /
+                ("g" + std::string(5, '0') + std::to_string(third.gen) + ".wal");
+  REQUIRE(fs::exists(mirror));
+  fs::resize_file(mirror, static_cast<uintmax_t>(third.end + 100)); // past k2, into k3's frames
+  auto s = entity_store::open(o, key).value();
+  auto pts = points(tmp.path());
+  CHECK(pts.back().seq == s->last_seq());
+  auto r = rebuild(tmp.path(), pts.back(), "trimmed");
+  CHECK(r.last_seq == 10);
+  CHECK(r.chain_ok);
+  CHECK(r.store->get_key("k4").is_ok());
+}
+
+TEST_CASE("archive: a writer SIGKILLed mid-stream leaves an archive whose every point rebuilds") {
+  test::temp_dir tmp;
+  auto o = archive_opts(tmp.path(), false);
+  o.wal_kept_on_close_kib = 64;
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    auto r = entity_store::open(o, key);
+    if (!r)
+      _exit(2);
+    auto& s = *r.value();
+    for (int64_t t = 0; t < 100000; ++t) {
+      if (!s.begin_turn() || !s.begin_key("k" + std::to_string(t), "fp", 0, now_ms()).is_ok())
+        _exit(3);
+      fact_draft d;
+      d.type = "invocation";
+      d.data = {{"t", t}, {"pad", std::string(2000, 'x')}};
+      if (!s.append(d).is_ok() || !s.complete_key("k" + std::to_string(t), "{}") ||
+          !s.end_turn(true) || !s.commit())
+        _exit(4);
+      if (t % 200 == 199 && !s.checkpoint())
+        _exit(5);
+      if (write(fds[1], &t, sizeof t) != sizeof t)
+        _exit(6);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  int64_t t = -1, acked = -1;
+  while (acked < 700 && read(fds[0], &t, sizeof t) == sizeof t)
+    acked = t;
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(fds[0]);
+  REQUIRE(acked >= 700);
+  auto pts = points(tmp.path());
+  REQUIRE(pts.size() >= 2);
+  CHECK(pts.back().seq >= acked + 1); // every acknowledged commit shipped (seq = t + 1)
+  CHECK(pts.front().epoch == 1);
+  CHECK(pts.back().epoch == 1); // nothing broke the archive
+  for (size_t i : {size_t{0}, pts.size() / 3, pts.size() / 2, pts.size() - 1}) {
+    auto r = rebuild(tmp.path(), pts[i], "k" + std::to_string(i));
+    CHECK(r.last_seq == pts[i].seq);
+    CHECK(r.chain_ok);
+  }
+  // The next open attaches (anything the kill left unshipped is shipped) and keeps the epoch.
+  auto s = entity_store::open(o, key).value();
+  auto after = points(tmp.path());
+  CHECK(after.back().epoch == 1);
+  CHECK(after.back().seq == s->last_seq());
+  CHECK(rebuild(tmp.path(), after.back(), "reopened").last_seq == s->last_seq());
+}
+
+TEST_CASE("archive: an archive that cannot be written fails no commit and restarts as an epoch") {
+  test::temp_dir tmp;
+  auto o = archive_opts(tmp.path());
+  fs::create_directories(o.archive_dir);
+  // A file where the entity's archive directory would be: every archive write fails (ENOTDIR).
+  auto dir = entity_archive_dir(o.archive_dir, key);
+  fs::create_directories(dir.parent_path());
+  std::ofstream(dir) << "in the way";
+  auto failures = wal_archive_stats().failures;
+  auto s = entity_store::open(o, key).value();
+  commit_turn(*s, "k0");
+  commit_turn(*s, "k1");
+  CHECK(wal_archive_stats().failures > failures);
+  CHECK(s->last_seq() == 4);
+  fs::remove(dir);
+  commit_turn(*s, "k2"); // the archive is writable again: a new epoch whose base holds k0..k2
+  commit_turn(*s, "k3");
+  auto pts = points(tmp.path());
+  CHECK(pts.front().seq == 6);
+  auto r = rebuild(tmp.path(), pts.back(), "after-break");
+  CHECK(r.last_seq == 8);
+  CHECK(r.store->get_key("k0").is_ok());
+}
