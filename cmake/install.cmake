@@ -37,6 +37,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/durability.hp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/fact.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/records.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/status.hpp
+              ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/wal_archive.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/storage COMPONENT dev)
 install(FILES ${PROJECT_SOURCE_DIR}/tools/serve/include/factum/tools/serve.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/tools COMPONENT dev)

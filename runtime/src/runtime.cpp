@@ -55,7 +55,7 @@ caf::actor runtime_core::lookup_or_spawn(const entity_key& key, const std::strin
     reg.lru.splice(reg.lru.begin(), reg.lru, it->second.lru);
     return it->second.actor;
   }
-  if (reg.stopping)
+  if (reg.stopping || reg.held.count(key_str))
     return {};
   reg.lru.push_front(key_str);
   auto& e = reg.map[key_str];
@@ -313,6 +313,19 @@ void runtime_core::dispatch(std::shared_ptr<reply_sink> sink) {
   }
   // Answered here without running (answered: its destructor does not route it again).
   router.remove(*sink);
+  bool held = false;
+  {
+    std::lock_guard<std::mutex> g(reg.mu);
+    held = !reg.stopping && reg.held.count(sink->key_str_) > 0;
+  }
+  if (held) {
+    if (sink->finish(call_reply::failure(error_category::transient, "ENTITY_RESTORING",
+                                         "the entity is being rolled back to a bookmark; retry "
+                                         "once it is done",
+                                         503)))
+      stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (sink->finish(call_reply::failure(error_category::transient, "UNAVAILABLE",
                                        sink->attempts_ > 16 ? "entity unavailable: it kept "
                                                               "ending before taking the call"
@@ -498,13 +511,11 @@ size_t descriptor_limit() {
 }
 
 /// The descriptor budget: three quarters of the limit for entity files, a quarter for sockets.
-size_t default_max_active() {
+size_t default_max_active(size_t per_entity) {
   auto n = descriptor_limit();
   if (n == 0)
     return 1000;
-  // An open entity holds 4 descriptors: the database, -wal, -shm (its DMS lock) and the -wal
-  // descriptor that deferred sync fdatasyncs.
-  return std::max<size_t>(16, (n - n / 4) / 4);
+  return std::max<size_t>(16, (n - n / 4) / per_entity);
 }
 
 } // namespace
@@ -515,6 +526,19 @@ namespace {
 status check_start_config(const runtime_config& config) {
   if (config.data_dir.empty())
     return status{errc::invalid_argument, "runtime_config.data_dir is required"};
+  if (!config.archive_dir.empty()) {
+    std::error_code ec;
+    auto archive = std::filesystem::weakly_canonical(config.archive_dir, ec);
+    for (const auto& dir : {config.data_dir, config.entity_dir()}) {
+      auto d = std::filesystem::weakly_canonical(dir, ec);
+      auto rel = archive.lexically_relative(d);
+      if (archive == d || (!rel.empty() && *rel.begin() != ".."))
+        return status{errc::invalid_argument,
+                      "runtime_config.archive_dir must be outside the data directory and the "
+                      "entity root (" +
+                        dir.string() + ")"};
+    }
+  }
   if (config.wal_checkpoint_frames < 1)
     return status{errc::invalid_argument,
                   "runtime_config.wal_checkpoint_frames must be at least 1"};
@@ -560,14 +584,15 @@ status lock_data_dir(const std::filesystem::path& data_dir, int& lock_fd) {
 
 /// Every open entity holds descriptors: a cap above what the limit allows would turn into
 /// failed activations (EMFILE) under load, so it is lowered, and the start says so.
-size_t active_cap(size_t asked, std::vector<std::string>& notes) {
-  auto budget = default_max_active();
+size_t active_cap(size_t asked, size_t per_entity, std::vector<std::string>& notes) {
+  auto budget = default_max_active(per_entity);
   auto max_active = asked ? asked : budget;
   if (max_active <= budget)
     return max_active;
   notes.push_back("max_active_entities " + std::to_string(max_active) + " lowered to " +
-                  std::to_string(budget) +
-                  ": each open entity holds 4 file descriptors and RLIMIT_NOFILE "
+                  std::to_string(budget) + ": each open entity holds " +
+                  std::to_string(per_entity) +
+                  " file descriptors and RLIMIT_NOFILE "
                   "allows that many (raise the hard limit to allow more)");
   return budget;
 }
@@ -694,7 +719,8 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
   if (auto n = detail::remove_move_temporaries(config.data_dir); n > 0)
     p->start_notes.push_back("removed " + std::to_string(n) +
                              " temporary files of a shard move that a stop cut short");
-  auto max_active = active_cap(config.max_active_entities, p->start_notes);
+  auto max_active =
+    active_cap(config.max_active_entities, detail::descriptors_per_entity(config), p->start_notes);
   // A file system that makes activations slow is worth a line at start (it is not an error).
   if (auto w = file_system_warning(config.entity_dir()))
     p->start_notes.push_back(std::move(*w));
@@ -891,11 +917,11 @@ size_t runtime::connection_budget() const {
   auto n = descriptor_limit();
   if (n == 0)
     return SIZE_MAX;
-  // What the cap on open entities leaves (4 descriptors each: a quarter of the limit with the
-  // default cap, more with a lower max_active_entities), less a few for the listener, the tools'
-  // connections, the indexes and the spare files.
+  // What the cap on open entities leaves (descriptors_per_entity each: a quarter of the limit
+  // with the default cap, more with a lower max_active_entities), less a few for the listener,
+  // the tools' connections, the indexes and the spare files.
   constexpr size_t reserve = 64;
-  auto entities = 4 * impl_->core->reg.cap;
+  auto entities = detail::descriptors_per_entity(impl_->core->cfg) * impl_->core->reg.cap;
   return n > entities + reserve + 32 ? n - entities - reserve : 32;
 }
 

@@ -58,6 +58,9 @@ struct activation_registry {
   /// an idle timeout).
   size_t asked = 0;
   bool stopping = false;
+  /// Entities whose activation must not start while a whole-file operation replaces their file
+  /// (a rollback: entity_files.hpp, hold_entity).
+  std::unordered_set<std::string> held;
 
   /// Asks least recently used slot holders to hibernate until as many are asked as actors wait.
   /// Call with `mu` held; send atoms::hibernate to the returned actors after unlocking.
@@ -74,6 +77,13 @@ struct activation_registry {
     return out;
   }
 };
+
+/// Descriptors an open entity holds: its database, -wal, -shm (its DMS lock) and the -wal
+/// descriptor deferred sync fdatasyncs; with an archive also the -wal read for shipping, the
+/// generation's mirror and the archive's index.
+inline size_t descriptors_per_entity(const runtime_config& cfg) {
+  return cfg.archive_dir.empty() ? 4 : 7;
+}
 
 struct runtime_core;
 class reply_sink;

@@ -124,6 +124,11 @@ class counter final : public entity {
     return {{"value", value_}};
   }
   nlohmann::json get(context&, nlohmann::json) { return {{"value", value_}}; }
+  /// An alarm an hour away (or delay_ms), never fired by the tests that set it.
+  nlohmann::json remind(context& ctx, nlohmann::json a) {
+    ctx.set_alarm(a.value("name", "r"), ctx.now_ms() + a.value("delay_ms", 3'600'000), {});
+    return {{"armed", a.value("name", "r")}};
+  }
 
  private:
   int64_t value_ = 0;
@@ -161,6 +166,7 @@ inline void add_test_types(entity_registry& r) {
   r.add(type_builder<counter>("counter")
           .method("add", &counter::add)
           .method("get", &counter::get)
+          .method("remind", &counter::remind)
           .build());
   r.add(type_builder<alarmer>("alarmer").method("arm", &alarmer::arm).build());
 }

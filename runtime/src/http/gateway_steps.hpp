@@ -145,6 +145,15 @@ void act_on_fleet_dead_letters(gateway& gw, const exchange_ptr& x);
 /// GET /v1/breakers: per tool, entities per breaker state; the ones not closed, paged.
 void list_fleet_breakers(gateway& gw, const exchange_ptr& x);
 
+// -- point-in-time recovery and forks (restore_routes.cpp) --
+
+/// GET /v1/entities/{type}/{id}/bookmark?at=MS|seq=N: the archived commit at a time or seq.
+void get_bookmark(gateway& gw, const exchange_ptr& x, const entity_ref& e);
+/// POST /v1/entities/{type}/{id}/rollback/{bookmark}: the entity rolled back in place.
+void post_rollback(gateway& gw, const exchange_ptr& x, const entity_ref& e);
+/// POST /v1/entities/{type}/{id}/fork/{type}/{id}: a new entity from this one's state.
+void post_fork(gateway& gw, const exchange_ptr& x, const entity_ref& e);
+
 // -- fact streams (stream_routes.cpp) --
 
 /// GET /v1/entities/{type}/{id}/facts/stream: Server-Sent Events of the entity's facts.

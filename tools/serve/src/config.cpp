@@ -758,7 +758,7 @@ status apply_listen(serve_config& cfg, std::string_view listen) {
   return status::ok();
 }
 
-/// `dev`, `journal`, `listen`, `data_dir` and `durability`.
+/// `dev`, `journal`, `listen`, `data_dir`, `archive_dir` and `durability`.
 status parse_basics(const json& doc, serve_config& cfg) {
   if (auto it = doc.find("dev"); it != doc.end()) {
     if (!it->is_boolean())
@@ -780,6 +780,11 @@ status parse_basics(const json& doc, serve_config& cfg) {
     if (!it->is_string() || it->get<std::string>().empty())
       return bad("data_dir", "must be a non-empty path");
     cfg.runtime.data_dir = it->get<std::string>();
+  }
+  if (auto it = doc.find("archive_dir"); it != doc.end()) {
+    if (!it->is_string() || it->get<std::string>().empty())
+      return bad("archive_dir", "must be a non-empty path");
+    cfg.runtime.archive_dir = it->get<std::string>();
   }
   if (auto it = doc.find("durability"); it != doc.end()) {
     if (!it->is_string() || (*it != "full" && *it != "normal"))
@@ -917,6 +922,7 @@ result<serve_config> parse_serve_config(const json& doc, const entity_registry& 
   if (auto st = check_keys(doc, "",
                            {"listen",
                             "data_dir",
+                            "archive_dir",
                             "durability",
                             "idle_timeout_ms",
                             "max_active_entities",

@@ -27,6 +27,7 @@
 #include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/status.hpp"
+#include "factum/storage/wal_archive.hpp"
 
 namespace factum {
 
@@ -545,6 +546,51 @@ class runtime {
   /// entry left by an earlier forget that failed half-way still goes); BUSY when it has a live
   /// activation. Blocking (runs on a storage thread and waits): not from a CAF worker.
   status forget_entity(const entity_key& key);
+
+  // -- point-in-time recovery and forks (runtime_config::archive_dir) --
+  //
+  // Blocking (they run on a storage thread and wait): not from a CAF worker. Single node only:
+  // in cluster mode they answer UNAVAILABLE (docs/operations.md, "Point-in-time recovery").
+
+  /// The archived commit of `key` that `q` names (find_bookmark): the last one at or before a
+  /// time, or whose last seq is at most a seq. INVALID_ARGUMENT without an archive; NOT_FOUND
+  /// when the archive has none that early (or no archive of `key`).
+  result<archive_point> bookmark(const entity_key& key, const bookmark_query& q);
+
+  /// What rollback_entity() did.
+  struct rollback_report {
+    archive_point to;      ///< the bookmark's commit
+    int64_t from_seq = 0;  ///< the entity's last seq before the rollback
+    std::string from_hash; ///< and its chain head
+    int64_t fact_seq = 0;  ///< the seq of the rollback's own lifecycle fact
+  };
+  /// Rolls `key` back to the archived commit `to`, while the server runs: holds the entity (its
+  /// calls answer 503 ENTITY_RESTORING meanwhile), releases its activation (BUSY when it is
+  /// still live after `wait`), rebuilds its file at `to` from the archive in a temporary file,
+  /// appends a `lifecycle`/`rolled_back` fact to it (the bookmark, the seq and head it replaces,
+  /// `note`; the chain continues from the bookmark's head), folds the current file's WAL into
+  /// it, then renames the rebuilt file over it (a crash leaves one or the other whole) and
+  /// re-indexes its alarms. Every table rolls back: keys, alarms, breakers, dead letters. The
+  /// facts past the bookmark stay in the archive.
+  result<rollback_report>
+  rollback_entity(const entity_key& key, const archive_point& to, std::string note,
+                  std::chrono::milliseconds wait = std::chrono::seconds(10));
+
+  /// What fork_entity() did.
+  struct fork_report {
+    int64_t source_seq = 0;  ///< the source's last seq at the point forked
+    std::string source_hash; ///< and its chain head
+    std::optional<archive_point> at;
+    int64_t fact_seq = 0; ///< the target's provenance fact (1)
+  };
+  /// Makes a new entity `to` that starts from `from`'s state at the archived commit `at` (or
+  /// now, taken while `from` keeps running): entity_store::fork_file, whose first fact is a
+  /// `lifecycle`/`forked` fact naming the source (key, seq, chain head, bookmark) and `note`.
+  /// `to` may be of another tenant; its type must be one of this runtime's. CONFLICT when `to`
+  /// has a file; NOT_FOUND when `from` has none. The target is indexed as a created entity
+  /// (its tenant's quota applies) and its alarms indexed.
+  result<fork_report> fork_entity(const entity_key& from, const entity_key& to,
+                                  std::optional<archive_point> at, std::string note);
 
   // -- cluster mode: shards on shared storage --
   //

@@ -206,6 +206,17 @@ class entity_store {
   static result<bool> refresh_copy(const std::filesystem::path& file,
                                    const std::filesystem::path& to);
 
+  /// Builds at `out` (which must not exist) a new entity file of `key` that starts from the
+  /// state of the entity file `source` (closed, with no -wal, at this build's schema version):
+  /// its idempotency keys but the pending ones (calls in flight at the source), alarms,
+  /// schedules, dead letters, breakers, configs and the tenant's own tables; not its facts,
+  /// owner claims, journal or outbox cursors. The new log's first fact is `first` (where the
+  /// file came from). Closed, checkpointed and fdatasynced; its directory is the caller's to
+  /// sync. CONFLICT when `out` exists; an error leaves no file at `out`.
+  static status fork_file(const std::filesystem::path& source, const entity_key& key,
+                          const std::filesystem::path& out, const fact_draft& first,
+                          const store_options& opts);
+
   /// Rolls back an uncommitted batch and closes the file.
   ~entity_store();
 

@@ -1,0 +1,284 @@
+#!/usr/bin/python3
+"""Point-in-time recovery and forks over HTTP against a real `factum serve` with a continuous
+archive (started here on a temporary data directory, a free loopback port, stopped by its pid).
+One case per run:
+
+  http   keyed appends, a time between them, more appends: GET .../bookmark?at=TIME names the
+         commit before the time; POST .../rollback/{bookmark} ends the facts there plus the
+         rollback's lifecycle fact (chained to the bookmark's head); a key completed after the
+         bookmark runs again, one before it replays; a fork (same tenant, at the bookmark) holds
+         the source's state there; a fork into another tenant needs that tenant's operate key;
+         refusals: a bad bookmark, a bookmark that is no commit, a read-only key, a fork onto an
+         existing entity, unknown members, no archive
+  kill   rounds of: a rollback request, factum serve SIGKILLed a random moment later, restarted:
+         the entity is either wholly as before (every fact, same hashes) or wholly rolled back
+         (the facts up to the bookmark, then the rollback fact); `factum inspect verify` passes
+         on the data directory at the end
+
+Every wait is bounded (WAIT seconds); the kill loop is bounded in rounds and time.
+
+  pitr_test.py --factum PATH --case NAME [--keep]
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from factum_test import Failure, check, start_serve  # noqa: E402
+
+WAIT = 30
+KEY = "pitr-operator-key"
+READ_KEY = "pitr-read-key"
+BETA_KEY = "pitr-beta-operator-key"
+
+
+class Server:
+    def __init__(self, factum, tmp, data, archive=True):
+        self.factum, self.tmp, self.data = factum, tmp, data
+        self.cfg = os.path.join(tmp, "serve.json")
+        cfg = {"data_dir": data, "dev": True, "durability": "full", "types": ["ledger"],
+               "tenants": {"acme": {"api_keys": [{"key": KEY, "scopes": ["read", "write",
+                                                                         "operate"]},
+                                                 {"key": READ_KEY, "scopes": ["read"]}]},
+                           "beta": {"api_keys": [{"key": BETA_KEY,
+                                                  "scopes": ["read", "write", "operate"]}]}}}
+        if archive:
+            cfg["archive_dir"] = os.path.join(tmp, "archive")
+        with open(self.cfg, "w") as f:
+            json.dump(cfg, f)
+        self.log = os.path.join(tmp, "serve.log")
+        self.start()
+
+    def start(self):
+        self.proc, self.port = start_serve(self.factum, self.cfg, self.log, "--listen",
+                                           "127.0.0.1:0", bound=WAIT)
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(WAIT)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(WAIT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(WAIT)
+
+    def request(self, verb, path, body=None, key=KEY, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT)
+        try:
+            h = {"X-API-Key": key, **(headers or {})}
+            if body is not None:
+                h["Content-Type"] = "application/json"
+                body = json.dumps(body)
+            conn.request(verb, path, body, h)
+            r = conn.getresponse()
+            text = r.read().decode()
+            try:
+                doc = json.loads(text) if text else None
+            except ValueError:
+                doc = text
+            return r.status, doc, r.getheader("Idempotent-Replayed") == "true"
+        finally:
+            conn.close()
+
+
+def append(srv, entity, key, n, tenant_key=KEY):
+    st, doc, replayed = srv.request("POST", f"/v1/entities/ledger/{entity}/append",
+                                    {"type": "invocation", "data": {"n": n}}, key=tenant_key,
+                                    headers={"Idempotency-Key": key})
+    check(st == 200, f"append {key}: {st} {doc}")
+    return replayed
+
+
+def facts(srv, entity, key=KEY):
+    st, doc, _ = srv.request("GET", f"/v1/entities/ledger/{entity}/facts?limit=1000", key=key)
+    check(st == 200, f"facts of {entity}: {st} {doc}")
+    return doc["facts"] if isinstance(doc, dict) else doc
+
+
+def data_of(fact):
+    d = fact.get("data")
+    return json.loads(d) if isinstance(d, str) else d
+
+
+def expect(srv, verb, path, body, status, code, key=KEY):
+    st, doc, _ = srv.request(verb, path, body, key=key)
+    check(st == status and isinstance(doc, dict) and doc.get("code") == code,
+          f"{verb} {path} {body}: expected {status} {code}, got {st} {doc}")
+
+
+def after_ms(t):
+    """Returns once the wall clock is past t (bounded): a later commit is shipped later."""
+    end = time.time() + WAIT
+    while int(time.time() * 1000) <= t and time.time() < end:
+        time.sleep(0.002)
+
+
+def case_http(factum, tmp):
+    srv = Server(factum, tmp, os.path.join(tmp, "data"))
+    try:
+        for i in range(3):
+            check(not append(srv, "e1", f"k{i}", i), "a first append replayed")
+        mark = int(time.time() * 1000)
+        after_ms(mark)
+        for i in range(3, 5):
+            append(srv, "e1", f"k{i}", i)
+        before = facts(srv, "e1")
+        check(len(before) == 5, f"5 facts, got {len(before)}")
+
+        st, bm, _ = srv.request("GET", f"/v1/entities/ledger/e1/bookmark?at={mark}")
+        check(st == 200 and bm["seq"] == 3, f"bookmark at {mark}: {st} {bm}")
+        st, by_seq, _ = srv.request("GET", "/v1/entities/ledger/e1/bookmark?seq=3")
+        check(st == 200 and by_seq["bookmark"] == bm["bookmark"], f"bookmark seq=3: {by_seq}")
+
+        # Forks first (the source is unchanged by them), then the rollback.
+        st, fk, _ = srv.request("POST", "/v1/entities/ledger/e1/fork/ledger/copy",
+                                {"bookmark": bm["bookmark"], "note": "a copy"})
+        check(st == 200 and fk["source_seq"] == 3, f"fork: {st} {fk}")
+        cf = facts(srv, "copy")
+        check(len(cf) == 1 and cf[0]["subtype"] == "forked", f"fork's facts: {cf}")
+        check(data_of(cf[0])["source_hash"] == before[2]["hash"], f"provenance {cf[0]}")
+        # The fork holds the source's keys; over HTTP their fingerprints name the source's
+        # path, so the same key at the fork is a different request, never a second run.
+        st, doc, _ = srv.request("POST", "/v1/entities/ledger/copy/append",
+                                 {"type": "invocation", "data": {"n": 1}},
+                                 headers={"Idempotency-Key": "k1"})
+        check(st == 422 and doc["code"] == "IDEMPOTENCY_KEY_MISMATCH", f"k1 on the fork: {st} {doc}")
+        check(not append(srv, "copy", "k3", 3), "k3 (after the bookmark) replays on the fork")
+        check(facts(srv, "e1") == before, "the fork changed its source")
+        expect(srv, "POST", "/v1/entities/ledger/e1/fork/ledger/copy", {}, 409, "CONFLICT")
+        expect(srv, "POST", "/v1/entities/ledger/e1/fork/ledger/other", {"tenant": "beta"}, 403,
+               "INSUFFICIENT_SCOPE")
+        st, fb, _ = srv.request("POST", "/v1/entities/ledger/e1/fork/ledger/other",
+                                {"tenant": "beta", "tenant_api_key": BETA_KEY})
+        check(st == 200, f"fork into beta: {st} {fb}")
+        check(facts(srv, "other", key=BETA_KEY)[0]["tenant_id"] == "beta", "beta's fork")
+
+        st, rb, _ = srv.request("POST", f"/v1/entities/ledger/e1/rollback/{bm['bookmark']}",
+                                {"note": "bad deploy"})
+        check(st == 200 and rb["from_seq"] == 5 and rb["fact_seq"] == 4, f"rollback: {st} {rb}")
+        after = facts(srv, "e1")
+        check([f["hash"] for f in after[:3]] == [f["hash"] for f in before[:3]],
+              "the facts up to the bookmark changed")
+        check(len(after) == 4 and after[3]["subtype"] == "rolled_back" and
+              after[3]["prev_hash"] == before[2]["hash"], f"the rollback fact: {after[3:]}")
+        check(data_of(after[3])["note"].startswith("bad deploy"), f"note: {after[3]}")
+        check(append(srv, "e1", "k1", 1), "k1 (before the bookmark) does not replay")
+        check(not append(srv, "e1", "k4", 4), "k4 (after the bookmark) still replays")
+
+        for path, body, status, code, key in [
+            ("/v1/entities/ledger/e1/rollback/x.y", {}, 400, "INVALID_ARGUMENT", KEY),
+            ("/v1/entities/ledger/e1/rollback/1.1.33.3", {}, 404, "NOT_FOUND", KEY),
+            (f"/v1/entities/ledger/e1/rollback/{bm['bookmark']}", {"x": 1}, 400,
+             "INVALID_ARGUMENT", KEY),
+            (f"/v1/entities/ledger/e1/rollback/{bm['bookmark']}", {}, 403, "INSUFFICIENT_SCOPE",
+             READ_KEY),
+            (f"/v1/entities/ledger/nobody/rollback/{bm['bookmark']}", {}, 404, "NOT_FOUND", KEY),
+            ("/v1/entities/ledger/e1/fork/ledger/..", {}, 400, "INVALID_ARGUMENT", KEY),
+            ("/v1/entities/ledger/e1/fork/ledger/x", {"bookmark": "1.2"}, 400,
+             "INVALID_ARGUMENT", KEY),
+        ]:
+            expect(srv, "POST", path, body, status, code, key)
+        for q in ["", "?at=1&seq=1", "?at=x", "?when=1"]:
+            expect(srv, "GET", f"/v1/entities/ledger/e1/bookmark{q}", None, 400, "INVALID_QUERY")
+        expect(srv, "GET", "/v1/entities/ledger/e1/bookmark?at=1", None, 404, "NOT_FOUND")
+    finally:
+        srv.stop()
+    plain = Server(factum, tmp, os.path.join(tmp, "data2"), archive=False)
+    try:
+        append(plain, "e1", "k0", 0)
+        expect(plain, "GET", "/v1/entities/ledger/e1/bookmark?seq=1", None, 400,
+               "INVALID_ARGUMENT")
+    finally:
+        plain.stop()
+
+
+def case_kill(factum, tmp):
+    data = os.path.join(tmp, "data")
+    srv = Server(factum, tmp, data)
+    outcomes = {"before": 0, "rolled back": 0}
+    deadline = time.time() + 60
+    n = 0
+    try:
+        for rnd in range(12):
+            if time.time() > deadline:
+                break
+            for i in range(4):
+                append(srv, "e1", f"r{rnd}-{i}", i)
+                n += 1
+            old = facts(srv, "e1")
+            seq = len(old) - 2
+            st, bm, _ = srv.request("GET", f"/v1/entities/ledger/e1/bookmark?seq={seq}")
+            check(st == 200 and bm["seq"] == seq, f"bookmark seq={seq}: {st} {bm}")
+            done = []
+
+            def rollback():
+                try:
+                    done.append(srv.request("POST",
+                                            f"/v1/entities/ledger/e1/rollback/{bm['bookmark']}"))
+                except (OSError, http.client.HTTPException) as e:
+                    done.append(e)
+
+            t = threading.Thread(target=rollback)
+            t.start()
+            time.sleep(random.uniform(0, 0.06))  # the moment of the kill, not a synchronisation
+            srv.kill()
+            t.join(WAIT)
+            srv.start()
+            now = facts(srv, "e1")
+            if [f["hash"] for f in now] == [f["hash"] for f in old]:
+                outcomes["before"] += 1
+            else:
+                check(len(now) == seq + 1, f"round {rnd}: {len(now)} facts, neither "
+                                           f"{len(old)} (before) nor {seq + 1} (rolled back)")
+                check([f["hash"] for f in now[:seq]] == [f["hash"] for f in old[:seq]],
+                      f"round {rnd}: the facts up to the bookmark changed")
+                check(now[seq]["subtype"] == "rolled_back" and
+                      now[seq]["prev_hash"] == old[seq - 1]["hash"],
+                      f"round {rnd}: the last fact is not the rollback's: {now[seq]}")
+                outcomes["rolled back"] += 1
+    finally:
+        srv.stop()
+    r = subprocess.run([factum, "inspect", "verify", "--data", data], capture_output=True,
+                       text=True, timeout=WAIT)
+    check(r.returncode == 0, f"inspect verify: {r.returncode} {r.stdout[-500:]} {r.stderr[-500:]}")
+    print(f"kill rounds: {outcomes} ({n} appends)")
+    check(sum(outcomes.values()) >= 3, "fewer than 3 rounds ran")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--factum", required=True)
+    ap.add_argument("--case", required=True, choices=["http", "kill"])
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="factum-pitr-")
+    try:
+        {"http": case_http, "kill": case_kill}[a.case](a.factum, tmp)
+        print(f"pitr {a.case}: ok")
+        return 0
+    except Failure as e:
+        print(f"pitr {a.case}: FAILED: {e}")
+        log = os.path.join(tmp, "serve.log")
+        if os.path.exists(log):
+            print(open(log).read()[-3000:])
+        return 1
+    finally:
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

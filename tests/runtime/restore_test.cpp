@@ -1,0 +1,239 @@
+// restore_test.cpp: point-in-time recovery and forks on a running runtime (runtime.hpp,
+// "point-in-time recovery and forks") with a continuous archive: a rollback to a bookmark ends
+// the facts at the bookmark plus its own lifecycle fact, forgets the keys completed and the
+// alarms set after it, keeps the chain valid, and the archive goes on; calls while the entity is
+// held answer 503 ENTITY_RESTORING; a fork's target holds the source's state at the bookmark
+// (or now) under its own key, with its provenance as its first fact, and the source is
+// unchanged; refusals. Test thread; replies arrive on CAF workers.
+#include <doctest/doctest.h>
+
+#include "factum/runtime/runtime.hpp"
+#include "runtime_core.hpp"
+#include "support/temp_dir.hpp"
+#include "support/test_entities.hpp"
+
+using namespace factum;
+using namespace std::chrono_literals;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::unique_ptr<runtime> start(const fs::path& dir, bool archive = true) {
+  runtime_config c;
+  c.data_dir = dir / "data";
+  if (archive)
+    c.archive_dir = dir / "archive";
+  c.storage_threads = 2;
+  test::add_test_types(c.types);
+  auto r = runtime::start(std::move(c));
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  return std::move(r.value());
+}
+
+call_reply call(runtime& rt, const entity_key& k, const std::string& method, json args = {},
+                const std::string& idem = {}) {
+  call_options o;
+  o.idempotency_key = idem;
+  if (!idem.empty())
+    o.fingerprint = method + args.dump();
+  return rt.call_sync(k, method, args.is_null() ? "{}" : args.dump(), o);
+}
+
+json ok(runtime& rt, const entity_key& k, const std::string& method, json args = {},
+        const std::string& idem = {}) {
+  auto r = call(rt, k, method, args, idem);
+  REQUIRE_MESSAGE(r.ok, std::string(k.to_string() + " " + method + ": " + r.body));
+  return r.json();
+}
+
+json facts(runtime& rt, const entity_key& k) {
+  auto j = ok(rt, k, "@facts", {{"limit", 1000}});
+  return j.is_array() ? j : j["facts"];
+}
+
+std::vector<std::string> alarm_names(runtime& rt, const entity_key& k) {
+  std::vector<std::string> out;
+  auto j = ok(rt, k, "@alarms");
+  for (auto& a : j.is_array() ? j : j["alarms"])
+    if (auto n = a["name"].get<std::string>(); n.front() != '@') // the runtime's own
+      out.push_back(n);
+  return out;
+}
+
+/// Waits (bounded) until the wall clock is past `t`: a bookmark by time names commits shipped at
+/// or before it, so the next commit must be shipped in a later millisecond.
+void past(int64_t t) {
+  for (int i = 0; i < 1'000'000 && now_ms() <= t; ++i)
+    std::this_thread::yield();
+  REQUIRE(now_ms() > t);
+}
+
+} // namespace
+
+TEST_CASE("rollback: facts end at the bookmark plus the rollback fact, later keys and alarms go") {
+  test::temp_dir tmp;
+  auto rt = start(tmp.path());
+  entity_key k{"acme", "counter", "c1"};
+  for (int i = 0; i < 3; ++i)
+    ok(*rt, k, "add", {{"by", 1}}, "k" + std::to_string(i));
+  ok(*rt, k, "remind", {{"name", "early"}});
+  auto before = facts(*rt, k);
+  REQUIRE(before.size() == 3);
+  int64_t mark = now_ms();
+  past(mark);
+  for (int i = 3; i < 5; ++i)
+    ok(*rt, k, "add", {{"by", 10}}, "k" + std::to_string(i));
+  ok(*rt, k, "remind", {{"name", "late"}});
+  REQUIRE(facts(*rt, k).size() == 5);
+
+  auto bm = rt->bookmark(k, {mark, std::nullopt});
+  REQUIRE_MESSAGE(bm.is_ok(), bm.error().to_string());
+  CHECK(bm->seq == 3);
+  auto by_seq = rt->bookmark(k, {std::nullopt, int64_t{3}});
+  REQUIRE(by_seq.is_ok());
+  CHECK(by_seq->seq == 3);
+
+  auto r = rt->rollback_entity(k, *bm, "bad deploy");
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  CHECK(r->from_seq == 5);
+  CHECK(r->to.seq == 3);
+  CHECK(r->fact_seq == 4);
+
+  auto after = facts(*rt, k);
+  REQUIRE(after.size() == 4);
+  for (int i = 0; i < 3; ++i)
+    CHECK(after[i]["hash"] == before[i]["hash"]); // the same facts, not copies
+  CHECK(after[3]["type"] == "lifecycle");
+  CHECK(after[3]["subtype"] == "rolled_back");
+  CHECK(after[3]["prev_hash"] == before[2]["hash"]);
+  auto data = after[3]["data"].is_string() ? json::parse(after[3]["data"].get<std::string>())
+                                           : after[3]["data"];
+  CHECK(data["bookmark"] == bm->bookmark());
+  CHECK(data["from_seq"] == 5);
+  CHECK(data["note"] == "bad deploy");
+  CHECK(ok(*rt, k, "@verify")["ok"] == true);
+  // Keys completed before the bookmark replay; keys completed after it run again.
+  auto k1 = call(*rt, k, "add", {{"by", 1}}, "k1");
+  CHECK(k1.ok);
+  CHECK(k1.replayed);
+  auto k3 = call(*rt, k, "add", {{"by", 10}}, "k3");
+  CHECK(k3.ok);
+  CHECK_FALSE(k3.replayed);
+  CHECK(k3.json()["value"] == 13); // 3 from before the bookmark, then this one
+  CHECK(alarm_names(*rt, k) == std::vector<std::string>{"early"});
+
+  // The archive goes on past the rollback: the newest commit is a bookmark again.
+  auto newest = rt->bookmark(k, {std::nullopt, int64_t{1'000'000}});
+  REQUIRE(newest.is_ok());
+  CHECK(newest->seq == 5);
+  CHECK(newest->epoch > bm->epoch); // the rolled-back file is a new epoch's base
+}
+
+TEST_CASE("rollback: calls to a held entity answer 503 ENTITY_RESTORING, and refusals") {
+  test::temp_dir tmp;
+  auto rt = start(tmp.path());
+  entity_key k{"acme", "counter", "held"};
+  ok(*rt, k, "add");
+  auto& core = detail::runtime_testing::core(*rt);
+  {
+    std::lock_guard<std::mutex> g(core.reg.mu);
+    core.reg.held.insert(k.to_string());
+  }
+  (void)rt->release_entities([&](const entity_key& e) { return e == k; }, 5s);
+  auto r = call(*rt, k, "add");
+  CHECK_FALSE(r.ok);
+  CHECK(r.http_status == 503);
+  CHECK(r.code == "ENTITY_RESTORING");
+  auto bm = rt->bookmark(k, {std::nullopt, int64_t{1}});
+  REQUIRE(bm.is_ok());
+  CHECK(rt->rollback_entity(k, *bm, "").error().code() == errc::conflict); // held already
+  {
+    std::lock_guard<std::mutex> g(core.reg.mu);
+    core.reg.held.erase(k.to_string());
+  }
+  CHECK(call(*rt, k, "add").ok);
+  // A bookmark that is no commit of the archive, an entity without a file, an unknown type.
+  auto wrong = *bm;
+  wrong.end += 8;
+  CHECK(rt->rollback_entity(k, wrong, "").error().code() == errc::not_found);
+  CHECK(rt->rollback_entity({"acme", "counter", "none"}, *bm, "").error().code() ==
+        errc::not_found);
+  CHECK(rt->rollback_entity({"acme", "nosuchtype", "x"}, *bm, "").error().code() ==
+        errc::not_found);
+  CHECK(rt->bookmark(k, {int64_t{1}, std::nullopt}).error().code() == errc::not_found);
+  CHECK(ok(*rt, k, "get")["value"] == 2); // nothing above changed the entity
+}
+
+TEST_CASE("rollback and bookmarks need an archive") {
+  test::temp_dir tmp;
+  auto rt = start(tmp.path(), false);
+  entity_key k{"acme", "counter", "c"};
+  ok(*rt, k, "add");
+  CHECK(rt->bookmark(k, {std::nullopt, int64_t{1}}).error().code() == errc::invalid_argument);
+  CHECK(rt->rollback_entity(k, {1, 1, 32, 1, 0}, "").error().code() == errc::invalid_argument);
+  // A fork of the present needs none.
+  auto f = rt->fork_entity(k, {"acme", "counter", "copy"}, std::nullopt, "");
+  REQUIRE_MESSAGE(f.is_ok(), f.error().to_string());
+  CHECK(ok(*rt, {"acme", "counter", "copy"}, "get")["value"] == 0); // facts are not copied
+}
+
+TEST_CASE("fork: the target is the source's state at the bookmark, the source is unchanged") {
+  test::temp_dir tmp;
+  auto rt = start(tmp.path());
+  entity_key src{"acme", "counter", "src"};
+  for (int i = 0; i < 2; ++i)
+    ok(*rt, src, "add", {{"by", 1}}, "k" + std::to_string(i));
+  ok(*rt, src, "remind", {{"name", "early"}});
+  auto at = rt->bookmark(src, {std::nullopt, int64_t{2}});
+  REQUIRE(at.is_ok());
+  auto at_facts = facts(*rt, src);
+  ok(*rt, src, "add", {{"by", 1}}, "k2");
+  ok(*rt, src, "remind", {{"name", "late"}});
+  auto src_before = facts(*rt, src);
+
+  entity_key dst{"beta", "counter", "dst"};
+  auto f = rt->fork_entity(src, dst, *at, "to test");
+  REQUIRE_MESSAGE(f.is_ok(), f.error().to_string());
+  CHECK(f->source_seq == 2);
+  CHECK(f->source_hash == at_facts[1]["hash"]);
+  auto df = facts(*rt, dst);
+  REQUIRE(df.size() == 1);
+  CHECK(df[0]["seq"] == 1);
+  CHECK(df[0]["subtype"] == "forked");
+  CHECK(df[0]["tenant_id"] == "beta");
+  auto data =
+    df[0]["data"].is_string() ? json::parse(df[0]["data"].get<std::string>()) : df[0]["data"];
+  CHECK(data["source"] == src.to_string());
+  CHECK(data["source_seq"] == 2);
+  CHECK(data["source_hash"] == at_facts[1]["hash"]);
+  CHECK(data["bookmark"] == at->bookmark());
+  CHECK(ok(*rt, dst, "@verify")["ok"] == true);
+  // Its keys and alarms are the source's at the bookmark.
+  auto k1 = call(*rt, dst, "add", {{"by", 1}}, "k1");
+  CHECK(k1.replayed);
+  auto k2 = call(*rt, dst, "add", {{"by", 1}}, "k2");
+  CHECK(k2.ok);
+  CHECK_FALSE(k2.replayed);
+  CHECK(alarm_names(*rt, dst) == std::vector<std::string>{"early"});
+  // The source is as it was.
+  CHECK(facts(*rt, src) == src_before);
+  auto names = alarm_names(*rt, src);
+  CHECK(names.size() == 2);
+
+  // Now (no bookmark), while the source runs; refusals.
+  entity_key now_copy{"acme", "counter", "now"};
+  auto g = rt->fork_entity(src, now_copy, std::nullopt, "");
+  REQUIRE_MESSAGE(g.is_ok(), g.error().to_string());
+  CHECK(g->source_seq == 3);
+  CHECK(call(*rt, now_copy, "add", {{"by", 1}}, "k2").replayed);
+  CHECK(rt->fork_entity(src, now_copy, std::nullopt, "").error().code() == errc::conflict);
+  CHECK(rt->fork_entity(src, src, std::nullopt, "").error().code() == errc::invalid_argument);
+  CHECK(rt->fork_entity({"acme", "counter", "none"}, {"acme", "counter", "n2"}, std::nullopt, "")
+          .error()
+          .code() == errc::not_found);
+  CHECK(rt->fork_entity(src, {"acme", "nosuchtype", "x"}, std::nullopt, "").error().code() ==
+        errc::not_found);
+  CHECK(rt->fork_entity(src, {"acme", "counter", "../x"}, std::nullopt, "").error().code() ==
+        errc::invalid_argument);
+}
