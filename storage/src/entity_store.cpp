@@ -121,8 +121,6 @@ status entity_store::sync() {
     return {map_rc(frc), "sync " + wal.string() + ": " + sqlite3_errstr(frc) + " (injected)"};
   if (::fdatasync(fd) != 0)
     return {errc::io_error, "fdatasync " + wal.string() + ": " + std::strerror(errno)};
-  if (archive_)
-    archive_->sync(); // its failure breaks the archive, not the commit (wal_archiver.hpp)
   return status::ok();
 }
 
@@ -321,6 +319,8 @@ entity_store::~entity_store() {
       // at every restart, which nothing needs.
       sqlite3_exec(db_, "PRAGMA journal_size_limit=0", nullptr, nullptr, nullptr);
     }
+    if (archive_)
+      archive_->sync(); // before the close's checkpoint may truncate the WAL it copied
     sqlite3_close_v2(db_);
     if (archive_)
       archive_->closed();
@@ -712,8 +712,6 @@ void entity_store::ship_to_archive() {
     return;
   wal_.committed = false;
   archive_->ship(wal_.mx, last_seq_);
-  if (!deferred_sync() && opts_.mode == durability::full)
-    archive_->sync(); // the commit synced its WAL: the archive's copy is made as durable
 }
 
 status entity_store::attach_archive() {
@@ -723,8 +721,11 @@ status entity_store::attach_archive() {
     std::make_unique<detail::wal_archiver>(entity_archive_dir(opts_.archive_dir, key_), path_);
   archive_->attach(last_seq_);
   wal_.committed = false;
-  if (!deferred_sync() && opts_.mode == durability::full)
-    archive_->sync();
+  // From now on the VFS tells the archive before each new WAL header (wal_archiver.hpp).
+  detail::wal_start_hook hook{[](void* a) { static_cast<detail::wal_archiver*>(a)->restarting(); },
+                              archive_.get()};
+  archive_->watch_restarts(
+    sqlite3_file_control(db_, "main", detail::wal_start_hook_fcntl_op, &hook) == SQLITE_OK);
   return status::ok();
 }
 

@@ -19,7 +19,8 @@ namespace factum::detail {
 
 namespace {
 
-std::atomic<uint64_t> commits_shipped{0}, bytes_shipped{0}, epochs_started{0}, failures{0};
+std::atomic<uint64_t> commits_shipped{0}, bytes_shipped{0}, epochs_started{0}, failures{0},
+  wal_starts{0};
 
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -65,7 +66,8 @@ status os_error(const std::string& what, int e) {
 
 } // namespace
 
-void count_archive(uint64_t c, uint64_t b, uint64_t e, uint64_t f) {
+void count_archive(uint64_t c, uint64_t b, uint64_t e, uint64_t f, uint64_t w) {
+  wal_starts.fetch_add(w, std::memory_order_relaxed);
   commits_shipped.fetch_add(c, std::memory_order_relaxed);
   bytes_shipped.fetch_add(b, std::memory_order_relaxed);
   epochs_started.fetch_add(e, std::memory_order_relaxed);
@@ -121,17 +123,14 @@ void wal_archiver::fail(const status& st) {
   count_archive(0, 0, 0, 1);
 }
 
-void wal_archiver::to_sync(const fd_ptr& fd) {
-  std::lock_guard<std::mutex> g(mu_);
-  for (auto& p : pending_)
-    if (p == fd)
-      return;
-  pending_.push_back(fd);
+int wal_archiver::live_fd() {
+  if (!live_ || live_->get() < 0)
+    live_ = std::make_shared<scoped_fd>(::open(wal_.c_str(), O_RDONLY | O_CLOEXEC));
+  return live_->get();
 }
 
 std::string wal_archiver::live_header() {
-  if (!live_ || live_->get() < 0)
-    live_ = std::make_shared<scoped_fd>(::open(wal_.c_str(), O_RDONLY | O_CLOEXEC));
+  live_fd();
   std::string h(32, '\0');
   ssize_t n = live_->get() < 0 ? -1 : ::pread(live_->get(), h.data(), h.size(), 0);
   if (n != 32)
@@ -289,11 +288,6 @@ void wal_archiver::attach(int64_t seq) {
 
 status wal_archiver::start_epoch(int64_t seq) {
   broken_ = false;
-  sync_failed_ = false;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    pending_.clear();
-  }
   mirror_.reset();
   salts_.clear();
   std::error_code ec;
@@ -325,14 +319,16 @@ status wal_archiver::start_epoch(int64_t seq) {
       salts_ = h.substr(16, 8);
       last_.gen = 1;
       last_.end = end;
-      to_sync(mirror_);
+      if (::fdatasync(mirror_->get()) != 0)
+        return os_error("fdatasync " + gen_file(epoch, 1).string(), errno);
     } else {
       fs::remove(base_wal, ec);
     }
   }
-  if (auto b = std::make_shared<scoped_fd>(::open((ed / "base.db").c_str(), O_RDONLY | O_CLOEXEC));
-      b->get() >= 0)
-    to_sync(b);
+  // The base is durable before any record names it.
+  if (scoped_fd b(::open((ed / "base.db").c_str(), O_RDONLY | O_CLOEXEC));
+      b.get() < 0 || ::fdatasync(b.get()) != 0)
+    return os_error("fdatasync " + (ed / "base.db").string(), errno);
   if (!index_) {
     auto path = dir_ / "index";
     index_ = std::make_shared<scoped_fd>(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
@@ -370,7 +366,7 @@ status wal_archiver::copy_live(int64_t from, int64_t to) {
   for (int64_t off = from; off < to;) {
     size_t want =
       static_cast<size_t>(std::min<int64_t>(to - off, static_cast<int64_t>(buf_.size())));
-    ssize_t n = ::pread(live_->get(), buf_.data(), want, off);
+    ssize_t n = ::pread(live_fd(), buf_.data(), want, off);
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
@@ -388,7 +384,6 @@ status wal_archiver::copy_live(int64_t from, int64_t to) {
   }
   count_archive(0, static_cast<uint64_t>(to - from), 0, 0);
   last_.end = to;
-  to_sync(mirror_);
   return status::ok();
 }
 
@@ -400,7 +395,6 @@ status wal_archiver::append_record(int64_t seq) {
   if (::pwrite(index_->get(), rec, sizeof rec, index_size_) != archive_record_size)
     return os_error("append to " + (dir_ / "index").string(), errno ? errno : EIO);
   index_size_ += archive_record_size;
-  to_sync(index_);
   count_archive(1, 0, 0, 0);
   return status::ok();
 }
@@ -411,13 +405,14 @@ void wal_archiver::ship(int64_t frames, int64_t seq) {
       fail(st);
     return;
   }
-  auto h = live_header();
   status st;
-  if (header_page_size(h) == 0) {
-    st = {errc::corruption, wal_.string() + " has no WAL header after a commit"};
-  } else if (salts_.empty() || h.compare(16, 8, salts_) != 0) {
-    // A restart (or the first header of a WAL a close had truncated).
-    st = start_gen(h);
+  if (restarted_ || salts_.empty() || !hooked_) { // the VFS saw a WAL header written (restarting())
+    restarted_ = false;
+    auto h = live_header();
+    if (header_page_size(h) == 0)
+      st = {errc::corruption, wal_.string() + " has no WAL header after a commit"};
+    else if (salts_.empty() || h.compare(16, 8, salts_) != 0)
+      st = start_gen(h); // a restart, or the first header of a WAL a close had truncated
   }
   int64_t end = 32 + frames * (24 + page_size_);
   if (st && end < last_.end)
@@ -429,22 +424,24 @@ void wal_archiver::ship(int64_t frames, int64_t seq) {
     st = append_record(seq);
   if (!st)
     fail(st);
+  else if (!hooked_)
+    sync();
 }
 
 void wal_archiver::sync() {
-  std::vector<fd_ptr> todo;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    todo.swap(pending_);
-  }
-  for (auto& fd : todo)
-    if (::fdatasync(fd->get()) != 0) {
-      sync_failed_ = true;
-      count_archive(0, 0, 0, 1);
-      std::fprintf(stderr, "factum: archive %s: fdatasync: %s\n", dir_.c_str(),
-                   std::strerror(errno));
+  if (broken_ || last_.epoch == 0)
+    return;
+  for (const auto* fd : {&mirror_, &index_})
+    if (*fd && ::fdatasync((*fd)->get()) != 0) {
+      fail(os_error("fdatasync in " + dir_.string(), errno));
       return;
     }
+}
+
+void wal_archiver::restarting() {
+  restarted_ = true;
+  count_archive(0, 0, 0, 0, 1);
+  sync(); // the previous generation's copy, before the live WAL overwrites it
 }
 
 } // namespace factum::detail
@@ -453,7 +450,8 @@ namespace factum {
 
 wal_archive_counters wal_archive_stats() noexcept {
   using namespace detail;
-  return {commits_shipped.load(), bytes_shipped.load(), epochs_started.load(), failures.load()};
+  return {commits_shipped.load(), bytes_shipped.load(), epochs_started.load(), failures.load(),
+          wal_starts.load()};
 }
 
 } // namespace factum

@@ -8,9 +8,17 @@
 // archive yet, a generation it did not see, an error) starts a new epoch: a fresh copy of the
 // entity file (entity_store::copy_files) as its base.
 //
-// Threads: everything but sync() runs on the store's owner, in the commit that shipped (the
-// store is not thread-safe, neither is this); sync() runs on the store's sync thread, beside
-// the owner, and only fdatasyncs the descriptors ship() handed it under the mutex.
+// Durability: the archive is not synced per commit (that tripled a commit's syncs). Every
+// commit that was acknowledged is in the live WAL; what the archive lacks of it after a power
+// cut, attach() copies from there at the next open. The one moment that would lose it for good
+// is when the live WAL's frames go: a restart overwrites them, a close's checkpoint truncates
+// them. So the archive's copy is fdatasynced right before both (restarting(), from factum's VFS
+// as the new WAL header is about to be written; sync() before the store's close), and a base
+// before the record that names it. What a power cut can still take is only index records: the
+// commits they named then share the record of attach()'s catch-up (its time).
+//
+// Threads: the store's owner, one at a time (the store is not thread-safe, neither is this);
+// restarting() runs inside a commit of the owner, from the VFS.
 #pragma once
 
 #include <atomic>
@@ -45,14 +53,20 @@ class wal_archiver {
   /// writer that did not archive (a file `closed` in the archive; lost to a power cut, it only
   /// makes the next attach start an epoch).
   void closed();
-  /// fdatasyncs what ship() wrote since the last sync (any thread). A failure breaks the
-  /// archive as ship()'s do.
+  /// fdatasyncs the current generation's copy and the index. A failure breaks the archive as
+  /// ship()'s do.
   void sync();
+  /// The VFS is about to write a WAL header (a restart, or a new WAL after a truncation):
+  /// sync(), and the next ship() reads the header.
+  void restarting();
+  /// Whether restarting() will be called (the store's VFS took the hook). Without it, every
+  /// ship() reads the WAL header and syncs the archive (correct, and three times the syncs).
+  void watch_restarts(bool hooked) noexcept { hooked_ = hooked; }
 
   /// The last point shipped (epoch 0 before any).
   const archive_point& last() const noexcept { return last_; }
   /// True when the last ship or sync failed and no epoch has started since.
-  bool broken() const noexcept { return broken_ || sync_failed_.load(); }
+  bool broken() const noexcept { return broken_; }
 
  private:
   using fd_ptr = std::shared_ptr<scoped_fd>;
@@ -63,13 +77,14 @@ class wal_archiver {
   status copy_live(int64_t from, int64_t to);
   status append_record(int64_t seq);
   status drop_records_after(int64_t end);
+  /// The live -wal's descriptor, opened on first use (-1 when it cannot be).
+  int live_fd();
   std::string live_header();
   /// The `closed` note for the files as they are now (empty when the database is missing).
   std::string close_note();
   /// Reads and removes the `closed` note: true when it describes the files as they are now.
   bool take_close_note();
   void fail(const status& st);
-  void to_sync(const fd_ptr& fd);
   std::filesystem::path epoch_dir(int64_t epoch) const;
   std::filesystem::path gen_file(int64_t epoch, int64_t gen) const;
 
@@ -85,9 +100,8 @@ class wal_archiver {
   fd_ptr live_;            // the live -wal, read-only
   std::vector<char> buf_;  // copy buffer
   bool broken_ = false;
-  std::atomic<bool> sync_failed_{false};
-  std::mutex mu_; // guards pending_
-  std::vector<fd_ptr> pending_;
+  bool restarted_ = false; // restarting() ran since the last ship()
+  bool hooked_ = false;    // watch_restarts()
 };
 
 /// Size in bytes of one index record: epoch, gen, end, seq, time, checksum (little-endian
@@ -103,6 +117,7 @@ std::string archive_epoch_name(int64_t epoch);
 std::string archive_gen_name(int64_t gen);
 
 /// Counts for wal_archive_stats().
-void count_archive(uint64_t commits, uint64_t bytes, uint64_t epochs, uint64_t failures);
+void count_archive(uint64_t commits, uint64_t bytes, uint64_t epochs, uint64_t failures,
+                   uint64_t wal_starts = 0);
 
 } // namespace factum::detail

@@ -160,6 +160,7 @@ struct shim_file {
   int64_t known_size = -1; // WAL file: its size is at least this (-1: not known)
   int64_t max_end = 0;     // WAL file: the end of the furthest byte this connection wrote
   bool grown = false;      // WAL file: this connection appended zeros to it
+  wal_start_hook on_start; // database file: called before its WAL's header is written
 };
 
 // What a WAL grows by is written from here (in .bss: untouched pages cost no memory).
@@ -336,8 +337,11 @@ int x_write(sqlite3_file* p, const void* data, int n, sqlite3_int64 off) {
   if (!f->is_wal)
     return real(p)->pMethods->xWrite(real(p), data, n, off);
   drop_readahead(f);
-  if (off == 0)
+  if (off == 0) {
     count(n_wal_starts); // the header of a new WAL generation (its first frame follows)
+    if (f->db && f->db->on_start.fn)
+      f->db->on_start.fn(f->db->on_start.ctx);
+  }
   bool in_sequence =
     !f->unbuffered && f->db != nullptr && (off == 0 || f->next_off < 0 || off == f->next_off);
   if (!in_sequence) {
@@ -417,6 +421,12 @@ int x_file_control(sqlite3_file* p, int op, void* arg) {
     if (f->is_wal || arg == nullptr)
       return SQLITE_NOTFOUND;
     f->grow = std::max<int64_t>(0, *static_cast<sqlite3_int64*>(arg));
+    return SQLITE_OK;
+  }
+  if (op == wal_start_hook_fcntl_op) {
+    if (f->is_wal || arg == nullptr)
+      return SQLITE_NOTFOUND;
+    f->on_start = *static_cast<wal_start_hook*>(arg);
     return SQLITE_OK;
   }
   if (f->is_wal)

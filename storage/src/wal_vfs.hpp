@@ -19,6 +19,17 @@ inline constexpr const char* wal_vfs_name = "factum";
 /// not). Storage sets it at every read-write open (store_options::wal_grow_kib).
 inline constexpr int wal_grow_fcntl_op = 0x66610001;
 
+/// sqlite3_file_control op, on a main database opened through this VFS: `arg` points to a
+/// wal_start_hook (copied; a null `fn` removes it). Before its WAL's header is written (the
+/// first commit of a new WAL, or the commit that restarts it: frames of the previous generation
+/// get overwritten from then on), the VFS calls fn(ctx) on the committing thread. The continuous
+/// archive makes its copy of the previous generation durable there (wal_archiver.hpp).
+inline constexpr int wal_start_hook_fcntl_op = 0x66610002;
+struct wal_start_hook {
+  void (*fn)(void*) = nullptr;
+  void* ctx = nullptr;
+};
+
 /// Registers the VFS over `base` (not as the default VFS). Called once, by sqlite_global_init.
 void register_wal_vfs(sqlite3_vfs* base);
 

@@ -99,6 +99,7 @@ TEST_CASE("archive: every commit is a point, rebuilt exactly, across WAL restart
   test::temp_dir tmp;
   auto o = archive_opts(tmp.path(), true);
   std::vector<archive_point> at; // the point after each turn
+  auto starts = wal_archive_stats().wal_starts;
   {
     auto s = entity_store::open(o, key).value();
     for (int t = 0; t < 12; ++t) {
@@ -116,6 +117,8 @@ TEST_CASE("archive: every commit is a point, rebuilt exactly, across WAL restart
   CHECK(at.front().epoch == 1);
   CHECK(at.back().epoch == 1);
   CHECK(at.back().gen >= 4); // restarts after turns 3 and 7, and after the reopen
+  // The archive synced its copy before each new WAL header (factum's VFS called it).
+  CHECK(wal_archive_stats().wal_starts >= starts + 3);
   for (size_t i = 1; i < at.size(); ++i)
     CHECK(at[i].seq == at[i - 1].seq + 2);
   for (size_t i : {size_t{0}, size_t{3}, size_t{4}, size_t{8}, size_t{11}, size_t{12}}) {
@@ -302,4 +305,25 @@ TEST_CASE("archive: an archive that cannot be written fails no commit and restar
   auto r = rebuild(tmp.path(), pts.back(), "after-break");
   CHECK(r.last_seq == 8);
   CHECK(r.store->get_key("k0").is_ok());
+}
+
+TEST_CASE("archive: a first epoch whose base copy has a WAL ships the next commits") {
+  test::temp_dir tmp;
+  auto o = archive_opts(tmp.path(), true);
+  o.wal_kept_on_close_kib = 1024;
+  auto plain = o;
+  plain.archive_dir.clear();
+  {
+    auto s = entity_store::open(plain, key).value();
+    commit_turn(*s, "k0");
+  }
+  auto s = entity_store::open(o, key).value(); // epoch 1: the file and its WAL's commits
+  commit_turn(*s, "k1");
+  commit_turn(*s, "k2");
+  auto pts = points(tmp.path());
+  REQUIRE(pts.size() == 3);
+  CHECK(pts.front().gen == 1); // the base's WAL is the first generation's start
+  auto r = rebuild(tmp.path(), pts.back(), "next");
+  CHECK(r.last_seq == 6);
+  CHECK(r.chain_ok);
 }

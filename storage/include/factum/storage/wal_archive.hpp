@@ -70,6 +70,7 @@ struct wal_archive_counters {
   uint64_t bytes_shipped = 0;   ///< WAL bytes copied (frames and headers)
   uint64_t epochs_started = 0;  ///< base copies made (a first archive, or after a break)
   uint64_t failures = 0;        ///< shipping or syncing errors (each breaks that archive)
+  uint64_t wal_starts = 0;      ///< WAL headers about to be written: the archive synced first
 };
 wal_archive_counters wal_archive_stats() noexcept;
 
