@@ -194,6 +194,7 @@ def case_http(factum, tmp):
         for q in ["", "?at=1&seq=1", "?at=x", "?when=1"]:
             expect(srv, "GET", f"/v1/entities/ledger/e1/bookmark{q}", None, 400, "INVALID_QUERY")
         expect(srv, "GET", "/v1/entities/ledger/e1/bookmark?at=1", None, 404, "NOT_FOUND")
+        cli_cases(factum, srv)
     finally:
         srv.stop()
     plain = Server(factum, tmp, os.path.join(tmp, "data2"), archive=False)
@@ -203,6 +204,35 @@ def case_http(factum, tmp):
                "INVALID_ARGUMENT")
     finally:
         plain.stop()
+
+
+def operate(factum, srv, *args):
+    r = subprocess.run([factum, "operate", *args, "--server", f"http://127.0.0.1:{srv.port}",
+                        "--api-key", KEY, "--json"], capture_output=True, text=True, timeout=WAIT)
+    return r.returncode, r.stdout, r.stderr
+
+
+def cli_cases(factum, srv):
+    """The same through `factum operate bookmark|fork|rollback`."""
+    for i in range(3):
+        append(srv, "cli", f"c{i}", i)
+    rc, out, err = operate(factum, srv, "bookmark", "ledger/cli", "--seq", "2")
+    check(rc == 0, f"operate bookmark: {rc} {err}")
+    bm = json.loads(out)
+    check(bm["seq"] == 2, f"operate bookmark: {out}")
+    rc, out, err = operate(factum, srv, "fork", "ledger/cli", "ledger/cli-copy", "--at",
+                           bm["bookmark"], "--note", "from the CLI")
+    check(rc == 0 and json.loads(out)["source_seq"] == 2, f"operate fork: {rc} {out} {err}")
+    rc, out, err = operate(factum, srv, "rollback", "ledger/cli", bm["bookmark"])
+    check(rc == 0 and json.loads(out)["from_seq"] == 3, f"operate rollback: {rc} {out} {err}")
+    f = facts(srv, "cli")
+    check(len(f) == 3 and f[2]["subtype"] == "rolled_back", f"after the CLI rollback: {f}")
+    for args in [["rollback", "ledger/cli", "1.2"], ["bookmark", "ledger/cli"],
+                 ["fork", "ledger/cli", "bad"], ["fork", "ledger/cli", "ledger/x", "--at", "z"]]:
+        rc, out, err = operate(factum, srv, *args)
+        check(rc == 2 and err, f"operate {args}: exit {rc}, stderr {err!r}")
+    rc, out, err = operate(factum, srv, "rollback", "ledger/cli", "9.9.9.9")
+    check(rc != 0 and "NOT_FOUND" in err, f"operate rollback to no commit: {rc} {err}")
 
 
 def case_kill(factum, tmp):

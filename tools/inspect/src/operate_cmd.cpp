@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "factum/storage/wal_archive.hpp"
 #include "factum/tools/inspect.hpp"
 #include "remote.hpp"
 
@@ -30,7 +31,10 @@ struct operate_options {
   int64_t limit = 100;
   int64_t page = 100;
   bool dry_run = false;
-  int level = -1; ///< degradation set
+  int level = -1;                 ///< degradation set
+  std::string target;             ///< fork: TO_TYPE/TO_ID
+  std::string at, seq;            ///< bookmark: --at TIME or --seq N; fork: --at BOOKMARK
+  std::string tenant, tenant_key; ///< fork into another tenant
 };
 
 /// The API of --server, or the exit code (operate always needs a server).
@@ -192,6 +196,115 @@ int run_degradation(const run_ctx& ctx, const operate_options& o) {
   return exit_ok;
 }
 
+// -- bookmarks, rollback, fork ------------------------------------------------------------------
+
+/// "/v1/entities/TYPE/ID" of a TYPE/ID argument, or the exit code in `rc`.
+std::optional<std::string> entity_path(const run_ctx& ctx, const std::string& text, int& rc) {
+  auto key = parse_type_id(text);
+  if (!key) {
+    rc = ctx.fail(key.error());
+    return std::nullopt;
+  }
+  return "/v1/entities/" + http::client::percent_encode(key->type) + "/" +
+         http::client::percent_encode(key->id);
+}
+
+int run_bookmark(const run_ctx& ctx, const operate_options& o) {
+  int rc = exit_ok;
+  auto path = entity_path(ctx, o.entity, rc);
+  if (!path)
+    return rc;
+  if (o.at.empty() == o.seq.empty())
+    return ctx.fail(exit_usage, "give exactly one of --at TIME and --seq N");
+  std::string query;
+  if (!o.at.empty()) {
+    auto t = parse_time_arg(o.at, now_ms(), ctx.local_time);
+    if (!t)
+      return ctx.fail(t.error());
+    query = "at=" + std::to_string(*t);
+  } else {
+    auto n = parse_count(o.seq, "--seq");
+    if (!n)
+      return ctx.fail(n.error());
+    query = "seq=" + std::to_string(*n);
+  }
+  auto api = server_api(ctx, o.common, rc);
+  if (!api)
+    return rc;
+  auto r = api->get_json(*path + "/bookmark?" + query);
+  if (!r)
+    return ctx.fail(r.error());
+  if (ctx.json)
+    ctx.json_line(*r);
+  else
+    ctx.out << r->value("bookmark", "") << "  seq " << r->value("seq", int64_t{0}) << "  "
+            << ctx.time(r->value("time_ms", int64_t{0})) << '\n';
+  return exit_ok;
+}
+
+int run_rollback(const run_ctx& ctx, const operate_options& o) {
+  int rc = exit_ok;
+  auto path = entity_path(ctx, o.entity, rc);
+  if (!path)
+    return rc;
+  if (auto p = archive_point::parse(o.name); !p)
+    return ctx.fail(exit_usage, p.error().message());
+  auto api = server_api(ctx, o.common, rc);
+  if (!api)
+    return rc;
+  json body = o.note.empty() ? json::object() : json{{"note", o.note}};
+  auto r = api->send_json("POST", *path + "/rollback/" + o.name, body);
+  if (!r)
+    return ctx.fail(r.error());
+  if (ctx.json)
+    ctx.json_line(*r);
+  else
+    ctx.out << "rolled back " << o.entity << " from seq " << r->value("from_seq", int64_t{0})
+            << " to " << r->value("bookmark", "") << " (seq " << r->value("to_seq", int64_t{0})
+            << "); the rollback is fact " << r->value("fact_seq", int64_t{0}) << '\n';
+  return exit_ok;
+}
+
+int run_fork(const run_ctx& ctx, const operate_options& o) {
+  int rc = exit_ok;
+  auto path = entity_path(ctx, o.entity, rc);
+  if (!path)
+    return rc;
+  auto to = parse_type_id(o.target);
+  if (!to)
+    return ctx.fail(to.error());
+  json body = json::object();
+  if (!o.at.empty()) {
+    if (auto p = archive_point::parse(o.at); !p)
+      return ctx.fail(exit_usage, p.error().message());
+    body["bookmark"] = o.at;
+  }
+  if (!o.tenant.empty()) {
+    if (auto t = entity_key::make(o.tenant, "t", "t"); !t)
+      return ctx.fail(exit_usage, "--tenant: " + t.error().message());
+    body["tenant"] = o.tenant;
+  }
+  if (!o.tenant_key.empty())
+    body["tenant_api_key"] = o.tenant_key;
+  if (!o.note.empty())
+    body["note"] = o.note;
+  auto api = server_api(ctx, o.common, rc);
+  if (!api)
+    return rc;
+  auto r = api->send_json("POST",
+                          *path + "/fork/" + http::client::percent_encode(to->type) + "/" +
+                            http::client::percent_encode(to->id),
+                          body);
+  if (!r)
+    return ctx.fail(r.error());
+  if (ctx.json)
+    ctx.json_line(*r);
+  else
+    ctx.out << "forked " << o.entity << " (seq " << r->value("source_seq", int64_t{0}) << ") to "
+            << r->value("to", "") << '\n';
+  return exit_ok;
+}
+
 // -- registration ---------------------------------------------------------------------------------
 
 void add_common(CLI::App* sub, operate_options& o) {
@@ -220,7 +333,7 @@ void add_common(CLI::App* sub, operate_options& o) {
 void add_operate_command(CLI::App& app, int* exit_code, inspect_io io) {
   auto* operate = app.add_subcommand(
     "operate", "Act on a running server as an operator: dead letters in bulk, one dead letter, "
-               "a breaker, the degradation floor (scope operate)");
+               "a breaker, the degradation floor, bookmarks, a rollback, a fork (scope operate)");
   operate->require_subcommand(1);
   auto io_ptr = std::make_shared<inspect_io>(std::move(io));
   auto add = [&](const char* name, const char* help, auto setup, auto run) {
@@ -288,6 +401,37 @@ void add_operate_command(CLI::App& app, int* exit_code, inspect_io io) {
       sub->add_option("level", o.level, "set: the floor, 0 to 4")->check(CLI::Range(0, 4));
     },
     run_degradation);
+  add(
+    "bookmark", "Name the archived commit of an entity at a time or a seq (scope read)",
+    [](CLI::App* sub, operate_options& o) {
+      sub->add_option("entity", o.entity, "The entity, as TYPE/ID")->required();
+      sub->add_option("--at", o.at, "The last commit at or before this time (ISO 8601, ms, 2h)")
+        ->type_name("TIME");
+      sub->add_option("--seq", o.seq, "The last commit whose last fact is at most this seq")
+        ->type_name("N");
+    },
+    run_bookmark);
+  add(
+    "rollback", "Roll an entity back to a bookmark in place (its archive; a lifecycle fact)",
+    [](CLI::App* sub, operate_options& o) {
+      sub->add_option("entity", o.entity, "The entity, as TYPE/ID")->required();
+      sub->add_option("bookmark", o.name, "The bookmark (factum operate bookmark)")->required();
+    },
+    run_rollback);
+  add(
+    "fork", "Make a new entity from an entity's state now or at a bookmark",
+    [](CLI::App* sub, operate_options& o) {
+      sub->add_option("entity", o.entity, "The source, as TYPE/ID")->required();
+      sub->add_option("target", o.target, "The new entity, as TYPE/ID")->required();
+      sub->add_option("--at", o.at, "A bookmark of the source (default: now)")
+        ->type_name("BOOKMARK");
+      sub->add_option("--tenant", o.tenant, "The new entity's tenant (default: the key's)");
+      sub
+        ->add_option("--tenant-key", o.tenant_key,
+                     "With --tenant: an operate key of that tenant (also FACTUM_TENANT_KEY)")
+        ->envname("FACTUM_TENANT_KEY");
+    },
+    run_fork);
 }
 
 void add_operate_command(CLI::App& app, int* exit_code) {
