@@ -214,6 +214,16 @@ result<archive_point> runtime::bookmark(const entity_key& key, const bookmark_qu
   return find_bookmark(entity_archive_dir(c.cfg.archive_dir, key), q);
 }
 
+result<runtime::prune_report> runtime::prune_archives(int64_t keep_after_ms) {
+  auto& c = *impl_->core;
+  if (c.cfg.archive_dir.empty())
+    return status{errc::invalid_argument,
+                  "this server keeps no archive (set archive_dir in its configuration)"};
+  auto t = detail::archive_pruner::prune_all(c.cfg.archive_dir, keep_after_ms);
+  return prune_report{t.archives, t.epochs_removed, t.generations_folded, t.bytes_freed,
+                      t.failures};
+}
+
 result<runtime::rollback_report> runtime::rollback_entity(const entity_key& key,
                                                           const archive_point& to, std::string note,
                                                           std::chrono::milliseconds wait) {

@@ -526,6 +526,11 @@ namespace {
 status check_start_config(const runtime_config& config) {
   if (config.data_dir.empty())
     return status{errc::invalid_argument, "runtime_config.data_dir is required"};
+  if (config.archive_retention.count() < 0 || config.archive_prune_interval.count() < 1000)
+    return status{errc::invalid_argument, "runtime_config.archive_retention must be >= 0 and "
+                                          "archive_prune_interval at least 1 s"};
+  if (config.archive_retention.count() > 0 && config.archive_dir.empty())
+    return status{errc::invalid_argument, "runtime_config.archive_retention needs an archive_dir"};
   if (!config.archive_dir.empty()) {
     std::error_code ec;
     auto archive = std::filesystem::weakly_canonical(config.archive_dir, ec);
@@ -751,6 +756,7 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
     detail::add_runtime_entity_type(c.cfg.types);
   start_actors(c);
   c.degradation_watcher.start(&c);
+  c.pruner.start(c.cfg.archive_dir, c.cfg.archive_retention, c.cfg.archive_prune_interval);
   return std::unique_ptr<runtime>(new runtime(std::move(p)));
 }
 
@@ -760,6 +766,7 @@ void runtime::stop() {
     return;
   auto& c = *impl_->core;
   c.degradation_watcher.stop(); // it routes calls: first, while entities still run
+  c.pruner.stop();
   std::vector<caf::actor> actors;
   {
     std::lock_guard<std::mutex> g(c.reg.mu);

@@ -19,6 +19,7 @@
 
 #include <caf/all.hpp>
 
+#include "archive_pruner.hpp"
 #include "counters.hpp"
 #include "degradation.hpp"
 #include "degradation_watch.hpp"
@@ -255,6 +256,8 @@ struct runtime_core {
   /// `degradation_watcher`'s thread.
   degradation_board degradation{cfg.degradation};
   degradation_watch degradation_watcher;
+  /// The archive's retention thread (archive_pruner.hpp).
+  archive_pruner pruner;
   /// The outbox sinks and routes (outbox/outbox_board.hpp); null when none is configured.
   std::unique_ptr<outbox_board> outbox;
   resilience::classifier classifier;      ///< read-only after start

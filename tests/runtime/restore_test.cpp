@@ -19,8 +19,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::unique_ptr<runtime> start(const fs::path& dir, bool archive = true) {
+std::unique_ptr<runtime> start(const fs::path& dir, bool archive = true,
+                               int wal_kept_on_close_kib = 256) {
   runtime_config c;
+  c.wal_kept_on_close_kib = wal_kept_on_close_kib;
   c.data_dir = dir / "data";
   if (archive)
     c.archive_dir = dir / "archive";
@@ -236,4 +238,31 @@ TEST_CASE("fork: the target is the source's state at the bookmark, the source is
         errc::not_found);
   CHECK(rt->fork_entity(src, {"acme", "counter", "../x"}, std::nullopt, "").error().code() ==
         errc::invalid_argument);
+}
+
+TEST_CASE("prune_archives keeps the window and the newest commit, and the entity goes on") {
+  test::temp_dir tmp;
+  auto rt = start(tmp.path(), true, 0); // every close checkpoints: the next commit a new WAL
+  entity_key k{"acme", "counter", "pruned"};
+  for (int i = 0; i < 3; ++i)
+    ok(*rt, k, "add", {{"by", 1}}, "k" + std::to_string(i));
+  (void)rt->release_entities([&](const entity_key& e) { return e == k; }, 5s); // a new WAL
+  ok(*rt, k, "add", {{"by", 1}}, "k3");
+  auto first = rt->bookmark(k, {std::nullopt, int64_t{1}});
+  REQUIRE(first.is_ok());
+  auto r = rt->prune_archives(now_ms() + 1); // nothing is in the window: only the newest stays
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  CHECK(r->archives >= 1);
+  CHECK(r->failures == 0);
+  CHECK(rt->bookmark(k, {std::nullopt, int64_t{1}}).error().code() == errc::not_found);
+  auto newest = rt->bookmark(k, {std::nullopt, int64_t{100}});
+  REQUIRE(newest.is_ok());
+  CHECK(newest->seq == 4);
+  ok(*rt, k, "add", {{"by", 1}}, "k4");
+  auto back = rt->rollback_entity(k, *newest, "after a prune");
+  REQUIRE_MESSAGE(back.is_ok(), back.error().to_string());
+  CHECK(ok(*rt, k, "get")["value"] == 4);
+  CHECK(ok(*rt, k, "@verify")["ok"] == true);
+  auto plain = start(tmp.path() / "plain", false);
+  CHECK(plain->prune_archives(0).error().code() == errc::invalid_argument);
 }

@@ -813,6 +813,18 @@ status parse_numbers(const json& doc, serve_config& cfg) {
     return st;
   if (auto st = read_field(doc, "spare_files", 0, 1024, rt.spare_files); !st)
     return st;
+  int64_t retention_days = 0;
+  if (auto st =
+        read_field(doc, "archive_retention_days", int64_t{0}, int64_t{36500}, retention_days);
+      !st)
+    return st;
+  rt.archive_retention = std::chrono::hours(24 * retention_days);
+  if (auto st = read_ms(doc, "archive_prune_interval_ms", 1000, int64_t{1} << 40,
+                        rt.archive_prune_interval);
+      !st)
+    return st;
+  if (rt.archive_retention.count() > 0 && rt.archive_dir.empty())
+    return bad("archive_retention_days", "needs archive_dir");
   if (auto st = read_field(doc, "scheduler_threads", 0, 1024, rt.scheduler_threads); !st)
     return st;
   if (auto st = read_field(doc, "http_threads", 1, 64, cfg.http.io_threads); !st)
@@ -923,6 +935,8 @@ result<serve_config> parse_serve_config(const json& doc, const entity_registry& 
                            {"listen",
                             "data_dir",
                             "archive_dir",
+                            "archive_retention_days",
+                            "archive_prune_interval_ms",
                             "durability",
                             "idle_timeout_ms",
                             "max_active_entities",

@@ -119,6 +119,12 @@ struct runtime_config {
   /// (store_options::archive_dir; docs/operations.md, "Point-in-time recovery"). Opt-in;
   /// default empty: no archive.
   std::filesystem::path archive_dir;
+  /// With archive_dir: how long every commit stays rebuildable. Every archive_prune_interval
+  /// the runtime prunes each entity's archive to what rebuilds the commits of this window
+  /// (prune_archive). 0 (the default): nothing is pruned.
+  std::chrono::milliseconds archive_retention{0};
+  /// How often the archive is pruned. Default 1 h.
+  std::chrono::milliseconds archive_prune_interval{3'600'000};
   /// Where the entity files are: entity_root, or data_dir when it is empty.
   const std::filesystem::path& entity_dir() const {
     return entity_root.empty() ? data_dir : entity_root;
@@ -556,6 +562,16 @@ class runtime {
   /// time, or whose last seq is at most a seq. INVALID_ARGUMENT without an archive; NOT_FOUND
   /// when the archive has none that early (or no archive of `key`).
   result<archive_point> bookmark(const entity_key& key, const bookmark_query& q);
+
+  /// What prune_archives() did.
+  struct prune_report {
+    int64_t archives = 0, epochs_removed = 0, generations_folded = 0, bytes_freed = 0, failures = 0;
+  };
+  /// Prunes every entity's archive now to what rebuilds the commits shipped at or after
+  /// `keep_after_ms` (the retention's thread does it every archive_prune_interval with now less
+  /// archive_retention). INVALID_ARGUMENT without an archive. Blocking; any thread but a CAF
+  /// worker.
+  result<prune_report> prune_archives(int64_t keep_after_ms);
 
   /// What rollback_entity() did.
   struct rollback_report {

@@ -64,6 +64,26 @@ result<archive_point> find_bookmark(const std::filesystem::path& dir, const book
 status materialize_archive_point(const std::filesystem::path& dir, const archive_point& p,
                                  const std::filesystem::path& out);
 
+/// Whether the archive at `dir` can still rebuild `p` (its epoch and a base for its generation
+/// are there: prune_archive removes older ones).
+bool archive_point_restorable(const std::filesystem::path& dir, const archive_point& p);
+
+/// What prune_archive() removed.
+struct archive_prune_report {
+  int64_t epochs_removed = 0;
+  int64_t generations_folded = 0; ///< into a new base of the kept commit's epoch
+  int64_t bytes_freed = 0;
+  archive_point oldest_kept;
+};
+
+/// Keeps what rebuilds every commit shipped at or after `keep_after_ms` (and always the newest
+/// commit): removes older epochs, folds the generations before the oldest kept commit's into a
+/// new base `base-gNNNNNN.db` (built aside, synced, renamed), then removes the bases and
+/// generations it replaces. Index records stay (48 bytes a commit); find_bookmark answers
+/// NOT_FOUND for a pruned point. Safe beside the writer (it never touches the generation being
+/// written nor a newer epoch); a rebuild that raced a prune fails and can be retried.
+result<archive_prune_report> prune_archive(const std::filesystem::path& dir, int64_t keep_after_ms);
+
 /// Process-wide counters of the writer (metrics and tests).
 struct wal_archive_counters {
   uint64_t commits_shipped = 0; ///< commits whose WAL bytes were copied into an archive
