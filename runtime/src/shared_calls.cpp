@@ -1,6 +1,10 @@
 // shared_calls.cpp: the turn runner's shared (read-only) calls (turn_runner.hpp, "shared
 // calls"): which calls are shared, the built-in reads, and a shared method run on a
 // shared_context beside the turn that runs or waits. Runs on the entity's actor thread.
+#include <cctype>
+#include <string>
+#include <string_view>
+
 #include "call_errors.hpp"
 #include "entity_context.hpp"
 #include "factum/storage/json_text.hpp"
@@ -12,9 +16,65 @@ namespace factum::detail {
 
 using nlohmann::json;
 
+namespace {
+
+/// `text` percent-encoded but for RFC 3986's unreserved characters: a key in a query.
+std::string query_encoded(std::string_view text) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
+/// One idempotency key as GET .../keys shows it: its state, times, and what a retry replays
+/// (the status, a failure's code, the stored body's size; not the body).
+json key_json(const idempotency_record& r) {
+  json out = {{"key", r.key},
+              {"state", std::string(to_string(r.status))},
+              {"created_at", r.created_at_ms},
+              {"expires_at", r.expires_at_ms ? json(*r.expires_at_ms) : json(nullptr)},
+              {"status", nullptr},
+              {"response_bytes", r.response.size()}};
+  if (r.status == key_status::completed) {
+    out["status"] = 200;
+  } else if (r.status == key_status::failed) {
+    auto p = json::parse(r.response, nullptr, false);
+    if (p.is_object()) {
+      out["status"] = p.value("status", 500);
+      out["code"] = p.value("code", std::string());
+    }
+  }
+  return out;
+}
+
+/// @keys: a page of the entity's idempotency keys in key order (`after`, `limit`); the cursor
+/// names the next page's `after` when keys follow.
+json read_keys(entity_store& store, const json& args, std::string& cursor) {
+  auto after = args.value("after", std::string());
+  auto limit = args.value("limit", int64_t{100});
+  bool more = false;
+  auto keys = value_or_throw(store.list_keys_after(after, limit, more));
+  json out = json::array();
+  for (auto& k : keys)
+    out.push_back(key_json(k));
+  if (more && !keys.empty())
+    cursor = "after=" + query_encoded(keys.back().key);
+  return out;
+}
+
+} // namespace
+
 bool turn_runner::is_read(const std::string& method) {
   return method == "@facts" || method == "@verify" || method == "@alarms" ||
-         method == "@dead_letters" || method == "@breakers";
+         method == "@dead_letters" || method == "@breakers" || method == "@keys";
 }
 
 bool turn_runner::is_shared(const call_request& req) const {
@@ -54,6 +114,8 @@ json turn_runner::read_internal(const std::string& method, const json& args, std
     return list_dead_letters(*ctx_, args);
   if (method == "@breakers")
     return list_breakers(*ctx_);
+  if (method == "@keys")
+    return read_keys(store(), args, cursor);
   throw not_found_error("METHOD_NOT_FOUND", "no internal method " + method);
 }
 

@@ -205,6 +205,26 @@ result<std::vector<idempotency_record>> entity_store::list_keys(int64_t limit) {
   return out;
 }
 
+result<std::vector<idempotency_record>> entity_store::list_keys_after(std::string_view after,
+                                                                      int64_t limit, bool& more) {
+  static constexpr auto sql = sql_concat(key_select, "WHERE key > ? ORDER BY key LIMIT ?");
+  more = false;
+  if (limit < 1)
+    return status{errc::invalid_argument, "a page of keys holds at least one key"};
+  std::vector<idempotency_record> out;
+  // One row past the page says whether more follow; the primary key serves the order.
+  if (auto st = read_rows(
+        sql, "list keys after", [&](sqlite3_stmt* row) { out.push_back(read_key(row)); }, after,
+        limit + 1);
+      !st)
+    return st;
+  if (static_cast<int64_t>(out.size()) > limit) {
+    out.pop_back();
+    more = true;
+  }
+  return out;
+}
+
 result<std::optional<int64_t>> entity_store::next_key_expiry() {
   std::optional<int64_t> next;
   if (auto found =

@@ -225,6 +225,18 @@ void list_breakers(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   run_call(gw, x, e, "@breakers", "{}", base_options(gw, *x));
 }
 
+/// GET .../keys: a page of the entity's idempotency keys in key order, from after `after`.
+void list_keys(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
+  auto q = parse_query(x->query, {"after"}, {}, true, false);
+  if (!q.error.empty())
+    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+  auto limit = q.args.value("limit", int64_t{100});
+  if (limit > 1000)
+    return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'limit' must be between 1 and 1000"});
+  q.args["limit"] = limit;
+  run_call(gw, x, e, "@keys", q.args.dump(), base_options(gw, *x));
+}
+
 /// GET .../alarms: the entity's alarms, each schedule's alarm with its schedule.
 void list_alarms(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   if (auto no = no_query(*x))
@@ -392,6 +404,7 @@ constexpr route routes[] = {
   {"GET", "/v1/entities/{type}/{id}/breakers", "breakers", nullptr, list_breakers, scope_read},
   {"GET", "/v1/entities/{type}/{id}/alarms", "alarms", nullptr, list_alarms, scope_read},
   {"GET", "/v1/entities/{type}/{id}/bookmark", "bookmark", nullptr, get_bookmark, scope_read},
+  {"GET", "/v1/entities/{type}/{id}/keys", "keys", nullptr, list_keys, scope_read},
   {"GET", "/v1/entities/{type}/{id}/ws", "websocket", nullptr, open_websocket, scope_write},
   {"POST", "/v1/entities/{type}/{id}/{method}", "call", nullptr, call_method, scope_write},
   {"POST", "/v1/entities/{type}/{id}/rollback/{bookmark}", "rollback", nullptr, post_rollback,

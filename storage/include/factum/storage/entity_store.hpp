@@ -367,6 +367,10 @@ class entity_store {
   result<idempotency_record> get_key(std::string_view key);
   /// Keys, newest first.
   result<std::vector<idempotency_record>> list_keys(int64_t limit);
+  /// A page of keys in key order (bytewise): at most `limit` (>= 1) after the key `after`
+  /// (empty: from the first); `more` says whether keys follow the page.
+  result<std::vector<idempotency_record>> list_keys_after(std::string_view after, int64_t limit,
+                                                          bool& more);
   /// The earliest expiry among stored keys, if any.
   result<std::optional<int64_t>> next_key_expiry();
 
