@@ -3,8 +3,9 @@
 python3-selenium) against a real `factum serve` on a free loopback port with a temp data dir and
 two tenants: log in with a key, list entities, open one, filter its facts, verify the chain of a
 page, follow live while a client appends (the new fact appears), retry a dead letter (the page
-says its new state, a fact is appended), force-open and reset a breaker, the economics chart, the
-cluster view of a server alone, and a key of another tenant seeing nothing of the first's.
+says its new state, a fact is appended), force-open and reset a breaker and read both moves in
+its state history, page through an entity's idempotency keys, the economics chart, the cluster
+view of a server alone, and a key of another tenant seeing nothing of the first's.
 Screenshots of each page go to --out. Every wait is bounded; the server is stopped by its pid.
 
   console_test.py --factum PATH --out DIR
@@ -268,6 +269,29 @@ def run(srv, out):
         c.shot("breakers")
         d.find_element(By.CSS_SELECTOR, "button.br-reset").click()
         c.status_has("now CLOSED")
+        # The breaker's history: both moves, newest first, from its lifecycle facts.
+        d.find_element(By.CSS_SELECTOR, "details.br-history[data-tool='vendor'] summary").click()
+        c.status_has("state changes shown")
+        moves = [e.text for e in d.find_elements(By.CSS_SELECTOR, ".br-move")]
+        check(len(moves) >= 2 and moves[0] == "FORCED_OPEN -> CLOSED"
+              and moves[1].endswith("-> FORCED_OPEN"), f"breaker history {moves}")
+        c.shot("breaker-history")
+        # Idempotency keys, two a page, in key order.
+        c.go("#/entity/ledger/a1/keys?limit=2")
+        pages = []
+        for _ in range(5):
+            c.status_has("idempotency keys shown")
+            pages.append([e.text for e in d.find_elements(By.CSS_SELECTOR, ".key-name")])
+            states = {e.text for e in d.find_elements(By.CSS_SELECTOR, ".key-state")}
+            check(states == {"completed"}, f"key states {states}")
+            if len(pages) == 1:
+                c.shot("keys")
+            nxt = d.find_elements(By.ID, "k-next")
+            if not nxt:
+                break
+            d.execute_script("document.getElementById('status').textContent = ''")
+            nxt[0].click()
+        check(pages == [["a1-0", "a1-1"], ["a1-2", "a1-3"], ["a1-live"]], f"key pages {pages}")
         # Alarms, economics, the cluster view.
         c.go("#/entity/webhook/w1/alarms")
         c.status_has("alarms")
@@ -295,6 +319,10 @@ def run(srv, out):
         check(not d.find_elements(By.CSS_SELECTOR, "#facts-body tr"), "globex sees acme's facts")
         c.go("#/entity/webhook/w1/dead-letters")
         c.status_has("ENTITY_NOT_FOUND")
+        d.execute_script("document.getElementById('status').textContent = ''")
+        c.go("#/entity/ledger/a1/keys")
+        c.status_has("ENTITY_NOT_FOUND")
+        check(not d.find_elements(By.CSS_SELECTOR, ".key-name"), "globex sees acme's keys")
         # The key lives in the tab's sessionStorage only.
         stored = d.execute_script("return [sessionStorage.length, localStorage.length]")
         check(stored == [1, 0], f"storage {stored}")

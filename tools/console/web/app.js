@@ -1,7 +1,7 @@
 // tools/console/web/app.js: the factum console (docs/console.md), a page of plain JavaScript over
 // the public HTTP API, with the API key the user gives (kept in sessionStorage, sent as
 // X-API-Key to this origin only). Views by location hash: #/entities, #/entity/TYPE/ID/TAB
-// (facts, dead-letters, breakers, alarms, economics) and #/cluster. The DOM is built with
+// (facts, dead-letters, breakers, alarms, keys, economics) and #/cluster. The DOM is built with
 // textContent only (nothing the server answers is parsed as HTML). Runs on the browser's one
 // thread; a live follow reads the fact stream (GET .../facts/stream) with fetch, because
 // EventSource cannot send the key.
@@ -210,7 +210,7 @@
   // -- one entity --
 
   const TABS = [['facts', 'Facts'], ['dead-letters', 'Dead letters'], ['breakers', 'Breakers'],
-    ['alarms', 'Alarms'], ['economics', 'Economics']];
+    ['alarms', 'Alarms'], ['keys', 'Keys'], ['economics', 'Economics']];
   const FILTERS = [['type', 'Fact type'], ['subtype', 'Subtype'], ['trace_id', 'Trace id'],
     ['tool_id', 'Tool'], ['idempotency_key', 'Idempotency key']];
   const TIMES = [['since', 'Since (local time)'], ['until', 'Until (local time)']];
@@ -432,7 +432,7 @@
       await showBreakers(type, id);
       setStatus(a.ok ? `Breaker ${b.tool}: now ${a.json.state}.` : `Breaker ${b.tool}: ${action} refused: ${problem(a)}`);
     };
-    section.append(table('Circuit breakers of this entity', [
+    section.append(table('Circuit breakers of this entity; expand History for a breaker\'s state changes', [
       ['Tool', (b) => b.tool],
       ['State', (b) => el('span', { class: 'breaker-state' }, b.state)],
       ['Requests', (b) => String(b.request_count ?? ''), 'num'],
@@ -441,7 +441,64 @@
       ['Actions', (b) => [['force-open', 'Force open'], ['reset', 'Reset']].map(([a, label]) =>
         el('button', { type: 'button', class: 'br-' + a, 'aria-label': `${label} breaker ${b.tool}`,
           on: { click: () => act(b, a) } }, label))],
+      ['History', (b) => breakerHistory(base, b.tool)],
     ], r.json));
+  }
+
+  /// A breaker's state changes, newest first: its lifecycle facts, read when first expanded.
+  function breakerHistory(base, tool) {
+    const box = el('div', { class: 'br-history-body' });
+    const d = el('details', { class: 'br-history', 'data-tool': tool },
+      el('summary', {}, `State history of ${tool}`), box);
+    d.addEventListener('toggle', async () => {
+      if (!d.open || d.dataset.loaded) return;
+      d.dataset.loaded = '1';
+      const p = new URLSearchParams({ type: 'lifecycle', subtype: 'circuit_breaker_state_changed',
+        tool_id: tool, order: 'desc', limit: '100' });
+      const r = await api('GET', `${base}/facts?` + p);
+      if (!r.ok) {
+        box.replaceChildren(el('p', {}, 'History: ' + problem(r)));
+        return setStatus(`Breaker ${tool} history: ` + problem(r));
+      }
+      box.replaceChildren(table(`State changes of ${tool}, newest first${nextQuery(r.link) !== null ? ' (the last 100)' : ''}`, [
+        ['Seq', (f) => String(f.seq), 'num'],
+        ['Time', (f) => when(f.timestamp)],
+        ['Move', (f) => el('span', { class: 'br-move' }, `${f.data.previous_state} -> ${f.data.new_state}`)],
+        ['Reason', (f) => f.data.reason || ''],
+        ['By', (f) => f.data.actor || ''],
+      ], r.json));
+      setStatus(`Breaker ${tool}: ${r.json.length} state changes shown.`);
+    });
+    return d;
+  }
+
+  // -- idempotency keys (GET .../keys, paged in key order) --
+
+  async function showKeys(type, id, q) {
+    const { section, base } = entityFrame(type, id, 'keys');
+    const p = new URLSearchParams({ limit: q.get('limit') || '50' });
+    if (q.get('after')) p.set('after', q.get('after'));
+    const r = await api('GET', `${base}/keys?` + p);
+    if (!r.ok) return setStatus('Keys: ' + problem(r));
+    setStatus(r.json.length ? `${r.json.length} idempotency keys shown.` : 'No idempotency keys.');
+    section.append(table('Idempotency keys of this entity, in key order', [
+      ['Key', (k) => el('span', { class: 'mono key-name' }, k.key)],
+      ['State', (k) => el('span', { class: 'key-state' }, k.state)],
+      ['Reply', (k) => (k.status === null ? '' : `${k.status}${k.code ? ' ' + k.code : ''}`)],
+      ['Reply bytes', (k) => String(k.response_bytes), 'num'],
+      ['Created', (k) => when(k.created_at)],
+      ['Expires', (k) => (k.expires_at ? when(k.expires_at) : 'kept until purged')],
+    ], r.json));
+    const page = `#/entity/${enc(type)}/${enc(id)}/keys?`;
+    const first = new URLSearchParams({ limit: p.get('limit') });
+    const pager = el('p', { class: 'pager' }, el('a', { href: page + first, id: 'k-first' }, 'First page'));
+    const next = nextQuery(r.link);
+    if (next !== null) {
+      const n = new URLSearchParams(first);
+      n.set('after', new URLSearchParams(next).get('after'));
+      pager.append(el('a', { href: page + n, id: 'k-next' }, 'Next page'));
+    }
+    section.append(pager);
   }
 
   async function showAlarms(type, id) {
@@ -587,6 +644,7 @@
       if (tab === 'dead-letters') return showDeadLetters(type, id);
       if (tab === 'breakers') return showBreakers(type, id);
       if (tab === 'alarms') return showAlarms(type, id);
+      if (tab === 'keys') return showKeys(type, id, q);
       if (tab === 'economics') return showEconomics(type, id);
       return showFacts(type, id, q);
     }
