@@ -67,6 +67,19 @@ size_t release_keys(runtime_core& c, const std::vector<std::string>& keys,
 bool hold_entity(runtime_core& c, const std::string& key_str);
 void unhold_entity(runtime_core& c, const std::string& key_str);
 
+/// A hold taken by hold_entity, released when it goes out of scope.
+class entity_hold {
+ public:
+  entity_hold(runtime_core& c, std::string key_str) : c_(c), key_(std::move(key_str)) {}
+  ~entity_hold() { unhold_entity(c_, key_); }
+  entity_hold(const entity_hold&) = delete;
+  entity_hold& operator=(const entity_hold&) = delete;
+
+ private:
+  runtime_core& c_;
+  std::string key_;
+};
+
 /// Runs `fn` on a storage thread and answers what it answered (or rethrows what it threw).
 template <class T, class F> T on_storage_thread(runtime_core& c, F&& fn) {
   // Shared: the storage thread may still be inside set_value() when this returns.

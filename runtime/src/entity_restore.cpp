@@ -237,11 +237,7 @@ result<runtime::rollback_report> runtime::rollback_entity(const entity_key& key,
   auto key_str = key.to_string();
   if (!detail::hold_entity(c, key_str))
     return status{errc::conflict, "entity " + key_str + " is being rolled back already"};
-  struct unhold {
-    detail::runtime_core& c;
-    std::string k;
-    ~unhold() { detail::unhold_entity(c, k); }
-  } guard{c, key_str};
+  detail::entity_hold hold{c, key_str};
   if (auto host = c.connection_holder()) // its WebSocket clients and streams reconnect
     host->release([&](const entity_key& k) { return k == key; });
   if (detail::release_keys(c, {key_str}, std::chrono::steady_clock::now() + wait) > 0)
@@ -275,11 +271,7 @@ result<runtime::fork_report> runtime::fork_entity(const entity_key& from, const 
   auto to_str = to.to_string();
   if (!detail::hold_entity(c, to_str))
     return status{errc::conflict, "entity " + to_str + " is being written by another fork"};
-  struct unhold {
-    detail::runtime_core& c;
-    std::string k;
-    ~unhold() { detail::unhold_entity(c, k); }
-  } guard{c, to_str};
+  detail::entity_hold hold{c, to_str};
   if (auto st = detail::check_idle(c, to_str); !st)
     return st.code() == errc::busy ? status{errc::conflict, "entity " + to_str + " exists"} : st;
   using answer = result<fork_report>;
