@@ -28,9 +28,15 @@ status need_archive(const runtime_core& c) {
   return status::ok();
 }
 
-/// The chain head of the entity file at `file` (read-only).
-result<std::pair<int64_t, std::string>> head_of(const runtime_core& c, const entity_key& key,
-                                                const fs::path& file) {
+/// What a whole-file operation reads of an entity file (read-only): its chain head and next
+/// due alarm, the file checked to be `key`'s.
+struct file_head {
+  int64_t seq = 0;
+  std::string hash;
+  std::optional<int64_t> next_due;
+};
+
+result<file_head> head_of(const runtime_core& c, const entity_key& key, const fs::path& file) {
   auto o = move_opts(c, key);
   o.read_only = true;
   auto s = entity_store::open_file(file, o);
@@ -39,7 +45,13 @@ result<std::pair<int64_t, std::string>> head_of(const runtime_core& c, const ent
   if (!((*s)->key() == key))
     return status{errc::corruption, file.string() + " is entity " + (*s)->key().to_string() +
                                       "'s, not " + key.to_string() + "'s"};
-  return std::make_pair((*s)->last_seq(), (*s)->head_hash());
+  auto next = (*s)->next_alarm();
+  if (!next)
+    return next.error();
+  file_head h{(*s)->last_seq(), (*s)->head_hash(), std::nullopt};
+  if (next->has_value())
+    h.next_due = (*next)->due_ms;
+  return h;
 }
 
 /// Opens `file` (a temporary one, no archive), appends `d` and commits; closes with a
@@ -74,26 +86,12 @@ status fold_wal(runtime_core& c, const entity_key& key) {
   return s ? status::ok() : s.error();
 }
 
-/// The next due alarm of the entity file at `file`.
-result<std::optional<int64_t>> next_due(const runtime_core& c, const entity_key& key,
-                                        const fs::path& file) {
-  auto o = move_opts(c, key);
-  o.read_only = true;
-  auto s = entity_store::open_file(file, o);
-  if (!s)
-    return s.error();
-  auto next = (*s)->next_alarm();
-  if (!next)
-    return next.error();
-  return next->has_value() ? std::optional<int64_t>((*next)->due_ms) : std::nullopt;
-}
-
 /// Puts the finished file `tmp` in place as `key`'s (index row, rename, alarm entry), as an
 /// adopted file is.
 status place(runtime_core& c, const entity_key& key, const fs::path& tmp) {
-  auto next = next_due(c, key, tmp);
-  if (!next)
-    return next.error();
+  auto head = head_of(c, key, tmp);
+  if (!head)
+    return head.error();
   std::error_code ec;
   auto bytes = static_cast<int64_t>(fs::file_size(tmp, ec));
   auto row = index_adopted(c, key, bytes);
@@ -103,7 +101,7 @@ status place(runtime_core& c, const entity_key& key, const fs::path& tmp) {
   settle_adopted(c, key, *row, placed.is_ok());
   if (!placed)
     return placed;
-  return c.sync_alarm_index(key, *next, false);
+  return c.sync_alarm_index(key, head->next_due, false);
 }
 
 result<runtime::rollback_report> rollback_file(runtime_core& c, const entity_key& key,
@@ -121,15 +119,13 @@ result<runtime::rollback_report> rollback_file(runtime_core& c, const entity_key
   if (auto st = materialize_archive_point(entity_archive_dir(c.cfg.archive_dir, key), to, tmp.db);
       !st)
     return st;
-  if (auto at = head_of(c, key, tmp.db); !at)
-    return at.error();
   fact_draft d;
   d.type = "lifecycle";
   d.subtype = "rolled_back";
   d.data = {{"bookmark", to.bookmark()},
             {"to_seq", to.seq},
-            {"from_seq", from->first},
-            {"from_hash", from->second}};
+            {"from_seq", from->seq},
+            {"from_hash", from->hash}};
   if (!note.empty())
     d.data["note"] = note;
   auto seq = append_closing(c, key, tmp.db, d);
@@ -139,8 +135,8 @@ result<runtime::rollback_report> rollback_file(runtime_core& c, const entity_key
     return st;
   runtime::rollback_report r;
   r.to = to;
-  r.from_seq = from->first;
-  r.from_hash = from->second;
+  r.from_seq = from->seq;
+  r.from_hash = from->hash;
   r.fact_seq = *seq;
   return r;
 }
@@ -178,8 +174,7 @@ result<runtime::fork_report> fork_file(runtime_core& c, const entity_key& from,
   d.type = "lifecycle";
   d.subtype = "forked";
   d.from_entity = from.to_string();
-  d.data = {
-    {"source", from.to_string()}, {"source_seq", head->first}, {"source_hash", head->second}};
+  d.data = {{"source", from.to_string()}, {"source_seq", head->seq}, {"source_hash", head->hash}};
   if (at)
     d.data["bookmark"] = at->bookmark();
   if (!note.empty())
@@ -192,8 +187,8 @@ result<runtime::fork_report> fork_file(runtime_core& c, const entity_key& from,
   if (auto st = place(c, to, out.db); !st)
     return st;
   runtime::fork_report r;
-  r.source_seq = head->first;
-  r.source_hash = head->second;
+  r.source_seq = head->seq;
+  r.source_hash = head->hash;
   r.at = at;
   r.fact_seq = 1;
   return r;

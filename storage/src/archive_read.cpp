@@ -69,8 +69,6 @@ result<std::vector<archive_point>> archive_points(const fs::path& dir) {
   return out;
 }
 
-bool archive_point_restorable(const fs::path& dir, const archive_point& p);
-
 result<archive_point> find_bookmark(const fs::path& dir, const bookmark_query& q) {
   if (q.at_time_ms.has_value() == q.at_seq.has_value())
     return status{errc::invalid_argument, "a bookmark is asked for a time or a seq"};

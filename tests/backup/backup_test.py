@@ -36,7 +36,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import Failure, check, start_serve  # noqa: E402
+from factum_test import Failure, check, start_serve, stop_serve  # noqa: E402
 
 WAIT = 30  # seconds: the bound of every wait
 KEY = "backup-test-key"
@@ -59,13 +59,7 @@ class Server:
         return open(self.log).read()[-2000:]
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(WAIT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(WAIT)
+        stop_serve(self.proc, WAIT)
 
 
 def append(conn, entity, key, n):

@@ -33,7 +33,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import Failure, check, start_serve  # noqa: E402
+from factum_test import Failure, check, start_serve, stop_serve  # noqa: E402
 
 WAIT = 30
 KEY = "pitr-operator-key"
@@ -67,13 +67,7 @@ class Server:
         self.proc.wait(WAIT)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(WAIT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(WAIT)
+        stop_serve(self.proc, WAIT)
 
     def request(self, verb, path, body=None, key=KEY, headers=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT)

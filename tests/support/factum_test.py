@@ -3,6 +3,7 @@ tests/support; Debian's python3 standard library only): a test's failure, its ch
 loopback port, a bounded wait, and starting `factum serve` until its start line names the port
 it bound. Not a test on its own."""
 import json
+import signal
 import socket
 import subprocess
 import time
@@ -56,3 +57,14 @@ def start_serve(factum, cfg, log, *args, bound=WAIT):
     proc.kill()
     proc.wait(bound)
     raise Failure("factum serve did not start")
+
+
+def stop_serve(proc, bound=WAIT):
+    """Stops a server started by start_serve: SIGTERM, then SIGKILL after `bound` s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(bound)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(bound)

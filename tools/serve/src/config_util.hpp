@@ -97,5 +97,9 @@ struct serve_config;
 
 /// The "degradation" member (config_degradation.cpp), after the tenants, types and tools.
 status parse_degradation(const nlohmann::json& doc, serve_config& cfg);
+/// `dev`, `journal`, `listen`, `data_dir`, `archive_dir` and `durability` (config_runtime.cpp).
+status parse_basics(const nlohmann::json& doc, serve_config& cfg);
+/// The runtime's numbers: threads, caches, WAL sizes, timeouts, retention (config_runtime.cpp).
+status parse_numbers(const nlohmann::json& doc, serve_config& cfg);
 
 } // namespace factum::tools
