@@ -9,7 +9,10 @@ One case per run:
          bookmark runs again, one before it replays; a fork (same tenant, at the bookmark) holds
          the source's state there; a fork into another tenant needs that tenant's operate key;
          refusals: a bad bookmark, a bookmark that is no commit, a read-only key, a fork onto an
-         existing entity, unknown members, no archive
+         existing entity, unknown members, no archive; the same through factum operate, and
+         `factum inspect state --as-of` / `bookmark` / `bookmarks` reading the archive while the
+         server writes it, `factum fork` and `factum restore --entity --to-bookmark` (a tenant
+         named on the command line that is not the key's: 403 TENANT_MISMATCH, nothing changed)
   kill   rounds of: a rollback request, factum serve SIGKILLed a random moment later, restarted:
          the entity is either wholly as before (every fact, same hashes) or wholly rolled back
          (the facts up to the bookmark, then the rollback fact); `factum inspect verify` passes
@@ -189,6 +192,7 @@ def case_http(factum, tmp):
             expect(srv, "GET", f"/v1/entities/ledger/e1/bookmark{q}", None, 400, "INVALID_QUERY")
         expect(srv, "GET", "/v1/entities/ledger/e1/bookmark?at=1", None, 404, "NOT_FOUND")
         cli_cases(factum, srv)
+        archive_cli_cases(factum, srv, os.path.join(tmp, "archive"))
     finally:
         srv.stop()
     plain = Server(factum, tmp, os.path.join(tmp, "data2"), archive=False)
@@ -227,6 +231,75 @@ def cli_cases(factum, srv):
         check(rc == 2 and err, f"operate {args}: exit {rc}, stderr {err!r}")
     rc, out, err = operate(factum, srv, "rollback", "ledger/cli", "9.9.9.9")
     check(rc != 0 and "NOT_FOUND" in err, f"operate rollback to no commit: {rc} {err}")
+
+
+def run(factum, *args):
+    r = subprocess.run([factum, *args], capture_output=True, text=True, timeout=WAIT)
+    return r.returncode, r.stdout, r.stderr
+
+
+def json_lines(out):
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def archive_cli_cases(factum, srv, archive):
+    """The archive read by `factum inspect state --as-of`, `bookmark` and `bookmarks` while the
+    server writes it; `factum fork` and `factum restore --entity --to-bookmark`, each checking
+    the tenant it names against the key's."""
+    for i in range(3):
+        append(srv, "hist", f"h{i}", i)
+    mark = int(time.time() * 1000)
+    after_ms(mark)
+    for i in range(3, 5):
+        append(srv, "hist", f"h{i}", i)
+    server = ["--server", f"http://127.0.0.1:{srv.port}", "--api-key", KEY]
+    ent = "acme/ledger/hist"
+
+    rc, out, err = run(factum, "inspect", "state", ent, "--archive", archive, "--as-of",
+                       str(mark), "--json")
+    check(rc == 0, f"inspect state --as-of: {rc} {err}")
+    recs = json_lines(out)
+    check(recs[0]["record"] == "entity" and recs[0]["last_seq"] == 3, f"state head: {recs[0]}")
+    check(sorted(r["key"] for r in recs if r["record"] == "key") == ["h0", "h1", "h2"],
+          f"keys as of the mark: {recs}")
+    bm = recs[0]["as_of"]["bookmark"]
+    rc, out, err = run(factum, "inspect", "bookmark", ent, "--archive", archive, "--at", str(mark))
+    check(rc == 0 and json.loads(out)["bookmark"] == bm, f"inspect bookmark --archive: {out} {err}")
+    rc, out, err = run(factum, "inspect", "bookmark", ent, *server, "--seq", "3")
+    check(rc == 0 and json.loads(out)["bookmark"] == bm, f"inspect bookmark --server: {out} {err}")
+    rc, out, err = run(factum, "inspect", "bookmarks", ent, "--archive", archive, "--limit", "0")
+    seqs = [p["seq"] for p in json_lines(out)]
+    check(rc == 0 and 3 in seqs and seqs[-1] == 5, f"inspect bookmarks: {seqs} {err}")
+    last = json_lines(out)[-1]["bookmark"]
+
+    # factum fork: TENANT/TYPE/ID on both sides; a source tenant that is not the key's is refused.
+    rc, out, err = run(factum, "fork", ent, "acme/ledger/hist-fork", "--at", bm, *server, "--json")
+    check(rc == 0 and json.loads(out)["source_seq"] == 3, f"factum fork: {rc} {out} {err}")
+    rc, out, err = run(factum, "fork", "beta/ledger/hist", "acme/ledger/hist-2", *server)
+    check(rc == 7 and "TENANT_MISMATCH" in err, f"fork of another tenant's source: {rc} {err}")
+    expect(srv, "POST", "/v1/entities/ledger/hist/fork/ledger/y", {"source_tenant": "beta"}, 403,
+           "TENANT_MISMATCH")
+
+    # factum restore --entity: the rollback through the server; another tenant is refused first.
+    rc, out, err = run(factum, "restore", "--entity", "beta/ledger/hist", "--to-bookmark", bm,
+                       *server)
+    check(rc == 7 and "TENANT_MISMATCH" in err, f"restore of another tenant's entity: {rc} {err}")
+    check(len(facts(srv, "hist")) == 5, "a refused restore changed the entity")
+    for args in [["--entity", ent], ["--entity", ent, "--to-bookmark", bm],
+                 ["--entity", ent, "--to-bookmark", bm, "--from", "x", *server],
+                 ["--from", "x"], ["--from", "x", "--data", "y", "--note", "n"], []]:
+        rc, out, err = run(factum, "restore", *args)
+        check(rc == 2 and err, f"restore {args}: exit {rc}, stderr {err!r}")
+    rc, out, err = run(factum, "restore", "--entity", ent, "--to-bookmark", bm, *server, "--json",
+                       "--note", "restore from the CLI")
+    check(rc == 0 and json.loads(out)["from_seq"] == 5, f"factum restore --entity: {rc} {out} {err}")
+    f = facts(srv, "hist")
+    check(len(f) == 4 and f[3]["subtype"] == "rolled_back", f"after factum restore: {f}")
+    # The discarded commits stay in the archive: the state at the last one still reads.
+    rc, out, err = run(factum, "inspect", "state", ent, "--archive", archive, "--as-of", last,
+                       "--json")
+    keys = sorted(r["key"] for r in json_lines(out) if r["record"] == "key")
+    check(rc == 0 and keys == ["h0", "h1", "h2", "h3", "h4"], f"state at {last}: {keys} {err}")
 
 
 def case_kill(factum, tmp):

@@ -1,6 +1,6 @@
 // main.cpp: the `factum` executable. Dispatches to subcommands (inspect, operate, serve, bench,
-// cluster, backup, restore); each subcommand family lives in its own module and registers itself
-// here. The main thread.
+// cluster, backup, restore, fork); each subcommand family lives in its own module and registers
+// itself here. The main thread.
 #include <CLI/CLI.hpp>
 
 #include "console.hpp"
@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   factum::tools::add_inspect_command(app, &exit_code);
   factum::tools::add_operate_command(app, &exit_code);
+  factum::tools::add_fork_command(app, &exit_code);
   // `factum serve` hosts the built-in types and the examples (a tenant's own server hosts its
   // own: factum::tools::serve_main, docs/embedding.md).
   factum::entity_registry types;

@@ -65,6 +65,20 @@ verdict string_member(const json& b, const char* name, size_t max, bool required
   return std::nullopt;
 }
 
+/// The body's optional `member` names the tenant the client means (a command line that names
+/// TENANT/TYPE/ID): it must be the key's, or the client would act on another entity than it
+/// thinks.
+verdict tenant_expected(const json& b, const char* member, const entity_ref& e) {
+  std::string named;
+  if (auto no = string_member(b, member, 128, false, named); no || named.empty())
+    return no;
+  if (named != e.tenant.name)
+    return refusal{403, "TENANT_MISMATCH",
+                   std::string("'") + member + "' is " + std::string(clip(named, 128)) +
+                     ", but this API key is tenant " + e.tenant.name + "'s"};
+  return std::nullopt;
+}
+
 /// Runs `work` on a thread of its own, which answers with what it returns.
 void run_blocking(gateway& gw, const exchange_ptr& x, std::function<http_response()> work) {
   if (running.fetch_add(1) >= max_running) {
@@ -114,9 +128,11 @@ void post_rollback(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   std::string note;
   verdict no = no_query(*x);
   if (!no && !x->req.body.empty())
-    no = body_object(*x, {"note"}, b);
+    no = body_object(*x, {"note", "tenant"}, b);
   if (!no)
     no = string_member(b, "note", 500, false, note);
+  if (!no)
+    no = tenant_expected(b, "tenant", e);
   auto point = archive_point::parse(x->seg[5]);
   if (!no && !point)
     no = refusal{400, "INVALID_ARGUMENT", point.error().message()};
@@ -144,7 +160,9 @@ void post_fork(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   const std::string& id = x->seg[6];
   verdict no = no_query(*x);
   if (!no && !x->req.body.empty())
-    no = body_object(*x, {"tenant", "bookmark", "note", "tenant_api_key"}, b);
+    no = body_object(*x, {"tenant", "bookmark", "note", "tenant_api_key", "source_tenant"}, b);
+  if (!no)
+    no = tenant_expected(b, "source_tenant", e);
   if (!no)
     no = string_member(b, "tenant", 128, false, tenant);
   if (!no)

@@ -5,6 +5,7 @@
 // unchanged since the previous generation are hard links to it; a changed one gets the previous
 // copy's -wal and only the commits since. The one thread that runs the subcommand.
 #include "factum/tools/backup.hpp"
+#include "factum/tools/inspect.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -370,9 +371,49 @@ int run_backup(const fs::path& data, const fs::path& dest) {
 
 namespace factum::tools {
 
+namespace {
+
+/// `factum restore`: a backup into a new data directory, or one entity rolled back in a running
+/// server; which one, from the options given (exit 2 with a message naming what is missing).
+int restore_command(const std::string& from, const std::string& into,
+                    const entity_rollback_args& rb) {
+  auto usage = [](const char* what) {
+    std::cerr << "factum restore: " << what << "\n";
+    return 2;
+  };
+  bool backup_mode = !from.empty() || !into.empty();
+  bool entity_mode = !rb.entity.empty() || !rb.bookmark.empty();
+  if (backup_mode && entity_mode)
+    return usage("--from and --data (a backup into a new data directory) exclude --entity and "
+                 "--to-bookmark (one entity rolled back in a running server)");
+  if (!backup_mode && !entity_mode)
+    return usage("give --from and --data (a backup into a new data directory), or --entity and "
+                 "--to-bookmark (one entity rolled back in a running server)");
+  if (backup_mode) {
+    if (from.empty())
+      return usage("--from is required (the backup directory)");
+    if (into.empty())
+      return usage("--data is required (the new data directory)");
+    if (!rb.server.empty() || !rb.note.empty() || rb.json)
+      return usage("--server, --note and --json go with --entity");
+    return backup::run_restore(from, into);
+  }
+  if (rb.entity.empty())
+    return usage("--entity is required with --to-bookmark (TENANT/TYPE/ID)");
+  if (rb.bookmark.empty())
+    return usage("--to-bookmark is required with --entity (factum inspect bookmark names one)");
+  if (rb.server.empty())
+    return usage("--entity needs --server URL: the entity is rolled back by the server that "
+                 "runs it (held, rebuilt from its archive, released)");
+  return run_entity_rollback(rb);
+}
+
+} // namespace
+
 void add_backup_commands(CLI::App& app, int* exit_code) {
   struct args {
     std::string data, to, from, into;
+    entity_rollback_args rollback;
   };
   auto a = std::make_shared<args>();
   auto* b = app.add_subcommand(
@@ -380,10 +421,25 @@ void add_backup_commands(CLI::App& app, int* exit_code) {
   b->add_option("--data", a->data, "the data directory to back up")->required();
   b->add_option("--to", a->to, "the backup directory (made when missing)")->required();
   b->callback([a, exit_code] { *exit_code = backup::run_backup(a->data, a->to); });
-  auto* r = app.add_subcommand("restore", "restore a backup into a new data directory");
-  r->add_option("--from", a->from, "the backup directory")->required();
-  r->add_option("--data", a->into, "the new data directory (absent or empty)")->required();
-  r->callback([a, exit_code] { *exit_code = backup::run_restore(a->from, a->into); });
+  auto* r = app.add_subcommand(
+    "restore", "restore a backup into a new data directory (--from, --data), or roll one entity "
+               "back to a bookmark in a running server (--entity, --to-bookmark, --server)");
+  r->add_option("--from", a->from, "the backup directory");
+  r->add_option("--data", a->into, "the new data directory (absent or empty)");
+  auto& rb = a->rollback;
+  r->add_option("--entity", rb.entity, "the entity to roll back, as TENANT/TYPE/ID")
+    ->type_name("TENANT/TYPE/ID");
+  r->add_option("--to-bookmark", rb.bookmark, "its bookmark (factum inspect bookmark)")
+    ->type_name("BOOKMARK");
+  r->add_option("--server", rb.server, "with --entity: the running server (http://127.0.0.1:PORT)")
+    ->type_name("URL");
+  r->add_option("--api-key", rb.api_key, "with --entity: a key of its tenant with scope operate")
+    ->type_name("KEY")
+    ->envname("FACTUM_API_KEY");
+  r->add_option("--note", rb.note, "with --entity: why (recorded in the rollback's fact)")
+    ->type_name("TEXT");
+  r->add_flag("--json", rb.json, "with --entity: the answer as JSON even on a terminal");
+  r->callback([a, exit_code] { *exit_code = restore_command(a->from, a->into, a->rollback); });
 }
 
 } // namespace factum::tools

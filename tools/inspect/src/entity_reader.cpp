@@ -75,6 +75,31 @@ result<std::unique_ptr<entity_reader>> entity_reader::open(const fs::path& data_
   return r;
 }
 
+result<std::unique_ptr<entity_reader>> entity_reader::open_archived(const fs::path& archive_dir,
+                                                                    const entity_key& key,
+                                                                    const archive_point& at) {
+  std::error_code ec;
+  if (!fs::is_directory(archive_dir, ec))
+    return status{errc::not_found, "no archive directory " + archive_dir.string()};
+  std::unique_ptr<entity_reader> r(new entity_reader(entity_archive_dir(archive_dir, key)));
+  std::string tmpl = (fs::temp_directory_path(ec) / "factum-inspect-XXXXXX").string();
+  if (ec || !::mkdtemp(tmpl.data()))
+    return status{errc::io_error, "cannot create a temporary directory for a rebuilt file"};
+  r->snap_dir_ = tmpl;
+  auto file = r->snap_dir_ / key.file_path(fs::path()).filename();
+  if (auto st = materialize_archive_point(r->file_, at, file); !st)
+    return st;
+  auto s = entity_store::open_file(file, read_only_options());
+  if (!s)
+    return s.error();
+  if (!((*s)->key() == key))
+    return status{errc::corruption, "the archive of " + key.to_string() + " rebuilds entity " +
+                                      (*s)->key().to_string() + "'s file"};
+  r->store_ = std::move(s.value());
+  r->archived_ = at;
+  return r;
+}
+
 entity_reader::~entity_reader() {
   store_.reset(); // close before the copy goes
   if (!snap_dir_.empty()) {
@@ -191,6 +216,8 @@ bool entity_reader::changed() const {
 }
 
 status entity_reader::refresh() {
+  if (archived_)
+    return status::ok();
   return changed() ? open_now(true) : status::ok();
 }
 

@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/status.hpp"
+#include "factum/storage/wal_archive.hpp"
 
 namespace factum::tools {
 
@@ -43,16 +45,25 @@ class entity_reader {
   /// the file at its path names another entity.
   static result<std::unique_ptr<entity_reader>> open(const std::filesystem::path& data_dir,
                                                      const entity_key& key);
+  /// Opens `key`'s file as it was at the archived commit `at` of the continuous archive under
+  /// `archive_dir` (materialize_archive_point into the reader's own temporary directory: the
+  /// archive is only read). NOT_FOUND when the archive holds no such commit; the file is checked
+  /// to be `key`'s. refresh() does nothing on such a reader (a past commit does not change).
+  static result<std::unique_ptr<entity_reader>>
+  open_archived(const std::filesystem::path& archive_dir, const entity_key& key,
+                const archive_point& at);
   ~entity_reader();
   entity_reader(const entity_reader&) = delete;
   entity_reader& operator=(const entity_reader&) = delete;
 
   entity_store& store() { return *store_; }
   const entity_key& key() const { return store_->key(); }
-  /// The real entity file (not the copy).
+  /// The real entity file (not the copy); for open_archived, the entity's archive directory.
   const std::filesystem::path& path() const noexcept { return file_; }
   /// True when reading a private copy (always, once open).
   bool snapshot() const noexcept { return !snap_dir_.empty() && store_ != nullptr; }
+  /// The archived commit read (open_archived), or none (the live file).
+  const std::optional<archive_point>& archived() const noexcept { return archived_; }
   /// Bytes of the database file plus its -wal.
   uint64_t file_bytes() const;
 
@@ -76,6 +87,7 @@ class entity_reader {
   std::string wal_header_;  ///< the copy's WAL header (empty without one)
   int64_t next_frame_ = -1; ///< where the copy's current WAL generation ended, or -1
   uint64_t whole_copies_ = 0;
+  std::optional<archive_point> archived_;
 };
 
 } // namespace factum::tools

@@ -63,6 +63,23 @@ void add_server_options(CLI::App* sub, common_options& c) {
     ->check(CLI::PositiveNumber);
 }
 
+/// --archive, --as-of and --as-of-seq: read the entity as it was at an archived commit.
+void add_as_of_options(CLI::App* sub, common_options& c) {
+  sub
+    ->add_option("--archive", c.archive,
+                 "The continuous archive of the server (its archive_dir; read-only)")
+    ->type_name("DIR");
+  sub
+    ->add_option("--as-of", c.as_of,
+                 "As it was at the last commit at or before this time (ISO 8601, epoch ms or an "
+                 "age: 2h), or at a bookmark (EPOCH.GEN.END.SEQ); with --archive, not --data")
+    ->type_name("TIME|BOOKMARK");
+  sub
+    ->add_option("--as-of-seq", c.as_of_seq,
+                 "As it was at the last commit whose last fact is at most this seq")
+    ->type_name("SEQ");
+}
+
 void add_entity_arg(CLI::App* sub, std::string& entity) {
   sub->add_option("entity", entity, "The entity, as tenant/type/id")
     ->type_name("TENANT/TYPE/ID")
@@ -172,6 +189,13 @@ struct list_cmd {
   std::string entity, status;
   int64_t limit = 100;
 };
+/// bookmark: --at in `since`, --seq in `until`; bookmarks: the time window.
+struct bookmark_cmd {
+  common_options common;
+  std::string entity, since, until;
+  int64_t limit = 100;
+  bool newest = false;
+};
 struct journal_cmd {
   common_options common;
   std::string entity, key, journal;
@@ -192,7 +216,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
   auto* inspect = app.add_subcommand(
     "inspect",
     "Inspect entity databases read-only: entities, facts, keys, journals, alarms, owners, "
-    "breakers, dead letters, economics, verify");
+    "breakers, dead letters, state (also as of a past commit), bookmarks, economics, verify");
   inspect->require_subcommand(1);
   // Parse errors inside `factum inspect` carry the tool's prefix like its other messages.
   app.failure_message([inspect](const CLI::App* a, const CLI::Error& e) {
@@ -274,6 +298,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
       add_data_option(sub, o.common);
       add_output_options(sub, o.common);
       add_entity_arg(sub, o.entity);
+      add_as_of_options(sub, o.common);
       sub->add_option("--status", o.status, "Only keys in this status")
         ->type_name("pending|completed|failed");
       sub->add_option("--limit", o.limit, "At most this many keys, newest first (0: all)")
@@ -291,6 +316,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
       add_data_option(sub, o.common);
       add_output_options(sub, o.common);
       add_entity_arg(sub, o.entity);
+      add_as_of_options(sub, o.common);
       sub->add_option("--key", o.key, "The journal of the call with this idempotency key")
         ->type_name("KEY");
       sub
@@ -308,6 +334,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
       add_data_option(sub, o.common);
       add_output_options(sub, o.common);
       add_entity_arg(sub, o.entity);
+      add_as_of_options(sub, o.common);
     },
     [](const run_ctx& ctx, entity_cmd& o) { return run_alarms(ctx, o.common, o.entity); });
 
@@ -318,6 +345,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
       add_data_option(sub, o.common);
       add_output_options(sub, o.common);
       add_entity_arg(sub, o.entity);
+      add_as_of_options(sub, o.common);
     },
     [](const run_ctx& ctx, entity_cmd& o) { return run_owners(ctx, o.common, o.entity); });
 
@@ -328,6 +356,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
       add_server_options(sub, o.common);
       add_output_options(sub, o.common);
       add_entity_arg(sub, o.entity);
+      add_as_of_options(sub, o.common);
     },
     [](const run_ctx& ctx, entity_cmd& o) { return run_breakers(ctx, o.common, o.entity); });
 
@@ -338,6 +367,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
       add_server_options(sub, o.common);
       add_output_options(sub, o.common);
       add_entity_arg(sub, o.entity);
+      add_as_of_options(sub, o.common);
       sub->add_option("--status", o.status, "Only dead letters in this status")
         ->type_name("pending|scheduled|resolved|discarded|acknowledged");
       sub->add_option("--limit", o.limit, "At most this many (default 100; 0: all)")
@@ -346,6 +376,55 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
     },
     [](const run_ctx& ctx, list_cmd& o) {
       return run_dead_letters(ctx, o.common, o.entity, o.status, o.limit);
+    });
+
+  subcommand<entity_cmd>(
+    inspect, s, "state",
+    "The entity's state besides its facts in one view: chain head, keys, alarms, breakers, "
+    "dead letters; now, or as of a time or a bookmark from the archive",
+    [](CLI::App* sub, entity_cmd& o) {
+      add_data_option(sub, o.common);
+      add_output_options(sub, o.common);
+      add_entity_arg(sub, o.entity);
+      add_as_of_options(sub, o.common);
+    },
+    [](const run_ctx& ctx, entity_cmd& o) { return run_state(ctx, o.common, o.entity); });
+
+  subcommand<bookmark_cmd>(
+    inspect, s, "bookmark",
+    "Name the archived commit of an entity at a time or a seq (a bookmark for --as-of, a "
+    "rollback or a fork)",
+    [](CLI::App* sub, bookmark_cmd& o) {
+      add_output_options(sub, o.common);
+      add_server_options(sub, o.common);
+      sub->add_option("--archive", o.common.archive, "The server's archive_dir (read-only)")
+        ->type_name("DIR");
+      add_entity_arg(sub, o.entity);
+      sub->add_option("--at", o.since, "The last commit at or before this time (ISO 8601, ms, 2h)")
+        ->type_name("TIME");
+      sub->add_option("--seq", o.until, "The last commit whose last fact is at most this seq")
+        ->type_name("SEQ");
+    },
+    [](const run_ctx& ctx, bookmark_cmd& o) {
+      return run_bookmark(ctx, o.common, o.entity, o.since, o.until);
+    });
+
+  subcommand<bookmark_cmd>(
+    inspect, s, "bookmarks", "List an entity's archived commits, each a bookmark, oldest first",
+    [](CLI::App* sub, bookmark_cmd& o) {
+      add_output_options(sub, o.common);
+      sub->add_option("--archive", o.common.archive, "The server's archive_dir (read-only)")
+        ->type_name("DIR");
+      add_entity_arg(sub, o.entity);
+      sub->add_option("--since", o.since, "Only commits at or after this time")->type_name("TIME");
+      sub->add_option("--until", o.until, "Only commits before this time")->type_name("TIME");
+      sub->add_option("--limit", o.limit, "At most this many (default 100; 0: all)")
+        ->type_name("N")
+        ->check(CLI::NonNegativeNumber);
+      sub->add_flag("--newest", o.newest, "Newest first");
+    },
+    [](const run_ctx& ctx, bookmark_cmd& o) {
+      return run_bookmarks(ctx, o.common, o.entity, o.since, o.until, o.limit, o.newest);
     });
 
   subcommand<fleet_cmd>(

@@ -63,6 +63,36 @@ result<entity_key> parse_type_id(std::string_view text) {
   return entity_key::make("t", text.substr(0, slash), text.substr(slash + 1));
 }
 
+/// An entity named TYPE/ID, or TENANT/TYPE/ID: the tenant, when named, is sent for the server
+/// to check against the API key's (rollback and fork act on the tenant of the key).
+struct named_entity {
+  std::string tenant; ///< empty: not named
+  entity_key key;     ///< its type and id (tenant "t")
+};
+
+result<named_entity> parse_named(std::string_view text) {
+  if (std::count(text.begin(), text.end(), '/') == 2) {
+    auto k = entity_key::parse(text);
+    if (!k)
+      return k.error();
+    return named_entity{k->tenant, {"t", k->type, k->id}};
+  }
+  auto k = parse_type_id(text);
+  if (!k)
+    return status{errc::invalid_argument, "the entity must be TYPE/ID or TENANT/TYPE/ID, not \"" +
+                                            std::string(text.substr(0, 200)) + "\""};
+  return named_entity{"", *k};
+}
+
+/// "TYPE/ID", percent-encoded for a path.
+std::string type_id_path(const entity_key& key) {
+  return http::client::percent_encode(key.type) + "/" + http::client::percent_encode(key.id);
+}
+
+std::string route_of(const entity_key& key) {
+  return "/v1/entities/" + type_id_path(key);
+}
+
 json note_body(const std::string& note) {
   return note.empty() ? json::object() : json{{"reason", note}};
 }
@@ -205,55 +235,34 @@ std::optional<std::string> entity_path(const run_ctx& ctx, const std::string& te
     rc = ctx.fail(key.error());
     return std::nullopt;
   }
-  return "/v1/entities/" + http::client::percent_encode(key->type) + "/" +
-         http::client::percent_encode(key->id);
+  return route_of(*key);
 }
 
-int run_bookmark(const run_ctx& ctx, const operate_options& o) {
+int run_operate_bookmark(const run_ctx& ctx, const operate_options& o) {
   int rc = exit_ok;
   auto path = entity_path(ctx, o.entity, rc);
   if (!path)
     return rc;
-  if (o.at.empty() == o.seq.empty())
-    return ctx.fail(exit_usage, "give exactly one of --at TIME and --seq N");
-  std::string query;
-  if (!o.at.empty()) {
-    auto t = parse_time_arg(o.at, now_ms(), ctx.local_time);
-    if (!t)
-      return ctx.fail(t.error());
-    query = "at=" + std::to_string(*t);
-  } else {
-    auto n = parse_count(o.seq, "--seq");
-    if (!n)
-      return ctx.fail(n.error());
-    query = "seq=" + std::to_string(*n);
-  }
   auto api = server_api(ctx, o.common, rc);
   if (!api)
     return rc;
-  auto r = api->get_json(*path + "/bookmark?" + query);
-  if (!r)
-    return ctx.fail(r.error());
-  if (ctx.json)
-    ctx.json_line(*r);
-  else
-    ctx.out << r->value("bookmark", "") << "  seq " << r->value("seq", int64_t{0}) << "  "
-            << ctx.time(r->value("time_ms", int64_t{0})) << '\n';
-  return exit_ok;
+  return print_remote_bookmark(ctx, *api, *path, o.at, o.seq);
 }
 
 int run_rollback(const run_ctx& ctx, const operate_options& o) {
-  int rc = exit_ok;
-  auto path = entity_path(ctx, o.entity, rc);
-  if (!path)
-    return rc;
+  auto e = parse_named(o.entity);
+  if (!e)
+    return ctx.fail(e.error());
   if (auto p = archive_point::parse(o.name); !p)
     return ctx.fail(exit_usage, p.error().message());
+  int rc = exit_ok;
   auto api = server_api(ctx, o.common, rc);
   if (!api)
     return rc;
   json body = o.note.empty() ? json::object() : json{{"note", o.note}};
-  auto r = api->send_json("POST", *path + "/rollback/" + o.name, body);
+  if (!e->tenant.empty())
+    body["tenant"] = e->tenant;
+  auto r = api->send_json("POST", route_of(e->key) + "/rollback/" + o.name, body);
   if (!r)
     return ctx.fail(r.error());
   if (ctx.json)
@@ -266,11 +275,10 @@ int run_rollback(const run_ctx& ctx, const operate_options& o) {
 }
 
 int run_fork(const run_ctx& ctx, const operate_options& o) {
-  int rc = exit_ok;
-  auto path = entity_path(ctx, o.entity, rc);
-  if (!path)
-    return rc;
-  auto to = parse_type_id(o.target);
+  auto from = parse_named(o.entity);
+  if (!from)
+    return ctx.fail(from.error());
+  auto to = parse_named(o.target);
   if (!to)
     return ctx.fail(to.error());
   json body = json::object();
@@ -279,22 +287,26 @@ int run_fork(const run_ctx& ctx, const operate_options& o) {
       return ctx.fail(exit_usage, p.error().message());
     body["bookmark"] = o.at;
   }
-  if (!o.tenant.empty()) {
-    if (auto t = entity_key::make(o.tenant, "t", "t"); !t)
-      return ctx.fail(exit_usage, "--tenant: " + t.error().message());
-    body["tenant"] = o.tenant;
+  if (!to->tenant.empty() && !o.tenant.empty() && to->tenant != o.tenant)
+    return ctx.fail(exit_usage, "the target names tenant " + to->tenant + " and --tenant " +
+                                  o.tenant + ": give one");
+  auto tenant = to->tenant.empty() ? o.tenant : to->tenant;
+  if (!tenant.empty()) {
+    if (auto t = entity_key::make(tenant, "t", "t"); !t)
+      return ctx.fail(exit_usage, "the target's tenant: " + t.error().message());
+    body["tenant"] = tenant;
   }
+  if (!from->tenant.empty())
+    body["source_tenant"] = from->tenant;
   if (!o.tenant_key.empty())
     body["tenant_api_key"] = o.tenant_key;
   if (!o.note.empty())
     body["note"] = o.note;
+  int rc = exit_ok;
   auto api = server_api(ctx, o.common, rc);
   if (!api)
     return rc;
-  auto r = api->send_json("POST",
-                          *path + "/fork/" + http::client::percent_encode(to->type) + "/" +
-                            http::client::percent_encode(to->id),
-                          body);
+  auto r = api->send_json("POST", route_of(from->key) + "/fork/" + type_id_path(to->key), body);
   if (!r)
     return ctx.fail(r.error());
   if (ctx.json)
@@ -328,6 +340,36 @@ void add_common(CLI::App* sub, operate_options& o) {
     ->type_name("TEXT");
 }
 
+/// Adds the subcommand `name` of `parent`: its options in an operate_options of its own, its
+/// common options, then `setup`'s; the callback runs `run` with a run context.
+template <class Setup, class Run>
+void add_action(CLI::App* parent, const std::shared_ptr<inspect_io>& io, int* exit_code,
+                const char* name, const char* help, Setup setup, Run run,
+                const char* tool = "factum operate") {
+  auto* sub = parent->add_subcommand(name, help);
+  auto o = std::make_shared<operate_options>();
+  add_common(sub, *o);
+  setup(sub, *o);
+  sub->callback([io, exit_code, o, run, tool] {
+    auto ctx = make_run_ctx(*io, o->common, tool);
+    *exit_code = o->common.json && o->common.table
+                   ? ctx->fail(exit_usage, "--json and --table exclude each other")
+                   : run(*ctx, *o);
+  });
+}
+
+void setup_fork(CLI::App* sub, operate_options& o) {
+  sub->add_option("entity", o.entity, "The source, as TYPE/ID or TENANT/TYPE/ID (the key's)")
+    ->required();
+  sub->add_option("target", o.target, "The new entity, as TYPE/ID or TENANT/TYPE/ID")->required();
+  sub->add_option("--at", o.at, "A bookmark of the source (default: now)")->type_name("BOOKMARK");
+  sub->add_option("--tenant", o.tenant, "The new entity's tenant (default: the key's)");
+  sub
+    ->add_option("--tenant-key", o.tenant_key,
+                 "With another tenant: an operate key of that tenant (also FACTUM_TENANT_KEY)")
+    ->envname("FACTUM_TENANT_KEY");
+}
+
 } // namespace
 
 void add_operate_command(CLI::App& app, int* exit_code, inspect_io io) {
@@ -337,16 +379,7 @@ void add_operate_command(CLI::App& app, int* exit_code, inspect_io io) {
   operate->require_subcommand(1);
   auto io_ptr = std::make_shared<inspect_io>(std::move(io));
   auto add = [&](const char* name, const char* help, auto setup, auto run) {
-    auto* sub = operate->add_subcommand(name, help);
-    auto o = std::make_shared<operate_options>();
-    add_common(sub, *o);
-    setup(sub, *o);
-    sub->callback([io_ptr, exit_code, o, run] {
-      auto ctx = make_run_ctx(*io_ptr, o->common, "factum operate");
-      *exit_code = o->common.json && o->common.table
-                     ? ctx->fail(exit_usage, "--json and --table exclude each other")
-                     : run(*ctx, *o);
-    });
+    add_action(operate, io_ptr, exit_code, name, help, setup, run);
   };
   add(
     "dead-letters",
@@ -410,28 +443,37 @@ void add_operate_command(CLI::App& app, int* exit_code, inspect_io io) {
       sub->add_option("--seq", o.seq, "The last commit whose last fact is at most this seq")
         ->type_name("N");
     },
-    run_bookmark);
+    run_operate_bookmark);
   add(
     "rollback", "Roll an entity back to a bookmark in place (its archive; a lifecycle fact)",
     [](CLI::App* sub, operate_options& o) {
-      sub->add_option("entity", o.entity, "The entity, as TYPE/ID")->required();
-      sub->add_option("bookmark", o.name, "The bookmark (factum operate bookmark)")->required();
+      sub->add_option("entity", o.entity, "The entity, as TYPE/ID or TENANT/TYPE/ID (the key's)")
+        ->required();
+      sub->add_option("bookmark", o.name, "The bookmark (factum inspect bookmark)")->required();
     },
     run_rollback);
-  add(
-    "fork", "Make a new entity from an entity's state now or at a bookmark",
-    [](CLI::App* sub, operate_options& o) {
-      sub->add_option("entity", o.entity, "The source, as TYPE/ID")->required();
-      sub->add_option("target", o.target, "The new entity, as TYPE/ID")->required();
-      sub->add_option("--at", o.at, "A bookmark of the source (default: now)")
-        ->type_name("BOOKMARK");
-      sub->add_option("--tenant", o.tenant, "The new entity's tenant (default: the key's)");
-      sub
-        ->add_option("--tenant-key", o.tenant_key,
-                     "With --tenant: an operate key of that tenant (also FACTUM_TENANT_KEY)")
-        ->envname("FACTUM_TENANT_KEY");
-    },
-    run_fork);
+  add("fork", "Make a new entity from an entity's state now or at a bookmark", setup_fork,
+      run_fork);
+}
+
+void add_fork_command(CLI::App& app, int* exit_code, inspect_io io) {
+  add_action(&app, std::make_shared<inspect_io>(std::move(io)), exit_code, "fork",
+             "Make a new entity from an entity's state now or at a bookmark, through a running "
+             "server (scope operate; the same as factum operate fork)",
+             setup_fork, run_fork, "factum fork");
+}
+
+int run_entity_rollback(const entity_rollback_args& a, const inspect_io& io) {
+  operate_options o;
+  o.common.server = a.server;
+  o.common.api_key = a.api_key;
+  o.common.http_timeout_s = a.http_timeout_s;
+  o.common.json = a.json;
+  o.entity = a.entity;
+  o.name = a.bookmark;
+  o.note = a.note;
+  auto ctx = make_run_ctx(io, o.common, "factum restore");
+  return run_rollback(*ctx, o);
 }
 
 void add_operate_command(CLI::App& app, int* exit_code) {

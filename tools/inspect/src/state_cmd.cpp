@@ -1,6 +1,8 @@
 // state_cmd.cpp: `keys`, `journal`, `alarms` (with the schedules they fire), `owners`,
 // `breakers` and `dead-letters`: the entity's state besides its facts (breakers and dead letters
-// also through the HTTP API). Runs on the thread that parses the command line.
+// also through the HTTP API; each local one now or, with --as-of, as of an archived commit),
+// and the printers the whole-state view (archive_cmd.cpp) shares. Runs on the thread that
+// parses the command line.
 #include <map>
 #include <ostream>
 
@@ -12,34 +14,14 @@ namespace factum::tools {
 
 namespace {
 
-/// Opens the entity named by `entity` under --data, or fails with the exit code.
-struct local_entity {
-  std::unique_ptr<entity_reader> reader;
-  int rc = 0;
-};
-
-local_entity open_entity(const run_ctx& ctx, const common_options& c, const std::string& entity,
-                         const char* command) {
-  local_entity out;
-  if ((out.rc = require_local(ctx, c, command)))
-    return out;
-  auto key = parse_entity(entity);
-  if (!key) {
-    out.rc = ctx.fail(key.error());
-    return out;
-  }
-  auto r = entity_reader::open(c.data, *key);
-  if (!r) {
-    out.rc = ctx.fail(r.error());
-    return out;
-  }
-  out.reader = std::move(*r);
-  return out;
-}
-
 std::optional<remote_api> open_remote(const run_ctx& ctx, const common_options& c, int& rc) {
   if (!c.data.empty()) {
     rc = ctx.fail(exit_usage, "--data and --server exclude each other");
+    return std::nullopt;
+  }
+  if (!c.as_of.empty() || !c.as_of_seq.empty() || !c.archive.empty()) {
+    rc = ctx.fail(exit_usage, "--archive, --as-of and --as-of-seq read the archive's files: "
+                              "not with --server");
     return std::nullopt;
   }
   auto a = remote_api::make(
@@ -60,6 +42,22 @@ std::string opt_time(const run_ctx& ctx, const std::optional<int64_t>& ms, const
   return ms ? ctx.time(*ms) : none;
 }
 
+/// Prints `t`; in the whole-state view (`record` set) an empty section says "none" instead of a
+/// header alone.
+void print_table(const run_ctx& ctx, const text_table& t, const char* record) {
+  if (*record && t.size() == 0)
+    ctx.out << "none\n";
+  else
+    t.print(ctx);
+}
+
+/// `j` with a member "record": `record`, when `record` is not empty (the state view's lines).
+nlohmann::json tagged(nlohmann::json j, const char* record) {
+  if (*record)
+    j["record"] = record;
+  return j;
+}
+
 } // namespace
 
 int run_keys(const run_ctx& ctx, const common_options& c, const std::string& entity,
@@ -72,10 +70,15 @@ int run_keys(const run_ctx& ctx, const common_options& c, const std::string& ent
   auto e = open_entity(ctx, c, entity, "keys");
   if (e.rc)
     return e.rc;
-  auto keys = e.reader->store().list_keys(status_filter.empty() && limit > 0 ? limit : -1);
+  auto st = print_keys(ctx, e.reader->store(), status_filter, limit, e.now, "");
+  return st ? exit_ok : ctx.fail(st);
+}
+
+status print_keys(const run_ctx& ctx, entity_store& store, const std::string& status_filter,
+                  int64_t limit, int64_t now, const char* record) {
+  auto keys = store.list_keys(status_filter.empty() && limit > 0 ? limit : -1);
   if (!keys)
-    return ctx.fail(keys.error());
-  int64_t now = ctx.now();
+    return keys.error();
   text_table t({{"KEY"}, {"STATUS"}, {"CREATED"}, {"EXPIRES"}, {"EXPIRED"}, {"RESPONSE"}});
   int64_t shown = 0;
   for (auto& k : *keys) {
@@ -85,7 +88,7 @@ int run_keys(const run_ctx& ctx, const common_options& c, const std::string& ent
       break;
     ++shown;
     if (ctx.json) {
-      ctx.json_line(key_json(k, now));
+      ctx.json_line(tagged(key_json(k, now), record));
       continue;
     }
     bool expired = k.expires_at_ms && *k.expires_at_ms <= now;
@@ -95,8 +98,8 @@ int run_keys(const run_ctx& ctx, const common_options& c, const std::string& ent
           {"", k.status == key_status::failed ? ctx.red(st) : st});
   }
   if (!ctx.json)
-    t.print(ctx);
-  return exit_ok;
+    print_table(ctx, t, record);
+  return status::ok();
 }
 
 int run_journal(const run_ctx& ctx, const common_options& c, const std::string& entity,
@@ -175,33 +178,37 @@ int run_alarms(const run_ctx& ctx, const common_options& c, const std::string& e
   auto e = open_entity(ctx, c, entity, "alarms");
   if (e.rc)
     return e.rc;
-  auto alarms = e.reader->store().list_alarms();
+  auto st = print_alarms(ctx, e.reader->store(), e.now, "");
+  return st ? exit_ok : ctx.fail(st);
+}
+
+status print_alarms(const run_ctx& ctx, entity_store& store, int64_t now, const char* record) {
+  auto alarms = store.list_alarms();
   if (!alarms)
-    return ctx.fail(alarms.error());
-  auto schedules = e.reader->store().list_schedules();
+    return alarms.error();
+  auto schedules = store.list_schedules();
   if (!schedules)
-    return ctx.fail(schedules.error());
+    return schedules.error();
   std::map<std::string, const schedule_record*> by_alarm; // a schedule fires through its alarm
   for (auto& sc : *schedules)
     by_alarm["@schedule:" + sc.name] = &sc;
-  int64_t now = ctx.now();
   text_table t({{"NAME"}, {"DUE"}, {"OVERDUE"}, {"ATTEMPTS", true}, {"CREATED"}, {"PAYLOAD"}});
   for (auto& a : *alarms) {
     if (ctx.json) {
       auto j = alarm_json(a, now);
       if (auto it = by_alarm.find(a.name); it != by_alarm.end())
         j["schedule"] = schedule_json(*it->second);
-      ctx.json_line(j);
+      ctx.json_line(tagged(std::move(j), record));
     } else {
       t.add({a.name, ctx.time(a.due_ms), a.due_ms <= now ? "yes" : "no", std::to_string(a.attempts),
              ctx.time(a.created_at_ms), compact(a.payload, 60)});
     }
   }
   if (ctx.json)
-    return exit_ok;
-  t.print(ctx);
+    return status::ok();
+  print_table(ctx, t, record);
   if (schedules->empty())
-    return exit_ok;
+    return status::ok();
   text_table st({{"SCHEDULE"}, {"SPEC"}, {"MISSED"}, {"NEXT"}, {"LAST"}, {"PAYLOAD"}});
   for (auto& sc : *schedules) {
     auto spec = json_or_string(sc.spec);
@@ -213,7 +220,7 @@ int run_alarms(const run_ctx& ctx, const common_options& c, const std::string& e
   }
   ctx.out << "\n";
   st.print(ctx);
-  return exit_ok;
+  return status::ok();
 }
 
 int run_owners(const run_ctx& ctx, const common_options& c, const std::string& entity) {
@@ -256,10 +263,16 @@ int run_breakers(const run_ctx& ctx, const common_options& c, const std::string&
   }
   if (!list)
     return ctx.fail(list.error());
+  print_breakers(ctx, *list, "");
+  return exit_ok;
+}
+
+void print_breakers(const run_ctx& ctx, const std::vector<breaker_record>& list,
+                    const char* record) {
   text_table t({{"TOOL"}, {"STATE"}, {"UPDATED"}, {"DATA"}});
-  for (auto& b : *list) {
+  for (auto& b : list) {
     if (ctx.json) {
-      ctx.json_line(breaker_json(b));
+      ctx.json_line(tagged(breaker_json(b), record));
       continue;
     }
     bool open = b.state == "OPEN" || b.state == "FORCED_OPEN";
@@ -271,8 +284,7 @@ int run_breakers(const run_ctx& ctx, const common_options& c, const std::string&
                     : b.state});
   }
   if (!ctx.json)
-    t.print(ctx);
-  return exit_ok;
+    print_table(ctx, t, record);
 }
 
 int run_dead_letters(const run_ctx& ctx, const common_options& c, const std::string& entity,
@@ -306,6 +318,12 @@ int run_dead_letters(const run_ctx& ctx, const common_options& c, const std::str
   }
   if (!list)
     return ctx.fail(list.error());
+  print_dead_letters(ctx, *list, filter, limit, "");
+  return exit_ok;
+}
+
+void print_dead_letters(const run_ctx& ctx, const std::vector<dead_letter_record>& list,
+                        std::optional<dl_status> filter, int64_t limit, const char* record) {
   text_table t({{"ID"},
                 {"STATUS"},
                 {"OPERATION"},
@@ -318,14 +336,14 @@ int run_dead_letters(const run_ctx& ctx, const common_options& c, const std::str
                 {"TRACE"},
                 {"MESSAGE"}});
   int64_t shown = 0;
-  for (auto& d : *list) {
+  for (auto& d : list) {
     if (filter && d.status != *filter) // the HTTP API lists every status
       continue;
     if (limit > 0 && shown >= limit)
       break;
     ++shown;
     if (ctx.json) {
-      ctx.json_line(dead_letter_json(d));
+      ctx.json_line(tagged(dead_letter_json(d), record));
       continue;
     }
     t.add({d.id, std::string(to_string(d.status)), d.operation, or_dash(d.error_category),
@@ -335,8 +353,7 @@ int run_dead_letters(const run_ctx& ctx, const common_options& c, const std::str
            or_dash(ellipsize(d.error_message, 50))});
   }
   if (!ctx.json)
-    t.print(ctx);
-  return exit_ok;
+    print_table(ctx, t, record);
 }
 
 } // namespace factum::tools

@@ -8,6 +8,7 @@
 #include <functional>
 #include <iosfwd>
 #include <optional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -35,5 +36,23 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io);
 /// degradation floor). The exit code goes to *exit_code as for inspect.
 void add_operate_command(CLI::App& app, int* exit_code);
 void add_operate_command(CLI::App& app, int* exit_code, inspect_io io);
+
+/// Adds `fork` to `app`: `factum operate fork` under a name of its own (a new entity from an
+/// entity's state now or at a bookmark, through a running server).
+void add_fork_command(CLI::App& app, int* exit_code, inspect_io io = {});
+
+/// One entity rolled back in place to a bookmark of its archive, through a running server's
+/// rollback route (`factum restore --entity`, `factum operate rollback`).
+struct entity_rollback_args {
+  std::string server;  ///< the server's URL (plain http to a loopback address)
+  std::string api_key; ///< a key with scope operate of the entity's tenant
+  std::string entity;  ///< TENANT/TYPE/ID (the tenant checked by the server) or TYPE/ID
+  std::string bookmark;
+  std::string note;
+  double http_timeout_s = 10;
+  bool json = false; ///< JSON lines even on a terminal
+};
+/// Runs it; messages start "factum restore:". The exit code (docs/inspect.md, "Exit codes").
+int run_entity_rollback(const entity_rollback_args& a, const inspect_io& io = {});
 
 } // namespace factum::tools
