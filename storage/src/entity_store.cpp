@@ -440,17 +440,8 @@ result<std::unique_ptr<entity_store>> entity_store::open(const store_options& op
     // Every directory made here is fsynced into its parent (top-down), so that the file's
     // path survives power loss in durability full.
     auto dir = path.parent_path();
-    std::vector<fs::path> made;
-    for (auto d = dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path())
-      made.push_back(d);
-    fs::create_directories(dir, ec);
-    if (ec)
-      return status{errno_code(ec.value()), "cannot create " + dir.string() + ": " + ec.message()};
-    if (opts.mode == durability::full)
-      for (auto it = made.rbegin(); it != made.rend(); ++it)
-        if (int e = sync_dir(it->parent_path()); e != 0)
-          return status{errno_code(e),
-                        "fsync " + it->parent_path().string() + ": " + std::strerror(e)};
+    if (int e = detail::create_dirs_synced(dir, opts.mode == durability::full); e != 0)
+      return status{errno_code(e), "cannot create " + dir.string() + ": " + std::strerror(e)};
     // A spare (spare_pool.hpp): a synced file already on disk, renamed into place and claimed
     // at the open below. RENAME_NOREPLACE: a file another creator put in place meanwhile wins
     // (the spare goes back to the pool) and is opened below like any existing file.

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "factum/storage/status.hpp"
 
@@ -27,6 +28,24 @@ inline int sync_dir(const std::filesystem::path& dir) {
   int e = ::fsync(fd) == 0 ? 0 : errno;
   ::close(fd);
   return e;
+}
+
+/// Creates `dir` and its missing ancestors; with `sync`, fsyncs the parent of each directory it
+/// made, top-down, so that the path survives power loss (a new directory's own entries still
+/// need a sync of it). 0, or the errno of what failed.
+inline int create_dirs_synced(const std::filesystem::path& dir, bool sync = true) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> made;
+  for (auto d = dir; !d.empty() && !std::filesystem::exists(d, ec); d = d.parent_path())
+    made.push_back(d);
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return ec.value();
+  if (sync)
+    for (auto it = made.rbegin(); it != made.rend(); ++it)
+      if (int e = sync_dir(it->parent_path()); e != 0)
+        return e;
+  return 0;
 }
 
 /// The code for an operating-system error: a read-only file system and a full disk are named.

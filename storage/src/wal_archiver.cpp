@@ -290,10 +290,11 @@ status wal_archiver::start_epoch(int64_t seq) {
   broken_ = false;
   mirror_.reset();
   salts_.clear();
+  // Every directory made on the way is synced into its parent: an archive whose directories a
+  // power cut took would lose what its synced files hold.
+  if (int e = create_dirs_synced(dir_); e != 0)
+    return os_error("create " + dir_.string(), e);
   std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec)
-    return {errc::io_error, "create " + dir_.string() + ": " + ec.message()};
   int64_t epoch = last_.epoch + 1;
   while (fs::exists(epoch_dir(epoch), ec)) // left by an attempt that wrote no record
     ++epoch;
@@ -336,7 +337,7 @@ status wal_archiver::start_epoch(int64_t seq) {
       return os_error("create " + path.string(), errno);
     index_size_ = 0;
   }
-  for (const auto& d : {ed, dir_, dir_.parent_path()})
+  for (const auto& d : {ed, dir_})
     if (int e = sync_dir(d); e != 0)
       return os_error("fsync " + d.string(), e);
   count_archive(0, 0, 1, 0);
@@ -406,13 +407,17 @@ void wal_archiver::ship(int64_t frames, int64_t seq) {
     return;
   }
   status st;
+  bool unrecognizable = false; // a generation attach() could not tell from a foreign writer's
   if (restarted_ || salts_.empty() || !hooked_) { // the VFS saw a WAL header written (restarting())
     restarted_ = false;
     auto h = live_header();
-    if (header_page_size(h) == 0)
+    if (header_page_size(h) == 0) {
       st = {errc::corruption, wal_.string() + " has no WAL header after a commit"};
-    else if (salts_.empty() || h.compare(16, 8, salts_) != 0)
-      st = start_gen(h); // a restart, or the first header of a WAL a close had truncated
+    } else if (salts_.empty() || h.compare(16, 8, salts_) != 0) {
+      // A restart adds one to salt-1; the first header of a WAL a close had truncated does not.
+      unrecognizable = salts_.empty() || be32(h.data() + 16) != be32(salts_.data()) + 1;
+      st = start_gen(h);
+    }
   }
   int64_t end = 32 + frames * (24 + page_size_);
   if (st && end < last_.end)
@@ -424,7 +429,11 @@ void wal_archiver::ship(int64_t frames, int64_t seq) {
     st = append_record(seq);
   if (!st)
     fail(st);
-  else if (!hooked_)
+  else if (!hooked_ || unrecognizable)
+    // Without the hook, every commit. After a truncated WAL's first header, this first commit
+    // of the generation: a power cut that took its record would leave a live WAL whose salts
+    // the next attach() cannot place after the archived generation (not salt-1 plus one), and
+    // it would start an epoch at the current seq, without the commits of this generation.
     sync();
 }
 

@@ -14,8 +14,11 @@
 // is when the live WAL's frames go: a restart overwrites them, a close's checkpoint truncates
 // them. So the archive's copy is fdatasynced right before both (restarting(), from factum's VFS
 // as the new WAL header is about to be written; sync() before the store's close), and a base
-// before the record that names it. What a power cut can still take is only index records: the
-// commits they named then share the record of attach()'s catch-up (its time).
+// before the record that names it. One more sync, at the first commit of a WAL that a close had
+// truncated: its salts do not follow the archived generation's, so that after a power cut
+// attach() could not tell that generation from a foreign writer's and would start an epoch
+// without its commits. What a power cut can still take is only index records: the commits they
+// named then share the record of attach()'s catch-up (its time).
 //
 // Threads: the store's owner, one at a time (the store is not thread-safe, neither is this);
 // restarting() runs inside a commit of the owner, from the VFS.

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -479,6 +480,44 @@ ssize_t do_write(int fd, const void* buf, size_t n) {
   return rc;
 }
 
+// sendfile and copy_file_range: the kernel copies `rc` bytes from `in` to `out`
+// (std::filesystem::copy_file does it with sendfile). Logged as a write to `out` at its
+// position (or *out_off) of the bytes read back from `in` where the copy took them. The fault
+// plan does not reach these calls.
+ssize_t do_copy_range(int out, int in, off_t* in_off, off_t* out_off, size_t n, bool sendfile,
+                      unsigned flags) {
+  FACTUM_REAL(sendfile64);
+  FACTUM_REAL(copy_file_range);
+  auto call = [&] {
+    return sendfile ? real_sendfile64(out, in, in_off, n)
+                    : real_copy_file_range(in, in_off, out, out_off, n, flags);
+  };
+  if (!active())
+    return call();
+  std::lock_guard<std::mutex> g(mu);
+  inside_guard ig;
+  off_t from = in_off ? *in_off : ::lseek(in, 0, SEEK_CUR);
+  off_t to = out_off ? *out_off : ::lseek(out, 0, SEEK_CUR);
+  ssize_t rc = call();
+  if (rc > 0 && from >= 0 && to >= 0 && inode_of(out)) {
+    int saved = errno;
+    std::string buf(static_cast<size_t>(rc), '\0');
+    ssize_t got = 0;
+    while (got < rc) {
+      ssize_t k = ::pread(in, buf.data() + got, static_cast<size_t>(rc - got), from + got);
+      if (k <= 0) {
+        std::fprintf(stderr, "write_log: cannot read back a copied range: %s\n",
+                     std::strerror(errno));
+        std::abort();
+      }
+      got += k;
+    }
+    log_write(out, buf.data(), buf.size(), to);
+    errno = saved;
+  }
+  return rc;
+}
+
 std::string gather(const struct iovec* iov, int cnt) {
   std::string all;
   for (int i = 0; i < cnt; ++i)
@@ -647,6 +686,19 @@ ssize_t pwritev(int fd, const struct iovec* iov, int cnt, off_t off) {
 
 ssize_t pwritev64(int fd, const struct iovec* iov, int cnt, off_t off) {
   return pwritev(fd, iov, cnt, off);
+}
+
+ssize_t sendfile(int out, int in, off_t* offset, size_t count) {
+  return do_copy_range(out, in, offset, nullptr, count, true, 0);
+}
+
+ssize_t sendfile64(int out, int in, off64_t* offset, size_t count) {
+  return do_copy_range(out, in, offset, nullptr, count, true, 0);
+}
+
+ssize_t copy_file_range(int in, off64_t* in_off, int out, off64_t* out_off, size_t n,
+                        unsigned flags) {
+  return do_copy_range(out, in, in_off, out_off, n, false, flags);
 }
 
 int ftruncate(int fd, off_t size) {

@@ -1,15 +1,14 @@
 // write_log.hpp: a log of every change a process makes to a directory tree, in the order the
 // changes happened, with the syncs that made them durable (tests only). The process that links
-// write_log.cpp has its own open, write, pwrite, ftruncate, fsync, fdatasync, rename, unlink,
-// mkdir, ... ahead of libc's in symbol lookup, so that SQLite's and libstdc++'s calls reach them
-// too; each passes the call on to libc and, once start() ran, appends to the log what the call
-// changed (one mutex: the log's order is the order in which the calls changed the files).
-// replay.hpp rebuilds from such a log the tree a power cut at the end of the log could leave.
-// A fault plan (set_faults()) makes chosen calls fail instead, as a failing disk would: a sync
-// with EIO (and Linux's writeback-error rules after it), an open with EMFILE, a write short or
-// with ENOSPC; each failure is a record of its own.
-// start() and set_faults() are for a forked child that is about to run the code under test;
-// the calls, any thread after them.
+// write_log.cpp has its own open, write, pwrite, sendfile, copy_file_range, ftruncate, fsync,
+// fdatasync, rename, unlink, mkdir, ... ahead of libc's in symbol lookup, so that SQLite's and
+// libstdc++'s calls reach them too; each passes the call on to libc and, once start() ran, appends
+// to the log what the call changed (one mutex: the log's order is the order in which the calls
+// changed the files). replay.hpp rebuilds from such a log the tree a power cut at the end of the
+// log could leave. A fault plan (set_faults()) makes chosen calls fail instead, as a failing disk
+// would: a sync with EIO (and Linux's writeback-error rules after it), an open with EMFILE, a write
+// short or with ENOSPC; each failure is a record of its own. start() and set_faults() are for a
+// forked child that is about to run the code under test; the calls, any thread after them.
 #pragma once
 
 #include <cstdint>
