@@ -102,3 +102,45 @@ TEST_CASE("a graceful stop under load loses nothing acknowledged") {
   auto v = again.rt().call_sync(entity_key{"acme", "ledger", "load0"}, "@verify", "{}");
   CHECK(v.json()["ok"] == true);
 }
+
+namespace {
+
+/// The value of the gauge factum_http_in_flight_requests (this request included), or -1.
+int64_t in_flight(uint16_t port) {
+  auto r = http_client(port).request("GET", "/metrics", {{"X-API-Key", acme_key}});
+  auto at = r.body.find("\nfactum_http_in_flight_requests ");
+  if (r.status != 200 || at == std::string::npos)
+    return -1;
+  return std::stoll(r.body.substr(at + 32));
+}
+
+} // namespace
+
+TEST_CASE("stopping: the server's stop waits for a rollback on its thread of its own, which "
+          "answers before the gateway it uses is gone") {
+  test::temp_dir archive;
+  gateway_fixture f(
+    [&](runtime_config& rc, http_server_config&) { rc.archive_dir = archive.path(); });
+  http_client c(f.port());
+  REQUIRE(c.request("POST", "/v1/entities/probe/r1/append_then", json_headers(acme_key, "a"), "{}")
+            .status == 200);
+  // A slow turn keeps the entity active for 6.5 s, longer than the server's stop waits for its
+  // connections to close (5 s); a rollback must wait for the turn to end.
+  auto slow = std::async(std::launch::async, [&] {
+    return http_client(f.port()).request("POST", "/v1/entities/probe/r1/slow_pair",
+                                         json_headers(acme_key, "s"),
+                                         json{{"n", 1}, {"ms", 6500}}.dump());
+  });
+  auto rollback = std::async(std::launch::async, [&] {
+    // A bookmark that is no commit: once the entity is released the rollback answers 404.
+    return http_client(f.port()).request("POST", "/v1/entities/probe/r1/rollback/1.1.32.1",
+                                         json_headers(acme_key), "{}");
+  });
+  // Both requests are in (with the metrics request itself: 3).
+  REQUIRE(eventually([&] { return in_flight(f.port()) >= 3; }));
+  f.server().stop(); // no drain first: the stop itself waits for the rollback's thread
+  CHECK(f.log_count(R"("route":"rollback")") == 1); // answered before the stop returned
+  CHECK(f.log_count(R"("code":"NOT_FOUND")") == 1);
+  REQUIRE(slow.wait_for(20s) == std::future_status::ready);
+  REQUIRE(rollback.wait_for(20s) == std::future_status::ready);
+}

@@ -555,6 +555,7 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x) {
 } // namespace
 
 gateway::~gateway() {
+  wait_restores();
   stop_relay();
   rt_.attach_connections(nullptr);
 }
@@ -569,6 +570,25 @@ std::string gateway::metrics_text() const {
 void gateway::stop_relay() {
   if (relay_)
     relay_->stop();
+}
+
+bool gateway::begin_restore(int max) {
+  std::lock_guard<std::mutex> g(restores_mu_);
+  if (restores_ >= max)
+    return false;
+  ++restores_;
+  return true;
+}
+
+void gateway::end_restore() {
+  std::lock_guard<std::mutex> g(restores_mu_);
+  if (--restores_ == 0)
+    restores_cv_.notify_all();
+}
+
+void gateway::wait_restores() {
+  std::unique_lock<std::mutex> g(restores_mu_);
+  restores_cv_.wait(g, [&] { return restores_ == 0; });
 }
 
 gateway::gateway(runtime& rt, http_server_config cfg) : rt_(rt), cfg_(std::move(cfg)) {

@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -164,6 +166,13 @@ class gateway {
   std::string metrics_text() const;
   /// Stops relaying (answers what is in flight); before the I/O threads stop.
   void stop_relay();
+  /// Rollbacks and forks run on threads of their own (restore_routes.cpp), which use this
+  /// gateway and its runtime until they answer: begin_restore() counts one in (false when
+  /// `max` run already), end_restore() out, and wait_restores() returns once none runs (the
+  /// server's stop, before the I/O threads stop and the gateway goes).
+  bool begin_restore(int max);
+  void end_restore();
+  void wait_restores();
   /// The WebSocket connections this gateway holds (attached to the runtime while it lives).
   ws_hub& hub() { return *hub_; }
   /// The open fact streams.
@@ -177,6 +186,9 @@ class gateway {
   std::shared_ptr<fact_streams> streams_;
   http_metrics metrics_;
   std::atomic<bool> draining_{false};
+  std::mutex restores_mu_;
+  std::condition_variable restores_cv_;
+  int restores_ = 0; ///< guarded by restores_mu_
 };
 
 } // namespace factum::http

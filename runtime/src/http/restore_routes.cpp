@@ -5,7 +5,6 @@
 // that no method name is shadowed). The bookmark is read on the I/O thread (one small file); a
 // rollback or a fork waits for the entity and a storage thread, so it runs on a thread of its own,
 // which answers.
-#include <atomic>
 #include <thread>
 
 #include "factum/storage/sha256.hpp"
@@ -16,8 +15,7 @@ namespace factum::http::steps {
 
 namespace {
 
-/// Rollbacks and forks running at once; one more is refused (each holds a thread).
-std::atomic<int> running{0};
+/// Rollbacks and forks running at once per gateway; one more is refused (each holds a thread).
 constexpr int max_running = 4;
 
 /// The HTTP answer to a runtime's refusal.
@@ -79,16 +77,14 @@ verdict tenant_expected(const json& b, const char* member, const entity_ref& e) 
   return std::nullopt;
 }
 
-/// Runs `work` on a thread of its own, which answers with what it returns.
+/// Runs `work` on a thread of its own, which answers with what it returns. The gateway counts
+/// it: the server's stop waits for it (it uses the gateway and the runtime until it answers).
 void run_blocking(gateway& gw, const exchange_ptr& x, std::function<http_response()> work) {
-  if (running.fetch_add(1) >= max_running) {
-    running.fetch_sub(1);
+  if (!gw.begin_restore(max_running))
     return refuse(gw, *x, {503, "TOO_MANY_RESTORES", "too many rollbacks and forks at once"});
-  }
   std::thread([&gw, x, work = std::move(work)] {
-    auto r = work();
-    running.fetch_sub(1);
-    finish(gw, *x, std::move(r));
+    finish(gw, *x, work());
+    gw.end_restore();
   }).detach();
 }
 

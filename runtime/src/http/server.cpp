@@ -714,7 +714,8 @@ void http_server::stop() {
     std::unique_lock<std::mutex> g(p.mu);
     p.cv.wait_for(g, close_grace, [&] { return p.sessions.empty(); });
   }
-  p.gw.stop_relay(); // relayed requests still out are answered (cancelled) before the I/O stops
+  p.gw.wait_restores(); // rollbacks and forks on threads of their own answer first
+  p.gw.stop_relay();    // relayed requests still out are answered (cancelled) before the I/O stops
   p.work.reset();
   p.ioc.stop();
   for (auto& t : p.threads)
