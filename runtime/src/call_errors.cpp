@@ -21,6 +21,8 @@ call_error storage_error(const status& st) {
     return call_error(error_category::transient, "STORAGE_READ_ONLY", st.message(), 503);
   case errc::not_owner: // cluster mode: the gateway re-routes it, clients see SHARD_UNAVAILABLE
     return call_error(error_category::transient, "NOT_OWNER", st.message(), 503);
+  case errc::quota_exceeded:
+    return call_error(error_category::client, "TENANT_QUOTA_EXCEEDED", st.message(), 429);
   case errc::io_error:
   case errc::busy:
   case errc::unavailable:

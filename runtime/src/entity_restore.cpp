@@ -149,6 +149,15 @@ result<runtime::fork_report> fork_file(runtime_core& c, const entity_key& from,
     return status{errc::conflict, "entity " + to.to_string() + " exists"};
   if (!fs::exists(from.file_path(c.cfg.entity_dir()), ec))
     return status{errc::not_found, "no entity " + from.to_string()};
+  // The new entity holds a place in its tenant's max_entities while it is built; once in
+  // place its file is counted (settle_adopted) and the place given back.
+  if (auto st = take_entity_place(c, to.tenant); !st)
+    return status{st.code(), st.message() + ": entity " + to.to_string() + " is not forked"};
+  struct place_hold {
+    runtime_core& c;
+    const std::string& tenant;
+    ~place_hold() { give_entity_place(c, tenant); }
+  } held{c, to.tenant};
   temp_files src{temp_path(c.cfg.data_dir, "fork-source")};
   if (at) {
     if (auto st =

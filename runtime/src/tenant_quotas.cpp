@@ -474,6 +474,26 @@ result<adopted_row> index_adopted(runtime_core& rt, const entity_key& key, int64
   return row;
 }
 
+status take_entity_place(runtime_core& rt, const std::string& tenant) {
+  auto* acct = tenant_account_of(rt, tenant);
+  std::lock_guard<std::mutex> g(rt.tenants.mu);
+  auto n = acct->entities.load(std::memory_order_relaxed);
+  if (acct->quota.max_entities && n >= *acct->quota.max_entities) {
+    rt.tenants.entity_refusals.fetch_add(1, std::memory_order_relaxed);
+    return {errc::quota_exceeded, "tenant " + tenant + " has " + std::to_string(n) +
+                                    " entities of its max_entities " +
+                                    std::to_string(*acct->quota.max_entities)};
+  }
+  acct->entities.fetch_add(1, std::memory_order_relaxed);
+  return status::ok();
+}
+
+void give_entity_place(runtime_core& rt, const std::string& tenant) {
+  auto* acct = tenant_account_of(rt, tenant);
+  std::lock_guard<std::mutex> g(rt.tenants.mu);
+  acct->entities.fetch_sub(1, std::memory_order_relaxed);
+}
+
 void settle_adopted(runtime_core& rt, const entity_key& key, const adopted_row& row, bool placed) {
   if (!placed) {
     // A failed write leaves the row as it is now: counted (or sized) until the next start rescans.

@@ -148,6 +148,12 @@ struct adopted_row {
 /// as a creation's, when there is none; else its bytes set), whatever the tenant's quota.
 /// Nothing is written on an error.
 result<adopted_row> index_adopted(runtime_core& rt, const entity_key& key, int64_t bytes);
+/// Holds a place in `tenant`'s max_entities for a new entity whose file is built aside and then
+/// adopted (a fork): QUOTA_EXCEEDED when the tenant has no room, naming its count and limit.
+/// The place counts as an entity until give_entity_place(), which the caller calls once the
+/// file is in place (settle_adopted counted it then) or given up.
+status take_entity_place(runtime_core& rt, const std::string& tenant);
+void give_entity_place(runtime_core& rt, const std::string& tenant);
 /// After the file was put in place (`placed`): its tenant's account counts it and its bytes in
 /// place of the files it replaced. Not placed: the row is put back (removed when it was added,
 /// else sized as the files still there).

@@ -19,6 +19,7 @@ std::string_view to_string(errc code) noexcept {
   case errc::unavailable: return "UNAVAILABLE";
   case errc::internal: return "INTERNAL";
   case errc::not_owner: return "NOT_OWNER";
+  case errc::quota_exceeded: return "QUOTA_EXCEEDED";
   }
   return "INTERNAL";
 }

@@ -20,8 +20,10 @@ namespace fs = std::filesystem;
 namespace {
 
 std::unique_ptr<runtime> start(const fs::path& dir, bool archive = true,
-                               int wal_kept_on_close_kib = 256) {
+                               int wal_kept_on_close_kib = 256,
+                               std::map<std::string, tenant_quota> quotas = {}) {
   runtime_config c;
+  c.tenant_quotas = std::move(quotas);
   c.wal_kept_on_close_kib = wal_kept_on_close_kib;
   c.data_dir = dir / "data";
   if (archive)
@@ -238,6 +240,29 @@ TEST_CASE("fork: the target is the source's state at the bookmark, the source is
         errc::not_found);
   CHECK(rt->fork_entity(src, {"acme", "counter", "../x"}, std::nullopt, "").error().code() ==
         errc::invalid_argument);
+}
+
+TEST_CASE("fork: a tenant at its max_entities gets no fork (QUOTA_EXCEEDED, nothing made), and "
+          "a fork it has room for counts as one of its entities") {
+  test::temp_dir tmp;
+  tenant_quota two;
+  two.max_entities = 2;
+  auto rt = start(tmp.path(), true, 256, {{"beta", two}});
+  entity_key src{"acme", "counter", "src"};
+  ok(*rt, src, "add", {{"by", 1}}, "k0");
+  ok(*rt, {"beta", "counter", "b1"}, "add", {{"by", 1}}, "k0");
+  auto f = rt->fork_entity(src, {"beta", "counter", "f1"}, std::nullopt, "");
+  REQUIRE_MESSAGE(f.is_ok(), f.error().to_string());
+  CHECK(rt->tenant_usage_of("beta").entities == 2);
+  auto refused = rt->fork_entity(src, {"beta", "counter", "f2"}, std::nullopt, "");
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.error().code() == errc::quota_exceeded);
+  CHECK_MESSAGE(refused.error().message().find("max_entities 2") != std::string::npos,
+                refused.error().message());
+  CHECK(rt->tenant_usage_of("beta").entities == 2);
+  CHECK_FALSE(fs::exists(entity_key{"beta", "counter", "f2"}.file_path(tmp.path() / "data")));
+  // A call that would create a third entity is refused as well: the fork took the room.
+  CHECK(call(*rt, {"beta", "counter", "b2"}, "add", {{"by", 1}}, "k0").http_status == 429);
 }
 
 TEST_CASE("prune_archives keeps the window and the newest commit, and the entity goes on") {

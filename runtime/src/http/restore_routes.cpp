@@ -24,6 +24,7 @@ refusal refusal_of(const status& st) {
   case errc::invalid_argument: return {400, "INVALID_ARGUMENT", st.message()};
   case errc::not_found: return {404, "NOT_FOUND", st.message()};
   case errc::conflict: return {409, "CONFLICT", st.message()};
+  case errc::quota_exceeded: return {429, "TENANT_QUOTA_EXCEEDED", st.message()};
   case errc::busy: return {503, "ENTITY_BUSY", st.message()};
   case errc::unavailable: return {503, "UNAVAILABLE", st.message()};
   case errc::corruption: return {500, "ARCHIVE_CORRUPT", st.message()};

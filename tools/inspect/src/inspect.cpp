@@ -86,6 +86,15 @@ void add_entity_arg(CLI::App* sub, std::string& entity) {
     ->required();
 }
 
+/// What a per-entity state command reads: the entity under --data now, or with --archive and
+/// --as-of as it was; and how it prints.
+void add_state_source(CLI::App* sub, common_options& c, std::string& entity) {
+  add_data_option(sub, c);
+  add_output_options(sub, c);
+  add_entity_arg(sub, entity);
+  add_as_of_options(sub, c);
+}
+
 void add_scope_arg(CLI::App* sub, std::string& scope, const char* what) {
   sub->add_option("scope", scope, what)->type_name("TENANT[/TYPE[/ID]]");
 }
@@ -295,10 +304,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
   subcommand<list_cmd>(
     inspect, s, "keys", "List idempotency keys: status, creation, expiry, stored response",
     [](CLI::App* sub, list_cmd& o) {
-      add_data_option(sub, o.common);
-      add_output_options(sub, o.common);
-      add_entity_arg(sub, o.entity);
-      add_as_of_options(sub, o.common);
+      add_state_source(sub, o.common, o.entity);
       sub->add_option("--status", o.status, "Only keys in this status")
         ->type_name("pending|completed|failed");
       sub->add_option("--limit", o.limit, "At most this many keys, newest first (0: all)")
@@ -313,10 +319,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
     inspect, s, "journal",
     "List the journals of durable execution in the entity's file, or show one step by step",
     [](CLI::App* sub, journal_cmd& o) {
-      add_data_option(sub, o.common);
-      add_output_options(sub, o.common);
-      add_entity_arg(sub, o.entity);
-      add_as_of_options(sub, o.common);
+      add_state_source(sub, o.common, o.entity);
       sub->add_option("--key", o.key, "The journal of the call with this idempotency key")
         ->type_name("KEY");
       sub
@@ -330,44 +333,28 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
 
   subcommand<entity_cmd>(
     inspect, s, "alarms", "List the entity's alarms, earliest due first",
-    [](CLI::App* sub, entity_cmd& o) {
-      add_data_option(sub, o.common);
-      add_output_options(sub, o.common);
-      add_entity_arg(sub, o.entity);
-      add_as_of_options(sub, o.common);
-    },
+    [](CLI::App* sub, entity_cmd& o) { add_state_source(sub, o.common, o.entity); },
     [](const run_ctx& ctx, entity_cmd& o) { return run_alarms(ctx, o.common, o.entity); });
 
   subcommand<entity_cmd>(
     inspect, s, "owners",
     "List the entity's owner history in cluster mode: epoch, node, first seq, claim time",
-    [](CLI::App* sub, entity_cmd& o) {
-      add_data_option(sub, o.common);
-      add_output_options(sub, o.common);
-      add_entity_arg(sub, o.entity);
-      add_as_of_options(sub, o.common);
-    },
+    [](CLI::App* sub, entity_cmd& o) { add_state_source(sub, o.common, o.entity); },
     [](const run_ctx& ctx, entity_cmd& o) { return run_owners(ctx, o.common, o.entity); });
 
   subcommand<entity_cmd>(
     inspect, s, "breakers", "List the entity's circuit breakers and their states",
     [](CLI::App* sub, entity_cmd& o) {
-      add_data_option(sub, o.common);
+      add_state_source(sub, o.common, o.entity);
       add_server_options(sub, o.common);
-      add_output_options(sub, o.common);
-      add_entity_arg(sub, o.entity);
-      add_as_of_options(sub, o.common);
     },
     [](const run_ctx& ctx, entity_cmd& o) { return run_breakers(ctx, o.common, o.entity); });
 
   subcommand<list_cmd>(
     inspect, s, "dead-letters", "List the entity's dead letters, oldest first",
     [](CLI::App* sub, list_cmd& o) {
-      add_data_option(sub, o.common);
+      add_state_source(sub, o.common, o.entity);
       add_server_options(sub, o.common);
-      add_output_options(sub, o.common);
-      add_entity_arg(sub, o.entity);
-      add_as_of_options(sub, o.common);
       sub->add_option("--status", o.status, "Only dead letters in this status")
         ->type_name("pending|scheduled|resolved|discarded|acknowledged");
       sub->add_option("--limit", o.limit, "At most this many (default 100; 0: all)")
@@ -382,12 +369,7 @@ void add_inspect_command(CLI::App& app, int* exit_code, inspect_io io) {
     inspect, s, "state",
     "The entity's state besides its facts in one view: chain head, keys, alarms, breakers, "
     "dead letters; now, or as of a time or a bookmark from the archive",
-    [](CLI::App* sub, entity_cmd& o) {
-      add_data_option(sub, o.common);
-      add_output_options(sub, o.common);
-      add_entity_arg(sub, o.entity);
-      add_as_of_options(sub, o.common);
-    },
+    [](CLI::App* sub, entity_cmd& o) { add_state_source(sub, o.common, o.entity); },
     [](const run_ctx& ctx, entity_cmd& o) { return run_state(ctx, o.common, o.entity); });
 
   subcommand<bookmark_cmd>(

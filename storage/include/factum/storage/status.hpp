@@ -28,6 +28,9 @@ enum class errc {
   /// the entity file's owner epoch is newer than this store's claim: another node owns the
   /// entity now (entity_store::claim_owner; docs/storage-format.md section 15)
   not_owner,
+  /// a tenant's quota has no room for what was asked (a fork into a tenant at its
+  /// max_entities)
+  quota_exceeded,
 };
 
 /// Returns the stable upper-case name of a code, e.g. "INVALID_ARGUMENT".
