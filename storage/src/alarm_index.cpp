@@ -14,7 +14,7 @@ namespace factum {
 
 namespace {
 
-status sql_error(sqlite3* db, const char* what) {
+status alarm_sql_error(sqlite3* db, const char* what) {
   return detail::index_error(db, "alarm index", what);
 }
 
@@ -22,7 +22,7 @@ using detail::col_text;
 
 constexpr const char* upsert_sql =
   "INSERT OR REPLACE INTO alarm_index(digest, tenant, type, id, due_at) VALUES (?,?,?,?,?)";
-constexpr const char* remove_sql = "DELETE FROM alarm_index WHERE digest=?";
+constexpr const char* remove_alarm_sql = "DELETE FROM alarm_index WHERE digest=?";
 
 } // namespace
 
@@ -39,13 +39,13 @@ result<std::unique_ptr<alarm_index>> alarm_index::open(const fs::path& data_dir,
          "  DEFAULT 0, park_reason TEXT) WITHOUT ROWID;"
          "CREATE INDEX IF NOT EXISTS alarm_index_by_due ON alarm_index(due_at);";
   if (sqlite3_exec(ix->db_, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
-    return sql_error(ix->db_, "create");
+    return alarm_sql_error(ix->db_, "create");
   // An index made before alarms could be parked gains the columns (derived data: no version).
   bool has_parked = false;
   sqlite3_stmt* info = nullptr;
   if (sqlite3_prepare_v2(ix->db_, "PRAGMA table_info(alarm_index)", -1, &info, nullptr) !=
       SQLITE_OK)
-    return sql_error(ix->db_, "table_info");
+    return alarm_sql_error(ix->db_, "table_info");
   while (sqlite3_step(info) == SQLITE_ROW)
     has_parked |= col_text(info, 1) == "parked_until";
   sqlite3_finalize(info);
@@ -55,7 +55,7 @@ result<std::unique_ptr<alarm_index>> alarm_index::open(const fs::path& data_dir,
                    "ALTER TABLE alarm_index ADD COLUMN park_attempts INTEGER NOT NULL DEFAULT 0;"
                    "ALTER TABLE alarm_index ADD COLUMN park_reason TEXT;",
                    nullptr, nullptr, nullptr) != SQLITE_OK)
-    return sql_error(ix->db_, "add park columns");
+    return alarm_sql_error(ix->db_, "add park columns");
   return ix;
 }
 
@@ -79,11 +79,11 @@ status alarm_index::apply(const std::vector<alarm_index_entry>& changes) {
   if (auto st = injected("apply"); !st)
     return st;
   auto* up = stmts_->get(upsert_sql);
-  auto* del = stmts_->get(remove_sql);
+  auto* del = stmts_->get(remove_alarm_sql);
   if (!up || !del)
-    return sql_error(db_, "apply");
+    return alarm_sql_error(db_, "apply");
   if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
-    return sql_error(db_, "begin");
+    return alarm_sql_error(db_, "begin");
   bool ok = true;
   for (auto& c : changes) {
     if (!ok)
@@ -104,7 +104,7 @@ status alarm_index::apply(const std::vector<alarm_index_entry>& changes) {
     }
   }
   if (!ok || sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    auto st = sql_error(db_, "apply");
+    auto st = alarm_sql_error(db_, "apply");
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     return st;
   }
@@ -118,7 +118,7 @@ result<std::vector<alarm_index_entry>> alarm_index::due(int64_t until_ms, int64_
                          "WHERE due_at <= ?1 AND (parked_until IS NULL OR parked_until <= ?1) "
                          "ORDER BY due_at LIMIT ?2",
                          -1, &st, nullptr) != SQLITE_OK)
-    return sql_error(db_, "due");
+    return alarm_sql_error(db_, "due");
   sqlite3_bind_int64(st, 1, until_ms);
   sqlite3_bind_int64(st, 2, limit);
   std::vector<alarm_index_entry> out;
@@ -128,7 +128,7 @@ result<std::vector<alarm_index_entry>> alarm_index::due(int64_t until_ms, int64_
                    sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4)});
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) // an I/O error is not the end of the results
-    return sql_error(db_, "due");
+    return alarm_sql_error(db_, "due");
   return out;
 }
 
@@ -137,21 +137,21 @@ result<std::optional<int64_t>> alarm_index::next_due() {
   // A parked entry is due again when its parking ends.
   if (sqlite3_prepare_v2(db_, "SELECT MIN(MAX(due_at, IFNULL(parked_until, 0))) FROM alarm_index",
                          -1, &st, nullptr) != SQLITE_OK)
-    return sql_error(db_, "next due");
+    return alarm_sql_error(db_, "next due");
   std::optional<int64_t> out;
   int rc = sqlite3_step(st);
   if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
     out = sqlite3_column_int64(st, 0);
   sqlite3_finalize(st);
   if (rc != SQLITE_ROW)
-    return sql_error(db_, "next due");
+    return alarm_sql_error(db_, "next due");
   return out;
 }
 
 result<std::optional<int64_t>> alarm_index::due_of(const entity_key& key) {
   auto* st = stmts_->get("SELECT due_at FROM alarm_index WHERE digest=?");
   if (!st)
-    return sql_error(db_, "due_of");
+    return alarm_sql_error(db_, "due_of");
   detail::stmt_guard g{st};
   auto d = key.digest();
   sqlite3_bind_text(st, 1, d.c_str(), -1, SQLITE_TRANSIENT);
@@ -160,7 +160,7 @@ result<std::optional<int64_t>> alarm_index::due_of(const entity_key& key) {
   if (rc == SQLITE_ROW)
     out = sqlite3_column_int64(st, 0);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-    return sql_error(db_, "due_of");
+    return alarm_sql_error(db_, "due_of");
   return out;
 }
 
@@ -174,7 +174,7 @@ status alarm_index::park(const std::vector<alarm_index_parked>& parks) {
   if (auto st = injected("park"); !st)
     return st;
   if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
-    return sql_error(db_, "begin");
+    return alarm_sql_error(db_, "begin");
   sqlite3_stmt* st = nullptr;
   bool ok = sqlite3_prepare_v2(db_,
                                "UPDATE alarm_index SET parked_until=?, "
@@ -194,7 +194,7 @@ status alarm_index::park(const std::vector<alarm_index_parked>& parks) {
   }
   sqlite3_finalize(st);
   if (!ok || sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    auto err = sql_error(db_, "park");
+    auto err = alarm_sql_error(db_, "park");
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     return err;
   }
@@ -208,7 +208,7 @@ result<std::vector<alarm_index_parked>> alarm_index::parked() {
                          "park_reason FROM alarm_index WHERE parked_until IS NOT NULL "
                          "ORDER BY due_at",
                          -1, &st, nullptr) != SQLITE_OK)
-    return sql_error(db_, "parked");
+    return alarm_sql_error(db_, "parked");
   std::vector<alarm_index_parked> out;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW)
@@ -218,7 +218,7 @@ result<std::vector<alarm_index_parked>> alarm_index::parked() {
                    col_text(st, 6)});
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
-    return sql_error(db_, "parked");
+    return alarm_sql_error(db_, "parked");
   return out;
 }
 

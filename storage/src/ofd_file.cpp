@@ -118,7 +118,7 @@ int busy_or(int err, int ioerr) {
 
 void detach_wal_index(ofd_file* f, bool unlink_shm);
 
-int x_close(sqlite3_file* p) {
+int ofd_io_close(sqlite3_file* p) {
   auto* f = of(p);
   detach_wal_index(f, false);
   int rc = SQLITE_OK;
@@ -128,7 +128,7 @@ int x_close(sqlite3_file* p) {
   return rc;
 }
 
-int x_read(sqlite3_file* p, void* out, int amt, sqlite3_int64 off) {
+int ofd_io_read(sqlite3_file* p, void* out, int amt, sqlite3_int64 off) {
   auto* f = of(p);
   auto* b = static_cast<char*>(out);
   int got = 0;
@@ -150,7 +150,7 @@ int x_read(sqlite3_file* p, void* out, int amt, sqlite3_int64 off) {
   return SQLITE_OK;
 }
 
-int x_write(sqlite3_file* p, const void* data, int amt, sqlite3_int64 off) {
+int ofd_io_write(sqlite3_file* p, const void* data, int amt, sqlite3_int64 off) {
   auto* f = of(p);
   auto* b = static_cast<const char*>(data);
   int done = 0;
@@ -168,7 +168,7 @@ int x_write(sqlite3_file* p, const void* data, int amt, sqlite3_int64 off) {
   return SQLITE_OK;
 }
 
-int x_truncate(sqlite3_file* p, sqlite3_int64 size) {
+int ofd_io_truncate(sqlite3_file* p, sqlite3_int64 size) {
   int rc;
   do {
     rc = ::ftruncate(of(p)->fd, size);
@@ -176,12 +176,12 @@ int x_truncate(sqlite3_file* p, sqlite3_int64 size) {
   return rc == 0 ? SQLITE_OK : SQLITE_IOERR_TRUNCATE;
 }
 
-int x_sync(sqlite3_file* p, int) {
+int ofd_io_sync(sqlite3_file* p, int) {
   // fdatasync also writes a changed file size (as SQLite's unix VFS relies on, on Linux).
   return ::fdatasync(of(p)->fd) == 0 ? SQLITE_OK : SQLITE_IOERR_FSYNC;
 }
 
-int x_file_size(sqlite3_file* p, sqlite3_int64* size) {
+int ofd_io_file_size(sqlite3_file* p, sqlite3_int64* size) {
   struct stat st {};
   if (::fstat(of(p)->fd, &st) != 0)
     return SQLITE_IOERR_FSTAT;
@@ -189,7 +189,7 @@ int x_file_size(sqlite3_file* p, sqlite3_int64* size) {
   return SQLITE_OK;
 }
 
-int x_lock(sqlite3_file* p, int level) {
+int ofd_io_lock(sqlite3_file* p, int level) {
   auto* f = of(p);
   if (f->lock >= level)
     return SQLITE_OK;
@@ -224,7 +224,7 @@ int x_lock(sqlite3_file* p, int level) {
   return SQLITE_OK;
 }
 
-int x_unlock(sqlite3_file* p, int level) {
+int ofd_io_unlock(sqlite3_file* p, int level) {
   auto* f = of(p);
   if (f->lock <= level)
     return SQLITE_OK;
@@ -243,7 +243,7 @@ int x_unlock(sqlite3_file* p, int level) {
   return SQLITE_OK;
 }
 
-int x_check_reserved_lock(sqlite3_file* p, int* out) {
+int ofd_io_check_reserved_lock(sqlite3_file* p, int* out) {
   auto* f = of(p);
   if (f->lock >= SQLITE_LOCK_RESERVED) {
     *out = 1;
@@ -269,7 +269,7 @@ int flag_control(bool& flag, void* arg) {
   return SQLITE_OK;
 }
 
-int x_file_control(sqlite3_file* p, int op, void* arg) {
+int ofd_io_file_control(sqlite3_file* p, int op, void* arg) {
   auto* f = of(p);
   switch (op) {
   case SQLITE_FCNTL_LOCKSTATE: *static_cast<int*>(arg) = f->lock; return SQLITE_OK;
@@ -292,11 +292,11 @@ int x_file_control(sqlite3_file* p, int op, void* arg) {
   }
 }
 
-int x_sector_size(sqlite3_file*) {
+int ofd_io_sector_size(sqlite3_file*) {
   return 4096; // SQLITE_DEFAULT_SECTOR_SIZE, as "unix" reports on Linux
 }
 
-int x_device_characteristics(sqlite3_file* p) {
+int ofd_io_device_characteristics(sqlite3_file* p) {
   return of(p)->psow ? SQLITE_IOCAP_POWERSAFE_OVERWRITE : 0;
 }
 
@@ -427,7 +427,7 @@ void detach_wal_index(ofd_file* f, bool unlink_shm) {
   }
 }
 
-int x_shm_map(sqlite3_file* p, int region, int size, int extend, void volatile** out) {
+int ofd_io_shm_map(sqlite3_file* p, int region, int size, int extend, void volatile** out) {
   auto* f = of(p);
   *out = nullptr;
   if (f->wi == nullptr)
@@ -456,7 +456,7 @@ int x_shm_map(sqlite3_file* p, int region, int size, int extend, void volatile**
 /// The CKPT lock taken exclusively (every checkpoint, the one at a close included, asks for it
 /// before it writes the database file) also takes the copy byte of the database file for
 /// writing, and is refused while a reader copies the file (holds that byte for reading).
-int x_shm_lock(sqlite3_file* p, int offset, int n, int flags) {
+int ofd_io_shm_lock(sqlite3_file* p, int offset, int n, int flags) {
   auto* f = of(p);
   auto* wi = f->wi;
   if (wi == nullptr || offset < 0 || n < 1 || offset + n > SQLITE_SHM_NLOCK)
@@ -494,11 +494,11 @@ int x_shm_lock(sqlite3_file* p, int offset, int n, int flags) {
   return SQLITE_OK;
 }
 
-void x_shm_barrier(sqlite3_file*) {
+void ofd_io_shm_barrier(sqlite3_file*) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-int x_shm_unmap(sqlite3_file* p, int del) {
+int ofd_io_shm_unmap(sqlite3_file* p, int del) {
   // SQLite asks for the deletion only while it holds the database's EXCLUSIVE lock, and never
   // for a persistent WAL (an entity store's owner sets SQLITE_FCNTL_PERSIST_WAL): an entity's
   // -shm stays, empty, and spares the next open a file creation. Deleted by the last
@@ -508,35 +508,35 @@ int x_shm_unmap(sqlite3_file* p, int del) {
   return SQLITE_OK;
 }
 
-int x_fetch(sqlite3_file*, sqlite3_int64, int, void** out) {
+int ofd_io_fetch(sqlite3_file*, sqlite3_int64, int, void** out) {
   *out = nullptr; // no memory-mapped reads: SQLite reads through xRead
   return SQLITE_OK;
 }
 
-int x_unfetch(sqlite3_file*, sqlite3_int64, void*) {
+int ofd_io_unfetch(sqlite3_file*, sqlite3_int64, void*) {
   return SQLITE_OK;
 }
 
 const sqlite3_io_methods methods = {
   3, // iVersion
-  x_close,
-  x_read,
-  x_write,
-  x_truncate,
-  x_sync,
-  x_file_size,
-  x_lock,
-  x_unlock,
-  x_check_reserved_lock,
-  x_file_control,
-  x_sector_size,
-  x_device_characteristics,
-  x_shm_map,
-  x_shm_lock,
-  x_shm_barrier,
-  x_shm_unmap,
-  x_fetch,
-  x_unfetch,
+  ofd_io_close,
+  ofd_io_read,
+  ofd_io_write,
+  ofd_io_truncate,
+  ofd_io_sync,
+  ofd_io_file_size,
+  ofd_io_lock,
+  ofd_io_unlock,
+  ofd_io_check_reserved_lock,
+  ofd_io_file_control,
+  ofd_io_sector_size,
+  ofd_io_device_characteristics,
+  ofd_io_shm_map,
+  ofd_io_shm_lock,
+  ofd_io_shm_barrier,
+  ofd_io_shm_unmap,
+  ofd_io_fetch,
+  ofd_io_unfetch,
 };
 
 } // namespace

@@ -13,7 +13,7 @@ namespace factum {
 
 namespace {
 
-status sql_error(sqlite3* db, const char* what) {
+status fleet_sql_error(sqlite3* db, const char* what) {
   return detail::index_error(db, "tenant index", what);
 }
 
@@ -21,7 +21,7 @@ status sql_error(sqlite3* db, const char* what) {
 template <class Row, class... A>
 status each_row(sqlite3* db, sqlite3_stmt* st, const char* what, Row&& row, const A&... args) {
   if (!st || detail::step_rows(st, row, args...) != SQLITE_DONE)
-    return sql_error(db, what);
+    return fleet_sql_error(db, what);
   return status::ok();
 }
 

@@ -100,6 +100,21 @@ status runtime::forget_entity(const entity_key&) {
   return status::ok();
 }
 
+// The stub has no archive: what the real runtime answers without archive_dir.
+result<archive_point> runtime::bookmark(const entity_key&, const bookmark_query&) {
+  return status{errc::invalid_argument, "the fuzz stub has no archive"};
+}
+
+result<runtime::rollback_report> runtime::rollback_entity(const entity_key&, const archive_point&,
+                                                          std::string, std::chrono::milliseconds) {
+  return status{errc::invalid_argument, "the fuzz stub has no archive"};
+}
+
+result<runtime::fork_report> runtime::fork_entity(const entity_key&, const entity_key&,
+                                                  std::optional<archive_point>, std::string) {
+  return status{errc::invalid_argument, "the fuzz stub keeps no entity files"};
+}
+
 const runtime_config& runtime::config() const {
   return impl_->cfg;
 }

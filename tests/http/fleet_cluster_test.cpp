@@ -16,6 +16,8 @@ using namespace factum;
 using namespace factum::test;
 using nlohmann::json;
 
+namespace fleet_cluster_test {
+
 namespace {
 
 /// A tool that answers 429 to {"mode":"bad"} (rate_limit: a pending dead letter under the rules
@@ -178,3 +180,5 @@ TEST_CASE("fleet cluster: the views show every node's entities merged and paged,
   auto act = ca.request("POST", "/v1/dead-letters/retry", json_headers(acme_key), "{}");
   CHECK_MESSAGE(act.code() == "SHARD_UNAVAILABLE", act.body);
 }
+
+} // namespace fleet_cluster_test

@@ -21,6 +21,8 @@ using namespace factum;
 using namespace factum::test;
 using nlohmann::json;
 
+namespace fleet_test {
+
 namespace {
 
 void add(http_client& c, const std::string& id, const std::string& key = acme_key) {
@@ -412,3 +414,5 @@ TEST_CASE("fleet: /metrics has the dead letters by state and the oldest pending 
   CHECK(get_json(c2, "/v1/dead-letters?state=pending")["matched"] == 2);
   CHECK(get_json(c2, "/v1/dead-letters?state=pending")["dead_letters"].size() == 2);
 }
+
+} // namespace fleet_test

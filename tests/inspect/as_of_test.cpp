@@ -15,6 +15,8 @@ using namespace factum;
 using namespace factum::test::inspect;
 using nlohmann::json;
 
+namespace as_of_test {
+
 namespace {
 
 const entity_key key{"acme", "ledger", "a1"};
@@ -291,3 +293,5 @@ TEST_CASE("as of: a pruned commit, a bookmark of another history, a missing arch
   REQUIRE_MESSAGE(newest.code == 0, newest.err);
   CHECK(records(newest.out).find("entity")->second.at("last_seq") == 5);
 }
+
+} // namespace as_of_test

@@ -24,6 +24,8 @@ using namespace factum;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
+namespace outbox_nats_test {
+
 namespace {
 
 /// nats-server -js on 127.0.0.1:<free port>, its store in a temporary directory; dies with the
@@ -187,3 +189,5 @@ TEST_CASE("outbox NATS sink: a runtime relays each entity's facts to the stream 
   (*rt)->stop();
   (*s)->stop();
 }
+
+} // namespace outbox_nats_test

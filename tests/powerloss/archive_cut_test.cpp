@@ -31,6 +31,8 @@
 using namespace factum;
 namespace fs = std::filesystem;
 
+namespace archive_cut_test {
+
 namespace {
 
 constexpr int keys_per_round = 900;
@@ -239,3 +241,5 @@ TEST_CASE("power cut with a continuous archive: after the restart every acknowle
     dir = next;
   }
 }
+
+} // namespace archive_cut_test

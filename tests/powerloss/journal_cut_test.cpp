@@ -36,6 +36,8 @@ using namespace factum;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+namespace journal_cut_test {
+
 namespace {
 
 constexpr int calls_per_round = 96;
@@ -328,3 +330,5 @@ TEST_CASE("power cut while journaled handlers await their steps (three_steps.run
     CHECK(rerun + fresh > 0); // the cut interrupted some steps: the round tested a resumption
   }
 }
+
+} // namespace journal_cut_test

@@ -31,6 +31,8 @@ namespace fs = std::filesystem;
 using powerloss::fault;
 using powerloss::op;
 
+namespace syscall_faults_test {
+
 namespace {
 
 using powerloss::file_text;
@@ -606,3 +608,5 @@ TEST_CASE("power cut after a WAL's disk goes bad for good (every fdatasync of an
     CHECK(res.replay.failed_syncs > 0);
   }
 }
+
+} // namespace syscall_faults_test

@@ -21,6 +21,8 @@ using namespace factum::test;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
+namespace hostile_test {
+
 namespace {
 
 const std::string append_body = R"({"type":"invocation","data":{"n":1}})";
@@ -570,3 +572,5 @@ TEST_CASE("hostile: 2,000 idle connections against a cap of 1,000") {
         std::string::npos);
   CHECK(count_on_disk(f.data_dir()) == before);
 }
+
+} // namespace hostile_test

@@ -10,6 +10,8 @@
 using namespace factum;
 using namespace factum::resilience;
 
+namespace dead_letter_rules_test {
+
 namespace {
 
 constexpr int64_t t0 = 1705500000000;
@@ -153,3 +155,5 @@ TEST_CASE("dead_letter_rules: JSON configuration") {
   CHECK_FALSE(r.set_rule(failure_reason::timeout, negative).is_ok());
   CHECK(r == defaults);
 }
+
+} // namespace dead_letter_rules_test

@@ -8,6 +8,8 @@
 using namespace factum;
 using namespace factum::resilience;
 
+namespace retry_budget_test {
+
 namespace {
 
 constexpr int64_t t0 = 1705500000000;
@@ -134,3 +136,5 @@ TEST_CASE("time_buckets: granularity, a clock stepping back, and malformed JSON"
   CHECK_FALSE(time_buckets::from_json(nlohmann::json::object(), 10000, 1000).is_ok());
   CHECK_FALSE(time_buckets::from_json(nlohmann::json::parse("[[1,2,\"x\"]]"), 10000, 1000).is_ok());
 }
+
+} // namespace retry_budget_test

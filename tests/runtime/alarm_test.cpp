@@ -22,6 +22,8 @@ using namespace factum;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
+namespace alarm_test {
+
 namespace {
 
 runtime_config alarm_config(const std::filesystem::path& dir) {
@@ -288,3 +290,5 @@ TEST_CASE("alarms: when the alarm index cannot be written (disk full), a call th
   CHECK(rt->stats().hibernations >= 1); // it fired through the index, after hibernating
   CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
 }
+
+} // namespace alarm_test

@@ -20,6 +20,8 @@ using namespace factum;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
+namespace connections_test {
+
 namespace {
 
 /// Records what the runtime hands to the holder of connections.
@@ -296,3 +298,5 @@ TEST_CASE("connections: a type without WebSockets refuses connection turns 404")
   CHECK(r.code == "WEBSOCKET_NOT_SUPPORTED");
   CHECK(r.http_status == 404);
 }
+
+} // namespace connections_test

@@ -8,6 +8,8 @@
 using namespace factum;
 using namespace factum::detail;
 
+namespace degradation_test {
+
 namespace {
 
 degradation_config base_config() {
@@ -153,3 +155,5 @@ TEST_CASE("degradation: a board that is not enabled never moves") {
   CHECK(b.level_of("acme") == 0);
   CHECK(!b.refuses_method("acme", "ledger", "recent"));
 }
+
+} // namespace degradation_test

@@ -24,6 +24,8 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+namespace entity_moves_test {
+
 namespace {
 
 using tweak = std::function<void(runtime_config&)>;
@@ -478,3 +480,5 @@ TEST_CASE("shard moves: forget removes the files, the index row, the alarm entry
   CHECK(rt->tenant_usage_of("acme").entities == 1);
   CHECK(rt->call_sync(k, "@facts", "{}").code == "ENTITY_NOT_FOUND");
 }
+
+} // namespace entity_moves_test

@@ -21,6 +21,8 @@ using namespace factum;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace fleet_index_test {
+
 namespace {
 
 /// The runtime with the webhook type and a tool that always answers 503 (one attempt: each
@@ -182,3 +184,5 @@ TEST_CASE("fleet index: a process killed after a summary could not be written le
   auto rt = start(tmp.path());
   CHECK(read_fleet(*rt).dead_letters == std::map<std::string, int64_t>{{"scheduled", 2}});
 }
+
+} // namespace fleet_index_test

@@ -18,6 +18,8 @@ using namespace factum::detail;
 using namespace factum::test_runner;
 using nlohmann::json;
 
+namespace journal_test {
+
 namespace {
 
 /// Records entries and steps of a first run as the context would (rows kept as if written).
@@ -450,3 +452,5 @@ TEST_CASE("journal: a SIGKILL while a handler awaits its second step loses nothi
   CHECK((*steps)[1].result);
   CHECK((*s)->get_key("kill-1")->status == key_status::completed);
 }
+
+} // namespace journal_test

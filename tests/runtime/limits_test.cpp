@@ -17,6 +17,8 @@ using namespace factum;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
+namespace limits_test {
+
 namespace {
 
 std::unique_ptr<runtime> start(const std::filesystem::path& dir, size_t max_queued = 1000) {
@@ -133,3 +135,5 @@ TEST_CASE("limits: the connection budget is what RLIMIT_NOFILE leaves beside 4 d
   REQUIRE(def.is_ok());
   CHECK((*def)->connection_budget() == n - 4 * ((n - n / 4) / 4) - 64);
 }
+
+} // namespace limits_test

@@ -14,6 +14,8 @@
 using namespace factum;
 using namespace factum::detail;
 
+namespace output_gate_test {
+
 namespace {
 
 /// What the gate delivered, by reply id.
@@ -328,3 +330,5 @@ TEST_CASE("output gate: random schedules of commits, syncs, writeback errors and
                     << released_after_overlap << " of those with the error after the last sync");
   CHECK(with_errors > 100);
 }
+
+} // namespace output_gate_test

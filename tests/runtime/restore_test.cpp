@@ -17,6 +17,8 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+namespace restore_test {
+
 namespace {
 
 std::unique_ptr<runtime> start(const fs::path& dir, bool archive = true,
@@ -291,3 +293,5 @@ TEST_CASE("prune_archives keeps the window and the newest commit, and the entity
   auto plain = start(tmp.path() / "plain", false);
   CHECK(plain->prune_archives(0).error().code() == errc::invalid_argument);
 }
+
+} // namespace restore_test

@@ -24,6 +24,8 @@ using namespace factum;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
+namespace runtime_test {
+
 namespace {
 
 runtime_config base_config(const std::filesystem::path& dir) {
@@ -908,3 +910,5 @@ TEST_CASE("runtime: an entity that hibernated leaves no actor behind while its i
   REQUIRE(r.ok);
   CHECK(r.json()["value"] == 2);
 }
+
+} // namespace runtime_test

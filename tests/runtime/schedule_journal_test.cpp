@@ -10,6 +10,8 @@
 using namespace factum;
 using namespace factum::test_runner;
 
+namespace schedule_journal_test {
+
 namespace {
 
 /// The schedule "steps" (every minute) whose fire at `at` is due now, as set_schedule leaves it
@@ -182,3 +184,5 @@ TEST_CASE("schedules: set_schedule in a journaled call is an entry: the call's r
   REQUIRE(steps.size() == 1);
   CHECK(steps[0].entries.find("\"set_schedule\",\"tick\"") != std::string::npos);
 }
+
+} // namespace schedule_journal_test

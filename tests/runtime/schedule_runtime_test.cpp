@@ -19,6 +19,8 @@ using namespace factum;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
+namespace schedule_runtime_test {
+
 namespace {
 
 /// One fire as the handler saw it.
@@ -338,3 +340,5 @@ TEST_CASE("schedules: an invalid spec is refused with 400 INVALID_SCHEDULE") {
   CHECK(r.code == "INVALID_SCHEDULE");
   CHECK(call_ok(*rt, k, "@alarms", json::object()).empty());
 }
+
+} // namespace schedule_runtime_test

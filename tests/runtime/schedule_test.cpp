@@ -14,6 +14,8 @@ using namespace factum;
 using namespace factum::detail;
 using nlohmann::json;
 
+namespace schedule_test {
+
 namespace {
 
 /// "YYYY-MM-DD HH:MM" in UTC as ms since the epoch.
@@ -411,3 +413,5 @@ TEST_CASE("schedules: missed fires of a cron schedule and of a jittered one") {
   CHECK(late.next_ms == t); // 10 s .. t - 10 s were due and skipped; t is not due yet
   CHECK(late.dropped == (t - 10'000) / 10'000);
 }
+
+} // namespace schedule_test

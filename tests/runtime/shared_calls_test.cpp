@@ -14,6 +14,8 @@
 using namespace factum;
 using nlohmann::json;
 
+namespace shared_calls_test {
+
 namespace {
 
 class slowpoke final : public entity {
@@ -147,3 +149,5 @@ TEST_CASE("shared: a shared method that tries to append or to await fails SHARED
   auto again = f.call("sneaky", "k-sneaky");
   CHECK_FALSE(again.replayed);
 }
+
+} // namespace shared_calls_test

@@ -22,6 +22,8 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+namespace shared_storage_test {
+
 namespace {
 
 std::unique_ptr<runtime> start_on(const fs::path& data, const fs::path& root, int spares = 0) {
@@ -261,3 +263,5 @@ TEST_CASE("shared storage: spare files are made in the data directory and taken 
   CHECK_FALSE(fs::exists(root.path() / "runtime" / "LOCK"));
   CHECK(fs::exists(data.path() / "runtime" / "LOCK"));
 }
+
+} // namespace shared_storage_test

@@ -20,6 +20,8 @@ using namespace factum;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
+namespace tenant_quota_test {
+
 namespace {
 
 using tweak = std::function<void(runtime_config&)>;
@@ -279,3 +281,5 @@ TEST_CASE("tenant quotas: invalid quotas are refused at start") {
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.error().message().find("tenant_quotas.acme.max_bytes") != std::string::npos);
 }
+
+} // namespace tenant_quota_test

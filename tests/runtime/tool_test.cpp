@@ -17,6 +17,8 @@ using namespace factum;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
+namespace tool_test {
+
 namespace {
 
 /// A vendor whose answers are scripted per request. Thread-safe.
@@ -408,3 +410,5 @@ TEST_CASE("tools: cost facts of charged calls add up to what the vendor charged,
     if (c["data"]["failed"].get<bool>())
       CHECK(c["data"].contains("error_fact_id"));
 }
+
+} // namespace tool_test

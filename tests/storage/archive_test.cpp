@@ -19,6 +19,8 @@
 using namespace factum;
 namespace fs = std::filesystem;
 
+namespace archive_test {
+
 namespace {
 
 const entity_key key{"acme", "ledger", "a1"};
@@ -368,3 +370,5 @@ TEST_CASE("archive: pruning keeps every commit after the cutoff rebuildable and 
   CHECK(b.store->get_key("k10").is_ok());
   CHECK(rebuild(tmp.path(), at[6], "kept6-again").last_seq == at[6].seq);
 }
+
+} // namespace archive_test

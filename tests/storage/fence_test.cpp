@@ -22,6 +22,8 @@
 using namespace factum;
 namespace fs = std::filesystem;
 
+namespace fence_test {
+
 namespace {
 
 store_options opts_for(const fs::path& dir) {
@@ -559,3 +561,5 @@ TEST_CASE("fence: verify reports an owner history edited behind the store's back
   CHECK(all.find("owners: epoch 5 starts at seq 3, before epoch 2 (seq 9)") != std::string::npos);
   CHECK(all.find("owners: epoch 7 starts at seq 2, before epoch 5 (seq 3)") != std::string::npos);
 }
+
+} // namespace fence_test

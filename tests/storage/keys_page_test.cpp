@@ -10,6 +10,8 @@
 
 using namespace factum;
 
+namespace keys_page_test {
+
 namespace {
 
 const entity_key key{"acme", "ledger", "keys"};
@@ -73,3 +75,5 @@ TEST_CASE("idempotency keys: pages in key order after a cursor, saying whether m
   // A page is at least one key.
   CHECK(s->list_keys_after("", 0, more).error().code() == errc::invalid_argument);
 }
+
+} // namespace keys_page_test

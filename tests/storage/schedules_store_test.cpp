@@ -8,6 +8,8 @@
 
 using namespace factum;
 
+namespace schedules_store_test {
+
 namespace {
 
 store_options opts_for(const std::filesystem::path& dir) {
@@ -117,3 +119,5 @@ TEST_CASE("schedules store: migration 8 gives a version-7 file an empty schedule
   REQUIRE(s->commit().is_ok());
   CHECK(s->verify()->ok);
 }
+
+} // namespace schedules_store_test

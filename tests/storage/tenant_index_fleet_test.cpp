@@ -13,6 +13,8 @@
 using namespace factum;
 namespace fs = std::filesystem;
 
+namespace tenant_index_fleet_test {
+
 namespace {
 
 using k = tenant_index_change::kind;
@@ -231,3 +233,5 @@ TEST_CASE("tenant index fleet: an index made before the fleet views gains their 
   CHECK(*ix->flag("summaries"));
   CHECK(*ix->count_dead_letters("acme", {"pending", ""}) == 1);
 }
+
+} // namespace tenant_index_fleet_test

@@ -20,6 +20,8 @@ using namespace factum;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
+namespace fake_vendor_test {
+
 namespace {
 
 tool_fn make(http_tool_client& c, const std::string& url, std::chrono::milliseconds timeout = 5s) {
@@ -183,3 +185,5 @@ TEST_CASE("fake vendor: GET /_vendor/keys counts each key's deliveries, replays,
   v.reset();
   CHECK(v.keys()["keys"].empty());
 }
+
+} // namespace fake_vendor_test

@@ -67,6 +67,9 @@ bool is_json_content_type(std::string_view content_type);
 /// Compares two strings in time that depends only on their lengths.
 bool constant_time_equal(std::string_view a, std::string_view b);
 
+/// ASCII case-insensitive equality (header names, media types, tokens).
+bool iequals(std::string_view a, std::string_view b);
+
 /// `s` cut to at most `n` bytes (for log lines).
 std::string_view clip(std::string_view s, size_t n);
 

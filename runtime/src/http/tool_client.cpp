@@ -13,6 +13,7 @@
 
 #include "factum/http/client.hpp"
 #include "factum/resilience/money.hpp"
+#include "http_util.hpp"
 
 namespace factum {
 
@@ -24,13 +25,6 @@ namespace {
 bool is_token_char(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
          std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
 }
 
 /// Retry-After as delta seconds or an HTTP-date (RFC 9110), in ms from now; nullopt if bad.
@@ -219,7 +213,7 @@ status validate_http_tool_options(const http_tool_options& opts) {
       return bad("headers." + k, "not a valid header name");
     for (auto reserved : {"host", "content-length", "transfer-encoding", "connection",
                           "content-type", "idempotency-key", "x-trace-id"})
-      if (iequals(k, reserved))
+      if (http::iequals(k, reserved))
         return bad("headers." + k, "set by the transport itself");
     for (char c : v)
       if (c == '\r' || c == '\n' || c == '\0')

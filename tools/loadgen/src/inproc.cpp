@@ -17,13 +17,6 @@ namespace factum::tools::loadgen {
 
 namespace {
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 /// `arm {"due_ms": T}` sets the alarm "bench" due at T; its firing appends an `alarm_fired`
 /// fact and reports due and firing time to the bench.
 class bench_alarm final : public entity {

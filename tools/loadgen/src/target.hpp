@@ -14,6 +14,15 @@
 
 namespace factum::tools::loadgen {
 
+/// splitmix64's finaliser: spreads consecutive numbers over 64 bits (ids, keys and picks of the
+/// workloads, deterministic for a seed).
+inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 /// One request: a call of `method` on entity `type`/`id`, or (read) a fact query.
 struct request {
   bool read = false;  ///< a fact query (GET .../facts, in-process ledger.recent)
