@@ -649,22 +649,33 @@ caf::actor spawn_entity(runtime_core* rt, const entity_key& key, const std::stri
   return rt->sys->spawn<caf::lazy_init>(entity_actor, rt, key, key_str, type);
 }
 
+namespace {
+
+/// The timer actor's behaviour: forwards a fired timer's message to the activation that set
+/// it, if that activation is still the live one.
+caf::behavior timer_actor(caf::event_based_actor*, runtime_core* rt) {
+  return {
+    [rt](atoms::fire, const std::string& key_str, uint64_t id, caf::message& msg) {
+      caf::actor target;
+      {
+        std::lock_guard<std::mutex> g(rt->reg.mu);
+        auto it = rt->reg.map.find(key_str);
+        if (it != rt->reg.map.end() && it->second.actor && it->second.actor->id() == id)
+          target = it->second.actor;
+      }
+      if (target) // else that activation ended (a later one has its own timers)
+        caf::anon_send(target, std::move(msg));
+    },
+  };
+}
+
+} // namespace
+
 caf::actor spawn_timer(runtime_core* rt) {
-  return rt->sys->spawn([rt]() -> caf::behavior {
-    return {
-      [rt](atoms::fire, const std::string& key_str, uint64_t id, caf::message& msg) {
-        caf::actor target;
-        {
-          std::lock_guard<std::mutex> g(rt->reg.mu);
-          auto it = rt->reg.map.find(key_str);
-          if (it != rt->reg.map.end() && it->second.actor && it->second.actor->id() == id)
-            target = it->second.actor;
-        }
-        if (target) // else that activation ended (a later one has its own timers)
-          caf::anon_send(target, std::move(msg));
-      },
-    };
-  });
+  // `rt` is a spawn argument, not a capture: for a function that takes no argument but its self
+  // pointer, CAF 0.17 keeps a null argument tuple and binds a reference to it (undefined; UBSan
+  // stops the actor there).
+  return rt->sys->spawn(timer_actor, rt);
 }
 
 } // namespace factum::detail
