@@ -21,6 +21,11 @@ inline status index_error(sqlite3* db, std::string_view owner, const char* what)
           std::string(owner) + ": " + what + ": " + sqlite3_errmsg(db)};
 }
 
+/// index_error for the tenant index (tenant_index.cpp, tenant_index_fleet.cpp).
+inline status tenant_index_error(sqlite3* db, const char* what) {
+  return index_error(db, "tenant index", what);
+}
+
 /// Opens (creating DATA/runtime/ and the file) the index database `file` of `data_dir`, in
 /// WAL mode with a 5 s busy timeout. `db` is set even on failure (close it).
 inline status open_index_db(const std::filesystem::path& data_dir, const char* file,

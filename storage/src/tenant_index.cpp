@@ -17,10 +17,6 @@ namespace factum {
 
 namespace {
 
-status sql_error(sqlite3* db, const char* what) {
-  return detail::index_error(db, "tenant index", what);
-}
-
 /// A statement finalized at scope exit (statements run once: rebuild, rescan, totals).
 struct stmt {
   sqlite3_stmt* st = nullptr;
@@ -109,7 +105,7 @@ status tenant_index::migrate() {
                            "SELECT 1 FROM pragma_table_info('tenant_entities')"
                            " WHERE name='last_activity'",
                            -1, &s.st, nullptr) != SQLITE_OK)
-      return sql_error(db_, "migrate");
+      return detail::tenant_index_error(db_, "migrate");
     has_activity = sqlite3_step(s.st) == SQLITE_ROW;
   }
   if (!has_activity) {
@@ -169,7 +165,7 @@ status tenant_index::injected(const char* what) {
 
 status tenant_index::exec(const char* sql, const char* what) {
   if (sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) != SQLITE_OK)
-    return sql_error(db_, what);
+    return detail::tenant_index_error(db_, what);
   return status::ok();
 }
 
@@ -185,7 +181,7 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
   auto* set = stmts_->get(set_bytes_sql);
   auto* del = stmts_->get(remove_sql);
   if (!add || !set || !del)
-    return sql_error(db_, "apply");
+    return detail::tenant_index_error(db_, "apply");
   using kind = tenant_index_change::kind;
   if (auto st = exec("BEGIN IMMEDIATE", "begin"); !st)
     return st;
@@ -223,7 +219,7 @@ status tenant_index::apply(const std::vector<tenant_index_change>& changes, bool
     sqlite3_clear_bindings(st);
   }
   if (!ok || sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    auto err = sql_error(db_, "apply");
+    auto err = detail::tenant_index_error(db_, "apply");
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     return err;
   }
@@ -259,13 +255,13 @@ bool tenant_index::apply_fleet(const tenant_index_change& c, const std::string& 
 result<bool> tenant_index::contains(const entity_key& key) {
   auto* st = stmts_->get("SELECT 1 FROM tenant_entities WHERE digest=?");
   if (!st)
-    return sql_error(db_, "contains");
+    return detail::tenant_index_error(db_, "contains");
   detail::stmt_guard g{st};
   auto d = key.digest();
   detail::bind_args(st, std::string_view(d));
   int rc = sqlite3_step(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-    return sql_error(db_, "contains");
+    return detail::tenant_index_error(db_, "contains");
   return rc == SQLITE_ROW;
 }
 
@@ -274,13 +270,13 @@ result<std::map<std::string, tenant_totals>> tenant_index::totals() {
   if (sqlite3_prepare_v2(db_,
                          "SELECT tenant, COUNT(*), SUM(bytes) FROM tenant_entities GROUP BY tenant",
                          -1, &s.st, nullptr) != SQLITE_OK)
-    return sql_error(db_, "totals");
+    return detail::tenant_index_error(db_, "totals");
   std::map<std::string, tenant_totals> out;
   int rc;
   while ((rc = sqlite3_step(s.st)) == SQLITE_ROW)
     out[detail::col_text(s.st, 0)] = {sqlite3_column_int64(s.st, 1), sqlite3_column_int64(s.st, 2)};
   if (rc != SQLITE_DONE)
-    return sql_error(db_, "totals");
+    return detail::tenant_index_error(db_, "totals");
   return out;
 }
 
@@ -291,7 +287,7 @@ tenant_index::list(std::string_view tenant, std::string_view type, std::string_v
                          " WHERE tenant=?1 AND (?2='' OR type=?2) AND (type, id) > (?3, ?4)"
                          " ORDER BY tenant, type, id LIMIT ?5");
   if (!st)
-    return sql_error(db_, "list");
+    return detail::tenant_index_error(db_, "list");
   detail::stmt_guard g{st};
   detail::bind_args(st, tenant, type, after_type, after_id, limit);
   std::vector<std::pair<entity_key, int64_t>> out;
@@ -301,7 +297,7 @@ tenant_index::list(std::string_view tenant, std::string_view type, std::string_v
       entity_key{detail::col_text(st, 0), detail::col_text(st, 1), detail::col_text(st, 2)},
       sqlite3_column_int64(st, 3));
   if (rc != SQLITE_DONE)
-    return sql_error(db_, "list");
+    return detail::tenant_index_error(db_, "list");
   return out;
 }
 
@@ -319,12 +315,12 @@ status tenant_index::set_flag(const char* name, bool value) {
 result<int64_t> tenant_index::number(const char* name) {
   auto* st = stmts_->get("SELECT value FROM tenant_index_flags WHERE name=?");
   if (!st)
-    return sql_error(db_, "flag");
+    return detail::tenant_index_error(db_, "flag");
   detail::stmt_guard g{st};
   detail::bind_args(st, std::string_view(name));
   int rc = sqlite3_step(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-    return sql_error(db_, "flag");
+    return detail::tenant_index_error(db_, "flag");
   return rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : int64_t{0};
 }
 
@@ -335,11 +331,11 @@ status tenant_index::set_number(const char* name, int64_t value) {
     return st;
   auto* st = stmts_->get("INSERT OR REPLACE INTO tenant_index_flags(name, value) VALUES (?,?)");
   if (!st)
-    return sql_error(db_, "set flag");
+    return detail::tenant_index_error(db_, "set flag");
   detail::stmt_guard g{st};
   detail::bind_args(st, std::string_view(name), value);
   if (sqlite3_step(st) != SQLITE_DONE)
-    return sql_error(db_, "set flag");
+    return detail::tenant_index_error(db_, "set flag");
   return status::ok();
 }
 
@@ -415,7 +411,7 @@ result<tenant_index_rescan_report> tenant_index::rescan(const fs::path& data_dir
     stmt s;
     if (sqlite3_prepare_v2(db_, "SELECT tenant, type, id, bytes FROM tenant_entities", -1, &s.st,
                            nullptr) != SQLITE_OK)
-      return sql_error(db_, "rescan");
+      return detail::tenant_index_error(db_, "rescan");
     int rc;
     while ((rc = sqlite3_step(s.st)) == SQLITE_ROW) {
       ++report.entries;
@@ -445,7 +441,7 @@ result<tenant_index_rescan_report> tenant_index::rescan(const fs::path& data_dir
       }
     }
     if (rc != SQLITE_DONE)
-      return sql_error(db_, "rescan");
+      return detail::tenant_index_error(db_, "rescan");
   }
   if (auto st = apply(changes, true); !st)
     return st;

@@ -13,15 +13,11 @@ namespace factum {
 
 namespace {
 
-status fleet_sql_error(sqlite3* db, const char* what) {
-  return detail::index_error(db, "tenant index", what);
-}
-
 /// Runs cached statement `st` with `args`, `row` on each row; the error when it fails.
 template <class Row, class... A>
 status each_row(sqlite3* db, sqlite3_stmt* st, const char* what, Row&& row, const A&... args) {
   if (!st || detail::step_rows(st, row, args...) != SQLITE_DONE)
-    return fleet_sql_error(db, what);
+    return detail::tenant_index_error(db, what);
   return status::ok();
 }
 

@@ -46,10 +46,6 @@ constexpr std::chrono::milliseconds linger_time{2'000};
 /// How long stop() waits for connections to close before it stops the I/O threads anyway.
 constexpr std::chrono::milliseconds close_grace{5'000};
 
-bool iequals(beast::string_view a, beast::string_view b) {
-  return beast::iequals(a, b);
-}
-
 } // namespace
 
 struct http_server::impl {
@@ -220,7 +216,7 @@ class session : public std::enable_shared_from_this<session> {
                       std::to_string(limit));
     if (parser_->is_done())
       return dispatch_request();
-    if (iequals(h[bhttp::field::expect], "100-continue")) {
+    if (beast::iequals(h[bhttp::field::expect], "100-continue")) {
       continue_ = {};
       continue_.version(11);
       continue_.result(bhttp::status::continue_);

@@ -6,7 +6,6 @@
 #include "factum/runtime/http_tool.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <ctime>
 #include <mutex>
 #include <optional>
