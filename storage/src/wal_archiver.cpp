@@ -280,10 +280,64 @@ void wal_archiver::attach(int64_t seq) {
     if (st)
       st = append_record(seq);
   } else {
-    st = start_epoch(seq);
+    // Neither. When the file is the one this epoch follows and it is behind the archive, a
+    // power cut took commits the archive had copied and synced before the live WAL was (a
+    // generation whose header never reached the disk, or a restart's): they were never
+    // acknowledged, so their records go, and the new epoch starts where the archive's history
+    // and the file's meet. A file put in place of the old one (a rollback, a restore) is another
+    // history: the records stay.
+    if (last_.seq > seq && follows_source())
+      st = drop_records_past(seq);
+    if (st)
+      st = start_epoch(seq);
   }
   if (!st)
     fail(st);
+}
+
+std::string wal_archiver::source_note() const {
+  struct stat st {};
+  if (::stat(db_.c_str(), &st) != 0)
+    return {};
+  return std::to_string(st.st_dev) + " " + std::to_string(st.st_ino) + "\n";
+}
+
+bool wal_archiver::follows_source() const {
+  if (last_.epoch == 0)
+    return false;
+  std::string note(64, '\0');
+  scoped_fd fd(::open((epoch_dir(last_.epoch) / "source").c_str(), O_RDONLY | O_CLOEXEC));
+  ssize_t n = fd.get() < 0 ? -1 : ::pread(fd.get(), note.data(), note.size(), 0);
+  note.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return !note.empty() && note == source_note();
+}
+
+/// Drops the current epoch's records whose seq is past `seq` (the whole epoch when its base is
+/// past it) and the mirrors no record names any more.
+status wal_archiver::drop_records_past(int64_t seq) {
+  char rec[archive_record_size];
+  archive_point p, keep;
+  int64_t size = 0;
+  while (size < index_size_ &&
+         ::pread(index_->get(), rec, sizeof rec, size) == archive_record_size &&
+         decode_archive_record(rec, p) && !(p.epoch == last_.epoch && p.seq > seq)) {
+    keep = p;
+    size += archive_record_size;
+  }
+  if (::ftruncate(index_->get(), size) != 0)
+    return os_error("truncate the index of " + dir_.string(), errno);
+  if (::fdatasync(index_->get()) != 0)
+    return os_error("fdatasync the index of " + dir_.string(), errno);
+  std::error_code ec;
+  int64_t kept_gen = keep.epoch == last_.epoch ? keep.gen : 0;
+  for (int64_t g = last_.gen; g > kept_gen; --g)
+    fs::remove(gen_file(last_.epoch, g), ec);
+  index_size_ = size;
+  // With no record left, start_epoch() numbers past the dropped epoch's directory.
+  last_ = size == 0 ? archive_point{} : keep;
+  mirror_.reset();
+  salts_.clear();
+  return status::ok();
 }
 
 status wal_archiver::start_epoch(int64_t seq) {
@@ -304,6 +358,16 @@ status wal_archiver::start_epoch(int64_t seq) {
     return {errc::io_error, "create " + ed.string() + ": " + ec.message()};
   if (auto st = entity_store::copy_files(db_, ed / "base.db"); !st)
     return st;
+  // The file this epoch follows (device and inode): attach() tells by it the file's own lost
+  // commits from another file put in its place.
+  {
+    scoped_fd src(::open((ed / "source").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    int e = src.get() < 0 ? errno : write_all(src.get(), source_note());
+    if (e == 0 && ::fdatasync(src.get()) != 0)
+      e = errno;
+    if (e != 0)
+      return os_error("write " + (ed / "source").string(), e);
+  }
   last_ = {epoch, 0, 0, seq, 0};
   auto base_wal = ed / "base.db-wal";
   if (fs::exists(base_wal, ec)) {

@@ -18,7 +18,11 @@
 // truncated: its salts do not follow the archived generation's, so that after a power cut
 // attach() could not tell that generation from a foreign writer's and would start an epoch
 // without its commits. What a power cut can still take is only index records: the commits they
-// named then share the record of attach()'s catch-up (its time).
+// named then share the record of attach()'s catch-up (its time). The other way round, the
+// archive may hold synced commits that the cut took from the live file (never acknowledged: the
+// live WAL had not been synced yet); attach() drops their records, by the WAL's end when the
+// generation survives, by seq when it does not (then only while the file is the one the epoch
+// follows: its `source`, device and inode).
 //
 // Threads: the store's owner, one at a time (the store is not thread-safe, neither is this);
 // restarting() runs inside a commit of the owner, from the VFS.
@@ -80,6 +84,11 @@ class wal_archiver {
   status copy_live(int64_t from, int64_t to);
   status append_record(int64_t seq);
   status drop_records_after(int64_t end);
+  status drop_records_past(int64_t seq);
+  /// The entity file's device and inode, as an epoch's `source` holds them.
+  std::string source_note() const;
+  /// True when the current epoch's `source` names the entity file as it is now.
+  bool follows_source() const;
   /// The live -wal's descriptor, opened on first use (-1 when it cannot be).
   int live_fd();
   std::string live_header();

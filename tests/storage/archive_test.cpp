@@ -228,6 +228,108 @@ TEST_CASE("archive: a mirror that lost its tail (power cut) is trimmed and caugh
   CHECK(r.store->get_key("k4").is_ok());
 }
 
+namespace {
+
+/// The entity file's bytes; written back into the same file (same inode), or put in its place
+/// as a new file (a rename, as a rollback or a restore does).
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_back(const fs::path& db, const std::string& bytes, bool new_file) {
+  for (const char* suffix : {"-wal", "-shm"})
+    fs::remove(db.string() + suffix);
+  auto target = new_file ? fs::path(db.string() + ".new") : db;
+  {
+    std::ofstream out(target, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  if (new_file)
+    fs::rename(target, db);
+}
+
+/// A power cut that took a whole WAL generation from the entity file (its header never reached
+/// the disk) after the archive had copied and synced it: the file is left as the close before
+/// that generation left it (`new_file` false). With `new_file`, the same bytes come as another
+/// file put in place. Returns the live store reopened on it.
+std::unique_ptr<entity_store> lose_a_generation(const fs::path& root, bool new_file,
+                                                int64_t& file_seq) {
+  auto o = archive_opts(root);
+  auto db = key.file_path(o.data_dir);
+  {
+    auto s = entity_store::open(o, key).value();
+    commit_turn(*s, "k0");
+    file_seq = s->last_seq();
+  } // the close truncates the WAL: the file holds k0
+  auto saved = file_bytes(db);
+  {
+    auto s = entity_store::open(o, key).value();
+    commit_turn(*s, "k1"); // a new WAL generation, shipped and synced by the archive
+    commit_turn(*s, "k2");
+  }
+  REQUIRE(points(root).back().seq > file_seq);
+  write_back(db, saved, new_file);
+  return entity_store::open(o, key).value();
+}
+
+} // namespace
+
+TEST_CASE("archive: commits a power cut took from the entity file before its WAL reached the disk "
+          "leave the archive too, and the next epoch starts where the file is (they stayed, "
+          "as an epoch that ended past the file's seq)") {
+  test::temp_dir tmp;
+  int64_t file_seq = 0;
+  auto s = lose_a_generation(tmp.path(), false, file_seq);
+  CHECK(s->last_seq() == file_seq);
+  auto pts = points(tmp.path());
+  REQUIRE(pts.size() >= 2);
+  for (size_t i = 1; i < pts.size(); ++i) {
+    CHECK_MESSAGE(pts[i].seq >= pts[i - 1].seq, pts[i].bookmark());
+    if (pts[i].epoch != pts[i - 1].epoch)
+      CHECK_MESSAGE(pts[i].seq == pts[i - 1].seq, pts[i].bookmark());
+  }
+  CHECK(pts.back().epoch == 2);
+  CHECK(pts.back().seq == file_seq);
+  for (const auto& p : pts) {
+    CHECK_MESSAGE(p.seq <= file_seq, p.bookmark() << " names a commit the file lost");
+    auto r = rebuild(tmp.path(), p, "p" + p.bookmark());
+    CHECK(r.last_seq == p.seq);
+    CHECK(r.chain_ok);
+    CHECK_FALSE(r.store->get_key("k1").is_ok());
+  }
+  // The lost generation's mirror is gone with its records; the archive goes on from the file.
+  auto dir = entity_archive_dir(tmp.path() / "archive", key);
+  CHECK_FALSE(fs::exists(dir / "e000001" / "g000002.wal"));
+  commit_turn(*s, "k3");
+  auto r = rebuild(tmp.path(), points(tmp.path()).back(), "after");
+  CHECK(r.last_seq == s->last_seq());
+  CHECK(r.store->get_key("k3").is_ok());
+  CHECK_FALSE(r.store->get_key("k1").is_ok());
+}
+
+TEST_CASE("archive: an older file put in the entity file's place (a rollback, a restore) keeps "
+          "the archive's later commits: a new epoch starts beside them") {
+  test::temp_dir tmp;
+  int64_t file_seq = 0;
+  auto s = lose_a_generation(tmp.path(), true, file_seq);
+  CHECK(s->last_seq() == file_seq);
+  auto pts = points(tmp.path());
+  CHECK(pts.back().epoch == 2);
+  CHECK(pts.back().seq == file_seq);
+  int64_t newest_of_first = 0;
+  for (const auto& p : pts)
+    if (p.epoch == 1)
+      newest_of_first = std::max(newest_of_first, p.seq);
+  CHECK(newest_of_first > file_seq);
+  for (const auto& p : pts)
+    if (p.epoch == 1 && p.seq == newest_of_first) {
+      auto r = rebuild(tmp.path(), p, "kept");
+      CHECK(r.last_seq == p.seq);
+      CHECK(r.store->get_key("k2").is_ok());
+    }
+}
+
 TEST_CASE("archive: a writer SIGKILLed mid-stream leaves an archive whose every point rebuilds") {
   test::temp_dir tmp;
   auto o = archive_opts(tmp.path(), false);
