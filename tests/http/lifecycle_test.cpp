@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <future>
 #include <set>
 
@@ -152,3 +153,43 @@ TEST_CASE("stopping: the server's stop waits for a rollback on its thread of its
   REQUIRE(slow.wait_for(20s) == std::future_status::ready);
   REQUIRE(rollback.wait_for(20s) == std::future_status::ready);
 }
+
+namespace {
+
+/// This process's descriptors that are no file: epoll, eventfd and timerfd instances (each of
+/// the server's io_contexts holds some).
+int anon_descriptors() {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.string().rfind("anon_inode:", 0) == 0)
+      ++n;
+  }
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("stopping: a reply that comes after the stop's grace is dropped and the server freed "
+          "(queued in the stopped I/O context, it held its connection, and the connection the "
+          "server, for good)") {
+  int before = anon_descriptors();
+  {
+    gateway_fixture f;
+    // A turn of 6.5 s: its reply comes after the stop's 5 s grace, the I/O threads stopped.
+    auto slow = std::async(std::launch::async, [&] {
+      return http_client(f.port()).request("POST", "/v1/entities/probe/late/slow_pair",
+                                           json_headers(acme_key, "s"),
+                                           json{{"n", 1}, {"ms", 6500}}.dump());
+    });
+    REQUIRE(eventually([&] { return in_flight(f.port()) >= 2; }));
+    f.server().stop(); // closes the connection; the call goes on in the runtime
+    REQUIRE(slow.wait_for(20s) == std::future_status::ready);
+    CHECK(slow.get().status == 0); // no answer: the connection closed under it
+    f.stop(); // the runtime's stop: the turn has ended and its reply was handed over
+  }
+  // The server, its io_context and every connection are gone with the fixture.
+  CHECK(anon_descriptors() == before);
+}
+

@@ -26,6 +26,7 @@
 
 #include "http/fact_streams.hpp"
 #include "http/gateway.hpp"
+#include "http/io_gate.hpp"
 #include "http/ws_server.hpp"
 
 namespace factum {
@@ -46,6 +47,12 @@ constexpr std::chrono::milliseconds linger_time{2'000};
 /// How long stop() waits for connections to close before it stops the I/O threads anyway.
 constexpr std::chrono::milliseconds close_grace{5'000};
 
+/// An io_context whose queued handlers can be destroyed before it is (the first half of its
+/// destructor): stop() frees what they hold once the I/O threads have stopped.
+struct server_io_context : net::io_context {
+  void destroy_queued() { shutdown(); }
+};
+
 } // namespace
 
 struct http_server::impl {
@@ -54,7 +61,9 @@ struct http_server::impl {
         accept_retry(acceptor.get_executor()) {}
 
   // Declared first: destroyed last, after every I/O object bound to it.
-  net::io_context ioc;
+  server_io_context ioc;
+  /// Posts from threads other than the I/O threads; closed by stop() (io_gate.hpp).
+  std::shared_ptr<http::io_gate> gate = std::make_shared<http::io_gate>();
   http::gateway gw;
   tcp::acceptor acceptor;
   net::steady_timer accept_retry;
@@ -121,7 +130,7 @@ namespace {
 class session : public std::enable_shared_from_this<session> {
  public:
   session(tcp::socket&& s, std::shared_ptr<http_server::impl> srv, std::string client)
-      : stream_(std::move(s)), ex_(stream_.get_executor()), srv_(std::move(srv)), deadline_(ex_),
+      : srv_(std::move(srv)), stream_(std::move(s)), ex_(stream_.get_executor()), deadline_(ex_),
         keepalive_(ex_), client_(std::move(client)) {}
 
   ~session() { srv_->session_gone(this, client_); }
@@ -290,7 +299,8 @@ class session : public std::enable_shared_from_this<session> {
       closed_ = true;
       buffer_ = {};
       upgraded_ =
-        http::start_websocket(srv_->gw, std::move(stream_), std::move(msg), shared_from_this());
+        http::start_websocket(srv_->gw, std::move(stream_), std::move(msg), shared_from_this(),
+                              srv_->gate);
       return;
     }
     auto r = http::to_http_request(msg);
@@ -300,7 +310,8 @@ class session : public std::enable_shared_from_this<session> {
     srv_->request_started();
     auto ex = stream_.get_executor();
     srv_->gw.handle(std::move(r), [self = shared_from_this(), ex](http::http_response res) {
-      net::post(ex, [self, res = std::move(res)]() mutable { self->write(std::move(res), true); });
+      self->srv_->gate->post(
+        ex, [self, res = std::move(res)]() mutable { self->write(std::move(res), true); });
     });
   }
 
@@ -430,8 +441,8 @@ class session : public std::enable_shared_from_this<session> {
                        if (ec || !self->facts_)
                          return;
                        std::weak_ptr<session> weak = self;
-                       self->facts_->attach([weak, ex = self->ex_] {
-                         net::post(ex, [weak] {
+                       self->facts_->attach([weak, ex = self->ex_, gate = self->srv_->gate] {
+                         gate->post(ex, [weak] {
                            if (auto s = weak.lock())
                              s->pump_stream();
                          });
@@ -534,9 +545,11 @@ class session : public std::enable_shared_from_this<session> {
     close();
   }
 
+  // First: released last, after the socket and timers bound to the server's io_context (the
+  // last connection may hold the last reference to the server).
+  std::shared_ptr<http_server::impl> srv_;
   beast::tcp_stream stream_;
   net::any_io_executor ex_;
-  std::shared_ptr<http_server::impl> srv_;
   net::steady_timer deadline_;
   net::steady_timer keepalive_;              ///< a fact stream's keep-alive
   std::shared_ptr<http::fact_stream> facts_; ///< the fact stream this connection writes
@@ -717,6 +730,11 @@ void http_server::stop() {
   for (auto& t : p.threads)
     if (t.joinable())
       t.join();
+  // Replies that come from now on are dropped; the handlers queued and never run (a reply that
+  // came after the grace, a connection's pending reads) are destroyed, and the connections they
+  // held with them. Queued in a stopped io_context, they held the server alive for good.
+  p.gate->close();
+  p.ioc.destroy_queued();
 }
 
 std::string http_server::metrics_text() const {

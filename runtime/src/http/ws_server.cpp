@@ -18,6 +18,7 @@
 
 #include "factum/storage/base64.hpp"
 #include "http/gateway.hpp"
+#include "http/io_gate.hpp"
 
 namespace factum::http {
 
@@ -75,9 +76,10 @@ class ws_session final : public ws_link,
                          public ws_handle,
                          public std::enable_shared_from_this<ws_session> {
  public:
-  ws_session(gateway& gw, beast::tcp_stream&& s, std::shared_ptr<void> keep)
-      : gw_(gw), ws_(std::move(s)), ex_(ws_.get_executor()), grace_(ex_), keep_(std::move(keep)),
-        lim_(gw.config().limits) {}
+  ws_session(gateway& gw, beast::tcp_stream&& s, std::shared_ptr<void> keep,
+             std::shared_ptr<io_gate> gate)
+      : keep_(std::move(keep)), gate_(std::move(gate)), gw_(gw), ws_(std::move(s)),
+        ex_(ws_.get_executor()), grace_(ex_), lim_(gw.config().limits) {}
 
   void start(bhttp::request<bhttp::string_body>&& req) {
     req_ = std::move(req);
@@ -87,20 +89,20 @@ class ws_session final : public ws_link,
     take_subprotocols(r);
     api_key_ = r.api_key;
     gw_.handle(std::move(r), [self = shared_from_this()](http_response res) {
-      net::post(self->ex_,
-                [self, res = std::move(res)]() mutable { self->decided(std::move(res)); });
+      self->gate_->post(self->ex_,
+                        [self, res = std::move(res)]() mutable { self->decided(std::move(res)); });
     });
   }
 
   // -- ws_link (any thread) --
 
   void send(std::shared_ptr<const std::string> data, bool binary) override {
-    net::post(ex_, [self = shared_from_this(), data = std::move(data), binary]() mutable {
+    gate_->post(ex_, [self = shared_from_this(), data = std::move(data), binary]() mutable {
       self->enqueue({std::move(data), binary});
     });
   }
   void close(int code, std::string reason) override {
-    net::post(ex_, [self = shared_from_this(), code, reason = std::move(reason)] {
+    gate_->post(ex_, [self = shared_from_this(), code, reason = std::move(reason)] {
       self->start_close(code, reason, code == 1012 ? ws_end::moved : ws_end::entity);
     });
   }
@@ -108,7 +110,7 @@ class ws_session final : public ws_link,
   // -- ws_handle (any thread) --
 
   void stop() override {
-    net::post(ex_, [self = shared_from_this()] {
+    gate_->post(ex_, [self = shared_from_this()] {
       if (!self->open_)
         return self->end_transport(ws_end::stopping, 1001);
       self->start_close(1001, "server stopping", ws_end::stopping);
@@ -316,7 +318,8 @@ class ws_session final : public ws_link,
     opts.timeout = gw_.config().call_timeout;
     gw_.rt().call(key_, "@ws_message", args.dump(), std::move(opts),
                   [self = shared_from_this()](call_reply r) {
-                    net::post(self->ex_, [self, r = std::move(r)] { self->on_turn_done(r); });
+                    self->gate_->post(self->ex_,
+                                      [self, r = std::move(r)] { self->on_turn_done(r); });
                   });
   }
 
@@ -604,11 +607,14 @@ class ws_session final : public ws_link,
     beast::get_lowest_layer(*peer_).socket().close(ignored);
   }
 
+  // First: released last, after the stream and timer bound to the server's io_context (the
+  // HTTP session, which holds the server).
+  std::shared_ptr<void> keep_;
+  std::shared_ptr<io_gate> gate_;
   gateway& gw_;
   websocket::stream<beast::tcp_stream> ws_;
   net::any_io_executor ex_;
   net::steady_timer grace_;
-  std::shared_ptr<void> keep_;
   const http_limits& lim_;
   bhttp::request<bhttp::string_body> req_;
   bool offers_factum_ = false;
@@ -639,8 +645,9 @@ class ws_session final : public ws_link,
 
 std::shared_ptr<ws_handle> start_websocket(gateway& gw, beast::tcp_stream&& stream,
                                            bhttp::request<bhttp::string_body>&& req,
-                                           std::shared_ptr<void> keep) {
-  auto s = std::make_shared<ws_session>(gw, std::move(stream), std::move(keep));
+                                           std::shared_ptr<void> keep,
+                                           std::shared_ptr<io_gate> gate) {
+  auto s = std::make_shared<ws_session>(gw, std::move(stream), std::move(keep), std::move(gate));
   s->start(std::move(req));
   return s;
 }

@@ -12,6 +12,7 @@
 namespace factum::http {
 
 class gateway;
+class io_gate;
 
 /// What the HTTP server keeps of a connection it handed over.
 class ws_handle {
@@ -24,11 +25,12 @@ class ws_handle {
 
 /// Takes over `stream`, whose request `req` asks for a WebSocket upgrade: the gateway decides
 /// (auth, the entity's on_connect), then the handshake, or an HTTP refusal and close. `keep`
-/// lives as long as the connection does (the HTTP session: the server's accounting of it).
-/// Call on the stream's strand.
+/// lives as long as the connection does (the HTTP session: the server's accounting of it);
+/// `gate` carries the posts of other threads to the connection's strand (io_gate.hpp). Call on
+/// the stream's strand.
 std::shared_ptr<ws_handle>
 start_websocket(gateway& gw, boost::beast::tcp_stream&& stream,
                 boost::beast::http::request<boost::beast::http::string_body>&& req,
-                std::shared_ptr<void> keep);
+                std::shared_ptr<void> keep, std::shared_ptr<io_gate> gate);
 
 } // namespace factum::http
