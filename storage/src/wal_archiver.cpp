@@ -177,19 +177,28 @@ status wal_archiver::load_index() {
   return status::ok();
 }
 
-/// Drops the index records of the current generation past `end` (the live WAL or the mirror no
-/// longer has those commits) and makes `end` the archive's end.
-status wal_archiver::drop_records_after(int64_t end) {
+/// The index's whole records before the first for which `past` holds: their size in bytes and
+/// the last of them (epoch 0 when there is none).
+template <class Past>
+std::pair<int64_t, archive_point> wal_archiver::records_before(Past past) const {
   char rec[archive_record_size];
   archive_point p, keep;
   int64_t size = 0;
   while (size < index_size_ &&
          ::pread(index_->get(), rec, sizeof rec, size) == archive_record_size &&
-         decode_archive_record(rec, p) &&
-         !(p.epoch == last_.epoch && p.gen == last_.gen && p.end > end)) {
+         decode_archive_record(rec, p) && !past(p)) {
     keep = p;
     size += archive_record_size;
   }
+  return {size, keep};
+}
+
+/// Drops the index records of the current generation past `end` (the live WAL or the mirror no
+/// longer has those commits) and makes `end` the archive's end.
+status wal_archiver::drop_records_after(int64_t end) {
+  auto [size, keep] = records_before([&](const archive_point& p) {
+    return p.epoch == last_.epoch && p.gen == last_.gen && p.end > end;
+  });
   if (size == 0 || keep.epoch != last_.epoch)
     return {errc::corruption, "no commit of the current epoch is left in the archive"};
   if (::ftruncate(index_->get(), size) != 0)
@@ -315,15 +324,8 @@ bool wal_archiver::follows_source() const {
 /// Drops the current epoch's records whose seq is past `seq` (the whole epoch when its base is
 /// past it) and the mirrors no record names any more.
 status wal_archiver::drop_records_past(int64_t seq) {
-  char rec[archive_record_size];
-  archive_point p, keep;
-  int64_t size = 0;
-  while (size < index_size_ &&
-         ::pread(index_->get(), rec, sizeof rec, size) == archive_record_size &&
-         decode_archive_record(rec, p) && !(p.epoch == last_.epoch && p.seq > seq)) {
-    keep = p;
-    size += archive_record_size;
-  }
+  auto [size, keep] =
+    records_before([&](const archive_point& p) { return p.epoch == last_.epoch && p.seq > seq; });
   if (::ftruncate(index_->get(), size) != 0)
     return os_error("truncate the index of " + dir_.string(), errno);
   if (::fdatasync(index_->get()) != 0)
@@ -333,8 +335,7 @@ status wal_archiver::drop_records_past(int64_t seq) {
   for (int64_t g = last_.gen; g > kept_gen; --g)
     fs::remove(gen_file(last_.epoch, g), ec);
   index_size_ = size;
-  // With no record left, start_epoch() numbers past the dropped epoch's directory.
-  last_ = size == 0 ? archive_point{} : keep;
+  last_ = keep; // epoch 0 with no record left: start_epoch() numbers past the dropped epoch
   mirror_.reset();
   salts_.clear();
   return status::ok();

@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "factum/storage/status.hpp"
@@ -83,6 +84,7 @@ class wal_archiver {
   status start_gen(const std::string& header);
   status copy_live(int64_t from, int64_t to);
   status append_record(int64_t seq);
+  template <class Past> std::pair<int64_t, archive_point> records_before(Past past) const;
   status drop_records_after(int64_t end);
   status drop_records_past(int64_t seq);
   /// The entity file's device and inode, as an epoch's `source` holds them.

@@ -18,6 +18,7 @@
 
 #include "factum/storage/entity_store.hpp"
 #include "factum/tools/inspect.hpp"
+#include "support/raw_sql.hpp"
 
 namespace factum::test::inspect {
 
@@ -81,15 +82,7 @@ inline std::vector<std::string> lines(const std::string& text) {
 
 /// Runs one SQL statement on `file` with a plain read-write connection; the SQLite code.
 inline int raw_exec(const fs::path& file, const std::string& sql, std::string* err = nullptr) {
-  sqlite3* db = nullptr;
-  sqlite3_open(file.c_str(), &db);
-  char* e = nullptr;
-  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &e);
-  if (err && e)
-    *err = e;
-  sqlite3_free(e);
-  sqlite3_close(db);
-  return rc;
+  return test::raw_exec(file, sql, err);
 }
 
 inline store_options opts_for(const fs::path& dir) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "factum/storage/entity_store.hpp"
+#include "support/raw_sql.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -77,15 +78,7 @@ std::vector<std::string> raw_rows(const fs::path& file, const std::string& sql) 
 }
 
 int raw_exec(const fs::path& file, const std::string& sql, std::string* err = nullptr) {
-  sqlite3* db = nullptr;
-  sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE, entity_store::default_vfs());
-  char* e = nullptr;
-  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &e);
-  if (err && e)
-    *err = e;
-  sqlite3_free(e);
-  sqlite3_close(db);
-  return rc;
+  return test::raw_exec(file, sql, err, entity_store::default_vfs());
 }
 
 /// "epoch node first_seq" of each row of the owner history, oldest first.

@@ -22,6 +22,7 @@
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/spare_pool.hpp"
+#include "support/raw_sql.hpp"
 #include "support/temp_dir.hpp"
 #include "wal_vfs.hpp"
 
@@ -55,18 +56,7 @@ inline fact_draft draft(std::string type, nlohmann::json data = nlohmann::json::
 
 // Runs one SQL statement on the file behind the store's back; returns the SQLite result code.
 inline int raw_exec(const fs::path& file, const std::string& sql, std::string* err = nullptr) {
-  sqlite3* db = nullptr;
-  // Through factum's VFS: a live entity's wal-index is in this process's memory, where only
-  // factum's connections find it.
-  sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                  entity_store::default_vfs());
-  char* e = nullptr;
-  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &e);
-  if (err && e)
-    *err = e;
-  sqlite3_free(e);
-  sqlite3_close(db);
-  return rc;
+  return test::raw_exec(file, sql, err, entity_store::default_vfs());
 }
 
 // Runs one query on the file behind the store's back, read-only; each row's columns as text
