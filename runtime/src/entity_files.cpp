@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -175,12 +176,18 @@ store_options move_opts(const runtime_core& c, const entity_key& key) {
 status put_in_place(const fs::path& from, const fs::path& to) {
   auto dir = to.parent_path();
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
+  // Each directory made on the way is synced into its parent, top-down: a restore into a data
+  // directory that has no entity yet makes two levels.
+  std::vector<fs::path> made;
+  for (auto d = dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path())
+    made.push_back(d);
+  if (!made.empty()) {
     fs::create_directories(dir, ec);
     if (ec)
       return os_error(ec.value(), "create " + dir.string());
-    if (auto st = sync_directory(dir.parent_path()); !st)
-      return st;
+    for (auto it = made.rbegin(); it != made.rend(); ++it)
+      if (auto st = sync_directory(it->parent_path()); !st)
+        return st;
   }
   if (auto r = remove_entity_files(to, false); !r)
     return r.error();
