@@ -86,14 +86,17 @@ class gateway_fixture {
     std::lock_guard<std::mutex> g(log_mu_);
     return logs_;
   }
-  /// Log lines that mention `needle`.
-  size_t log_count(const std::string& needle) {
+  /// The log lines that mention `needle`.
+  std::vector<std::string> log_lines(const std::string& needle) {
     std::lock_guard<std::mutex> g(log_mu_);
-    size_t n = 0;
+    std::vector<std::string> out;
     for (auto& l : logs_)
-      n += l.find(needle) != std::string::npos;
-    return n;
+      if (l.find(needle) != std::string::npos)
+        out.push_back(l);
+    return out;
   }
+  /// How many log lines mention `needle`.
+  size_t log_count(const std::string& needle) { return log_lines(needle).size(); }
 
   /// Every fact of an entity, read through the runtime (not through HTTP).
   nlohmann::json facts(const std::string& tenant, const std::string& type, const std::string& id,

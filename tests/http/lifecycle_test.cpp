@@ -141,12 +141,9 @@ TEST_CASE("stopping: the server's stop waits for a rollback on its thread of its
   REQUIRE(eventually([&] { return in_flight(f.port()) >= 3; }));
   f.server().stop(); // no drain first: the stop itself waits for the rollback's thread
 
-  std::string answered; // the rollback's log line, shown when a check fails
-  for (const auto& line : f.logs())
-    if (line.find(R"("route":"rollback")") != std::string::npos)
-      answered += line + "\n";
-  INFO("the rollback's log: " << answered);
-  CHECK(f.log_count(R"("route":"rollback")") == 1); // answered before the stop returned
+  auto answered = f.log_lines(R"("route":"rollback")");
+  INFO("the rollback's log: " << (answered.empty() ? std::string() : answered.front()));
+  CHECK(answered.size() == 1); // answered before the stop returned
   // Its answer: 404 once the slow turn ended and the entity was released; or, on a machine so
   // loaded that the release took longer than the rollback waits (10 s), 503 ENTITY_BUSY.
   CHECK(f.log_count(R"("code":"NOT_FOUND")") + f.log_count(R"("code":"ENTITY_BUSY")") == 1);
