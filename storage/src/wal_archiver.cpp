@@ -2,6 +2,7 @@
 // encoding. The owner's thread, but for sync() (the store's sync thread).
 #include "wal_archiver.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -305,10 +306,16 @@ void wal_archiver::attach(int64_t seq) {
 }
 
 std::string wal_archiver::source_note() const {
-  struct stat st {};
-  if (::stat(db_.c_str(), &st) != 0)
+  // The inode and its birth time (where the file system keeps one): another file put in place
+  // has another inode, or a reused one born later. Not the device: its number may change when
+  // the machine restarts, which is when this is read.
+  struct statx st {};
+  if (::statx(AT_FDCWD, db_.c_str(), 0, STATX_INO | STATX_BTIME, &st) != 0)
     return {};
-  return std::to_string(st.st_dev) + " " + std::to_string(st.st_ino) + "\n";
+  std::string note = std::to_string(st.stx_ino);
+  if (st.stx_mask & STATX_BTIME)
+    note += " " + std::to_string(st.stx_btime.tv_sec) + "." + std::to_string(st.stx_btime.tv_nsec);
+  return note + "\n";
 }
 
 bool wal_archiver::follows_source() const {
@@ -357,6 +364,13 @@ status wal_archiver::start_epoch(int64_t seq) {
   fs::create_directory(ed, ec);
   if (ec)
     return {errc::io_error, "create " + ed.string() + ": " + ec.message()};
+  // The entity file and its WAL are synced before the base is copied from them (as sync() does
+  // before the archive's own syncs).
+  if (scoped_fd d(::open(db_.c_str(), O_RDONLY | O_CLOEXEC));
+      d.get() >= 0 && ::fdatasync(d.get()) != 0)
+    return os_error("fdatasync " + db_.string(), errno);
+  if (live_fd() >= 0 && ::fdatasync(live_fd()) != 0)
+    return os_error("fdatasync " + wal_.string(), errno);
   if (auto st = entity_store::copy_files(db_, ed / "base.db"); !st)
     return st;
   // The file this epoch follows (device and inode): attach() tells by it the file's own lost
@@ -505,6 +519,12 @@ void wal_archiver::ship(int64_t frames, int64_t seq) {
 void wal_archiver::sync() {
   if (broken_ || last_.epoch == 0)
     return;
+  // The live WAL first: the archive never holds on disk a commit that the entity file could
+  // still lose to a power cut (the next open would find the archive past the file).
+  if (live_fd() >= 0 && ::fdatasync(live_fd()) != 0) {
+    fail(os_error("fdatasync " + wal_.string(), errno));
+    return;
+  }
   for (const auto* fd : {&mirror_, &index_})
     if (*fd && ::fdatasync((*fd)->get()) != 0) {
       fail(os_error("fdatasync in " + dir_.string(), errno));

@@ -19,10 +19,12 @@
 // attach() could not tell that generation from a foreign writer's and would start an epoch
 // without its commits. What a power cut can still take is only index records: the commits they
 // named then share the record of attach()'s catch-up (its time). The other way round, the
-// archive may hold synced commits that the cut took from the live file (never acknowledged: the
-// live WAL had not been synced yet); attach() drops their records, by the WAL's end when the
-// generation survives, by seq when it does not (then only while the file is the one the epoch
-// follows: its `source`, device and inode).
+// archive must never be ahead of the live file on disk: every sync of the archive, and every
+// base copy, begins with an fdatasync of the live WAL. Writes no sync covered may still reach
+// the disk in any order; when the archive's did and the live WAL's did not, attach() drops the
+// records the live file lacks, by the WAL's end when the generation survives, by seq when it
+// does not (then only while the file is the one the epoch follows: its `source`, the inode and
+// its birth time).
 //
 // Threads: the store's owner, one at a time (the store is not thread-safe, neither is this);
 // restarting() runs inside a commit of the owner, from the VFS.

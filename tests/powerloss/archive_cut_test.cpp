@@ -242,4 +242,78 @@ TEST_CASE("power cut with a continuous archive: after the restart every acknowle
   }
 }
 
+namespace {
+
+/// One commit of a key and its fact, as a turn writes it; not synced (the output gate's sync is
+/// entity_store::sync()). Any failure ends the child (code 5).
+void commit_key(entity_store& s, const std::string& k) {
+  fact_draft d;
+  d.type = "invocation";
+  d.idempotency_key = k;
+  d.data = {{"k", k}};
+  if (!s.begin_turn() || !s.begin_key(k, "fp", 0, now_ms()) || !s.append(d) ||
+      !s.complete_key(k, "{}") || !s.end_turn(true) || !s.commit())
+    _exit(5);
+}
+
+} // namespace
+
+TEST_CASE("power cut right after the archive syncs a generation's first commit, before the output "
+          "gate syncs the live WAL: the archive is not past the entity file (it kept a commit the "
+          "file lost, and the next open started an epoch below it)") {
+  test::temp_dir tmp;
+  auto dir = tmp.path() / "cut";
+  fs::create_directories(dir / "data");
+  store_options o;
+  o.data_dir = dir / "data";
+  o.archive_dir = dir / "archive";
+  o.defer_sync = true;
+  o.wal_kept_on_close_kib = 0; // the close truncates the WAL: the next commit starts a new one
+  const entity_key key{"acme", "ledger", "first"};
+  auto base = powerloss::take_snapshot(dir);
+  auto log = tmp.path() / "log";
+  powerloss::recorded_child child(dir, log, [&](int fd) {
+    {
+      auto s = entity_store::open(o, key);
+      if (!s)
+        _exit(2);
+      commit_key(*s.value(), "k0");
+      if (!s.value()->sync())
+        _exit(5);
+    } // closed: the WAL is truncated
+    auto s = entity_store::open(o, key);
+    if (!s)
+      _exit(2);
+    commit_key(*s.value(), "k1"); // a WAL header with new salts: the archive syncs this commit
+    int32_t v = 0;
+    if (::write(fd, &v, sizeof v) != sizeof v)
+      _exit(3);
+    for (;;)
+      ::pause(); // cut before the store's own sync()
+  });
+  child.read_acks(1);
+  child.cut();
+  auto next = tmp.path() / "next";
+  powerloss::rebuild(base, dir, log, next);
+
+  auto reopened = o;
+  reopened.data_dir = next / "data";
+  reopened.archive_dir = next / "archive";
+  auto s = entity_store::open(reopened, key);
+  REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
+  auto live_seq = s.value()->last_seq();
+  auto pts = archive_points(entity_archive_dir(reopened.archive_dir, key));
+  REQUIRE_MESSAGE(pts.is_ok(), pts.error().to_string());
+  REQUIRE_FALSE(pts->empty());
+  for (size_t i = 0; i < pts->size(); ++i) {
+    const auto& p = (*pts)[i];
+    CHECK_MESSAGE(p.seq <= live_seq, p.bookmark() << " is past the entity file's seq " << live_seq);
+    if (i > 0 && p.epoch != (*pts)[i - 1].epoch)
+      CHECK_MESSAGE(p.seq == (*pts)[i - 1].seq, "epoch " << p.epoch << " starts at seq " << p.seq
+                                                         << ", the last one ended at "
+                                                         << (*pts)[i - 1].seq);
+  }
+  CHECK(pts->back().seq == live_seq);
+}
+
 } // namespace archive_cut_test
