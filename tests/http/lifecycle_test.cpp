@@ -132,6 +132,20 @@ TEST_CASE("stopping: the server's stop waits for a rollback on its thread of its
                                          json_headers(acme_key, "s"),
                                          json{{"n", 1}, {"ms", 6500}}.dump());
   });
+  // The rollback goes in once the slow call is inside its turn (sent at once, it could come
+  // first, find the entity idle and answer before the slow call began).
+  REQUIRE(eventually([&] {
+    store_options ro;
+    ro.data_dir = f.data_dir();
+    ro.read_only = true;
+    auto s = entity_store::open(ro, entity_key{"acme", "probe", "r1"});
+    if (!s)
+      return false;
+    fact_filter begun;
+    begun.subtype = "begin";
+    auto r = (*s)->query(begun);
+    return r && !r->empty();
+  }));
   auto rollback = std::async(std::launch::async, [&] {
     // A bookmark that is no commit: once the entity is released the rollback answers 404.
     return http_client(f.port()).request("POST", "/v1/entities/probe/r1/rollback/1.1.32.1",
