@@ -16,6 +16,25 @@ using namespace factum::test;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
+namespace {
+
+/// Whether the file of `k` under `data`, read beside the running runtime, holds a fact of
+/// `subtype`: a slow_pair call is inside its turn once its "begin" fact is committed.
+bool has_fact(const std::filesystem::path& data, const entity_key& k, const std::string& subtype) {
+  store_options ro;
+  ro.data_dir = data;
+  ro.read_only = true;
+  auto s = entity_store::open(ro, k);
+  if (!s)
+    return false;
+  fact_filter filter;
+  filter.subtype = subtype;
+  auto r = (*s)->query(filter);
+  return r && !r->empty();
+}
+
+} // namespace
+
 TEST_CASE("stopping: new requests answer 503 UNAVAILABLE and close, in-flight ones finish, new "
           "connections are refused") {
   gateway_fixture f;
@@ -26,15 +45,8 @@ TEST_CASE("stopping: new requests answer 503 UNAVAILABLE and close, in-flight on
     return c.request("POST", "/v1/entities/probe/drain/slow_pair", json_headers(acme_key, "s"),
                      json{{"n", 1}, {"ms", 800}}.dump());
   });
-  REQUIRE(eventually([&] {
-    store_options ro;
-    ro.data_dir = f.data_dir();
-    ro.read_only = true;
-    auto s = entity_store::open(ro, entity_key{"acme", "probe", "drain"});
-    if (!s)
-      return false;
-    auto r = (*s)->query(fact_filter{});
-    return r && !r->empty(); // the slow call is inside its turn
+  REQUIRE(eventually([&] { // the slow call is inside its turn
+    return has_fact(f.data_dir(), entity_key{"acme", "probe", "drain"}, "begin");
   }));
   f.server().begin_shutdown();
   auto refused = idle.request("POST", "/v1/entities/ledger/x/append", json_headers(acme_key, "k"),
@@ -135,16 +147,7 @@ TEST_CASE("stopping: the server's stop waits for a rollback on its thread of its
   // The rollback goes in once the slow call is inside its turn (sent at once, it could come
   // first, find the entity idle and answer before the slow call began).
   REQUIRE(eventually([&] {
-    store_options ro;
-    ro.data_dir = f.data_dir();
-    ro.read_only = true;
-    auto s = entity_store::open(ro, entity_key{"acme", "probe", "r1"});
-    if (!s)
-      return false;
-    fact_filter begun;
-    begun.subtype = "begin";
-    auto r = (*s)->query(begun);
-    return r && !r->empty();
+    return has_fact(f.data_dir(), entity_key{"acme", "probe", "r1"}, "begin");
   }));
   auto rollback = std::async(std::launch::async, [&] {
     // A bookmark that is no commit: once the entity is released the rollback answers 404.
@@ -203,4 +206,3 @@ TEST_CASE("stopping: a reply that comes after the stop's grace is dropped and th
   // The server, its io_context and every connection are gone with the fixture.
   CHECK(anon_descriptors() == before);
 }
-
