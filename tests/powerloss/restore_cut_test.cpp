@@ -8,11 +8,14 @@
 // only what was synced survives) and starts the runtime there. Then every acknowledged rollback
 // has its `rolled_back` fact right after its bookmark's seq, every acknowledged fork its entity
 // with its `forked` fact first; an unacknowledged fork is wholly there or not at all; every
-// chain verifies. Three rounds, each on the last one's tree. The test's thread and the child's.
+// chain verifies. Three rounds, each on the last one's tree. And a cluster move's adopt, the
+// same rename, into a shard directory that does not exist yet. The test's thread and the
+// child's.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
+#include <future>
 #include <random>
 #include <set>
 
@@ -190,6 +193,65 @@ TEST_CASE("power cut during rollbacks and forks: after the restart every acknowl
     fs::remove_all(dir);
     dir = next;
   }
+}
+
+TEST_CASE("power cut after a move's adopt into a data directory with no spare pool (which makes "
+          "the shard directories at its start): the adopted entity is there after the restart, "
+          "the shard directory its rename made synced into its parent") {
+  test::temp_dir tmp;
+  const entity_key k{"acme", "ledger", "moved"};
+  std::string bytes; // the entity's export from another node's data directory
+  {
+    auto cfg = cut_config(tmp.path() / "source");
+    cfg.archive_dir.clear();
+    {
+      auto a = runtime::start(cfg);
+      REQUIRE_MESSAGE(a.is_ok(), a.error().to_string());
+      for (int i = 0; i < 3; ++i)
+        REQUIRE(a.value()->call_sync(k, "append", json{{"type", "invocation"}}.dump()).ok);
+      a.value()->stop(); // the export wants no live activation
+    }
+    auto a = runtime::start(cfg);
+    REQUIRE_MESSAGE(a.is_ok(), a.error().to_string());
+    auto e = a.value()->export_entity(k, 1, "n-a");
+    REQUIRE_MESSAGE(e.is_ok(), e.error().to_string());
+    bytes = std::move(e.value());
+    a.value()->stop();
+  }
+  auto dir = tmp.path() / "home";
+  fs::create_directories(dir / "data");
+  auto base = powerloss::take_snapshot(dir);
+  auto log = tmp.path() / "log";
+  powerloss::recorded_child child(dir, log, [&](int fd) {
+    auto cfg = cut_config(dir);
+    cfg.archive_dir.clear();
+    cfg.spare_files = 0; // a spare pool makes every shard directory at its start
+    auto r = runtime::start(std::move(cfg));
+    if (!r)
+      _exit(2);
+    std::promise<status> adopted;
+    r.value()->adopt_entity(k, bytes, 1, [&](status st) { adopted.set_value(std::move(st)); });
+    if (!adopted.get_future().get())
+      _exit(6);
+    int32_t v = 0;
+    if (::write(fd, &v, sizeof v) != sizeof v)
+      _exit(3);
+    for (;;)
+      ::pause(); // the parent cuts the power
+  });
+  child.read_acks(1);
+  REQUIRE(child.cut().count(0) == 1);
+  auto next = tmp.path() / "next";
+  powerloss::rebuild(base, dir, log, next);
+
+  auto cfg = cut_config(next);
+  cfg.archive_dir.clear();
+  REQUIRE_MESSAGE(fs::exists(k.file_path(cfg.entity_dir())), "the acknowledged adopt is lost");
+  auto r = runtime::start(std::move(cfg));
+  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+  CHECK(facts_of(*r.value(), k).size() == 3);
+  CHECK(verifies(*r.value(), k));
+  r.value()->stop();
 }
 
 } // namespace restore_cut_test
