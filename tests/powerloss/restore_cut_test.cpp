@@ -155,7 +155,7 @@ op_check check_ops(runtime& rt, const fs::path& entity_dir, int round, const std
 
 TEST_CASE("power cut during rollbacks and forks: after the restart every acknowledged rollback "
           "has its fact right after its bookmark, every acknowledged fork its entity, forked "
-          "first; the others are whole or absent, and every chain verifies (3 rounds, each on "
+          "first, the others whole or absent, and every chain verifies (3 rounds, each on "
           "the last one's tree)") {
   test::temp_dir tmp;
   std::mt19937 rng(43);

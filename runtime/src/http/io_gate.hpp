@@ -17,8 +17,7 @@ class io_gate {
  public:
   /// Posts `f` to `ex` unless the gate is closed; false when it was (`f` is left to its caller,
   /// who destroys it).
-  template <class Executor, class F>
-  bool post(const Executor& ex, F&& f) {
+  template <class Executor, class F> bool post(const Executor& ex, F&& f) {
     std::lock_guard<std::mutex> g(mu_);
     if (!open_)
       return false;

@@ -298,9 +298,8 @@ class session : public std::enable_shared_from_this<session> {
       // so nothing is left in buffer_.
       closed_ = true;
       buffer_ = {};
-      upgraded_ =
-        http::start_websocket(srv_->gw, std::move(stream_), std::move(msg), shared_from_this(),
-                              srv_->gate);
+      upgraded_ = http::start_websocket(srv_->gw, std::move(stream_), std::move(msg),
+                                        shared_from_this(), srv_->gate);
       return;
     }
     auto r = http::to_http_request(msg);

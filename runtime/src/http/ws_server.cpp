@@ -316,11 +316,10 @@ class ws_session final : public ws_link,
     gw_.metrics().ws_messages_in.fetch_add(1);
     call_options opts;
     opts.timeout = gw_.config().call_timeout;
-    gw_.rt().call(key_, "@ws_message", args.dump(), std::move(opts),
-                  [self = shared_from_this()](call_reply r) {
-                    self->gate_->post(self->ex_,
-                                      [self, r = std::move(r)] { self->on_turn_done(r); });
-                  });
+    gw_.rt().call(
+      key_, "@ws_message", args.dump(), std::move(opts), [self = shared_from_this()](call_reply r) {
+        self->gate_->post(self->ex_, [self, r = std::move(r)] { self->on_turn_done(r); });
+      });
   }
 
   void on_turn_done(const call_reply& r) {
