@@ -365,12 +365,16 @@ status wal_archiver::start_epoch(int64_t seq) {
   if (ec)
     return {errc::io_error, "create " + ed.string() + ": " + ec.message()};
   // The entity file and its WAL are synced before the base is copied from them (as sync() does
-  // before the archive's own syncs).
-  if (scoped_fd d(::open(db_.c_str(), O_RDONLY | O_CLOEXEC));
-      d.get() >= 0 && ::fdatasync(d.get()) != 0)
-    return os_error("fdatasync " + db_.string(), errno);
-  if (live_fd() >= 0 && ::fdatasync(live_fd()) != 0)
-    return os_error("fdatasync " + wal_.string(), errno);
+  // before the archive's own syncs). Not for a file without a fact yet (a creation: every new
+  // entity's first open), which holds nothing the archive could keep and the entity lose; those
+  // two syncs cost a creation-heavy load a tenth of its rate.
+  if (seq > 0) {
+    if (scoped_fd d(::open(db_.c_str(), O_RDONLY | O_CLOEXEC));
+        d.get() >= 0 && ::fdatasync(d.get()) != 0)
+      return os_error("fdatasync " + db_.string(), errno);
+    if (live_fd() >= 0 && ::fdatasync(live_fd()) != 0)
+      return os_error("fdatasync " + wal_.string(), errno);
+  }
   if (auto st = entity_store::copy_files(db_, ed / "base.db"); !st)
     return st;
   // The file this epoch follows (device and inode): attach() tells by it the file's own lost
