@@ -348,7 +348,7 @@ status wal_archiver::drop_records_past(int64_t seq) {
   return status::ok();
 }
 
-status wal_archiver::start_epoch(int64_t seq) {
+status wal_archiver::start_epoch(int64_t seq, bool after_commit) {
   broken_ = false;
   mirror_.reset();
   salts_.clear();
@@ -365,10 +365,10 @@ status wal_archiver::start_epoch(int64_t seq) {
   if (ec)
     return {errc::io_error, "create " + ed.string() + ": " + ec.message()};
   // The entity file and its WAL are synced before the base is copied from them (as sync() does
-  // before the archive's own syncs). Not for a file without a fact yet (a creation: every new
-  // entity's first open), which holds nothing the archive could keep and the entity lose; those
-  // two syncs cost a creation-heavy load a tenth of its rate.
-  if (seq > 0) {
+  // before the archive's own syncs). Not at the open of a file without a fact yet (a creation:
+  // every new entity's first open), which holds nothing the archive could keep and the entity
+  // lose; those two syncs cost a creation-heavy load a tenth of its rate.
+  if (seq > 0 || after_commit) {
     if (scoped_fd d(::open(db_.c_str(), O_RDONLY | O_CLOEXEC));
         d.get() >= 0 && ::fdatasync(d.get()) != 0)
       return os_error("fdatasync " + db_.string(), errno);
@@ -485,7 +485,7 @@ status wal_archiver::append_record(int64_t seq) {
 
 void wal_archiver::ship(int64_t frames, int64_t seq) {
   if (broken()) {
-    if (auto st = start_epoch(seq); !st)
+    if (auto st = start_epoch(seq, true); !st)
       fail(st);
     return;
   }

@@ -82,7 +82,9 @@ class wal_archiver {
   using fd_ptr = std::shared_ptr<scoped_fd>;
 
   status load_index();
-  status start_epoch(int64_t seq);
+  /// A new epoch at `seq`, its base a copy of the entity file; `after_commit`: right after a
+  /// commit (not at an open), whose WAL may not be synced yet.
+  status start_epoch(int64_t seq, bool after_commit = false);
   status start_gen(const std::string& header);
   status copy_live(int64_t from, int64_t to);
   status append_record(int64_t seq);
