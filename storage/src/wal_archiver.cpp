@@ -1,5 +1,5 @@
 // wal_archiver.cpp: the continuous archive's writer (wal_archiver.hpp) and the index record's
-// encoding. The owner's thread, but for sync() (the store's sync thread).
+// encoding. The store owner's thread (sync() too: the store calls it before its close).
 #include "wal_archiver.hpp"
 
 #include <fcntl.h>
