@@ -30,6 +30,16 @@ inline int sync_dir(const std::filesystem::path& dir) {
   return e;
 }
 
+/// fdatasyncs the file at `path`: 0, or the errno of the open or of the sync that failed.
+inline int sync_file(const std::filesystem::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno;
+  int e = ::fdatasync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return e;
+}
+
 /// Creates `dir` and its missing ancestors; with `sync`, fsyncs the parent of each directory it
 /// made, top-down, so that the path survives power loss (a new directory's own entries still
 /// need a sync of it). 0, or the errno of what failed.

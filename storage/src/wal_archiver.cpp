@@ -23,6 +23,15 @@ namespace {
 std::atomic<uint64_t> commits_shipped{0}, bytes_shipped{0}, epochs_started{0}, failures{0},
   wal_starts{0};
 
+/// A note file's text (its first 200 bytes; empty when it cannot be read).
+std::string read_note(const fs::path& path) {
+  std::string note(200, '\0');
+  scoped_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  ssize_t n = fd.get() < 0 ? -1 : ::pread(fd.get(), note.data(), note.size(), 0);
+  note.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return note;
+}
+
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
            std::chrono::system_clock::now().time_since_epoch())
@@ -243,12 +252,7 @@ void wal_archiver::closed() {
 
 bool wal_archiver::take_close_note() {
   auto path = dir_ / "closed";
-  std::string note(200, '\0');
-  scoped_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0)
-    return false;
-  ssize_t n = ::pread(fd.get(), note.data(), note.size(), 0);
-  note.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  auto note = read_note(path);
   ::unlink(path.c_str());
   return !note.empty() && note == close_note();
 }
@@ -321,10 +325,7 @@ std::string wal_archiver::source_note() const {
 bool wal_archiver::follows_source() const {
   if (last_.epoch == 0)
     return false;
-  std::string note(64, '\0');
-  scoped_fd fd(::open((epoch_dir(last_.epoch) / "source").c_str(), O_RDONLY | O_CLOEXEC));
-  ssize_t n = fd.get() < 0 ? -1 : ::pread(fd.get(), note.data(), note.size(), 0);
-  note.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  auto note = read_note(epoch_dir(last_.epoch) / "source");
   return !note.empty() && note == source_note();
 }
 
@@ -369,15 +370,14 @@ status wal_archiver::start_epoch(int64_t seq, bool after_commit) {
   // every new entity's first open), which holds nothing the archive could keep and the entity
   // lose; those two syncs cost a creation-heavy load a tenth of its rate.
   if (seq > 0 || after_commit) {
-    if (scoped_fd d(::open(db_.c_str(), O_RDONLY | O_CLOEXEC));
-        d.get() >= 0 && ::fdatasync(d.get()) != 0)
-      return os_error("fdatasync " + db_.string(), errno);
+    if (int e = sync_file(db_); e != 0 && e != ENOENT)
+      return os_error("fdatasync " + db_.string(), e);
     if (live_fd() >= 0 && ::fdatasync(live_fd()) != 0)
       return os_error("fdatasync " + wal_.string(), errno);
   }
   if (auto st = entity_store::copy_files(db_, ed / "base.db"); !st)
     return st;
-  // The file this epoch follows (device and inode): attach() tells by it the file's own lost
+  // The file this epoch follows (source_note()): attach() tells by it the file's own lost
   // commits from another file put in its place.
   {
     scoped_fd src(::open((ed / "source").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -410,9 +410,8 @@ status wal_archiver::start_epoch(int64_t seq, bool after_commit) {
     }
   }
   // The base is durable before any record names it.
-  if (scoped_fd b(::open((ed / "base.db").c_str(), O_RDONLY | O_CLOEXEC));
-      b.get() < 0 || ::fdatasync(b.get()) != 0)
-    return os_error("fdatasync " + (ed / "base.db").string(), errno);
+  if (int e = sync_file(ed / "base.db"); e != 0)
+    return os_error("fdatasync " + (ed / "base.db").string(), e);
   if (!index_) {
     auto path = dir_ / "index";
     index_ = std::make_shared<scoped_fd>(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
