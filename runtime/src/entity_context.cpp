@@ -335,12 +335,23 @@ void entity_context::set_alarm(std::string name, int64_t due_ms, json payload) {
   if (name.empty() || name[0] == '@')
     throw client_error("INVALID_ALARM", "alarm names must be non-empty and not start with '@'");
   auto* j = journal();
-  if (j && j->replay("set_alarm", name))
+  // The alarm's own run sets it again: the new occurrence waits for the run's end (turn::rearm),
+  // and is taken again when a retry of the run replays this.
+  auto* own = j && is_alarm_journal(j->key(), name) ? runner_.current() : nullptr;
+  if (j && j->replay("set_alarm", name)) {
+    if (own)
+      own->rearm = alarm_record{name, due_ms, payload.dump(), 0, clock_ms()};
     return;
-  // A new occurrence of the alarm: the journal of one that was interrupted is not its own.
-  if (!(j && j->key() == "alarm:" + name))
-    throw_if(store().purge_journal("alarm:" + name));
-  set_alarm_internal(name, due_ms, payload.dump(), 0);
+  }
+  if (own) {
+    own->rearm = alarm_record{name, due_ms, payload.dump(), 0, clock_ms()};
+  } else {
+    // A new occurrence set by another turn: the journal of a run of the alarm that was
+    // interrupted is not its own.
+    for (auto& k : alarm_journals(store(), name))
+      throw_if(store().purge_journal(k));
+    set_alarm_internal(name, due_ms, payload.dump(), 0);
+  }
   if (j)
     j->record("set_alarm", name, nullptr);
 }
@@ -356,6 +367,8 @@ void entity_context::set_alarm_internal(std::string name, int64_t due_ms, std::s
 
 void entity_context::cancel_alarm(std::string_view name) {
   auto* j = journal();
+  if (auto* t = runner_.current(); t && t->rearm && t->rearm->name == name)
+    t->rearm.reset(); // its own run cancels the occurrence it set
   if (j && j->replay("cancel_alarm", name))
     return;
   throw_if(store().cancel_alarm(name));

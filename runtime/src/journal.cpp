@@ -2,6 +2,7 @@
 // thread. An entry is the JSON array [kind, what, result]; a step's row keeps the entries done
 // since the step before as a JSON array of them (docs/storage-format.md section 16).
 #include "journal.hpp"
+#include "call_errors.hpp"
 
 namespace factum::detail {
 
@@ -17,6 +18,43 @@ call_error journal_mismatch(const std::string& message) {
 
 std::string journal_key_of_call(std::string_view k) {
   return "key:" + std::string(k);
+}
+
+// -- the journal of an alarm's run --
+
+namespace {
+
+std::string alarm_journal_prefix(std::string_view name) {
+  return "alarm:" + std::string(name);
+}
+
+} // namespace
+
+std::string alarm_journal_key(std::string_view name, std::string_view run_id) {
+  return alarm_journal_prefix(name) + "#" + std::string(run_id);
+}
+
+bool is_alarm_journal(std::string_view key, std::string_view name) {
+  auto prefix = alarm_journal_prefix(name);
+  if (key.substr(0, prefix.size()) != prefix)
+    return false;
+  return key.size() == prefix.size() ||
+         (key.size() == prefix.size() + 1 + alarm_run_id_size && key[prefix.size()] == '#');
+}
+
+std::vector<std::string> alarm_journals(entity_store& store, std::string_view name) {
+  // The prefix alone also takes the journals of longer names ("tick" and "tick2").
+  auto keys = value_or_throw(store.journal_keys(alarm_journal_prefix(name), 10000));
+  std::erase_if(keys, [&](const std::string& k) { return !is_alarm_journal(k, name); });
+  return keys;
+}
+
+std::string alarm_run_journal(entity_store& store, std::string_view name) {
+  auto keys = alarm_journals(store, name);
+  if (!keys.empty())
+    return keys.front();
+  auto id = time_ordered_id("", static_cast<int>(alarm_run_id_size) - 12);
+  return alarm_journal_key(name, id);
 }
 
 json journal_result(const tool_reply& r) {

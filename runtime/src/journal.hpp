@@ -23,6 +23,7 @@
 
 #include "factum/entities/context.hpp"
 #include "factum/entities/errors.hpp"
+#include "factum/storage/entity_store.hpp"
 #include "factum/storage/records.hpp"
 
 namespace factum::detail {
@@ -31,9 +32,28 @@ namespace factum::detail {
 /// (a retry replays the same journal).
 call_error journal_mismatch(const std::string& message);
 
-/// The journal key of a call with idempotency key `k` ("key:" + k); alarms use "alarm:" + name,
-/// a dead letter's retry of a call without a key "dl:" + id.
+/// The journal key of a call with idempotency key `k` ("key:" + k); a dead letter's retry of a
+/// call without a key uses "dl:" + id, a run of an alarm alarm_journal_key.
 std::string journal_key_of_call(std::string_view k);
+
+// -- the journal of an alarm's run --
+// Every run of an alarm (a new occurrence, set again by its own handler or by another turn) is
+// journaled under a key of its own, "alarm:" + name + "#" + a run id of alarm_run_id_size
+// characters, so that the keys its steps derive (a callee's, a vendor's) differ from one run to
+// the next; the retries of one run (after a crash, a failure or as a dead letter) find that run's
+// journal and keep its keys. Files written before run ids journaled a run as "alarm:" + name:
+// such a journal is resumed as it is.
+
+inline constexpr size_t alarm_run_id_size = 32;
+/// The journal of alarm `name`'s run `run_id`.
+std::string alarm_journal_key(std::string_view name, std::string_view run_id);
+/// Whether `key` journals a run of alarm `name`.
+bool is_alarm_journal(std::string_view key, std::string_view name);
+/// The journals of alarm `name`'s runs in `store` (a run that has not ended: interrupted, failed
+/// and due again, or ended in a dead letter).
+std::vector<std::string> alarm_journals(entity_store& store, std::string_view name);
+/// The journal a run of alarm `name` starts under: the one of its unfinished run, else a new one.
+std::string alarm_run_journal(entity_store& store, std::string_view name);
 
 /// A step's result as the journal keeps it, and back.
 nlohmann::json journal_result(const tool_reply& r);

@@ -692,10 +692,10 @@ json operator_record(const json& args) {
 
 } // namespace
 
-std::string dead_letter_journal(const dead_letter_record& dl) {
+std::string dead_letter_journal(entity_store& store, const dead_letter_record& dl) {
   static constexpr std::string_view alarm_op = "@alarm:";
   if (dl.operation.rfind(alarm_op, 0) == 0)
-    return "alarm:" + dl.operation.substr(alarm_op.size());
+    return alarm_run_journal(store, dl.operation.substr(alarm_op.size()));
   return dl.idempotency_key.empty() ? "dl:" + dl.id : journal_key_of_call(dl.idempotency_key);
 }
 
@@ -731,7 +731,7 @@ json act_on_dead_letter(tool_host& h, const json& args) {
     throw storage_error(st);
   h.dead_letter_written(dl);
   if (dl.status == dl_status::discarded) // nothing will replay its call's journal now
-    if (auto st = h.store().purge_journal(dead_letter_journal(dl)); !st)
+    if (auto st = h.store().purge_journal(dead_letter_journal(h.store(), dl)); !st)
       throw storage_error(st);
   fact_draft d;
   d.type = "lifecycle";

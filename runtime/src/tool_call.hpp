@@ -88,8 +88,8 @@ nlohmann::json list_breakers(tool_host& h);
 nlohmann::json act_on_breaker(tool_host& h, const nlohmann::json& args);
 
 /// The name of the journal a dead letter's retry replays (journal.hpp): its call's, its
-/// alarm's, or its own for a call without a key.
-std::string dead_letter_journal(const dead_letter_record& dl);
+/// alarm's run's (a new one when that run left none), or its own for a call without a key.
+std::string dead_letter_journal(entity_store& store, const dead_letter_record& dl);
 
 /// JSON view of a dead letter.
 nlohmann::json to_json(const dead_letter_record& d);

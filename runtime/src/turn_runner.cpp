@@ -264,7 +264,7 @@ void turn_runner::run_alarm(int64_t now) {
                [this](std::exception_ptr e) { finish(e, json(nullptr)); });
     return;
   }
-  start_journal("alarm:" + t.alarm.name, true);
+  start_journal(alarm_run_journal(store(), t.alarm.name), true);
   start_task(instance_->on_alarm(*ctx_, t.alarm),
              [this](std::exception_ptr e) { finish(e, json(nullptr)); });
 }
@@ -295,7 +295,9 @@ void turn_runner::run_dead_letter_retry() {
     if (is_schedule_alarm(a.name))
       a = fire_of_dead_letter(a);
     t.info.method = "@alarm";
-    start_journal(a.schedule ? schedule_journal_key(a.name, a.due_ms) : "alarm:" + a.name, true);
+    start_journal(a.schedule ? schedule_journal_key(a.name, a.due_ms)
+                             : alarm_run_journal(store(), a.name),
+                  true);
     start_task(instance_->on_alarm(*ctx_, a),
                [this](std::exception_ptr e) { finish(e, json(nullptr)); });
     return;
@@ -316,7 +318,7 @@ void turn_runner::run_dead_letter_retry() {
   if (t.item.req.fingerprint.empty())
     t.item.req.fingerprint = call_fingerprint(t.info.method, t.info.args_json);
   t.info.fingerprint = t.item.req.fingerprint;
-  start_journal(dead_letter_journal(*dl), true);
+  start_journal(dead_letter_journal(store(), *dl), true);
   start_task(m->fn(*instance_, *ctx_, std::move(args)),
              [this](std::exception_ptr e, std::optional<json> v) { finish(e, std::move(v)); });
 }
@@ -504,6 +506,8 @@ call_reply turn_runner::finish_ok(const std::optional<json>& value) {
   }
   if (t.item.kind == turn_kind::alarm && !t.alarm.name.empty()) {
     env_.stats->alarms_fired.fetch_add(1, std::memory_order_relaxed);
+    if (t.rearm) // the occurrence the run set, in the commit that ends the run
+      ctx_->set_alarm_internal(t.rearm->name, t.rearm->due_ms, t.rearm->payload, 0);
     bool reset =
       std::find(t.alarms_set.begin(), t.alarms_set.end(), t.alarm.name) != t.alarms_set.end();
     if (!reset) {

@@ -74,6 +74,10 @@ struct turn_state {
   /// handed to an operator): the turn's failure leaves it as the tool wrote it.
   bool dead_letter_rewritten = false;
   std::vector<std::string> alarms_set;
+  /// An alarm's run set its own alarm again: the new occurrence, written when the run ends
+  /// well (entity_context::set_alarm). Until then the alarm's row is the running occurrence's,
+  /// so a run interrupted before its end is retried as itself.
+  std::optional<alarm_record> rearm;
   bool key_on_disk = false; ///< a pending row was committed (the turn awaited something)
   /// The call resumes one interrupted at an await (its key was pending): it replays its journal.
   bool resumed = false;

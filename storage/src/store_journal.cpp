@@ -100,6 +100,23 @@ result<std::vector<journal_summary>> entity_store::list_journals(int64_t limit) 
   return out;
 }
 
+result<std::vector<std::string>> entity_store::journal_keys(std::string_view prefix,
+                                                            int64_t limit) {
+  std::vector<std::string> out;
+  if (schema_version_ < schema::journal_version)
+    return out;
+  auto row = [&](sqlite3_stmt* st) { out.push_back(col_text(st, 0)); };
+  // A range of the primary key: every key that starts with `prefix` sorts (BINARY) at or after
+  // it and before `prefix` followed by the largest byte, which no UTF-8 text holds.
+  std::string end = std::string(prefix) + "\xff";
+  if (auto st = read_rows("SELECT DISTINCT key FROM journal WHERE key >= ? AND key < ? "
+                          "ORDER BY key LIMIT ?",
+                          "list journal keys", row, prefix, end, limit);
+      !st)
+    return st;
+  return out;
+}
+
 status entity_store::purge_journal(std::string_view key, int64_t after_step) {
   if (schema_version_ < schema::journal_version)
     return status::ok();

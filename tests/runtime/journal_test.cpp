@@ -303,12 +303,15 @@ TEST_CASE("journal: an alarm whose handler failed after its step replays the ste
   REQUIRE(b.store->commit().is_ok());
   b.alarm();
   CHECK(b.vendor_ops["alarm_step"] == 1);
-  CHECK(journal_of(b, "alarm:steps").size() == 1);
+  auto runs = alarm_journals(*b.store, "steps"); // the run's journal, under its run id
+  REQUIRE(runs.size() == 1);
+  CHECK(is_alarm_journal(runs[0], "steps"));
+  CHECK(journal_of(b, runs[0]).size() == 1);
   b.alarm(); // the retry
   CHECK(b.vendor_ops["alarm_step"] == 1);
   CHECK(b.count_facts("alarm_step_done") == 1);
   CHECK(b.store->get_alarm("steps").error().code() == errc::not_found);
-  CHECK(journal_of(b, "alarm:steps").empty());
+  CHECK(alarm_journals(*b.store, "steps").empty());
 }
 
 TEST_CASE("journal: a dead letter's retry of an alarm runs its handler with the alarm kept for "

@@ -385,6 +385,8 @@ class entity_store {
   result<std::vector<journal_step>> journal(std::string_view key);
   /// The journals in the file, newest first.
   result<std::vector<journal_summary>> list_journals(int64_t limit);
+  /// The keys of the journals whose key starts with `prefix` (at most `limit`, in key order).
+  result<std::vector<std::string>> journal_keys(std::string_view prefix, int64_t limit);
   /// Deletes the journal of `key`: its steps after `after_step` (0: all of them).
   status purge_journal(std::string_view key, int64_t after_step = 0);
 
