@@ -83,6 +83,9 @@ struct entity_store::sync_state {
   std::mutex mu;
   int fd = -1;
   bool dir_synced = false; // the directory was fsynced since the -wal exists
+  /// An fdatasync of the live files by the archive failed (wal_archiver::on_live_sync_failure):
+  /// every sync() of this store fails with it from then on.
+  std::optional<status> live_error;
   ~sync_state() {
     if (fd >= 0)
       ::close(fd);
@@ -90,8 +93,12 @@ struct entity_store::sync_state {
 };
 
 status entity_store::sync() {
-  if (!deferred_sync())
-    return status::ok();
+  if (!deferred_sync()) {
+    if (!archive_)
+      return status::ok();
+    std::lock_guard<std::mutex> g(sync_->mu);
+    return sync_->live_error ? *sync_->live_error : status::ok();
+  }
   auto wal = wal_path();
   int fd;
   {
@@ -99,6 +106,8 @@ status entity_store::sync() {
     // that syncs on several threads overlap (each covers the commits made before it began,
     // and the kernel merges their cache flushes).
     std::lock_guard<std::mutex> g(sync_->mu);
+    if (sync_->live_error)
+      return *sync_->live_error;
     if (sync_->fd < 0) {
       sync_->fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
       if (sync_->fd < 0)
@@ -708,8 +717,13 @@ void entity_store::ship_to_archive() {
 status entity_store::attach_archive() {
   if (opts_.archive_dir.empty() || opts_.read_only)
     return status::ok();
-  archive_ =
-    std::make_unique<detail::wal_archiver>(entity_archive_dir(opts_.archive_dir, key_), path_);
+  archive_ = std::make_unique<detail::wal_archiver>(entity_archive_dir(opts_.archive_dir, key_),
+                                                    path_, opts_.fault);
+  archive_->on_live_sync_failure([s = sync_.get()](const status& st) {
+    std::lock_guard<std::mutex> g(s->mu);
+    if (!s->live_error)
+      s->live_error = status{st.code(), st.message() + " (met by the archive's sync)"};
+  });
   archive_->attach(last_seq_);
   wal_.committed = false;
   // From now on the VFS tells the archive before each new WAL header (wal_archiver.hpp).

@@ -114,8 +114,9 @@ std::string archive_gen_name(int64_t gen) {
 
 // -- the writer ---------------------------------------------------------------------------------
 
-wal_archiver::wal_archiver(fs::path dir, fs::path db)
-    : dir_(std::move(dir)), db_(std::move(db)), wal_(with_suffix(db_, "-wal")) {}
+wal_archiver::wal_archiver(fs::path dir, fs::path db, fault_hook fault)
+    : dir_(std::move(dir)), db_(std::move(db)), wal_(with_suffix(db_, "-wal")),
+      fault_(std::move(fault)) {}
 
 fs::path wal_archiver::epoch_dir(int64_t epoch) const {
   return dir_ / archive_epoch_name(epoch);
@@ -131,6 +132,19 @@ void wal_archiver::fail(const status& st) {
                  dir_.c_str(), st.message().c_str());
   broken_ = true;
   count_archive(0, 0, 0, 1);
+}
+
+status wal_archiver::sync_live(bool with_db) {
+  status st;
+  if (fault_ && fault_(0, "archive_sync_live") != 0)
+    st = {errc::io_error, "fdatasync " + wal_.string() + ": injected failure"};
+  else if (int e = with_db ? sync_file(db_) : 0; e != 0 && e != ENOENT)
+    st = os_error("fdatasync " + db_.string(), e);
+  else if (live_fd() >= 0 && ::fdatasync(live_fd()) != 0)
+    st = os_error("fdatasync " + wal_.string(), errno);
+  if (!st && live_failed_)
+    live_failed_(st);
+  return st;
 }
 
 int wal_archiver::live_fd() {
@@ -369,12 +383,9 @@ status wal_archiver::start_epoch(int64_t seq, bool after_commit) {
   // before the archive's own syncs). Not at the open of a file without a fact yet (a creation:
   // every new entity's first open), which holds nothing the archive could keep and the entity
   // lose; those two syncs cost a creation-heavy load a tenth of its rate.
-  if (seq > 0 || after_commit) {
-    if (int e = sync_file(db_); e != 0 && e != ENOENT)
-      return os_error("fdatasync " + db_.string(), e);
-    if (live_fd() >= 0 && ::fdatasync(live_fd()) != 0)
-      return os_error("fdatasync " + wal_.string(), errno);
-  }
+  if (seq > 0 || after_commit)
+    if (auto st = sync_live(true); !st)
+      return st;
   if (auto st = entity_store::copy_files(db_, ed / "base.db"); !st)
     return st;
   // The file this epoch follows (source_note()): attach() tells by it the file's own lost
@@ -524,8 +535,8 @@ void wal_archiver::sync() {
     return;
   // The live WAL first: the archive never holds on disk a commit that the entity file could
   // still lose to a power cut (the next open would find the archive past the file).
-  if (live_fd() >= 0 && ::fdatasync(live_fd()) != 0) {
-    fail(os_error("fdatasync " + wal_.string(), errno));
+  if (auto st = sync_live(false); !st) {
+    fail(st);
     return;
   }
   for (const auto* fd : {&mirror_, &index_})

@@ -33,12 +33,14 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "factum/storage/durability.hpp"
 #include "factum/storage/status.hpp"
 #include "factum/storage/wal_archive.hpp"
 #include "file_io.hpp"
@@ -48,8 +50,9 @@ namespace factum::detail {
 class wal_archiver {
  public:
   /// The archive at `dir` of the entity file `db` (its -wal beside it). Reads the archive's
-  /// index; creates nothing yet.
-  wal_archiver(std::filesystem::path dir, std::filesystem::path db);
+  /// index; creates nothing yet. `fault` (tests): a non-zero answer to "archive_sync_live"
+  /// fails the archive's fdatasync of the live files as the disk would.
+  wal_archiver(std::filesystem::path dir, std::filesystem::path db, fault_hook fault = {});
 
   /// At the end of the store's open (after its own writes): brings the archive level with the
   /// live WAL (copies commits a crash left unshipped, drops ones a power cut took from the live
@@ -72,6 +75,11 @@ class wal_archiver {
   /// Whether restarting() will be called (the store's VFS took the hook). Without it, every
   /// ship() reads the WAL header and syncs the archive (correct, and three times the syncs).
   void watch_restarts(bool hooked) noexcept { hooked_ = hooked; }
+  /// Called when an fdatasync of the live files (the -wal, the entity file) fails here. Linux
+  /// reports a writeback error once per open file description: a descriptor the store opens
+  /// after this one saw the error would sync with success over the lost pages, so the store
+  /// must fail its own next sync (entity_store::sync()).
+  void on_live_sync_failure(std::function<void(const status&)> fn) { live_failed_ = std::move(fn); }
 
   /// The last point shipped (epoch 0 before any).
   const archive_point& last() const noexcept { return last_; }
@@ -97,6 +105,9 @@ class wal_archiver {
   bool follows_source() const;
   /// The live -wal's descriptor, opened on first use (-1 when it cannot be).
   int live_fd();
+  /// fdatasyncs the entity file (`with_db`) and the live -wal; a failure is told to
+  /// on_live_sync_failure's function before it is returned.
+  status sync_live(bool with_db);
   std::string live_header();
   /// The `closed` note for the files as they are now (empty when the database is missing).
   std::string close_note();
@@ -118,8 +129,10 @@ class wal_archiver {
   fd_ptr live_;            // the live -wal, read-only
   std::vector<char> buf_;  // copy buffer
   bool broken_ = false;
-  bool restarted_ = false; // restarting() ran since the last ship()
-  bool hooked_ = false;    // watch_restarts()
+  bool restarted_ = false;                         // restarting() ran since the last ship()
+  bool hooked_ = false;                            // watch_restarts()
+  std::function<void(const status&)> live_failed_; // on_live_sync_failure()
+  fault_hook fault_;
 };
 
 /// Size in bytes of one index record: epoch, gen, end, seq, time, checksum (little-endian
