@@ -314,6 +314,17 @@ async def refusals(srv):
     ws = await websockets.connect(srv.ws("r-ref"), extra_headers={"X-API-Key": KEY_A})
     check(await closed_code(ws) == 4400, "on_connect's refusal closes with its code")
     check(upgrade_status(srv, "/v1/entities/room/r-ref/ws?name=x", {}) == 401, "no key: 401")
+    # Two keys are ambiguous however they come: a header and a subprotocol (of either tenant),
+    # or two subprotocols.
+    for two in ({"X-API-Key": KEY_A, "Sec-WebSocket-Protocol": f"factum, factum-key.{KEY_G}"},
+                {"X-API-Key": KEY_A, "Sec-WebSocket-Protocol": f"factum, factum-key.{KEY_A}"},
+                {"Sec-WebSocket-Protocol": f"factum, factum-key.{KEY_A}, factum-key.{KEY_G}"}):
+        check(upgrade_status(srv, "/v1/entities/room/r-ref/ws?name=x", two) == 401,
+              f"two keys: 401 ({two})")
+    ws = await websockets.connect(srv.ws("r-ref", "y"),
+                                  subprotocols=["factum", f"factum-key.{KEY_A}"])
+    check(ws.subprotocol == "factum", "one key as a subprotocol is accepted")
+    await ws.close()
     check(upgrade_status(srv, "/v1/entities/counter/c1/ws", {"X-API-Key": KEY_A}) == 404,
           "a type without WebSockets: 404")
     st, body = srv.get("/v1/entities/room/r-ref/ws")

@@ -30,7 +30,10 @@ verdict check_running(gateway& gw) {
 verdict authenticate(const http_server_config& cfg, const http_request& req,
                      const http_tenant*& tenant, const http_api_key*& key) {
   if (req.api_key_count > 1)
-    return refusal{401, "UNAUTHORIZED", "send exactly one X-API-Key header"};
+    return refusal{401, "UNAUTHORIZED",
+                   req.websocket ? "send exactly one API key: one X-API-Key header or one "
+                                   "factum-key.<key> subprotocol, not both"
+                                 : "send exactly one X-API-Key header"};
   tenant = nullptr;
   if (req.has_api_key && !req.api_key.empty()) {
     auto digest = sha256_hex(req.api_key);

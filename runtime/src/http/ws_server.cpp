@@ -119,7 +119,8 @@ class ws_session final : public ws_link,
 
  private:
   /// Browsers authenticate with the subprotocol "factum-key.<key>" (and must offer "factum",
-  /// which the handshake selects); an X-API-Key header wins over it.
+  /// which the handshake selects). Each key subprotocol counts as one more key beside the
+  /// X-API-Key headers: two keys, whichever way they came, are refused (authenticate).
   void take_subprotocols(http_request& r) {
     for (auto it = req_.find(bhttp::field::sec_websocket_protocol);
          it != req_.end() && it->name() == bhttp::field::sec_websocket_protocol; ++it) {
@@ -135,10 +136,9 @@ class ws_session final : public ws_link,
         if (tok == factum_protocol)
           offers_factum_ = true;
         else if (tok.substr(0, key_protocol_prefix.size()) == key_protocol_prefix &&
-                 r.api_key_count == 0) {
+                 ++r.api_key_count == 1) {
           r.api_key = std::string(tok.substr(key_protocol_prefix.size()));
           r.has_api_key = true;
-          r.api_key_count = 1;
         }
       }
     }
