@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "factum/storage/sha256.hpp"
+#include "http/cutting_proxy.hpp"
 #include "http/fixture.hpp"
 #include "http/scripted_cluster.hpp"
 
@@ -61,6 +62,49 @@ TEST_CASE("cluster: a request is relayed to the owner node, and the owner serves
   auto metrics = c.request("GET", "/metrics").body;
   CHECK(metrics.find("factum_cluster_forwarded_total{outcome=\"ok\"} 4") != std::string::npos);
   CHECK(metrics.find("\nfactum_cluster_shards_owned 3\n") != std::string::npos);
+}
+
+TEST_CASE("cluster: a relayed call whose owner committed it and died before its reply is never "
+          "sent again without an Idempotency-Key (502 OUTCOME_UNKNOWN, run once), and with a key "
+          "it is sent again and replayed") {
+  // ledger.append without a key, as a type that does not require one takes its calls.
+  auto keyless = [](const std::shared_ptr<scripted_cluster>& c) -> gateway_fixture::tweak {
+    return [c](runtime_config& rc, http_server_config& hc) {
+      with_cluster(c)(rc, hc);
+      hc.require_idempotency_key.clear();
+    };
+  };
+  auto owner_c = std::make_shared<scripted_cluster>();
+  owner_c->when_forwarded = local_route();
+  gateway_fixture owner(keyless(owner_c));
+  cutting_proxy proxy(owner.port(), {2, 4}); // the owner's answers to these never leave
+  auto front_c = std::make_shared<scripted_cluster>();
+  front_c->next.to = shard_route::where::forward;
+  front_c->next.address = "127.0.0.1:" + std::to_string(proxy.port());
+  front_c->next.epoch = 7;
+  front_c->epoch = 0;
+  gateway_fixture front(keyless(front_c));
+
+  http_client c(front.port());
+  auto first = c.request("POST", append_path("o1"), json_headers(), body);
+  REQUIRE_MESSAGE(first.status == 200, first.body); // leaves a kept-alive connection to reuse
+  // The owner runs the second and its answer is lost on the reused connection.
+  auto lost = c.request("POST", append_path("o1"), json_headers(), body);
+  CHECK(lost.status == 502);
+  CHECK(lost.code() == "OUTCOME_UNKNOWN");
+  CHECK(proxy.requests() == 2); // not sent again
+  http_client at_owner(owner.port());
+  auto facts = at_owner.request("GET", "/v1/entities/ledger/o1/facts?limit=10", json_headers());
+  CHECK(facts.json().size() == 2); // the lost one ran once
+  // With a key, the relay sends it again and the owner replays it.
+  auto read = c.request("GET", "/v1/entities/ledger/o1/facts?limit=10", json_headers());
+  CHECK(read.status == 200); // the third request: a kept-alive connection again
+  auto keyed = c.request("POST", append_path("o1"), json_headers(acme_key, "k-lost"), body);
+  CHECK(keyed.status == 200);
+  CHECK(keyed.header("idempotent-replayed") == "true");
+  CHECK(proxy.requests() == 5);
+  facts = at_owner.request("GET", "/v1/entities/ledger/o1/facts?limit=10", json_headers());
+  CHECK(facts.json().size() == 3);
 }
 
 TEST_CASE("cluster: an owner that says NOT_OWNER makes the relaying node refresh and route "

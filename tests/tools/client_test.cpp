@@ -1,8 +1,9 @@
 // client_test.cpp: the HTTP tool transport (http_tool_client) against the in-process fake
 // vendor on loopback: reply mapping (2xx, 429 + Retry-After, 503, 500, X-Cost, non-JSON),
-// transport failures (refused, reset, timeout), keep-alive reuse, the one silent re-send on a
-// stale connection, the pool bound and its queue, and stop() with requests in flight. Every
-// wait is bounded; the tests run on the test thread, replies arrive on the client's thread.
+// transport failures (refused, reset, timeout), keep-alive reuse, a stale connection dropped
+// before a send and the one re-send of a keyed request, the pool bound and its queue, and stop()
+// with requests in flight. Every wait is bounded; the tests run on the test thread, replies
+// arrive on the client's thread.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -188,7 +189,8 @@ TEST_CASE("client: keep-alive: sequential calls share one connection") {
   CHECK(s.open_connections == 1);
 }
 
-TEST_CASE("client: a stale kept-alive connection is re-sent once on a fresh one") {
+TEST_CASE("client: a kept-alive connection the vendor closed is dropped before a send, and a "
+          "request whose connection closed after it was sent is sent again only with a key") {
   auto v = std::make_unique<fake_vendor::vendor>();
   auto port = v->port();
   http_tool_client c;
@@ -196,7 +198,7 @@ TEST_CASE("client: a stale kept-alive connection is re-sent once on a fresh one"
   o.url = v->url();
   auto fn = c.make_tool("stale", o).value();
   REQUIRE(call(fn).ok); // leaves one idle connection in the pool
-  // The vendor restarts on the same port: the pooled connection's peer is gone.
+  // The vendor restarts on the same port: the pooled connection's peer closed it while idle.
   v.reset();
   fake_vendor::vendor_options vo;
   vo.port = port;
@@ -205,22 +207,34 @@ TEST_CASE("client: a stale kept-alive connection is re-sent once on a fresh one"
   CHECK(r.ok);
   CHECK(r.http_status == 200);
   auto s = c.stats("stale");
-  CHECK(s.stale_retries == 1);
+  CHECK(s.stale_dropped == 1); // seen closed before anything was sent on it
+  CHECK(s.stale_retries == 0);
   CHECK(s.connections_opened == 2);
   CHECK(v->stats()["calls"] == 1); // the vendor saw the request once
 
-  // A reset without an answer on a reused connection looks the same: re-sent once on a fresh
-  // connection; the fresh connection's reset is the attempt's error (no second re-send).
+  // A reset without an answer on a reused connection, after the vendor got the request: it may
+  // have acted on it. Without a key the request is not sent again: the reset is the answer.
   REQUIRE(v->set_mode({{"mode", "reset"}}) == "");
   auto e = call(fn);
   CHECK(e.error_code == "connection_reset");
-  CHECK(c.stats("stale").stale_retries == 2);
-  CHECK(v->stats()["by_status"]["reset"] == 2);
-  // The next request has no idle connection left: a fresh one, reset, reported at once.
-  auto f = call(fn);
-  CHECK(f.error_code == "connection_reset");
-  CHECK(c.stats("stale").stale_retries == 2);
+  CHECK(c.stats("stale").stale_retries == 0);
+  CHECK(v->stats()["by_status"]["reset"] == 1);
+  // With a key (which the vendor de-duplicates by) it is sent once more on a fresh connection,
+  // whose reset is the attempt's error (no second re-send).
+  REQUIRE(v->set_mode({{"mode", "ok"}}) == "");
+  REQUIRE(call(fn).ok); // a kept-alive connection again
+  REQUIRE(v->set_mode({{"mode", "reset"}}) == "");
+  tool_request keyed;
+  keyed.idempotency_key = "k-stale";
+  auto k = call(fn, keyed);
+  CHECK(k.error_code == "connection_reset");
+  CHECK(c.stats("stale").stale_retries == 1);
   CHECK(v->stats()["by_status"]["reset"] == 3);
+  // The next request has no idle connection left: a fresh one, reset, reported at once.
+  auto f = call(fn, keyed);
+  CHECK(f.error_code == "connection_reset");
+  CHECK(c.stats("stale").stale_retries == 1);
+  CHECK(v->stats()["by_status"]["reset"] == 4);
 }
 
 TEST_CASE("client: the pool bound caps connections - extra requests queue, then fail fast") {

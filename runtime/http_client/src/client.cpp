@@ -3,6 +3,8 @@
 // translation unit of factum_http_client. A sync_client runs its io_context on the calling
 // thread; pools, connections and completions live on the io_thread; submit() and stats() may
 // be called from any thread (submit only posts to the I/O thread).
+#include <sys/socket.h>
+
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -316,8 +318,8 @@ struct pool::state : std::enable_shared_from_this<pool::state> {
   std::deque<pending> queue;
   bool stopped = false;
 
-  std::atomic<uint64_t> requests{0}, connections_opened{0}, reused{0}, stale_retries{0}, queued{0},
-    rejected{0}, open{0};
+  std::atomic<uint64_t> requests{0}, connections_opened{0}, reused{0}, stale_retries{0},
+    stale_dropped{0}, queued{0}, rejected{0}, open{0};
 
   void submit(pending p);
   void open_fresh(pending p);
@@ -358,6 +360,13 @@ class conn : public std::enable_shared_from_this<conn> {
   }
   /// Answers the request on this connection, if any, with failure::cancelled.
   void cancel() { pool::state::cancel(cur_); }
+  /// Whether the peer closed this idle connection (or sent bytes nobody asked for): a request
+  /// sent on it would fail without telling whether the peer got it.
+  bool peer_closed() {
+    char b;
+    ssize_t n = ::recv(sock_.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
 
  private:
   void arm(std::chrono::milliseconds d);
@@ -478,10 +487,13 @@ void conn::on_error(beast::error_code ec, stage st) {
   auto p = std::move(cur_);
   auto self = shared_from_this();
   bool answered = parser_ && parser_->got_some();
-  // A kept-alive connection the peer closed while idle: re-send once on a fresh connection
-  // (nothing of this request was answered, so the peer never acted on it).
+  // A kept-alive connection the peer closed while idle: re-send once on a fresh connection.
+  // When the write failed, the peer never got the whole request. When the read failed, the
+  // peer may have got it and acted on it before it closed (or died): only a request that may
+  // run twice is sent again (a GET, or one with an Idempotency-Key the peer de-duplicates by).
+  bool replayable = p.req.method == verb::get || !p.req.idempotency_key.empty();
   if (pool_->opts.resend_on_stale && !timed_out_ && reused_ && closed_kind(ec) && !answered &&
-      !p.stale_retried && (st == stage::write || st == stage::read)) {
+      !p.stale_retried && (st == stage::write || (st == stage::read && replayable))) {
     p.stale_retried = true;
     p.req.body = std::move(req_.body());
     pool_->stale_retries.fetch_add(1, std::memory_order_relaxed);
@@ -508,9 +520,14 @@ void conn::on_error(beast::error_code ec, stage st) {
 void pool::state::submit(pending p) {
   if (stopped)
     return cancel(p);
-  if (!idle.empty()) {
+  while (!idle.empty()) {
     auto c = std::move(idle.back());
     idle.pop_back();
+    if (c->peer_closed()) { // the peer closed it while idle: not a place to send anything
+      stale_dropped.fetch_add(1, std::memory_order_relaxed);
+      gone(c, false);
+      continue;
+    }
     reused.fetch_add(1, std::memory_order_relaxed);
     return c->send(std::move(p), true);
   }
@@ -598,6 +615,7 @@ pool_stats pool::stats() const {
   out.connections_opened = s.connections_opened.load();
   out.reused = s.reused.load();
   out.stale_retries = s.stale_retries.load();
+  out.stale_dropped = s.stale_dropped.load();
   out.queued = s.queued.load();
   out.rejected = s.rejected.load();
   out.open_connections = s.open.load();

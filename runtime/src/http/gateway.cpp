@@ -495,8 +495,10 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x);
 
 /// Relays the request to its owner. An owner that says "not mine", or that cannot be reached
 /// before the request was sent, makes this node read the cluster's state again and route the
-/// request anew, at most twice; after that, or when the owner may have got the request and
-/// did not answer, the client gets 503 SHARD_UNAVAILABLE (retryable with the same key).
+/// request anew, at most twice; after that the client gets 503 SHARD_UNAVAILABLE. When the
+/// owner may have got the request and did not answer, a request with an Idempotency-Key (or a
+/// GET) gets 503 SHARD_UNAVAILABLE, retryable with the same key; one without gets 502
+/// OUTCOME_UNKNOWN: it may have run, and nothing would tell a retry that it had.
 void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
   ++x->relays;
   gw.relay()->send(
@@ -514,6 +516,14 @@ void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
       }
       if (fr.failed != client::failure::none) {
         gw.metrics().forwarded_failed.fetch_add(1);
+        if (x->req.idempotency_key.empty() && x->req.verb != "GET")
+          return finish(
+            gw, *x,
+            problem(*x, 502, "OUTCOME_UNKNOWN",
+                    "the entity's owner got this request and did not answer (" + fr.error +
+                      "): it may have run. Without an Idempotency-Key a retry could run it "
+                      "twice: read the entity's facts to learn whether it ran, and send calls "
+                      "that must not run twice with an Idempotency-Key"));
         auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
                          "the entity's owner did not answer (" + fr.error +
                            "); retry with the same Idempotency-Key");

@@ -322,6 +322,7 @@ http_tool_stats http_tool_client::stats(std::string_view name) const {
   s.connections_opened = p.connections_opened;
   s.reused = p.reused;
   s.stale_retries = p.stale_retries;
+  s.stale_dropped = p.stale_dropped;
   s.queued = p.queued;
   s.rejected = p.rejected;
   s.open_connections = p.open_connections;

@@ -82,6 +82,7 @@ struct http_tool_stats {
   uint64_t connections_opened = 0; ///< TCP connections established
   uint64_t reused = 0;             ///< requests sent on a kept-alive connection
   uint64_t stale_retries = 0;      ///< requests re-sent once after a stale keep-alive
+  uint64_t stale_dropped = 0;      ///< idle connections found closed by the peer before a send
   uint64_t queued = 0;             ///< requests that waited for a connection
   uint64_t rejected = 0;           ///< requests refused with POOL_EXHAUSTED
   uint64_t open_connections = 0;   ///< now (gauge)

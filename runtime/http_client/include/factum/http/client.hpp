@@ -187,7 +187,10 @@ struct pool_options {
   /// failure::pool_full. Default 1024.
   size_t max_queued = 1'024;
   /// Re-send a request once on a fresh connection when a reused one turned out closed by the
-  /// peer before any of the response arrived (nothing of the request was acted on). Default on.
+  /// peer before any of the response arrived: when its write failed (the peer never got the
+  /// whole request), or, for a GET or a request with an Idempotency-Key only, when the peer
+  /// closed after it was written (the peer may have acted on it). An idle connection the peer
+  /// closed is dropped before a send in any case. Default on.
   bool resend_on_stale = true;
   /// Largest response body accepted. Default 16 MiB.
   uint64_t max_body = uint64_t{16} * 1024 * 1024;
@@ -201,6 +204,7 @@ struct pool_stats {
   uint64_t connections_opened = 0; ///< TCP connections established
   uint64_t reused = 0;             ///< requests sent on a kept-alive connection
   uint64_t stale_retries = 0;      ///< requests re-sent once after a stale keep-alive
+  uint64_t stale_dropped = 0;      ///< idle connections found closed by the peer before a send
   uint64_t queued = 0;             ///< requests that waited for a connection
   uint64_t rejected = 0;           ///< requests refused with failure::pool_full
   uint64_t open_connections = 0;   ///< now (gauge)
