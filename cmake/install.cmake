@@ -35,6 +35,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/runtime.hpp
 install(FILES ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/durability.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/entity_key.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/fact.hpp
+              ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/fact_ids.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/records.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/status.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/wal_archive.hpp

@@ -28,12 +28,13 @@ status need_archive(const runtime_core& c) {
   return status::ok();
 }
 
-/// What a whole-file operation reads of an entity file (read-only): its chain head and next
-/// due alarm, the file checked to be `key`'s.
+/// What a whole-file operation reads of an entity file (read-only): its chain head, next due
+/// alarm and fact-id prefixes, the file checked to be `key`'s.
 struct file_head {
   int64_t seq = 0;
   std::string hash;
   std::optional<int64_t> next_due;
+  fact_id_history fact_ids;
 };
 
 result<file_head> head_of(const runtime_core& c, const entity_key& key, const fs::path& file) {
@@ -48,22 +49,25 @@ result<file_head> head_of(const runtime_core& c, const entity_key& key, const fs
   auto next = (*s)->next_alarm();
   if (!next)
     return next.error();
-  file_head h{(*s)->last_seq(), (*s)->head_hash(), std::nullopt};
+  file_head h{(*s)->last_seq(), (*s)->head_hash(), std::nullopt, (*s)->fact_ids()};
   if (next->has_value())
     h.next_due = (*next)->due_ms;
   return h;
 }
 
-/// Opens `file` (a temporary one, no archive), appends `d` and commits; closes with a
-/// checkpoint that empties its -wal. The fact's seq.
+/// Opens `file` (a temporary one, no archive), numbers the facts after its last one under a new
+/// fact-id prefix (`replaced`: the fact ids of the file it replaces), appends `d` and commits;
+/// closes with a checkpoint that empties its -wal. The fact's seq.
 result<int64_t> append_closing(const runtime_core& c, const entity_key& key, const fs::path& file,
-                               const fact_draft& d) {
+                               const fact_id_history& replaced, const fact_draft& d) {
   auto o = move_opts(c, key);
   o.defer_sync = false;
   o.wal_kept_on_close_kib = 0;
   auto s = entity_store::open_file(file, o);
   if (!s)
     return s.error();
+  if (auto st = (*s)->renew_fact_id_prefix(replaced); !st)
+    return st;
   auto f = (*s)->append(d);
   if (!f)
     return f.error();
@@ -128,7 +132,7 @@ result<runtime::rollback_report> rollback_file(runtime_core& c, const entity_key
             {"from_hash", from->hash}};
   if (!note.empty())
     d.data["note"] = note;
-  auto seq = append_closing(c, key, tmp.db, d);
+  auto seq = append_closing(c, key, tmp.db, from->fact_ids, d);
   if (!seq)
     return seq.error();
   if (auto st = place(c, key, tmp.db); !st)
@@ -241,17 +245,24 @@ result<runtime::rollback_report> runtime::rollback_entity(const entity_key& key,
   auto key_str = key.to_string();
   if (!detail::hold_entity(c, key_str))
     return status{errc::conflict, "entity " + key_str + " is being rolled back already"};
-  detail::entity_hold hold{c, key_str};
-  if (auto host = c.connection_holder()) // its WebSocket clients and streams reconnect
-    host->release([&](const entity_key& k) { return k == key; });
-  if (detail::release_keys(c, {key_str}, std::chrono::steady_clock::now() + wait) > 0)
-    return status{errc::busy, "entity " + key_str + " did not hibernate in time; try again"};
+  auto host = c.connection_holder();
   using answer = result<rollback_report>;
-  return detail::on_storage_thread<answer>(c, [&]() -> answer {
-    if (auto st = detail::check_idle(c, key_str); !st)
-      return st;
-    return detail::rollback_file(c, key, to, note);
-  });
+  auto r = [&]() -> answer {
+    detail::entity_hold hold{c, key_str};
+    if (host) // its WebSocket clients reconnect (its fact streams are told once it is done)
+      host->release([&](const entity_key& k) { return k == key; });
+    if (detail::release_keys(c, {key_str}, std::chrono::steady_clock::now() + wait) > 0)
+      return status{errc::busy, "entity " + key_str + " did not hibernate in time; try again"};
+    return detail::on_storage_thread<answer>(c, [&]() -> answer {
+      if (auto st = detail::check_idle(c, key_str); !st)
+        return st;
+      return detail::rollback_file(c, key, to, note);
+    });
+  }();
+  // Released: the streams' reads of the new file are served.
+  if (r && host)
+    host->history_rewritten(key, to.seq);
+  return r;
 }
 
 result<runtime::fork_report> runtime::fork_entity(const entity_key& from, const entity_key& to,

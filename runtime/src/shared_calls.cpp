@@ -70,11 +70,26 @@ json read_keys(entity_store& store, const json& args, std::string& cursor) {
   return out;
 }
 
+/// Where a client that read the facts up to `seq` numbered under `prefix` (empty: the entity's
+/// first prefix) stands in the entity's history now (fact streams resuming: fact_ids.hpp): the
+/// last seq up to which it holds the same facts, and the entity's first prefix.
+json read_history(entity_store& store, const json& args) {
+  auto seq = args.value("seq", int64_t{0});
+  auto prefix = args.value("prefix", std::string());
+  auto& ids = store.fact_ids();
+  if (ids.empty()) // a file kept at a schema version before 4: one history
+    return {{"first_prefix", ""}, {"shared_until", seq}};
+  int64_t from = prefix.empty() ? 0 : ids.find(prefix);
+  return {{"first_prefix", ids.epochs().front().prefix},
+          {"shared_until", ids.shared_until(from, seq)}};
+}
+
 } // namespace
 
 bool turn_runner::is_read(const std::string& method) {
   return method == "@facts" || method == "@verify" || method == "@alarms" ||
-         method == "@dead_letters" || method == "@breakers" || method == "@keys";
+         method == "@dead_letters" || method == "@breakers" || method == "@keys" ||
+         method == "@history";
 }
 
 bool turn_runner::is_shared(const call_request& req) const {
@@ -116,6 +131,8 @@ json turn_runner::read_internal(const std::string& method, const json& args, std
     return list_breakers(*ctx_);
   if (method == "@keys")
     return read_keys(store(), args, cursor);
+  if (method == "@history")
+    return read_history(store(), args);
   throw not_found_error("METHOD_NOT_FOUND", "no internal method " + method);
 }
 

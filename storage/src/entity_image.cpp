@@ -87,6 +87,7 @@ class entity_template {
     script += schema::v7;
     script += schema::v8;
     script += schema::v9;
+    script += schema::v10;
     script += "INSERT INTO meta(key, value) VALUES ('format', 'factum-entity'), ('tenant', ''), "
               "('type', ''), ('id', ''), ('created_at', '0'), ('fact_id_prefix', '');"
               "PRAGMA user_version=" +

@@ -212,7 +212,14 @@ CREATE TABLE outbox_cursors(
 ) WITHOUT ROWID;
 )sql";
 
-inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5, v6, v7, v8, v9};
+/// Version 10: a file's fact ids may be numbered under several prefixes. A rollback numbers the
+/// facts after its bookmark under a new prefix (so that no fact id is ever given twice), and the
+/// meta row `fact_id_history` keeps every prefix with the seq it began at and the one it follows
+/// (docs/storage-format.md section 6). No table changes: the version keeps a build that knows
+/// one prefix per file from misreading a rolled-back file's ids.
+inline constexpr const char* v10 = "SELECT 1;";
+
+inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5, v6, v7, v8, v9, v10};
 
 /// The first schema version with the `owners` table.
 inline constexpr int owners_version = 6;
@@ -222,6 +229,8 @@ inline constexpr int journal_version = 7;
 inline constexpr int schedules_version = 8;
 /// The first schema version with the `outbox_cursors` table.
 inline constexpr int outbox_version = 9;
+/// The first schema version whose fact ids may have several prefixes (meta fact_id_history).
+inline constexpr int fact_id_history_version = 10;
 
 /// What an open releases: the keys an activation that is gone left pending, except (from
 /// version 7) those whose call has a journal, which a retry resumes.
@@ -232,7 +241,7 @@ inline constexpr char release_unjournaled_sql[] =
 
 /// Migration 1 as a new file gets it at version 4: the same tables, indexes and triggers that
 /// migrations 1, 3 and 4 leave, except that `facts.fact_id` has no UNIQUE constraint (and so no
-/// index). A new file is built from `fresh_v1` + `v2` + `v5` + `v6` + `v7` + `v8` (fewer statements
+/// index). A new file is built from `fresh_v1` + `v2` + `v5` to `v10` (fewer statements
 /// to parse than replaying every migration, which matters for creation time); the meta rows are
 /// written by the builder. A test checks that a new file and one migrated from version 1 have the
 /// same tables, columns, indexes and triggers, apart from that constraint.

@@ -54,43 +54,9 @@ std::string time_ordered_id(std::string_view prefix, int random_hex) {
 
 namespace {
 
-/// Fact ids of schema version 4: the file's prefix (`fct_` + 16 hex digits) + 12 hex digits
-/// of seq. 2^48 facts per entity.
-constexpr size_t fact_id_prefix_size = 20;
+/// Fact ids of schema version 4: a prefix of the file (`fct_` + 16 hex digits) + 12 hex digits
+/// of seq (fact_ids.hpp). 2^48 facts per entity.
 constexpr int64_t max_derived_seq = (int64_t{1} << 48) - 1;
-
-std::string derived_fact_id(const std::string& prefix, int64_t seq) {
-  std::string out;
-  out.reserve(prefix.size() + 12);
-  out += prefix;
-  append_hex(out, static_cast<uint64_t>(seq), 12);
-  return out;
-}
-
-/// Whether `p` is `fct_` + 16 lowercase hex digits.
-bool valid_fact_id_prefix(std::string_view p) {
-  if (p.size() != fact_id_prefix_size || p.substr(0, 4) != "fct_")
-    return false;
-  for (char c : p.substr(4))
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-      return false;
-  return true;
-}
-
-/// The seq of a derived fact id with this prefix, or 0 when `id` is not one.
-int64_t seq_of_derived_id(std::string_view id, std::string_view prefix) {
-  if (prefix.size() != fact_id_prefix_size || id.size() != fact_id_prefix_size + 12 ||
-      id.substr(0, prefix.size()) != prefix)
-    return 0;
-  int64_t seq = 0;
-  for (char c : id.substr(prefix.size())) {
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (d < 0)
-      return 0;
-    seq = seq * 16 + d;
-  }
-  return seq;
-}
 
 constexpr char fact_columns[] =
   "seq, fact_id, type, subtype, ts, tool_id, config_id, config_version, trace_id, "
@@ -152,20 +118,57 @@ status entity_store::load_head() {
   return status::ok();
 }
 
-status entity_store::use_fact_id_meta(const std::string& prefix, const std::string& legacy_until) {
-  fact_id_prefix_.clear();
+status entity_store::use_fact_id_meta(const std::string& prefix, const std::string& legacy_until,
+                                      const std::string& history) {
+  fact_ids_ = {};
   legacy_ids_until_ = 0;
   if (schema_version_ < 4) { // a file kept at an older version: every id is old-style
     legacy_ids_until_ = std::numeric_limits<int64_t>::max();
     return status::ok();
   }
-  fact_id_prefix_ = prefix;
   if (!legacy_until.empty())
     legacy_ids_until_ = std::strtoll(legacy_until.c_str(), nullptr, 10);
   // Checked in release builds: appending with a malformed prefix would write ids that get()
   // cannot find.
-  if (!valid_fact_id_prefix(fact_id_prefix_))
+  if (!valid_fact_id_prefix(prefix))
     return {errc::corruption, path_.string() + ": meta fact_id_prefix is missing or malformed"};
+  if (history.empty()) { // never rolled back: one prefix
+    fact_ids_ = fact_id_history(prefix, legacy_ids_until_ + 1);
+    return status::ok();
+  }
+  auto h = fact_id_history::parse(history);
+  if (!h)
+    return {errc::corruption, path_.string() + ": " + h.error().message()};
+  if (h->current() != prefix)
+    return {errc::corruption, path_.string() + ": meta fact_id_prefix is not the last prefix of "
+                                               "fact_id_history"};
+  fact_ids_ = std::move(*h);
+  return status::ok();
+}
+
+status entity_store::renew_fact_id_prefix(const fact_id_history& known) {
+  if (opts_.read_only || schema_version_ < schema::fact_id_history_version)
+    return {errc::invalid_argument, "renew_fact_id_prefix: needs a writable file of schema "
+                                    "version " +
+                                      std::to_string(schema::fact_id_history_version) +
+                                      " or later"};
+  if (in_batch_)
+    return {errc::invalid_argument, "renew_fact_id_prefix: inside a batch"};
+  auto next = fact_ids_;
+  next.begin(new_fact_id_prefix(), last_seq_ + 1, known);
+  if (auto st = ensure_batch(); !st)
+    return st;
+  auto text = next.to_text();
+  if (auto st = write_bound("INSERT OR REPLACE INTO meta(key, value) VALUES "
+                            "('fact_id_prefix', ?), ('fact_id_history', ?)",
+                            "renew fact id prefix", next.current(), text);
+      !st) {
+    (void)rollback();
+    return st;
+  }
+  if (auto st = commit(); !st)
+    return st;
+  fact_ids_ = std::move(next);
   return status::ok();
 }
 
@@ -213,7 +216,7 @@ result<fact> entity_store::append(const fact_draft& d) {
     return status{errc::full, "the entity holds the most facts a fact id can number (2^48 - 1)"};
   // A file kept at an older schema version (migration tests only) gets old-style ids.
   f.fact_id =
-    fact_id_prefix_.empty() ? time_ordered_id("fct_", 16) : derived_fact_id(fact_id_prefix_, f.seq);
+    fact_ids_.empty() ? time_ordered_id("fct_", 16) : derived_fact_id(fact_ids_.current(), f.seq);
   f.type = d.type;
   f.subtype = d.subtype;
   f.timestamp_ms = d.timestamp_ms ? d.timestamp_ms : now_ms();
@@ -366,8 +369,12 @@ result<fact> entity_store::get(std::string_view fact_id) {
   auto not_found = [&] {
     return status{errc::not_found, "no fact with id " + std::string(fact_id.substr(0, 80))};
   };
-  // A derived id (schema version 4) names its seq: a rowid lookup, no index on fact_id.
-  if (int64_t seq = seq_of_derived_id(fact_id, fact_id_prefix_); seq > legacy_ids_until_) {
+  // A derived id (schema version 4) names its seq: a rowid lookup, no index on fact_id. Its
+  // prefix must number that seq in the entity's current lineage (an id of a fact a rollback
+  // took away names no fact).
+  auto prefix = fact_id.substr(0, std::min(fact_id.size(), fact_id_prefix_size));
+  if (int64_t seq = seq_of_derived_id(fact_id, prefix);
+      seq > legacy_ids_until_ && fact_ids_.prefix_at(seq) == prefix) {
     auto f = get(seq);
     if (!f && f.error().code() == errc::not_found)
       return not_found();
@@ -450,9 +457,10 @@ result<verify_report> entity_store::verify() {
     else if (compute_hash(f) != f.hash)
       problem(f.seq, "hash of seq " + std::to_string(f.seq) +
                        " does not match its contents: the fact was altered");
-    else if (f.seq > legacy_ids_until_ && f.fact_id != derived_fact_id(fact_id_prefix_, f.seq))
-      problem(f.seq, "fact_id of seq " + std::to_string(f.seq) + " is not " + fact_id_prefix_ +
-                       " + its seq in hex: two facts could share it");
+    else if (f.seq > legacy_ids_until_ &&
+             f.fact_id != derived_fact_id(fact_ids_.prefix_at(f.seq), f.seq))
+      problem(f.seq, "fact_id of seq " + std::to_string(f.seq) + " is not " +
+                       fact_ids_.prefix_at(f.seq) + " + its seq in hex: two facts could share it");
     expect = f.seq + 1;
     prev = f.hash;
   }

@@ -42,6 +42,7 @@ struct meta_rows {
   entity_key key;
   std::string fact_id_prefix;
   std::string fact_id_legacy_until;
+  std::string fact_id_history;
 };
 
 /// Reads every meta row in one statement (a handful: an open's one look at the table); the
@@ -59,6 +60,7 @@ int read_meta(sqlite3* db, meta_rows& m) {
                       : k == "id"                   ? &m.key.id
                       : k == "fact_id_prefix"       ? &m.fact_id_prefix
                       : k == "fact_id_legacy_until" ? &m.fact_id_legacy_until
+                      : k == "fact_id_history"      ? &m.fact_id_history
                                                     : nullptr;
     if (to != nullptr)
       *to = col_text(st, 1);
@@ -105,8 +107,7 @@ namespace detail {
 status build_entity_file(const fs::path& tmp, const entity_key& key, int64_t now, int version,
                          int page_size, const char* vfs) {
   if (version == current_schema_version) {
-    std::string prefix = "fct_";
-    append_hex(prefix, random_u64(), 16);
+    auto prefix = new_fact_id_prefix();
     auto image = detail::fresh_entity_image(key, now, prefix, page_size);
     if (!image)
       return image.error();
@@ -200,8 +201,7 @@ status entity_store::claim(entity_key& owner) {
   if (unclaimed(owner)) {
     // Still unclaimed: no other connection got there first.
     owner = key_;
-    std::string prefix = "fct_";
-    append_hex(prefix, random_u64(), 16);
+    auto prefix = new_fact_id_prefix();
     sqlite3_stmt* st = nullptr;
     sqlite3_prepare_v2(db_,
                        "INSERT OR REPLACE INTO meta(key, value) VALUES ('tenant', ?1), "
@@ -407,7 +407,9 @@ status entity_store::migrate() {
     if (int rc = read_meta(db_, meta); rc != SQLITE_DONE)
       return fail(rc, "read fact id meta");
   }
-  if (auto st = use_fact_id_meta(meta.fact_id_prefix, meta.fact_id_legacy_until); !st)
+  if (auto st =
+        use_fact_id_meta(meta.fact_id_prefix, meta.fact_id_legacy_until, meta.fact_id_history);
+      !st)
     return st;
   if (opts_.read_only)
     return status::ok();

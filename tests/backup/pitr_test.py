@@ -13,6 +13,11 @@ One case per run:
          `factum inspect state --as-of` / `bookmark` / `bookmarks` reading the archive while the
          server writes it, `factum fork` and `factum restore --entity --to-bookmark` (a tenant
          named on the command line that is not the key's: 403 TENANT_MISMATCH, nothing changed)
+  ids    fact ids after a rollback: an HTTP outbox sink that de-duplicates by Idempotency-Key
+         gets every fact of the new history (their ids are new), a fact stream open across
+         the rollback is told the history changed (`history` event) and goes on from the
+         bookmark, and a stream resumed with the id of a fact rolled away is told so too, then
+         gets the facts from the bookmark on; one resumed with an id of the new history is not
   kill   rounds of: a rollback request, factum serve SIGKILLed a random moment later, restarted:
          the entity is either wholly as before (every fact, same hashes) or wholly rolled back
          (the facts up to the bookmark, then the rollback fact); `factum inspect verify` passes
@@ -24,6 +29,7 @@ Every wait is bounded (WAIT seconds); the kill loop is bounded in rounds and tim
 """
 import argparse
 import http.client
+import http.server
 import json
 import os
 import random
@@ -45,7 +51,7 @@ BETA_KEY = "pitr-beta-operator-key"
 
 
 class Server:
-    def __init__(self, factum, tmp, data, archive=True):
+    def __init__(self, factum, tmp, data, archive=True, extra=None):
         self.factum, self.tmp, self.data = factum, tmp, data
         self.cfg = os.path.join(tmp, "serve.json")
         cfg = {"data_dir": data, "dev": True, "durability": "full", "types": ["ledger"],
@@ -56,6 +62,7 @@ class Server:
                                                   "scopes": ["read", "write", "operate"]}]}}}
         if archive:
             cfg["archive_dir"] = os.path.join(tmp, "archive")
+        cfg.update(extra or {})
         with open(self.cfg, "w") as f:
             json.dump(cfg, f)
         self.log = os.path.join(tmp, "serve.log")
@@ -302,6 +309,171 @@ def archive_cli_cases(factum, srv, archive):
     check(rc == 0 and keys == ["h0", "h1", "h2", "h3", "h4"], f"state at {last}: {keys} {err}")
 
 
+class Sink:
+    """An HTTP outbox sink on loopback that de-duplicates by Idempotency-Key, as docs/outbox.md
+    advises one to: a key it has seen is acknowledged again and not counted as new."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.new = []  # (key, fact) of each first delivery
+        self.again = []  # the keys delivered again
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                key = self.headers.get("Idempotency-Key", "")
+                with sink.lock:
+                    if any(k == key for k, _ in sink.new):
+                        sink.again.append(key)
+                    else:
+                        sink.new.append((key, json.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def wait_for(self, n, what):
+        end = time.time() + WAIT
+        while time.time() < end:
+            with self.lock:
+                if len(self.new) >= n:
+                    return list(self.new)
+            time.sleep(0.02)  # polling what another thread records, bounded
+        raise Failure(f"the sink got {len(self.new)} new facts, not {n}: {what}")
+
+    def stop(self):
+        self.httpd.shutdown()
+
+
+class Follower:
+    """A fact stream's client on its own thread: the events it got (id, event, data)."""
+
+    def __init__(self, srv, entity, last_id=None):
+        self.events, self.lock = [], threading.Lock()
+        self.conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=WAIT)
+        h = {"X-API-Key": KEY}
+        if last_id is not None:
+            h["Last-Event-ID"] = last_id
+        self.conn.request("GET", f"/v1/entities/ledger/{entity}/facts/stream", headers=h)
+        self.resp = self.conn.getresponse()
+        check(self.resp.status == 200, f"stream: {self.resp.status}")
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self):
+        ev = {}
+        try:
+            for raw in self.resp:
+                line = raw.decode().rstrip("\n")
+                if not line:
+                    with self.lock:
+                        self.events.append(ev)
+                    ev = {}
+                elif ":" in line:
+                    k, v = line.split(":", 1)
+                    ev[k] = v[1:] if v.startswith(" ") else v
+        except (OSError, ValueError):
+            pass
+
+    def wait_for(self, pred, what):
+        end = time.time() + WAIT
+        while time.time() < end:
+            with self.lock:
+                if pred(self.events):
+                    return list(self.events)
+            time.sleep(0.02)  # polling what the reader thread records, bounded
+        raise Failure(f"stream: {what}; events {self.events}")
+
+    def close(self):
+        self.conn.close()
+
+
+def fact_events(events):
+    return [(e["id"], json.loads(e["data"])) for e in events if "id" in e]
+
+
+def case_ids(factum, tmp):
+    sink = Sink()
+    outbox = {"outbox": {"sinks": {"audit": {"kind": "http",
+                                             "url": f"http://127.0.0.1:{sink.port}/facts"}},
+                         "routes": [{"sink": "audit",
+                                     "fact_types": ["invocation", "lifecycle"]}]}}
+    srv = Server(factum, tmp, os.path.join(tmp, "data"), extra=outbox)
+    live = None
+    try:
+        for i in range(4):
+            append(srv, "e9", f"k{i}", i)
+        old = sink.wait_for(4, "the first four facts")
+        old_ids = [f["fact_id"] for _, f in old]
+        live = Follower(srv, "e9")
+        first = fact_events(live.wait_for(lambda ev: len(fact_events(ev)) >= 4, "4 facts"))
+        check([i for i, _ in first] == ["1", "2", "3", "4"], f"ids before a rollback: {first}")
+
+        st, bm, _ = srv.request("GET", "/v1/entities/ledger/e9/bookmark?seq=2")
+        check(st == 200 and bm["seq"] == 2, f"bookmark: {st} {bm}")
+        st, rb, _ = srv.request("POST", f"/v1/entities/ledger/e9/rollback/{bm['bookmark']}", {})
+        check(st == 200 and rb["fact_seq"] == 3, f"rollback: {st} {rb}")
+        for i in range(10, 12):
+            append(srv, "e9", f"k{i}", i)
+        now = facts(srv, "e9")
+        check([f["seq"] for f in now] == [1, 2, 3, 4, 5], f"facts after: {now}")
+        check([f["fact_id"] for f in now[:2]] == old_ids[:2], "the kept facts' ids changed")
+        new_ids = [f["fact_id"] for f in now[2:]]
+        check(not set(new_ids) & set(old_ids), f"an id given twice: {new_ids} {old_ids}")
+
+        # The sink: the rollback fact and the two appends are new to it (before, with the old
+        # ids, it acknowledged them as repeats and they never reached it).
+        got = sink.wait_for(7, "the new history's facts")
+        check([k for k, _ in got[4:]] == new_ids, f"the sink's new keys {got[4:]} vs {new_ids}")
+        check([f["seq"] for _, f in got[4:]] == [3, 4, 5], f"in seq order: {got[4:]}")
+
+        # The live stream: told the history changed, then the facts from the bookmark on.
+        def told(ev):
+            i = next((n for n, e in enumerate(ev) if e.get("event") == "history"), None)
+            return i is not None and len(fact_events(ev[i:])) >= 3
+        ev = live.wait_for(told, "a history event, then 3 facts")
+        at = next(n for n, e in enumerate(ev) if e.get("event") == "history")
+        h = json.loads(ev[at]["data"])
+        check(h["code"] == "HISTORY_CHANGED" and h["last_seq_kept"] == 2, f"history: {h}")
+        after = fact_events(ev[at:])
+        check([f["fact_id"] for _, f in after] == new_ids, f"facts after the event: {after}")
+        suffix = new_ids[0][4:20]
+        check([i for i, _ in after] == [f"{s}.{suffix}" for s in (3, 4, 5)], f"ids: {after}")
+
+        # Resumed with the id of a fact rolled away ("4"): told, then facts 3.. of the new one.
+        back = Follower(srv, "e9", last_id="4")
+        ev = back.wait_for(lambda e: len(fact_events(e)) >= 3, "a resume past a rollback")
+        check(ev[0].get("event") == "history" and
+              json.loads(ev[0]["data"])["last_seq_kept"] == 2, f"resume's first event: {ev[0]}")
+        check([f["fact_id"] for _, f in fact_events(ev)] == new_ids, f"resumed: {ev}")
+        back.close()
+        # Resumed with an id of the new history: nothing to tell, the next fact only.
+        cur = Follower(srv, "e9", last_id=f"5.{suffix}")
+        append(srv, "e9", "k12", 12)
+        ev = cur.wait_for(lambda e: len(fact_events(e)) >= 1, "the next fact")
+        check("event" not in ev[0] and fact_events(ev)[0][0] == f"6.{suffix}", f"resumed: {ev}")
+        cur.close()
+        # A resume with a malformed id is refused.
+        st, doc, _ = srv.request("GET", "/v1/entities/ledger/e9/facts/stream",
+                                 headers={"Last-Event-ID": "4.xyz"})
+        check(st == 400 and doc["code"] == "INVALID_LAST_EVENT_ID", f"bad id: {st} {doc}")
+        # The rolled-back file's outbox cursor is the bookmark's: facts up to it that were
+        # acknowledged after it are delivered again, with their own ids (at least once).
+        with sink.lock:
+            check(set(sink.again) <= set(old_ids[:2]), f"repeated: {sink.again} {old_ids}")
+    finally:
+        if live:
+            live.close()
+        srv.stop()
+        sink.stop()
+
+
 def case_kill(factum, tmp):
     data = os.path.join(tmp, "data")
     srv = Server(factum, tmp, data)
@@ -358,12 +530,12 @@ def case_kill(factum, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--factum", required=True)
-    ap.add_argument("--case", required=True, choices=["http", "kill"])
+    ap.add_argument("--case", required=True, choices=["http", "ids", "kill"])
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="factum-pitr-")
     try:
-        {"http": case_http, "kill": case_kill}[a.case](a.factum, tmp)
+        {"http": case_http, "ids": case_ids, "kill": case_kill}[a.case](a.factum, tmp)
         print(f"pitr {a.case}: ok")
         return 0
     except Failure as e:

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "factum/storage/fact_ids.hpp"
 #include "http/gateway.hpp"
 
 namespace factum::http {
@@ -40,21 +41,102 @@ std::string sse_event(std::string_view id, std::string_view event, std::string_v
 
 // -- fact_stream --
 
-fact_stream::fact_stream(gateway& gw, entity_key key, int64_t after_seq, size_t max_queue_bytes,
+fact_stream::fact_stream(gateway& gw, entity_key key, int64_t after_seq,
+                         std::optional<std::string> resume_prefix, size_t max_queue_bytes,
                          std::string trace_id)
     : gw_(gw), key_(std::move(key)), key_str_(key_.to_string()), max_queue_bytes_(max_queue_bytes),
-      trace_id_(std::move(trace_id)), after_(after_seq), sent_(after_seq) {}
+      trace_id_(std::move(trace_id)), resume_prefix_(std::move(resume_prefix)), after_(after_seq),
+      sent_(after_seq) {}
+
+std::string fact_stream::event_id(int64_t seq, std::string_view fact_id,
+                                  std::string_view first_prefix) {
+  auto id = std::to_string(seq);
+  if (fact_id.size() == fact_id_prefix_size + 12 && fact_id.substr(0, 4) == "fct_" &&
+      !first_prefix.empty() && fact_id.substr(0, fact_id_prefix_size) != first_prefix)
+    id.append(".").append(fact_id.substr(4, fact_id_prefix_size - 4));
+  return id;
+}
 
 fact_stream::~fact_stream() {
   end();
 }
 
 void fact_stream::start(std::function<void(call_reply)> first) {
+  int64_t after = 0;
   {
     std::lock_guard<std::mutex> g(mu_);
     first_ = std::move(first);
+    fetching_ = true;
+    after = after_;
+  }
+  // Where the client stands in the entity's history, and its first fact-id prefix (the events'
+  // ids), before the first page.
+  call_options opts;
+  opts.timeout = gw_.config().call_timeout;
+  opts.trace_id = trace_id_;
+  json args = {{"seq", after}, {"prefix", resume_prefix_.value_or("")}};
+  gw_.rt().call(key_, "@history", args.dump(), std::move(opts),
+                [self = shared_from_this()](call_reply r) { self->on_history(r); });
+}
+
+void fact_stream::on_history(const call_reply& r) {
+  std::function<void(call_reply)> first;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    fetching_ = false;
+    if (ended_)
+      return;
+    auto h = r.ok ? json::parse(r.body, nullptr, false) : json();
+    if (!h.is_object()) {
+      started_ = true;
+      ended_ = true; // the request answers the failure; nothing was sent
+      first = std::move(first_);
+      first_ = nullptr;
+    } else {
+      first_prefix_ = h.value("first_prefix", std::string());
+      auto shared = h.value("shared_until", after_);
+      if (resume_prefix_ && shared < after_) // it received facts a rollback took away
+        history_event_locked(shared);
+    }
+  }
+  if (first) {
+    first(r.ok ? call_reply::failure(error_category::server, "UNAVAILABLE",
+                                     "the entity's history could not be read", 503)
+               : r);
+    return;
   }
   fetch(false);
+}
+
+void fact_stream::history_event_locked(int64_t kept) {
+  json d = {{"code", "HISTORY_CHANGED"},
+            {"last_seq_kept", kept},
+            {"detail", "the entity was rolled back: the facts after last_seq_kept that this "
+                       "client received are no longer its history; the facts from there follow"}};
+  auto bytes = sse_event({}, "history", d.dump());
+  queued_bytes_ += bytes.size();
+  queue_.push_back(std::move(bytes));
+  after_ = sent_ = kept;
+}
+
+void fact_stream::rewound(int64_t kept_seq) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (ended_ || last_ || !started_)
+      return;
+    ++gen_; // a page read before this is not used
+    known_ = kept_seq;
+    // Events not yet handed out go (those of facts kept are read again); a client that got a
+    // fact rolled away is told.
+    queue_.clear();
+    queued_bytes_ = 0;
+    if (sent_ > kept_seq)
+      history_event_locked(kept_seq);
+    else
+      after_ = sent_;
+    paced_ = false;
+  }
+  fetch(true);
 }
 
 void fact_stream::attach(std::function<void()> wake) {
@@ -74,6 +156,7 @@ void fact_stream::notify(int64_t seq) {
 
 void fact_stream::fetch(bool live) {
   int64_t after = 0;
+  uint64_t gen = 0;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (ended_ || last_)
@@ -85,22 +168,25 @@ void fact_stream::fetch(bool live) {
     fetching_ = true;
     again_ = false;
     after = after_;
+    gen = gen_;
   }
   call_options opts;
   opts.timeout = gw_.config().call_timeout;
   opts.trace_id = trace_id_;
   json args = {{"after_seq", after}, {"limit", page_limit}};
-  gw_.rt().call(key_, "@facts", args.dump(), std::move(opts),
-                [self = shared_from_this(), live](call_reply r) { self->on_page(r, live); });
+  gw_.rt().call(
+    key_, "@facts", args.dump(), std::move(opts),
+    [self = shared_from_this(), live, gen](call_reply r) { self->on_page(r, live, gen); });
 }
 
-void fact_stream::on_page(const call_reply& r, bool live) {
+void fact_stream::on_page(const call_reply& r, bool live, uint64_t gen) {
   std::function<void(call_reply)> first;
   std::function<void()> wake;
   bool next_page = false, read_again = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     fetching_ = false;
+    bool stale = started_ && gen != gen_; // read before a rollback: its facts may be gone
     if (!started_) {
       started_ = true;
       first = std::move(first_);
@@ -108,7 +194,10 @@ void fact_stream::on_page(const call_reply& r, bool live) {
     }
     if (ended_)
       return;
-    if (!r.ok) {
+    if (stale) {
+      read_again = true;
+      wake = wake_; // the rollback's event
+    } else if (!r.ok) {
       if (first) {
         ended_ = true; // the request answers the failure; nothing was sent
       } else {
@@ -123,7 +212,8 @@ void fact_stream::on_page(const call_reply& r, bool live) {
           auto seq = f.value("seq", int64_t{0});
           if (seq <= after_)
             continue; // read twice (a notice and a page crossed): sent once
-          auto bytes = sse_event(std::to_string(seq), {}, f.dump());
+          auto bytes = sse_event(event_id(seq, f.value("fact_id", std::string()), first_prefix_),
+                                 {}, f.dump());
           queued_bytes_ += bytes.size();
           queue_.push_back(std::move(bytes));
           after_ = seq;
@@ -260,19 +350,25 @@ void fact_streams::remove(fact_stream* s) {
     gauge_->fetch_sub(1);
 }
 
-void fact_streams::notify(const entity_key& key, int64_t seq) {
-  std::vector<std::shared_ptr<fact_stream>> to;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = by_entity_.find(key.to_string());
-    if (it == by_entity_.end())
-      return;
+std::vector<std::shared_ptr<fact_stream>> fact_streams::of(const entity_key& key) {
+  std::vector<std::shared_ptr<fact_stream>> out;
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = by_entity_.find(key.to_string());
+  if (it != by_entity_.end())
     for (auto& [_, w] : it->second)
       if (auto s = w.lock())
-        to.push_back(std::move(s));
-  }
-  for (auto& s : to)
+        out.push_back(std::move(s));
+  return out;
+}
+
+void fact_streams::notify(const entity_key& key, int64_t seq) {
+  for (auto& s : of(key))
     s->notify(seq);
+}
+
+void fact_streams::rewound(const entity_key& key, int64_t kept_seq) {
+  for (auto& s : of(key))
+    s->rewound(kept_seq);
 }
 
 } // namespace factum::http

@@ -15,7 +15,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -40,8 +42,11 @@ class fact_stream : public std::enable_shared_from_this<fact_stream> {
 
   /// A stream of `key`'s facts after `after_seq`, its reads traced as `trace_id` (the
   /// request's); its queue of events not yet handed to the transport holds at most
-  /// `max_queue_bytes` (more: the stream overflows).
-  fact_stream(gateway& gw, entity_key key, int64_t after_seq, size_t max_queue_bytes,
+  /// `max_queue_bytes` (more: the stream overflows). `resume_prefix`: the client resumes after
+  /// a fact it received (Last-Event-ID), numbered under this fact-id prefix ("" for the entity's
+  /// first one): the stream first checks that the entity's history still holds that fact.
+  fact_stream(gateway& gw, entity_key key, int64_t after_seq,
+              std::optional<std::string> resume_prefix, size_t max_queue_bytes,
               std::string trace_id);
   ~fact_stream();
 
@@ -58,6 +63,13 @@ class fact_stream : public std::enable_shared_from_this<fact_stream> {
   void attach(std::function<void()> wake);
   /// The entity's facts up to `seq` are durable (the hub, on a CAF worker): reads them.
   void notify(int64_t seq);
+  /// The entity's facts after `kept_seq` were replaced (a rollback, once its file is in place):
+  /// a client that received any of them is told so (a `history` event), and the stream goes on
+  /// from `kept_seq`.
+  void rewound(int64_t kept_seq);
+  /// The SSE event id of a fact: its seq, followed by "." and the 16 hex digits of its fact-id
+  /// prefix when that is not the entity's first (`first_prefix`): facts after a rollback.
+  static std::string event_id(int64_t seq, std::string_view fact_id, std::string_view first_prefix);
 
   /// What the transport writes next.
   struct chunk {
@@ -81,7 +93,10 @@ class fact_stream : public std::enable_shared_from_this<fact_stream> {
  private:
   friend class fact_streams;
   void fetch(bool live);
-  void on_page(const call_reply& r, bool live);
+  void on_history(const call_reply& r);
+  void on_page(const call_reply& r, bool live, uint64_t gen);
+  /// Queues the `history` event: the client's facts after `kept` were rolled away.
+  void history_event_locked(int64_t kept);
   void overflow_locked();
   void fail_locked(const call_reply& r);
 
@@ -90,10 +105,13 @@ class fact_stream : public std::enable_shared_from_this<fact_stream> {
   const std::string key_str_;
   const size_t max_queue_bytes_;
   const std::string trace_id_;
+  const std::optional<std::string> resume_prefix_;
   mutable std::mutex mu_;
-  int64_t after_ = 0; ///< the last seq queued (read up to)
-  int64_t sent_ = 0;  ///< the last seq handed to the transport
-  int64_t known_ = 0; ///< the highest durable seq a notice told of
+  std::string first_prefix_; ///< the entity's first fact-id prefix (read at the start)
+  uint64_t gen_ = 0;         ///< rewound() count: a page read before one is not used
+  int64_t after_ = 0;        ///< the last seq queued (read up to)
+  int64_t sent_ = 0;         ///< the last seq handed to the transport
+  int64_t known_ = 0;        ///< the highest durable seq a notice told of
   std::deque<std::string> queue_;
   size_t queued_bytes_ = 0;
   bool fetching_ = false; ///< a read is out
@@ -122,12 +140,17 @@ class fact_streams {
   void remove(fact_stream* s);
   /// Tells every stream of `key` that its facts up to `seq` are durable.
   void notify(const entity_key& key, int64_t seq);
+  /// Tells every stream of `key` that its facts after `kept_seq` were replaced.
+  void rewound(const entity_key& key, int64_t kept_seq);
   /// Whether any stream is open (cheap: the runtime asks at every commit with facts).
   bool any() const { return open_.load(std::memory_order_relaxed) > 0; }
   /// Open streams.
   size_t open_count() const { return static_cast<size_t>(open_.load()); }
 
  private:
+  /// The open streams of `key`.
+  std::vector<std::shared_ptr<fact_stream>> of(const entity_key& key);
+
   connection_caps caps_; ///< under mu_
   std::atomic<int64_t>* gauge_;
   mutable std::mutex mu_;

@@ -4,11 +4,32 @@
 // fails answers problem+json before anything of the stream is written; one that succeeds hands
 // the stream to the transport (http_response::stream). Runs on an I/O thread; the first page's
 // reply on a CAF worker.
+#include "factum/storage/fact_ids.hpp"
 #include "http/fact_streams.hpp"
 #include "http/gateway_steps.hpp"
 #include "http/http_util.hpp"
 
 namespace factum::http::steps {
+
+namespace {
+
+/// A fact event's id (fact_stream::event_id): its seq and fact-id prefix ("" for the entity's
+/// first), or nothing when `v` is not one.
+std::optional<std::pair<int64_t, std::string>> parse_event_id(std::string_view v) {
+  auto dot = v.find('.');
+  auto seq = parse_non_negative(v.substr(0, dot));
+  if (!seq)
+    return std::nullopt;
+  if (dot == std::string_view::npos)
+    return std::pair{*seq, std::string()};
+  auto hex = v.substr(dot + 1);
+  std::string prefix = "fct_" + std::string(hex);
+  if (!valid_fact_id_prefix(prefix))
+    return std::nullopt;
+  return std::pair{*seq, std::move(prefix)};
+}
+
+} // namespace
 
 void open_fact_stream(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   if (x->req.websocket)
@@ -23,16 +44,20 @@ void open_fact_stream(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   // A browser that reconnects sends Last-Event-ID with the URL it first opened: the header wins.
   if (x->req.last_event_id_count > 1)
     return refuse(gw, *x, {400, "INVALID_LAST_EVENT_ID", "send at most one Last-Event-ID header"});
+  std::optional<std::string> resume_prefix;
   if (x->req.last_event_id_count == 1) {
-    auto v = parse_non_negative(x->req.last_event_id);
-    if (!v)
+    auto id = parse_event_id(x->req.last_event_id);
+    if (!id)
       return refuse(gw, *x,
                     {400, "INVALID_LAST_EVENT_ID",
-                     "Last-Event-ID is the seq of the last fact received: a non-negative "
-                     "integer that fits 64 bits"});
-    after = *v;
+                     "Last-Event-ID is the id of the last fact event received: its seq (a "
+                     "non-negative integer that fits 64 bits), or its seq, a dot and 16 "
+                     "lowercase hex digits"});
+    after = id->first;
+    resume_prefix = std::move(id->second);
   }
   auto s = std::make_shared<fact_stream>(gw, entity_key{e.tenant.name, e.type, e.id}, after,
+                                         std::move(resume_prefix),
                                          gw.config().limits.stream_max_queue_bytes, x->trace_id);
   if (auto why = gw.streams().add(s); why != fact_streams::refusal::none) {
     gw.metrics().streams_refused_limit.fetch_add(1);

@@ -70,6 +70,10 @@ class ws_hub final : public connection_host {
     if (streams_)
       streams_->notify(key, seq);
   }
+  void history_rewritten(const entity_key& key, int64_t kept_seq) override {
+    if (streams_)
+      streams_->rewound(key, kept_seq);
+  }
 
  private:
   struct entry {

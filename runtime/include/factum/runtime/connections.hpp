@@ -48,6 +48,12 @@ class connection_host {
     (void)key;
     (void)seq;
   }
+  /// The facts of `key` after `kept_seq` were replaced (runtime::rollback_entity, once the
+  /// rolled-back file is in place): those who follow its facts are told.
+  virtual void history_rewritten(const entity_key& key, int64_t kept_seq) {
+    (void)key;
+    (void)kept_seq;
+  }
 };
 
 } // namespace factum

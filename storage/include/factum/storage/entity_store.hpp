@@ -28,6 +28,7 @@
 #include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/fact.hpp"
+#include "factum/storage/fact_ids.hpp"
 #include "factum/storage/records.hpp"
 #include "factum/storage/status.hpp"
 #include "factum/version.hpp"
@@ -336,6 +337,14 @@ class entity_store {
   /// Seq of the newest fact (0 when empty) and its hash (genesis when empty).
   int64_t last_seq() const noexcept { return last_seq_; }
   const std::string& head_hash() const noexcept { return head_hash_; }
+  /// The prefixes the file's fact ids are numbered under (empty in a file kept at a schema
+  /// version before 4).
+  const fact_id_history& fact_ids() const noexcept { return fact_ids_; }
+  /// A rollback's rebuilt file (before anything is appended to it): the facts after
+  /// last_seq() get ids under a new prefix, so that no id of a fact rolled away is ever given
+  /// again. `known`: the fact_ids() of the file the rollback replaces. One commit; not inside
+  /// a batch.
+  status renew_fact_id_prefix(const fact_id_history& known);
   /// Walks the chain: contiguous seq, prev_hash links, recomputed hashes, immutability
   /// triggers present, schema version.
   result<verify_report> verify();
@@ -517,7 +526,8 @@ class entity_store {
   status load_head();
   /// Takes the fact id prefix and the legacy boundary as read from meta (empty: absent), and
   /// checks the prefix (schema version 4; older versions: every id is old-style).
-  status use_fact_id_meta(const std::string& prefix, const std::string& legacy_until);
+  status use_fact_id_meta(const std::string& prefix, const std::string& legacy_until,
+                          const std::string& history);
   /// A SQL text fixed at compile time: a string literal, or literals joined into a `static
   /// constexpr` array (sql_concat in store_sql.hpp). Its prepared statement is cached by the
   /// text's address (it names that one text for the life of the process), so a lookup compares
@@ -579,9 +589,9 @@ class entity_store {
   int schema_version_ = 0;
   int64_t last_seq_ = 0;
   std::string head_hash_;
-  /// `fct_` + 16 hex digits: every fact id appended here is this + 12 hex digits of its seq
-  /// (schema version 4; empty in a file kept at an older version).
-  std::string fact_id_prefix_;
+  /// The prefixes of the fact ids (fact_ids.hpp): every fact id appended here is the current
+  /// one + 12 hex digits of its seq (schema version 4; empty in a file kept at an older version).
+  fact_id_history fact_ids_;
   /// The last seq whose fact id is old-style (random; found through the UNIQUE index that
   /// files from before version 4 keep): 0 in a file created at version 4.
   int64_t legacy_ids_until_ = 0;
