@@ -54,6 +54,9 @@ std::optional<json> entity_context::begin_step(turn_journal& j, std::string_view
                                                int64_t& started_ms) {
   auto s = j.begin_step(kind, what, fingerprint, clock_ms());
   step = s.step;
+  step_rerun_ = s.row.runs <= 1 ? step_rerun::no
+                : s.cut_off     ? step_rerun::after_cut_off
+                                : step_rerun::after_end;
   if (s.result) {
     env_.stats->journal_steps_replayed.fetch_add(1, std::memory_order_relaxed);
     return s.result;
@@ -77,6 +80,8 @@ void entity_context::end_step(turn_journal& j, int64_t step, const std::optional
   j.end_step();
   if (result)
     throw_if(store().finish_journal_step(j.key(), step, json_text(*result), clock_ms()));
+  else // it ran to an end: what its attempts cost is recorded with this
+    throw_if(store().end_journal_step(j.key(), step, clock_ms()));
   // The step's record (and what the step wrote: a tool's error and cost facts) stays even if
   // the handler fails later.
   throw_if(store().end_turn(true));
@@ -105,6 +110,7 @@ task<tool_reply> entity_context::call_tool(tool_request req) {
   }
   tool_reply r;
   try {
+    rerun_ = j ? step_rerun_ : step_rerun::no; // read by the call before its first await
     auto inner = resilient_tool_call(*this, std::move(req));
     r = co_await inner;
   } catch (...) {

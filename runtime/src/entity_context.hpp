@@ -94,6 +94,8 @@ class entity_context final : public context, public tool_host {
   std::chrono::seconds degraded_retry_after() override {
     return env_.degradation ? env_.degradation->config().retry_after : std::chrono::seconds(30);
   }
+  step_rerun reruns_step() override { return rerun_; }
+
   void breaker_seen(const std::string& tool, resilience::breaker_state s) override {
     if (env_.tools)
       env_.tools->breaker_seen(env_.key_str ? *env_.key_str : env_.key->to_string(), tool, s);
@@ -147,7 +149,8 @@ class entity_context final : public context, public tool_host {
   std::optional<nlohmann::json> begin_step(turn_journal& j, std::string_view kind,
                                            const std::string& what, const std::string& fingerprint,
                                            int64_t& step, int64_t& started_ms);
-  /// The journaled step `step` ended with `result` (nothing: it stays in flight, to run again).
+  /// The journaled step `step` ended with `result` (nothing: it ran and failed retryably or in a
+  /// dead letter, and runs again; its row says it ended, with what it wrote recorded).
   void end_step(turn_journal& j, int64_t step, const std::optional<nlohmann::json>& result);
   /// The tenant's SQL (read-only or not), recorded or replayed as an entry.
   nlohmann::json journaled_sql(std::string_view q, const nlohmann::json& params, bool read_only);
@@ -162,8 +165,10 @@ class entity_context final : public context, public tool_host {
   turn_runner& runner_;
   context_port& port_;
   entity_store* store_ = nullptr;
-  std::unique_ptr<std::mt19937_64> rng_; // 2.5 KiB when made
-  std::vector<outgoing_frame> frames_;   ///< sent by the running turn, not yet gated
+  std::unique_ptr<std::mt19937_64> rng_;   // 2.5 KiB when made
+  std::vector<outgoing_frame> frames_;     ///< sent by the running turn, not yet gated
+  step_rerun step_rerun_ = step_rerun::no; ///< of the last step begun
+  step_rerun rerun_ = step_rerun::no;      ///< of the running tool call (reruns_step)
 };
 
 } // namespace factum::detail

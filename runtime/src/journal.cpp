@@ -198,6 +198,7 @@ turn_journal::step_start turn_journal::begin_step(std::string_view kind, std::st
     // the turn is live from there on. What the first run did after it (a reaction to a result
     // the journal never recorded, such as a compensation) is not replayed.
     recorded_.resize(next_recorded_);
+    out.cut_off = !rec.finished_at_ms;
     out.row = rec;
     out.row.runs += 1;
     out.row.result.reset();

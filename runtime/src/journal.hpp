@@ -70,6 +70,9 @@ class turn_journal {
     std::optional<nlohmann::json> result;
     /// The row to write before the step runs (when it runs).
     journal_step row;
+    /// The step runs again after a run that was cut off while in flight (its row has neither a
+    /// result nor an end): nothing that run did after the step began was recorded.
+    bool cut_off = false;
   };
 
   /// Starts journaling a turn under `key`, with what the store recorded for it (empty: a new

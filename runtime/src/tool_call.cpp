@@ -207,6 +207,12 @@ struct tool_call_plan {
   /// The tool's counters on the runtime's tool board, looked up once (null: not configured).
   tool_counters* counters = nullptr;
   int64_t first_attempt = 0;
+  /// An earlier request of this call may have been charged with nothing recorded: an earlier
+  /// run of the step (whose success would have ended it), or an attempt of this run that got no
+  /// answer. A replayed answer reports that charge (charged_for).
+  bool unrecorded = false;
+  bool cut_off = false;     ///< the call resumes a run of its step that was cut off
+  bool replay_seen = false; ///< an answer was a replay (the cut-off run's charge is known)
   std::vector<std::string> error_fact_ids; ///< the failed attempts' error facts
   std::optional<int64_t> prev_delay;
 
@@ -348,12 +354,36 @@ tool_reply refused_by_level(tool_host& h, const tool_call_plan& p, const degrada
   return r;
 }
 
-/// What the vendor charged for an attempt (its own figure, else the configured price when it
-/// charges), as an exact decimal.
-std::string charged_for(const tool_call_plan& p, const tool_reply& r) {
-  return !r.cost_amount.empty()          ? r.cost_amount
-         : (r.ok || p.charge_on_failure) ? p.amount
-                                         : std::string("0");
+/// What to record as the charge of an attempt (an exact decimal): the vendor's own figure, else
+/// the configured price when it charges. A replayed answer's charge is the request's it replays:
+/// recorded once when that request may have been charged with nothing recorded
+/// (p.unrecorded), else nothing (another call's request with the same key).
+std::string charged_for(tool_call_plan& p, const tool_reply& r) {
+  if (r.replayed) {
+    p.replay_seen = true;
+    if (!std::exchange(p.unrecorded, false))
+      return "0";
+  }
+  auto charged = !r.cost_amount.empty()          ? r.cost_amount
+                 : (r.ok || p.charge_on_failure) ? p.amount
+                                                 : std::string("0");
+  if (r.http_status == 0 && !nonzero(charged)) // no answer: the vendor may have charged
+    p.unrecorded = true;
+  return charged;
+}
+
+/// The call resumes a step whose run was cut off while its request may have been at the vendor,
+/// and no answer since was a replay that reports what that request was charged: an `unknown_cost`
+/// fact for an operator to reconcile with the vendor (docs/tools.md, "Costs").
+void note_unknown_cost(tool_host& h, const tool_call_plan& p) {
+  auto d = p.base_fact("cost", "unknown_cost");
+  d.data = {{"operation", p.req.operation},
+            {"idempotency_key", p.req.idempotency_key},
+            {"detail", "a run of this call was cut off (the process stopped) while its request "
+                       "may have been at the vendor, and no answer since replayed it: what it "
+                       "was charged is unknown; the vendor's records of this Idempotency-Key "
+                       "say"}};
+  append_or_throw(h, std::move(d));
 }
 
 /// A successful attempt: the breaker, the outcome that resolves earlier failures, the cost.
@@ -537,14 +567,9 @@ void dead_letter(tool_host& h, const tool_call_plan& p, int attempt, int64_t now
   r.dead_letter_id = dl.id;
 }
 
-} // namespace
-
-task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
+/// The attempts of a call, with its policy, breaker, budget, fallback and dead letter.
+task<tool_reply> run_attempts(tool_host& h, tool_call_plan& p) {
   auto& ctx = h.ctx();
-  h.stats().tool_calls.fetch_add(1, std::memory_order_relaxed);
-  auto p = plan_call(h, std::move(req));
-  if (auto* c = p.counters)
-    c->calls.fetch_add(1, std::memory_order_relaxed);
   if (auto no = h.degraded(p.req.tool)) {
     auto refused = refused_by_level(h, p, *no);
     if (!p.pol->fallback)
@@ -611,6 +636,23 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
     auto wait = ctx.sleep(std::chrono::milliseconds(*delay));
     co_await wait;
   }
+}
+
+} // namespace
+
+task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
+  h.stats().tool_calls.fetch_add(1, std::memory_order_relaxed);
+  auto p = plan_call(h, std::move(req));
+  auto rerun = h.reruns_step();
+  p.cut_off = rerun == tool_host::step_rerun::after_cut_off;
+  p.unrecorded = rerun != tool_host::step_rerun::no;
+  if (auto* c = p.counters)
+    c->calls.fetch_add(1, std::memory_order_relaxed);
+  auto run = run_attempts(h, p);
+  tool_reply r = co_await run;
+  if (p.cut_off && !p.replay_seen)
+    note_unknown_cost(h, p);
+  co_return r;
 }
 
 // -- operator actions ---------------------------------------------------------------------------

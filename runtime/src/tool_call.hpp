@@ -56,6 +56,12 @@ class tool_host {
   virtual std::optional<degradation_refusal> degraded(const std::string&) { return std::nullopt; }
   /// The Retry-After of such a refusal.
   virtual std::chrono::seconds degraded_retry_after() { return std::chrono::seconds(30); }
+  /// Whether the running tool call is a journaled step run again: after a run that ended
+  /// without a result (failed retryably, or in a dead letter), or after one that was cut off
+  /// (the process died while the step was in flight: what its attempts were charged was never
+  /// recorded).
+  enum class step_rerun { no, after_end, after_cut_off };
+  virtual step_rerun reruns_step() { return step_rerun::no; }
 };
 
 /// The Idempotency-Key a tool call sends when the entity set none (docs/tools.md): "fk_" + the

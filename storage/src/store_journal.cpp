@@ -56,6 +56,11 @@ status entity_store::finish_journal_step(std::string_view key, int64_t step,
   return status::ok();
 }
 
+status entity_store::end_journal_step(std::string_view key, int64_t step, int64_t at_ms) {
+  return write_bound("UPDATE journal SET finished_at=? WHERE key=? AND step=? AND result IS NULL",
+                     "end journal step", at_ms, key, step);
+}
+
 result<std::vector<journal_step>> entity_store::journal(std::string_view key) {
   std::vector<journal_step> out;
   if (schema_version_ < schema::journal_version)

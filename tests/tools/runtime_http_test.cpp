@@ -135,9 +135,27 @@ TEST_CASE("runtime over HTTP: the vendor sees one stable key and de-duplicates a
   REQUIRE(fut.wait_for(10s) == std::future_status::ready);
   auto tr = fut.get();
   CHECK(tr.ok);
-  CHECK(tr.cost_amount == "0");
+  CHECK(tr.replayed);
+  CHECK(tr.cost_amount == "0.5"); // what the original call was charged, not a new charge
   CHECK(f.vendor.stats()["duplicates"] == 1);
   CHECK(f.vendor.stats()["charged_total"] == "0.5");
+}
+
+TEST_CASE("runtime over HTTP: an attempt whose answer came too late after the vendor charged it "
+          "is charged once: the retry's replay reports the charge and it is recorded") {
+  fixture f;
+  f.start(fast_policy(3), std::chrono::milliseconds(300));
+  REQUIRE(f.vendor.set_mode({{"price", "0.25"}}) == "");
+  // Charged and stored at once, answered after the client gave up; its replay comes at once.
+  REQUIRE(f.vendor.script({{"responses", {{{"status", 200}, {"delay_ms", 1500}}}}}) == "");
+  auto r = f.deliver("late1", "late-1");
+  REQUIRE_MESSAGE(r.ok, r.body);
+  CHECK(f.vendor.stats()["duplicates"] == 1);
+  auto costs = f.facts("late1", {{"type", "cost"}});
+  REQUIRE(costs.size() == 1);
+  CHECK(costs[0]["amount"] == "0.25");
+  CHECK(costs[0]["data"]["failed"] == false);
+  CHECK(f.vendor.stats()["charged_total"] == "0.25");
 }
 
 TEST_CASE("runtime over HTTP: the breaker opens after failures and the fallback answers") {

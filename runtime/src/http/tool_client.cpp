@@ -127,6 +127,7 @@ tool_reply to_tool_reply(const tool& t, hc::response& res) {
   }
   if (auto v = res.header("Retry-After"); !v.empty())
     r.retry_after_ms = parse_retry_after(v);
+  r.replayed = res.header("Idempotent-Replayed") == "true";
   if (auto v = res.header("X-Cost"); !v.empty()) {
     auto d = resilience::decimal::parse(v);
     if (d && !d->is_negative())

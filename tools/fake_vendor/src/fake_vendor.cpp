@@ -71,10 +71,11 @@ struct mode_state {
   std::optional<std::string> token;
 };
 
-/// A completed (2xx) answer kept for its Idempotency-Key.
+/// A completed (2xx) answer kept for its Idempotency-Key, with what it was charged (X-Cost).
 struct stored_answer {
   int status = 200;
   std::string body;
+  std::optional<std::string> cost;
 };
 
 /// What the vendor did with the calls of one Idempotency-Key (GET /_vendor/keys).
@@ -316,7 +317,7 @@ class session : public std::enable_shared_from_this<session> {
       }
     }
     if (ok && !key.empty())
-      v_.keys[key] = stored_answer{a.status, body};
+      v_.keys[key] = stored_answer{a.status, body, cost};
   }
 
   /// The call in the counts by status and by key. Under v_.mu.
@@ -354,8 +355,7 @@ class session : public std::enable_shared_from_this<session> {
         a.status = it->second.status;
         body = it->second.body;
         a.delay_ms = v_.mode.delay_ms + jitter();
-        if (v_.mode.price)
-          cost = "0";
+        cost = it->second.cost; // what the original call was charged (charged once)
       } else {
         a = mode_action();
         if (a.kind == action::answer)

@@ -58,7 +58,11 @@ struct tool_reply {
   std::string error_message;
   error_category category = error_category::external;
   std::optional<int64_t> retry_after_ms; ///< the tool's Retry-After, converted to ms
-  std::string cost_amount;    ///< what the vendor reports it charged (exact decimal), if it does
+  std::string cost_amount; ///< what the vendor reports it charged (exact decimal), if it does
+  /// The vendor says this answer replays the one it gave an earlier request with the same
+  /// Idempotency-Key (`Idempotent-Replayed: true`); `cost_amount` is then what that request
+  /// was charged (docs/tools.md, "Costs").
+  bool replayed = false;
   int attempts = 0;           ///< attempts made (filled by the runtime's resilient call)
   std::string dead_letter_id; ///< set when the call ended as a dead letter
 };

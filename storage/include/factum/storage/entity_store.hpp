@@ -390,6 +390,9 @@ class entity_store {
   /// Completes step `step` of `key` with `result` (JSON text) at `at_ms`.
   status finish_journal_step(std::string_view key, int64_t step, std::string_view result,
                              int64_t at_ms);
+  /// Step `step` of `key` ended without a result at `at_ms` (it failed retryably or in a dead
+  /// letter, and runs again): a row without a result and without an end was cut off instead.
+  status end_journal_step(std::string_view key, int64_t step, int64_t at_ms);
   /// Every step of `key`, in step order (empty when none, or in a file older than version 7).
   result<std::vector<journal_step>> journal(std::string_view key);
   /// The journals in the file, newest first.
