@@ -90,6 +90,71 @@ json alarms_json(entity_store& store) {
     }
     out.push_back(std::move(e));
   }
+  for (auto& e : paused_json(store))
+    out.push_back(std::move(e));
+  return out;
+}
+
+// -- paused alarms and schedules -----------------------------------------------------------------
+
+json turn_runner::resume_paused(const json& args) {
+  auto who = operator_record(args);
+  auto& store = this->store();
+  auto p = value_or_throw(store.resume_paused());
+  json alarms = json::array(), schedules = json::array();
+  // Set again unless one of the same name was set since the fork (it keeps its own).
+  auto absent = [](const auto& r) {
+    if (!r && r.error().code() != errc::not_found)
+      throw storage_error(r.error());
+    return !r;
+  };
+  for (auto& a : p.alarms)
+    if (absent(store.get_alarm(a.name))) {
+      ctx_->set_alarm_internal(a.name, a.due_ms, a.payload, a.attempts);
+      alarms.push_back(a.name);
+    }
+  for (auto& row : p.schedules) {
+    auto spec = schedule::parse(json::parse(row.spec, nullptr, false), now());
+    if (!spec || !absent(store.get_schedule(row.name)))
+      continue;
+    throw_if(store.put_schedule(row));
+    ctx_->set_alarm_internal(schedule_alarm_name(row.name),
+                             spec->due_ms(schedule_seed(*env_.key, row.name), row.next_ms),
+                             json{{"at", row.next_ms}}.dump(), 0);
+    schedules.push_back(row.name);
+  }
+  json out = {{"alarms", alarms}, {"schedules", schedules}};
+  fact_draft d;
+  d.type = "lifecycle";
+  d.subtype = "paused_resumed";
+  d.data = out;
+  d.data.update(who);
+  ctx_->append(std::move(d));
+  return out;
+}
+
+json paused_json(entity_store& store) {
+  json out = json::array();
+  for (auto& a : value_or_throw(store.list_paused_alarms()))
+    out.push_back({{"name", a.name},
+                   {"due_ms", a.due_ms},
+                   {"attempts", a.attempts},
+                   {"payload", json::parse(a.payload, nullptr, false)},
+                   {"paused", true}});
+  for (auto& row : value_or_throw(store.list_paused_schedules())) {
+    auto spec = json_or_text(row.spec);
+    out.push_back({{"name", schedule_alarm_name(row.name)},
+                   {"due_ms", row.next_ms},
+                   {"attempts", 0},
+                   {"paused", true},
+                   {"schedule",
+                    {{"name", row.name},
+                     {"spec", spec},
+                     {"missed", spec.is_object() ? spec.value("missed", json()) : json()},
+                     {"next_at", row.next_ms},
+                     {"last_at", row.last_ms ? json(*row.last_ms) : json()},
+                     {"payload", json_or_text(row.payload)}}}});
+  }
   return out;
 }
 

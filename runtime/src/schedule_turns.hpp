@@ -60,5 +60,8 @@ alarm_record fire_of_dead_letter(const alarm_record& dl_alarm);
 /// The entity's alarms for the `@alarms` route: each schedule's alarm also shows its schedule
 /// (spec, policy, next and last fire, payload).
 nlohmann::json alarms_json(entity_store& store);
+/// What the entity holds paused (a fork's alarms and schedules), listed as alarms_json lists
+/// alarms, each with "paused": true.
+nlohmann::json paused_json(entity_store& store);
 
 } // namespace factum::detail

@@ -707,12 +707,6 @@ json list_dead_letters(tool_host& h, const json& args) {
   return out;
 }
 
-namespace {
-
-/// Who asked for an operator action and why, for its lifecycle fact: {"actor", "reason"?}.
-/// `actor` is what the HTTP gateway sets (the API key's id) or an embedder's own name, default
-/// "operator"; `reason` is optional free text. Both are checked: strings, bounded, no control
-/// characters.
 json operator_record(const json& args) {
   auto text = [&](const char* name, size_t max) -> std::optional<std::string> {
     auto it = args.find(name);
@@ -731,8 +725,6 @@ json operator_record(const json& args) {
     out["reason"] = *reason;
   return out;
 }
-
-} // namespace
 
 std::string dead_letter_journal(entity_store& store, const dead_letter_record& dl) {
   static constexpr std::string_view alarm_op = "@alarm:";

@@ -93,6 +93,12 @@ nlohmann::json act_on_dead_letter(tool_host& h, const nlohmann::json& args);
 nlohmann::json list_breakers(tool_host& h);
 nlohmann::json act_on_breaker(tool_host& h, const nlohmann::json& args);
 
+/// Who asked for an operator action and why, for its lifecycle fact: {"actor", "reason"?}.
+/// `actor` is what the HTTP gateway sets (the API key's id) or an embedder's own name, default
+/// "operator"; `reason` is optional free text. Both are checked: strings, bounded, no control
+/// characters (else INVALID_ARGUMENT).
+nlohmann::json operator_record(const nlohmann::json& args);
+
 /// The name of the journal a dead letter's retry replays (journal.hpp): its call's, its
 /// alarm's run's (a new one when that run left none), or its own for a call without a key.
 std::string dead_letter_journal(entity_store& store, const dead_letter_record& dl);

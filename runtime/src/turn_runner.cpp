@@ -379,6 +379,8 @@ json turn_runner::run_internal(const std::string& method, const json& args) {
     return act_on_dead_letter(*ctx_, args);
   if (method == "@breaker")
     return act_on_breaker(*ctx_, args);
+  if (method == "@resume_paused")
+    return resume_paused(args);
   if (method == "@degradation") { // the degradation watcher's record (degradation_watch.cpp)
     fact_draft d;
     d.type = "lifecycle";

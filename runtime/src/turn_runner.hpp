@@ -239,6 +239,9 @@ class turn_runner {
   /// again after a backoff; it never becomes a dead letter (docs/outbox.md).
   void outbox_failed(const call_error& ce);
   // A schedule's alarm turn and its failure (schedule_turns.cpp).
+  /// An operator resumes what the entity holds paused (a fork's alarms and schedules): each is
+  /// set again unless one of its name was set since; a lifecycle fact says who, why and what.
+  nlohmann::json resume_paused(const nlohmann::json& args);
   void run_schedule(int64_t now);
   void schedule_fire_done();
   void advance_schedule(schedule_record row, const schedule& spec, const schedule_step& step);

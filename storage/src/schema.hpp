@@ -215,9 +215,28 @@ CREATE TABLE outbox_cursors(
 /// Version 10: a file's fact ids may be numbered under several prefixes. A rollback numbers the
 /// facts after its bookmark under a new prefix (so that no fact id is ever given twice), and the
 /// meta row `fact_id_history` keeps every prefix with the seq it began at and the one it follows
-/// (docs/storage-format.md section 6). No table changes: the version keeps a build that knows
-/// one prefix per file from misreading a rolled-back file's ids.
-inline constexpr const char* v10 = "SELECT 1;";
+/// (docs/storage-format.md section 6); the version keeps a build that knows one prefix per file
+/// from misreading a rolled-back file's ids. And paused alarms and schedules (section 21): a
+/// fork's, which wait there, with the columns of `alarms` and `schedules`, until an operator
+/// resumes them (a fork must not run its source's side effects again on its own).
+inline constexpr const char* v10 = R"sql(
+CREATE TABLE paused_alarms(
+  name       TEXT PRIMARY KEY,
+  due_at     INTEGER NOT NULL,
+  payload    TEXT NOT NULL,
+  attempts   INTEGER NOT NULL DEFAULT 0,
+  created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE paused_schedules(
+  name       TEXT PRIMARY KEY,
+  spec       TEXT NOT NULL,
+  payload    TEXT NOT NULL,
+  next_at    INTEGER NOT NULL,
+  last_at    INTEGER,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
 
 inline constexpr const char* migrations[] = {v1, v2, v3, v4, v5, v6, v7, v8, v9, v10};
 
@@ -229,8 +248,10 @@ inline constexpr int journal_version = 7;
 inline constexpr int schedules_version = 8;
 /// The first schema version with the `outbox_cursors` table.
 inline constexpr int outbox_version = 9;
-/// The first schema version whose fact ids may have several prefixes (meta fact_id_history).
+/// The first schema version whose fact ids may have several prefixes (meta fact_id_history),
+/// and with the tables `paused_alarms` and `paused_schedules`.
 inline constexpr int fact_id_history_version = 10;
+inline constexpr int paused_version = 10;
 
 /// What an open releases: the keys an activation that is gone left pending, except (from
 /// version 7) those whose call has a journal, which a retry resumes.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "factum/storage/utf8.hpp"
+#include "schema.hpp"
 #include "store_sql.hpp"
 
 namespace factum {
@@ -47,6 +48,39 @@ result<std::vector<alarm_record>> entity_store::list_alarms() {
   if (auto st =
         read_rows(sql, "list alarms", [&](sqlite3_stmt* row) { out.push_back(read_alarm(row)); });
       !st)
+    return st;
+  return out;
+}
+
+result<std::vector<alarm_record>> entity_store::list_paused_alarms() {
+  std::vector<alarm_record> out;
+  if (schema_version_ < schema::paused_version)
+    return out;
+  static constexpr char sql[] =
+    "SELECT name, due_at, payload, attempts, created_at FROM paused_alarms ORDER BY due_at, name";
+  if (auto st = read_rows(sql, "list paused alarms",
+                          [&](sqlite3_stmt* row) { out.push_back(read_alarm(row)); });
+      !st)
+    return st;
+  return out;
+}
+
+result<paused_state> entity_store::resume_paused() {
+  paused_state out;
+  auto a = list_paused_alarms();
+  if (!a)
+    return a.error();
+  auto s = list_paused_schedules();
+  if (!s)
+    return s.error();
+  out.alarms = std::move(*a);
+  out.schedules = std::move(*s);
+  if (out.alarms.empty() && out.schedules.empty())
+    return out;
+  status st = write_bound("DELETE FROM paused_alarms", "resume paused alarms");
+  if (st)
+    st = write_bound("DELETE FROM paused_schedules", "resume paused schedules");
+  if (!st)
     return st;
   return out;
 }

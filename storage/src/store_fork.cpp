@@ -17,11 +17,23 @@ namespace factum {
 
 namespace {
 
-/// The tables a fork copies besides the tenant's own (u_*): the entity's state. Never its facts
-/// (the fork's log starts with its provenance), its meta rows (its key), its owner claims, its
-/// journal and outbox cursors (they follow the source's calls and facts).
-constexpr const char* forked_tables[] = {"idempotency_keys", "alarms",   "schedules",
-                                         "dead_letters",     "breakers", "configs"};
+/// The tables a fork copies as they are besides the tenant's own (u_*): the entity's state.
+/// Never its facts (the fork's log starts with its provenance), its meta rows (its key), its
+/// owner claims, its journal and outbox cursors (they follow the source's calls and facts).
+/// What would run side effects on its own (alarms, schedules, scheduled dead-letter retries)
+/// is copied paused (copy_paused).
+constexpr const char* forked_tables[] = {"idempotency_keys", "dead_letters", "breakers", "configs"};
+
+/// The fork's alarms and schedules wait in paused_alarms and paused_schedules until an operator
+/// resumes them (entity_store::resume_paused); its scheduled dead letters wait for an operator's
+/// retry (pending, no retry alarm). The runtime's own alarms of the source go, but the purge of
+/// expired keys.
+constexpr const char* copy_paused_sql =
+  "INSERT INTO main.paused_alarms SELECT * FROM src.alarms WHERE substr(name, 1, 1) <> '@';"
+  "INSERT INTO main.paused_schedules SELECT * FROM src.schedules;"
+  "INSERT INTO main.alarms SELECT * FROM src.alarms WHERE name = '@purge_keys';"
+  "UPDATE main.dead_letters SET status = 'pending', next_retry_at = NULL "
+  "WHERE status = 'scheduled';";
 
 status sql_error(sqlite3* db, int rc, const std::string& what) {
   return {(rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ? errc::corruption
@@ -105,6 +117,8 @@ status copy_state(const fs::path& source, const fs::path& out) {
   }
   if (st) // calls in flight at the source are its own: the fork never runs them
     st = exec("DELETE FROM main.idempotency_keys WHERE status = 'pending'", "drop pending keys");
+  if (st)
+    st = exec(copy_paused_sql, "copy alarms and schedules paused");
   if (st)
     st = exec("COMMIT", "commit the fork");
   else

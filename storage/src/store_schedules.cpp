@@ -71,6 +71,19 @@ result<schedule_record> entity_store::get_schedule(std::string_view name) {
   return s;
 }
 
+result<std::vector<schedule_record>> entity_store::list_paused_schedules() {
+  std::vector<schedule_record> out;
+  if (schema_version_ < schema::paused_version)
+    return out;
+  static constexpr char sql[] = "SELECT name, spec, payload, next_at, last_at, created_at, "
+                                "updated_at FROM paused_schedules ORDER BY name";
+  if (auto st = read_rows(sql, "list paused schedules",
+                          [&](sqlite3_stmt* row) { out.push_back(read_schedule(row)); });
+      !st)
+    return st;
+  return out;
+}
+
 result<std::vector<schedule_record>> entity_store::list_schedules() {
   std::vector<schedule_record> out;
   if (schema_version_ < schema::schedules_version)

@@ -221,7 +221,7 @@ TEST_CASE("fork: the target is the source's state at the bookmark, the source is
   auto k2 = call(*rt, dst, "add", {{"by", 1}}, "k2");
   CHECK(k2.ok);
   CHECK_FALSE(k2.replayed);
-  CHECK(alarm_names(*rt, dst) == std::vector<std::string>{"early"});
+  CHECK(alarm_names(*rt, dst) == std::vector<std::string>{"early"}); // paused: listed
   // The source is as it was.
   CHECK(facts(*rt, src) == src_before);
   auto names = alarm_names(*rt, src);
@@ -242,6 +242,45 @@ TEST_CASE("fork: the target is the source's state at the bookmark, the source is
         errc::not_found);
   CHECK(rt->fork_entity(src, {"acme", "counter", "../x"}, std::nullopt, "").error().code() ==
         errc::invalid_argument);
+}
+
+TEST_CASE("fork: the source's alarms arrive paused, listed as such, and fire only once an "
+          "operator resumes them (the fork must not send its source's e-mails again)") {
+  test::temp_dir tmp;
+  auto rt = start(tmp.path());
+  auto& events = test::event_log::get();
+  entity_key src{"acme", "alarmer", "s1"}, dst{"acme", "alarmer", "s1-debug"};
+  ok(*rt, src, "arm", {{"name", "tick"}, {"delay_ms", 300}, {"tag", "fork-tick"}});
+  REQUIRE(rt->fork_entity(src, dst, std::nullopt, "debug").is_ok());
+  auto listed = ok(*rt, dst, "@alarms");
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0]["name"] == "tick");
+  CHECK(listed[0]["paused"] == true);
+  // The clock: a later alarm of the source, armed after the fork (so not copied), fires after
+  // the tick's due time; the fork's tick, were it live, would have fired by then.
+  ok(*rt, src, "arm", {{"name", "later"}, {"delay_ms", 900}, {"tag", "fork-later"}});
+  REQUIRE(events.wait_for("alarm:fork-later", 1, 10s));
+  CHECK(events.count("alarm:fork-tick") == 1); // the source's own
+  auto fired = [&] {
+    auto j = ok(*rt, dst, "@facts", {{"type", "alarm_fired"}, {"limit", 10}});
+    return j.size();
+  };
+  CHECK(fired() == 0);
+  // An operator resumes: the tick is due (past) and fires, once.
+  auto r = ok(*rt, dst, "@resume_paused", {{"actor", "ops"}, {"reason", "replay the tick"}});
+  CHECK(r["alarms"] == json::array({"tick"}));
+  REQUIRE(events.wait_for("alarm:fork-tick", 2, 10s));
+  CHECK(fired() == 1);
+  auto life = ok(*rt, dst, "@facts", {{"type", "lifecycle"}, {"limit", 10}});
+  bool noted = false;
+  for (auto& f : life)
+    if (f["subtype"] == "paused_resumed") {
+      auto d = f["data"].is_string() ? json::parse(f["data"].get<std::string>()) : f["data"];
+      noted = d["actor"] == "ops" && d["reason"] == "replay the tick" &&
+              d["alarms"] == json::array({"tick"});
+    }
+  CHECK(noted);
+  CHECK(ok(*rt, dst, "@resume_paused")["alarms"].empty()); // nothing left paused
 }
 
 TEST_CASE("fork: a tenant at its max_entities gets no fork (QUOTA_EXCEEDED, nothing made), and "

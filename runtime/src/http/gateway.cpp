@@ -273,6 +273,27 @@ void operator_action(gateway& gw, const exchange_ptr& x, const entity_ref& e, bo
   run_call(gw, x, e, dead_letter ? "@dead_letter" : "@breaker", args.dump(), std::move(opts));
 }
 
+/// POST .../alarms/resume: an operator arms what the entity holds paused (a fork's alarms and
+/// schedules); the body may give a reason.
+void resume_paused(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
+  auto opts = base_options(gw, *x);
+  verdict no = no_query(*x);
+  if (!no)
+    no = check_write(gw.config(), x->req, opts);
+  if (no)
+    return refuse(gw, *x, std::move(*no));
+  json args = json::object();
+  if (!x->req.body.empty()) {
+    auto b = json::parse(x->req.body, nullptr, false);
+    if (b.is_object())
+      args = std::move(b);
+  }
+  args["actor"] = key_actor(*x);
+  if (!opts.idempotency_key.empty())
+    opts.fingerprint = fingerprint(e.canonical("alarms/resume"), x->req.body);
+  run_call(gw, x, e, "@resume_paused", args.dump(), std::move(opts));
+}
+
 void dead_letter_action(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   operator_action(gw, x, e, true);
 }
@@ -410,6 +431,8 @@ constexpr route routes[] = {
   {"POST", "/v1/entities/{type}/{id}/rollback/{bookmark}", "rollback", nullptr, post_rollback,
    scope_operate},
   {"POST", "/v1/entities/{type}/{id}/fork/{to_type}/{to_id}", "fork", nullptr, post_fork,
+   scope_operate},
+  {"POST", "/v1/entities/{type}/{id}/alarms/resume", "resume_paused", nullptr, resume_paused,
    scope_operate},
   {"POST", "/v1/entities/{type}/{id}/dead-letters/{dead_letter}/{action:retry|discard|acknowledge}",
    "dead_letter_action", nullptr, dead_letter_action, scope_operate,

@@ -424,6 +424,15 @@ class entity_store {
   /// Every schedule, by name.
   result<std::vector<schedule_record>> list_schedules();
 
+  // -- paused alarms and schedules (from schema version 10: a fork's, store_fork.cpp) --
+
+  /// The alarms and schedules waiting paused, by due time / name (they never fire).
+  result<std::vector<alarm_record>> list_paused_alarms();
+  result<std::vector<schedule_record>> list_paused_schedules();
+  /// Takes every paused alarm and schedule out of the paused tables (in the open batch): what
+  /// was paused, for the caller to set again (the runtime, keeping its timers in step).
+  result<paused_state> resume_paused();
+
   // -- outbox cursors (from schema version 9; store_outbox.cpp) --
 
   /// Sets or replaces the cursor of `c.sink`.

@@ -48,6 +48,9 @@ struct alarm_record {
   int64_t missed = 0;
 };
 
+/// What an entity holds paused (entity_store::resume_paused).
+struct paused_state;
+
 /// A recurring schedule of an entity (docs/storage-format.md section 17). Its fires go through
 /// the alarm `@schedule:<name>`.
 struct schedule_record {
@@ -58,6 +61,11 @@ struct schedule_record {
   std::optional<int64_t> last_ms; ///< the scheduled time of the last fire that ran
   int64_t created_at_ms = 0;
   int64_t updated_at_ms = 0;
+};
+
+struct paused_state {
+  std::vector<alarm_record> alarms;
+  std::vector<schedule_record> schedules;
 };
 
 /// Where an entity's facts stand with one outbox sink (docs/storage-format.md section 18).
