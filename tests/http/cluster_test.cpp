@@ -1,10 +1,12 @@
 // cluster_test.cpp: cluster mode's gateway and runtime parts without etcd: a scripted
 // cluster_router and entity_ownership stand in for a cluster node, so each decision is the
 // test's. Two real in-process servers: a request to one is relayed to the other (the owner),
-// NOT_OWNER answers are retried after a refresh and never reach the client, a shard without a
-// live owner answers 503 and writes nothing, an activation the cluster refuses creates no file,
-// and a commit the cluster no longer allows is fenced (503, nothing committed). Runs on the test
-// thread; the routers are called from the servers' I/O threads.
+// NOT_OWNER answers make the relaying node wait (reads of the cluster's state with backoff) for
+// a new placement and never reach the client, a settling shard's request waits until it is
+// served, a shard without a live owner answers 503 and writes nothing, an activation the
+// cluster refuses creates no file, and a commit the cluster no longer allows is fenced (503,
+// nothing committed). Runs on the test thread; the routers are called from the servers' I/O
+// threads.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -107,8 +109,9 @@ TEST_CASE("cluster: a relayed call whose owner committed it and died before its 
   CHECK(facts.json().size() == 3);
 }
 
-TEST_CASE("cluster: an owner that says NOT_OWNER makes the relaying node refresh and route "
-          "again, at most twice, and the client sees 503 SHARD_UNAVAILABLE, never NOT_OWNER") {
+TEST_CASE("cluster: an owner that keeps saying NOT_OWNER while the placement stays the same makes "
+          "the relaying node read the state again with a growing backoff for 2 s, without "
+          "sending it there again, and the client sees 503 SHARD_UNAVAILABLE, never NOT_OWNER") {
   auto owner_c = std::make_shared<scripted_cluster>();
   owner_c->when_forwarded.to = shard_route::where::unavailable;
   owner_c->when_forwarded.code = "NOT_OWNER";
@@ -120,15 +123,103 @@ TEST_CASE("cluster: an owner that says NOT_OWNER makes the relaying node refresh
   gateway_fixture front(with_cluster(front_c));
 
   http_client c(front.port());
+  auto t0 = std::chrono::steady_clock::now();
   auto r = c.request("POST", append_path("n1"), json_headers(acme_key, "k-1"), body);
+  auto took = std::chrono::steady_clock::now() - t0;
   CHECK(r.status == 503);
   CHECK(r.code() == "SHARD_UNAVAILABLE");
   CHECK(r.header("retry-after") == "1");
   CHECK(r.header("x-factum-not-owner").empty());
-  CHECK(owner_c->forwarded_routes == 3); // the first relay and two retries
-  CHECK(front_c->refreshes == 2);
+  CHECK(owner_c->forwarded_routes == 1); // the same placement is not tried again
+  CHECK(took >= std::chrono::milliseconds(1'900));
+  CHECK(took < std::chrono::seconds(10));
+  std::vector<std::chrono::steady_clock::time_point> at;
+  {
+    std::lock_guard<std::mutex> g(front_c->mu);
+    at = front_c->refreshed_at;
+  }
+  // At once, then after 25, 50, 100, 200 and 400 ms (400 from then on) until 2 s: about ten
+  // reads, each after the backoff (only the last may be shortened to the deadline).
+  REQUIRE(at.size() >= 5);
+  CHECK(at.size() <= 12);
+  CHECK(at.back() - at.front() >= std::chrono::milliseconds(1'800));
+  for (size_t i = 1; i + 1 < at.size() && i <= 5; ++i)
+    CHECK_MESSAGE(at[i] - at[i - 1] >=
+                    std::chrono::milliseconds(25 << (i - 1)) - std::chrono::milliseconds(2),
+                  "read " << i);
   CHECK(owner.entity_files() == 0);
   CHECK(front.entity_files() == 0);
+}
+
+TEST_CASE("cluster: a NOT_OWNER while the shard changes hands makes the relaying node wait, with "
+          "backoff, until a read of the cluster's state shows the new owner, and the client gets "
+          "the new owner's 200") {
+  auto old_c = std::make_shared<scripted_cluster>();
+  old_c->when_forwarded.to = shard_route::where::unavailable;
+  old_c->when_forwarded.code = "NOT_OWNER";
+  old_c->when_forwarded.detail = "scripted: moved away";
+  gateway_fixture old_owner(with_cluster(old_c));
+  auto new_c = std::make_shared<scripted_cluster>();
+  new_c->when_forwarded = local_route();
+  gateway_fixture new_owner(with_cluster(new_c));
+  auto front_c = std::make_shared<scripted_cluster>();
+  front_c->epoch = 0;
+  front_c->next.to = shard_route::where::forward;
+  front_c->next.address = "127.0.0.1:" + std::to_string(old_owner.port());
+  front_c->next.epoch = 7;
+  // The new owner shows in the fourth read of the state (the first three show the old one).
+  front_c->switch_at = 4;
+  front_c->switched.to = shard_route::where::forward;
+  front_c->switched.address = "127.0.0.1:" + std::to_string(new_owner.port());
+  front_c->switched.epoch = 9;
+  gateway_fixture front(with_cluster(front_c));
+
+  http_client c(front.port());
+  auto r = c.request("POST", append_path("m1"), json_headers(acme_key, "k-1"), body);
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  CHECK(r.json()["seq"] == 1);
+  CHECK(old_c->forwarded_routes == 1);
+  CHECK(new_c->forwarded_routes == 1);
+  CHECK(front_c->refreshes == 4);
+  std::vector<std::chrono::steady_clock::time_point> at;
+  {
+    std::lock_guard<std::mutex> g(front_c->mu);
+    at = front_c->refreshed_at;
+  }
+  REQUIRE(at.size() == 4);
+  // Reads at once, then 25, 50 and 100 ms apart: never three tries within a few ms.
+  CHECK(at[3] - at[0] >= std::chrono::milliseconds(170));
+  CHECK(new_owner.entity_files() == 1);
+  CHECK(old_owner.entity_files() == 0);
+  auto metrics = c.request("GET", "/metrics").body;
+  CHECK(metrics.find("factum_cluster_forwarded_total{outcome=\"not_owner\"} 1") !=
+        std::string::npos);
+}
+
+TEST_CASE("cluster: a client's request for a shard that is settling (moving) waits until it is "
+          "served, and a relayed one is answered at once") {
+  auto cl = std::make_shared<scripted_cluster>();
+  cl->next.to = shard_route::where::unavailable;
+  cl->next.code = "SHARD_UNAVAILABLE";
+  cl->next.detail = "scripted: moving";
+  cl->next.settling = true;
+  cl->switch_at = 3; // the move ends: the third read of the state finds the shard served here
+  cl->switched = local_route();
+  cl->when_forwarded.to = shard_route::where::unavailable;
+  cl->when_forwarded.code = "NOT_OWNER";
+  cl->when_forwarded.detail = "scripted: moving";
+  gateway_fixture f(with_cluster(cl));
+  http_client c(f.port());
+  auto h = json_headers(acme_key, "k-r");
+  h.emplace_back("X-Factum-Forwarded", "7");
+  auto relayed = c.request("POST", append_path("s1"), h, body);
+  CHECK(relayed.status == 503);
+  CHECK(relayed.code() == "NOT_OWNER");
+  CHECK(cl->refreshes == 0); // its relaying node is the one that waits
+  auto r = c.request("POST", append_path("s1"), json_headers(acme_key, "k-1"), body);
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  CHECK(cl->refreshes == 3);
+  CHECK(f.entity_files() == 1);
 }
 
 TEST_CASE("cluster: a shard without a live owner answers 503 with Retry-After and writes "

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "factum/storage/sha256.hpp"
 #include "http/fixture.hpp"
@@ -28,11 +30,22 @@ struct scripted_cluster final : cluster_router, entity_ownership {
     ++(forwarded ? forwarded_routes : routes);
     if (auto it = by_id.find(k.id); !forwarded && it != by_id.end())
       return it->second;
+    if (!forwarded && switch_at >= 0 && refreshes >= switch_at)
+      return switched;
     return forwarded ? when_forwarded : next;
   }
   std::map<std::string, shard_route> by_id; ///< a client's request for these ids (under mu)
+  /// From the switch_at-th refresh on (-1: never), a client's request routes as `switched`
+  /// (under mu): the cluster's placement changed, and a refresh read it.
+  int switch_at = -1;
+  shard_route switched;
+  std::vector<std::chrono::steady_clock::time_point> refreshed_at; ///< under mu
   void refresh(uint32_t, std::function<void()> then) override {
-    ++refreshes;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      refreshed_at.push_back(std::chrono::steady_clock::now());
+      ++refreshes;
+    }
     then();
   }
   std::vector<std::string> peers(std::vector<std::string>& down) const override {

@@ -277,6 +277,8 @@ struct pool::owner {
   std::mutex mu;
   bool stopped = false;                      // guarded by mu
   std::vector<std::shared_ptr<state>> pools; // guarded by mu
+  /// after()'s timers that have not fired (the I/O thread's): cancelled by stop().
+  std::set<std::shared_ptr<net::steady_timer>> timers;
 };
 
 namespace {
@@ -651,6 +653,25 @@ pool io_thread::make_pool(const url& u, pool_options opts) {
   return pool(owner_, std::move(s));
 }
 
+void io_thread::after(std::chrono::milliseconds delay, std::function<void(bool stopped)> fn) {
+  {
+    std::lock_guard<std::mutex> g(owner_->mu);
+    if (!owner_->stopped) {
+      // The owner outlives its io_context's handlers: a raw pointer is safe in them.
+      net::post(owner_->ioc, [o = owner_.get(), delay, fn = std::move(fn)]() mutable {
+        auto t = std::make_shared<net::steady_timer>(o->ioc, delay);
+        o->timers.insert(t);
+        t->async_wait([o, t, fn = std::move(fn)](const boost::system::error_code& ec) {
+          o->timers.erase(t);
+          fn(ec == net::error::operation_aborted);
+        });
+      });
+      return;
+    }
+  }
+  fn(true);
+}
+
 void io_thread::stop() {
   auto& o = *owner_;
   {
@@ -658,11 +679,13 @@ void io_thread::stop() {
     if (o.stopped)
       return;
     o.stopped = true;
-    // Posted after every submit already posted (one thread, FIFO): they run first and are
-    // then cancelled here; no submit can be posted after it.
-    net::post(o.ioc, [ps = o.pools] {
+    // Posted after every submit and after() already posted (one thread, FIFO): they run first
+    // and are then cancelled here; none can be posted after it.
+    net::post(o.ioc, [ps = o.pools, o = &o] {
       for (auto& p : ps)
         p->stop();
+      for (auto& t : o->timers)
+        t->cancel(); // their handlers run with operation_aborted: `stopped` true
     });
   }
   o.work.reset();

@@ -5,8 +5,8 @@
 // X-Factum-Forwarded; it never relays one again.
 // Why HTTP and not CAF's BASP: docs/cluster.md, "Calls go to the owner" (a CAF remote request
 // measured slower than this whole relay, and the owner's gateway already checks everything).
-// Threads: send() from any thread; `done` runs on the forwarder's I/O thread (or at once on the
-// caller's with failure::cancelled once stopped).
+// Threads: send() and after() from any thread; `done` and after()'s function run on the
+// forwarder's I/O thread (or at once on the caller's, cancelled, once stopped).
 #pragma once
 
 #include <chrono>
@@ -50,7 +50,15 @@ class forwarder {
   void send(const std::string& address, const http_request& req, const std::string& trace_id,
             int64_t epoch, std::function<void(forwarded_reply)> done);
 
-  /// Answers everything in flight with failure::cancelled and joins the I/O thread. Idempotent.
+  /// Runs `fn` on the I/O thread `delay` from now (`stopped` false), or once the forwarder stops
+  /// (`stopped` true; at once when it has stopped already): the gateway's wait between two reads
+  /// of the cluster's state while an entity's shard changes hands.
+  void after(std::chrono::milliseconds delay, std::function<void(bool stopped)> fn) {
+    io_.after(delay, std::move(fn));
+  }
+
+  /// Answers everything in flight with failure::cancelled, runs every pending after() with
+  /// `stopped` true and joins the I/O thread. Idempotent.
   void stop();
 
  private:

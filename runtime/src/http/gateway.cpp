@@ -512,30 +512,92 @@ selection select_route(const exchange& x) {
 
 // -- cluster mode --
 
+/// How long a client's request for an entity whose shard changes hands waits for the new
+/// placement: its owner refused it (NOT_OWNER) or could not be reached, or the shard is settling
+/// (shard_route::settling: moving between nodes). The node reads the cluster's state again at
+/// once, then after each backoff while the placement it reads is the one that failed, and sends
+/// the request on only to a changed placement; past the deadline, or after `max_relays` sends,
+/// the client gets 503 SHARD_UNAVAILABLE.
+constexpr std::chrono::milliseconds settle_wait{2'000};
+constexpr std::chrono::milliseconds first_backoff{25};
+constexpr std::chrono::milliseconds max_backoff{400};
+constexpr int max_relays = 5;
+
 /// An entity route: the shared checks, then (in a cluster) where the entity lives: here, at its
 /// owner (relayed), or nowhere now (503).
 void dispatch_entity(gateway& gw, const exchange_ptr& x);
 
+/// The request's shard is changing hands (x->settle_reason says how): reads the cluster's state
+/// again (at once the first time, then after a backoff that doubles from 25 ms to 400 ms) and
+/// dispatches the request anew; dispatch_entity comes back here while the placement is the one
+/// that failed. Answers 503 SHARD_UNAVAILABLE once `settle_wait` passed or the request was sent
+/// `max_relays` times.
+void await_placement(gateway& gw, const exchange_ptr& x, uint32_t shard) {
+  auto now = clock_type::now();
+  if (x->settle_until == clock_type::time_point{})
+    x->settle_until = now + settle_wait;
+  if (now >= x->settle_until || x->relays >= max_relays) {
+    auto waited =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - (x->settle_until - settle_wait));
+    auto r =
+      problem(*x, 503, "SHARD_UNAVAILABLE",
+              x->settle_reason + "; the shard's placement did not settle in " +
+                std::to_string(waited.count()) + " ms (" + std::to_string(x->relays) + " relays, " +
+                std::to_string(x->refreshes) + " reads of the cluster's state); retry later");
+    r.retry_after_s = 1;
+    return finish(gw, *x, std::move(r));
+  }
+  // The last wait ends at the deadline (rounded up: the read after it answers the client).
+  auto delay =
+    std::min(x->backoff, std::chrono::ceil<std::chrono::milliseconds>(x->settle_until - now));
+  x->backoff = x->backoff.count() == 0 ? first_backoff : std::min(x->backoff * 2, max_backoff);
+  auto again = [&gw, x, shard](bool stopped) {
+    if (stopped) {
+      auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
+                       x->settle_reason + "; this node is stopping: retry on another");
+      r.retry_after_s = 1;
+      return finish(gw, *x, std::move(r));
+    }
+    ++x->refreshes;
+    gw.config().cluster->refresh(shard, [&gw, x] { dispatch_entity(gw, x); });
+  };
+  if (delay.count() == 0) // the first read: at once
+    return again(false);
+  gw.relay()->after(delay, std::move(again));
+}
+
 /// Relays the request to its owner. An owner that says "not mine", or that cannot be reached
-/// before the request was sent, makes this node read the cluster's state again and route the
-/// request anew, at most twice; after that the client gets 503 SHARD_UNAVAILABLE. When the
-/// owner may have got the request and did not answer, a request with an Idempotency-Key (or a
-/// GET) gets 503 SHARD_UNAVAILABLE, retryable with the same key; one without gets 502
-/// OUTCOME_UNKNOWN: it may have run, and nothing would tell a retry that it had.
+/// before the request was sent, makes this node wait for the shard's new placement
+/// (await_placement). When the owner may have got the request and did not answer, a request
+/// with an Idempotency-Key (or a GET) gets 503 SHARD_UNAVAILABLE, retryable with the same key;
+/// one without gets 502 OUTCOME_UNKNOWN: it may have run, and nothing would tell a retry that it
+/// had.
 void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
   ++x->relays;
   gw.relay()->send(
-    d.address, x->req, x->trace_id, d.epoch, [&gw, x, shard = d.shard](forwarded_reply fr) {
+    d.address, x->req, x->trace_id, d.epoch,
+    [&gw, x, shard = d.shard, address = d.address, epoch = d.epoch](forwarded_reply fr) {
       bool unsent = fr.failed != client::failure::none && !fr.maybe_sent;
+      if (unsent &&
+          (fr.failed == client::failure::cancelled || fr.failed == client::failure::pool_full)) {
+        // This node's side: it is stopping, or its link to the owner is saturated. The placement
+        // is not in question, so nothing is waited for.
+        gw.metrics().forwarded_failed.fetch_add(1);
+        auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
+                         "the request was not relayed to the entity's owner (" + fr.error +
+                           "); retry with the same Idempotency-Key");
+        r.retry_after_s = 1;
+        return finish(gw, *x, std::move(r));
+      }
       if (fr.not_owner || unsent) {
         (fr.not_owner ? gw.metrics().forwarded_not_owner : gw.metrics().forwarded_failed)
           .fetch_add(1);
-        if (x->relays <= 2)
-          return gw.config().cluster->refresh(shard, [&gw, x] { dispatch_entity(gw, x); });
-        auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
-                         "the entity's owner could not be reached after 3 tries; retry later");
-        r.retry_after_s = 1;
-        return finish(gw, *x, std::move(r));
+        x->refused_address = address;
+        x->refused_epoch = epoch;
+        x->settle_reason = fr.not_owner ? "the node " + address + " does not own the entity's shard"
+                                        : "the entity's owner " + address +
+                                            " could not be reached (" + fr.error + ")";
+        return await_placement(gw, x, shard);
       }
       if (fr.failed != client::failure::none) {
         gw.metrics().forwarded_failed.fetch_add(1);
@@ -564,7 +626,8 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x) {
   if (!e)
     return;
   if (auto* c = gw.config().cluster.get()) {
-    auto d = c->route(entity_key{e->tenant.name, e->type, e->id}, !x->req.forwarded.empty());
+    bool relayed = !x->req.forwarded.empty();
+    auto d = c->route(entity_key{e->tenant.name, e->type, e->id}, relayed);
     if (d.to == shard_route::where::forward && x->chosen->entity == &open_websocket &&
         x->req.websocket)
       return proxy_websocket(gw, x, *e, d);
@@ -573,6 +636,15 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x) {
         gw, *x,
         {503, "STREAM_AT_OWNER",
          "a fact stream is served by the entity's owner only: open it at " + d.address});
+    if (d.to == shard_route::where::forward && d.address == x->refused_address &&
+        d.epoch == x->refused_epoch)
+      return await_placement(gw, x, d.shard); // the placement that failed: not sent again yet
+    if (d.to == shard_route::where::unavailable && d.settling && !relayed && gw.relay()) {
+      x->refused_address.clear(); // whatever placement comes next is a new one
+      x->refused_epoch = -1;
+      x->settle_reason = d.detail;
+      return await_placement(gw, x, d.shard);
+    }
     if (d.to == shard_route::where::forward && gw.relay())
       return relay(gw, x, d);
     if (d.to != shard_route::where::local) {

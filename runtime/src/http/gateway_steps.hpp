@@ -55,6 +55,14 @@ struct exchange {
   clock_type::time_point started = clock_type::now();
   const struct route* chosen = nullptr; ///< the route, for a cluster's retry after NOT_OWNER
   int relays = 0;                       ///< cluster: times the request was relayed to an owner
+  // Cluster: while the request waits for its shard's placement to change (gateway.cpp,
+  // await_placement), since its owner refused it or could not be reached, or the shard settles.
+  clock_type::time_point settle_until{}; ///< the wait's deadline; epoch: not waiting yet
+  std::chrono::milliseconds backoff{0};  ///< before the next read of the cluster's state
+  int refreshes = 0;                     ///< reads of the cluster's state asked for
+  std::string refused_address;           ///< the placement that failed: its owner's address
+  int64_t refused_epoch = -1;            ///< ... and the epoch sent there (-1: none)
+  std::string settle_reason;             ///< why it waits, for the 503 when it waited in vain
 };
 using exchange_ptr = std::shared_ptr<exchange>;
 

@@ -33,6 +33,11 @@ struct shard_route {
   std::string code;
   std::string detail;
   int64_t retry_after_ms = 1'000;
+  /// unavailable: only while the shard changes hands (it is moving between nodes, or another
+  /// node took it a moment ago). The gateway then waits for the placement to change (refresh,
+  /// with backoff, for a couple of seconds) before it answers a client 503. Never set for a
+  /// relayed request: that is answered NOT_OWNER, and its relaying node waits.
+  bool settling = false;
 };
 
 /// A cluster node's counters, for /metrics (monotonic unless said otherwise).
@@ -81,9 +86,10 @@ class cluster_router {
   /// here or refused NOT_OWNER, never forwarded again.
   virtual shard_route route(const entity_key& key, bool forwarded) = 0;
 
-  /// A forward to the owner of `shard` failed (refused NOT_OWNER, or the owner did not answer):
-  /// reads the cluster's state again and then runs `then` (on the cluster's thread, at the
-  /// latest one poll period later; also when the node stops).
+  /// A forward to the owner of `shard` failed (refused NOT_OWNER, or the owner did not answer),
+  /// or its shard is settling: reads the cluster's state again and then runs `then` (on the
+  /// cluster's thread, at the latest one poll period later; also when the node stops). The
+  /// gateway calls it again, after a backoff, while the placement it reads has not changed.
   virtual void refresh(uint32_t shard, std::function<void()> then) = 0;
 
   /// The other nodes a listing of a tenant's entities must ask (GET /v1/entities): the

@@ -248,8 +248,13 @@ class io_thread {
   /// whole targets). Host header: u.host_header().
   pool make_pool(const url& u, pool_options opts);
 
+  /// Runs `fn` once on the I/O thread `delay` from now with `stopped` false; with true as soon as
+  /// the thread stops before then (at once, on the calling thread, when it has stopped already).
+  void after(std::chrono::milliseconds delay, std::function<void(bool stopped)> fn);
+
   /// Answers every queued and in-flight request of every pool once with failure::cancelled,
-  /// closes the connections and joins the thread. Idempotent. Not from the I/O thread (i.e.
+  /// runs every pending after() with `stopped` true, closes the connections and joins the
+  /// thread. Idempotent. Not from the I/O thread (i.e.
   /// not from inside a completion).
   void stop();
 
