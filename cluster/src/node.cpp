@@ -503,12 +503,17 @@ shard_route node::route(const entity_key& key, bool forwarded) {
     return unavailable("CLUSTER_UNAVAILABLE",
                        "this node has no live lease in etcd (etcd unreachable or without quorum)");
   auto not_taken = [&](const status& why) { // acquiring or taking over the shard failed
-    return unavailable(
-      why.code() == errc::unavailable ? "CLUSTER_UNAVAILABLE" : "SHARD_UNAVAILABLE", why.message());
+    if (why.code() == errc::unavailable)
+      return unavailable("CLUSTER_UNAVAILABLE", why.message());
+    unavailable(forwarded ? "NOT_OWNER" : "SHARD_UNAVAILABLE", why.message());
+    r.settling = !forwarded && why.code() == errc::conflict; // another node has it: read again
+    return r;
   };
-  auto moving = [&] {
-    return unavailable("SHARD_UNAVAILABLE", "shard " + std::to_string(k) +
-                                              " is moving to another node; retry in a moment");
+  auto moving = [&] { // this node's gateway (a client's request), or the relaying node, waits
+    unavailable(forwarded ? "NOT_OWNER" : "SHARD_UNAVAILABLE",
+                "shard " + std::to_string(k) + " is moving to another node; retry in a moment");
+    r.settling = !forwarded;
+    return r;
   };
   if (p.moving[k].load(std::memory_order_acquire) != 0)
     return moving();
@@ -529,8 +534,10 @@ shard_route node::route(const entity_key& key, bool forwarded) {
       placeable = p.st.placeable(); // a shard's first request, or its home is down (shared)
   }
   auto to_node = [&](const std::string& id, int64_t epoch) {
-    if (forwarded)
+    if (forwarded) { // the relaying node's view or this one's is behind: read etcd again now
+      p.poll_soon();
       return unavailable("NOT_OWNER", "shard " + std::to_string(k) + " is not this node's");
+    }
     auto address = p.address_of(id);
     if (address.empty())
       return unavailable("SHARD_UNAVAILABLE", "shard " + std::to_string(k) + " lives on node " +
@@ -598,6 +605,17 @@ status node::set_degradation_floor(const std::string& tenant, const std::string&
   p.st.floors[tenant] = value;
   p.floors_revision = std::max(p.floors_revision, *rev);
   return status::ok();
+}
+
+void node::impl::poll_soon() {
+  auto now = now_ns();
+  auto last = poll_soon_ns.load(std::memory_order_relaxed);
+  if (now - last < std::chrono::nanoseconds(poll_soon_spacing).count() ||
+      !poll_soon_ns.compare_exchange_strong(last, now, std::memory_order_relaxed))
+    return;
+  std::lock_guard<std::mutex> g(mu);
+  poll_now = true;
+  cv.notify_all();
 }
 
 void node::refresh(uint32_t, std::function<void()> then) {

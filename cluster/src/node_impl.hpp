@@ -159,6 +159,13 @@ struct node::impl {
   /// that placed it first otherwise) and acquires it: its epoch. Under claim_mu.
   result<int64_t> take(uint32_t k, const shard_view& seen, std::string& taken_by);
 
+  /// A relayed request named this node for a shard it does not hold (route()): its view may be
+  /// behind etcd's (a shard handed over to it, not acquired until its next poll). Wakes the
+  /// polling thread now, at most once per poll_soon_spacing; any thread, never blocks on etcd.
+  void poll_soon();
+  static constexpr std::chrono::milliseconds poll_soon_spacing{20};
+  std::atomic<int64_t> poll_soon_ns{0}; ///< steady clock of the last poll_soon() that woke it
+
   /// The address of node `id`: from the last poll's `nodes`, else (a node that registered
   /// since, or one that is down) read from etcd, at most once per poll period and node.
   std::string address_of(const std::string& id);

@@ -1,0 +1,151 @@
+// handover_test.cpp: the moments a shard changes homes (docs/cluster.md, "Moving shards"), with a
+// real etcd in process: a relayed request for a shard handed over to a node makes that node read
+// etcd at once and acquire it, rather than at its next poll (the new home polls every 4 s, a
+// 20 s lease, so that only this path can make it acquire sooner), and while the old home moves a
+// shard out it answers a client's request "settling" (its gateway waits) and a relayed one
+// NOT_OWNER (the relaying node waits). The test's thread; the nodes' threads, the old home's
+// runtime and etcd (a child process) run beside it.
+#include <future>
+#include <thread>
+
+#include <doctest/doctest.h>
+
+#include "etcd_test_client.hpp"
+#include "factum/cluster/node.hpp"
+#include "support/etcd_server.hpp"
+#include "support/temp_dir.hpp"
+#include "support/test_entities.hpp"
+
+using namespace factum;
+using namespace factum::cluster;
+using namespace std::chrono_literals;
+
+namespace handover_test {
+
+namespace {
+
+constexpr uint32_t shards = 8;
+
+node_config config_of(const test::etcd_server& etcd, const std::string& name, const std::string& id,
+                      const char* advertise, std::chrono::milliseconds ttl) {
+  node_config c;
+  c.name = name;
+  c.node_id = id;
+  c.etcd = {etcd.url()};
+  c.advertise = advertise;
+  c.shards = shards;
+  c.lease_ttl = ttl;
+  c.secret = "handover-secret-0123";
+  c.log = [](std::string_view) {};
+  return c;
+}
+
+std::shared_ptr<node> started(node_config c) {
+  auto n = node::start(std::move(c));
+  REQUIRE_MESSAGE(n.is_ok(), n.error().to_string());
+  return *n;
+}
+
+/// Polls `cond` every 20 ms for at most `limit`.
+bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (cond())
+      return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return cond();
+}
+
+} // namespace
+
+TEST_CASE("a relayed request for a shard handed over to a node makes it read etcd at once and "
+          "acquire the shard, not at its next poll") {
+  test::etcd_server etcd;
+  auto a = started(config_of(etcd, "nudgetest", "a", "127.0.0.1:1", 1000ms));
+  entity_key k{"acme", "ledger", "h1"};
+  auto placed = a->route(k, false);
+  REQUIRE(placed.to == shard_route::where::local);
+  auto b = started(config_of(etcd, "nudgetest", "b", "127.0.0.1:2", 20'000ms)); // polls in 4 s
+  REQUIRE(b->route(k, false).address == "127.0.0.1:1"); // b's view: a serves it
+  // The old home hands the shard over (as a move's step 3 does): homes/k is b and nobody holds
+  // it. b's view is behind until it reads etcd again.
+  auto c = test::client_of({etcd.url()});
+  auto key = [&](const char* what) {
+    return "/factum/nudgetest/" + std::string(what) + "/" + std::to_string(placed.shard);
+  };
+  using f = etcd_compare::field;
+  auto t = c->transact({{key("homes"), f::value, "a", 0}},
+                       {{key("homes"), "b"}, {key("shards"), std::nullopt}});
+  REQUIRE(t.is_ok());
+  REQUIRE(t->succeeded);
+  auto t0 = std::chrono::steady_clock::now();
+  auto relayed = b->route(k, true); // a's request, relayed to its shard's new home
+  CHECK(relayed.code == "NOT_OWNER");
+  CHECK(eventually([&] { return b->claim_for(k).is_ok(); }, 2000ms));
+  MESSAGE("b's claim looked at for " << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::steady_clock::now() - t0)
+                                          .count()
+                                     << " ms after the relayed request");
+  auto served = b->route(k, false);
+  CHECK(served.to == shard_route::where::local);
+  CHECK(served.epoch > placed.epoch);
+  b->stop();
+  a->stop();
+}
+
+TEST_CASE("while its old home moves a shard out, a client's request for it there is settling (the "
+          "gateway waits) and a relayed one NOT_OWNER (its relaying node waits)") {
+  test::etcd_server etcd;
+  test::temp_dir root, a_data;
+  runtime_config rc;
+  rc.data_dir = a_data.path();
+  rc.entity_root = root.path();
+  rc.storage_threads = 2;
+  test::add_test_types(rc.types);
+  auto rt = runtime::start(std::move(rc));
+  REQUIRE_MESSAGE(rt.is_ok(), rt.error().to_string());
+  auto shared = [&](const std::string& id, const char* advertise) {
+    auto c = config_of(etcd, "movingtest", id, advertise, 1000ms);
+    c.storage = "shared";
+    return c;
+  };
+  auto a = started(shared("a", "127.0.0.1:1"));
+  a->attach(**rt);
+  auto b = started(shared("b", "127.0.0.1:2"));
+  entity_key k{"acme", "probe", "p1"};
+  auto placed = a->route(k, false);
+  REQUIRE(placed.to == shard_route::where::local);
+  // A turn that takes 3 s holds the move in its first step (the shard's activations close).
+  std::promise<call_reply> slow;
+  call_options opts;
+  opts.timeout = 30s;
+  (*rt)->call(k, "slow_pair", R"({"ms":3000})", opts,
+              [&](call_reply r) { slow.set_value(std::move(r)); });
+  REQUIRE(eventually([&] { return (*rt)->stats().active_entities >= 1; }, 2000ms));
+  auto c = test::client_of({etcd.url()});
+  auto move = c->create_if_absent("/factum/movingtest/moves/" + std::to_string(placed.shard),
+                                  R"({"from":"a","to":"b"})");
+  REQUIRE(move.is_ok());
+  REQUIRE(move->succeeded);
+  CHECK(eventually([&] { return a->route(k, false).settling; }, 2000ms));
+  auto direct = a->route(k, false);
+  CHECK(direct.to == shard_route::where::unavailable);
+  CHECK(direct.code == "SHARD_UNAVAILABLE");
+  CHECK(direct.settling);
+  auto relayed = a->route(k, true);
+  CHECK(relayed.to == shard_route::where::unavailable);
+  CHECK(relayed.code == "NOT_OWNER");
+  CHECK_FALSE(relayed.settling);
+  auto done = slow.get_future();
+  REQUIRE(done.wait_for(30s) == std::future_status::ready);
+  CHECK(done.get().ok);
+  // The move ends: the new home serves the shard, and the old one relays to it.
+  CHECK(eventually([&] { return b->claim_for(k).is_ok(); }, 5000ms));
+  CHECK(eventually([&] { return a->route(k, false).to == shard_route::where::forward; }, 5000ms));
+  b->stop();
+  a->stop();
+  (*rt)->stop();
+}
+
+} // namespace handover_test
