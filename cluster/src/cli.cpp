@@ -142,11 +142,13 @@ class mover_cli {
     return status::ok();
   }
 
-  /// Waits until every shard in `asked_` has moved (its move key is gone), a move failed, or
-  /// the timeout passed. 0 when all moved.
+  /// Waits until every shard in `asked_` has moved and is served again (its move key is gone and
+  /// its new home holds it: the old home ends a move at the hand-over, and the new home acquires
+  /// the shard at its next poll, or at once when a request for the shard reaches it), a move
+  /// failed, or the timeout passed. 0 when all moved.
   int wait() {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(o_.timeout_s);
-    size_t shown = SIZE_MAX;
+    size_t shown = SIZE_MAX, shown_unserved = 0;
     for (;;) {
       if (auto st = detail::read_state(*etcd_, prefix_, shards_); !st) {
         if (std::chrono::steady_clock::now() > until)
@@ -161,18 +163,28 @@ class mover_cli {
           if (st_.shards[k].home == draining_ && !st_.moves.count(k) && !st_.placeable().empty())
             if (auto st = ask(k, draining_, rendezvous_owner(k, st_.placeable())); !st)
               return fail(st.to_string());
-      size_t left = 0;
+      size_t left = 0, unserved = 0;
       std::vector<std::string> failed;
-      for (auto k : asked_)
+      for (auto k : asked_) {
+        auto& s = st_.shards[k];
         if (auto it = st_.moves.find(k); it != st_.moves.end()) {
           ++left;
           if (!it->second.failed.empty())
             failed.push_back("shard " + std::to_string(k) + ": " + it->second.failed);
+        } else if (s.owner.empty() || s.owner != s.home) {
+          ++left; // handed over; its new home has not acquired it yet
+          ++unserved;
         }
-      if (left != shown)
+      }
+      if ((left != shown || unserved != shown_unserved) && unserved > 0)
+        std::printf("%zu of %zu shard moves left (%zu handed over, not yet served by their new "
+                    "home)\n",
+                    left, asked_.size(), unserved);
+      else if (left != shown)
         std::printf("%zu of %zu shard moves left\n", left, asked_.size());
       std::fflush(stdout);
       shown = left;
+      shown_unserved = unserved;
       if (!failed.empty()) {
         for (auto& f : failed)
           std::fprintf(stderr, "factum cluster %s: move failed: %s\n", verb_, f.c_str());
@@ -182,7 +194,9 @@ class mover_cli {
         return 0;
       if (std::chrono::steady_clock::now() > until)
         return fail(std::to_string(left) + " moves still under way after " +
-                    std::to_string(o_.timeout_s) + " s; they go on (see factum cluster status)");
+                    std::to_string(o_.timeout_s) + " s (" + std::to_string(unserved) +
+                    " of them handed over and not yet served by their new home); they go on "
+                    "(see factum cluster status)");
       std::this_thread::sleep_for(std::chrono::milliseconds(250)); // polling etcd, bounded above
     }
   }

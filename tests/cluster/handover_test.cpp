@@ -1,17 +1,21 @@
 // handover_test.cpp: the moments a shard changes homes (docs/cluster.md, "Moving shards"), with a
-// real etcd in process: a relayed request for a shard handed over to a node makes that node read
-// etcd at once and acquire it, rather than at its next poll (the new home polls every 4 s, a
-// 20 s lease, so that only this path can make it acquire sooner), and while the old home moves a
-// shard out it answers a client's request "settling" (its gateway waits) and a relayed one
-// NOT_OWNER (the relaying node waits). The test's thread; the nodes' threads, the old home's
-// runtime and etcd (a child process) run beside it.
+// real etcd in process: `factum cluster join` returns only once the shard it moved is served by
+// its new home (the old home ends the move at the hand-over; the new home acquires the shard at
+// its next poll), a relayed request for a shard handed over to a node makes that node read etcd
+// at once and acquire it, rather than at its next poll (the new home of those two tests polls
+// every 4 s, a 20 s lease, so that only these paths can make it acquire sooner), and while the
+// old home moves a shard out it answers a client's request "settling" (its gateway waits) and a
+// relayed one NOT_OWNER (the relaying node waits). The test's thread; the nodes' threads, the
+// old home's runtime and etcd (a child process) run beside it.
 #include <future>
 #include <thread>
 
 #include <doctest/doctest.h>
 
 #include "etcd_test_client.hpp"
+#include "factum/cluster/cli.hpp"
 #include "factum/cluster/node.hpp"
+#include "factum/cluster/shard_map.hpp"
 #include "support/etcd_server.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
@@ -57,7 +61,74 @@ bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds lim
   return cond();
 }
 
+/// `factum cluster ARGS...` in process: its exit code.
+int cluster_command(std::vector<std::string> args) {
+  CLI::App app{"factum"};
+  int code = -1;
+  add_cluster_command(app, &code);
+  args.insert(args.begin(), "factum");
+  std::vector<const char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.c_str());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  return code;
+}
+
+/// A counter entity whose shard rendezvous hashing over {a, b} gives to b.
+entity_key entity_for_b() {
+  for (int i = 0; i < 1000; ++i) {
+    entity_key k{"acme", "counter", "c" + std::to_string(i)};
+    if (rendezvous_owner(shard_of(k, shards), {"a", "b"}) == "b")
+      return k;
+  }
+  FAIL("no entity of a shard rendezvous hashing gives to b");
+  return {};
+}
+
 } // namespace
+
+TEST_CASE("factum cluster join returns only once the shard it moved is served by its new home, "
+          "not at the hand-over") {
+  test::etcd_server etcd;
+  test::temp_dir root, a_data;
+  runtime_config rc;
+  rc.data_dir = a_data.path();
+  rc.entity_root = root.path();
+  rc.storage_threads = 2;
+  test::add_test_types(rc.types);
+  auto rt = runtime::start(std::move(rc));
+  REQUIRE_MESSAGE(rt.is_ok(), rt.error().to_string());
+  auto shared = [&](const std::string& id, const char* advertise, std::chrono::milliseconds ttl) {
+    auto c = config_of(etcd, "jointest", id, advertise, ttl);
+    c.storage = "shared";
+    return c;
+  };
+  auto a = started(shared("a", "127.0.0.1:1", 1000ms)); // polls every 200 ms: moves at once
+  a->attach(**rt);
+  auto k = entity_for_b();
+  auto placed = a->route(k, false);
+  REQUIRE(placed.to == shard_route::where::local);
+  REQUIRE((*rt)->call_sync(k, "add", R"({"by":1})").ok);
+  auto b = started(shared("b", "127.0.0.1:2", 20'000ms)); // its next poll: 4 s from now
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(cluster_command({"cluster", "join", "b", "--etcd", etcd.url(), "--name", "jointest",
+                         "--timeout", "30"}) == 0);
+  MESSAGE("join took " << std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count()
+                       << " ms");
+  auto c = test::client_of({etcd.url()});
+  auto owner = c->get("/factum/jointest/shards/" + std::to_string(placed.shard));
+  REQUIRE(owner.is_ok());
+  CHECK_MESSAGE(owner->has_value(), "the join returned while its shard was served by nobody");
+  if (owner->has_value())
+    CHECK((*owner)->value == "b");
+  CHECK(b->claim_for(k).is_ok());
+  CHECK(a->route(k, false).to == shard_route::where::forward);
+  b->stop();
+  a->stop();
+  (*rt)->stop();
+}
 
 TEST_CASE("a relayed request for a shard handed over to a node makes it read etcd at once and "
           "acquire the shard, not at its next poll") {
