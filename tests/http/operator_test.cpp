@@ -108,6 +108,27 @@ TEST_CASE("operator routes: a breaker is listed, forced open and reset over HTTP
   CHECK(f.facts("acme", "webhook", "w2", {{"type", "lifecycle"}}).size() >= 2);
 }
 
+TEST_CASE("operator routes: POST .../alarms/resume needs scope operate, checks its reason and "
+          "answers what it set again (nothing paused here: a fork's are, runtime:fork)") {
+  gateway_fixture f;
+  http_client c(f.port());
+  REQUIRE(
+    c.request("POST", "/v1/entities/counter/c1/add", json_headers(acme_key, "r-1"), "{}").status ==
+    200);
+  auto path = "/v1/entities/counter/c1/alarms/resume";
+  auto r = c.request("POST", path, json_headers(), R"({"reason":"after the fork"})");
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  CHECK(r.json() == json{{"alarms", json::array()}, {"schedules", json::array()}});
+  auto life = f.facts("acme", "counter", "c1", {{"type", "lifecycle"}});
+  REQUIRE(life.size() == 1);
+  CHECK(life[0]["subtype"] == "paused_resumed");
+  CHECK(c.request("POST", path, json_headers(globex_key), "{}").status == 403);
+  auto bad =
+    c.request("POST", path, json_headers(), json{{"reason", std::string(600, 'x')}}.dump());
+  CHECK(bad.status == 400);
+  CHECK(bad.code() == "INVALID_ARGUMENT");
+}
+
 TEST_CASE("operator routes: after an operator retry resolved a dead letter, the client's own "
           "retry with its key replays the result (same fingerprint as over HTTP)") {
   auto healthy = std::make_shared<std::atomic<bool>>(false);

@@ -244,18 +244,18 @@ void list_alarms(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   run_call(gw, x, e, "@alarms", "{}", base_options(gw, *x));
 }
 
-/// POST .../{dead-letters|breakers}/{name}/{action}: an operator's action; the body's object
-/// members travel along with the name and the action.
-void operator_action(gateway& gw, const exchange_ptr& x, const entity_ref& e, bool dead_letter) {
-  const auto& name = x->seg[5];
-  const auto& action = x->seg[6];
+/// An operator's action on an entity: the body's object members with `fields` over them and who
+/// asked (the key's id, its digest's first 12 hex digits, whatever the body says), sent to the
+/// internal `method`; `what` names the action in its idempotency fingerprint. `last` is refused
+/// after the checks every such action has.
+void operator_call(gateway& gw, const exchange_ptr& x, const entity_ref& e, const char* method,
+                   json fields, const std::string& what, verdict last = std::nullopt) {
   auto opts = base_options(gw, *x);
   verdict no = no_query(*x);
   if (!no)
     no = check_write(gw.config(), x->req, opts);
   if (!no)
-    if (auto st = check_key_part(name, dead_letter ? "dead letter id" : "tool"); !st)
-      no = refusal{400, "INVALID_ARGUMENT", st.message()};
+    no = std::move(last);
   if (no)
     return refuse(gw, *x, std::move(*no));
   json args = json::object();
@@ -264,34 +264,29 @@ void operator_action(gateway& gw, const exchange_ptr& x, const entity_ref& e, bo
     if (b.is_object())
       args = std::move(b);
   }
-  args[dead_letter ? "id" : "tool"] = name;
-  args["action"] = action;
-  // Who asked, whatever the body says: the key's id (its digest's first 12 hex digits).
+  args.update(fields);
   args["actor"] = key_actor(*x);
   if (!opts.idempotency_key.empty())
-    opts.fingerprint = fingerprint(e.canonical(x->seg[4] + "/" + name + "/" + action), x->req.body);
-  run_call(gw, x, e, dead_letter ? "@dead_letter" : "@breaker", args.dump(), std::move(opts));
+    opts.fingerprint = fingerprint(e.canonical(what), x->req.body);
+  run_call(gw, x, e, method, args.dump(), std::move(opts));
+}
+
+/// POST .../{dead-letters|breakers}/{name}/{action}: the action on a dead letter or a breaker.
+void operator_action(gateway& gw, const exchange_ptr& x, const entity_ref& e, bool dead_letter) {
+  const auto& name = x->seg[5];
+  const auto& action = x->seg[6];
+  verdict bad_name;
+  if (auto st = check_key_part(name, dead_letter ? "dead letter id" : "tool"); !st)
+    bad_name = refusal{400, "INVALID_ARGUMENT", st.message()};
+  operator_call(gw, x, e, dead_letter ? "@dead_letter" : "@breaker",
+                {{dead_letter ? "id" : "tool", name}, {"action", action}},
+                x->seg[4] + "/" + name + "/" + action, std::move(bad_name));
 }
 
 /// POST .../alarms/resume: an operator arms what the entity holds paused (a fork's alarms and
 /// schedules); the body may give a reason.
 void resume_paused(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
-  auto opts = base_options(gw, *x);
-  verdict no = no_query(*x);
-  if (!no)
-    no = check_write(gw.config(), x->req, opts);
-  if (no)
-    return refuse(gw, *x, std::move(*no));
-  json args = json::object();
-  if (!x->req.body.empty()) {
-    auto b = json::parse(x->req.body, nullptr, false);
-    if (b.is_object())
-      args = std::move(b);
-  }
-  args["actor"] = key_actor(*x);
-  if (!opts.idempotency_key.empty())
-    opts.fingerprint = fingerprint(e.canonical("alarms/resume"), x->req.body);
-  run_call(gw, x, e, "@resume_paused", args.dump(), std::move(opts));
+  operator_call(gw, x, e, "@resume_paused", json::object(), "alarms/resume");
 }
 
 void dead_letter_action(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
