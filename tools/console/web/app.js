@@ -378,6 +378,9 @@
               const fact = JSON.parse(ev.data);
               me.last = fact.seq;
               if (matches(fact, q)) onFact(fact, ev.data);
+            } else if (ev.event === 'history') {
+              me.last = JSON.parse(ev.data).last_seq_kept;
+              onState(`Rolled back: the facts after seq ${me.last} shown are no longer the entity's; its facts from there follow.`);
             } else if (ev.event === 'overflow') {
               me.last = JSON.parse(ev.data).last_seq;
               onState(`Fell behind; resuming after seq ${me.last}.`);
