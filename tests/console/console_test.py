@@ -31,6 +31,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.support.ui import WebDriverWait
 
 KEY_A = "key-acme"
@@ -169,7 +170,10 @@ def browser():
 class Console:
     def __init__(self, drv, srv, out):
         self.d, self.srv, self.out = drv, srv, out
-        self.wait = WebDriverWait(drv, WAIT)
+        # A view re-renders its rows while a wait reads them: a row read as it is replaced is
+        # read again at the next poll, not a failure.
+        self.wait = WebDriverWait(drv, WAIT,
+                                  ignored_exceptions=[StaleElementReferenceException])
 
     def shot(self, name):
         self.d.save_screenshot(os.path.join(self.out, f"console-{name}.png"))
