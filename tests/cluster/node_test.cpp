@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include "cluster/node_support.hpp"
 #include "factum/cluster/etcd_client.hpp"
 #include "factum/cluster/node.hpp"
 #include "support/etcd_server.hpp"
@@ -14,6 +15,8 @@
 using namespace factum;
 using namespace factum::cluster;
 using namespace std::chrono_literals;
+using factum::test::eventually;
+using factum::test::started;
 
 namespace {
 
@@ -27,23 +30,6 @@ node_config config_of(const test::etcd_server& etcd, const std::string& id, uint
   c.lease_ttl = 1000ms;
   c.log = [](std::string_view) {};
   return c;
-}
-
-std::shared_ptr<node> started(node_config c) {
-  auto n = node::start(std::move(c));
-  REQUIRE_MESSAGE(n.is_ok(), n.error().to_string());
-  return *n;
-}
-
-/// Polls `cond` every 20 ms for at most `limit`.
-bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit) {
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (cond())
-      return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return cond();
 }
 
 } // namespace
