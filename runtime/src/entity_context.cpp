@@ -344,21 +344,17 @@ void entity_context::set_alarm(std::string name, int64_t due_ms, json payload) {
   // The alarm's own run sets it again: the new occurrence waits for the run's end (turn::rearm),
   // and is taken again when a retry of the run replays this.
   auto* own = j && is_alarm_journal(j->key(), name) ? runner_.current() : nullptr;
-  if (j && j->replay("set_alarm", name)) {
-    if (own)
-      own->rearm = alarm_record{name, due_ms, payload.dump(), 0, clock_ms()};
-    return;
-  }
+  bool replayed = j && j->replay("set_alarm", name);
   if (own) {
     own->rearm = alarm_record{name, due_ms, payload.dump(), 0, clock_ms()};
-  } else {
+  } else if (!replayed) {
     // A new occurrence set by another turn: the journal of a run of the alarm that was
     // interrupted is not its own.
     for (auto& k : alarm_journals(store(), name))
       throw_if(store().purge_journal(k));
     set_alarm_internal(name, due_ms, payload.dump(), 0);
   }
-  if (j)
+  if (j && !replayed)
     j->record("set_alarm", name, nullptr);
 }
 

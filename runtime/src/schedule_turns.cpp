@@ -69,6 +69,21 @@ alarm_record fire_of_dead_letter(const alarm_record& dl_alarm) {
   return a;
 }
 
+namespace {
+
+/// A schedule as the alarms listing shows it beside its alarm.
+json schedule_json(const schedule_record& row) {
+  auto spec = json_or_text(row.spec);
+  return {{"name", row.name},
+          {"spec", spec},
+          {"missed", spec.is_object() ? spec.value("missed", json()) : json()},
+          {"next_at", row.next_ms},
+          {"last_at", row.last_ms ? json(*row.last_ms) : json()},
+          {"payload", json_or_text(row.payload)}};
+}
+
+} // namespace
+
 json alarms_json(entity_store& store) {
   json out = json::array();
   for (auto& a : value_or_throw(store.list_alarms())) {
@@ -76,18 +91,9 @@ json alarms_json(entity_store& store) {
               {"due_ms", a.due_ms},
               {"attempts", a.attempts},
               {"payload", json::parse(a.payload, nullptr, false)}};
-    if (is_schedule_alarm(a.name)) {
-      auto row = store.get_schedule(a.name.substr(schedule_alarm_prefix.size()));
-      if (row) {
-        auto spec = json_or_text(row->spec);
-        e["schedule"] = {{"name", row->name},
-                         {"spec", spec},
-                         {"missed", spec.is_object() ? spec.value("missed", json()) : json()},
-                         {"next_at", row->next_ms},
-                         {"last_at", row->last_ms ? json(*row->last_ms) : json()},
-                         {"payload", json_or_text(row->payload)}};
-      }
-    }
+    if (is_schedule_alarm(a.name))
+      if (auto row = store.get_schedule(a.name.substr(schedule_alarm_prefix.size())))
+        e["schedule"] = schedule_json(*row);
     out.push_back(std::move(e));
   }
   for (auto& e : paused_json(store))
@@ -141,20 +147,12 @@ json paused_json(entity_store& store) {
                    {"attempts", a.attempts},
                    {"payload", json::parse(a.payload, nullptr, false)},
                    {"paused", true}});
-  for (auto& row : value_or_throw(store.list_paused_schedules())) {
-    auto spec = json_or_text(row.spec);
+  for (auto& row : value_or_throw(store.list_paused_schedules()))
     out.push_back({{"name", schedule_alarm_name(row.name)},
                    {"due_ms", row.next_ms},
                    {"attempts", 0},
                    {"paused", true},
-                   {"schedule",
-                    {{"name", row.name},
-                     {"spec", spec},
-                     {"missed", spec.is_object() ? spec.value("missed", json()) : json()},
-                     {"next_at", row.next_ms},
-                     {"last_at", row.last_ms ? json(*row.last_ms) : json()},
-                     {"payload", json_or_text(row.payload)}}}});
-  }
+                   {"schedule", schedule_json(row)}});
   return out;
 }
 

@@ -71,30 +71,37 @@ entity_key entity_for_b() {
   return {};
 }
 
+/// The old home's runtime: the test types, files under the shared `root`.
+std::unique_ptr<runtime> home_runtime(const std::filesystem::path& root,
+                                      const std::filesystem::path& data) {
+  runtime_config rc;
+  rc.data_dir = data;
+  rc.entity_root = root;
+  rc.storage_threads = 2;
+  test::add_test_types(rc.types);
+  auto rt = runtime::start(std::move(rc));
+  REQUIRE_MESSAGE(rt.is_ok(), rt.error().to_string());
+  return std::move(rt.value());
+}
+
 } // namespace
 
 TEST_CASE("factum cluster join returns only once the shard it moved is served by its new home, "
           "not at the hand-over") {
   test::etcd_server etcd;
   test::temp_dir root, a_data;
-  runtime_config rc;
-  rc.data_dir = a_data.path();
-  rc.entity_root = root.path();
-  rc.storage_threads = 2;
-  test::add_test_types(rc.types);
-  auto rt = runtime::start(std::move(rc));
-  REQUIRE_MESSAGE(rt.is_ok(), rt.error().to_string());
+  auto rt = home_runtime(root.path(), a_data.path());
   auto shared = [&](const std::string& id, const char* advertise, std::chrono::milliseconds ttl) {
     auto c = config_of(etcd, "jointest", id, advertise, ttl);
     c.storage = "shared";
     return c;
   };
   auto a = started(shared("a", "127.0.0.1:1", 1000ms)); // polls every 200 ms: moves at once
-  a->attach(**rt);
+  a->attach(*rt);
   auto k = entity_for_b();
   auto placed = a->route(k, false);
   REQUIRE(placed.to == shard_route::where::local);
-  REQUIRE((*rt)->call_sync(k, "add", R"({"by":1})").ok);
+  REQUIRE(rt->call_sync(k, "add", R"({"by":1})").ok);
   auto b = started(shared("b", "127.0.0.1:2", 20'000ms)); // its next poll: 4 s from now
   auto t0 = std::chrono::steady_clock::now();
   CHECK(cluster_command({"cluster", "join", "b", "--etcd", etcd.url(), "--name", "jointest",
@@ -113,7 +120,7 @@ TEST_CASE("factum cluster join returns only once the shard it moved is served by
   CHECK(a->route(k, false).to == shard_route::where::forward);
   b->stop();
   a->stop();
-  (*rt)->stop();
+  rt->stop();
 }
 
 TEST_CASE("a relayed request for a shard handed over to a node makes it read etcd at once and "
@@ -155,20 +162,14 @@ TEST_CASE("while its old home moves a shard out, a client's request for it there
           "gateway waits) and a relayed one NOT_OWNER (its relaying node waits)") {
   test::etcd_server etcd;
   test::temp_dir root, a_data;
-  runtime_config rc;
-  rc.data_dir = a_data.path();
-  rc.entity_root = root.path();
-  rc.storage_threads = 2;
-  test::add_test_types(rc.types);
-  auto rt = runtime::start(std::move(rc));
-  REQUIRE_MESSAGE(rt.is_ok(), rt.error().to_string());
+  auto rt = home_runtime(root.path(), a_data.path());
   auto shared = [&](const std::string& id, const char* advertise) {
     auto c = config_of(etcd, "movingtest", id, advertise, 1000ms);
     c.storage = "shared";
     return c;
   };
   auto a = started(shared("a", "127.0.0.1:1"));
-  a->attach(**rt);
+  a->attach(*rt);
   auto b = started(shared("b", "127.0.0.1:2"));
   entity_key k{"acme", "probe", "p1"};
   auto placed = a->route(k, false);
@@ -177,9 +178,9 @@ TEST_CASE("while its old home moves a shard out, a client's request for it there
   std::promise<call_reply> slow;
   call_options opts;
   opts.timeout = 30s;
-  (*rt)->call(k, "slow_pair", R"({"ms":3000})", opts,
-              [&](call_reply r) { slow.set_value(std::move(r)); });
-  REQUIRE(eventually([&] { return (*rt)->stats().active_entities >= 1; }, 2000ms));
+  rt->call(k, "slow_pair", R"({"ms":3000})", opts,
+           [&](call_reply r) { slow.set_value(std::move(r)); });
+  REQUIRE(eventually([&] { return rt->stats().active_entities >= 1; }, 2000ms));
   auto c = test::client_of({etcd.url()});
   auto move = c->create_if_absent("/factum/movingtest/moves/" + std::to_string(placed.shard),
                                   R"({"from":"a","to":"b"})");
@@ -202,7 +203,7 @@ TEST_CASE("while its old home moves a shard out, a client's request for it there
   CHECK(eventually([&] { return a->route(k, false).to == shard_route::where::forward; }, 5000ms));
   b->stop();
   a->stop();
-  (*rt)->stop();
+  rt->stop();
 }
 
 } // namespace handover_test

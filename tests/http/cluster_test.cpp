@@ -36,9 +36,7 @@ TEST_CASE("cluster: a request is relayed to the owner node, and the owner serves
   owner_c->when_forwarded = local_route();
   gateway_fixture owner(with_cluster(owner_c));
   auto front_c = std::make_shared<scripted_cluster>();
-  front_c->next.to = shard_route::where::forward;
-  front_c->next.address = "127.0.0.1:" + std::to_string(owner.port());
-  front_c->next.epoch = 7;
+  front_c->next = forward_route(owner.port(), 7);
   front_c->epoch = 0; // the front node owns nothing
   gateway_fixture front(with_cluster(front_c));
 
@@ -81,9 +79,7 @@ TEST_CASE("cluster: a relayed call whose owner committed it and died before its 
   gateway_fixture owner(keyless(owner_c));
   cutting_proxy proxy(owner.port(), {2, 4}); // the owner's answers to these never leave
   auto front_c = std::make_shared<scripted_cluster>();
-  front_c->next.to = shard_route::where::forward;
-  front_c->next.address = "127.0.0.1:" + std::to_string(proxy.port());
-  front_c->next.epoch = 7;
+  front_c->next = forward_route(proxy.port(), 7);
   front_c->epoch = 0;
   gateway_fixture front(keyless(front_c));
 
@@ -113,13 +109,10 @@ TEST_CASE("cluster: an owner that keeps saying NOT_OWNER while the placement sta
           "the relaying node read the state again with a growing backoff for 2 s, without "
           "sending it there again, and the client sees 503 SHARD_UNAVAILABLE, never NOT_OWNER") {
   auto owner_c = std::make_shared<scripted_cluster>();
-  owner_c->when_forwarded.to = shard_route::where::unavailable;
-  owner_c->when_forwarded.code = "NOT_OWNER";
-  owner_c->when_forwarded.detail = "scripted";
+  owner_c->when_forwarded = not_owner_route("scripted");
   gateway_fixture owner(with_cluster(owner_c));
   auto front_c = std::make_shared<scripted_cluster>();
-  front_c->next.to = shard_route::where::forward;
-  front_c->next.address = "127.0.0.1:" + std::to_string(owner.port());
+  front_c->next = forward_route(owner.port());
   gateway_fixture front(with_cluster(front_c));
 
   http_client c(front.port());
@@ -155,18 +148,14 @@ TEST_CASE("cluster: a NOT_OWNER while the shard changes hands makes the relaying
           "backoff, until a read of the cluster's state shows the new owner, and the client gets "
           "the new owner's 200") {
   auto old_c = std::make_shared<scripted_cluster>();
-  old_c->when_forwarded.to = shard_route::where::unavailable;
-  old_c->when_forwarded.code = "NOT_OWNER";
-  old_c->when_forwarded.detail = "scripted: moved away";
+  old_c->when_forwarded = not_owner_route("scripted: moved away");
   gateway_fixture old_owner(with_cluster(old_c));
   auto new_c = std::make_shared<scripted_cluster>();
   new_c->when_forwarded = local_route();
   gateway_fixture new_owner(with_cluster(new_c));
   auto front_c = std::make_shared<scripted_cluster>();
   front_c->epoch = 0;
-  front_c->next.to = shard_route::where::forward;
-  front_c->next.address = "127.0.0.1:" + std::to_string(old_owner.port());
-  front_c->next.epoch = 7;
+  front_c->next = forward_route(old_owner.port(), 7);
   // The new owner shows in the fourth read of the state (the first three show the old one).
   front_c->switch_at = 4;
   front_c->switched.to = shard_route::where::forward;
@@ -205,9 +194,7 @@ TEST_CASE("cluster: a client's request for a shard that is settling (moving) wai
   cl->next.settling = true;
   cl->switch_at = 3; // the move ends: the third read of the state finds the shard served here
   cl->switched = local_route();
-  cl->when_forwarded.to = shard_route::where::unavailable;
-  cl->when_forwarded.code = "NOT_OWNER";
-  cl->when_forwarded.detail = "scripted: moving";
+  cl->when_forwarded = not_owner_route("scripted: moving");
   gateway_fixture f(with_cluster(cl));
   http_client c(f.port());
   auto h = json_headers(acme_key, "k-r");

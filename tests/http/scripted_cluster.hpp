@@ -95,6 +95,24 @@ inline shard_route local_route() {
   return {};
 }
 
+/// The route of a request this node relays to the node at 127.0.0.1:`port`, seen under `epoch`.
+inline shard_route forward_route(uint16_t port, int64_t epoch = 0) {
+  shard_route r;
+  r.to = shard_route::where::forward;
+  r.address = "127.0.0.1:" + std::to_string(port);
+  r.epoch = epoch;
+  return r;
+}
+
+/// What a node that does not hold the shard (any more) answers a relayed request.
+inline shard_route not_owner_route(std::string detail = "scripted") {
+  shard_route r;
+  r.to = shard_route::where::unavailable;
+  r.code = "NOT_OWNER";
+  r.detail = std::move(detail);
+  return r;
+}
+
 inline gateway_fixture::tweak with_cluster(const std::shared_ptr<scripted_cluster>& c) {
   return [c](runtime_config& rc, http_server_config& hc) {
     rc.ownership = c;

@@ -89,9 +89,7 @@ struct two_nodes {
 
   two_nodes() {
     owner = std::make_unique<gateway_fixture>(with_rooms(owner_c));
-    front_c->next.to = shard_route::where::forward;
-    front_c->next.address = "127.0.0.1:" + std::to_string(owner->port());
-    front_c->next.epoch = 7;
+    front_c->next = forward_route(owner->port(), 7);
     front_c->epoch = 0;
     front = std::make_unique<gateway_fixture>(with_rooms(front_c));
   }
@@ -131,9 +129,7 @@ TEST_CASE("ws cluster: the owner's refusal reaches a relayed client: its close c
   ws_client no_name(n.front->port(), "/v1/entities/room/r2/ws");
   REQUIRE(no_name.status() == 101);
   CHECK(no_name.close_code() == 4400);
-  n.owner_c->when_forwarded.to = shard_route::where::unavailable;
-  n.owner_c->when_forwarded.code = "NOT_OWNER";
-  n.owner_c->when_forwarded.detail = "scripted";
+  n.owner_c->when_forwarded = not_owner_route("scripted");
   ws_client moved(n.front->port(), "/v1/entities/room/r2/ws?name=x");
   CHECK_FALSE(moved.open());
   CHECK(moved.status() == 503);

@@ -57,6 +57,13 @@ std::string fact_stream::event_id(int64_t seq, std::string_view fact_id,
   return id;
 }
 
+call_options fact_stream::read_options() const {
+  call_options opts;
+  opts.timeout = gw_.config().call_timeout;
+  opts.trace_id = trace_id_;
+  return opts;
+}
+
 fact_stream::~fact_stream() {
   end();
 }
@@ -71,11 +78,8 @@ void fact_stream::start(std::function<void(call_reply)> first) {
   }
   // Where the client stands in the entity's history, and its first fact-id prefix (the events'
   // ids), before the first page.
-  call_options opts;
-  opts.timeout = gw_.config().call_timeout;
-  opts.trace_id = trace_id_;
   json args = {{"seq", after}, {"prefix", resume_prefix_.value_or("")}};
-  gw_.rt().call(key_, "@history", args.dump(), std::move(opts),
+  gw_.rt().call(key_, "@history", args.dump(), read_options(),
                 [self = shared_from_this()](call_reply r) { self->on_history(r); });
 }
 
@@ -170,12 +174,9 @@ void fact_stream::fetch(bool live) {
     after = after_;
     gen = gen_;
   }
-  call_options opts;
-  opts.timeout = gw_.config().call_timeout;
-  opts.trace_id = trace_id_;
   json args = {{"after_seq", after}, {"limit", page_limit}};
   gw_.rt().call(
-    key_, "@facts", args.dump(), std::move(opts),
+    key_, "@facts", args.dump(), read_options(),
     [self = shared_from_this(), live, gen](call_reply r) { self->on_page(r, live, gen); });
 }
 

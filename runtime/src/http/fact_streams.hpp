@@ -92,6 +92,8 @@ class fact_stream : public std::enable_shared_from_this<fact_stream> {
 
  private:
   friend class fact_streams;
+  /// The options of the stream's reads of its entity (the gateway's call timeout, its trace).
+  call_options read_options() const;
   void fetch(bool live);
   void on_history(const call_reply& r);
   void on_page(const call_reply& r, bool live, uint64_t gen);
