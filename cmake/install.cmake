@@ -2,13 +2,13 @@
 # headers only (the entity, runtime, HTTP and server APIs and the records they use; the store,
 # the alarm and tenant indexes and the VFS stay private), the libraries, the `factum`
 # executable, and the CMake package `factum` (targets factum::entities, factum::runtime,
-# factum::http, factum::serve; factum::storage, factum::resilience, factum::http_client,
-# factum::cluster and factum::nats (the outbox's NATS sink) come along as their link
+# factum::gateway, factum::sink_http, factum::serve; factum::storage, factum::resilience,
+# factum::http_client, factum::cluster and factum::nats (the outbox's NATS sink) come along as their link
 # dependencies; the cluster's headers stay private). A pkg-config file names the same libraries.
 include(CMakePackageConfigHelpers)
 
-set(factum_exported factum_storage factum_entities factum_resilience factum_runtime factum_http
-    factum_http_client factum_cluster factum_nats factum_serve)
+set(factum_exported factum_storage factum_entities factum_resilience factum_runtime factum_gateway
+    factum_sink_http factum_http_client factum_cluster factum_nats factum_serve)
 foreach(t IN LISTS factum_exported)
   string(REPLACE "factum_" "" export_name ${t})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${export_name})
@@ -23,15 +23,17 @@ install(TARGETS factum RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ser
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/entities/include/factum/entities
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum COMPONENT dev)
 install(FILES ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/runtime.hpp
-              ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/http_server.hpp
-              ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/http_tool.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/ownership.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/cluster_router.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/connections.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/degradation.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/outbox.hpp
-              ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/nats_sink.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/runtime COMPONENT dev)
+install(FILES ${PROJECT_SOURCE_DIR}/gateway/include/factum/gateway/http_server.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/gateway COMPONENT dev)
+install(FILES ${PROJECT_SOURCE_DIR}/sinks/http/include/factum/sinks/http_tool.hpp
+              ${PROJECT_SOURCE_DIR}/sinks/nats/include/factum/sinks/nats_sink.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/sinks COMPONENT dev)
 install(FILES ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/durability.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/entity_key.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/fact.hpp

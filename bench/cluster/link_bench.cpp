@@ -6,7 +6,7 @@
 // process stopped by its pid) and measures, per link:
 // - sequential, blocking caller: a scoped_actor's request(...).receive(...) / a sync_client;
 // - K in flight, asynchronous caller (K = 1 and --inflight): an event-based actor keeping K
-//   requests out / factum's pooled client (the relay's own, runtime/src/http/forwarder.cpp)
+//   requests out / factum's pooled client (the relay's own, gateway/src/forwarder.cpp)
 //   with K connections;
 // each as p50/p99 per request, requests per second, and the CPU of both processes per request.
 // Every figure is a median over --runs runs (each run starts fresh servers; the links alternate).

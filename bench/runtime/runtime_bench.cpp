@@ -32,8 +32,8 @@
 #include <CLI/CLI.hpp>
 
 #include "factum/fake_vendor/fake_vendor.hpp"
-#include "factum/runtime/http_tool.hpp"
 #include "factum/runtime/runtime.hpp"
+#include "factum/sinks/http_tool.hpp"
 #include "fsync_probe.hpp"
 
 using namespace factum;

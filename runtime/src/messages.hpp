@@ -7,8 +7,8 @@
 
 #include <caf/all.hpp>
 
-#include "call_request.hpp"
 #include "factum/entities/call.hpp"
+#include "turn/call_request.hpp"
 
 namespace factum {
 

@@ -19,22 +19,22 @@
 
 #include <caf/all.hpp>
 
-#include "archive_pruner.hpp"
+#include "actor/group_commit.hpp"
 #include "counters.hpp"
-#include "degradation.hpp"
-#include "degradation_watch.hpp"
+#include "entity_ops/archive_pruner.hpp"
 #include "factum/resilience/classifier.hpp"
 #include "factum/resilience/dead_letter_rules.hpp"
 #include "factum/runtime/connections.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/alarm_index.hpp"
 #include "factum/storage/entity_store.hpp"
-#include "group_commit.hpp"
 #include "messages.hpp"
 #include "outbox/outbox_board.hpp"
 #include "storage_pool.hpp"
-#include "tenant_quotas.hpp"
-#include "tool_board.hpp"
+#include "tenancy/degradation.hpp"
+#include "tenancy/degradation_watch.hpp"
+#include "tenancy/tenant_quotas.hpp"
+#include "turn/tool_board.hpp"
 
 namespace factum::detail {
 

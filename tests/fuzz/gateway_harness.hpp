@@ -1,4 +1,4 @@
-// tests/fuzz/gateway_harness.hpp: one gateway (runtime/src/http/gateway.cpp) over the stub
+// tests/fuzz/gateway_harness.hpp: one gateway (gateway/src/gateway.cpp) over the stub
 // runtime (stub_runtime.cpp) and the properties every answer must have, shared by the HTTP
 // fuzz targets. Single-threaded: the stub answers calls inline, so handle() completes before it
 // returns.
@@ -12,13 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "factum/runtime/http_server.hpp"
+#include "factum/gateway/http_server.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/sha256.hpp"
 #include "fuzz_check.hpp"
-#include "http/gateway.hpp"
-#include "http/http_util.hpp"
+#include "gateway.hpp"
+#include "http_util.hpp"
 
 namespace factum::fuzz {
 

@@ -1,5 +1,5 @@
 // tests/fuzz/stub_runtime.cpp: a link-time stand-in for factum::runtime, so that the gateway's
-// routing, authentication and validation (runtime/src/http/gateway.cpp) run in a fuzz target
+// routing, authentication and validation (gateway/src/gateway.cpp) run in a fuzz target
 // without actors, threads or files. The fuzz binaries link this file instead of
 // runtime/src/runtime.cpp. call() records what the gateway handed to the runtime and answers at
 // once; the harness (gateway_harness.hpp) checks it. Single-threaded (the fuzzer's thread).

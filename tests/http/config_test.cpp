@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "factum/tools/serve.hpp"
-#include "http/http_util.hpp"
+#include "http_util.hpp"
 #include "support/serve_types.hpp"
 
 using namespace factum;

@@ -14,7 +14,7 @@
 
 #include <doctest/doctest.h>
 
-#include "factum/runtime/http_server.hpp"
+#include "factum/gateway/http_server.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "http/client.hpp"
 #include "support/temp_dir.hpp"

@@ -7,7 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "http/fixture.hpp"
-#include "http/http_util.hpp"
+#include "http_util.hpp"
 
 using namespace factum;
 using namespace factum::test;

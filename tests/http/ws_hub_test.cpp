@@ -3,7 +3,7 @@
 // to), tags and attachments, frames only to the entity's own connections, links that are gone.
 #include <doctest/doctest.h>
 
-#include "http/ws_hub.hpp"
+#include "ws/ws_hub.hpp"
 
 using namespace factum;
 using factum::http::ws_hub;

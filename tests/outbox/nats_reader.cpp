@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "factum/runtime/nats_sink.hpp"
+#include "factum/sinks/nats_sink.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 3) {

@@ -7,7 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "factum/fake_vendor/fake_vendor.hpp"
-#include "factum/runtime/http_tool.hpp"
+#include "factum/sinks/http_tool.hpp"
 #include "http/fixture.hpp"
 
 using namespace factum;

@@ -15,8 +15,8 @@
 #include <map>
 #include <thread>
 
-#include "factum/runtime/nats_sink.hpp"
 #include "factum/runtime/runtime.hpp"
+#include "factum/sinks/nats_sink.hpp"
 #include "support/etcd_server.hpp"
 #include "support/temp_dir.hpp"
 

@@ -4,7 +4,7 @@
 // (storage format 9, migration of a version-8 file).
 #include <doctest/doctest.h>
 
-#include "factum/runtime/http_tool.hpp"
+#include "factum/sinks/http_tool.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "outbox/outbox_board.hpp"
 #include "support/temp_dir.hpp"

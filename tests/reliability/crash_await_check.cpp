@@ -1,6 +1,6 @@
 // crash_await_check.cpp: the checks at the end of the crash rounds for awaiting handlers
 // (crash_await.hpp): every entity file opened read-only with the storage library, and the fake
-// vendor's per-key counters. What the resilient tool call writes (runtime/src/tool_call.cpp),
+// vendor's per-key counters. What the resilient tool call writes (runtime/src/turn/tool_call.cpp),
 // per attempt: an `error` fact of the tool for a failed one; for a successful one a `cost`
 // `tool_usage` fact with `failed` false (the tool has a price) and, after failed ones, an
 // `outcome` `resolved_after_retry`; `error` facts `CIRCUIT_OPEN`, `max_retries_exceeded` and

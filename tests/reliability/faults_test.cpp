@@ -125,7 +125,7 @@ bool healthy(uint16_t port) {
   return c.request("GET", "/healthz").status == 200;
 }
 
-/// The storage errors of the taxonomy (runtime/src/entity_actor.cpp storage_error).
+/// The storage errors of the taxonomy (runtime/src/actor/entity_actor.cpp storage_error).
 bool storage_problem(const http_reply& r) {
   auto c = r.code();
   bool known = (r.status == 503 &&

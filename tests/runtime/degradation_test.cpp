@@ -1,9 +1,9 @@
-// degradation_test.cpp: the degradation board (runtime/src/degradation.hpp) driven with explicit
-// signals and times, no runtime: each rule's level, a critical tool against another, the
+// degradation_test.cpp: the degradation board (runtime/src/tenancy/degradation.hpp) driven with
+// explicit signals and times, no runtime: each rule's level, a critical tool against another, the
 // recovery delay, an operator's floor, the feature matrix and its method patterns. Test thread.
 #include <doctest/doctest.h>
 
-#include "degradation.hpp"
+#include "tenancy/degradation.hpp"
 
 using namespace factum;
 using namespace factum::detail;

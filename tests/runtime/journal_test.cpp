@@ -1,4 +1,4 @@
-// journal_test.cpp: durable execution. The turn journal alone (runtime/src/journal.hpp); the
+// journal_test.cpp: durable execution. The turn journal alone (runtime/src/turn/journal.hpp); the
 // turn runner replaying journaled calls, alarms and dead-letter retries over a real store
 // (runner_bench.hpp); and a runtime in a child process SIGKILLed while a handler awaits its
 // second step, whose call a retry then resumes in a new runtime over the same files. Each case
@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "factum/runtime/runtime.hpp"
-#include "journal.hpp"
 #include "runner_bench.hpp"
+#include "turn/journal.hpp"
 
 using namespace factum;
 using namespace factum::detail;

@@ -1,4 +1,4 @@
-// output_gate_test.cpp: the output gate (runtime/src/output_gate.hpp) driven without an actor
+// output_gate_test.cpp: the output gate (runtime/src/actor/output_gate.hpp) driven without an actor
 // system: named interleavings of commits, syncs that succeed and syncs that fail, then seeded
 // random schedules checked against a model of the kernel's writeback errors (an error is
 // reported to one fdatasync of the descriptor only, and the pages it lost are never written
@@ -9,7 +9,7 @@
 #include <random>
 #include <set>
 
-#include "output_gate.hpp"
+#include "actor/output_gate.hpp"
 
 using namespace factum;
 using namespace factum::detail;

@@ -12,9 +12,9 @@
 #include <deque>
 #include <map>
 
-#include "entity_context.hpp"
 #include "support/temp_dir.hpp"
-#include "turn_runner.hpp"
+#include "turn/entity_context.hpp"
+#include "turn/turn_runner.hpp"
 
 namespace factum::test_runner {
 

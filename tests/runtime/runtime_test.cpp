@@ -18,7 +18,7 @@
 #include "support/start_notes.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
-#include "wal_vfs.hpp"
+#include "wal/wal_vfs.hpp"
 
 using namespace factum;
 using namespace std::chrono_literals;

@@ -5,7 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "runner_bench.hpp"
-#include "schedule_turns.hpp"
+#include "schedule/schedule_turns.hpp"
 
 using namespace factum;
 using namespace factum::test_runner;

@@ -1,4 +1,4 @@
-// schedule_test.cpp: the schedule class alone (runtime/src/schedule.hpp, cron.hpp): cron
+// schedule_test.cpp: the schedule class alone (runtime/src/schedule/schedule.hpp, cron.hpp): cron
 // expressions and their next times, daylight-saving changes in Europe/Berlin and
 // America/New_York, intervals, spec errors, jitter and each missed-fire policy.
 #include <doctest/doctest.h>
@@ -7,8 +7,8 @@
 #include <set>
 #include <string>
 
-#include "cron.hpp"
-#include "schedule.hpp"
+#include "schedule/cron.hpp"
+#include "schedule/schedule.hpp"
 
 using namespace factum;
 using namespace factum::detail;

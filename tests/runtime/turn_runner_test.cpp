@@ -1,4 +1,4 @@
-// turn_runner_test.cpp: the turn runner (runtime/src/turn_runner.hpp) and the handler context
+// turn_runner_test.cpp: the turn runner (runtime/src/turn/turn_runner.hpp) and the handler context
 // driven without an actor system: a real entity store in a temporary directory, a fake host
 // that records answers and commits at awaits on the test thread, and a tool that fails on
 // demand. Each case names the failure path it covers. Test thread only.

@@ -1,4 +1,4 @@
-// json_text_test.cpp: factum's compact JSON writer (storage/src/json_text.cpp) against
+// json_text_test.cpp: factum's compact JSON writer (storage/src/fact/json_text.cpp) against
 // nlohmann::json::dump(), which defines the text a fact's data is hashed and stored as. Any
 // difference would change the hash of new facts; so every value here must give the same bytes,
 // or the same exception, as dump().

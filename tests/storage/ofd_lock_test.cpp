@@ -1,4 +1,4 @@
-// ofd_lock_test.cpp: the locks of factum's VFS for database files (storage/src/ofd_file.cpp),
+// ofd_lock_test.cpp: the locks of factum's VFS for database files (storage/src/file/ofd_file.cpp),
 // which takes SQLite's locks as open-file-description locks. What it must do: exclude writers
 // between connections of one process and against other processes using SQLite's "unix" VFS,
 // and let SQLite recognise the last connection at close (which decides whether the -wal and
@@ -14,7 +14,7 @@
 #include <sqlite3.h>
 
 #include "factum/storage/entity_store.hpp"
-#include "ofd_file.hpp"
+#include "file/ofd_file.hpp"
 #include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;

@@ -24,7 +24,7 @@
 #include "factum/storage/spare_pool.hpp"
 #include "support/raw_sql.hpp"
 #include "support/temp_dir.hpp"
-#include "wal_vfs.hpp"
+#include "wal/wal_vfs.hpp"
 
 namespace store_tests {
 

@@ -1,4 +1,4 @@
-// wal_vfs_test.cpp: factum's SQLite VFS (storage/src/wal_vfs.cpp), which hands a commit's WAL
+// wal_vfs_test.cpp: factum's SQLite VFS (storage/src/wal/wal_vfs.cpp), which hands a commit's WAL
 // writes to the kernel in one write. What it must never do: let another connection see a commit
 // before its frames are in the file, or lose frames SQLite rewrote inside a transaction.
 #include <doctest/doctest.h>
@@ -16,9 +16,9 @@
 #include <tuple>
 
 #include "factum/storage/entity_store.hpp"
-#include "file_io.hpp"
+#include "file/file_io.hpp"
 #include "support/temp_dir.hpp"
-#include "wal_vfs.hpp"
+#include "wal/wal_vfs.hpp"
 
 using namespace factum;
 namespace fs = std::filesystem;

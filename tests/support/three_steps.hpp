@@ -29,7 +29,8 @@ inline nlohmann::json three_steps_payload(const std::string& k, int step) {
 
 /// The Idempotency-Key a journaled step sends to the vendor when the request has none: "fk_" +
 /// the first 40 hex digits of SHA-256(entity key, call key, tool, operation, payload, and from
-/// step 2 on "#" + step), as the runtime derives it (runtime/src/entity_context.cpp, call_tool).
+/// step 2 on "#" + step), as the runtime derives it (runtime/src/turn/entity_context.cpp,
+/// call_tool).
 inline std::string three_steps_vendor_key(const entity_key& entity, const std::string& k,
                                           int step) {
   auto text = entity.to_string() + "\n" + k + "\n" + three_steps_tool + "\n" +

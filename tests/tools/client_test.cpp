@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "factum/fake_vendor/fake_vendor.hpp"
-#include "factum/runtime/http_tool.hpp"
+#include "factum/sinks/http_tool.hpp"
 
 using namespace factum;
 using namespace std::chrono_literals;

@@ -17,8 +17,8 @@
 
 #include "factum/fake_vendor/fake_vendor.hpp"
 #include "factum/resilience/money.hpp"
-#include "factum/runtime/http_tool.hpp"
 #include "factum/runtime/runtime.hpp"
+#include "factum/sinks/http_tool.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "factum/fake_vendor/fake_vendor.hpp"
-#include "factum/runtime/http_tool.hpp"
+#include "factum/sinks/http_tool.hpp"
 #include "http/client.hpp"
 
 using namespace factum;

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 
-#include "../call_errors.hpp"
-#include "../entity_context.hpp"
 #include "factum/storage/sha256.hpp"
+#include "turn/call_errors.hpp"
+#include "turn/entity_context.hpp"
 
 namespace factum::detail {
 

@@ -14,10 +14,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "factum/runtime/http_server.hpp"
-#include "factum/runtime/http_tool.hpp"
-#include "factum/runtime/nats_sink.hpp"
+#include "factum/gateway/http_server.hpp"
 #include "factum/runtime/runtime.hpp"
+#include "factum/sinks/http_tool.hpp"
+#include "factum/sinks/nats_sink.hpp"
 #include "factum/storage/status.hpp"
 
 namespace factum::tools {
