@@ -26,8 +26,8 @@
 // runtime's checkpointer), in a registry under a mutex. The WAL locks (xShmLock's eight) are an
 // in-memory table with the rules of os_unix.c's unixShmLock. A new index is zeroed, so SQLite
 // rebuilds it from the WAL (as after a crash). Against a mapped -shm this saves per activation
-// an mmap, a munmap, three ftruncates and some 40 fcntls (measured in commits 6578375 and
-// 88a16a3).
+// an mmap, a munmap, three ftruncates and some 40 fcntls (measured with runtime_bench's
+// activation workload).
 // Persistent WAL (SQLITE_FCNTL_PERSIST_WAL, an entity store's owner): the -shm file is kept,
 // empty, at the last close, where SQLite would delete it, so the next open creates no file.
 // A child of fork() forgets its parent's indexes (pthread_atfork; see forget_registry_in_child).

@@ -4,7 +4,7 @@
 // Why: the "unix" VFS keeps one process-wide list of every open database (POSIX record locks
 // belong to the process, so it must share lock state between connections to one file) and walks
 // it twice per open under a global mutex: each open paid ~0.18 us per database already open in
-// the process, serialised across threads (measured in commit 65f699d). An OFD lock
+// the process, serialised across threads (measured with runtime_bench). An OFD lock
 // (F_OFD_SETLK) belongs to the open file description, so every connection locks on its own: no
 // list of open files, no global mutex on open. The byte ranges are SQLite's
 // (docs/storage-format.md section 2), and on Linux OFD locks and POSIX locks conflict with each

@@ -252,8 +252,8 @@ void spare_pool::run() {
       return;
   }
   // Refills start once `step` spares are gone, not at the first: a batch of several files
-  // costs the creations that run beside it less than as many batches of one (measured in
-  // commit 7b41a8a).
+  // costs the creations that run beside it less than as many batches of one (measured with
+  // runtime_bench's creation workload).
   const int step = std::max(1, std::min(16, target_ / 2));
   for (;;) {
     wake_.wait(g, [&] { return stopping_ || static_cast<int>(spares_.size()) <= target_ - step; });

@@ -19,7 +19,7 @@ struct fs_probe_roots {
 /// Today one case: ext4 without a journal. There, ext4 does not reuse an inode freed in the
 /// last seconds and scans past every recently freed one; every new entity and spare file
 /// allocates inodes. (When each activation still created and deleted its `-wal` and `-shm`,
-/// before they were kept across a close in commit 43d5645, reopens were measured 5x slower.) Found
+/// before they were kept across a close, reopens were measured 5x slower.) Found
 /// through the block device of `dir` (`/sys/dev/block/MAJ:MIN`), whether ext4 knows it
 /// (`/proc/fs/ext4/NAME`) and whether it has a jbd2 journal
 /// (`/proc/fs/jbd2/NAME-*`). Anything the probe cannot read gives no warning.
