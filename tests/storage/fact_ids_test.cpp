@@ -141,3 +141,37 @@ TEST_CASE("fact ids: a file rebuilt as of an earlier commit numbers the facts af
 }
 
 } // namespace fact_ids_test
+
+namespace fact_ids_test {
+
+TEST_CASE("fact ids: a hostile file whose last fact has the largest seq is reported by verify and "
+          "refused by append, with no seq past it computed") {
+  test::temp_dir tmp;
+  auto o = opts_for(tmp.path());
+  o.wal_kept_on_close_kib = 0;
+  auto file = key().file_path(o.data_dir);
+  {
+    auto s = open_ok(o);
+    append_n(*s, 1);
+  }
+  // A copy of fact 1 at seq 2^63 - 1, written behind the store's back.
+  std::string err;
+  REQUIRE_MESSAGE(raw_exec(file,
+                           "CREATE TEMP TABLE t AS SELECT * FROM facts WHERE seq=1; "
+                           "UPDATE t SET seq=9223372036854775807, fact_id='fct_hostile'; "
+                           "INSERT INTO facts SELECT * FROM t",
+                           &err) == SQLITE_OK,
+                  err);
+  auto s = open_ok(o);
+  CHECK(s->last_seq() == std::numeric_limits<int64_t>::max());
+  auto rep = s->verify();
+  REQUIRE(rep.is_ok());
+  CHECK_FALSE(rep.value().ok);
+  CHECK(rep.value().first_bad_seq == std::numeric_limits<int64_t>::max());
+  auto appended = s->append(draft("f"));
+  REQUIRE_FALSE(appended.is_ok());
+  CHECK(appended.error().code() == errc::full);
+  CHECK(s->last_seq() == std::numeric_limits<int64_t>::max());
+}
+
+} // namespace fact_ids_test

@@ -211,9 +211,10 @@ result<fact> entity_store::append(const fact_draft& d) {
   }
   if (auto st = ensure_batch(); !st)
     return st;
-  f.seq = last_seq_ + 1;
-  if (f.seq > max_derived_seq)
+  // Compared before the sum: a hostile file's last seq may be the largest int64_t.
+  if (last_seq_ >= max_derived_seq)
     return status{errc::full, "the entity holds the most facts a fact id can number (2^48 - 1)"};
+  f.seq = last_seq_ + 1;
   // A file kept at an older schema version (migration tests only) gets old-style ids.
   f.fact_id =
     fact_ids_.empty() ? time_ordered_id("fct_", 16) : derived_fact_id(fact_ids_.current(), f.seq);
@@ -443,13 +444,13 @@ result<verify_report> entity_store::verify() {
   int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr);
   if (rc != SQLITE_OK)
     return fail(rc, "verify");
-  int64_t expect = 1;
+  int64_t expect = 1, last = 0;
   std::string prev(genesis_hash);
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     fact f = read_fact(st, key_);
     ++rep.facts_checked;
     if (f.seq != expect)
-      problem(f.seq, "seq " + std::to_string(f.seq) + " follows " + std::to_string(expect - 1) +
+      problem(f.seq, "seq " + std::to_string(f.seq) + " follows " + std::to_string(last) +
                        ": facts are missing");
     else if (f.prev_hash != prev)
       problem(f.seq, "prev_hash of seq " + std::to_string(f.seq) +
@@ -461,13 +462,15 @@ result<verify_report> entity_store::verify() {
              f.fact_id != derived_fact_id(fact_ids_.prefix_at(f.seq), f.seq))
       problem(f.seq, "fact_id of seq " + std::to_string(f.seq) + " is not " +
                        fact_ids_.prefix_at(f.seq) + " + its seq in hex: two facts could share it");
-    expect = f.seq + 1;
+    last = f.seq;
+    // No seq follows the largest int64_t (only a hostile file holds it: it breaks the chain).
+    expect = f.seq < std::numeric_limits<int64_t>::max() ? f.seq + 1 : f.seq;
     prev = f.hash;
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
     return fail(rc, "verify");
-  auto owners = owner_history_problems(expect - 1, rep.owner_epoch);
+  auto owners = owner_history_problems(last, rep.owner_epoch);
   if (!owners)
     return owners.error();
   for (auto& p : *owners)
