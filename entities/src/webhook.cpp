@@ -42,19 +42,10 @@ class webhook final : public entity {
       req.payload = args["payload"];
     auto op = ctx.call_tool(std::move(req));
     tool_reply r = co_await op;
-    if (!r.ok) {
-      call_error e(r.category, r.error_code.empty() ? "DELIVERY_FAILED" : r.error_code,
-                   r.error_message.empty() ? "delivery failed" : r.error_message,
-                   r.error_code == "CIRCUIT_OPEN" ? 503 : 0);
-      e.details["attempts"] = r.attempts;
-      if (r.http_status)
-        e.details["tool_status"] = r.http_status;
-      if (!r.dead_letter_id.empty())
-        e.details["dead_letter_id"] = r.dead_letter_id;
-      throw e;
-    }
+    if (!r.ok)
+      throw tool_failure(r, "DELIVERY_FAILED", "delivery failed");
     nlohmann::json out = {{"delivered", true}, {"status", r.http_status}, {"attempts", r.attempts}};
-    if (r.body.is_object() && r.body.value("fallback", false))
+    if (is_fallback(r))
       out["fallback"] = true;
     co_return out;
   }

@@ -52,7 +52,7 @@ class asset final : public entity {
     auto op = ctx.call_tool(std::move(req));
     tool_reply r = co_await op;
 
-    if (r.ok && r.body.is_object() && r.body.value("fallback", false)) {
+    if (is_fallback(r)) {
       // The breaker is open: the runtime answered with the configured fallback and recorded a
       // CIRCUIT_OPEN error fact. The call is deferred, not lost.
       fact_draft out;
@@ -67,17 +67,8 @@ class asset final : public entity {
                      {"attempts", r.attempts},
                      {"body", r.body}};
     }
-    if (!r.ok) {
-      call_error e(r.category, r.error_code.empty() ? "CALL_FAILED" : r.error_code,
-                   r.error_message.empty() ? "the call could not be placed" : r.error_message,
-                   r.error_code == "CIRCUIT_OPEN" ? 503 : 0);
-      e.details["attempts"] = r.attempts;
-      if (r.http_status)
-        e.details["tool_status"] = r.http_status;
-      if (!r.dead_letter_id.empty())
-        e.details["dead_letter_id"] = r.dead_letter_id;
-      throw e;
-    }
+    if (!r.ok)
+      throw tool_failure(r, "CALL_FAILED", "the call could not be placed");
     std::string call_id;
     if (r.body.is_object())
       for (const char* k : {"call_id", "sid", "id"})

@@ -67,6 +67,17 @@ struct tool_reply {
   std::string dead_letter_id; ///< set when the call ended as a dead letter
 };
 
+/// Whether `r` is the configured fallback the runtime answered instead of the tool (while its
+/// breaker is open, or with `after_retries` once the retries ran out; docs/configuration.md,
+/// "fallback"): an ok reply whose object body has `"fallback": true`.
+bool is_fallback(const tool_reply& r);
+
+/// The failure a handler throws for a tool call that did not succeed (`!r.ok`): the reply's
+/// category, its error code and message (`code` and `message` when it has none), status 503 for
+/// CIRCUIT_OPEN (else the category's), and in the problem body `attempts`, `tool_status` (the
+/// tool's HTTP status, when it answered) and `dead_letter_id` (when the call became one).
+call_error tool_failure(const tool_reply& r, std::string code, std::string message);
+
 class context;
 
 /// An asynchronous operation a handler awaits. Awaiting it ends the turn's current savepoint and
