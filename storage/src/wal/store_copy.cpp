@@ -24,19 +24,22 @@ namespace factum {
 
 // -- copies -------------------------------------------------------------------------------------
 
+std::string read_at(const fs::path& path, size_t n, int64_t offset) {
+  std::string b(n, '\0');
+  detail::scoped_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0)
+    return {};
+  ssize_t got = ::pread(fd.get(), b.data(), n, static_cast<off_t>(offset));
+  b.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  return b;
+}
+
 namespace {
 
 /// The first 32 bytes of a -wal file (its header: magic, page size, checkpoint sequence and
 /// salts, checksum), or fewer when it is shorter or missing.
 std::string wal_header(const fs::path& wal) {
-  std::string h(32, '\0');
-  int fd = ::open(wal.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return {};
-  ssize_t n = ::pread(fd, h.data(), h.size(), 0);
-  ::close(fd);
-  h.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  return h;
+  return read_at(wal, 32, 0);
 }
 
 /// SQLite's WAL checksum (its walChecksumBytes) over `n` bytes (a multiple of 8), continuing

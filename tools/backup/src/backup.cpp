@@ -49,18 +49,6 @@ db_stat stat_db(const fs::path& p) {
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
-/// Up to `n` bytes of `p` at `off` (fewer at its end; none when it is missing).
-std::string read_at(const fs::path& p, size_t n, off_t off) {
-  std::string b(n, '\0');
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return {};
-  ssize_t got = ::pread(fd, b.data(), n, off);
-  ::close(fd);
-  b.resize(got > 0 ? static_cast<size_t>(got) : 0);
-  return b;
-}
-
 /// Whether the source entity `src` has committed nothing since the copy `prev` (whose files
 /// are `copy`, `copy`-wal). With a WAL in the copy: the source's -wal is the same generation
 /// (same header: a restart changes the salts) and holds no frame of it where the copy's last
@@ -76,7 +64,7 @@ bool unchanged(const fs::path& src, const manifest_entity& prev, const fs::path&
            now.mtime_ns == prev.source_db_mtime_ns;
   if (src_head != copy_head)
     return false;
-  auto frame = read_at(suffixed(src, "-wal"), 24, static_cast<off_t>(prev.wal_end));
+  auto frame = read_at(suffixed(src, "-wal"), 24, prev.wal_end);
   return !(frame.size() == 24 && std::memcmp(frame.data() + 8, copy_head.data() + 16, 8) == 0);
 }
 

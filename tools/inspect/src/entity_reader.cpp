@@ -10,6 +10,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "factum/storage/wal_copy.hpp"
+
 namespace fs = std::filesystem;
 
 namespace factum::tools {
@@ -119,18 +121,6 @@ uint32_t be32(const unsigned char* b) {
   return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
 }
 
-/// Reads up to n bytes of `path` at `off`; fewer when it is shorter or missing.
-std::string read_at(const fs::path& path, size_t n, off_t off) {
-  std::string b(n, '\0');
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return {};
-  ssize_t got = ::pread(fd, b.data(), n, off);
-  ::close(fd);
-  b.resize(got > 0 ? static_cast<size_t>(got) : 0);
-  return b;
-}
-
 /// Where the frame after the last one of the WAL's current generation starts in `wal` (a
 /// frame whose salts are its header's), or -1 without a valid header. A commit adds its first
 /// frame there, with those salts, even when a restart left older frames further on.
@@ -211,7 +201,7 @@ bool entity_reader::changed() const {
   if (next_frame_ < 0)
     return false;
   // Same generation: a commit since the copy wrote its first frame where the copy's ended.
-  auto fh = read_at(wal, 24, static_cast<off_t>(next_frame_));
+  auto fh = read_at(wal, 24, next_frame_);
   return fh.size() == 24 && h.size() == 32 && std::memcmp(fh.data() + 8, h.data() + 16, 8) == 0;
 }
 
