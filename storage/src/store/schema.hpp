@@ -1,6 +1,6 @@
 // schema.hpp (private): the SQL text of every migration, in order. Migration i (1-based) moves
-// a file from user_version i-1 to i. docs/storage-format.md specifies the same tables in prose;
-// keep the two in step.
+// a file from user_version i-1 to i. docs/storage-format.md section 4 lists the same SQL;
+// tests/storage/schema_doc_test.cpp fails when they differ in a table, column, index or trigger.
 #pragma once
 
 namespace factum::schema {
