@@ -70,6 +70,8 @@ TEST_CASE("keys route: the keys of keyed calls are listed in key order and paged
   auto& done = listed[0];
   CHECK(done["state"] == "completed");
   CHECK(done["status"] == 200);
+  CHECK(done.contains("code")); // every member is there, null when it does not apply
+  CHECK(done["code"].is_null());
   CHECK(done["created_at"].get<int64_t>() > 0);
   CHECK(done["expires_at"].get<int64_t>() > done["created_at"].get<int64_t>());
   CHECK(done["response_bytes"].get<size_t>() > 0);

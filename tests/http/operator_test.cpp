@@ -69,6 +69,8 @@ TEST_CASE("operator routes: dead letters are listed, filtered and moved over HTT
   REQUIRE_MESSAGE(discard.status == 200, discard.body);
   MESSAGE("POST discard: " << discard.body);
   CHECK(discard.json()["status"] == "discarded");
+  CHECK(discard.json().contains("next_retry_at")); // null, not left out, once nothing is due
+  CHECK(discard.json()["next_retry_at"].is_null());
   auto again = c.request("POST", "/v1/entities/webhook/w1/dead-letters/" + dl_id + "/retry", auth);
   CHECK(again.status == 409);
   CHECK(again.code() == "INVALID_DEAD_LETTER_TRANSITION");

@@ -195,10 +195,22 @@ TEST_CASE("keys, alarms, breakers, dead letters: golden tables") {
   CHECK(k["expired"] == true);
   CHECK(k["expires_at"] == t0 + 32'000);
   CHECK(k["response"] == nlohmann::json{{"code", "HTTP_503"}});
+  // The HTTP API's form of a key (factum/storage/record_json.hpp), plus what only the file shows.
+  CHECK(k["state"] == "failed");
+  CHECK(k["status"] == 500); // the stored problem names no status
+  CHECK(k["code"] == "HTTP_503");
+  CHECK(k["fingerprint"] == "fp2");
 
   auto alarms = f.table("alarms", {"acme/ledger/a1"});
   CHECK(alarms.code == 0);
   CHECK(alarms.out == golden("alarms.txt"));
+  auto alarm_lines = lines(f.json("alarms", {"acme/ledger/a1"}).out);
+  REQUIRE(alarm_lines.size() == 2);
+  auto retry_dl = nlohmann::json::parse(alarm_lines[1]);
+  CHECK(retry_dl["name"] == "retry-dl");
+  CHECK(retry_dl["due_ms"] == t0 + 120'000);
+  CHECK(retry_dl["created_at"] == t0 + 1000);
+  CHECK(retry_dl["overdue"] == false);
 
   auto journals = f.table("journal", {"acme/ledger/a1"});
   CHECK(journals.code == 0);
@@ -209,13 +221,17 @@ TEST_CASE("keys, alarms, breakers, dead letters: golden tables") {
   auto steps = f.json("journal", {"acme/ledger/a1", "--journal", "key:k1"});
   REQUIRE(lines(steps.out).size() == 2);
   auto s1 = nlohmann::json::parse(lines(steps.out)[0]);
+  CHECK(s1["journal"] == "key:k1");
   CHECK(s1["state"] == "completed");
+  CHECK(s1["finished_at_ms"] == t0 + 200);
   CHECK(s1["entries"] == nlohmann::json::parse(R"([["append","order",1]])"));
   CHECK(s1["result"]["ok"] == true);
   auto s2 = nlohmann::json::parse(lines(steps.out)[1]);
   CHECK(s2["state"] == "in flight");
   CHECK(s2["runs"] == 2);
   CHECK(s2["result"].is_null());
+  CHECK(s2.contains("finished_at_ms"));
+  CHECK(s2["finished_at_ms"].is_null());
   auto none = f.table("journal", {"acme/ledger/a1", "--key", "nope"});
   CHECK(none.code == 3);
   CHECK(none.err == "factum inspect: no journal key:nope in acme/ledger/a1\n");
@@ -225,6 +241,12 @@ TEST_CASE("keys, alarms, breakers, dead letters: golden tables") {
   auto breakers = f.table("breakers", {"acme/ledger/a1"});
   CHECK(breakers.code == 0);
   CHECK(breakers.out == golden("breakers.txt"));
+  auto breaker_lines = lines(f.json("breakers", {"acme/ledger/a1"}).out);
+  REQUIRE(breaker_lines.size() == 2);
+  CHECK(nlohmann::json::parse(breaker_lines[1]) == nlohmann::json{{"tool", "telephony"},
+                                                                  {"state", "OPEN"},
+                                                                  {"updated_at", t0 + 10'000},
+                                                                  {"data", {{"failures", 5}}}});
 
   auto dls = f.table("dead-letters", {"acme/ledger/a1"});
   CHECK(dls.code == 0);
@@ -235,6 +257,12 @@ TEST_CASE("keys, alarms, breakers, dead letters: golden tables") {
   CHECK(d["id"] == "dl_1");
   CHECK(d["next_retry_at"] == t0 + 120'000);
   CHECK(d["payload"] == nlohmann::json{{"to", "+100"}});
+  CHECK(d["auto_retries"] == 0);
+  for (const char* none : {"idempotency_key", "config_id", "config_version", "expires_at"}) {
+    CAPTURE(none);
+    CHECK(d.contains(none));
+    CHECK(d[none].is_null());
+  }
   CHECK(f.table("dead-letters", {"acme/ledger/a1", "--status", "weird"}).code == 2);
 }
 

@@ -6,6 +6,7 @@
 
 #include <limits>
 
+#include "factum/storage/record_json.hpp"
 #include "factum/storage/utf8.hpp"
 #include "turn/entity_context.hpp"
 #include "turn/turn_runner.hpp"
@@ -15,11 +16,6 @@ namespace factum::detail {
 using nlohmann::json;
 
 namespace {
-
-json json_or_text(const std::string& text) {
-  auto v = json::parse(text, nullptr, false);
-  return v.is_discarded() ? json(text) : v;
-}
 
 /// The stored spec of a schedule, parsed (it was checked when it was set).
 schedule stored_spec(const schedule_record& row) {
@@ -35,7 +31,7 @@ schedule stored_spec(const schedule_record& row) {
 // -- helpers ------------------------------------------------------------------------------------
 
 json retry_payload(const schedule_turn& st) {
-  json p = {{"next", st.step.next_ms}, {"payload", json_or_text(st.payload)}};
+  json p = {{"next", st.step.next_ms}, {"payload", json_or_string(st.payload)}};
   if (st.step.fire)
     p["fire"] = {{"at", st.step.fire->scheduled_ms}, {"missed", st.step.fire->missed}};
   return p;
@@ -69,28 +65,10 @@ alarm_record fire_of_dead_letter(const alarm_record& dl_alarm) {
   return a;
 }
 
-namespace {
-
-/// A schedule as the alarms listing shows it beside its alarm.
-json schedule_json(const schedule_record& row) {
-  auto spec = json_or_text(row.spec);
-  return {{"name", row.name},
-          {"spec", spec},
-          {"missed", spec.is_object() ? spec.value("missed", json()) : json()},
-          {"next_at", row.next_ms},
-          {"last_at", row.last_ms ? json(*row.last_ms) : json()},
-          {"payload", json_or_text(row.payload)}};
-}
-
-} // namespace
-
 json alarms_json(entity_store& store) {
   json out = json::array();
   for (auto& a : value_or_throw(store.list_alarms())) {
-    json e = {{"name", a.name},
-              {"due_ms", a.due_ms},
-              {"attempts", a.attempts},
-              {"payload", json::parse(a.payload, nullptr, false)}};
+    json e = alarm_json(a);
     if (is_schedule_alarm(a.name))
       if (auto row = store.get_schedule(a.name.substr(schedule_alarm_prefix.size())))
         e["schedule"] = schedule_json(*row);
@@ -141,12 +119,11 @@ json turn_runner::resume_paused(const json& args) {
 
 json paused_json(entity_store& store) {
   json out = json::array();
-  for (auto& a : value_or_throw(store.list_paused_alarms()))
-    out.push_back({{"name", a.name},
-                   {"due_ms", a.due_ms},
-                   {"attempts", a.attempts},
-                   {"payload", json::parse(a.payload, nullptr, false)},
-                   {"paused", true}});
+  for (auto& a : value_or_throw(store.list_paused_alarms())) {
+    auto e = alarm_json(a);
+    e["paused"] = true;
+    out.push_back(std::move(e));
+  }
   for (auto& row : value_or_throw(store.list_paused_schedules()))
     out.push_back({{"name", schedule_alarm_name(row.name)},
                    {"due_ms", row.next_ms},

@@ -263,7 +263,9 @@ std::string sql_what(std::string_view q) {
   return std::string(q.substr(0, 120));
 }
 
-json alarm_json(const alarm_record& a) {
+/// An alarm as ctx.alarms() records it in a journal's entry (not the form of record_json.hpp:
+/// a replay reads these entries back).
+json alarm_entry(const alarm_record& a) {
   return {{"name", a.name},
           {"due_ms", a.due_ms},
           {"payload", a.payload},
@@ -394,7 +396,7 @@ std::vector<alarm_record> entity_context::alarms() {
   if (j) {
     json all = json::array();
     for (auto& a : out)
-      all.push_back(alarm_json(a));
+      all.push_back(alarm_entry(a));
     j->record("alarms", "", std::move(all));
   }
   return out;

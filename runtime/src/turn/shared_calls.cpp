@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "factum/storage/json_text.hpp"
+#include "factum/storage/record_json.hpp"
 #include "turn/call_errors.hpp"
 #include "turn/entity_context.hpp"
 #include "turn/shared_context.hpp"
@@ -29,27 +30,6 @@ std::string query_encoded(std::string_view text) {
       out.push_back('%');
       out.push_back(hex[c >> 4]);
       out.push_back(hex[c & 15]);
-    }
-  }
-  return out;
-}
-
-/// One idempotency key as GET .../keys shows it: its state, times, and what a retry replays
-/// (the status, a failure's code, the stored body's size; not the body).
-json key_json(const idempotency_record& r) {
-  json out = {{"key", r.key},
-              {"state", std::string(to_string(r.status))},
-              {"created_at", r.created_at_ms},
-              {"expires_at", r.expires_at_ms ? json(*r.expires_at_ms) : json(nullptr)},
-              {"status", nullptr},
-              {"response_bytes", r.response.size()}};
-  if (r.status == key_status::completed) {
-    out["status"] = 200;
-  } else if (r.status == key_status::failed) {
-    auto p = json::parse(r.response, nullptr, false);
-    if (p.is_object()) {
-      out["status"] = p.value("status", 500);
-      out["code"] = p.value("code", std::string());
     }
   }
   return out;

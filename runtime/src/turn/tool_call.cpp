@@ -11,6 +11,7 @@
 #include "turn/call_errors.hpp"
 
 #include "factum/resilience/money.hpp"
+#include "factum/storage/record_json.hpp"
 #include "factum/storage/sha256.hpp"
 #include "factum/storage/utf8.hpp"
 
@@ -657,36 +658,6 @@ task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
 
 // -- operator actions ---------------------------------------------------------------------------
 
-json to_json(const dead_letter_record& d) {
-  json j = {{"id", d.id},
-            {"operation", d.operation},
-            {"payload", json::parse(d.payload, nullptr, false)},
-            {"error_code", d.error_code},
-            {"error_message", d.error_message},
-            {"error_category", d.error_category},
-            {"reason", d.reason},
-            {"attempts", d.attempts},
-            {"first_attempt_at", d.first_attempt_ms},
-            {"last_attempt_at", d.last_attempt_ms},
-            {"status", std::string(to_string(d.status))},
-            {"created_at", d.created_at_ms},
-            {"updated_at", d.updated_at_ms},
-            {"auto_retries", d.auto_retries}};
-  if (!d.idempotency_key.empty())
-    j["idempotency_key"] = d.idempotency_key;
-  if (!d.trace_id.empty())
-    j["trace_id"] = d.trace_id;
-  if (!d.config_id.empty()) {
-    j["config_id"] = d.config_id;
-    j["config_version"] = d.config_version;
-  }
-  if (d.next_retry_ms)
-    j["next_retry_at"] = *d.next_retry_ms;
-  if (d.expires_at_ms)
-    j["expires_at"] = *d.expires_at_ms;
-  return j;
-}
-
 json list_dead_letters(tool_host& h, const json& args) {
   std::optional<dl_status> filter;
   if (args.contains("status")) {
@@ -703,7 +674,7 @@ json list_dead_letters(tool_host& h, const json& args) {
     throw storage_error(r.error());
   json out = json::array();
   for (auto& d : *r)
-    out.push_back(to_json(d));
+    out.push_back(dead_letter_json(d));
   return out;
 }
 
@@ -775,7 +746,7 @@ json act_on_dead_letter(tool_host& h, const json& args) {
             {"new_status", std::string(to_string(dl.status))}};
   d.data.update(who);
   h.ctx().append(std::move(d));
-  return to_json(dl);
+  return dead_letter_json(dl);
 }
 
 json list_breakers(tool_host& h) {
@@ -785,7 +756,7 @@ json list_breakers(tool_host& h) {
   json out = json::array();
   int64_t now = factum::now_ms(); // not the context's: a read runs beside any turn
   for (auto& b : *r) {
-    json j = {{"tool", b.tool_id}, {"state", b.state}, {"updated_at", b.updated_at_ms}};
+    json j = breaker_json(b); // the record, and below the counts of its window
     auto cb = circuit_breaker::from_json(json::parse(b.data, nullptr, false));
     if (cb) {
       auto c = cb->window_counters(now);

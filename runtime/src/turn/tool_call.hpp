@@ -103,9 +103,6 @@ nlohmann::json operator_record(const nlohmann::json& args);
 /// alarm's run's (a new one when that run left none), or its own for a call without a key.
 std::string dead_letter_journal(entity_store& store, const dead_letter_record& dl);
 
-/// JSON view of a dead letter.
-nlohmann::json to_json(const dead_letter_record& d);
-
 /// Name of the alarm that retries dead letter `id`.
 std::string dead_letter_alarm(const std::string& id);
 

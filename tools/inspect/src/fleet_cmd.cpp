@@ -282,13 +282,13 @@ int run_fleet_breakers(const run_ctx& ctx, const common_options& c, const std::s
         if (!tool.empty() && b.tool_id != tool)
           continue;
         ++per_tool[b.tool_id][b.state];
-        if (b.state != "CLOSED")
-          not_closed.push_back({{"tenant", r.key().tenant},
-                                {"type", r.key().type},
-                                {"id", r.key().id},
-                                {"tool", b.tool_id},
-                                {"state", b.state},
-                                {"updated_at", b.updated_at_ms}});
+        if (b.state == "CLOSED")
+          continue;
+        auto j = breaker_json(b);
+        j["tenant"] = r.key().tenant;
+        j["type"] = r.key().type;
+        j["id"] = r.key().id;
+        not_closed.push_back(std::move(j));
       }
     });
     std::sort(not_closed.begin(), not_closed.end(), [](const json& a, const json& b) {

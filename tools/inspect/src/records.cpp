@@ -1,5 +1,5 @@
-// records.cpp: JSON forms of inspected records and lenient readers of server JSON (see
-// records.hpp). Pure functions; any thread.
+// records.cpp: lenient readers of server JSON and a schedule's spec in words (see records.hpp).
+// Pure functions; any thread.
 #include "records.hpp"
 
 #include "output.hpp"
@@ -9,14 +9,6 @@ namespace factum::tools {
 namespace {
 
 using nlohmann::json;
-
-json opt_ms(const std::optional<int64_t>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-
-json str_or_null(const std::string& s) {
-  return s.empty() ? json(nullptr) : json(s);
-}
 
 // A string member, "" when absent or null; other JSON values are rendered as JSON text.
 std::string get_str(const json& j, std::initializer_list<const char*> names) {
@@ -67,46 +59,6 @@ std::string get_json_text(const json& j, const char* name, const char* fallback 
 
 } // namespace
 
-json json_or_string(std::string_view text) {
-  if (text.empty())
-    return nullptr;
-  auto v = json::parse(text, nullptr, false);
-  if (v.is_discarded())
-    return std::string(text);
-  return v;
-}
-
-json key_json(const idempotency_record& k, int64_t now) {
-  return json{{"key", k.key},
-              {"status", std::string(to_string(k.status))},
-              {"fingerprint", k.fingerprint},
-              {"response", json_or_string(k.response)},
-              {"created_at", k.created_at_ms},
-              {"expires_at", opt_ms(k.expires_at_ms)},
-              {"expired", k.expires_at_ms.has_value() && *k.expires_at_ms <= now}};
-}
-
-json alarm_json(const alarm_record& a, int64_t now) {
-  return json{{"name", a.name},
-              {"due_at", a.due_ms},
-              {"overdue", a.due_ms <= now},
-              {"attempts", a.attempts},
-              {"created_at", a.created_at_ms},
-              {"payload", json_or_string(a.payload)}};
-}
-
-json schedule_json(const schedule_record& s) {
-  auto spec = json_or_string(s.spec);
-  return json{{"name", s.name},
-              {"spec", spec},
-              {"missed", spec.is_object() ? spec.value("missed", json()) : json()},
-              {"next_at", s.next_ms},
-              {"last_at", opt_ms(s.last_ms)},
-              {"payload", json_or_string(s.payload)},
-              {"created_at", s.created_at_ms},
-              {"updated_at", s.updated_at_ms}};
-}
-
 std::string schedule_spec_text(const schedule_record& s) {
   auto spec = json_or_string(s.spec);
   if (!spec.is_object())
@@ -120,40 +72,6 @@ std::string schedule_spec_text(const schedule_record& s) {
   if (auto j = spec.value("jitter_ms", int64_t{0}); j > 0)
     out += ", jitter " + std::to_string(j) + " ms";
   return out;
-}
-
-json owner_json(const owner_record& o) {
-  return json{
-    {"epoch", o.epoch}, {"node", o.node}, {"first_seq", o.first_seq}, {"claimed_at", o.claimed_ms}};
-}
-
-json breaker_json(const breaker_record& b) {
-  return json{{"tool_id", b.tool_id},
-              {"state", b.state},
-              {"data", json_or_string(b.data)},
-              {"updated_at", b.updated_at_ms}};
-}
-
-json dead_letter_json(const dead_letter_record& d) {
-  return json{{"id", d.id},
-              {"status", std::string(to_string(d.status))},
-              {"operation", d.operation},
-              {"payload", json_or_string(d.payload)},
-              {"idempotency_key", str_or_null(d.idempotency_key)},
-              {"config_id", str_or_null(d.config_id)},
-              {"config_version", d.config_version ? json(d.config_version) : json(nullptr)},
-              {"error_code", d.error_code},
-              {"error_message", d.error_message},
-              {"error_category", d.error_category},
-              {"reason", d.reason},
-              {"attempts", d.attempts},
-              {"first_attempt_at", d.first_attempt_ms},
-              {"last_attempt_at", d.last_attempt_ms},
-              {"trace_id", str_or_null(d.trace_id)},
-              {"next_retry_at", opt_ms(d.next_retry_ms)},
-              {"expires_at", opt_ms(d.expires_at_ms)},
-              {"created_at", d.created_at_ms},
-              {"updated_at", d.updated_at_ms}};
 }
 
 result<fact> fact_from_json(const json& j) {
@@ -204,6 +122,7 @@ result<dead_letter_record> dead_letter_from_json(const json& j) {
   d.error_category = get_str(j, {"error_category", "category"});
   d.reason = get_str(j, {"reason"});
   d.attempts = get_int(j, {"attempts"});
+  d.auto_retries = get_int(j, {"auto_retries"});
   d.trace_id = get_str(j, {"trace_id"});
   auto st = parse_dl_status(get_str(j, {"status"}));
   d.status = st ? *st : dl_status::pending;

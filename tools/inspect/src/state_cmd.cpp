@@ -88,7 +88,9 @@ status print_keys(const run_ctx& ctx, entity_store& store, const std::string& st
       break;
     ++shown;
     if (ctx.json) {
-      ctx.json_line(tagged(key_json(k, now), record));
+      auto j = key_json(k, record_view::stored);
+      j["expired"] = k.expires_at_ms.has_value() && *k.expires_at_ms <= now;
+      ctx.json_line(tagged(std::move(j), record));
       continue;
     }
     bool expired = k.expires_at_ms && *k.expires_at_ms <= now;
@@ -117,10 +119,7 @@ int run_journal(const run_ctx& ctx, const common_options& c, const std::string& 
     text_table t({{"JOURNAL"}, {"STEPS", true}, {"COMPLETED", true}, {"LAST_STARTED"}});
     for (auto& j : *all) {
       if (ctx.json)
-        ctx.json_line({{"journal", j.key},
-                       {"steps", j.steps},
-                       {"completed", j.completed},
-                       {"last_started_ms", j.last_started_ms}});
+        ctx.json_line(journal_summary_json(j));
       else
         t.add({j.key, std::to_string(j.steps), std::to_string(j.completed),
                ctx.time(j.last_started_ms)});
@@ -145,24 +144,12 @@ int run_journal(const run_ctx& ctx, const common_options& c, const std::string& 
                 {"ENTRIES", true},
                 {"RESULT"}});
   for (auto& s : *steps) {
-    auto entries = nlohmann::json::parse(s.entries, nullptr, false);
-    std::string state = s.result ? "completed" : "in flight";
     if (ctx.json) {
-      nlohmann::json j = {{"journal", name},
-                          {"step", s.step},
-                          {"kind", s.kind},
-                          {"what", s.what},
-                          {"fingerprint", s.fingerprint},
-                          {"runs", s.runs},
-                          {"state", state},
-                          {"started_at_ms", s.started_at_ms},
-                          {"entries", entries}};
-      j["result"] = s.result ? nlohmann::json::parse(*s.result, nullptr, false) : nullptr;
-      if (s.finished_at_ms)
-        j["finished_at_ms"] = *s.finished_at_ms;
-      ctx.json_line(j);
+      ctx.json_line(journal_step_json(s));
       continue;
     }
+    auto entries = nlohmann::json::parse(s.entries, nullptr, false);
+    std::string state = s.result ? "completed" : "in flight";
     t.add({std::to_string(s.step), s.kind, s.what, std::to_string(s.runs), state,
            ctx.time(s.started_at_ms), opt_time(ctx, s.finished_at_ms, "-"),
            std::to_string(entries.is_array() ? entries.size() : 0),
@@ -195,9 +182,10 @@ status print_alarms(const run_ctx& ctx, entity_store& store, int64_t now, const 
   text_table t({{"NAME"}, {"DUE"}, {"OVERDUE"}, {"ATTEMPTS", true}, {"CREATED"}, {"PAYLOAD"}});
   for (auto& a : *alarms) {
     if (ctx.json) {
-      auto j = alarm_json(a, now);
+      auto j = alarm_json(a, record_view::stored);
+      j["overdue"] = a.due_ms <= now;
       if (auto it = by_alarm.find(a.name); it != by_alarm.end())
-        j["schedule"] = schedule_json(*it->second);
+        j["schedule"] = schedule_json(*it->second, record_view::stored);
       ctx.json_line(tagged(std::move(j), record));
     } else {
       t.add({a.name, ctx.time(a.due_ms), a.due_ms <= now ? "yes" : "no", std::to_string(a.attempts),
@@ -272,7 +260,7 @@ void print_breakers(const run_ctx& ctx, const std::vector<breaker_record>& list,
   text_table t({{"TOOL"}, {"STATE"}, {"UPDATED"}, {"DATA"}});
   for (auto& b : list) {
     if (ctx.json) {
-      ctx.json_line(tagged(breaker_json(b), record));
+      ctx.json_line(tagged(breaker_json(b, record_view::stored), record));
       continue;
     }
     bool open = b.state == "OPEN" || b.state == "FORCED_OPEN";
