@@ -3,12 +3,13 @@
 # the alarm and tenant indexes and the VFS stay private), the libraries, the `factum`
 # executable, and the CMake package `factum` (targets factum::entities, factum::runtime,
 # factum::gateway, factum::sink_http, factum::serve; factum::storage, factum::resilience,
-# factum::http_client, factum::cluster and factum::nats (the outbox's NATS sink) come along as their link
-# dependencies; the cluster's headers stay private). A pkg-config file names the same libraries.
+# factum::metrics, factum::http_client, factum::cluster and factum::nats (the outbox's NATS sink)
+# come along as their link dependencies; the cluster's headers stay private). A pkg-config file
+# names the same libraries.
 include(CMakePackageConfigHelpers)
 
-set(factum_exported factum_storage factum_entities factum_resilience factum_runtime factum_gateway
-    factum_sink_http factum_http_client factum_cluster factum_nats factum_serve)
+set(factum_exported factum_storage factum_entities factum_resilience factum_metrics factum_runtime
+    factum_gateway factum_sink_http factum_http_client factum_cluster factum_nats factum_serve)
 foreach(t IN LISTS factum_exported)
   string(REPLACE "factum_" "" export_name ${t})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${export_name})
@@ -29,6 +30,8 @@ install(FILES ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/runtime.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/degradation.hpp
               ${PROJECT_SOURCE_DIR}/runtime/include/factum/runtime/outbox.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/runtime COMPONENT dev)
+install(FILES ${PROJECT_SOURCE_DIR}/metrics/include/factum/metrics/metrics.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/metrics COMPONENT dev)
 install(FILES ${PROJECT_SOURCE_DIR}/gateway/include/factum/gateway/http_server.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/gateway COMPONENT dev)
 install(FILES ${PROJECT_SOURCE_DIR}/sinks/http/include/factum/sinks/http_tool.hpp
@@ -105,7 +108,7 @@ set(CPACK_DEBIAN_SERVER_PACKAGE_SHLIBDEPS ON) # dpkg-shlibdeps: libcaf, libsqlit
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libfactum-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-    "libcaf-dev, libsqlite3-dev, nlohmann-json3-dev, libboost-dev, libssl-dev, libcli11-dev, libhowardhinnant-date-dev, libnats-dev")
+    "libcaf-dev, libsqlite3-dev, nlohmann-json3-dev, libboost-dev, libssl-dev, libcli11-dev, libhowardhinnant-date-dev, libnats-dev, prometheus-cpp-dev")
 set(CPACK_COMPONENT_SERVER_DESCRIPTION "durable entity server: factum serve, inspect, bench")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "durable entities: headers, static libraries, CMake package")
 include(CPack)
