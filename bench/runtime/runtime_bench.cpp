@@ -207,8 +207,8 @@ run_result bench_append(const args_t& a, int entities) {
     });
     r.ceiling = ceiling;
     r.ceiling_cpu_us = ceiling_cpu_us;
-    auto st = rt->stats();
-    r.extra = st.commits ? double(st.facts) / double(st.commits) : 0;
+    auto commits = rt->metrics().value("factum_commits_total");
+    r.extra = commits > 0 ? rt->metrics().value("factum_facts_total") / commits : 0;
   }
   fs::remove_all(dir);
   fs::remove_all(dir.string() + "-archive");
@@ -336,10 +336,10 @@ run_result bench_cold(const args_t& a) {
                        "first-" + std::to_string(i)};
     });
     r.extra = c.ops_per_s;
-    auto st = rt->stats(); // did the spare maker keep up with the creations?
-    std::fprintf(stderr, "runtime_bench: cold creations: %lld from a spare, %lld without\n",
-                 static_cast<long long>(st.spare_files_taken),
-                 static_cast<long long>(st.spare_files_missed));
+    auto& m = rt->metrics(); // did the spare maker keep up with the creations?
+    std::fprintf(stderr, "runtime_bench: cold creations: %.0f from a spare, %.0f without\n",
+                 m.value("factum_spare_files_taken_total"),
+                 m.value("factum_spare_files_missed_total"));
   }
   fs::remove_all(dir);
   return r;
@@ -435,9 +435,9 @@ run_result bench_rss(const args_t& a) {
                        "r-" + std::to_string(i)};
     });
     long after = rss_kib();
-    auto st = rt->stats();
-    r.extra = double(after - before) / double(st.active_entities ? st.active_entities - 1 : 1);
-    r.ops_per_s = double(st.active_entities);
+    auto active = rt->metrics().value("factum_active_entities");
+    r.extra = double(after - before) / (active > 1 ? active - 1 : 1);
+    r.ops_per_s = active;
   }
   fs::remove_all(dir);
   std::printf("rss_child active=%.0f kib=%.3f\n", r.ops_per_s, r.extra); // to rss_in_child

@@ -158,7 +158,7 @@ void node::impl::move_out(uint32_t k, const move_view& m) {
       moving[k].store(0, std::memory_order_release);
       if (stopping_now())
         return; // resumed by the next attach(), here or after a restart
-      moves_failed.fetch_add(1, std::memory_order_relaxed);
+      moves_failed.inc();
       auto failed = m;
       failed.failed = st.to_string();
       // Marked failed only while it is the same move (not handed over meanwhile) and the home is
@@ -197,7 +197,7 @@ void node::impl::move_out(uint32_t k, const move_view& m) {
       cv.notify_all();
       return;
     }
-    moves_done.fetch_add(1, std::memory_order_relaxed);
+    moves_done.inc();
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count();
     log({{"event", "shard_handed_over"},
          {"shard", k},
@@ -276,7 +276,7 @@ status node::impl::hand_over(uint32_t k, const move_view& m, std::vector<entity_
       return {bytes.error().code(), e.to_string() + ": " + bytes.error().message()};
     if (auto st = send_file(client, k, m, e, *bytes); !st)
       return st;
-    files_sent.fetch_add(1, std::memory_order_relaxed);
+    move_files.inc(impl::files_sent);
     keys.push_back(e);
   }
   return hand_over_home(k, m);
@@ -599,7 +599,7 @@ status node::accept_move(uint32_t shard, int64_t epoch, const entity_key& key) {
 }
 
 void node::file_received() {
-  impl_->files_received.fetch_add(1, std::memory_order_relaxed);
+  impl_->move_files.inc(impl::files_received);
 }
 
 } // namespace factum::cluster

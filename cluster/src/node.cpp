@@ -257,11 +257,11 @@ status node::impl::renew() {
   auto t0 = steady::now();
   auto r = etcd->keepalive(lease);
   if (!r) {
-    renewal_failures.fetch_add(1, std::memory_order_relaxed);
+    renewal_failures.inc();
     return r.error();
   }
   if (*r == 0) {
-    leases_lost.fetch_add(1, std::memory_order_relaxed);
+    leases_lost.inc();
     deadline_ns.store(0, std::memory_order_release);
     for (auto& h : held)
       h.store(0, std::memory_order_release);
@@ -276,11 +276,8 @@ status node::impl::renew() {
     lease_id.store(0);
     return grant_and_register();
   }
-  renewals.fetch_add(1, std::memory_order_relaxed);
-  auto took = steady::now() - t0;
-  renewal_us.fetch_add(
-    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(took).count()),
-    std::memory_order_relaxed);
+  renewals.inc();
+  renewal_duration.observe(steady::now() - t0);
   deadline_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
                       (t0 + cfg.lease_ttl * 4 / 5).time_since_epoch())
                       .count(),
@@ -292,7 +289,7 @@ status node::impl::renew() {
 status node::impl::poll() {
   auto next = detail::read_state(*etcd, prefix, cfg.shards);
   if (!next) {
-    polls_failed.fetch_add(1, std::memory_order_relaxed);
+    polls_failed.inc();
     return next.error();
   }
   std::lock_guard<std::mutex> g(mu);
@@ -332,7 +329,7 @@ result<int64_t> node::impl::acquire(etcd_client& c, uint32_t k, const shard_view
                                                              : std::string("its home moved")) +
                                     ")"};
   }
-  acquisitions.fetch_add(1, std::memory_order_relaxed);
+  acquisitions.inc();
   return r->revision;
 }
 
@@ -391,8 +388,8 @@ result<int64_t> node::impl::take_over(etcd_client& c, uint32_t k, const shard_vi
     return status{errc::conflict, "shard " + std::to_string(k) +
                                     " changed in etcd: another node took it first, or its home "
                                     "is back"};
-  acquisitions.fetch_add(1, std::memory_order_relaxed);
-  takeovers.fetch_add(1, std::memory_order_relaxed);
+  acquisitions.inc();
+  takeovers.inc();
   log(
     {{"level", "warn"},
      {"event", "shard_taken_over"},
@@ -666,33 +663,47 @@ bool node::healthy(std::string& why) const {
   return false;
 }
 
-cluster_stats node::stats() const {
-  auto& p = *impl_;
-  cluster_stats s;
-  s.lease_live = p.lease_live();
-  s.renewals = p.renewals.load();
-  s.renewal_failures = p.renewal_failures.load();
-  s.renewal_us_sum = p.renewal_us.load();
-  s.leases_lost = p.leases_lost.load();
-  s.acquisitions = p.acquisitions.load();
-  s.polls_failed = p.polls_failed.load();
-  s.moves_done = p.moves_done.load();
-  s.moves_failed = p.moves_failed.load();
-  s.files_sent = p.files_sent.load();
-  s.files_received = p.files_received.load();
-  for (auto& m : p.moving)
-    s.shards_moving += m.load() != 0 ? 1 : 0;
-  for (auto& h : p.held)
-    s.shards_owned += h.load() > 0 ? 1 : 0;
-  s.takeovers = p.takeovers.load();
-  if (p.shared()) {
-    std::lock_guard<std::mutex> g(p.move_mu);
-    for (uint32_t k = 0; k < p.held.size(); ++k)
-      s.shards_unindexed += p.held[k].load() > 0 && p.index_state[k] != 1 ? 1 : 0;
-  }
-  std::lock_guard<std::mutex> g(p.mu);
-  s.nodes_live = p.st.nodes.size();
-  return s;
+const factum::metrics::registry* node::metrics() const {
+  return &impl_->metric_registry;
+}
+
+void node::impl::register_gauges() {
+  using factum::metrics::kind;
+  auto gauge = [this](std::string name, std::string help, std::function<double()> value) {
+    metric_registry.add(
+      std::move(name), std::move(help), kind::gauge, {},
+      [value = std::move(value)](factum::metrics::sample_writer& w) { w.add(value()); });
+  };
+  gauge("factum_cluster_lease_live", "1 while this node holds a live lease in etcd.",
+        [this] { return lease_live() ? 1.0 : 0.0; });
+  gauge("factum_cluster_shards_owned", "Shards this node serves now.", [this] {
+    double n = 0;
+    for (auto& h : held)
+      n += h.load() > 0 ? 1 : 0;
+    return n;
+  });
+  gauge("factum_cluster_shards_moving", "Shards this node is moving out now.", [this] {
+    double n = 0;
+    for (auto& m : moving)
+      n += m.load() != 0 ? 1 : 0;
+    return n;
+  });
+  gauge("factum_cluster_shards_unindexed",
+        "Shards this node serves whose entity files its listing and alarm indexes do not hold "
+        "yet (shared storage: indexing, or files another process still has open).",
+        [this] {
+          double n = 0;
+          if (shared()) {
+            std::lock_guard<std::mutex> g(move_mu);
+            for (uint32_t k = 0; k < held.size(); ++k)
+              n += held[k].load() > 0 && index_state[k] != 1 ? 1 : 0;
+          }
+          return n;
+        });
+  gauge("factum_cluster_nodes_live", "Nodes registered in etcd with a live lease.", [this] {
+    std::lock_guard<std::mutex> g(mu);
+    return static_cast<double>(st.nodes.size());
+  });
 }
 
 } // namespace factum::cluster

@@ -3,6 +3,7 @@
 // says which lock or thread guards it.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,12 +19,17 @@
 #include "factum/cluster/etcd_client.hpp"
 #include "factum/cluster/node.hpp"
 #include "factum/http/client.hpp"
+#include "factum/metrics/metrics.hpp"
 #include "factum/storage/fact.hpp"
 #include "state.hpp"
 
 namespace factum::cluster {
 
 using steady = std::chrono::steady_clock;
+
+/// Upper bounds (seconds) of the lease renewal histogram's buckets.
+inline constexpr std::array<double, 10> renewal_bounds = {0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                          0.05,  0.1,    0.25,  0.5,  1};
 
 inline int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch())
@@ -66,9 +72,43 @@ struct node::impl {
   std::map<uint32_t, int64_t> accepted; ///< moves to this node checked in etcd: shard -> epoch
   std::set<uint32_t> discarding; ///< shards whose failed move's copies are being removed here
 
-  std::atomic<uint64_t> renewals{0}, renewal_failures{0}, renewal_us{0}, leases_lost{0},
-    acquisitions{0}, polls_failed{0}, moves_done{0}, moves_failed{0}, files_sent{0},
-    files_received{0}, takeovers{0};
+  // -- metrics (any thread): each registered once here; the gauges in register_gauges() --
+  factum::metrics::registry metric_registry;
+  using counter = factum::metrics::counter;
+  counter renewals{metric_registry, "factum_cluster_lease_renewals_total",
+                   "Lease keep-alives etcd answered."};
+  counter renewal_failures{metric_registry, "factum_cluster_lease_renewal_failures_total",
+                           "Lease keep-alives etcd did not answer."};
+  /// The answered keep-alives.
+  factum::metrics::histogram renewal_duration{
+    metric_registry, "factum_cluster_lease_renewal_duration_seconds",
+    "Time of the lease keep-alives etcd answered.", renewal_bounds};
+  counter leases_lost{
+    metric_registry, "factum_cluster_leases_lost_total",
+    "Times etcd no longer knew this node's lease (it had stopped renewing, e.g. paused)."};
+  counter acquisitions{metric_registry, "factum_cluster_shard_acquisitions_total",
+                       "Shards this node acquired (each under a new epoch)."};
+  counter polls_failed{metric_registry, "factum_cluster_polls_failed_total",
+                       "Reads of the cluster's state that etcd did not answer."};
+  counter moves_done{metric_registry, "factum_cluster_shard_moves_total",
+                     "Shards this node handed over to another node (planned moves)."};
+  counter moves_failed{metric_registry, "factum_cluster_shard_moves_failed_total",
+                       "Planned moves of this node's shards given up (the shard stayed here)."};
+  /// Storage "shared": shards taken over from a node that was down (no lease).
+  counter takeovers{
+    metric_registry, "factum_cluster_shard_takeovers_total",
+    "Shards this node took over from a node whose lease had run out (shared storage)."};
+  /// Entity files sent by moves out, adopted from moves in.
+  enum move_direction : size_t { files_sent, files_received };
+  factum::metrics::counter_by_label move_files{
+    metric_registry,
+    "factum_cluster_move_files_total",
+    "Entity files of planned shard moves, sent and received by this node.",
+    "direction",
+    {"sent", "received"}};
+  /// Registers the gauges read from the node's state at each scrape: the lease, the shards
+  /// owned, moving and unindexed, the live nodes.
+  void register_gauges();
 
   // -- planned moves (mover.cpp): the mover thread, started by attach() --
   std::mutex move_mu; ///< guards rt, move_queue, queued, move_stop
@@ -93,7 +133,9 @@ struct node::impl {
   std::vector<int8_t> index_state;
 
   explicit impl(node_config c)
-      : cfg(std::move(c)), held(cfg.shards), moving(cfg.shards), index_state(cfg.shards, -1) {}
+      : cfg(std::move(c)), held(cfg.shards), moving(cfg.shards), index_state(cfg.shards, -1) {
+    register_gauges();
+  }
 
   void log(json line) const {
     json out = {{"ts", iso_now()}, {"component", "cluster"}, {"node", cfg.node_id}};

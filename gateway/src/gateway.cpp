@@ -353,9 +353,11 @@ void get_metrics(gateway& gw, const exchange_ptr& x) {
       http_response r;
       r.trace_id = x->trace_id;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      r.body = gw.metrics_text();
+      // The dead letter gauges as one more registry, written with the others.
+      metrics::registry dead_letters;
       if (*totals)
-        r.body += http_metrics::render_dead_letters(**totals, tenants, now_ms());
+        http_metrics::add_dead_letters(dead_letters, **totals, tenants, now_ms());
+      r.body = gw.metrics_text(&dead_letters);
       finish(gw, *x, std::move(r));
     });
 }
@@ -577,7 +579,7 @@ void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
           (fr.failed == client::failure::cancelled || fr.failed == client::failure::pool_full)) {
         // This node's side: it is stopping, or its link to the owner is saturated. The placement
         // is not in question, so nothing is waited for.
-        gw.metrics().forwarded_failed.fetch_add(1);
+        gw.metrics().forwarded.inc(http_metrics::forwarded_failed);
         auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
                          "the request was not relayed to the entity's owner (" + fr.error +
                            "); retry with the same Idempotency-Key");
@@ -585,8 +587,8 @@ void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
         return finish(gw, *x, std::move(r));
       }
       if (fr.not_owner || unsent) {
-        (fr.not_owner ? gw.metrics().forwarded_not_owner : gw.metrics().forwarded_failed)
-          .fetch_add(1);
+        gw.metrics().forwarded.inc(fr.not_owner ? http_metrics::forwarded_not_owner
+                                                : http_metrics::forwarded_failed);
         x->refused_address = address;
         x->refused_epoch = epoch;
         x->settle_reason = fr.not_owner ? "the node " + address + " does not own the entity's shard"
@@ -595,7 +597,7 @@ void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
         return await_placement(gw, x, shard);
       }
       if (fr.failed != client::failure::none) {
-        gw.metrics().forwarded_failed.fetch_add(1);
+        gw.metrics().forwarded.inc(http_metrics::forwarded_failed);
         if (x->req.idempotency_key.empty() && x->req.verb != "GET")
           return finish(
             gw, *x,
@@ -610,7 +612,7 @@ void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
         r.retry_after_s = 1;
         return finish(gw, *x, std::move(r));
       }
-      gw.metrics().forwarded_ok.fetch_add(1);
+      gw.metrics().forwarded.inc(http_metrics::forwarded_ok);
       fr.res.trace_id = x->trace_id;
       finish(gw, *x, std::move(fr.res));
     });
@@ -660,11 +662,8 @@ gateway::~gateway() {
   rt_.attach_connections(nullptr);
 }
 
-std::string gateway::metrics_text() const {
-  if (!cfg_.cluster)
-    return metrics_.render(rt_.stats());
-  auto c = cfg_.cluster->stats();
-  return metrics_.render(rt_.stats(), &c);
+std::string gateway::metrics_text(const factum::metrics::registry* extra) const {
+  return metrics_.render(rt_, cfg_.cluster.get(), extra);
 }
 
 void gateway::stop_relay() {

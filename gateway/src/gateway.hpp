@@ -162,8 +162,9 @@ class gateway {
   runtime& rt() { return rt_; }
   /// Cluster mode: the link to the other nodes (null without a cluster).
   forwarder* relay() { return relay_.get(); }
-  /// GET /metrics: the gateway's, the runtime's and (in a cluster) the cluster's series.
-  std::string metrics_text() const;
+  /// GET /metrics: the gateway's, the runtime's and (in a cluster) the cluster node's families,
+  /// then `extra`'s (the dead letter gauges).
+  std::string metrics_text(const factum::metrics::registry* extra = nullptr) const;
   /// Stops relaying (answers what is in flight); before the I/O threads stop.
   void stop_relay();
   /// Rollbacks and forks run on threads of their own (restore_routes.cpp), which use this

@@ -92,12 +92,12 @@ struct http_server::impl {
   void request_started() {
     std::lock_guard<std::mutex> g(mu);
     ++in_flight;
-    gw.metrics().in_flight.fetch_add(1);
+    gw.metrics().in_flight.add(1);
   }
   void request_done() {
     std::lock_guard<std::mutex> g(mu);
     --in_flight;
-    gw.metrics().in_flight.fetch_sub(1);
+    gw.metrics().in_flight.add(-1);
     if (in_flight == 0)
       cv.notify_all();
   }
@@ -106,7 +106,7 @@ struct http_server::impl {
     if (auto it = per_client.find(client); it != per_client.end() && --it->second == 0)
       per_client.erase(it);
     sessions.erase(s);
-    gw.metrics().connections.fetch_sub(1);
+    gw.metrics().connections.add(-1);
     if (sessions.empty())
       cv.notify_all();
   }
@@ -459,7 +459,7 @@ class session : public std::enable_shared_from_this<session> {
     auto c = facts_->take();
     if (c.bytes.empty() && !c.last)
       return;
-    srv_->gw.metrics().stream_events.fetch_add(c.facts);
+    srv_->gw.metrics().stream_events.inc(c.facts);
     write_stream(std::move(c.bytes), c.last);
   }
 
@@ -620,10 +620,10 @@ void http_server::impl::on_accept(beast::error_code ec, tcp::socket s,
       sess = std::make_shared<session>(std::move(s), self, std::move(client));
       sessions.emplace(sess.get(), sess);
     }
-    gw.metrics().connections.fetch_add(1);
-    gw.metrics().connections_total.fetch_add(1);
+    gw.metrics().connections.add(1);
+    gw.metrics().connections_total.inc();
     if (why != session::refusal::none)
-      gw.metrics().connections_refused.fetch_add(1);
+      gw.metrics().connections_refused.inc();
     sess->start(why);
   }
   do_accept();

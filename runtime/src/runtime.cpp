@@ -147,7 +147,7 @@ reply_sink::~reply_sink() {
                                    "the entity ended before answering; retry with the same "
                                    "idempotency key",
                                    503)))
-      rt_->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+      rt_->stats.call_errors.inc();
     return;
   }
   // No actor took the call: its message was dropped by an actor that had ended. Route it
@@ -189,7 +189,7 @@ void reply_sink::expire() {
                                  "no reply within " + std::to_string(timeout_.count()) +
                                    " ms; retry with the same idempotency key",
                                  504)))
-    rt_->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    rt_->stats.call_errors.inc();
 }
 
 void call_router_thread::start(runtime_core* rt) {
@@ -323,7 +323,7 @@ void runtime_core::dispatch(std::shared_ptr<reply_sink> sink) {
                                          "the entity is being rolled back to a bookmark; retry "
                                          "once it is done",
                                          503)))
-      stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+      stats.call_errors.inc();
     return;
   }
   if (sink->finish(call_reply::failure(error_category::transient, "UNAVAILABLE",
@@ -331,21 +331,21 @@ void runtime_core::dispatch(std::shared_ptr<reply_sink> sink) {
                                                               "ending before taking the call"
                                                             : "the runtime is stopping",
                                        503)))
-    stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    stats.call_errors.inc();
 }
 
 void runtime_core::route(const entity_key& key, call_request req, std::chrono::milliseconds timeout,
                          std::function<void(call_reply)> done) {
-  stats.calls.fetch_add(1, std::memory_order_relaxed);
+  stats.calls.inc();
   if (!cfg.types.find(key.type)) {
-    stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    stats.call_errors.inc();
     done(call_reply::failure(error_category::client, "UNKNOWN_ENTITY_TYPE",
                              "no entity type " + key.type, 404));
     return;
   }
   if (!req.method.empty() && req.method[0] != '@')
     if (auto no = degradation.refuses_method(key.tenant, key.type, req.method)) {
-      stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+      stats.call_errors.inc();
       done(degraded_reply(*no, degradation.config().retry_after,
                           key.type + "." + req.method + " is turned off"));
       return;
@@ -398,10 +398,10 @@ status runtime_core::sync_alarm_index(const entity_key& key, std::optional<int64
     [&](const std::vector<alarm_index_entry>& batch) {
       auto st = a.writer->apply(batch); // one transaction, one sync (durability full)
       if (st) {
-        stats.alarm_index_changes.fetch_add(batch.size(), std::memory_order_relaxed);
-        stats.alarm_index_writes.fetch_add(1, std::memory_order_relaxed);
+        stats.alarm_index_changes.inc(batch.size());
+        stats.alarm_index_writes.inc();
       } else {
-        stats.alarm_index_failures.fetch_add(1, std::memory_order_relaxed);
+        stats.alarm_index_failures.inc();
         log_event({{"level", "error"},
                    {"event", "alarm_index_write_failed"},
                    {"changes", batch.size()},
@@ -442,7 +442,7 @@ status runtime_core::resync_if_suspect(const store_options& opts, const entity_k
   }
   auto st = entity_store::resync(opts, key);
   if (st) {
-    stats.resyncs.fetch_add(1, std::memory_order_relaxed);
+    stats.resyncs.inc();
     std::lock_guard<std::mutex> g(suspects_mu);
     suspects.erase(key_str);
   }
@@ -671,7 +671,7 @@ status open_alarm_index(detail::runtime_core& c, std::vector<std::string>& notes
     auto rep = (*ix)->rebuild(c.cfg.entity_dir());
     if (!rep)
       return rep.error();
-    c.stats.alarm_index_rebuilds.fetch_add(1, std::memory_order_relaxed);
+    c.stats.alarm_index_rebuilds.inc();
     notes.push_back("the alarm index was damaged (" + damage + "); moved to " + aside->string() +
                     " and rebuilt from " + std::to_string(rep->entity_files) +
                     " entity files: " + std::to_string(rep->entries) + " entities with alarms, " +
@@ -704,6 +704,49 @@ void start_actors(detail::runtime_core& c) {
   c.timers = detail::spawn_timer(&c);
   c.router.start(&c);
   c.scheduler = detail::spawn_alarm_scheduler(&c);
+}
+
+/// The families whose values live outside the runtime's counters, registered once at start: the
+/// spare pools' (storage's own counts), each tenant's degradation level, each quota tenant's usage
+/// (tenant_quotas.cpp). The counters are in counters.hpp, the tools' in tool_board.cpp, the
+/// outbox's in outbox_board.cpp (registered once the board is made, or not).
+void register_metrics(detail::runtime_core& c) {
+  using metrics::kind;
+  auto spares = [&c](int64_t spare_pool::stats::*field) {
+    return [&c, field](metrics::sample_writer& w) {
+      int64_t n = 0;
+      for (auto* pool : c.spare_pools())
+        n += pool->get_stats().*field;
+      w.add(static_cast<double>(n));
+    };
+  };
+  c.metric_registry.add("factum_spare_files_taken_total",
+                        "New entities whose file was a spare made ahead.", kind::counter, {},
+                        spares(&spare_pool::stats::taken));
+  c.metric_registry.add("factum_spare_files_missed_total",
+                        "New entities that found no spare ready and made their own file.",
+                        kind::counter, {}, spares(&spare_pool::stats::missed));
+  c.metric_registry.add("factum_spare_files_ready", "Spare entity files ready now.", kind::gauge,
+                        {}, [&c](metrics::sample_writer& w) {
+                          int64_t n = 0;
+                          for (auto* pool : c.spare_pools())
+                            n += pool->get_stats().ready;
+                          w.add(static_cast<double>(n));
+                        });
+  c.metric_registry.add("factum_spare_file_errors_total",
+                        "Batches of spare files the maker failed to make (it retries each second).",
+                        kind::counter, {}, spares(&spare_pool::stats::errors));
+  c.metric_registry.add(
+    "factum_degradation_level",
+    "A tenant's degradation level: 0 full, 1 reduced, 2 limited, 3 minimal, 4 "
+    "emergency (configured tenants, and any a rule named; none when levels are not "
+    "enabled).",
+    kind::gauge, {"tenant"}, [&c](metrics::sample_writer& w) {
+      if (c.degradation.enabled())
+        for (auto& d : c.degradation.all())
+          w.add({d.tenant}, d.level);
+    });
+  detail::register_tenant_metrics(c);
 }
 
 } // namespace
@@ -748,6 +791,8 @@ result<std::unique_ptr<runtime>> runtime::start(runtime_config config) {
       return board.error();
     c.outbox = std::move(board.value());
   }
+  detail::register_outbox_metrics(c.metric_registry, c.outbox.get(), [&c] { return c.now(); });
+  register_metrics(c);
   if (auto st = open_alarm_index(c, p->start_notes); !st)
     return st;
   if (auto st = detail::open_tenant_index(c, p->start_notes); !st)
@@ -846,72 +891,8 @@ call_reply runtime::call_sync(const entity_key& key, std::string method, std::st
   return f.get();
 }
 
-runtime_stats runtime::stats() const {
-  auto& s = impl_->core->stats;
-  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  runtime_stats r;
-  r.calls = ld(s.calls);
-  r.call_errors = ld(s.call_errors);
-  r.active_entities = ld(s.active);
-  r.peak_active_entities = ld(s.peak_active);
-  r.activations = ld(s.activations);
-  r.hibernations = ld(s.hibernations);
-  r.commits = ld(s.commits);
-  r.facts = ld(s.facts);
-  r.turns_committed = ld(s.turns_committed);
-  r.replays = ld(s.replays);
-  r.key_conflicts = ld(s.key_conflicts);
-  r.key_mismatches = ld(s.key_mismatches);
-  r.journal_steps = ld(s.journal_steps);
-  r.journal_steps_replayed = ld(s.journal_steps_replayed);
-  r.journal_resumes = ld(s.journal_resumes);
-  r.journal_mismatches = ld(s.journal_mismatches);
-  r.keys_released_on_open = ld(s.keys_released_on_open);
-  r.alarm_index_rebuilds = ld(s.alarm_index_rebuilds);
-  r.alarm_index_changes = ld(s.alarm_index_changes);
-  r.alarm_index_writes = ld(s.alarm_index_writes);
-  for (auto* spares : impl_->core->spare_pools()) {
-    auto ps = spares->get_stats();
-    r.spare_files_taken += static_cast<uint64_t>(ps.taken);
-    r.spare_files_missed += static_cast<uint64_t>(ps.missed);
-    r.spare_files_ready += static_cast<uint64_t>(ps.ready);
-    r.spare_file_errors += static_cast<uint64_t>(ps.errors);
-  }
-  r.checkpoints = ld(s.checkpoints);
-  r.checkpoints_busy = ld(s.checkpoints_busy);
-  r.checkpoint_failures = ld(s.checkpoint_failures);
-  r.alarms_fired = ld(s.alarms_fired);
-  r.alarm_retries = ld(s.alarm_retries);
-  r.alarms_dead_lettered = ld(s.alarms_dead_lettered);
-  r.alarm_lag_ms_max = ld(s.alarm_lag_ms_max);
-  r.alarm_lag_ms_sum = ld(s.alarm_lag_ms_sum);
-  r.tool_calls = ld(s.tool_calls);
-  r.tool_retries = ld(s.tool_retries);
-  r.tool_failures = ld(s.tool_failures);
-  r.breaker_transitions = ld(s.breaker_transitions);
-  r.breaker_fast_fails = ld(s.breaker_fast_fails);
-  r.dead_letters = ld(s.dead_letters);
-  r.quarantines = ld(s.quarantines);
-  r.degradation_changes = ld(s.degradation_changes);
-  r.sync_bounds.assign(s.syncs.bounds.begin(), s.syncs.bounds.end());
-  for (auto& b : s.syncs.buckets)
-    r.sync_buckets.push_back(ld(b));
-  r.sync_seconds = static_cast<double>(ld(s.syncs.ns_sum)) / 1e9;
-  r.syncs = ld(s.syncs.count);
-  r.resyncs = ld(s.resyncs);
-  r.alarm_index_failures = ld(s.alarm_index_failures);
-  r.alarms_parked = ld(s.alarms_parked);
-  r.calls_overloaded = ld(s.calls_overloaded);
-  r.calls_dropped = ld(s.calls_dropped);
-  r.fenced_writes = ld(s.fenced_writes);
-  r.activations_refused_not_owner = ld(s.activations_refused_not_owner);
-  detail::fill_tenant_stats(*impl_->core, r);
-  r.tools = impl_->core->tools.snapshot();
-  if (impl_->core->degradation.enabled())
-    r.degradation = impl_->core->degradation.all();
-  if (impl_->core->outbox)
-    r.outbox = impl_->core->outbox->snapshot(impl_->core->now());
-  return r;
+const metrics::registry& runtime::metrics() const {
+  return impl_->core->metric_registry;
 }
 
 void runtime::attach_connections(std::shared_ptr<connection_host> host) {

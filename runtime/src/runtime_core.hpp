@@ -219,6 +219,9 @@ struct runtime_core {
       : cfg(std::move(c)), pool(cfg.storage_threads), sync_pool(cfg.sync_threads) {}
 
   runtime_config cfg;
+  /// Every metric of the runtime, registered once (runtime::metrics(), /metrics); declared
+  /// before every member that registers in it.
+  metrics::registry metric_registry;
   /// How entity files are opened: files of pages of 4096 bytes (the storage default).
   store_options store_opts;
   /// The same for each other page size a type asks for (entity_type::page_size), each with its
@@ -248,10 +251,10 @@ struct runtime_core {
   activation_registry reg;
   alarm_directory alarms;
   /// Per-tenant accounts and the tenant index (tenant_quotas.hpp).
-  tenant_directory tenants;
-  counters stats;
+  tenant_directory tenants{metric_registry};
+  counters stats{metric_registry};
   /// The configured tools' counters and breaker states (tool_board.hpp).
-  tool_board tools{tool_names(cfg)};
+  tool_board tools{tool_names(cfg), metric_registry};
   /// Each tenant's degradation level and the feature matrix (degradation.hpp); evaluated by
   /// `degradation_watcher`'s thread.
   degradation_board degradation{cfg.degradation};

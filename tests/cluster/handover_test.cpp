@@ -180,7 +180,7 @@ TEST_CASE("while its old home moves a shard out, a client's request for it there
   opts.timeout = 30s;
   rt->call(k, "slow_pair", R"({"ms":3000})", opts,
            [&](call_reply r) { slow.set_value(std::move(r)); });
-  REQUIRE(eventually([&] { return rt->stats().active_entities >= 1; }, 2000ms));
+  REQUIRE(eventually([&] { return rt->metrics().value("factum_active_entities") >= 1; }, 2000ms));
   auto c = test::client_of({etcd.url()});
   auto move = c->create_if_absent("/factum/movingtest/moves/" + std::to_string(placed.shard),
                                   R"({"from":"a","to":"b"})");

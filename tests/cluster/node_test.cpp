@@ -111,7 +111,8 @@ TEST_CASE("node: a lease etcd forgot drops every shard at once, and the node tak
   REQUIRE(me.is_ok());
   REQUIRE(me->has_value());
   REQUIRE((*c)->revoke((*me)->lease).is_ok());
-  CHECK(eventually([&] { return a->stats().leases_lost >= 1; }, 5000ms));
+  CHECK(eventually([&] { return a->metrics()->value("factum_cluster_leases_lost_total") >= 1; },
+                   5000ms));
   CHECK_FALSE(a->may_commit({first.epoch, first.shard})); // the old epoch is fenced
   CHECK(eventually(
     [&] {
@@ -119,7 +120,7 @@ TEST_CASE("node: a lease etcd forgot drops every shard at once, and the node tak
       return c.is_ok() && c->epoch > first.epoch;
     },
     5000ms));
-  CHECK(a->stats().lease_live);
+  CHECK(a->metrics()->value("factum_cluster_lease_live") == 1);
   a->stop();
 }
 
@@ -145,7 +146,7 @@ TEST_CASE("node: with shared storage, a down home's shard is taken over by a liv
       return c.is_ok() && c->epoch > first.epoch;
     },
     5000ms));
-  CHECK(b->stats().takeovers >= 1);
+  CHECK(b->metrics()->value("factum_cluster_shard_takeovers_total") >= 1);
   auto r = b->route(k, false);
   CHECK(r.to == shard_route::where::local);
   CHECK(r.epoch > first.epoch);

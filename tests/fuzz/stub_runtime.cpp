@@ -37,8 +37,9 @@ call_reply runtime::call_sync(const entity_key&, std::string, std::string, call_
   return call_reply::failure(error_category::server, "INTERNAL", "not in the fuzz stub", 500);
 }
 
-runtime_stats runtime::stats() const {
-  return {};
+const factum::metrics::registry& runtime::metrics() const {
+  static const factum::metrics::registry none; // the stub counts nothing
+  return none;
 }
 
 void runtime::attach_connections(std::shared_ptr<connection_host>) {} // the stub runs no turn

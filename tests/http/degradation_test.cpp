@@ -158,7 +158,7 @@ TEST_CASE("degradation: a critical tool's open breaker puts its tenant at 2, ref
   CHECK(
     c.request("GET", "/v1/entities/factum.runtime/degradation/facts", {{"X-API-Key", globex_key}})
       .status == 404); // globex never moved: it has no such entity
-  CHECK(f.rt().stats().degradation_changes >= 2);
+  CHECK(f.rt().metrics().value("factum_degradation_changes_total") >= 2);
 }
 
 TEST_CASE("degradation: an operator's floor of 4 refuses every covered method, is recorded with "

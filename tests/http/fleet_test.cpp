@@ -407,7 +407,7 @@ TEST_CASE("fleet: /metrics has the dead letters by state and the oldest pending 
   CHECK(r.json().value("dead_letter_id", "") != "");
   failing = false;
   CHECK(get_json(c, "/v1/dead-letters?state=pending")["matched"] == 1);
-  CHECK(f.rt().stats().tenant_index_failures >= 1);
+  CHECK(f.rt().metrics().value("factum_tenant_index_failures_total") >= 1);
   f.stop();
   f.start(setup);
   http_client c2(f.port());

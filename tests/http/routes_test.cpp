@@ -396,8 +396,8 @@ TEST_CASE("GET /metrics parses as Prometheus text and counts requests, latency a
   CHECK(values["factum_idempotency_replays_total"] == 1);
   CHECK(values["factum_active_entities"] == 1);
   CHECK(values["factum_activations_total"] == 1);
-  CHECK(values.count("factum_facts_per_commit") == 1);
-  CHECK(values.count("factum_alarm_lag_ms_max") == 1);
+  CHECK(values.count("factum_alarm_lag_seconds_count") == 1);
+  CHECK(values.count("factum_alarm_lag_seconds_bucket{le=\"+Inf\"}") == 1);
   CHECK(values.count("factum_hibernations_total") == 1);
   CHECK(values.count("factum_idempotency_conflicts_total") == 1);
   CHECK(values["factum_spare_files_taken_total"] + values["factum_spare_files_missed_total"] == 1);

@@ -60,12 +60,17 @@ struct scripted_cluster final : cluster_router, entity_ownership {
       why = "no lease (scripted)";
     return lease_live;
   }
-  cluster_stats stats() const override {
-    cluster_stats s;
-    s.lease_live = lease_live;
-    s.shards_owned = 3;
-    return s;
-  }
+  const factum::metrics::registry* metrics() const override { return &metric_registry; }
+  /// What metrics() shows: the lease as scripted, three shards owned.
+  factum::metrics::registry metric_registry;
+  const bool metrics_registered = [this] {
+    using factum::metrics::kind;
+    metric_registry.add("factum_cluster_lease_live", "1 while the scripted lease is live.",
+                        kind::gauge, {}, [this](auto& w) { w.add(lease_live ? 1.0 : 0.0); });
+    metric_registry.add("factum_cluster_shards_owned", "Three, scripted.", kind::gauge, {},
+                        [](auto& w) { w.add(3.0); });
+    return true;
+  }();
 
   result<owner_claim> claim_for(const entity_key&) const override {
     if (epoch.load() == 0)

@@ -175,7 +175,9 @@ TEST_CASE("outbox NATS sink: a runtime relays each entity's facts to the stream 
                                 json{{"type", "payment"}, {"data", {{"i", i}}}}.dump());
       REQUIRE(r.ok);
     }
-  REQUIRE(wait_until([&] { return (*rt)->stats().outbox[0].delivered == 40; }));
+  REQUIRE(wait_until([&] {
+    return (*rt)->metrics().value("factum_outbox_delivered_total", {{"sink", "bus"}}) == 40;
+  }));
   auto got = read_nats_stream(ns.url(), "FACTS", 2s);
   REQUIRE(got.is_ok());
   std::map<std::string, std::vector<int64_t>> by_entity;

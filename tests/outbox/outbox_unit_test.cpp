@@ -124,7 +124,7 @@ TEST_CASE("outbox sink: failures open its one breaker which then holds deliverie
   CHECK(st.refused == 3);
   CHECK(st.retried == 3);
   CHECK(st.fast_fails == 1);
-  CHECK(st.breaker_state == static_cast<int>(resilience::breaker_state::open));
+  CHECK(st.breaker == resilience::breaker_state::open);
   CHECK(s->allow(11'000).allowed); // the cooldown passed: a trial
 }
 

@@ -396,8 +396,8 @@ TEST_CASE("faults: an entity file overwritten with garbage while the entity is h
                         json_headers(acme_key, std::string(id) + std::to_string(i)),
                         append_body(id))
                 .status == 200);
-  REQUIRE(eventually([&] { return f.rt().stats().active_entities == 0; }, 10s));
-  CHECK(f.rt().stats().hibernations >= 2);
+  REQUIRE(eventually([&] { return f.rt().metrics().value("factum_active_entities") == 0; }, 10s));
+  CHECK(f.rt().metrics().value("factum_hibernations_total") >= 2);
   auto bytes = garble(file_of(data.path(), "sleeper"), false, 7);
   auto r = c.request("POST", "/v1/entities/ledger/sleeper/append", json_headers(acme_key, "z"),
                      append_body("z"));
@@ -433,7 +433,7 @@ TEST_CASE("faults: a garbage alarm index is set aside and rebuilt, the entities 
   auto notes = test::notes_about((*r)->start_notes(), "alarm index");
   REQUIRE(notes.size() == 1);
   MESSAGE("start on a garbage alarm index: " << notes[0]);
-  CHECK((*r)->stats().alarm_index_rebuilds == 1);
+  CHECK((*r)->metrics().value("factum_alarm_index_rebuilds_total") == 1);
   (*r)->stop();
   r.value().reset();
   // The entity file was only read by the rebuild.

@@ -82,15 +82,15 @@ TEST_CASE("alarms: an alarm of a hibernated entity wakes it") {
   // Hibernated, and its file closed: the gauge drops after the close on a storage thread,
   // a moment after the hibernation is counted.
   auto asleep = [&] {
-    auto st = rt->stats();
-    return st.hibernations >= 1 && st.active_entities == 0;
+    auto& st = rt->metrics();
+    return st.value("factum_hibernations_total") >= 1 && st.value("factum_active_entities") == 0;
   };
   while (!asleep() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms); // waiting for counters that the runtime moves
   REQUIRE(asleep());
-  auto activations = rt->stats().activations;
+  auto activations = rt->metrics().value("factum_activations_total");
   REQUIRE(events.wait_for("alarm:sleeper", 1, 10s));
-  CHECK(rt->stats().activations > activations);
+  CHECK(rt->metrics().value("factum_activations_total") > activations);
 }
 
 TEST_CASE("alarms: an alarm due after a restart fires after the restart") {
@@ -123,7 +123,7 @@ TEST_CASE("alarms: a damaged alarm index is rebuilt at start and the alarms stil
   REQUIRE(notes.size() == 1);
   MESSAGE(notes[0]);
   CHECK(notes[0].find("rebuilt from 1 entity files: 1 entities with alarms") != std::string::npos);
-  CHECK(rt->stats().alarm_index_rebuilds == 1);
+  CHECK(rt->metrics().value("factum_alarm_index_rebuilds_total") == 1);
   REQUIRE(events.wait_for("alarm:index-lost", 1, 10s));
   CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
   int aside = 0;
@@ -157,12 +157,14 @@ TEST_CASE("alarms: entities arming alarms at once share alarm index writes, and 
       REQUIRE(cv.wait_for(g, 60s, [&] { return done == n; }));
     }
     CHECK(failed == 0);
-    auto st = rt->stats();
-    MESSAGE(st.alarm_index_changes << " index changes in " << st.alarm_index_writes
-                                   << " transactions");
-    CHECK(st.alarm_index_changes >= n);
-    CHECK(st.alarm_index_writes >= 1);
-    CHECK(st.alarm_index_writes < st.alarm_index_changes); // some shared a transaction
+    auto& st = rt->metrics();
+    MESSAGE(st.value("factum_alarm_index_changes_total")
+            << " index changes in " << st.value("factum_alarm_index_writes_total")
+            << " transactions");
+    CHECK(st.value("factum_alarm_index_changes_total") >= n);
+    CHECK(st.value("factum_alarm_index_writes_total") >= 1);
+    CHECK(st.value("factum_alarm_index_writes_total") <
+          st.value("factum_alarm_index_changes_total")); // some shared a transaction
   }
   // Every entity is in the index on disk, due when its alarm is.
   auto ix = alarm_index::open(tmp.path(), durability::full);
@@ -241,9 +243,11 @@ TEST_CASE("alarms: 600 index entries the runtime cannot wake (a type no longer h
   // them wakeable, and never reached the healthy one.
   REQUIRE(events.wait_for("alarm:starved", 1, 20s));
   auto deadline = std::chrono::steady_clock::now() + 20s; // the garbage files' wakes fail later
-  while (rt->stats().alarms_parked < 600 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(10ms);     // waiting for a counter that the scheduler bumps
-  CHECK(rt->stats().alarms_parked >= 600); // parked ones are tried again after their backoff
+  while (rt->metrics().value("factum_alarms_parked_total") < 600 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms); // waiting for a counter that the scheduler bumps
+  CHECK(rt->metrics().value("factum_alarms_parked_total") >=
+        600); // parked ones are tried again after their backoff
   auto ix = alarm_index::open(tmp.path(), durability::full);
   REQUIRE(ix.is_ok());
   auto parked = (*ix)->parked();
@@ -280,14 +284,15 @@ TEST_CASE("alarms: when the alarm index cannot be written (disk full), a call th
   CHECK(r.http_status == 503);
   CHECK(r.code == "STORAGE_FULL");
   CHECK(r.retryable);
-  CHECK(rt->stats().alarm_index_failures >= 1);
+  CHECK(rt->metrics().value("factum_alarm_index_failures_total") >= 1);
   CHECK(call_ok(*rt, k, "@alarms", json::object()).empty());
   full = false;
   auto again = rt->call_sync(k, "arm", args, o);
   REQUIRE_MESSAGE(again.ok, again.body);
   CHECK_FALSE(again.replayed);
   REQUIRE(events.wait_for("alarm:index-full", 1, 10s));
-  CHECK(rt->stats().hibernations >= 1); // it fired through the index, after hibernating
+  CHECK(rt->metrics().value("factum_hibernations_total") >=
+        1); // it fired through the index, after hibernating
   CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
 }
 

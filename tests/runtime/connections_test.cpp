@@ -257,9 +257,9 @@ TEST_CASE("connections: turns list connections from the host, also after the ent
   CHECK(f.host->wait_for(3).back() == "w1:members 1");
   auto left = f.rt->release_entities([](const entity_key&) { return true; }, 10s);
   REQUIRE(left == 0);
-  auto before = f.rt->stats().activations;
+  auto before = f.rt->metrics().value("factum_activations_total");
   REQUIRE(f.message("w1", "list").ok);
-  CHECK(f.rt->stats().activations == before + 1);
+  CHECK(f.rt->metrics().value("factum_activations_total") == before + 1);
   CHECK(f.host->wait_for(5).back() == "w1:members 1");
   REQUIRE(f.message("w1", "bye").ok);
   CHECK(f.host->wait_for(7).back() == "w1:close 4002");

@@ -114,7 +114,7 @@ TEST_CASE("fleet index: an active entity's dead letters and breakers are in the 
     out << std::string(8192, 'x');
   }
   auto rt = start(tmp.path());
-  CHECK(rt->stats().tenant_index_rebuilds == 1);
+  CHECK(rt->metrics().value("factum_tenant_index_rebuilds_total") == 1);
   auto f = read_fleet(*rt);
   CHECK(f.dead_letters == std::map<std::string, int64_t>{{"discarded", 1}});
   CHECK(f.open.size() == 1);
@@ -161,7 +161,8 @@ TEST_CASE("fleet index: a process killed after a summary could not be written le
     bool second = !rt.call_sync(entity_key{"acme", "webhook", "w1"}, "deliver",
                                 R"({"tool":"vendor","payload":{}})", o)
                      .ok;
-    char ok = first && second && rt.stats().tenant_index_failures > 0 ? 'y' : 'n';
+    char ok =
+      first && second && rt.metrics().value("factum_tenant_index_failures_total") > 0 ? 'y' : 'n';
     (void)!write(fds[1], &ok, 1);
     pause(); // killed here: nothing closes the index
     _exit(0);

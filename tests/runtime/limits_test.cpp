@@ -76,7 +76,8 @@ TEST_CASE("limits: one call more than the queue cap of an entity is answered 429
   // The first call holds the entity (it awaits a 300 ms timer); the next two queue.
   auto first = start_call(*rt, k, "slow_pair", {{"n", 0}, {"ms", 300}});
   auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (rt->stats().active_entities == 0 && std::chrono::steady_clock::now() < deadline)
+  while (rt->metrics().value("factum_active_entities") == 0 &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms); // waiting for a gauge the runtime sets
   std::vector<std::future<call_reply>> queued;
   for (int i = 1; i <= 2; ++i)
@@ -87,7 +88,7 @@ TEST_CASE("limits: one call more than the queue cap of an entity is answered 429
   CHECK(over.code == "ENTITY_OVERLOADED");
   CHECK(over.retryable);
   CHECK(over.retry_after_ms > 0);
-  CHECK(rt->stats().calls_overloaded == 1);
+  CHECK(rt->metrics().value("factum_calls_overloaded_total") == 1);
   CHECK(first.get().ok);
   for (auto& q : queued)
     CHECK(q.get().ok);
@@ -99,7 +100,8 @@ TEST_CASE("limits: a call whose caller was answered 504 CALL_TIMEOUT while it wa
   entity_key k{"acme", "probe", "late"};
   auto first = start_call(*rt, k, "slow_pair", {{"n", 0}, {"ms", 400}});
   auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (rt->stats().active_entities == 0 && std::chrono::steady_clock::now() < deadline)
+  while (rt->metrics().value("factum_active_entities") == 0 &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms); // waiting for a gauge the runtime sets
   auto late = start_call(*rt, k, "append_then", json::object(), 50ms).get();
   CHECK(late.http_status == 504);
@@ -109,7 +111,7 @@ TEST_CASE("limits: a call whose caller was answered 504 CALL_TIMEOUT while it wa
   auto probes = rt->call_sync(k, "@facts", R"({"type":"probe"})");
   REQUIRE(probes.ok);
   CHECK(probes.json().size() == 2); // slow_pair's begin and end
-  CHECK(rt->stats().calls_dropped == 1);
+  CHECK(rt->metrics().value("factum_calls_dropped_total") == 1);
 }
 
 TEST_CASE("limits: the connection budget is what RLIMIT_NOFILE leaves beside 4 descriptors per "

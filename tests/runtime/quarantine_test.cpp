@@ -88,9 +88,10 @@ TEST_CASE("quarantine: a failed WAL sync fails the call 503 with a retry delay, 
   CHECK(r.retry_after_ms > 0);
   // The reply leaves before the actor counts the quarantine: wait for the counter.
   auto deadline = std::chrono::steady_clock::now() + 10s;
-  while ((*rt)->stats().quarantines == 0 && std::chrono::steady_clock::now() < deadline)
+  while ((*rt)->metrics().value("factum_quarantines_total") == 0 &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms); // waiting for a counter the entity's actor bumps
-  CHECK((*rt)->stats().quarantines == 1);
+  CHECK((*rt)->metrics().value("factum_quarantines_total") == 1);
   // The commit landed in the WAL; whether it is on disk nobody knows. The retry waits for the
   // next activation, which writes the WAL again and syncs it before reading it: then the replay
   // is true.
@@ -99,7 +100,7 @@ TEST_CASE("quarantine: a failed WAL sync fails the call 503 with a retry delay, 
   REQUIRE_MESSAGE(again.ok, again.body);
   CHECK(again.replayed);
   CHECK(f.count("resync") == resyncs_before + 1);
-  CHECK((*rt)->stats().resyncs == 1);
+  CHECK((*rt)->metrics().value("factum_resyncs_total") == 1);
   CHECK_FALSE(std::filesystem::exists(marker_of(tmp.path(), k)));
   // One invocation fact for k1, and the entity serves on.
   auto facts = (*rt)->call_sync(k, "@facts", R"({"idempotency_key":"k1","type":"invocation"})");
@@ -121,8 +122,8 @@ TEST_CASE("quarantine: a failed directory sync quarantines a new entity like a f
   CHECK(r.code == "STORAGE_UNAVAILABLE");
   auto again = append(**rt, k, "k1");
   REQUIRE_MESSAGE(again.ok, again.body);
-  CHECK((*rt)->stats().quarantines == 1);
-  CHECK((*rt)->stats().resyncs == 1);
+  CHECK((*rt)->metrics().value("factum_quarantines_total") == 1);
+  CHECK((*rt)->metrics().value("factum_resyncs_total") == 1);
 }
 
 TEST_CASE("quarantine: while the re-sync itself fails the entity refuses to serve, and serves "

@@ -180,7 +180,8 @@ struct fake_host final : turn_host, context_port {
 struct bench {
   test::temp_dir dir;
   runtime_config cfg;
-  counters stats;
+  metrics::registry metric_registry;
+  counters stats{metric_registry};
   resilience::classifier classifier;
   resilience::dead_letter_rules dl_rules;
   entity_key key{"acme", "awaiter", "a1"};

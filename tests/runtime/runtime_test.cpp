@@ -108,10 +108,10 @@ TEST_CASE("runtime: 1000 concurrent calls to one entity give 1000 contiguous fac
   CHECK(seqs.size() == 1000);
   CHECK(*seqs.begin() == 1);
   CHECK(*seqs.rbegin() == 1000);
-  auto st = rt->stats();
-  CHECK(st.facts == 1000);
-  CHECK(st.commits < 1000); // coalesced
-  MESSAGE("1000 calls committed in " << st.commits << " commits");
+  auto& st = rt->metrics();
+  CHECK(st.value("factum_facts_total") == 1000);
+  CHECK(st.value("factum_commits_total") < 1000); // coalesced
+  MESSAGE("1000 calls committed in " << st.value("factum_commits_total") << " commits");
   auto v = rt->call_sync(key, "@verify", "{}");
   CHECK(v.json()["ok"] == true);
 }
@@ -211,10 +211,11 @@ TEST_CASE("runtime: a checkpoint that fails is counted apart from a busy one, ca
   for (int i = 0; i < 200; ++i)
     append(i);
   // A checkpoint may still be in flight here (its fault injected, its count not yet taken).
-  auto st = rt->stats();
-  CHECK(st.checkpoint_failures >= 1);
-  CHECK(st.checkpoint_failures <= static_cast<uint64_t>(injected.load()));
-  CHECK(st.checkpoints_busy == 0); // an I/O error is not reported as busy
+  auto& m = rt->metrics();
+  auto checkpoints = m.value("factum_wal_checkpoints_total");
+  CHECK(m.value("factum_wal_checkpoint_failures_total") >= 1);
+  CHECK(m.value("factum_wal_checkpoint_failures_total") <= injected.load());
+  CHECK(m.value("factum_wal_checkpoints_busy_total") == 0); // an I/O error is not reported as busy
   // Nothing was checkpointed: the WAL holds every commit (4+ frames each).
   const auto frame = static_cast<uintmax_t>(page_size_of(key.file_path(tmp.path()))) + 24;
   auto grown = std::filesystem::file_size(wal);
@@ -226,9 +227,8 @@ TEST_CASE("runtime: a checkpoint that fails is counted apart from a busy one, ca
   // Every injected fault was counted as a failure, none after the fault cleared: a checkpoint
   // starts only once the one before it has reported (and been counted), and the WAL check below
   // shows that checkpoints succeeded after the last failing one.
-  auto after = rt->stats();
-  CHECK(after.checkpoints > st.checkpoints);
-  CHECK(after.checkpoint_failures == static_cast<uint64_t>(injected.load()));
+  CHECK(m.value("factum_wal_checkpoints_total") > checkpoints);
+  CHECK(m.value("factum_wal_checkpoint_failures_total") == injected.load());
   // The WAL was copied and started over (a WAL header written after the fault cleared). The
   // file never shrinks while open; without a restart 200 more commits would add 200 x 4+
   // frames past the frames it held (at least its size less one chunk of zeros grown ahead).
@@ -276,7 +276,7 @@ TEST_CASE("runtime: a hot entity's WAL is checkpointed beside its commits and st
                                json{{"type", "invocation"}, {"data", {{"i", i}}}}.dump(), o);
         REQUIRE_MESSAGE(r.ok, r.body);
       }
-      CHECK(rt->stats().checkpoints >= 1);
+      CHECK(rt->metrics().value("factum_wal_checkpoints_total") >= 1);
       // The WAL started over: a WAL header is written at the first commit of each generation
       // (the entity's first, then every commit after a complete checkpoint). Several restarts,
       // not one: 1,000 commits of 4+ frames against a threshold of 16 frames.
@@ -290,8 +290,8 @@ TEST_CASE("runtime: a hot entity's WAL is checkpointed beside its commits and st
       // The bound is the least a WAL that never restarted would hold: 4 frames per commit.
       auto size = std::filesystem::file_size(wal);
       CHECK(size < 32 + 4 * calls * (4096 + 24));
-      MESSAGE(rt->stats().checkpoints << " checkpoints, " << starts
-                                      << " WAL generations, -wal file " << size << " bytes");
+      MESSAGE(rt->metrics().value("factum_wal_checkpoints_total")
+              << " checkpoints, " << starts << " WAL generations, -wal file " << size << " bytes");
       auto v = rt->call_sync(key, "@verify", "{}");
       CHECK(v.json()["ok"] == true);
     }
@@ -375,11 +375,11 @@ TEST_CASE("runtime: new entities are spare files made ahead, the ready ones outl
       append(*rt, ek("ledger", "s" + std::to_string(i)));
       spares->wait_ready(3, std::chrono::seconds(30)); // refilled before the next one
     }
-    auto st = rt->stats();
-    CHECK(st.spare_files_taken == 5);
-    CHECK(st.spare_files_missed == 0);
-    CHECK(st.spare_files_ready == 6); // 3 of each size
-    CHECK(st.spare_file_errors == 0);
+    auto& st = rt->metrics();
+    CHECK(st.value("factum_spare_files_taken_total") == 5);
+    CHECK(st.value("factum_spare_files_missed_total") == 0);
+    CHECK(st.value("factum_spare_files_ready") == 6); // 3 of each size
+    CHECK(st.value("factum_spare_file_errors_total") == 0);
     CHECK(core.store_opts.spares->get_stats().taken == 0);
   } // stop: the maker threads end, three ready spares of each size stay
   CHECK(spares_on_disk("spares-1024") == 3);
@@ -389,7 +389,7 @@ TEST_CASE("runtime: new entities are spare files made ahead, the ready ones outl
     auto& spares = detail::runtime_testing::core(*rt).store_opts_by_page.at(1024).spares;
     CHECK(spares->get_stats().reused == 3);
     append(*rt, ek("ledger", "after-restart"));
-    CHECK(rt->stats().spare_files_taken == 1);
+    CHECK(rt->metrics().value("factum_spare_files_taken_total") == 1);
     for (int i = 0; i < 5; ++i) { // the entities of the first run read back whole
       auto r = rt->call_sync(ek("ledger", "s" + std::to_string(i)), "recent", "{}");
       REQUIRE_MESSAGE(r.ok, r.body);
@@ -413,7 +413,7 @@ TEST_CASE("runtime: new entities are spare files made ahead, the ready ones outl
     CHECK_FALSE(detail::runtime_testing::core(*rt).store_opts.spares);
     CHECK_FALSE(detail::runtime_testing::core(*rt).store_opts_by_page.at(1024).spares);
     append(*rt, ek("ledger", "no-spare"));
-    CHECK(rt->stats().spare_files_taken == 0);
+    CHECK(rt->metrics().value("factum_spare_files_taken_total") == 0);
   }
   CHECK_FALSE(std::filesystem::exists(none.path() / "spares"));
   CHECK_FALSE(std::filesystem::exists(none.path() / "spares-1024"));
@@ -458,7 +458,7 @@ TEST_CASE("runtime: each entity type's files have its page size, from spares of 
         CHECK(append(*rt, ek(type, "p0")));
       }
     }
-    CHECK(rt->stats().spare_files_missed == 0);
+    CHECK(rt->metrics().value("factum_spare_files_missed_total") == 0);
   }
   CHECK(page_size_of(ek("ledger", "p0").file_path(tmp.path())) == 1024);
   CHECK(page_size_of(ek("ledger", "p1").file_path(tmp.path())) == 1024);
@@ -627,16 +627,17 @@ TEST_CASE("runtime: an entity called more often than its idle timeout stays acti
     ++calls;
     std::this_thread::sleep_for(30ms); // the pacing of the workload, not a synchronisation
   }
-  CHECK(rt->stats().hibernations == 0);
-  CHECK(rt->stats().activations == 1);
+  CHECK(rt->metrics().value("factum_hibernations_total") == 0);
+  CHECK(rt->metrics().value("factum_activations_total") == 1);
   auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (rt->stats().hibernations < 1 && std::chrono::steady_clock::now() < deadline)
+  while (rt->metrics().value("factum_hibernations_total") < 1 &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
-  CHECK(rt->stats().hibernations == 1);
+  CHECK(rt->metrics().value("factum_hibernations_total") == 1);
   auto r = rt->call_sync(key, "add", json{{"by", 1}}.dump()); // reactivates from its facts
   REQUIRE(r.ok);
   CHECK(r.json()["value"] == calls + 1);
-  CHECK(rt->stats().activations == 2);
+  CHECK(rt->metrics().value("factum_activations_total") == 2);
 }
 
 TEST_CASE("runtime: a call whose entity ends between lookup and delivery is routed again and "
@@ -669,7 +670,7 @@ TEST_CASE("runtime: a call whose entity ends between lookup and delivery is rout
   CHECK(dispatches.load() >= 2); // sent to the ended actor, then routed to a new activation
   REQUIRE_MESSAGE(r.ok, r.body);
   CHECK(r.json()["value"] == 3); // the new activation rebuilt 1 from facts, then added 2
-  CHECK(rt->stats().hibernations >= 1);
+  CHECK(rt->metrics().value("factum_hibernations_total") >= 1);
   CHECK(facts_of(*rt, key, json{{"type", "counter"}}).size() == 2); // one effect per call
 }
 
@@ -762,12 +763,13 @@ TEST_CASE("runtime: 10,000 entities with at most 500 active all answer, hibernat
   }
   CHECK(failed.load() == 0);
   CHECK(ok.load() == 2 * n);
-  auto st = rt->stats();
-  CHECK(st.peak_active_entities <= 500);
-  CHECK(st.hibernations >= static_cast<uint64_t>(n) - 500);
-  CHECK(st.activations > static_cast<uint64_t>(n)); // reactivations happened
-  MESSAGE("activations " << st.activations << ", hibernations " << st.hibernations
-                         << ", peak active " << st.peak_active_entities);
+  auto& st = rt->metrics();
+  CHECK(st.value("factum_peak_active_entities") <= 500);
+  CHECK(st.value("factum_hibernations_total") >= static_cast<uint64_t>(n) - 500);
+  CHECK(st.value("factum_activations_total") > static_cast<uint64_t>(n)); // reactivations happened
+  MESSAGE("activations " << st.value("factum_activations_total") << ", hibernations "
+                         << st.value("factum_hibernations_total") << ", peak active "
+                         << st.value("factum_peak_active_entities"));
   // Every entity kept both calls: state restored from SQLite on reactivation.
   for (int i = 0; i < n; i += 997) {
     auto v = rt->call_sync(ek("counter", "e" + std::to_string(i)), "get", "{}");
@@ -902,7 +904,7 @@ TEST_CASE("runtime: an entity that hibernated leaves no actor behind while its i
     if (!gone)
       std::this_thread::sleep_for(10ms);
   }
-  CHECK(rt->stats().hibernations >= 1);
+  CHECK(rt->metrics().value("factum_hibernations_total") >= 1);
   CHECK_MESSAGE(gone, "the ended actor is still referenced (a pending timer holds it)");
   // The pending timers are harmless: they find no actor of that activation when they fire.
   // Its alarm still fires in time through the index; a call reactivates it with its state.

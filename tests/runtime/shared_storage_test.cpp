@@ -255,7 +255,7 @@ TEST_CASE("shared storage: spare files are made in the data directory and taken 
   REQUIRE(detail::runtime_testing::core(*rt).store_opts.spares->wait_ready(1, 20s) >= 1);
   entity_key k{"acme", "counter", "from-a-spare"};
   call_ok(*rt, k, "add", {{"by", 1}});
-  CHECK(rt->stats().spare_files_taken == 1);
+  CHECK(rt->metrics().value("factum_spare_files_taken_total") == 1);
   CHECK(fs::exists(k.file_path(root.path())));
   CHECK_FALSE(fs::exists(k.file_path(data.path())));
   CHECK(fs::exists(data.path() / "spares"));

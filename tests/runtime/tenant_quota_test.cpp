@@ -92,12 +92,13 @@ TEST_CASE("tenant quotas: a tenant at max_entities gets 429 for a new entity and
   CHECK(u.entities == 2);
   CHECK(u.bytes > 0);
   CHECK(rt->tenant_usage_of("globex").entities == 3);
-  auto st = rt->stats();
-  CHECK(st.tenant_entity_refusals == 1);
-  REQUIRE(st.tenants.size() == 1); // the tenants with a quota only
-  CHECK(st.tenants[0].tenant == "acme");
-  CHECK(st.tenants[0].entities == 2);
-  CHECK(st.tenants[0].quota.max_entities == 2);
+  auto& m = rt->metrics();
+  CHECK(m.value("factum_tenant_quota_refusals_total", {{"quota", "max_entities"}}) == 1);
+  // The tenants with a quota only.
+  CHECK(m.value("factum_tenant_entities", {{"tenant", "acme"}}) == 2);
+  CHECK(m.value("factum_tenant_max_entities", {{"tenant", "acme"}}) == 2);
+  auto text = metrics::text({&m});
+  CHECK(text.find("factum_tenant_entities{tenant=\"globex\"}") == std::string::npos);
 }
 
 TEST_CASE("tenant quotas: many creations at once for one tenant never exceed max_entities") {
@@ -128,7 +129,8 @@ TEST_CASE("tenant quotas: many creations at once for one tenant never exceed max
     for (int i = 0; i < per_round; ++i)
       files += has_file(tmp.path(), "acme", "r" + std::to_string(round) + "-" + std::to_string(i));
   CHECK(files == 5);
-  CHECK(rt->stats().tenant_entity_refusals == rounds * per_round - 5);
+  CHECK(rt->metrics().value("factum_tenant_quota_refusals_total", {{"quota", "max_entities"}}) ==
+        rounds * per_round - 5);
 }
 
 TEST_CASE("tenant quotas: the count survives a restart, then a deleted or damaged tenant index is "
@@ -149,7 +151,7 @@ TEST_CASE("tenant quotas: the count survives a restart, then a deleted or damage
     CHECK(add(*rt, "acme", "a1").ok);
     CHECK_FALSE(has_file(tmp.path(), "acme", "a3"));
     return std::make_pair(test::notes_about(rt->start_notes(), "tenant index"),
-                          rt->stats().tenant_index_rebuilds);
+                          rt->metrics().value("factum_tenant_index_rebuilds_total"));
   };
   auto [notes, rebuilds] = refused_after_start("a plain restart");
   CHECK(notes.empty());
@@ -207,7 +209,7 @@ TEST_CASE("tenant quotas: a creation whose count cannot be written is refused 50
   CHECK(r.code == "STORAGE_FULL");
   CHECK_FALSE(has_file(tmp.path(), "acme", "a1"));
   CHECK(rt->tenant_usage_of("acme").entities == 0);
-  CHECK(rt->stats().tenant_index_failures >= 1);
+  CHECK(rt->metrics().value("factum_tenant_index_failures_total") >= 1);
   fail->store(false);
   CHECK(add(*rt, "acme", "a1").ok);
   CHECK(rt->tenant_usage_of("acme").entities == 1);
@@ -262,14 +264,14 @@ TEST_CASE("tenant quotas: a tenant at max_bytes gets 507 on writes and 200 on re
   REQUIRE(facts.ok);
   CHECK(facts.json().size() == static_cast<size_t>(ok + 1));
   CHECK(rt->call_sync(b1, "@breakers", "{}").ok);
-  auto before = rt->stats().hibernations;
+  auto before = rt->metrics().value("factum_hibernations_total");
   CHECK(add(*rt, "globex", "g1").ok); // takes the one slot: acme/b1 closes
-  REQUIRE(eventually([&] { return rt->stats().hibernations > before; }));
+  REQUIRE(eventually([&] { return rt->metrics().value("factum_hibernations_total") > before; }));
   REQUIRE(eventually([&] { return rt->tenant_usage_of("acme").bytes < limit; }));
   auto back = rt->call_sync(b1, "add", R"({"by":1})");
   CHECK(back.ok);
   CHECK(back.json()["value"] == ok + 2);
-  CHECK(rt->stats().tenant_bytes_refusals == 1);
+  CHECK(rt->metrics().value("factum_tenant_quota_refusals_total", {{"quota", "max_bytes"}}) == 1);
 }
 
 TEST_CASE("tenant quotas: invalid quotas are refused at start") {

@@ -149,13 +149,13 @@ struct fixture {
     REQUIRE_MESSAGE(r.ok, r.body);
     return r.json();
   }
-  /// The runtime's counters of the tool "vendor".
-  tool_stats vendor_stats() {
-    for (auto& t : rt->stats().tools)
-      if (t.tool == "vendor")
-        return t;
-    FAIL("no stats for the tool vendor");
-    return {};
+  /// The value of the series `name` of the tool "vendor" (/metrics), with `label`="value" when
+  /// given.
+  double vendor_metric(std::string_view name, std::string_view label = {},
+                       std::string_view value = {}) {
+    if (label.empty())
+      return rt->metrics().value(name, {{"tool", "vendor"}});
+    return rt->metrics().value(name, {{"tool", "vendor"}, {label, value}});
   }
   json internal(const std::string& id, const std::string& m, json args) {
     auto r = rt->call_sync({"acme", "tool_user", id}, m, args.dump());
@@ -192,12 +192,11 @@ TEST_CASE("tools: transient failures then success: error facts and an outcome th
   auto out = f.facts("t1", {{"type", "outcome"}});
   REQUIRE(out.size() == 1);
   CHECK(out[0]["data"]["resolves"] == json::array({errs[0]["fact_id"], errs[1]["fact_id"]}));
-  auto st = f.vendor_stats(); // what /metrics labels by tool
-  CHECK(st.calls == 1);
-  CHECK(st.errors[static_cast<size_t>(error_category::transient)] == 2);
-  CHECK(st.retries == 2);
-  CHECK(st.retried_ok == 1);
-  CHECK(st.dead_letters == 0);
+  CHECK(f.rt->metrics().value("factum_tool_calls_total") == 1);
+  CHECK(f.vendor_metric("factum_tool_errors_total", "category", "transient") == 2);
+  CHECK(f.vendor_metric("factum_tool_retry_outcomes_total", "outcome", "attempted") == 2);
+  CHECK(f.vendor_metric("factum_tool_retry_outcomes_total", "outcome", "succeeded") == 1);
+  CHECK(f.vendor_metric("factum_tool_dead_letters_total") == 0);
 }
 
 TEST_CASE("tools: exhausted retries become a dead letter, listed and resolvable by an operator") {
@@ -222,7 +221,7 @@ TEST_CASE("tools: exhausted retries become a dead letter, listed and resolvable 
   CHECK(dls[0]["attempts"] == 3);
   CHECK(dls[0]["reason"] == "server_error");
   CHECK(dls[0]["idempotency_key"] == "key-t2");
-  CHECK(f.vendor_stats().dead_letters == 1);
+  CHECK(f.vendor_metric("factum_tool_dead_letters_total") == 1);
   // operator: discard, then an invalid move (discarded is final)
   auto ack = f.internal("t2", "@dead_letter", {{"id", p["dead_letter_id"]}, {"action", "discard"}});
   CHECK(ack["status"] == "discarded");
@@ -284,12 +283,11 @@ TEST_CASE("tools: the breaker opens at its threshold, fast-fails, half-opens and
     f.facts("b1", {{"type", "lifecycle"}, {"subtype", "circuit_breaker_state_changed"}});
   REQUIRE(opened.size() == 1);
   CHECK(opened[0]["data"]["new_state"] == "OPEN");
-  auto open_st = f.vendor_stats();
-  CHECK(open_st.entered[static_cast<size_t>(resilience::breaker_state::open)] == 1);
-  CHECK(open_st.breakers[static_cast<size_t>(resilience::breaker_state::open)] == 1);
+  CHECK(f.vendor_metric("factum_tool_breaker_transitions_total", "to", "open") == 1);
+  CHECK(f.vendor_metric("factum_tool_breakers", "state", "open") == 1);
   auto fast = f.deliver("b1");
   CHECK(fast.code == "CIRCUIT_OPEN");
-  CHECK(f.vendor_stats().fast_fails == 1);
+  CHECK(f.vendor_metric("factum_tool_fast_fails_total") == 1);
   CHECK(f.vendor.calls() == 3); // the vendor was not touched
   CHECK(f.facts("b1", {{"type", "error"}}).back()["data"]["error_code"] == "CIRCUIT_OPEN");
   f.vendor.always({200});
@@ -301,9 +299,9 @@ TEST_CASE("tools: the breaker opens at its threshold, fast-fails, half-opens and
   REQUIRE(states.size() == 3);
   CHECK(states[1]["data"]["new_state"] == "HALF_OPEN");
   CHECK(states[2]["data"]["new_state"] == "CLOSED");
-  auto closed_st = f.vendor_stats();
-  CHECK(closed_st.entered[static_cast<size_t>(resilience::breaker_state::closed)] == 1);
-  CHECK(closed_st.breakers == std::array<uint64_t, 5>{}); // no entity holds it open now
+  CHECK(f.vendor_metric("factum_tool_breaker_transitions_total", "to", "closed") == 1);
+  for (auto state : {"open", "half_open", "forced_open", "disabled"}) // none holds it now
+    CHECK(f.vendor_metric("factum_tool_breakers", "state", state) == 0);
 }
 
 TEST_CASE("tools: a forced-open breaker survives a restart and fast-fails until reset") {
@@ -321,8 +319,7 @@ TEST_CASE("tools: a forced-open breaker survives a restart and fast-fails until 
   CHECK(f.deliver("b2").code == "CIRCUIT_OPEN");
   CHECK(f.vendor.calls() == 1);
   // The new process counts the breaker it loaded from the file.
-  CHECK(f.vendor_stats().breakers[static_cast<size_t>(resilience::breaker_state::forced_open)] ==
-        1);
+  CHECK(f.vendor_metric("factum_tool_breakers", "state", "forced_open") == 1);
   f.internal("b2", "@breaker", {{"tool", "vendor"}, {"action", "reset"}});
   CHECK(f.deliver("b2").ok);
   CHECK(f.vendor.calls() == 2);
@@ -339,7 +336,7 @@ TEST_CASE("tools: a spent retry budget fails fast instead of retrying") {
   CHECK(r.code == "RETRY_BUDGET_EXHAUSTED");
   CHECK(f.vendor.calls() == 2); // the first attempt and the one retry the budget allowed
   CHECK(f.facts("bud", {{"type", "error"}, {"subtype", "budget"}}).size() == 1);
-  CHECK(f.vendor_stats().budget_refused == 1);
+  CHECK(f.vendor_metric("factum_tool_retry_outcomes_total", "outcome", "budget_refused") == 1);
 }
 
 TEST_CASE("tools: Retry-After is respected") {

@@ -332,7 +332,7 @@ fact_streams::refusal fact_streams::add(const std::shared_ptr<fact_stream>& s) {
   mine.emplace(s.get(), s);
   open_.fetch_add(1);
   if (gauge_)
-    gauge_->fetch_add(1);
+    gauge_->add(1);
   std::lock_guard<std::mutex> sg(s->mu_);
   s->registry_ = this;
   return refusal::none;
@@ -348,7 +348,7 @@ void fact_streams::remove(fact_stream* s) {
   caps_.release(s->key_.tenant);
   open_.fetch_sub(1);
   if (gauge_)
-    gauge_->fetch_sub(1);
+    gauge_->add(-1);
 }
 
 std::vector<std::shared_ptr<fact_stream>> fact_streams::of(const entity_key& key) {

@@ -132,7 +132,7 @@ class fact_stream : public std::enable_shared_from_this<fact_stream> {
 class fact_streams {
  public:
   /// `gauge` (may be null) follows the number of open streams.
-  fact_streams(size_t max_per_entity, size_t max_per_tenant, std::atomic<int64_t>* gauge = nullptr)
+  fact_streams(size_t max_per_entity, size_t max_per_tenant, metrics::gauge* gauge = nullptr)
       : caps_(max_per_entity, max_per_tenant), gauge_(gauge) {}
 
   using refusal = connection_caps::refusal;
@@ -154,7 +154,7 @@ class fact_streams {
   std::vector<std::shared_ptr<fact_stream>> of(const entity_key& key);
 
   connection_caps caps_; ///< under mu_
-  std::atomic<int64_t>* gauge_;
+  metrics::gauge* gauge_;
   mutable std::mutex mu_;
   std::atomic<int64_t> open_{0};
   std::unordered_map<std::string, std::map<fact_stream*, std::weak_ptr<fact_stream>>> by_entity_;

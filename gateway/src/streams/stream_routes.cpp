@@ -60,7 +60,7 @@ void open_fact_stream(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
                                          std::move(resume_prefix),
                                          gw.config().limits.stream_max_queue_bytes, x->trace_id);
   if (auto why = gw.streams().add(s); why != fact_streams::refusal::none) {
-    gw.metrics().streams_refused_limit.fetch_add(1);
+    gw.metrics().streams_refused.inc(0);
     bool entity = why == fact_streams::refusal::entity_full;
     return refuse(gw, *x,
                   {429, "TOO_MANY_CONNECTIONS",
@@ -83,7 +83,7 @@ void open_fact_stream(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
       res.close = true;
       return finish(gw, *x, std::move(res));
     }
-    gw.metrics().streams_accepted.fetch_add(1);
+    gw.metrics().streams_accepted.inc();
     http_response res;
     res.status = 200;
     res.trace_id = x->trace_id;

@@ -60,12 +60,12 @@ http_response connect_answer(gateway& gw, exchange& x, const entity_key& key,
     up->accept = gw.hub().open(conn_id, d.value("tags", std::vector<std::string>{}),
                                d.value("attachment", json::object()));
     if (up->accept)
-      gw.metrics().ws_accepted.fetch_add(1);
+      gw.metrics().ws_accepted.inc();
   } else {
     (void)gw.hub().remove(conn_id);
     up->close_code = d.value("close_code", 1008);
     up->reason = d.value("reason", std::string());
-    gw.metrics().ws_refused_by_entity.fetch_add(1);
+    gw.metrics().ws_refused.inc(http_metrics::refused_by_entity);
   }
   http_response res;
   res.status = 101;
@@ -92,7 +92,7 @@ void open_websocket(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   entity_key key{e.tenant.name, e.type, e.id};
   auto a = gw.hub().admit(key, params, x->req.link);
   if (a.id.empty()) {
-    gw.metrics().ws_refused_limit.fetch_add(1);
+    gw.metrics().ws_refused.inc(http_metrics::refused_limit);
     bool entity = a.why == ws_hub::admission::refusal::entity_full;
     auto no = refusal{429, "TOO_MANY_CONNECTIONS",
                       entity ? "the entity holds limits.ws_max_connections_per_entity "

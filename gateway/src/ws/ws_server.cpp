@@ -195,7 +195,7 @@ class ws_session final : public ws_link,
     req_ = {}; // the handshake's request is not needed any more (its headers cost ~1 KiB)
     if (up_->accept) {
       counted_ = true;
-      gw_.metrics().ws_open.fetch_add(1);
+      gw_.metrics().ws_open.add(1);
     }
     if (!up_->accept || pending_close_) {
       auto code = up_->accept ? close_code_ : up_->close_code;
@@ -268,7 +268,7 @@ class ws_session final : public ws_link,
     if (!binary && up_->options) {
       auto& auto_responses = up_->options->auto_responses;
       if (auto it = auto_responses.find(data); it != auto_responses.end()) {
-        gw_.metrics().ws_auto_responses.fetch_add(1);
+        gw_.metrics().ws_messages.inc(http_metrics::auto_response);
         enqueue({std::make_shared<const std::string>(it->second), false});
         return read();
       }
@@ -313,7 +313,7 @@ class ws_session final : public ws_link,
       args["binary_b64"] = base64_encode(*m.data);
     else
       args["text"] = *m.data;
-    gw_.metrics().ws_messages_in.fetch_add(1);
+    gw_.metrics().ws_messages.inc(http_metrics::message_in);
     call_options opts;
     opts.timeout = gw_.config().call_timeout;
     gw_.rt().call(
@@ -325,7 +325,7 @@ class ws_session final : public ws_link,
   void on_turn_done(const call_reply& r) {
     turn_running_ = false;
     if (!r.ok) {
-      gw_.metrics().ws_turn_failures.fetch_add(1);
+      gw_.metrics().ws_turn_failures.inc();
       // A retryable failure (overload, storage): the message was not processed. The client is
       // told to reconnect and send again; the messages read after it are not run (order).
       if (r.retryable) {
@@ -396,7 +396,7 @@ class ws_session final : public ws_link,
         return self->end_transport(self->closing_ ? self->end_reason_ : ws_end::client, 1006);
       self->queued_bytes_ -= self->queue_.front().data->size();
       self->queue_.pop_front();
-      self->gw_.metrics().ws_messages_out.fetch_add(1);
+      self->gw_.metrics().ws_messages.inc(http_metrics::message_out);
       self->write_next();
     });
   }
@@ -450,7 +450,7 @@ class ws_session final : public ws_link,
     queue_.clear();
     queued_bytes_ = 0;
     if (counted_)
-      gw_.metrics().ws_open.fetch_sub(1);
+      gw_.metrics().ws_open.add(-1);
     if (counted_ || (up_ && up_->accept))
       gw_.metrics().ws_closed(why);
     if (!id_.empty())
@@ -549,7 +549,7 @@ class ws_session final : public ws_link,
     turn_running_ = true;
     auto m = std::move(pending_.front());
     pending_.pop_front();
-    gw_.metrics().ws_messages_in.fetch_add(1);
+    gw_.metrics().ws_messages.inc(http_metrics::message_in);
     peer_->binary(m.binary);
     peer_->async_write(net::buffer(*m.data),
                        [self = shared_from_this(), m](beast::error_code ec, size_t) {

@@ -55,10 +55,10 @@ template <class Duration, class... Ts> void send_later(self_ptr self, Duration d
 void actor_port::turn_answered(queued& item, call_reply r) {
   auto& s = self_->state;
   if (!r.ok) {
-    s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.call_errors.inc();
     if (!s.fenced && s.core->store->fenced()) { // the store's fence refused the turn's writes
       s.fenced = true;
-      s.rt->stats.fenced_writes.fetch_add(1, std::memory_order_relaxed);
+      s.rt->stats.fenced_writes.inc();
     }
   }
   if (r.ok)
@@ -153,7 +153,7 @@ result<owner_claim> owner_claim_for(runtime_core& rt, const entity_key& key) {
     return owner_claim{};
   auto c = rt.cfg.ownership->claim_for(key);
   if (!c) {
-    rt.stats.activations_refused_not_owner.fetch_add(1, std::memory_order_relaxed);
+    rt.stats.activations_refused_not_owner.inc();
     return status{errc::not_owner, c.error().message()};
   }
   return c;
@@ -167,14 +167,14 @@ result<owner_claim> owner_claim_for(runtime_core& rt, const entity_key& key) {
 std::optional<queued> run_shared_call(self_ptr self, queued& item) {
   auto& s = self->state;
   if (item.rp.sink && item.rp.sink->answered()) {
-    s.rt->stats.calls_dropped.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.calls_dropped.inc();
     return std::nullopt;
   }
   bool ran = false;
   auto r = s.runner->run_shared(item.req, ran);
   std::optional<queued> rec;
   if (!r.ok) {
-    s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.call_errors.inc();
     if (ran) {
       rec.emplace();
       rec->req = turn_runner::shared_failure_record(item.req, r);
@@ -248,7 +248,7 @@ void pump(self_ptr self) {
     }
     if (item.rp.sink && item.rp.sink->answered()) {
       // Its caller was answered CALL_TIMEOUT while it waited: it never runs (a retry does).
-      s.rt->stats.calls_dropped.fetch_add(1, std::memory_order_relaxed);
+      s.rt->stats.calls_dropped.inc();
       runner.drop(item);
       continue;
     }
@@ -360,12 +360,12 @@ void start_open(self_ptr self) {
       }
       auto r = open_store(rt, claim->epoch > 0 ? claiming : *opts, key, create, core->meter);
       if (!r && r.error().code() == errc::not_owner)
-        rt->stats.activations_refused_not_owner.fetch_add(1, std::memory_order_relaxed);
+        rt->stats.activations_refused_not_owner.inc();
       if (r) {
         core->store = std::move(r.value());
         core->released_on_open = core->store->released_on_open();
         if (core->store->resynced_on_open())
-          rt->stats.resyncs.fetch_add(1, std::memory_order_relaxed);
+          rt->stats.resyncs.inc();
         auto n = core->store->next_alarm();
         core->next_alarm.reset();
         if (n && n->has_value())
@@ -398,7 +398,7 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
         continue;
       }
       if (q.rp.sink) {
-        s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+        s.rt->stats.call_errors.inc();
         q.rp.deliver(call_reply::failure(refusal && creates_file(q) ? *refusal : ce));
       }
       if (q.kind == turn_kind::call)
@@ -420,13 +420,9 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
   s.last_call = std::chrono::steady_clock::now();
   arm_idle_check(self, s.rt->cfg.idle_timeout);
   auto& stats = s.rt->stats;
-  auto active = stats.active.fetch_add(1, std::memory_order_relaxed) + 1;
-  auto peak = stats.peak_active.load(std::memory_order_relaxed);
-  while (active > peak && !stats.peak_active.compare_exchange_weak(peak, active)) {
-  }
-  stats.activations.fetch_add(1, std::memory_order_relaxed);
-  stats.keys_released_on_open.fetch_add(static_cast<uint64_t>(s.core->released_on_open),
-                                        std::memory_order_relaxed);
+  stats.peak_active.raise_to(stats.active.add(1));
+  stats.activations.inc();
+  stats.keys_released_on_open.inc(static_cast<uint64_t>(s.core->released_on_open));
   s.committed_seq = s.core->store->last_seq();
   s.instance = s.type->factory();
   s.ctx->attach(s.core->store.get());
@@ -454,7 +450,7 @@ void maybe_close(self_ptr self) {
   s.ctx->attach(nullptr);
   s.instance.reset();
   ++s.alarm_gen; // local alarm timers are void; the scheduler wakes the entity
-  s.rt->stats.hibernations.fetch_add(1, std::memory_order_relaxed);
+  s.rt->stats.hibernations.inc();
   auto core = s.core;
   auto rt = s.rt;
   auto key = s.key;
@@ -468,7 +464,7 @@ void maybe_close(self_ptr self) {
         rt->remember_suspect(key_str);
     core->store.reset(); // closes the file (checkpoints the WAL unless quarantined)
     // Counted active until its file is closed: the gauge says how many entity files are open.
-    rt->stats.active.fetch_sub(1, std::memory_order_relaxed);
+    rt->stats.active.add(-1);
     measure_closed(*rt, key, core->meter);
     caf::anon_send(me, atoms::closed::value);
   });
@@ -514,13 +510,13 @@ void on_call(self_ptr self, std::shared_ptr<reply_sink>& sink) {
     return;
   }
   if (auto refused = refuse_write(*s.rt, s.core->meter, req.method)) {
-    s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.call_errors.inc();
     rp.deliver(std::move(*refused));
     return;
   }
   if (s.queue.size() >= s.rt->cfg.max_queued_calls) {
-    s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
-    s.rt->stats.calls_overloaded.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.call_errors.inc();
+    s.rt->stats.calls_overloaded.inc();
     call_error e(error_category::transient, "ENTITY_OVERLOADED",
                  "entity " + s.key_str + " has " + std::to_string(s.queue.size()) +
                    " calls waiting; retry later",
@@ -532,7 +528,7 @@ void on_call(self_ptr self, std::shared_ptr<reply_sink>& sink) {
   }
   bool shared = s.runner->is_shared(req);
   if (auto refused = s.runner->accept(req, shared)) {
-    s.rt->stats.call_errors.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.call_errors.inc();
     rp.deliver(std::move(*refused));
     return;
   }

@@ -33,7 +33,7 @@ void handle_quarantine(self_ptr self) {
     return;
   if (!s.quarantine_handled) {
     s.quarantine_handled = true;
-    s.rt->stats.quarantines.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.quarantines.inc();
     s.rt->log_quarantine(s.key_str, *why);
   }
   if (s.ph == phase::ready && !s.committing && !s.runner->busy() && s.core->store->in_batch())
@@ -72,10 +72,10 @@ void commit_failed(self_ptr self, output_gate<reply_to>::reply_batch& v, const s
     s.gate.quarantine(st);
   if (st.code() == errc::not_owner && !s.fenced) {
     s.fenced = true;
-    s.rt->stats.fenced_writes.fetch_add(1, std::memory_order_relaxed);
+    s.rt->stats.fenced_writes.inc();
   }
   auto r = call_reply::failure(storage_error(st));
-  s.rt->stats.call_errors.fetch_add(v.size(), std::memory_order_relaxed);
+  s.rt->stats.call_errors.inc(v.size());
   if (s.gate.quarantined())
     s.gate.hold(v); // fails them with the quarantine's answer
   else
@@ -160,9 +160,9 @@ void start_commit(self_ptr self) {
     s.committed_seq = seq;
     measure_commit(s.core->meter, store);
     index_fleet_summary(*s.rt, s.key, s.core->meter, store);
-    s.rt->stats.commits.fetch_add(1, std::memory_order_relaxed);
-    s.rt->stats.facts.fetch_add(facts, std::memory_order_relaxed);
-    s.rt->stats.turns_committed.fetch_add(turns, std::memory_order_relaxed);
+    s.rt->stats.commits.inc();
+    s.rt->stats.facts.inc(facts);
+    s.rt->stats.turns_committed.inc(turns);
     if (facts > 0)
       notice_facts(s, s.batch, seq);
     if (deferred) {
@@ -260,9 +260,9 @@ void on_committed(self_ptr self, const status& commit, bool alarms, const sync_r
   auto& s = self->state;
   s.committing = false;
   if (commit) {
-    s.rt->stats.commits.fetch_add(1, std::memory_order_relaxed);
-    s.rt->stats.facts.fetch_add(s.commit_facts, std::memory_order_relaxed);
-    s.rt->stats.turns_committed.fetch_add(s.commit_turns, std::memory_order_relaxed);
+    s.rt->stats.commits.inc();
+    s.rt->stats.facts.inc(s.commit_facts);
+    s.rt->stats.turns_committed.inc(s.commit_turns);
     s.committed_seq = s.commit_seq;
     if (s.core->store) {
       measure_commit(s.core->meter, *s.core->store);
@@ -292,8 +292,7 @@ namespace {
 
 /// A failed checkpoint: SQLITE_BUSY (expected now and then, tried again) apart from errors.
 void count_checkpoint_error(runtime_core* rt, const status& st) {
-  (st.code() == errc::busy ? rt->stats.checkpoints_busy : rt->stats.checkpoint_failures)
-    .fetch_add(1, std::memory_order_relaxed);
+  (st.code() == errc::busy ? rt->stats.checkpoints_busy : rt->stats.checkpoint_failures).inc();
 }
 
 /// Keeps the WAL short. Past the configured size, a storage thread copies it into the database
@@ -327,7 +326,7 @@ void maybe_checkpoint(self_ptr self) {
     ++s.ckpt_rounds;
     rt->pool.post([core, rt, me] {
       auto r = core->store->checkpoint_concurrently();
-      rt->stats.checkpoints.fetch_add(1, std::memory_order_relaxed);
+      rt->stats.checkpoints.inc();
       if (!r)
         count_checkpoint_error(rt, r.error());
       caf::anon_send(me, atoms::checkpointed::value, true, r ? r.value() : -1);

@@ -97,22 +97,22 @@ void outbox_sink_state::add_lag(const std::string& entity, int64_t count, int64_
   l.count += count;
 }
 
-outbox_stats outbox_sink_state::snapshot(int64_t now_ms) const {
-  outbox_stats s;
+outbox_snapshot outbox_sink_state::snapshot(int64_t now_ms) const {
+  outbox_snapshot s;
   s.sink = name_;
   s.delivered = delivered.load(std::memory_order_relaxed);
   s.retried = retried.load(std::memory_order_relaxed);
   s.refused = refused.load(std::memory_order_relaxed);
   s.fast_fails = fast_fails.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> g(mu_);
-  s.breaker_state = static_cast<int>(breaker_.state());
+  s.breaker = breaker_.state();
   std::optional<int64_t> oldest;
   for (auto& [_, l] : lag_) {
     s.lag += static_cast<uint64_t>(l.count);
     oldest = oldest ? std::min(*oldest, l.oldest_ms) : l.oldest_ms;
   }
   if (oldest)
-    s.oldest_age_ms = static_cast<uint64_t>(std::max<int64_t>(0, now_ms - *oldest));
+    s.oldest_age_ms = std::max<int64_t>(0, now_ms - *oldest);
   return s;
 }
 
@@ -180,11 +180,49 @@ std::vector<outbox_target> outbox_board::targets_for(const entity_key& key) cons
   return out;
 }
 
-std::vector<outbox_stats> outbox_board::snapshot(int64_t now_ms) const {
-  std::vector<outbox_stats> out;
+std::vector<outbox_snapshot> outbox_board::snapshot(int64_t now_ms) const {
+  std::vector<outbox_snapshot> out;
   for (auto& [_, s] : sinks_)
     out.push_back(s->snapshot(now_ms));
   return out;
+}
+
+void register_outbox_metrics(metrics::registry& r, const outbox_board* board,
+                             std::function<int64_t()> now) {
+  using metrics::kind;
+  auto each = [board, now](auto value) {
+    return [board, now, value](metrics::sample_writer& w) {
+      if (board)
+        for (auto& s : board->snapshot(now()))
+          w.add({s.sink}, value(s));
+    };
+  };
+  using snap = const outbox_snapshot&;
+  auto n = [](uint64_t v) { return static_cast<double>(v); };
+  r.add("factum_outbox_lag",
+        "Facts committed and not yet acknowledged by the sink, over the entities this process "
+        "has seen since it started.",
+        kind::gauge, {"sink"}, each([n](snap o) { return n(o.lag); }));
+  r.add("factum_outbox_oldest_unacked_age_seconds",
+        "Age of the oldest fact the sink has not acknowledged (0 when none).", kind::gauge,
+        {"sink"}, each([](snap o) { return static_cast<double>(o.oldest_age_ms) / 1e3; }));
+  r.add("factum_outbox_delivered_total", "Facts the sink acknowledged.", kind::counter, {"sink"},
+        each([n](snap o) { return n(o.delivered); }));
+  r.add("factum_outbox_retries_total",
+        "Deliveries that failed and are tried again after a backoff.", kind::counter, {"sink"},
+        each([n](snap o) { return n(o.retried); }));
+  r.add("factum_outbox_refused_total", "Facts the sink refused for good, each one a dead letter.",
+        kind::counter, {"sink"}, each([n](snap o) { return n(o.refused); }));
+  r.add("factum_outbox_fast_fails_total", "Deliveries the sink's open circuit breaker held back.",
+        kind::counter, {"sink"}, each([n](snap o) { return n(o.fast_fails); }));
+  r.add("factum_outbox_breaker_open",
+        "1 while the sink's circuit breaker holds deliveries back (open or forced open).",
+        kind::gauge, {"sink"}, each([](snap o) {
+          return o.breaker == resilience::breaker_state::open ||
+                     o.breaker == resilience::breaker_state::forced_open
+                   ? 1.0
+                   : 0.0;
+        }));
 }
 
 } // namespace factum::detail

@@ -4,12 +4,14 @@
 // entity with facts not yet acknowledged: how many and since when; entity keys are map keys here,
 // never metric labels). Built once at start from runtime_config::outbox (which it validates) and
 // read-only in shape afterwards; the counters are atomics any CAF worker bumps, the breaker and
-// the lag are under a mutex per sink. docs/outbox.md.
+// the lag are under a mutex per sink. Its families of /metrics, labelled by sink, are registered
+// once by register_metrics and collected at each scrape (any thread). docs/outbox.md.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "factum/metrics/metrics.hpp"
 #include "factum/resilience/circuit_breaker.hpp"
 #include "factum/resilience/retry_policy.hpp"
 #include "factum/runtime/outbox.hpp"
@@ -25,6 +28,17 @@
 #include "factum/storage/status.hpp"
 
 namespace factum::detail {
+
+/// One sink's counters and lag at one instant (outbox_sink_state::snapshot).
+struct outbox_snapshot {
+  std::string sink;
+  uint64_t delivered = 0, retried = 0, refused = 0, fast_fails = 0;
+  /// Facts committed and not yet acknowledged, over the entities this process has seen since it
+  /// started (an entity is seen when it commits such a fact or its relay runs).
+  uint64_t lag = 0;
+  int64_t oldest_age_ms = 0; ///< of the oldest of those facts (0: none)
+  resilience::breaker_state breaker = resilience::breaker_state::closed;
+};
 
 /// One configured sink in this process.
 class outbox_sink_state {
@@ -53,8 +67,8 @@ class outbox_sink_state {
   /// `entity` committed `count` more, the first of them at `oldest_ms`.
   void add_lag(const std::string& entity, int64_t count, int64_t oldest_ms);
 
-  /// What runtime::stats() reports.
-  outbox_stats snapshot(int64_t now_ms) const;
+  /// Its counters and lag now.
+  outbox_snapshot snapshot(int64_t now_ms) const;
 
   std::atomic<uint64_t> delivered{0}, retried{0}, refused{0}, fast_fails{0};
 
@@ -87,6 +101,8 @@ class outbox_board {
 
   /// The sinks `key`'s facts go to, with their types; empty when no route applies.
   std::vector<outbox_target> targets_for(const entity_key& key) const;
+  /// Each sink's counters and lag at `now_ms`, by name.
+  std::vector<outbox_snapshot> snapshot(int64_t now_ms) const;
   /// The sink named `name`; null when none is.
   outbox_sink_state* find(const std::string& name) const {
     auto it = sinks_.find(name);
@@ -94,12 +110,16 @@ class outbox_board {
   }
   int batch() const noexcept { return batch_; }
   bool empty() const noexcept { return sinks_.empty(); }
-  std::vector<outbox_stats> snapshot(int64_t now_ms) const;
 
  private:
   std::map<std::string, std::unique_ptr<outbox_sink_state>> sinks_;
   std::vector<outbox_route> routes_;
   int batch_ = 64;
 };
+
+/// Registers the families of /metrics labelled by sink in `r`, collected from `board` at `now`
+/// ms: with no series while `board` is null (no outbox configured).
+void register_outbox_metrics(metrics::registry& r, const outbox_board* board,
+                             std::function<int64_t()> now);
 
 } // namespace factum::detail

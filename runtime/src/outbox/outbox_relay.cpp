@@ -115,7 +115,7 @@ void outbox_relay::dead_letter(entity_context& ctx, entity_store& store, const o
   dl.status = dl_status::pending;
   throw_if(store.put_dead_letter(dl));
   ctx.dead_letter_written(dl);
-  ctx.stats().dead_letters.fetch_add(1, std::memory_order_relaxed);
+  ctx.stats().dead_letters.inc();
   fact_draft life;
   life.type = "lifecycle";
   life.subtype = "dead_letter_created";

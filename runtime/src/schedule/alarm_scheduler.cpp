@@ -39,7 +39,7 @@ size_t park_failed_wakes(runtime_core* rt) {
   for (auto& f : failed)
     parks.push_back({f.entry, now + park_backoff_ms(f.entry.park_attempts), std::move(f.reason)});
   auto st = rt->with_index_writer([&](alarm_index& w) { return w.park(parks); });
-  rt->stats.alarms_parked.fetch_add(parks.size(), std::memory_order_relaxed);
+  rt->stats.alarms_parked.inc(parks.size());
   for (auto& p : parks)
     rt->log_event({{"level", "warn"},
                    {"event", "alarm_parked"},

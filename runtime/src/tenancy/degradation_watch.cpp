@@ -126,7 +126,7 @@ void degradation_watch::evaluate_once() {
 void degradation_watch::record(const degradation_change& ch, const char* subtype, json extra,
                                std::function<void(call_reply)> done) {
   auto& c = *rt_;
-  c.stats.degradation_changes.fetch_add(ch.from != ch.to, std::memory_order_relaxed);
+  c.stats.degradation_changes.inc(ch.from != ch.to);
   auto data = change_json(ch);
   for (auto& [k, v] : extra.items())
     data[k] = v;

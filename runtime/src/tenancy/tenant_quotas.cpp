@@ -48,7 +48,7 @@ status write_tenant_index(runtime_core& rt, tenant_index_change change, bool dur
         changes.push_back(q.change);
       auto st = t.index->apply(changes, b.sync); // one transaction; one sync when `sync`
       if (!st) {
-        t.failures.fetch_add(1, std::memory_order_relaxed);
+        t.failures.inc();
         rt.log_event({{"level", "error"},
                       {"event", "tenant_index_write_failed"},
                       {"changes", changes.size()},
@@ -80,7 +80,7 @@ result<bool> reserve_entity(runtime_core& rt, const entity_key& key, tenant_acco
     std::lock_guard<std::mutex> g(rt.tenants.mu);
     auto n = acct.entities.load(std::memory_order_relaxed);
     if (acct.quota.max_entities && n >= *acct.quota.max_entities) {
-      rt.tenants.entity_refusals.fetch_add(1, std::memory_order_relaxed);
+      rt.tenants.refusals.inc(tenant_directory::entity_refusal);
       call_error e(error_category::client, "TENANT_QUOTA_EXCEEDED",
                    "tenant " + acct.name + " has " + std::to_string(n) + " entities of its " +
                      "max_entities " + std::to_string(*acct.quota.max_entities) + ": entity " +
@@ -193,7 +193,7 @@ result<std::unique_ptr<tenant_index>> open_index(runtime_core& rt,
     auto rep = (*ix)->rebuild(rt.cfg.entity_dir());
     if (!rep)
       return rep.error();
-    rt.tenants.rebuilds.fetch_add(1, std::memory_order_relaxed);
+    rt.tenants.rebuilds.inc();
     if (why.empty() && rep->entity_files > 0)
       why = "was missing or incomplete; it was";
     if (!why.empty())
@@ -295,16 +295,32 @@ tenant_usage tenant_usage_snapshot(runtime_core& rt, const std::string& tenant) 
   return snapshot(*it->second);
 }
 
-void fill_tenant_stats(runtime_core& rt, runtime_stats& out) {
-  auto& t = rt.tenants;
-  out.tenant_entity_refusals = t.entity_refusals.load(std::memory_order_relaxed);
-  out.tenant_bytes_refusals = t.bytes_refusals.load(std::memory_order_relaxed);
-  out.tenant_index_rebuilds = t.rebuilds.load(std::memory_order_relaxed);
-  out.tenant_index_failures = t.failures.load(std::memory_order_relaxed);
-  std::lock_guard<std::mutex> g(t.mu);
-  for (auto& [name, _] : rt.cfg.tenant_quotas)
-    if (auto it = t.accounts.find(name); it != t.accounts.end())
-      out.tenants.push_back(snapshot(*it->second));
+void register_tenant_metrics(runtime_core& rt) {
+  struct gauge {
+    const char* name;
+    const char* help;
+    std::optional<int64_t> (*value)(const tenant_usage&);
+  };
+  static const gauge gauges[] = {
+    {"factum_tenant_entities", "Entity files of a tenant with a quota (creations under way too).",
+     [](const tenant_usage& u) -> std::optional<int64_t> { return u.entities; }},
+    {"factum_tenant_bytes", "Bytes of a tenant's entity files (.db and -wal), as last measured.",
+     [](const tenant_usage& u) -> std::optional<int64_t> { return u.bytes; }},
+    {"factum_tenant_max_entities", "A tenant's max_entities quota.",
+     [](const tenant_usage& u) { return u.quota.max_entities; }},
+    {"factum_tenant_max_bytes", "A tenant's max_bytes quota.",
+     [](const tenant_usage& u) { return u.quota.max_bytes; }},
+  };
+  for (auto& g : gauges)
+    rt.metric_registry.add(g.name, g.help, metrics::kind::gauge, {"tenant"},
+                           [&rt, value = g.value](metrics::sample_writer& w) {
+                             auto& t = rt.tenants;
+                             std::lock_guard<std::mutex> lock(t.mu);
+                             for (auto& [name, _] : rt.cfg.tenant_quotas)
+                               if (auto it = t.accounts.find(name); it != t.accounts.end())
+                                 if (auto v = value(snapshot(*it->second)))
+                                   w.add({name}, static_cast<double>(*v));
+                           });
 }
 
 result<std::vector<entity_listing>>
@@ -405,7 +421,7 @@ void index_fleet_summary(runtime_core& rt, const entity_key& key, tenant_meter& 
   if (store.take_fleet_change()) {
     auto sum = store.fleet_summary();
     if (!sum) // the summary stays as it was; the next change or start corrects it
-      return (void)(rt.tenants.failures.fetch_add(1, std::memory_order_relaxed));
+      return (void)(rt.tenants.failures.inc());
     sum->last_activity_ms = std::max(sum->last_activity_ms, now);
     tenant_index_change c{tenant_index_change::kind::summary, key, 0, std::move(sum.value())};
     if (write_tenant_index(rt, std::move(c), false))
@@ -441,7 +457,7 @@ std::optional<call_reply> refuse_write(runtime_core& rt, const tenant_meter& met
   auto used = a.bytes.load(std::memory_order_relaxed);
   if (used < *a.quota.max_bytes)
     return std::nullopt;
-  rt.tenants.bytes_refusals.fetch_add(1, std::memory_order_relaxed);
+  rt.tenants.refusals.inc(tenant_directory::bytes_refusal);
   call_error e(error_category::client, "TENANT_STORAGE_QUOTA_EXCEEDED",
                "tenant " + a.name + " uses " + bytes_text(used) + " of its max_bytes " +
                  bytes_text(*a.quota.max_bytes) +
@@ -479,7 +495,7 @@ status take_entity_place(runtime_core& rt, const std::string& tenant) {
   std::lock_guard<std::mutex> g(rt.tenants.mu);
   auto n = acct->entities.load(std::memory_order_relaxed);
   if (acct->quota.max_entities && n >= *acct->quota.max_entities) {
-    rt.tenants.entity_refusals.fetch_add(1, std::memory_order_relaxed);
+    rt.tenants.refusals.inc(tenant_directory::entity_refusal);
     return {errc::quota_exceeded, "tenant " + tenant + " has " + std::to_string(n) +
                                     " entities of its max_entities " +
                                     std::to_string(*acct->quota.max_entities)};

@@ -22,6 +22,7 @@
 
 #include "actor/group_commit.hpp"
 #include "factum/entities/errors.hpp"
+#include "factum/metrics/metrics.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/tenant_index.hpp"
@@ -67,6 +68,8 @@ struct tenant_meter {
 /// threads that need a change written at the same time queue it, one of them applies the queue
 /// in one transaction while the others wait.
 struct tenant_directory {
+  explicit tenant_directory(metrics::registry& r) : reg(r) {}
+  metrics::registry& reg;
   std::mutex mu; ///< guards everything below; never held during a write to `index`
   std::unordered_map<std::string, std::unique_ptr<tenant_account>> accounts;
   std::unique_ptr<tenant_index> index; ///< used only by the thread whose turn `writes` gave
@@ -79,7 +82,25 @@ struct tenant_directory {
   /// A write failed: what the index says may differ from the files (rescanned at next start).
   bool dirty = false;
   group_commit writes; ///< whose turn it is on `index`
-  std::atomic<uint64_t> entity_refusals{0}, bytes_refusals{0}, rebuilds{0}, failures{0};
+  /// Refusals by quota: index 0 for 429 TENANT_QUOTA_EXCEEDED (an entity the tenant's
+  /// max_entities had no room for), 1 for 507 TENANT_STORAGE_QUOTA_EXCEEDED (writes of a tenant
+  /// at its max_bytes).
+  metrics::counter_by_label refusals{
+    reg,
+    "factum_tenant_quota_refusals_total",
+    "Calls refused by a tenant quota: 429 TENANT_QUOTA_EXCEEDED (quota=\"max_entities\"), 507 "
+    "TENANT_STORAGE_QUOTA_EXCEEDED (quota=\"max_bytes\").",
+    "quota",
+    {"max_entities", "max_bytes"}};
+  static constexpr size_t entity_refusal = 0, bytes_refusal = 1;
+  /// 0 or 1: damaged, missing or never completed at start.
+  metrics::counter rebuilds{
+    reg, "factum_tenant_index_rebuilds_total",
+    "Tenant indexes rebuilt from the entity files at start (damaged, missing, incomplete)."};
+  /// A creation that needed the write was refused 503.
+  metrics::counter failures{
+    reg, "factum_tenant_index_failures_total",
+    "Tenant index writes that failed (creations that needed one were refused 503)."};
 };
 
 // -- start and stop (the thread that starts or stops the runtime) --
@@ -97,8 +118,9 @@ void close_tenant_index(runtime_core& rt);
 tenant_account* tenant_account_of(runtime_core& rt, const std::string& tenant);
 /// A snapshot of `tenant`'s usage.
 tenant_usage tenant_usage_snapshot(runtime_core& rt, const std::string& tenant);
-/// Fills the tenant counters and the usage of each tenant with a quota.
-void fill_tenant_stats(runtime_core& rt, runtime_stats& out);
+/// Registers the usage gauges of each tenant with a quota (as many series as configured quotas:
+/// bounded) in the runtime's registry.
+void register_tenant_metrics(runtime_core& rt);
 /// A page of a tenant's entities from the index (runtime::list_entities), between its writes.
 result<std::vector<entity_listing>>
 list_tenant_entities(runtime_core& rt, const std::string& tenant, const entity_list_query& q);

@@ -58,7 +58,7 @@ std::optional<json> entity_context::begin_step(turn_journal& j, std::string_view
                 : s.cut_off     ? step_rerun::after_cut_off
                                 : step_rerun::after_end;
   if (s.result) {
-    env_.stats->journal_steps_replayed.fetch_add(1, std::memory_order_relaxed);
+    env_.stats->journal_steps_replayed.inc();
     return s.result;
   }
   started_ms = s.row.started_at_ms;
@@ -72,7 +72,7 @@ std::optional<json> entity_context::begin_step(turn_journal& j, std::string_view
     j.end_step();
     throw;
   }
-  env_.stats->journal_steps.fetch_add(1, std::memory_order_relaxed);
+  env_.stats->journal_steps.inc();
   return std::nullopt;
 }
 

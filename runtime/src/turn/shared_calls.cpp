@@ -123,7 +123,7 @@ call_reply turn_runner::run_shared(const call_request& req, bool& ran) {
     if (!req.idempotency_key.empty()) {
       auto p = value_or_throw(store().peek_key(req.idempotency_key, req.fingerprint, now()));
       if (p.outcome == key_outcome::mismatch) {
-        env_.stats->key_mismatches.fetch_add(1, std::memory_order_relaxed);
+        env_.stats->key_mismatches.inc();
         return call_reply::failure(error_category::client, "IDEMPOTENCY_KEY_MISMATCH",
                                    "this idempotency key was used with a different request", 422);
       }

@@ -1,10 +1,12 @@
 // tool_board.hpp (private): the runtime's view of each configured tool across its entities,
-// for operators (/metrics): calls, errors by category, retries by outcome, dead letters, fast
+// for operators (/metrics): errors by category, retries by outcome, dead letters, fast
 // fails, breaker transitions by the state entered, and how many entities hold the tool's breaker
 // open, half-open or disabled as last seen by this process. Tools are the configured names
 // (runtime_config::tools and tool_policies): label values stay bounded, and a tool that is not
 // configured is not counted here. Counters are atomics any CAF worker bumps; the breaker states
-// are under a mutex (a breaker moves rarely); each move kicks the degradation watcher.
+// are under a mutex (a breaker moves rarely); each move kicks the degradation watcher. The
+// per-tool families of /metrics are registered here (tool_board.cpp) and collected at scrape
+// time from these counters.
 #pragma once
 
 #include <array>
@@ -18,8 +20,8 @@
 #include <vector>
 
 #include "factum/entities/errors.hpp"
+#include "factum/metrics/metrics.hpp"
 #include "factum/resilience/circuit_breaker.hpp"
-#include "factum/runtime/runtime.hpp"
 
 namespace factum::detail {
 
@@ -29,19 +31,28 @@ inline constexpr size_t tool_error_categories = 7;
 inline constexpr size_t breaker_states = 5;
 
 struct tool_counters {
-  std::atomic<uint64_t> calls{0}, retries{0}, retried_ok{0}, budget_refused{0}, fast_fails{0},
+  std::atomic<uint64_t> retries{0}, retried_ok{0}, budget_refused{0}, fast_fails{0},
     dead_letters{0};
   std::array<std::atomic<uint64_t>, tool_error_categories> errors{};
   std::array<std::atomic<uint64_t>, breaker_states> entered{}; ///< transitions into each state
 };
 
+/// One tool's counters at one instant, and its breakers by state (tool_board::snapshot).
+struct tool_snapshot {
+  std::string tool;
+  uint64_t retries = 0, retried_ok = 0, budget_refused = 0, fast_fails = 0, dead_letters = 0;
+  std::array<uint64_t, tool_error_categories> errors{};
+  std::array<uint64_t, breaker_states> entered{};
+  /// Entities whose breaker of this tool is in each state now, as last seen by this process
+  /// (seen when it moves or when the entity loads it); closed is 0.
+  std::array<uint64_t, breaker_states> breakers{};
+};
+
 class tool_board {
  public:
-  /// One entry per name; the map is read-only afterwards.
-  explicit tool_board(const std::vector<std::string>& tools) {
-    for (auto& t : tools)
-      counters_.emplace(t, std::make_unique<tool_counters>());
-  }
+  /// One entry per name; the map is read-only afterwards. Registers the per-tool families in
+  /// `r`.
+  tool_board(const std::vector<std::string>& tools, metrics::registry& r);
   /// The counters of `tool`; null when it is not configured.
   tool_counters* find(const std::string& tool) const {
     auto it = counters_.find(tool);
@@ -76,15 +87,14 @@ class tool_board {
           out[tool].push_back(entity);
     return out;
   }
-  /// What runtime::stats() reports.
-  std::vector<tool_stats> snapshot() const {
-    std::vector<tool_stats> out;
+  /// Every tool's counters now (collected by /metrics).
+  std::vector<tool_snapshot> snapshot() const {
+    std::vector<tool_snapshot> out;
     auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
     std::lock_guard<std::mutex> g(mu_);
     for (auto& [name, c] : counters_) {
-      tool_stats t;
+      tool_snapshot t;
       t.tool = name;
-      t.calls = ld(c->calls);
       t.retries = ld(c->retries);
       t.retried_ok = ld(c->retried_ok);
       t.budget_refused = ld(c->budget_refused);

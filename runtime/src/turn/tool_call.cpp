@@ -171,7 +171,7 @@ void record_breaker(tool_host& h, const std::string& tool,
   if (t) { // only a move changes what the board knows (a load reports in breaker_for)
     h.breaker_seen(tool, br.state());
     h.store().note_fleet_change(); // and what the tenant index keeps of the entity
-    h.stats().breaker_transitions.fetch_add(1, std::memory_order_relaxed);
+    h.stats().breaker_transitions.inc();
     if (auto* c = h.tool_stats(tool))
       c->entered[static_cast<size_t>(t->to)].fetch_add(1, std::memory_order_relaxed);
     fact_draft d;
@@ -305,7 +305,7 @@ void append_cost(tool_host& h, const tool_call_plan& p, const std::string& charg
 /// fallback.
 tool_reply refused_by_breaker(tool_host& h, const tool_call_plan& p, int attempt,
                               const breaker_decision& decision) {
-  h.stats().breaker_fast_fails.fetch_add(1, std::memory_order_relaxed);
+  h.stats().breaker_fast_fails.inc();
   if (auto* c = p.counters)
     c->fast_fails.fetch_add(1, std::memory_order_relaxed);
   auto d = p.base_fact("error", "external");
@@ -417,7 +417,7 @@ retry_policy retry_policy_for(const tool_call_plan& p, const tool_reply& r) {
 /// error fact, cost and breaker move.
 classification attempt_failed(tool_host& h, tool_call_plan& p, int attempt, int64_t now,
                               tool_reply& r) {
-  h.stats().tool_failures.fetch_add(1, std::memory_order_relaxed);
+  h.stats().tool_failures.inc();
   auto cls = classify_reply(h, p.req.tool, r, p.idempotent);
   if (auto* c = p.counters)
     c->errors[static_cast<size_t>(cls.category)].fetch_add(1, std::memory_order_relaxed);
@@ -552,7 +552,7 @@ void dead_letter(tool_host& h, const tool_call_plan& p, int attempt, int64_t now
   if (dl.next_retry_ms)
     h.set_internal_alarm(dead_letter_alarm(dl.id), *dl.next_retry_ms);
   if (is_new) {
-    h.stats().dead_letters.fetch_add(1, std::memory_order_relaxed);
+    h.stats().dead_letters.inc();
     if (auto* c = p.counters)
       c->dead_letters.fetch_add(1, std::memory_order_relaxed);
   }
@@ -630,7 +630,7 @@ task<tool_reply> run_attempts(tool_host& h, tool_call_plan& p) {
       dead_letter(h, p, attempt, now, cls, delay, r);
       co_return r;
     }
-    h.stats().tool_retries.fetch_add(1, std::memory_order_relaxed);
+    h.stats().tool_retries.inc();
     if (auto* c = p.counters)
       c->retries.fetch_add(1, std::memory_order_relaxed);
     p.prev_delay = delay;
@@ -642,13 +642,11 @@ task<tool_reply> run_attempts(tool_host& h, tool_call_plan& p) {
 } // namespace
 
 task<tool_reply> resilient_tool_call(tool_host& h, tool_request req) {
-  h.stats().tool_calls.fetch_add(1, std::memory_order_relaxed);
+  h.stats().tool_calls.inc();
   auto p = plan_call(h, std::move(req));
   auto rerun = h.reruns_step();
   p.cut_off = rerun == tool_host::step_rerun::after_cut_off;
   p.unrecorded = rerun != tool_host::step_rerun::no;
-  if (auto* c = p.counters)
-    c->calls.fetch_add(1, std::memory_order_relaxed);
   auto run = run_attempts(h, p);
   tool_reply r = co_await run;
   if (p.cut_off && !p.replay_seen)

@@ -38,12 +38,6 @@ bool owns_key(dl_status s) {
 
 constexpr std::string_view alarm_operation = "@alarm:";
 
-void max_into(std::atomic<uint64_t>& a, uint64_t v) {
-  auto prev = a.load(std::memory_order_relaxed);
-  while (v > prev && !a.compare_exchange_weak(prev, v)) {
-  }
-}
-
 } // namespace
 
 // -- activation ---------------------------------------------------------------------------------
@@ -79,7 +73,7 @@ int64_t turn_runner::now() const {
 std::optional<call_reply> turn_runner::accept(const call_request& req, bool shared) {
   if (req.idempotency_key.empty() || shared || keys_in_flight_.insert(req.idempotency_key).second)
     return std::nullopt;
-  env_.stats->key_conflicts.fetch_add(1, std::memory_order_relaxed);
+  env_.stats->key_conflicts.inc();
   return call_reply::failure(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
                              "a call with this idempotency key is still in flight", 409);
 }
@@ -126,17 +120,17 @@ std::optional<call_reply> turn_runner::check_key(const call_request& req, int64_
     resume = true;
     break;
   case key_outcome::mismatch:
-    stats.key_mismatches.fetch_add(1, std::memory_order_relaxed);
+    stats.key_mismatches.inc();
     return call_reply::failure(error_category::client, "IDEMPOTENCY_KEY_MISMATCH",
                                "this idempotency key was used with a different request", 422);
   case key_outcome::completed: {
-    stats.replays.fetch_add(1, std::memory_order_relaxed);
+    stats.replays.inc();
     auto r = call_reply::success(std::move(p->record.response));
     r.replayed = true;
     return r;
   }
   case key_outcome::failed: {
-    stats.replays.fetch_add(1, std::memory_order_relaxed);
+    stats.replays.inc();
     auto r = reply_from_stored_failure(p->record.response);
     r.replayed = true;
     return r;
@@ -152,7 +146,7 @@ std::optional<call_reply> turn_runner::check_key(const call_request& req, int64_
   }
   if (!owner)
     return std::nullopt;
-  stats.key_conflicts.fetch_add(1, std::memory_order_relaxed);
+  stats.key_conflicts.inc();
   call_error e(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
                "dead letter " + *owner +
                  " holds this call: its retry runs it (see the entity's dead letters)",
@@ -244,9 +238,7 @@ void turn_runner::run_alarm(int64_t now) {
   t.alarm = *due;
   t.info.trace_id = new_trace_id();
   auto& stats = *env_.stats;
-  auto lag = static_cast<uint64_t>(std::max<int64_t>(0, now - t.alarm.due_ms));
-  stats.alarm_lag_ms_sum.fetch_add(lag, std::memory_order_relaxed);
-  max_into(stats.alarm_lag_ms_max, lag);
+  stats.alarm_lag.observe(std::chrono::milliseconds(std::max<int64_t>(0, now - t.alarm.due_ms)));
   if (t.alarm.name.rfind("@dl:", 0) == 0) {
     run_dead_letter_retry();
     return;
@@ -330,7 +322,7 @@ void turn_runner::start_journal(std::string key, bool recorded) {
   if (recorded)
     steps = value_or_throw(store().journal(key));
   if (turn_->resumed)
-    env_.stats->journal_resumes.fetch_add(1, std::memory_order_relaxed);
+    env_.stats->journal_resumes.inc();
   journal_.start(std::move(key), std::move(steps));
 }
 
@@ -507,7 +499,7 @@ call_reply turn_runner::finish_ok(const std::optional<json>& value) {
     value_or_throw(store.append(life));
   }
   if (t.item.kind == turn_kind::alarm && !t.alarm.name.empty()) {
-    env_.stats->alarms_fired.fetch_add(1, std::memory_order_relaxed);
+    env_.stats->alarms_fired.inc();
     if (t.rearm) // the occurrence the run set, in the commit that ends the run
       ctx_->set_alarm_internal(t.rearm->name, t.rearm->due_ms, t.rearm->payload, 0);
     bool reset =
@@ -549,7 +541,7 @@ call_reply turn_runner::finish_failed(const call_error& ce) {
     bool keyed_call = t.item.kind == turn_kind::call && !t.info.idempotency_key.empty();
     bool mismatch = ce.code() == "JOURNAL_MISMATCH";
     if (mismatch)
-      env_.stats->journal_mismatches.fetch_add(1, std::memory_order_relaxed);
+      env_.stats->journal_mismatches.inc();
     if (keyed_call && mismatch) {
       // Not a failure to store (a fixed handler may yet run the call): a dead letter owns it.
       journal_mismatch_dead_letter(ce);
@@ -611,7 +603,7 @@ void turn_runner::journal_mismatch_dead_letter(const call_error& ce) {
   dl.status = dl_status::pending;
   throw_if(store().put_dead_letter(dl));
   dead_letter_written(dl);
-  env_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+  env_.stats->dead_letters.inc();
   t.dead_letter_id = dl.id;
   fact_draft life;
   life.type = "lifecycle";
@@ -657,7 +649,7 @@ void turn_runner::alarm_failed(const call_error& ce) {
   life.type = "lifecycle";
   life.trace_id = t.info.trace_id;
   if (attempts > cfg.alarm_max_retries) {
-    env_.stats->alarms_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+    env_.stats->alarms_dead_lettered.inc();
     int64_t now = this->now();
     dead_letter_record dl;
     dl.id =
@@ -691,7 +683,7 @@ void turn_runner::alarm_failed(const call_error& ce) {
                {"dead_letter_id", dl.id}};
     value_or_throw(store.append(e2));
   } else {
-    env_.stats->alarm_retries.fetch_add(1, std::memory_order_relaxed);
+    env_.stats->alarm_retries.inc();
     auto delay = static_cast<int64_t>(cfg.alarm_retry_base.count()) *
                  (int64_t{1} << std::min<int64_t>(attempts - 1, 30));
     int64_t due = now() + delay;
@@ -712,7 +704,7 @@ void turn_runner::outbox_failed(const call_error& ce) {
                                    (int64_t{1} << std::min<int64_t>(attempts - 1, 30)),
                                  60'000);
   ctx_->set_alarm_internal(t.alarm.name, now() + delay, t.alarm.payload, attempts);
-  env_.stats->alarm_retries.fetch_add(1, std::memory_order_relaxed);
+  env_.stats->alarm_retries.inc();
 }
 
 void turn_runner::append_error_fact(const call_error& ce, const std::string& subtype,

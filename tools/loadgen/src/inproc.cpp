@@ -143,18 +143,19 @@ class inproc final : public inproc_target {
     target_counters t;
     if (!rt_)
       return t;
-    auto s = rt_->stats();
+    auto& m = rt_->metrics();
+    auto n = [&m](std::string_view name) { return static_cast<uint64_t>(m.value(name)); };
     t.known = true;
-    t.activations = s.activations + base_.activations;
-    t.hibernations = s.hibernations + base_.hibernations;
-    t.commits = s.commits + base_.commits;
-    t.facts = s.facts + base_.facts;
-    t.peak_active = std::max<uint64_t>(s.peak_active_entities, base_.peak_active);
-    t.alarms_fired = s.alarms_fired + base_.alarms_fired;
-    t.tool_calls = s.tool_calls + base_.tool_calls;
-    t.tool_retries = s.tool_retries + base_.tool_retries;
-    t.fast_fails = s.breaker_fast_fails + base_.fast_fails;
-    t.dead_letters = s.dead_letters + base_.dead_letters;
+    t.activations = n("factum_activations_total") + base_.activations;
+    t.hibernations = n("factum_hibernations_total") + base_.hibernations;
+    t.commits = n("factum_commits_total") + base_.commits;
+    t.facts = n("factum_facts_total") + base_.facts;
+    t.peak_active = std::max<uint64_t>(n("factum_peak_active_entities"), base_.peak_active);
+    t.alarms_fired = n("factum_alarms_fired_total") + base_.alarms_fired;
+    t.tool_calls = n("factum_tool_calls_total") + base_.tool_calls;
+    t.tool_retries = n("factum_tool_retries_total") + base_.tool_retries;
+    t.fast_fails = n("factum_breaker_fast_fails_total") + base_.fast_fails;
+    t.dead_letters = n("factum_dead_letters_total") + base_.dead_letters;
     return t;
   }
 

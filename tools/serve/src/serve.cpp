@@ -232,16 +232,18 @@ int run_serve(serve_config cfg) {
     n->stop();
   if (member)
     member->stop();
-  auto st = (*rt)->stats();
+  auto count = [&m = (*rt)->metrics()](std::string_view name) {
+    return static_cast<uint64_t>(m.value(name));
+  };
   log_line({{"level", drained ? "info" : "warn"},
             {"event", "stopped"},
             {"drained", drained},
             {"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::steady_clock::now() - t0)
                               .count()},
-            {"calls", st.calls},
-            {"commits", st.commits},
-            {"facts", st.facts}});
+            {"calls", count("factum_calls_total")},
+            {"commits", count("factum_commits_total")},
+            {"facts", count("factum_facts_total")}});
   srv->reset();
   rt->reset();
   return 0;

@@ -104,7 +104,7 @@ class node final : public entity_ownership, public cluster_router {
   std::vector<std::string> peers(std::vector<std::string>& down) const override;
   std::string describe() const override;
   bool healthy(std::string& why) const override;
-  cluster_stats stats() const override;
+  const factum::metrics::registry* metrics() const override;
   bool authentic(const move_credentials& c) const override;
   status accept_move(uint32_t shard, int64_t epoch, const entity_key& key) override;
   void file_received() override;

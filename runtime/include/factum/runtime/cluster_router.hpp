@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "factum/metrics/metrics.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/status.hpp"
 
@@ -38,29 +39,6 @@ struct shard_route {
   /// with backoff, for a couple of seconds) before it answers a client 503. Never set for a
   /// relayed request: that is answered NOT_OWNER, and its relaying node waits.
   bool settling = false;
-};
-
-/// A cluster node's counters, for /metrics (monotonic unless said otherwise).
-struct cluster_stats {
-  bool lease_live = false; ///< gauge
-  uint64_t renewals = 0;   ///< keep-alives etcd answered
-  uint64_t renewal_failures = 0;
-  uint64_t renewal_us_sum = 0; ///< time of the answered keep-alives
-  uint64_t leases_lost = 0;    ///< times the lease expired under the node
-  uint64_t acquisitions = 0;   ///< shards acquired (each one a new epoch)
-  uint64_t shards_owned = 0;   ///< gauge
-  uint64_t nodes_live = 0;     ///< gauge
-  uint64_t polls_failed = 0;   ///< reads of the cluster's state etcd did not answer
-  uint64_t moves_done = 0;     ///< shards this node handed over to another node
-  uint64_t moves_failed = 0;   ///< moves of this node's shards given up (marked failed)
-  uint64_t files_sent = 0;     ///< entity files sent by moves out
-  uint64_t files_received = 0; ///< entity files adopted from moves in
-  uint64_t shards_moving = 0;  ///< gauge: shards this node is moving out now
-  /// Storage "shared": shards taken over from a node that was down (no lease).
-  uint64_t takeovers = 0;
-  /// Storage "shared", gauge: shards this node holds whose files its indexes (entity listing,
-  /// alarms) do not hold yet: indexing under way, or files another process still has open.
-  uint64_t shards_unindexed = 0;
 };
 
 /// What authenticates one file of a planned shard move (PUT /v1/cluster/moves/...): the headers
@@ -103,8 +81,9 @@ class cluster_router {
   /// /healthz: whether this node holds a live lease; `why` says what is wrong when not.
   virtual bool healthy(std::string& why) const = 0;
 
-  /// The node's counters (the gateway renders them in /metrics).
-  virtual cluster_stats stats() const = 0;
+  /// The node's metrics (lease, shards, moves), each registered once; /metrics writes them after
+  /// the gateway's and the runtime's. Null: none.
+  virtual const factum::metrics::registry* metrics() const = 0;
 
   // -- planned shard moves (PUT /v1/cluster/moves/...: one entity file from the old home) --
 
@@ -117,7 +96,7 @@ class cluster_router {
   /// the shard), INVALID_ARGUMENT (another shard). Reads etcd at the first file of each move
   /// (blocks for that read); the others are checked against what it read.
   virtual status accept_move(uint32_t shard, int64_t epoch, const entity_key& key) = 0;
-  /// A file of a move was adopted here (counted in stats()).
+  /// A file of a move was adopted here (counted in metrics()).
   virtual void file_received() = 0;
 };
 

@@ -20,6 +20,7 @@
 #include "factum/entities/call.hpp"
 #include "factum/entities/context.hpp"
 #include "factum/entities/entity.hpp"
+#include "factum/metrics/metrics.hpp"
 #include "factum/runtime/connections.hpp"
 #include "factum/runtime/degradation.hpp"
 #include "factum/runtime/outbox.hpp"
@@ -245,7 +246,7 @@ struct runtime_config {
   std::function<void(std::string_view line)> log;
 };
 
-/// One tenant's usage as the runtime counts it (runtime::tenant_usage_of, runtime_stats).
+/// One tenant's usage as the runtime counts it (runtime::tenant_usage_of, /metrics).
 struct tenant_usage {
   std::string tenant;
   int64_t entities = 0; ///< entity files, and creations under way
@@ -274,139 +275,6 @@ struct entity_list_query {
   int64_t before_ms = -1;
 };
 
-/// Counters for /metrics and tests. Monotonic unless said otherwise.
-/// One configured tool across the runtime's entities (runtime_stats::tools).
-struct tool_stats {
-  std::string tool;
-  uint64_t calls = 0;          ///< resilient calls (ctx.call_tool)
-  uint64_t retries = 0;        ///< retries started
-  uint64_t retried_ok = 0;     ///< calls that succeeded after at least one retry
-  uint64_t budget_refused = 0; ///< retries the retry budget refused
-  uint64_t fast_fails = 0;     ///< attempts an open breaker refused
-  uint64_t dead_letters = 0;   ///< calls that ended as a new dead letter
-  /// Failed attempts by error category (index: error_category's value).
-  std::array<uint64_t, 7> errors{};
-  /// Breaker transitions into each state (index: resilience::breaker_state's value: closed,
-  /// open, half_open, forced_open, disabled).
-  std::array<uint64_t, 5> entered{};
-  /// Entities whose breaker of this tool is in each state now, as last seen by this process
-  /// (an entity's breaker is seen when it moves or when the entity loads it); closed is 0.
-  std::array<uint64_t, 5> breakers{};
-};
-
-/// One configured outbox sink across the runtime's entities (runtime_stats::outbox).
-struct outbox_stats {
-  std::string sink;
-  uint64_t delivered = 0;  ///< facts the sink acknowledged
-  uint64_t retried = 0;    ///< deliveries that failed and will be tried again after a backoff
-  uint64_t refused = 0;    ///< facts the sink refused for good (each one a dead letter)
-  uint64_t fast_fails = 0; ///< deliveries the sink's open breaker held back
-  /// Facts committed and not yet acknowledged (gauge), over the entities this process has seen
-  /// since it started (an entity is seen when it commits such a fact or its relay runs).
-  uint64_t lag = 0;
-  /// Age of the oldest of those facts, ms (gauge; 0 when there is none).
-  uint64_t oldest_age_ms = 0;
-  /// The sink's breaker state (resilience::breaker_state's value).
-  int breaker_state = 0;
-};
-
-struct runtime_stats {
-  uint64_t calls = 0;
-  uint64_t call_errors = 0;
-  uint64_t active_entities = 0; ///< now (gauge)
-  uint64_t peak_active_entities = 0;
-  uint64_t activations = 0;
-  uint64_t hibernations = 0;
-  uint64_t commits = 0;
-  uint64_t facts = 0;           ///< facts committed
-  uint64_t turns_committed = 0; ///< turns whose writes were committed
-  uint64_t replays = 0;
-  uint64_t key_conflicts = 0;
-  uint64_t key_mismatches = 0;
-  uint64_t journal_steps = 0;          ///< journaled steps started (run for real)
-  uint64_t journal_steps_replayed = 0; ///< journaled steps answered from the journal
-  uint64_t journal_resumes = 0;        ///< interrupted calls resumed by a retry
-  uint64_t journal_mismatches = 0;     ///< replays that diverged (JOURNAL_MISMATCH)
-  uint64_t keys_released_on_open = 0;
-  uint64_t alarms_fired = 0;
-  uint64_t alarm_retries = 0;
-  uint64_t alarms_dead_lettered = 0;
-  uint64_t alarm_lag_ms_max = 0; ///< largest delay from due time to firing seen
-  uint64_t alarm_lag_ms_sum = 0;
-  uint64_t tool_calls = 0;
-  uint64_t tool_retries = 0;
-  uint64_t tool_failures = 0;
-  uint64_t breaker_transitions = 0;
-  uint64_t breaker_fast_fails = 0;
-  uint64_t dead_letters = 0;         ///< dead letters created
-  uint64_t alarm_index_rebuilds = 0; ///< damaged alarm indexes rebuilt at start (0 or 1)
-  /// Changes of an entity's next due time written to the alarm index, and the transactions
-  /// (one sync each) that wrote them: concurrent changes share one (group commit).
-  uint64_t alarm_index_changes = 0;
-  uint64_t alarm_index_writes = 0;
-  /// New entities whose file was a spare (runtime_config::spare_files), and new entities that
-  /// found none ready and made their own file (the spares could not keep up, or are off).
-  uint64_t spare_files_taken = 0;
-  uint64_t spare_files_missed = 0;
-  uint64_t spare_files_ready = 0; ///< spares ready now (at most spare_files per page size)
-  /// Batches of spares the maker thread failed to make (disk full, a file in the way): it tries
-  /// again each second, and new entities meanwhile make their own files. Rising: look at disk.
-  uint64_t spare_file_errors = 0;
-  uint64_t checkpoints = 0; ///< WAL checkpoints done beside a running entity
-  /// Checkpoints that found the database busy (another connection mid-update); retried at the
-  /// next commit past the threshold. Expected now and then.
-  uint64_t checkpoints_busy = 0;
-  /// Checkpoints that failed with any other error (I/O, disk full, ...). While they fail, the
-  /// entity's WAL keeps growing; a rising count needs an operator.
-  uint64_t checkpoint_failures = 0;
-  /// Entities quarantined: a WAL sync failed (or a commit failed with an I/O error), so their
-  /// unanswered calls failed 503 and they closed without trusting their WAL. Any is an alert.
-  uint64_t quarantines = 0;
-  /// Entity files re-synced before an open (rewritten WAL, fdatasync, directory fsync) because
-  /// a quarantine marked them.
-  uint64_t resyncs = 0;
-  /// Moves of a tenant's degradation level (runtime_config::degradation).
-  uint64_t degradation_changes = 0;
-  /// Entity WAL syncs (an fdatasync each in durability full) by duration: upper bounds in
-  /// seconds (+Inf implicit), the count in each bucket (not cumulative; one more for +Inf),
-  /// the total seconds and the count.
-  std::vector<double> sync_bounds;
-  std::vector<uint64_t> sync_buckets;
-  double sync_seconds = 0;
-  uint64_t syncs = 0;
-  /// Writes of the alarm index that failed (a commit that needed one was refused).
-  uint64_t alarm_index_failures = 0;
-  /// Alarm wakes that could not reach their entity (type not hosted, file that cannot open):
-  /// the index entry is parked with a backoff so that other alarms keep firing.
-  uint64_t alarms_parked = 0;
-  /// Calls refused 429 ENTITY_OVERLOADED (runtime_config::max_queued_calls).
-  uint64_t calls_overloaded = 0;
-  /// Calls never run because their caller had been answered 504 CALL_TIMEOUT while they waited.
-  uint64_t calls_dropped = 0;
-  /// Calls refused 429 TENANT_QUOTA_EXCEEDED (an entity the tenant's max_entities had no room
-  /// for) and 507 TENANT_STORAGE_QUOTA_EXCEEDED (writes of a tenant at its max_bytes).
-  uint64_t tenant_entity_refusals = 0;
-  uint64_t tenant_bytes_refusals = 0;
-  /// Tenant indexes rebuilt from the entity files at start (damaged, missing or never
-  /// completed: 0 or 1), and writes of the tenant index that failed (a creation that needed one
-  /// was refused 503).
-  uint64_t tenant_index_rebuilds = 0;
-  uint64_t tenant_index_failures = 0;
-  /// Cluster mode: commits refused because the node no longer owned the entity (its lease ran
-  /// out, or the shard was taken under a newer epoch: the fence), and activations refused
-  /// because the entity's shard is not this node's (or its file was claimed by a newer owner).
-  uint64_t fenced_writes = 0;
-  uint64_t activations_refused_not_owner = 0;
-  /// The usage of each tenant that has a quota (gauges; as many as runtime_config::tenant_quotas).
-  std::vector<tenant_usage> tenants;
-  /// Each configured tool (by name).
-  std::vector<tool_stats> tools;
-  /// Each reported tenant's degradation (runtime::degradation()); empty when not enabled.
-  std::vector<degradation_status> degradation;
-  /// Each configured outbox sink (by name).
-  std::vector<outbox_stats> outbox;
-};
-
 namespace detail {
 struct runtime_testing;
 } // namespace detail
@@ -432,8 +300,9 @@ class runtime {
   call_reply call_sync(const entity_key& key, std::string method, std::string args_json,
                        call_options opts = {});
 
-  /// A snapshot of the counters.
-  runtime_stats stats() const;
+  /// The runtime's metrics, each registered once with its name and help (/metrics writes them
+  /// with the gateway's; tests and tools read values by name: metrics().value(name, labels)).
+  const factum::metrics::registry& metrics() const;
 
   /// Who holds entities' WebSocket connections (the HTTP gateway attaches its hub when it
   /// starts and detaches it, with null, when it stops): turns list connections through it and
