@@ -4,7 +4,8 @@
 # healthy one; each has a test entry that expects it to fire), every runbook they name exists,
 # and every metric they query is on the /metrics of a real `factum serve` started here
 # (loopback, port 0, stopped by pid), as a one-node cluster on an etcd started here too, so that
-# the cluster's series are there as well.
+# the cluster's series are there as well; that /metrics passes `promtool check metrics` too
+# (tests/ops/metrics.sh checks a single server's after calls).
 # Usage: alerts.sh --factum PATH --source DIR
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../support/serve.sh"
@@ -87,6 +88,8 @@ JSON
 pid=$!
 wait_for_port "$tmp/err.log" "$pid" 10 || fail "factum serve: $wait_error: $(cat "$tmp/err.log")"
 curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics" || fail "GET /metrics failed"
+promtool check metrics < "$tmp/metrics" > "$tmp/lint" 2>&1 && [ ! -s "$tmp/lint" ] ||
+  fail "promtool check metrics: $(cat "$tmp/lint")"
 used=$(grep -vE '^ *#|summary:|runbook_url:' "$ops/alerts.yml" | grep -o 'factum_[a-z_]*' | sort -u)
 [ -n "$used" ] || fail "no metric found in the rules"
 for m in $used; do
