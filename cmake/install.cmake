@@ -37,6 +37,9 @@ install(FILES ${PROJECT_SOURCE_DIR}/gateway/include/factum/gateway/http_server.h
 install(FILES ${PROJECT_SOURCE_DIR}/sinks/http/include/factum/sinks/http_tool.hpp
               ${PROJECT_SOURCE_DIR}/sinks/nats/include/factum/sinks/nats_sink.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/sinks COMPONENT dev)
+# status and result<T>, the error type of every API (factum/storage/status.hpp forwards to it).
+install(FILES ${PROJECT_SOURCE_DIR}/storage/include/factum/error/status.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/factum/error COMPONENT dev)
 install(FILES ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/durability.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/entity_key.hpp
               ${PROJECT_SOURCE_DIR}/storage/include/factum/storage/fact.hpp

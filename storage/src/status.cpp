@@ -1,5 +1,5 @@
 // status.cpp: names of error codes. Pure functions; any thread.
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum {
 

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "factum/entities/call.hpp"
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum::detail {
 

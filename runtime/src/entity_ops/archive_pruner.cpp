@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace fs = std::filesystem;
 

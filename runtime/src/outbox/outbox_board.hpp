@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "factum/error/status.hpp"
 #include "factum/metrics/metrics.hpp"
 #include "factum/resilience/circuit_breaker.hpp"
 #include "factum/resilience/retry_policy.hpp"
 #include "factum/runtime/outbox.hpp"
 #include "factum/runtime/runtime.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum::detail {
 

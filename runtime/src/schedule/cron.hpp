@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace date {
 class time_zone;

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 #include "schedule/cron.hpp"
 
 namespace factum::detail {

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "factum/entities/errors.hpp"
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum::detail {
 

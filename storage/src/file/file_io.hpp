@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum::detail {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "factum/error/status.hpp"
 #include "factum/storage/entity_key.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum::detail {
 

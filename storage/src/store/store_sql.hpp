@@ -18,9 +18,9 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "factum/error/status.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/entity_store.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum::detail {
 

@@ -40,8 +40,8 @@
 #include <utility>
 #include <vector>
 
+#include "factum/error/status.hpp"
 #include "factum/storage/durability.hpp"
-#include "factum/storage/status.hpp"
 #include "factum/storage/wal_archive.hpp"
 #include "file/file_io.hpp"
 

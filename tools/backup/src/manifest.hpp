@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "factum/error/status.hpp"
 #include "factum/storage/entity_key.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum::tools::backup {
 

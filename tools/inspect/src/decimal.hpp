@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum::tools {
 

@@ -14,9 +14,9 @@
 #include <memory>
 #include <optional>
 
+#include "factum/error/status.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/entity_store.hpp"
-#include "factum/storage/status.hpp"
 #include "factum/storage/wal_archive.hpp"
 
 namespace factum::tools {

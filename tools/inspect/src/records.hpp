@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "factum/error/status.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/fact.hpp"
 #include "factum/storage/record_json.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum::tools {
 

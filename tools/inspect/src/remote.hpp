@@ -11,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "factum/error/status.hpp"
 #include "factum/http/client.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/fact.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum::tools {
 

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum::cluster {
 

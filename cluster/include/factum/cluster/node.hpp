@@ -33,10 +33,10 @@
 #include <string_view>
 #include <vector>
 
+#include "factum/error/status.hpp"
 #include "factum/runtime/cluster_router.hpp"
 #include "factum/runtime/ownership.hpp"
 #include "factum/runtime/runtime.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum::cluster {
 

@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include "factum/error/status.hpp"
 #include "factum/runtime/cluster_router.hpp"
 #include "factum/runtime/runtime.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum {
 

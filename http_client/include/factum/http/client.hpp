@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum::http::client {
 

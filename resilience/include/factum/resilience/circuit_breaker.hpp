@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "factum/entities/errors.hpp"
+#include "factum/error/status.hpp"
 #include "factum/resilience/time_buckets.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum::resilience {
 

@@ -13,7 +13,7 @@
 
 #include "factum/entities/context.hpp"
 #include "factum/entities/errors.hpp"
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum::resilience {
 

@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "factum/error/status.hpp"
 #include "factum/resilience/classifier.hpp"
 #include "factum/storage/records.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum::resilience {
 

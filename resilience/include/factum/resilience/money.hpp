@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum::resilience {
 

@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include "factum/error/status.hpp"
 #include "factum/metrics/metrics.hpp"
 #include "factum/storage/entity_key.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum {
 

@@ -21,8 +21,8 @@
 #include <map>
 #include <string>
 
+#include "factum/error/status.hpp"
 #include "factum/storage/entity_key.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum {
 

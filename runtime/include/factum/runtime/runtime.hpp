@@ -20,6 +20,7 @@
 #include "factum/entities/call.hpp"
 #include "factum/entities/context.hpp"
 #include "factum/entities/entity.hpp"
+#include "factum/error/status.hpp"
 #include "factum/metrics/metrics.hpp"
 #include "factum/runtime/connections.hpp"
 #include "factum/runtime/degradation.hpp"
@@ -27,7 +28,6 @@
 #include "factum/runtime/ownership.hpp"
 #include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
-#include "factum/storage/status.hpp"
 #include "factum/storage/wal_archive.hpp"
 
 namespace factum {

@@ -19,9 +19,9 @@
 #include <string_view>
 #include <vector>
 
+#include "factum/error/status.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/entity_store.hpp"
-#include "factum/storage/status.hpp"
 
 struct sqlite3;
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string_view>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum {
 

@@ -25,12 +25,12 @@
 #include <utility>
 #include <vector>
 
+#include "factum/error/status.hpp"
 #include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/fact.hpp"
 #include "factum/storage/fact_ids.hpp"
 #include "factum/storage/records.hpp"
-#include "factum/storage/status.hpp"
 #include "factum/version.hpp"
 
 struct sqlite3;

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum {
 

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "factum/error/status.hpp"
 #include "factum/storage/entity_key.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum {
 

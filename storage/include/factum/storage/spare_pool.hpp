@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "factum/storage/status.hpp"
+#include "factum/error/status.hpp"
 
 namespace factum {
 

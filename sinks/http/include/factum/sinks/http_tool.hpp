@@ -15,8 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "factum/error/status.hpp"
 #include "factum/runtime/runtime.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum {
 

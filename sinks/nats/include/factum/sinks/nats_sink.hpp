@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "factum/error/status.hpp"
 #include "factum/runtime/outbox.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum {
 

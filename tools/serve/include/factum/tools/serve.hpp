@@ -14,11 +14,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "factum/error/status.hpp"
 #include "factum/gateway/http_server.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/sinks/http_tool.hpp"
 #include "factum/sinks/nats_sink.hpp"
-#include "factum/storage/status.hpp"
 
 namespace factum::tools {
 
