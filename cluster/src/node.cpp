@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "factum/cluster/shard_map.hpp"
+#include "factum/entities/problems.hpp"
 #include "node_impl.hpp"
 
 namespace factum::cluster {
@@ -490,24 +491,24 @@ shard_route node::route(const entity_key& key, bool forwarded) {
   shard_route r;
   r.shard = shard_of(key);
   auto k = r.shard;
-  auto unavailable = [&](const char* code, std::string detail) {
+  auto unavailable = [&](const problem_kind& kind, std::string detail) {
     r.to = shard_route::where::unavailable;
-    r.code = code;
+    r.code = std::string(kind.code);
     r.detail = std::move(detail);
     return r;
   };
   if (!p.lease_live())
-    return unavailable("CLUSTER_UNAVAILABLE",
+    return unavailable(problems::cluster_unavailable,
                        "this node has no live lease in etcd (etcd unreachable or without quorum)");
   auto not_taken = [&](const status& why) { // acquiring or taking over the shard failed
     if (why.code() == errc::unavailable)
-      return unavailable("CLUSTER_UNAVAILABLE", why.message());
-    unavailable(forwarded ? "NOT_OWNER" : "SHARD_UNAVAILABLE", why.message());
+      return unavailable(problems::cluster_unavailable, why.message());
+    unavailable(forwarded ? problems::not_owner : problems::shard_unavailable, why.message());
     r.settling = !forwarded && why.code() == errc::conflict; // another node has it: read again
     return r;
   };
   auto moving = [&] { // this node's gateway (a client's request), or the relaying node, waits
-    unavailable(forwarded ? "NOT_OWNER" : "SHARD_UNAVAILABLE",
+    unavailable(forwarded ? problems::not_owner : problems::shard_unavailable,
                 "shard " + std::to_string(k) + " is moving to another node; retry in a moment");
     r.settling = !forwarded;
     return r;
@@ -533,12 +534,13 @@ shard_route node::route(const entity_key& key, bool forwarded) {
   auto to_node = [&](const std::string& id, int64_t epoch) {
     if (forwarded) { // the relaying node's view or this one's is behind: read etcd again now
       p.poll_soon();
-      return unavailable("NOT_OWNER", "shard " + std::to_string(k) + " is not this node's");
+      return unavailable(problems::not_owner, "shard " + std::to_string(k) + " is not this node's");
     }
     auto address = p.address_of(id);
     if (address.empty())
-      return unavailable("SHARD_UNAVAILABLE", "shard " + std::to_string(k) + " lives on node " +
-                                                id + ", which is down; retry when it is back");
+      return unavailable(problems::shard_unavailable, "shard " + std::to_string(k) +
+                                                        " lives on node " + id +
+                                                        ", which is down; retry when it is back");
     r.to = shard_route::where::forward;
     r.address = address;
     r.epoch = epoch;
@@ -558,7 +560,7 @@ shard_route node::route(const entity_key& key, bool forwarded) {
   }
   std::string home = s.home;
   if (home.empty() && placeable.size() < p.cfg.min_nodes)
-    return unavailable("SHARD_UNAVAILABLE",
+    return unavailable(problems::shard_unavailable,
                        "shard " + std::to_string(k) +
                          " is not placed yet: " + std::to_string(placeable.size()) + " of the " +
                          std::to_string(p.cfg.min_nodes) +

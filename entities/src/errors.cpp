@@ -48,21 +48,6 @@ int default_http_status(error_category c) noexcept {
   return 500;
 }
 
-error_category category_of_status(int http_status) noexcept {
-  switch (http_status) {
-  case 401:
-  case 403: return error_category::authorization;
-  case 402: return error_category::budget;
-  case 408:
-  case 429:
-  case 503:
-  case 504:
-  case 507: return error_category::transient;
-  case 409: return error_category::data_integrity;
-  default: return http_status >= 500 ? error_category::server : error_category::client;
-  }
-}
-
 call_error client_error(std::string code, std::string message) {
   return call_error(error_category::client, std::move(code), std::move(message), 400);
 }

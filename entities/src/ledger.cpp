@@ -11,7 +11,7 @@ std::string opt_string(const nlohmann::json& args, const char* name) {
   if (it == args.end() || it->is_null())
     return {};
   if (!it->is_string())
-    throw client_error("INVALID_ARGUMENT", std::string("'") + name + "' must be a string");
+    throw problems::invalid_argument.error(std::string("'") + name + "' must be a string");
   return it->get<std::string>();
 }
 
@@ -20,11 +20,11 @@ class ledger final : public entity {
  public:
   nlohmann::json append(context& ctx, nlohmann::json args) {
     if (!args.is_object())
-      throw client_error("INVALID_ARGUMENT", "the body must be a JSON object");
+      throw problems::invalid_argument.error("the body must be a JSON object");
     fact_draft d;
     d.type = opt_string(args, "type");
     if (d.type.empty())
-      throw client_error("INVALID_ARGUMENT", "'type' is required");
+      throw problems::invalid_argument.error("'type' is required");
     d.subtype = opt_string(args, "subtype");
     d.amount = opt_string(args, "amount");
     d.currency = opt_string(args, "currency");
@@ -33,7 +33,7 @@ class ledger final : public entity {
     d.to_entity = opt_string(args, "to_entity");
     if (auto it = args.find("data"); it != args.end() && !it->is_null()) {
       if (!it->is_object())
-        throw client_error("INVALID_ARGUMENT", "'data' must be a JSON object");
+        throw problems::invalid_argument.error("'data' must be a JSON object");
       d.data = std::move(*it);
     }
     auto f = ctx.append(std::move(d));
@@ -46,7 +46,7 @@ class ledger final : public entity {
     f.newest_first = true;
     f.limit = args.is_object() ? args.value("limit", 20) : 20;
     if (f.limit < 1 || f.limit > 1000)
-      throw client_error("INVALID_ARGUMENT", "'limit' must be between 1 and 1000");
+      throw problems::invalid_argument.error("'limit' must be between 1 and 1000");
     auto out = nlohmann::json::array();
     for (auto& fa : ctx.query(f))
       out.push_back(to_json(fa));

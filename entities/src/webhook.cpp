@@ -21,9 +21,9 @@ std::string operation_of(const nlohmann::json& args) {
     for (char c : it->get<std::string>())
       ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
   if (!ok || it->get<std::string>().front() == '.')
-    throw client_error("INVALID_ARGUMENT",
-                       "'operation' must be 1 to 64 characters of [A-Za-z0-9._-], not starting "
-                       "with '.'");
+    throw problems::invalid_argument.error(
+      "'operation' must be 1 to 64 characters of [A-Za-z0-9._-], not starting "
+      "with '.'");
   return it->get<std::string>();
 }
 
@@ -34,7 +34,7 @@ class webhook final : public entity {
   /// is the path under the tool's URL and picks its per-operation retry policy, if any.
   task<nlohmann::json> deliver(context& ctx, nlohmann::json args) {
     if (!args.is_object() || !args.contains("tool") || !args["tool"].is_string())
-      throw client_error("INVALID_ARGUMENT", "'tool' (a string) is required");
+      throw problems::invalid_argument.error("'tool' (a string) is required");
     tool_request req;
     req.tool = args["tool"].get<std::string>();
     req.operation = operation_of(args);

@@ -85,7 +85,7 @@ std::optional<entity_ref> entity_gate(gateway& gw, exchange& x, uint8_t scope) {
     no = check_entity_key(x.seg[2], x.seg[3]);
   const entity_type* def = nullptr;
   if (!no && !(def = gw.rt().config().types.find(x.seg[2])))
-    no = refusal{404, "UNKNOWN_ENTITY_TYPE", "no entity type " + x.seg[2]};
+    no = refusal{problems::unknown_entity_type, "no entity type " + x.seg[2]};
   if (no) {
     refuse(gw, x, std::move(*no));
     return std::nullopt;
@@ -108,12 +108,13 @@ call_options base_options(gateway& gw, const exchange& x) {
 http_response not_owner_answer(exchange& x, const call_reply& r) {
   auto detail = r.json().value("detail", std::string("this node does not own the entity"));
   if (!x.req.forwarded.empty()) {
-    auto res = problem(x, 503, "NOT_OWNER", detail);
+    auto res = problem(x, problems::not_owner, detail);
     res.not_owner = true;
     res.retry_after_s = 1;
     return res;
   }
-  auto res = problem(x, 503, "SHARD_UNAVAILABLE", detail + "; retry with the same Idempotency-Key");
+  auto res =
+    problem(x, problems::shard_unavailable, detail + "; retry with the same Idempotency-Key");
   res.retry_after_s = 1;
   return res;
 }
@@ -134,7 +135,7 @@ void run_call(gateway& gw, const exchange_ptr& x, const entity_ref& e, std::stri
                    res.body = std::move(r.body);
                    if (!r.cursor.empty())
                      res.link = next_link(*x, r.cursor);
-                 } else if (r.code == "NOT_OWNER") {
+                 } else if (r.code == problems::not_owner.code) {
                    res = not_owner_answer(*x, r);
                  } else {
                    bool replayed = r.replayed;
@@ -150,18 +151,18 @@ void call_method(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   const auto& method = x->seg[4];
   if (method.empty() || method.front() == '@' || !validate_key_part(method, "method"))
     return refuse(gw, *x,
-                  {404, "METHOD_NOT_FOUND",
+                  {problems::method_not_found,
                    "entity type " + e.type + " has no method " + std::string(clip(method, 128))});
   const auto* def = e.def.find(method);
   if (!def)
-    return refuse(gw, *x,
-                  {404, "METHOD_NOT_FOUND", "entity type " + e.type + " has no method " + method});
+    return refuse(
+      gw, *x, {problems::method_not_found, "entity type " + e.type + " has no method " + method});
   auto opts = base_options(gw, *x);
   verdict no = no_query(*x);
   if (!no)
     no = check_write(gw.config(), x->req, opts);
   if (!no && opts.idempotency_key.empty() && requires_key(gw.config(), e.type, method, *def))
-    no = refusal{400, "IDEMPOTENCY_KEY_REQUIRED",
+    no = refusal{problems::idempotency_key_required,
                  e.type + "." + method + " requires an Idempotency-Key header"};
   if (no)
     return refuse(gw, *x, std::move(*no));
@@ -193,14 +194,14 @@ void list_facts(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
     parse_query(x->query, {"type", "subtype", "trace_id", "tool_id", "idempotency_key"},
                 {"since", "until", "after_seq", "before_seq", "as_of_seq", "as_of"}, true, true);
   if (!q.error.empty())
-    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+    return refuse(gw, *x, {problems::invalid_query, q.error});
   as_of_bounds(q.args);
   // Type filters are fact tokens: refused here, so that a bad filter never reaches the entity
   // (where a failed call would be recorded as an error fact).
   for (const char* name : {"type", "subtype"})
     if (q.args.contains(name))
       if (auto st = validate_fact_token(q.args[name].get<std::string>(), name); !st)
-        return refuse(gw, *x, {400, "INVALID_QUERY", st.message()});
+        return refuse(gw, *x, {problems::invalid_query, st.message()});
   run_call(gw, x, e, "@facts", q.args.dump(), base_options(gw, *x));
 }
 
@@ -208,11 +209,11 @@ void list_facts(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
 void list_dead_letters(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   auto q = parse_query(x->query, {"status"}, {}, true, false);
   if (!q.error.empty())
-    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+    return refuse(gw, *x, {problems::invalid_query, q.error});
   if (q.args.contains("status"))
     if (!parse_dl_status(q.args["status"].get<std::string>()))
       return refuse(gw, *x,
-                    {400, "INVALID_QUERY",
+                    {problems::invalid_query,
                      "parameter 'status' must be pending, scheduled, resolved, discarded or "
                      "acknowledged"});
   run_call(gw, x, e, "@dead_letters", q.args.dump(), base_options(gw, *x));
@@ -229,10 +230,11 @@ void list_breakers(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
 void list_keys(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   auto q = parse_query(x->query, {"after"}, {}, true, false);
   if (!q.error.empty())
-    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+    return refuse(gw, *x, {problems::invalid_query, q.error});
   auto limit = q.args.value("limit", int64_t{100});
   if (limit > 1000)
-    return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'limit' must be between 1 and 1000"});
+    return refuse(gw, *x,
+                  {problems::invalid_query, "parameter 'limit' must be between 1 and 1000"});
   q.args["limit"] = limit;
   run_call(gw, x, e, "@keys", q.args.dump(), base_options(gw, *x));
 }
@@ -277,7 +279,7 @@ void operator_action(gateway& gw, const exchange_ptr& x, const entity_ref& e, bo
   const auto& action = x->seg[6];
   verdict bad_name;
   if (auto st = check_key_part(name, dead_letter ? "dead letter id" : "tool"); !st)
-    bad_name = refusal{400, "INVALID_ARGUMENT", st.message()};
+    bad_name = refusal{problems::invalid_argument, st.message()};
   operator_call(gw, x, e, dead_letter ? "@dead_letter" : "@breaker",
                 {{dead_letter ? "id" : "tool", name}, {"action", action}},
                 x->seg[4] + "/" + name + "/" + action, std::move(bad_name));
@@ -304,14 +306,14 @@ void get_healthz(gateway& gw, const exchange_ptr& x) {
   if (auto no = no_query(*x))
     return refuse(gw, *x, std::move(*no));
   if (gw.draining() || gw.rt().stopping())
-    return refuse(gw, *x, {503, "UNAVAILABLE", "the server is stopping"});
+    return refuse(gw, *x, {problems::unavailable, "the server is stopping"});
   http_response r;
   r.trace_id = x->trace_id;
   json body = {{"status", "ok"}};
   if (auto* c = gw.config().cluster.get()) {
     std::string why;
     if (!c->healthy(why))
-      return refuse(gw, *x, {503, "CLUSTER_UNAVAILABLE", why});
+      return refuse(gw, *x, {problems::cluster_unavailable, why});
     body["lease"] = "live";
   }
   // Degraded is still serving (200): the level says how much; tenants above 0 by name.
@@ -380,14 +382,15 @@ const http_page* find_page(const gateway& gw, const exchange& x) {
 void answer_page(gateway& gw, const exchange_ptr& x, const http_page& page) {
   x->route = "page";
   if (x->req.verb != "GET" && x->req.verb != "HEAD") {
-    auto r =
-      problem(*x, 405, "METHOD_NOT_ALLOWED", x->req.verb + " is not allowed here; use GET, HEAD");
+    auto r = problem(*x, problems::method_not_allowed,
+                     x->req.verb + " is not allowed here; use GET, HEAD");
     r.allow = "GET, HEAD";
     return finish(gw, *x, std::move(r));
   }
   if (x->req.websocket)
     return refuse(
-      gw, *x, {404, "ROUTE_NOT_FOUND", "no WebSocket route at " + std::string(clip(x->path, 200))});
+      gw, *x,
+      {problems::route_not_found, "no WebSocket route at " + std::string(clip(x->path, 200))});
   http_response r;
   r.trace_id = x->trace_id;
   r.content_type = page.content_type;
@@ -537,7 +540,7 @@ void await_placement(gateway& gw, const exchange_ptr& x, uint32_t shard) {
     auto waited =
       std::chrono::duration_cast<std::chrono::milliseconds>(now - (x->settle_until - settle_wait));
     auto r =
-      problem(*x, 503, "SHARD_UNAVAILABLE",
+      problem(*x, problems::shard_unavailable,
               x->settle_reason + "; the shard's placement did not settle in " +
                 std::to_string(waited.count()) + " ms (" + std::to_string(x->relays) + " relays, " +
                 std::to_string(x->refreshes) + " reads of the cluster's state); retry later");
@@ -550,7 +553,7 @@ void await_placement(gateway& gw, const exchange_ptr& x, uint32_t shard) {
   x->backoff = x->backoff.count() == 0 ? first_backoff : std::min(x->backoff * 2, max_backoff);
   auto again = [&gw, x, shard](bool stopped) {
     if (stopped) {
-      auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
+      auto r = problem(*x, problems::shard_unavailable,
                        x->settle_reason + "; this node is stopping: retry on another");
       r.retry_after_s = 1;
       return finish(gw, *x, std::move(r));
@@ -580,7 +583,7 @@ void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
         // This node's side: it is stopping, or its link to the owner is saturated. The placement
         // is not in question, so nothing is waited for.
         gw.metrics().forwarded.inc(http_metrics::forwarded_failed);
-        auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
+        auto r = problem(*x, problems::shard_unavailable,
                          "the request was not relayed to the entity's owner (" + fr.error +
                            "); retry with the same Idempotency-Key");
         r.retry_after_s = 1;
@@ -601,12 +604,12 @@ void relay(gateway& gw, const exchange_ptr& x, const shard_route& d) {
         if (x->req.idempotency_key.empty() && x->req.verb != "GET")
           return finish(
             gw, *x,
-            problem(*x, 502, "OUTCOME_UNKNOWN",
+            problem(*x, problems::outcome_unknown,
                     "the entity's owner got this request and did not answer (" + fr.error +
                       "): it may have run. Without an Idempotency-Key a retry could run it "
                       "twice: read the entity's facts to learn whether it ran, and send calls "
                       "that must not run twice with an Idempotency-Key"));
-        auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
+        auto r = problem(*x, problems::shard_unavailable,
                          "the entity's owner did not answer (" + fr.error +
                            "); retry with the same Idempotency-Key");
         r.retry_after_s = 1;
@@ -631,7 +634,7 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x) {
     if (d.to == shard_route::where::forward && x->chosen->entity == &open_fact_stream)
       return refuse(
         gw, *x,
-        {503, "STREAM_AT_OWNER",
+        {problems::stream_at_owner,
          "a fact stream is served by the entity's owner only: open it at " + d.address});
     if (d.to == shard_route::where::forward && d.address == x->refused_address &&
         d.epoch == x->refused_epoch)
@@ -645,9 +648,10 @@ void dispatch_entity(gateway& gw, const exchange_ptr& x) {
     if (d.to == shard_route::where::forward && gw.relay())
       return relay(gw, x, d);
     if (d.to != shard_route::where::local) {
-      auto r = problem(*x, 503, d.code, d.detail);
+      const auto* kind = find_problem(d.code); // a router's codes are the table's
+      auto r = problem(*x, kind ? *kind : problems::shard_unavailable, d.detail);
       r.retry_after_s = (d.retry_after_ms + 999) / 1000;
-      r.not_owner = d.code == "NOT_OWNER";
+      r.not_owner = kind == &problems::not_owner;
       return finish(gw, *x, std::move(r));
     }
   }
@@ -715,9 +719,9 @@ void gateway::log(json line) const {
   cfg_.log(out.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-http_response gateway::reject(int status, std::string_view code, std::string detail,
-                              std::string_view verb, std::string_view target,
-                              std::string_view traceparent, std::string_view x_trace_id) {
+http_response gateway::reject(const problem_kind& kind, std::string detail, std::string_view verb,
+                              std::string_view target, std::string_view traceparent,
+                              std::string_view x_trace_id) {
   exchange x;
   x.route = "transport";
   x.verb = std::string(clip(verb, 16));
@@ -727,7 +731,7 @@ http_response gateway::reject(int status, std::string_view code, std::string det
     x.trace_id = new_trace_id();
   http_response out;
   x.done = [&out](http_response v) { out = std::move(v); };
-  refuse(*this, x, {status, code, std::move(detail), true});
+  refuse(*this, x, {kind, std::move(detail), true});
   return out;
 }
 
@@ -741,20 +745,21 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
   auto sel = select_route(*x);
   if (!sel.chosen && sel.fitting) {
     x->route = sel.fitting->label;
-    auto r = problem(*x, 405, "METHOD_NOT_ALLOWED",
+    auto r = problem(*x, problems::method_not_allowed,
                      x->req.verb + " is not allowed here; use " + sel.allow);
     r.allow = std::move(sel.allow);
     return finish(*this, *x, std::move(r));
   }
   if (!sel.chosen && sel.but_value) {
     x->route = sel.but_value->label;
-    return refuse(*this, *x, {404, "ROUTE_NOT_FOUND", std::string(sel.but_value->unknown_value)});
+    return refuse(*this, *x,
+                  {problems::route_not_found, std::string(sel.but_value->unknown_value)});
   }
   if (!sel.chosen) {
     if (const auto* page = find_page(*this, *x)) // only where no route fits: none is shadowed
       return answer_page(*this, x, *page);
     return refuse(*this, *x,
-                  {404, "ROUTE_NOT_FOUND", "no route for " + std::string(clip(x->path, 200))});
+                  {problems::route_not_found, "no route for " + std::string(clip(x->path, 200))});
   }
   const route* chosen = sel.chosen;
   x->route = chosen->label;

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "factum/entities/problems.hpp"
 #include "factum/gateway/http_server.hpp"
 #include "metrics.hpp"
 #include "ws/ws_hub.hpp"
@@ -143,9 +144,10 @@ class gateway {
   /// Answers one request; `done` runs exactly once.
   void handle(http_request req, std::function<void(http_response)> done);
 
-  /// A transport-level refusal (408, 413, 431, 400 unparsable, 503 connection limit), counted
-  /// and logged like every other error. `verb` and `target` may be empty when unknown.
-  http_response reject(int status, std::string_view code, std::string detail, std::string_view verb,
+  /// A transport-level refusal (408, 413, 431, 400 unparsable, the connection limits) of the
+  /// error table's `kind`, counted and logged like every other error. `verb` and `target` may be
+  /// empty when unknown.
+  http_response reject(const problem_kind& kind, std::string detail, std::string_view verb,
                        std::string_view target, std::string_view traceparent = {},
                        std::string_view x_trace_id = {});
 

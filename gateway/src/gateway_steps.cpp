@@ -12,15 +12,11 @@ using nlohmann::json;
 
 namespace {
 
-/// A problem+json body of the gateway's own (the taxonomy's category, title and form).
-std::string problem_body(int status, std::string_view code, const std::string& detail) {
-  return call_reply::failure(category_of_status(status), std::string(code), detail, status).body;
-}
-
 /// Entity routes answer 503 (and close) once the server drains or the runtime stops.
 verdict check_running(gateway& gw) {
   if (gw.draining() || gw.rt().stopping())
-    return refusal{503, "UNAVAILABLE", "the server is stopping; retry on another instance", true};
+    return refusal{problems::unavailable, "the server is stopping; retry on another instance",
+                   true};
   return std::nullopt;
 }
 
@@ -30,7 +26,7 @@ verdict check_running(gateway& gw) {
 verdict authenticate(const http_server_config& cfg, const http_request& req,
                      const http_tenant*& tenant, const http_api_key*& key) {
   if (req.api_key_count > 1)
-    return refusal{401, "UNAUTHORIZED",
+    return refusal{problems::unauthorized,
                    req.websocket ? "send exactly one API key: one X-API-Key header or one "
                                    "factum-key.<key> subprotocol, not both"
                                  : "send exactly one X-API-Key header"};
@@ -45,7 +41,7 @@ verdict authenticate(const http_server_config& cfg, const http_request& req,
         }
   }
   if (!tenant)
-    return refusal{401, "UNAUTHORIZED",
+    return refusal{problems::unauthorized,
                    req.has_api_key ? "unknown API key" : "missing X-API-Key header"};
   return std::nullopt;
 }
@@ -122,13 +118,13 @@ query_result parse_query(std::string_view query, std::initializer_list<std::stri
   return out;
 }
 
-http_response problem(exchange& x, int status, std::string_view code, std::string detail) {
+http_response problem(exchange& x, const problem_kind& kind, std::string detail) {
   http_response r;
-  r.status = status;
+  r.status = kind.status;
   r.content_type = problem_type;
-  r.body = problem_body(status, code, detail);
+  r.body = kind.reply(detail).body;
   r.trace_id = x.trace_id;
-  x.code = code;
+  x.code = kind.code;
   x.detail = std::move(detail);
   return r;
 }
@@ -164,7 +160,7 @@ void finish(gateway& gw, exchange& x, http_response r) {
 }
 
 void refuse(gateway& gw, exchange& x, refusal no) {
-  auto r = problem(x, no.status, no.code, std::move(no.detail));
+  auto r = problem(x, no.kind, std::move(no.detail));
   r.close = no.close;
   finish(gw, x, std::move(r));
 }
@@ -190,7 +186,7 @@ verdict split_segments(exchange& x) {
   std::string_view path = x.req.target;
   path = path.substr(0, path.find('?'));
   if (path.empty() || path.front() != '/')
-    return refusal{400, "BAD_REQUEST", "the request target must be an absolute path"};
+    return refusal{problems::bad_request, "the request target must be an absolute path"};
   auto raw = split_path(path);
   bool decode = raw.size() >= 5 && raw[0] == "v1" && raw[1] == "entities";
   for (auto s : raw) {
@@ -200,7 +196,7 @@ verdict split_segments(exchange& x) {
     }
     auto d = percent_decode(s);
     if (!d)
-      return refusal{400, "INVALID_PATH", "malformed percent-encoding in the path"};
+      return refusal{problems::invalid_path, "malformed percent-encoding in the path"};
     x.seg.push_back(std::move(*d));
   }
   return std::nullopt;
@@ -208,16 +204,16 @@ verdict split_segments(exchange& x) {
 
 verdict no_query(const exchange& x) {
   if (!x.query.empty())
-    return refusal{400, "INVALID_QUERY", "this route takes no query parameters"};
+    return refusal{problems::invalid_query, "this route takes no query parameters"};
   return std::nullopt;
 }
 
 /// The entity key's type and id, validated before anything else touches them.
 verdict check_entity_key(const std::string& type, const std::string& id) {
   if (auto st = check_key_part(type, "entity type"); !st)
-    return refusal{400, "INVALID_ENTITY_KEY", st.message()};
+    return refusal{problems::invalid_entity_key, st.message()};
   if (auto st = check_key_part(id, "entity id"); !st)
-    return refusal{400, "INVALID_ENTITY_KEY", st.message()};
+    return refusal{problems::invalid_entity_key, st.message()};
   return std::nullopt;
 }
 
@@ -225,10 +221,10 @@ verdict check_entity_key(const std::string& type, const std::string& id) {
 /// (Content-Type, syntax, depth).
 verdict check_write(const http_server_config& cfg, const http_request& req, call_options& opts) {
   if (req.idempotency_key_count > 1)
-    return refusal{400, "INVALID_IDEMPOTENCY_KEY", "send at most one Idempotency-Key header"};
+    return refusal{problems::invalid_idempotency_key, "send at most one Idempotency-Key header"};
   if (req.idempotency_key_count == 1) {
     if (!valid_idempotency_key(req.idempotency_key))
-      return refusal{400, "INVALID_IDEMPOTENCY_KEY",
+      return refusal{problems::invalid_idempotency_key,
                      "an Idempotency-Key is 1 to 255 printable ASCII characters"};
     opts.idempotency_key = req.idempotency_key;
   }
@@ -236,13 +232,13 @@ verdict check_write(const http_server_config& cfg, const http_request& req, call
     return std::nullopt;
   if (!req.has_content_type || req.content_type_count > 1 ||
       !is_json_content_type(req.content_type))
-    return refusal{415, "UNSUPPORTED_MEDIA_TYPE",
+    return refusal{problems::unsupported_media_type,
                    "the body must be sent as Content-Type: application/json"};
   auto c = check_json(req.body, cfg.limits.max_json_depth);
   if (c.verdict == json_verdict::too_deep)
-    return refusal{400, "JSON_TOO_DEEP", c.message};
+    return refusal{problems::json_too_deep, c.message};
   if (c.verdict == json_verdict::invalid)
-    return refusal{400, "INVALID_JSON", c.message};
+    return refusal{problems::invalid_json, c.message};
   return std::nullopt;
 }
 
@@ -257,9 +253,9 @@ verdict tenant_check(gateway& gw, exchange& x, uint8_t scope, const http_tenant*
     x.tenant = tenant->name;
     x.key = key;
     if ((key->scopes & scope) == 0)
-      no = refusal{403, "INSUFFICIENT_SCOPE",
-                   "this API key lacks the '" + std::string(scope_name(scope)) +
-                     "' scope this route needs"};
+      no = refusal{problems::insufficient_scope, "this API key lacks the '" +
+                                                   std::string(scope_name(scope)) +
+                                                   "' scope this route needs"};
   }
   return no;
 }

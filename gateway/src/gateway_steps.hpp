@@ -66,10 +66,10 @@ struct exchange {
 };
 using exchange_ptr = std::shared_ptr<exchange>;
 
-/// A refusal: the status, problem code and detail of a problem+json answer.
+/// A refusal: the error table's entry (status, code, category) and the detail of a problem+json
+/// answer.
 struct refusal {
-  int status = 400;
-  std::string_view code;
+  problem_kind kind;
   std::string detail;
   bool close = false; ///< close the connection after the answer
 };
@@ -98,8 +98,9 @@ status check_key_part(const std::string& part, std::string_view what);
 query_result parse_query(std::string_view query, std::initializer_list<std::string_view> strings,
                          std::initializer_list<std::string_view> integers, bool has_limit,
                          bool has_order);
-/// A problem+json answer; notes its code and detail in `x` for the log line.
-http_response problem(exchange& x, int status, std::string_view code, std::string detail);
+/// A problem+json answer of the error table's `kind`; notes its code and detail in `x` for the
+/// log line.
+http_response problem(exchange& x, const problem_kind& kind, std::string detail);
 /// Counts the answer, logs it when it is an error (4xx/5xx), and hands it to x.done.
 void finish(gateway& gw, exchange& x, http_response r);
 /// Answers a refusal.

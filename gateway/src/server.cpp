@@ -142,10 +142,10 @@ class session : public std::enable_shared_from_this<session> {
   void start(refusal why) {
     net::dispatch(stream_.get_executor(), [self = shared_from_this(), why] {
       if (why == refusal::server_full)
-        self->refuse(503, "TOO_MANY_CONNECTIONS",
+        self->refuse(problems::too_many_connections,
                      "the server has reached its connection limit; retry later");
       else if (why == refusal::client_full)
-        self->refuse(429, "TOO_MANY_CONNECTIONS",
+        self->refuse(problems::connection_cap_reached,
                      "this client address has reached its connection limit "
                      "(limits.max_connections_per_client); reuse or close connections");
       else
@@ -220,9 +220,8 @@ class session : public std::enable_shared_from_this<session> {
     auto limit = body_limit_of(h);
     parser_->body_limit(static_cast<std::uint64_t>(limit));
     if (auto cl = parser_->content_length(); cl && *cl > limit)
-      return refuse(413, "BODY_TOO_LARGE",
-                    "the body has " + std::to_string(*cl) + " bytes; the limit is " +
-                      std::to_string(limit));
+      return refuse(problems::body_too_large, "the body has " + std::to_string(*cl) +
+                                                " bytes; the limit is " + std::to_string(limit));
     if (parser_->is_done())
       return dispatch_request();
     if (beast::iequals(h[bhttp::field::expect], "100-continue")) {
@@ -269,22 +268,21 @@ class session : public std::enable_shared_from_this<session> {
       return;
     if (timed_out) {
       if ((parser_ && parser_->got_some()) || buffer_.size() > 0)
-        return refuse(408, "REQUEST_TIMEOUT",
+        return refuse(problems::request_timeout,
                       "the request was not received within " +
                         std::to_string(limits().request_timeout.count()) + " ms");
       return close(); // an idle keep-alive connection
     }
     if (ec == bhttp::error::body_limit)
-      return refuse(413, "BODY_TOO_LARGE",
-                    "the body exceeds the limit of " + std::to_string(limits().max_body_bytes) +
-                      " bytes");
+      return refuse(problems::body_too_large, "the body exceeds the limit of " +
+                                                std::to_string(limits().max_body_bytes) + " bytes");
     if (ec == bhttp::error::header_limit)
-      return refuse(431, "HEADERS_TOO_LARGE",
-                    "the request line and headers exceed " +
-                      std::to_string(limits().max_header_bytes) + " bytes");
+      return refuse(problems::headers_too_large, "the request line and headers exceed " +
+                                                   std::to_string(limits().max_header_bytes) +
+                                                   " bytes");
     if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
         ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message)
-      return refuse(400, "BAD_REQUEST", "malformed HTTP request: " + ec.message());
+      return refuse(problems::bad_request, "malformed HTTP request: " + ec.message());
     close(); // end of stream, reset, or aborted by stop()
   }
 
@@ -315,7 +313,7 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   /// Answers a request that is not read to its end (or not at all), then closes.
-  void refuse(int status, std::string_view code, std::string detail) {
+  void refuse(const problem_kind& kind, std::string detail) {
     std::string verb, target, tp, xt;
     if (parser_ && parser_->is_header_done()) {
       auto& h = parser_->get();
@@ -326,7 +324,7 @@ class session : public std::enable_shared_from_this<session> {
       version_ = h.version();
     }
     head_ = !verb.empty() && parser_->get().method() == bhttp::verb::head;
-    auto r = srv_->gw.reject(status, code, std::move(detail), verb, target, tp, xt);
+    auto r = srv_->gw.reject(kind, std::move(detail), verb, target, tp, xt);
     keep_alive_ = false;
     write(std::move(r), false);
   }

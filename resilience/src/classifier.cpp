@@ -62,25 +62,16 @@ std::string http_code(int status) {
   return "HTTP_" + std::to_string(status);
 }
 
+// The category is category_of_status's (factum/entities/errors.hpp), the one place a status's
+// category is decided; the classifier adds the reason, the code and the retry rule.
 classification default_http(int status, bool idempotent) {
-  using ec = error_category;
-  using fr = failure_reason;
-  switch (status) {
-  case 408: return make(ec::transient, true, http_code(status), fr::timeout);
-  case 429: return rate_limited();
-  case 503: return make(ec::transient, true, http_code(status), fr::server_error);
-  case 504: return make(ec::transient, true, http_code(status), fr::timeout);
-  case 409: return make(ec::data_integrity, false, http_code(status), fr::invalid_payload);
-  case 401:
-  case 403: return make(ec::authorization, false, http_code(status), fr::unauthorized);
-  case 402: return make(ec::budget, false, http_code(status), fr::budget);
-  default: break;
-  }
-  if (status >= 500 && status <= 599)
-    return make(ec::server, idempotent, http_code(status), fr::server_error);
-  if (status >= 400 && status <= 499)
-    return make(ec::client, false, http_code(status), fr::invalid_payload);
-  return make(ec::external, false, http_code(status), fr::unknown);
+  if (status == 429)
+    return rate_limited();
+  auto c = category_of_status(status);
+  auto reason = status == 408 || status == 504 ? failure_reason::timeout : default_reason(c);
+  // A status that is no error status says nothing a retry could fix: external, not retried.
+  bool retry = c != error_category::external && factum::retryable(c, idempotent);
+  return make(c, retry, http_code(status), reason);
 }
 
 // Exact (case-insensitive) codes with a meaning everybody agrees on.

@@ -143,10 +143,8 @@ reply_sink::~reply_sink() {
   if (st == answered_)
     return;
   if (st == taken) { // the actor took the call and ended without answering it
-    if (finish(call_reply::failure(error_category::transient, "UNAVAILABLE",
-                                   "the entity ended before answering; retry with the same "
-                                   "idempotency key",
-                                   503)))
+    if (finish(problems::unavailable.reply("the entity ended before answering; retry with the same "
+                                           "idempotency key")))
       rt_->stats.call_errors.inc();
     return;
   }
@@ -185,10 +183,8 @@ void reply_sink::deliver(call_reply r) {
 }
 
 void reply_sink::expire() {
-  if (finish(call_reply::failure(error_category::transient, "CALL_TIMEOUT",
-                                 "no reply within " + std::to_string(timeout_.count()) +
-                                   " ms; retry with the same idempotency key",
-                                 504)))
+  if (finish(problems::call_timeout.reply("no reply within " + std::to_string(timeout_.count()) +
+                                          " ms; retry with the same idempotency key")))
     rt_->stats.call_errors.inc();
 }
 
@@ -319,18 +315,16 @@ void runtime_core::dispatch(std::shared_ptr<reply_sink> sink) {
     held = !reg.stopping && reg.held.count(sink->key_str_) > 0;
   }
   if (held) {
-    if (sink->finish(call_reply::failure(error_category::transient, "ENTITY_RESTORING",
-                                         "the entity is being rolled back to a bookmark; retry "
-                                         "once it is done",
-                                         503)))
+    if (sink->finish(
+          problems::entity_restoring.reply("the entity is being rolled back to a bookmark; retry "
+                                           "once it is done")))
       stats.call_errors.inc();
     return;
   }
-  if (sink->finish(call_reply::failure(error_category::transient, "UNAVAILABLE",
-                                       sink->attempts_ > 16 ? "entity unavailable: it kept "
-                                                              "ending before taking the call"
-                                                            : "the runtime is stopping",
-                                       503)))
+  if (sink->finish(problems::unavailable.reply(sink->attempts_ > 16
+                                                 ? "entity unavailable: it kept "
+                                                   "ending before taking the call"
+                                                 : "the runtime is stopping")))
     stats.call_errors.inc();
 }
 
@@ -339,8 +333,7 @@ void runtime_core::route(const entity_key& key, call_request req, std::chrono::m
   stats.calls.inc();
   if (!cfg.types.find(key.type)) {
     stats.call_errors.inc();
-    done(call_reply::failure(error_category::client, "UNKNOWN_ENTITY_TYPE",
-                             "no entity type " + key.type, 404));
+    done(problems::unknown_entity_type.reply("no entity type " + key.type));
     return;
   }
   if (!req.method.empty() && req.method[0] != '@')
@@ -855,20 +848,19 @@ void runtime::call(const entity_key& key, std::string method, std::string args_j
                    call_options opts, std::function<void(call_reply)> done) {
   auto& c = *impl_->core;
   if (impl_->stopped.load()) {
-    done(
-      call_reply::failure(error_category::transient, "UNAVAILABLE", "the runtime is stopped", 503));
+    done(problems::unavailable.reply("the runtime is stopped"));
     return;
   }
   if (auto st = validate_key_part(key.tenant, "tenant"); !st) {
-    done(call_reply::failure(error_category::client, "INVALID_ENTITY_KEY", st.message(), 400));
+    done(problems::invalid_entity_key.reply(st.message()));
     return;
   }
   if (auto st = validate_key_part(key.type, "entity type"); !st) {
-    done(call_reply::failure(error_category::client, "INVALID_ENTITY_KEY", st.message(), 400));
+    done(problems::invalid_entity_key.reply(st.message()));
     return;
   }
   if (auto st = validate_key_part(key.id, "entity id"); !st) {
-    done(call_reply::failure(error_category::client, "INVALID_ENTITY_KEY", st.message(), 400));
+    done(problems::invalid_entity_key.reply(st.message()));
     return;
   }
   call_request req;

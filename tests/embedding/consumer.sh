@@ -44,7 +44,7 @@ wait_for() {
 prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" > "$tmp/install.log" || fail "cmake --install failed"
 for h in entities/entity.hpp entities/context.hpp runtime/runtime.hpp tools/serve.hpp version.hpp \
-  error/status.hpp storage/status.hpp storage/fact.hpp; do
+  error/status.hpp storage/status.hpp storage/fact.hpp entities/problems.hpp; do
   [ -f "$prefix/include/factum/$h" ] || fail "the public header factum/$h is not installed"
 done
 for h in storage/entity_store.hpp storage/alarm_index.hpp storage/spare_pool.hpp \

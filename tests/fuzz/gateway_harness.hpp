@@ -108,9 +108,9 @@ class gateway_harness {
   }
 
   /// A transport refusal (the server's 400/413/431 paths): a problem that closes.
-  http::http_response reject(int status, std::string_view code, std::string detail,
-                             std::string_view verb, std::string_view target) {
-    auto r = gw_->reject(status, code, std::move(detail), verb, target);
+  http::http_response reject(const problem_kind& kind, std::string detail, std::string_view verb,
+                             std::string_view target) {
+    auto r = gw_->reject(kind, std::move(detail), verb, target);
     check_problem(r);
     FUZZ_CHECK(r.close, "a transport refusal must close the connection");
     return r;
@@ -118,7 +118,8 @@ class gateway_harness {
 
   http::gateway& gateway() { return *gw_; }
 
-  /// Properties of a problem+json answer: RFC 9457 members and a stable code.
+  /// Properties of a problem+json answer: RFC 9457 members and a stable code, the error table's
+  /// with its status and category.
   static void check_problem(const http::http_response& r) {
     FUZZ_CHECK(r.status >= 400 && r.status <= 599, std::to_string(r.status));
     FUZZ_CHECK(r.content_type == "application/problem+json", r.content_type);
@@ -131,6 +132,10 @@ class gateway_harness {
     for (char c : code)
       FUZZ_CHECK((c >= 'A' && c <= 'Z') || c == '_', r.body);
     FUZZ_CHECK(p.value("type", "") == "urn:factum:problem:" + code, r.body);
+    const auto* kind = find_problem(code); // every refusal is an entry of the error table
+    FUZZ_CHECK(kind && kind->status == r.status &&
+                 p.value("category", "") == factum::to_string(kind->category),
+               r.body);
     FUZZ_CHECK(p.contains("title") && p["title"].is_string(), r.body);
     FUZZ_CHECK(p.contains("detail") && p["detail"].is_string(), r.body);
     if (r.status == 405)

@@ -37,10 +37,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       verb = std::string(p.get().method_string());
       target = std::string(p.get().target());
     }
-    int status = ec == bhttp::error::body_limit     ? 413
-                 : ec == bhttp::error::header_limit ? 431
-                                                    : 400;
-    h.reject(status, "BAD_REQUEST", "malformed HTTP request: " + ec.message(), verb, target);
+    const auto& kind = ec == bhttp::error::body_limit     ? factum::problems::body_too_large
+                       : ec == bhttp::error::header_limit ? factum::problems::headers_too_large
+                                                          : factum::problems::bad_request;
+    h.reject(kind, "malformed HTTP request: " + ec.message(), verb, target);
     return 0;
   }
   auto msg = p.release();

@@ -34,7 +34,7 @@ void runtime::call(const entity_key& key, std::string method, std::string args_j
 }
 
 call_reply runtime::call_sync(const entity_key&, std::string, std::string, call_options) {
-  return call_reply::failure(error_category::server, "INTERNAL", "not in the fuzz stub", 500);
+  return problems::internal.reply("not in the fuzz stub");
 }
 
 const factum::metrics::registry& runtime::metrics() const {
@@ -65,8 +65,7 @@ std::vector<degradation_status> runtime::degradation() const {
 
 void runtime::set_degradation(const std::string&, std::optional<int>, std::string, std::string,
                               std::function<void(call_reply)> done) {
-  done(call_reply::failure(error_category::client, "DEGRADATION_NOT_ENABLED",
-                           "not in the fuzz stub", 409));
+  done(problems::degradation_not_enabled.reply("not in the fuzz stub"));
 }
 
 // The fleet views read no index: the stub has none (null, as a stopping runtime's).

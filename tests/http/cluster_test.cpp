@@ -427,6 +427,14 @@ TEST_CASE("cluster: a shard move's file is taken only with the cluster's secret,
   auto refused = put_move(dst.port(), key, 9, *bytes, dst_c->secret);
   CHECK(refused.status == 409);
   CHECK(refused.code() == "MOVE_REFUSED");
+  dst_c->accept = status{errc::invalid_argument, "scripted: not in the shard"};
+  auto wrong_shard = put_move(dst.port(), key, 9, *bytes, dst_c->secret);
+  CHECK(wrong_shard.status == 409);
+  CHECK(wrong_shard.code() == "MOVE_REFUSED");
+  dst_c->accept = status{errc::unavailable, "scripted: etcd unreachable"}; // not a refusal
+  auto unreachable = put_move(dst.port(), key, 9, *bytes, dst_c->secret);
+  CHECK(unreachable.status == 503);
+  CHECK(unreachable.code() == "UNAVAILABLE");
   dst_c->accept = status::ok();
   auto garbage = put_move(dst.port(), key, 9, std::string(8192, 'x'), dst_c->secret);
   CHECK(garbage.status == 422);

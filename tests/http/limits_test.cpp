@@ -139,7 +139,7 @@ TEST_CASE("503 TOO_MANY_CONNECTIONS past max_connections") {
   }));
 }
 
-TEST_CASE("429 TOO_MANY_CONNECTIONS past max_connections_per_client, while the server has room") {
+TEST_CASE("429 CONNECTION_CAP_REACHED past max_connections_per_client, while the server has room") {
   gateway_fixture f([](runtime_config&, http_server_config& h) {
     h.limits.max_connections = 100;
     h.limits.max_connections_per_client = 2;
@@ -149,7 +149,7 @@ TEST_CASE("429 TOO_MANY_CONNECTIONS past max_connections_per_client, while the s
   REQUIRE(b.request("GET", "/healthz").status == 200);
   auto r = c.request("GET", "/healthz");
   CHECK(r.status == 429);
-  CHECK(r.code() == "TOO_MANY_CONNECTIONS");
+  CHECK(r.code() == "CONNECTION_CAP_REACHED");
   CHECK(r.json()["detail"].get<std::string>().find("client address") != std::string::npos);
   a.close();
   CHECK(eventually([&] {

@@ -204,7 +204,7 @@ TEST_CASE("shared storage: a file another process has open is neither indexed no
   CHECK_FALSE(r.ok);
   CHECK(r.retryable);
   CHECK(r.http_status == 503);
-  CHECK(r.code == "STORAGE_UNAVAILABLE");
+  CHECK(r.code == "ENTITY_BUSY");
   CHECK(r.json().value("detail", "").find("open in another process") != std::string::npos);
 
   REQUIRE(other.let_go());

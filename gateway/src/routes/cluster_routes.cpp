@@ -50,7 +50,7 @@ void list_by_activity(gateway& gw, const exchange_ptr& x, const http_tenant& ten
       lq.after_id = after.substr(s2 + 1);
     }
     if (!ms || !check_key_part(lq.after_type, "type") || !check_key_part(lq.after_id, "id"))
-      return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'after' must be MS/TYPE/ID"});
+      return refuse(gw, *x, {problems::invalid_query, "parameter 'after' must be MS/TYPE/ID"});
     lq.before_ms = *ms;
   }
   lq.limit = args.value("limit", int64_t{100});
@@ -71,7 +71,7 @@ void list_by_activity(gateway& gw, const exchange_ptr& x, const http_tenant& ten
   }
   gw.rt().list_entities(tenant.name, std::move(lq), [&gw, x, limit, sink](auto page) {
     if (!page)
-      return answer(gw, x, sink, problem(*x, 503, "UNAVAILABLE", page.error().message()));
+      return answer(gw, x, sink, problem(*x, problems::unavailable, page.error().message()));
     json out = json::array();
     for (auto& e : *page)
       out.push_back({{"type", e.type},
@@ -98,22 +98,23 @@ void list_entities(gateway& gw, const exchange_ptr& x) {
     return refuse(gw, *x, std::move(*no));
   auto q = parse_query(x->query, {"type", "after", "order"}, {}, true, false);
   if (!q.error.empty())
-    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+    return refuse(gw, *x, {problems::invalid_query, q.error});
   entity_list_query lq;
   lq.type = q.args.value("type", "");
   if (!lq.type.empty())
     if (auto st = check_key_part(lq.type, "type"); !st)
-      return refuse(gw, *x, {400, "INVALID_QUERY", st.message()});
+      return refuse(gw, *x, {problems::invalid_query, st.message()});
   if (auto order = q.args.value("order", "key"); order == "last_activity")
     return list_by_activity(gw, x, *tenant, q.args, std::move(lq));
   else if (order != "key")
-    return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'order' must be key or last_activity"});
+    return refuse(gw, *x,
+                  {problems::invalid_query, "parameter 'order' must be key or last_activity"});
   if (auto after = q.args.value("after", ""); !after.empty()) {
     auto slash = after.find('/');
     lq.after_type = after.substr(0, slash);
     lq.after_id = slash == std::string::npos ? "" : after.substr(slash + 1);
     if (!check_key_part(lq.after_type, "type") || !check_key_part(lq.after_id, "id"))
-      return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'after' must be TYPE/ID"});
+      return refuse(gw, *x, {problems::invalid_query, "parameter 'after' must be TYPE/ID"});
   }
   lq.limit = q.args.value("limit", int64_t{100});
   auto limit = lq.limit;
@@ -123,7 +124,8 @@ void list_entities(gateway& gw, const exchange_ptr& x) {
       bool more = false;
       auto v = merge_by_key(parts, limit, more);
       if (v.is_null()) {
-        auto r = problem(*x, 503, "SHARD_UNAVAILABLE", "a node did not list its entities; retry");
+        auto r =
+          problem(*x, problems::shard_unavailable, "a node did not list its entities; retry");
         r.retry_after_s = 1;
         return finish(gw, *x, std::move(r));
       }
@@ -134,7 +136,7 @@ void list_entities(gateway& gw, const exchange_ptr& x) {
   }
   gw.rt().list_entities(tenant->name, std::move(lq), [&gw, x, limit, sink](auto page) {
     if (!page)
-      return answer(gw, x, sink, problem(*x, 503, "UNAVAILABLE", page.error().message()));
+      return answer(gw, x, sink, problem(*x, problems::unavailable, page.error().message()));
     json out = json::array();
     for (auto& e : *page)
       out.push_back({{"type", e.type}, {"id", e.id}, {"bytes", e.bytes}});
@@ -153,7 +155,7 @@ void get_cluster(gateway& gw, const exchange_ptr& x) {
   if (!no)
     no = tenant_check(gw, *x, scope_read, tenant);
   if (!no && !gw.config().cluster)
-    no = refusal{404, "NOT_CLUSTERED", "this node runs alone (no \"cluster\" in its config)"};
+    no = refusal{problems::not_clustered, "this node runs alone (no \"cluster\" in its config)"};
   if (no)
     return refuse(gw, *x, std::move(*no));
   http_response r;
@@ -169,10 +171,10 @@ void put_move_file(gateway& gw, const exchange_ptr& x) {
   auto* c = gw.config().cluster.get();
   verdict no = no_query(*x);
   if (!no && !c)
-    no = refusal{404, "NOT_CLUSTERED", "this node runs alone (no \"cluster\" in its config)"};
+    no = refusal{problems::not_clustered, "this node runs alone (no \"cluster\" in its config)"};
   if (!no && !c->authentic({x->req.target, x->req.move_epoch, x->req.content_sha256,
                             x->req.move_time, x->req.move_signature}))
-    no = refusal{401, "CLUSTER_SECRET_INVALID",
+    no = refusal{problems::cluster_secret_invalid,
                  "a shard move's file must be signed with the cluster's secret "
                  "(X-Factum-Move-Signature) within 5 minutes of this node's clock"};
   std::optional<entity_key> key;
@@ -195,29 +197,24 @@ void put_move_file(gateway& gw, const exchange_ptr& x) {
         ? entity_key::make(*t, *ty, *i)
         : result<entity_key>(status{errc::invalid_argument, "malformed percent-encoding"});
     if (!num(x->seg[3], k) || k > UINT32_MAX)
-      no = refusal{400, "INVALID_PATH", "the shard must be a decimal number"};
+      no = refusal{problems::invalid_path, "the shard must be a decimal number"};
     else if (!num(x->req.move_epoch, epoch) || epoch <= 0)
-      no = refusal{400, "INVALID_MOVE", "X-Factum-Move-Epoch must be a positive decimal number"};
+      no = refusal{problems::invalid_move, "X-Factum-Move-Epoch must be a positive decimal number"};
     else if (!made)
-      no = refusal{400, "INVALID_ENTITY_KEY", made.error().message()};
+      no = refusal{problems::invalid_entity_key, made.error().message()};
     else if (sha256_hex(x->req.body) != x->req.content_sha256)
-      no = refusal{400, "CHECKSUM_MISMATCH", "the body's SHA-256 is not X-Factum-Content-Sha256"};
+      no =
+        refusal{problems::checksum_mismatch, "the body's SHA-256 is not X-Factum-Content-Sha256"};
     else if (auto st = c->accept_move(static_cast<uint32_t>(k), epoch, *made); !st)
-      no = refusal{st.code() == errc::unavailable ? 503 : 409, "MOVE_REFUSED", st.to_string()};
+      no = refusal{problem_of(st.code(), errc_scope::shard_move), st.to_string()};
     if (made)
       key = std::move(*made);
   }
   if (no)
     return refuse(gw, *x, std::move(*no));
   gw.rt().adopt_entity(*key, std::move(x->req.body), epoch, [&gw, x, c](status st) {
-    if (!st) {
-      auto bad = st.code() == errc::invalid_argument || st.code() == errc::corruption;
-      return refuse(gw, *x,
-                    {bad                                                      ? 422
-                     : st.code() == errc::busy || st.code() == errc::conflict ? 409
-                                                                              : 503,
-                     bad ? "MOVE_FILE_INVALID" : "MOVE_REFUSED", st.to_string()});
-    }
+    if (!st)
+      return refuse(gw, *x, {problem_of(st.code(), errc_scope::move_file), st.to_string()});
     c->file_received();
     http_response r;
     r.status = 204;

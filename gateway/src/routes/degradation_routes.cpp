@@ -31,21 +31,22 @@ void answer_status(gateway& gw, exchange& x, const std::string& tenant) {
 verdict parse_floor(const std::string& body, std::optional<int>& level, std::string& reason) {
   auto b = json::parse(body, nullptr, false);
   if (!b.is_object())
-    return refusal{400, "INVALID_ARGUMENT", "the body must be a JSON object"};
+    return refusal{problems::invalid_argument, "the body must be a JSON object"};
   for (auto& [k, v] : b.items())
     if (k != "level" && k != "reason")
-      return refusal{400, "INVALID_ARGUMENT", "unknown member '" + std::string(clip(k, 64)) + "'"};
+      return refusal{problems::invalid_argument,
+                     "unknown member '" + std::string(clip(k, 64)) + "'"};
   if (!b.contains("level"))
-    return refusal{400, "INVALID_ARGUMENT", "'level' is required (0..4, or null to remove)"};
+    return refusal{problems::invalid_argument, "'level' is required (0..4, or null to remove)"};
   auto& lv = b["level"];
   if (!lv.is_null()) {
     if (!lv.is_number_integer() || lv.get<int64_t>() < 0 || lv.get<int64_t>() > 4)
-      return refusal{400, "INVALID_ARGUMENT", "'level' must be an integer 0..4, or null"};
+      return refusal{problems::invalid_argument, "'level' must be an integer 0..4, or null"};
     level = lv.get<int>();
   }
   auto rs = b.value("reason", json(nullptr));
   if (!rs.is_string() || rs.get<std::string>().empty() || rs.get<std::string>().size() > 500)
-    return refusal{400, "INVALID_ARGUMENT", "'reason' must be a string of 1 to 500 bytes"};
+    return refusal{problems::invalid_argument, "'reason' must be a string of 1 to 500 bytes"};
   reason = rs.get<std::string>();
   return std::nullopt;
 }

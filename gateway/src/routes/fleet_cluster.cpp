@@ -74,7 +74,7 @@ void arrive(gateway& gw, const exchange_ptr& x, const std::shared_ptr<gathering>
   }
   if (!g->failed.empty()) {
     auto r =
-      problem(*x, 503, "SHARD_UNAVAILABLE", g->failed + ": the view would be incomplete; retry");
+      problem(*x, problems::shard_unavailable, g->failed + ": the view would be incomplete; retry");
     r.retry_after_s = 1;
     return finish(gw, *x, std::move(r));
   }
@@ -110,7 +110,7 @@ answer_sink gather(gateway& gw, const exchange_ptr& x, http_request req,
     std::string names;
     for (auto& d : down)
       names += (names.empty() ? "" : ", ") + d;
-    auto r = problem(*x, 503, "SHARD_UNAVAILABLE",
+    auto r = problem(*x, problems::shard_unavailable,
                      "node(s) " + names + " hold entities and are down: the view would be " +
                        "incomplete; retry when they are back");
     r.retry_after_s = 1;

@@ -242,8 +242,9 @@ void start_walk(const walk_ptr& w) {
     },
     [w, failed] {
       if (!*failed)
-        return answer(*w->gw, w->x, w->sink,
-                      problem(*w->x, 503, "UNAVAILABLE", "the tenant index: " + failed->message()));
+        return answer(
+          *w->gw, w->x, w->sink,
+          problem(*w->x, problems::unavailable, "the tenant index: " + failed->message()));
       walk_step(w);
     });
 }
@@ -288,7 +289,7 @@ void act_at_owner(const walk_ptr& w, const entity_key& key, const json& d) {
       auto j = r.json();
       r.code = j.is_object() ? j.value("code", "") : "";
       if (r.code.empty())
-        r.code = fr.not_owner ? "NOT_OWNER" : "UNAVAILABLE";
+        r.code = fr.not_owner ? problems::not_owner.code : problems::unavailable.code;
     }
     done(std::move(r));
   });
@@ -344,23 +345,22 @@ void act_across_nodes(const walk_ptr& w, const json& body) {
 }
 
 /// The filter's state and reason, checked; a refusal names the parameter.
-verdict check_filter(const json& args, dl_query& q, std::string_view code) {
+verdict check_filter(const json& args, dl_query& q, const problem_kind& code) {
   q.filter.status = args.value("state", "");
   q.filter.reason = args.value("reason", "");
   q.type = args.value("type", "");
   if (!q.filter.status.empty() && !parse_dl_status(q.filter.status))
-    return refusal{400, code,
-                   "'state' must be pending, scheduled, resolved, discarded or acknowledged"};
+    return refusal{code, "'state' must be pending, scheduled, resolved, discarded or acknowledged"};
   if (!q.type.empty())
     if (auto st = check_key_part(q.type, "type"); !st)
-      return refusal{400, code, st.message()};
+      return refusal{code, st.message()};
   if (q.limit < 1 || q.limit > 1000)
-    return refusal{400, code, "'limit' must be between 1 and 1000"};
+    return refusal{code, "'limit' must be between 1 and 1000"};
   if (auto after = args.value("after", ""); !after.empty()) {
     auto c = decode_cursor(after, 4, {2});
     if (c.is_null() || !check_key_part(c[0].get<std::string>(), "type") ||
         !check_key_part(c[1].get<std::string>(), "id"))
-      return refusal{400, code, std::string(bad_cursor)};
+      return refusal{code, std::string(bad_cursor)};
     q.from_type = c[0].get<std::string>();
     q.from_id = c[1].get<std::string>();
     q.after_created = c[2].get<int64_t>();
@@ -381,13 +381,13 @@ void list_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
     return refuse(gw, *x, std::move(*no));
   auto qr = parse_query(x->query, {"state", "reason", "type", "after"}, {}, true, false);
   if (!qr.error.empty())
-    return refuse(gw, *x, {400, "INVALID_QUERY", qr.error});
+    return refuse(gw, *x, {problems::invalid_query, qr.error});
   auto w = std::make_shared<walk>();
   w->gw = &gw;
   w->x = x;
   w->tenant = tenant->name;
   w->q.limit = qr.args.value("limit", int64_t{100});
-  if (auto no = check_filter(qr.args, w->q, "INVALID_QUERY"))
+  if (auto no = check_filter(qr.args, w->q, problems::invalid_query))
     return refuse(gw, *x, std::move(*no));
   if (fans_out(gw, *x)) {
     w->sink = gather_page(
@@ -410,11 +410,11 @@ void act_on_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
   if (!no)
     no = check_write(gw.config(), x->req, unused); // Content-Type, JSON syntax and depth
   if (!no && x->req.idempotency_key_count > 0)
-    no = refusal{400, "INVALID_ARGUMENT",
+    no = refusal{problems::invalid_argument,
                  "a bulk action takes no Idempotency-Key: go on with the cursor it answered"};
   auto body = json::parse(x->req.body.empty() ? "{}" : x->req.body, nullptr, false);
   if (!no && !body.is_object())
-    no = refusal{400, "INVALID_ARGUMENT", "the body must be a JSON object"};
+    no = refusal{problems::invalid_argument, "the body must be a JSON object"};
   auto w = std::make_shared<walk>();
   for (auto it = body.begin(); !no && body.is_object() && it != body.end(); ++it) {
     static constexpr std::string_view strings[] = {"state", "reason", "type", "after", "note"};
@@ -422,19 +422,19 @@ void act_on_fleet_dead_letters(gateway& gw, const exchange_ptr& x) {
       std::find(std::begin(strings), std::end(strings), it.key()) != std::end(strings);
     if (is_string && !(it->is_string() && !it->get_ref<const std::string&>().empty() &&
                        it->get_ref<const std::string&>().size() <= 255))
-      no = refusal{400, "INVALID_ARGUMENT", "'" + it.key() + "' must be a string of 1..255"};
+      no = refusal{problems::invalid_argument, "'" + it.key() + "' must be a string of 1..255"};
     else if (it.key() == "dry_run" && !it->is_boolean())
-      no = refusal{400, "INVALID_ARGUMENT", "'dry_run' must be true or false"};
+      no = refusal{problems::invalid_argument, "'dry_run' must be true or false"};
     else if (it.key() == "limit" && !it->is_number_integer())
-      no = refusal{400, "INVALID_ARGUMENT", "'limit' must be an integer"};
+      no = refusal{problems::invalid_argument, "'limit' must be an integer"};
     else if (!is_string && it.key() != "dry_run" && it.key() != "limit")
-      no = refusal{400, "INVALID_ARGUMENT",
+      no = refusal{problems::invalid_argument,
                    "unknown member '" + std::string(clip(it.key(), 64)) +
                      "' (state, reason, type, limit, after, dry_run, note)"};
   }
   if (!no) {
     w->q.limit = body.value("limit", int64_t{100});
-    no = check_filter(body, w->q, "INVALID_ARGUMENT");
+    no = check_filter(body, w->q, problems::invalid_argument);
   }
   if (no)
     return refuse(gw, *x, std::move(*no));
@@ -460,7 +460,7 @@ void answer_breakers(gateway& gw, const exchange_ptr& x, Read& rd, int64_t limit
                      const answer_sink& sink) {
   if (!rd.failed)
     return answer(gw, x, sink,
-                  problem(*x, 503, "UNAVAILABLE", "the tenant index: " + rd.failed.message()));
+                  problem(*x, problems::unavailable, "the tenant index: " + rd.failed.message()));
   json tools = json::array();
   for (auto& t : rd.states)
     tools.push_back({{"tool", t.tool}, {"entities", t.entities_by_state}});
@@ -494,21 +494,22 @@ void list_fleet_breakers(gateway& gw, const exchange_ptr& x) {
     return refuse(gw, *x, std::move(*no));
   auto qr = parse_query(x->query, {"tool", "state", "after"}, {}, true, false);
   if (!qr.error.empty())
-    return refuse(gw, *x, {400, "INVALID_QUERY", qr.error});
+    return refuse(gw, *x, {problems::invalid_query, qr.error});
   auto tool = qr.args.value("tool", "");
   auto state = qr.args.value("state", "");
   int64_t limit = qr.args.value("limit", int64_t{100});
   if (!state.empty() && state != "OPEN" && state != "HALF_OPEN" && state != "FORCED_OPEN" &&
       state != "DISABLED")
-    return refuse(
-      gw, *x,
-      {400, "INVALID_QUERY", "parameter 'state' must be OPEN, HALF_OPEN, FORCED_OPEN or DISABLED"});
+    return refuse(gw, *x,
+                  {problems::invalid_query,
+                   "parameter 'state' must be OPEN, HALF_OPEN, FORCED_OPEN or DISABLED"});
   if (limit > 1000)
-    return refuse(gw, *x, {400, "INVALID_QUERY", "parameter 'limit' must be between 1 and 1000"});
+    return refuse(gw, *x,
+                  {problems::invalid_query, "parameter 'limit' must be between 1 and 1000"});
   json after = json::array({"", "", ""});
   if (auto a = qr.args.value("after", ""); !a.empty())
     if ((after = decode_cursor(a, 3, {})).is_null())
-      return refuse(gw, *x, {400, "INVALID_QUERY", std::string(bad_cursor)});
+      return refuse(gw, *x, {problems::invalid_query, std::string(bad_cursor)});
   struct read_t {
     status failed;
     std::vector<tool_breaker_states> states;

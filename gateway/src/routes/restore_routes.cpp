@@ -18,31 +18,23 @@ namespace {
 /// Rollbacks and forks running at once per gateway; one more is refused (each holds a thread).
 constexpr int max_running = 4;
 
-/// The HTTP answer to a runtime's refusal.
-refusal refusal_of(const status& st) {
-  switch (st.code()) {
-  case errc::invalid_argument: return {400, "INVALID_ARGUMENT", st.message()};
-  case errc::not_found: return {404, "NOT_FOUND", st.message()};
-  case errc::conflict: return {409, "CONFLICT", st.message()};
-  case errc::quota_exceeded: return {429, "TENANT_QUOTA_EXCEEDED", st.message()};
-  case errc::busy: return {503, "ENTITY_BUSY", st.message()};
-  case errc::unavailable: return {503, "UNAVAILABLE", st.message()};
-  case errc::corruption: return {500, "ARCHIVE_CORRUPT", st.message()};
-  default: return {500, to_string(st.code()), st.message()};
-  }
+/// The HTTP answer to a runtime's refusal: the error table's, in the scope of restores.
+const problem_kind& restore_problem(const status& st) {
+  return problem_of(st.code(), errc_scope::restore);
 }
 
 /// The body as a JSON object whose members are all `known`; else a refusal.
 verdict body_object(const exchange& x, std::initializer_list<std::string_view> known, json& out) {
   out = json::parse(x.req.body, nullptr, false);
   if (!out.is_object())
-    return refusal{400, "INVALID_ARGUMENT", "the body must be a JSON object"};
+    return refusal{problems::invalid_argument, "the body must be a JSON object"};
   for (auto& [k, v] : out.items()) {
     bool ok = false;
     for (auto n : known)
       ok = ok || k == n;
     if (!ok)
-      return refusal{400, "INVALID_ARGUMENT", "unknown member '" + std::string(clip(k, 64)) + "'"};
+      return refusal{problems::invalid_argument,
+                     "unknown member '" + std::string(clip(k, 64)) + "'"};
   }
   return std::nullopt;
 }
@@ -52,14 +44,14 @@ verdict string_member(const json& b, const char* name, size_t max, bool required
                       std::string& out) {
   if (!b.contains(name)) {
     if (required)
-      return refusal{400, "INVALID_ARGUMENT", std::string("'") + name + "' is required"};
+      return refusal{problems::invalid_argument, std::string("'") + name + "' is required"};
     return std::nullopt;
   }
   const auto& v = b[name];
   if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>().size() > max)
-    return refusal{400, "INVALID_ARGUMENT",
-                   std::string("'") + name + "' must be a string of 1 to " + std::to_string(max) +
-                     " bytes"};
+    return refusal{problems::invalid_argument, std::string("'") + name +
+                                                 "' must be a string of 1 to " +
+                                                 std::to_string(max) + " bytes"};
   out = v.get<std::string>();
   return std::nullopt;
 }
@@ -72,7 +64,7 @@ verdict tenant_expected(const json& b, const char* member, const entity_ref& e) 
   if (auto no = string_member(b, member, 128, false, named); no || named.empty())
     return no;
   if (named != e.tenant.name)
-    return refusal{403, "TENANT_MISMATCH",
+    return refusal{problems::tenant_mismatch,
                    std::string("'") + member + "' is " + std::string(clip(named, 128)) +
                      ", but this API key is tenant " + e.tenant.name + "'s"};
   return std::nullopt;
@@ -82,7 +74,7 @@ verdict tenant_expected(const json& b, const char* member, const entity_ref& e) 
 /// it: the server's stop waits for it (it uses the gateway and the runtime until it answers).
 void run_blocking(gateway& gw, const exchange_ptr& x, std::function<http_response()> work) {
   if (!gw.begin_restore(max_running))
-    return refuse(gw, *x, {503, "TOO_MANY_RESTORES", "too many rollbacks and forks at once"});
+    return refuse(gw, *x, {problems::too_many_restores, "too many rollbacks and forks at once"});
   std::thread([&gw, x, work = std::move(work)] {
     finish(gw, *x, work());
     gw.end_restore();
@@ -101,9 +93,9 @@ http_response json_answer(exchange& x, json body) {
 void get_bookmark(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   auto q = parse_query(x->query, {}, {"at", "seq"}, false, false);
   if (!q.error.empty())
-    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+    return refuse(gw, *x, {problems::invalid_query, q.error});
   if (q.args.contains("at") == q.args.contains("seq"))
-    return refuse(gw, *x, {400, "INVALID_QUERY", "give exactly one of at (ms) and seq"});
+    return refuse(gw, *x, {problems::invalid_query, "give exactly one of at (ms) and seq"});
   bookmark_query bq;
   if (q.args.contains("at"))
     bq.at_time_ms = q.args["at"].get<int64_t>();
@@ -111,7 +103,7 @@ void get_bookmark(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
     bq.at_seq = q.args["seq"].get<int64_t>();
   auto p = gw.rt().bookmark(entity_key{e.tenant.name, e.type, e.id}, bq);
   if (!p)
-    return refuse(gw, *x, refusal_of(p.error()));
+    return refuse(gw, *x, {restore_problem(p.error()), p.error().message()});
   finish(gw, *x,
          json_answer(*x, {{"bookmark", p->bookmark()},
                           {"epoch", p->epoch},
@@ -132,7 +124,7 @@ void post_rollback(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
     no = tenant_expected(b, "tenant", e);
   auto point = archive_point::parse(x->seg[5]);
   if (!no && !point)
-    no = refusal{400, "INVALID_ARGUMENT", point.error().message()};
+    no = refusal{problems::invalid_argument, point.error().message()};
   if (no)
     return refuse(gw, *x, std::move(*no));
   entity_key key{e.tenant.name, e.type, e.id};
@@ -140,8 +132,7 @@ void post_rollback(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   run_blocking(gw, x, [&gw, x, key, to = *point, note]() -> http_response {
     auto r = gw.rt().rollback_entity(key, to, note);
     if (!r)
-      return problem(*x, refusal_of(r.error()).status, refusal_of(r.error()).code,
-                     r.error().message());
+      return problem(*x, restore_problem(r.error()), r.error().message());
     return json_answer(*x, {{"bookmark", r->to.bookmark()},
                             {"to_seq", r->to.seq},
                             {"from_seq", r->from_seq},
@@ -171,12 +162,12 @@ void post_fork(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   for (const std::string* part : std::initializer_list<const std::string*>{&tenant, &type, &id})
     if (!no)
       if (auto st = check_key_part(*part, "the fork's key"); !st)
-        no = refusal{400, "INVALID_ARGUMENT", st.message()};
+        no = refusal{problems::invalid_argument, st.message()};
   std::optional<archive_point> at;
   if (!no && !bookmark.empty()) {
     auto p = archive_point::parse(bookmark);
     if (!p)
-      no = refusal{400, "INVALID_ARGUMENT", p.error().message()};
+      no = refusal{problems::invalid_argument, p.error().message()};
     else
       at = *p;
   }
@@ -190,7 +181,7 @@ void post_fork(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
           allowed = allowed || (!digest.empty() && constant_time_equal(k.sha256, digest) &&
                                 (k.scopes & scope_operate) != 0);
     if (!allowed)
-      no = refusal{403, "INSUFFICIENT_SCOPE",
+      no = refusal{problems::insufficient_scope,
                    "a fork into tenant " + tenant +
                      " needs 'tenant_api_key', a key of that tenant with the 'operate' scope"};
   }
@@ -201,8 +192,7 @@ void post_fork(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   run_blocking(gw, x, [&gw, x, from, to, at, note]() -> http_response {
     auto r = gw.rt().fork_entity(from, to, at, note);
     if (!r)
-      return problem(*x, refusal_of(r.error()).status, refusal_of(r.error()).code,
-                     r.error().message());
+      return problem(*x, restore_problem(r.error()), r.error().message());
     json out = {{"to", to.to_string()},
                 {"source_seq", r->source_seq},
                 {"source_hash", r->source_hash},

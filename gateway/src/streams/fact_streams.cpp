@@ -104,9 +104,7 @@ void fact_stream::on_history(const call_reply& r) {
     }
   }
   if (first) {
-    first(r.ok ? call_reply::failure(error_category::server, "UNAVAILABLE",
-                                     "the entity's history could not be read", 503)
-               : r);
+    first(r.ok ? problems::unavailable.reply("the entity's history could not be read") : r);
     return;
   }
   fetch(false);

@@ -34,22 +34,23 @@ std::optional<std::pair<int64_t, std::string>> parse_event_id(std::string_view v
 void open_fact_stream(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   if (x->req.websocket)
     return refuse(gw, *x,
-                  {404, "ROUTE_NOT_FOUND",
-                   "no WebSocket route at " + std::string(clip(x->path, 200)) +
-                     "; the fact stream is a plain GET"});
+                  {problems::route_not_found, "no WebSocket route at " +
+                                                std::string(clip(x->path, 200)) +
+                                                "; the fact stream is a plain GET"});
   auto q = parse_query(x->query, {}, {"after_seq"}, false, false);
   if (!q.error.empty())
-    return refuse(gw, *x, {400, "INVALID_QUERY", q.error});
+    return refuse(gw, *x, {problems::invalid_query, q.error});
   int64_t after = q.args.value("after_seq", int64_t{0});
   // A browser that reconnects sends Last-Event-ID with the URL it first opened: the header wins.
   if (x->req.last_event_id_count > 1)
-    return refuse(gw, *x, {400, "INVALID_LAST_EVENT_ID", "send at most one Last-Event-ID header"});
+    return refuse(gw, *x,
+                  {problems::invalid_last_event_id, "send at most one Last-Event-ID header"});
   std::optional<std::string> resume_prefix;
   if (x->req.last_event_id_count == 1) {
     auto id = parse_event_id(x->req.last_event_id);
     if (!id)
       return refuse(gw, *x,
-                    {400, "INVALID_LAST_EVENT_ID",
+                    {problems::invalid_last_event_id,
                      "Last-Event-ID is the id of the last fact event received: its seq (a "
                      "non-negative integer that fits 64 bits), or its seq, a dot and 16 "
                      "lowercase hex digits"});
@@ -63,7 +64,7 @@ void open_fact_stream(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
     gw.metrics().streams_refused.inc(0);
     bool entity = why == fact_streams::refusal::entity_full;
     return refuse(gw, *x,
-                  {429, "TOO_MANY_CONNECTIONS",
+                  {problems::connection_cap_reached,
                    entity ? "the entity has limits.stream_max_connections_per_entity fact "
                             "streams open already"
                           : "the tenant has limits.stream_max_connections_per_tenant fact "
@@ -78,7 +79,7 @@ void open_fact_stream(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
     if (!r.ok || !stream) {
       if (stream)
         stream->end();
-      auto res = r.ok ? problem(*x, 503, "UNAVAILABLE", "the stream ended before it started")
+      auto res = r.ok ? problem(*x, problems::unavailable, "the stream ended before it started")
                       : failed_call_answer(*x, std::move(r));
       res.close = true;
       return finish(gw, *x, std::move(res));

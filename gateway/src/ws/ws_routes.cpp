@@ -23,15 +23,15 @@ verdict connect_params(const exchange& x, json& out) {
     return std::nullopt;
   auto params = split_query(x.query);
   if (!params)
-    return refusal{400, "INVALID_QUERY", "the query has a malformed escape or is not UTF-8"};
+    return refusal{problems::invalid_query, "the query has a malformed escape or is not UTF-8"};
   if (params->size() > max_params)
-    return refusal{400, "INVALID_QUERY", "a connection takes at most 16 query parameters"};
+    return refusal{problems::invalid_query, "a connection takes at most 16 query parameters"};
   for (auto& p : *params) {
     if (p.name.empty() || p.name.size() > max_param_name || p.value.size() > max_param_value)
-      return refusal{400, "INVALID_QUERY",
+      return refusal{problems::invalid_query,
                      "a query parameter's name is 1 to 64 bytes and its value at most 256"};
     if (out.contains(p.name))
-      return refusal{400, "INVALID_QUERY", "query parameter " + p.name + " is given twice"};
+      return refusal{problems::invalid_query, "query parameter " + p.name + " is given twice"};
     out[p.name] = p.value;
   }
   return std::nullopt;
@@ -79,12 +79,12 @@ http_response connect_answer(gateway& gw, exchange& x, const entity_key& key,
 void open_websocket(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   if (!x->req.websocket)
     return refuse(gw, *x,
-                  {426, "UPGRADE_REQUIRED",
+                  {problems::upgrade_required,
                    "this route opens a WebSocket connection: send Connection: Upgrade and "
                    "Upgrade: websocket"});
   if (!e.def.websocket)
     return refuse(gw, *x,
-                  {404, "WEBSOCKET_NOT_SUPPORTED",
+                  {problems::websocket_not_supported,
                    "entity type " + e.type + " accepts no WebSocket connections"});
   json params;
   if (auto no = connect_params(*x, params))
@@ -94,7 +94,7 @@ void open_websocket(gateway& gw, const exchange_ptr& x, const entity_ref& e) {
   if (a.id.empty()) {
     gw.metrics().ws_refused.inc(http_metrics::refused_limit);
     bool entity = a.why == ws_hub::admission::refusal::entity_full;
-    auto no = refusal{429, "TOO_MANY_CONNECTIONS",
+    auto no = refusal{problems::connection_cap_reached,
                       entity ? "the entity holds limits.ws_max_connections_per_entity "
                                "connections already"
                              : "the tenant holds limits.ws_max_connections_per_tenant "
@@ -118,7 +118,7 @@ void proxy_websocket(gateway& gw, const exchange_ptr& x, const entity_ref& e,
                      const shard_route& d) {
   if (!e.def.websocket)
     return refuse(gw, *x,
-                  {404, "WEBSOCKET_NOT_SUPPORTED",
+                  {problems::websocket_not_supported,
                    "entity type " + e.type + " accepts no WebSocket connections"});
   auto up = std::make_shared<ws_upgrade>();
   up->accept = true;

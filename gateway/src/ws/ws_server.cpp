@@ -538,7 +538,7 @@ class ws_session final : public ws_link,
     if (ended_)
       return;
     peer_.reset();
-    auto r = gw_.reject(503, "SHARD_UNAVAILABLE", detail + "; retry", "GET",
+    auto r = gw_.reject(problems::shard_unavailable, detail + "; retry", "GET",
                         std::string_view(req_.target().data(), req_.target().size()));
     r.retry_after_s = 1;
     refuse_http(std::move(r));

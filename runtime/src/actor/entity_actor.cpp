@@ -388,8 +388,8 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
     // A creation the tenant's quota refused: its writes get the refusal, its reads 404.
     auto refusal = std::exchange(s.core->meter.refusal, std::nullopt);
     bool absent = refusal || static_cast<errc>(code) == errc::not_found;
-    auto ce = absent ? not_found_error("ENTITY_NOT_FOUND", "no entity " + s.key_str +
-                                                             ": nothing was ever written to it")
+    auto ce = absent ? problems::entity_not_found.error("no entity " + s.key_str +
+                                                        ": nothing was ever written to it")
                      : storage_error(status{static_cast<errc>(code), msg});
     std::deque<queued> writes; // arrived while an open that does not create ran
     for (auto& q : s.queue) {
@@ -517,10 +517,9 @@ void on_call(self_ptr self, std::shared_ptr<reply_sink>& sink) {
   if (s.queue.size() >= s.rt->cfg.max_queued_calls) {
     s.rt->stats.call_errors.inc();
     s.rt->stats.calls_overloaded.inc();
-    call_error e(error_category::transient, "ENTITY_OVERLOADED",
-                 "entity " + s.key_str + " has " + std::to_string(s.queue.size()) +
-                   " calls waiting; retry later",
-                 429);
+    call_error e = problems::entity_overloaded.error("entity " + s.key_str + " has " +
+                                                     std::to_string(s.queue.size()) +
+                                                     " calls waiting; retry later");
     auto r = call_reply::failure(e);
     r.retry_after_ms = 1000;
     rp.deliver(std::move(r));

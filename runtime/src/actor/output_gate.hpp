@@ -73,10 +73,9 @@ class sync_ticketer {
 
 /// The reply of a call that a quarantined entity cannot answer truthfully.
 inline call_reply quarantine_reply(const status& why) {
-  call_error e(error_category::transient, "STORAGE_UNAVAILABLE",
-               "the entity's storage failed to sync (" + why.message() +
-                 "); nothing of this call is known durable. Retry with the same idempotency key",
-               503);
+  call_error e = problems::storage_unavailable.error(
+    "the entity's storage failed to sync (" + why.message() +
+    "); nothing of this call is known durable. Retry with the same idempotency key");
   auto r = call_reply::failure(e);
   r.retry_after_ms = quarantine_retry_after_ms;
   return r;

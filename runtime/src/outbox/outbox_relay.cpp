@@ -143,8 +143,7 @@ task<outbox_ack> outbox_relay::deliver(entity_context& ctx, outbox_sink_state& s
   }
   if (lost) { // the commit before it failed: the delivery never started
     sink.forget_trial();
-    throw call_error(error_category::transient, "STORAGE_UNAVAILABLE",
-                     "the commit before an outbox delivery failed", 503);
+    throw problems::storage_unavailable.error("the commit before an outbox delivery failed");
   }
   sink.record(ack, ctx.clock_ms());
   co_return ack;

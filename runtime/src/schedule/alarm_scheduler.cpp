@@ -79,7 +79,7 @@ void scheduler_scan(caf::stateful_actor<scheduler_state>* self, runtime_core* rt
     // that times out) is parked at the next scan; the runtime stopping is no failure.
     rt->route(e.key, call_request{"@wake", "", "", "", ""}, std::chrono::seconds(30),
               [rt, e](call_reply r) {
-                if (!r.ok && r.code != "UNAVAILABLE")
+                if (!r.ok && r.code != problems::unavailable.code)
                   rt->wake_failed(e, r.code + ": " + r.json().value("detail", std::string()));
               });
   }

@@ -21,8 +21,8 @@ namespace {
 schedule stored_spec(const schedule_record& row) {
   auto s = schedule::parse_text(row.spec, row.created_at_ms);
   if (!s)
-    throw call_error(error_category::data_integrity, "INVALID_SCHEDULE",
-                     "stored schedule " + row.name + ": " + s.error().message(), 500);
+    throw problems::invalid_schedule.error("stored schedule " + row.name + ": " +
+                                           s.error().message());
   return std::move(s.value());
 }
 
@@ -137,15 +137,15 @@ json paused_json(entity_store& store) {
 
 void entity_context::set_schedule(std::string name, const json& spec, json payload) {
   if (name.empty() || name[0] == '@' || name.size() > 118 || !valid_utf8(name))
-    throw client_error("INVALID_SCHEDULE",
-                       "schedule names must be 1 to 118 bytes of UTF-8 and not start with '@'");
+    throw problems::invalid_schedule.error(
+      "schedule names must be 1 to 118 bytes of UTF-8 and not start with '@'");
   int64_t now = now_ms(); // journaled: a replay computes the same next time
   auto s = schedule::parse(spec, now);
   if (!s)
-    throw client_error("INVALID_SCHEDULE", s.error().message());
+    throw problems::invalid_schedule.error(s.error().message());
   auto next = s->next_after(now);
   if (!next)
-    throw client_error("INVALID_SCHEDULE", "the schedule never fires");
+    throw problems::invalid_schedule.error("the schedule never fires");
   // A journaled turn's write: a replay finds it done (its row and alarm committed).
   auto* j = journal();
   if (j && j->replay("set_schedule", name))

@@ -20,10 +20,9 @@ bool method_pattern_covers(std::string_view pattern, std::string_view type,
 
 call_reply degraded_reply(const degradation_refusal& no, std::chrono::seconds retry_after,
                           const std::string& what) {
-  call_error e(error_category::transient, "DEGRADED",
-               what + " at degradation level " + std::to_string(no.level) + " (" +
-                 degradation_level_name(no.level) + "): feature " + no.feature + " is turned off",
-               503);
+  call_error e = problems::degraded.error(
+    what + " at degradation level " + std::to_string(no.level) + " (" +
+    degradation_level_name(no.level) + "): feature " + no.feature + " is turned off");
   e.details = {{"level", no.level},
                {"level_name", degradation_level_name(no.level)},
                {"feature", no.feature},

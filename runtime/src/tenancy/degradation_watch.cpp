@@ -189,11 +189,10 @@ void degradation_watch::store_floor(pending_floor f) {
     value = {{"level", *f.level}, {"reason", f.reason}, {"actor", f.actor}, {"at", rt_->now()}};
   auto st = floor_keeper()->set_degradation_floor(f.tenant, f.level ? value.dump() : "");
   if (!st)
-    return f.done(call_reply::failure(error_category::transient, "CLUSTER_UNAVAILABLE",
-                                      "the floor could not be stored in the cluster (nothing "
-                                      "changed): " +
-                                        st.message(),
-                                      503));
+    return f.done(
+      problems::cluster_unavailable.reply("the floor could not be stored in the cluster (nothing "
+                                          "changed): " +
+                                          st.message()));
   apply_floor(f.tenant, f.level, std::move(f.reason), std::move(f.actor), std::move(f.done));
 }
 
@@ -253,7 +252,7 @@ void degradation_watch::restore_floors() {
             std::chrono::seconds(30), [p](call_reply r) { p->set_value(std::move(r)); });
     auto r = f.get();
     if (!r.ok) {
-      if (r.code != "ENTITY_NOT_FOUND")
+      if (r.code != problems::entity_not_found.code)
         c.log_event({{"level", "error"},
                      {"event", "degradation_override_unread"},
                      {"tenant", tenant},
@@ -288,15 +287,13 @@ void runtime::set_degradation(const std::string& tenant, std::optional<int> leve
                               std::function<void(call_reply)> done) {
   auto& c = *impl_->core;
   if (!c.degradation.enabled())
-    return done(call_reply::failure(error_category::client, "DEGRADATION_NOT_ENABLED",
-                                    "degradation levels are not enabled in this server's "
-                                    "configuration",
-                                    409));
+    return done(
+      problems::degradation_not_enabled.reply("degradation levels are not enabled in this server's "
+                                              "configuration"));
   if (level && (*level < 0 || *level > max_degradation_level))
-    return done(call_reply::failure(error_category::client, "INVALID_ARGUMENT",
-                                    "level must be between 0 and 4, or null", 400));
+    return done(problems::invalid_argument.reply("level must be between 0 and 4, or null"));
   if (auto st = validate_key_part(tenant, "tenant"); !st)
-    return done(call_reply::failure(error_category::client, "INVALID_ARGUMENT", st.message(), 400));
+    return done(problems::invalid_argument.reply(st.message()));
   c.degradation_watcher.set_override(tenant, level, std::move(reason), std::move(actor),
                                      std::move(done));
 }

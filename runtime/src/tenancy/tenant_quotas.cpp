@@ -81,11 +81,10 @@ result<bool> reserve_entity(runtime_core& rt, const entity_key& key, tenant_acco
     auto n = acct.entities.load(std::memory_order_relaxed);
     if (acct.quota.max_entities && n >= *acct.quota.max_entities) {
       rt.tenants.refusals.inc(tenant_directory::entity_refusal);
-      call_error e(error_category::client, "TENANT_QUOTA_EXCEEDED",
-                   "tenant " + acct.name + " has " + std::to_string(n) + " entities of its " +
-                     "max_entities " + std::to_string(*acct.quota.max_entities) + ": entity " +
-                     key.to_string() + " is not created",
-                   429);
+      call_error e = problems::tenant_quota_exceeded.error(
+        "tenant " + acct.name + " has " + std::to_string(n) + " entities of its " +
+        "max_entities " + std::to_string(*acct.quota.max_entities) + ": entity " + key.to_string() +
+        " is not created");
       e.details = {{"quota", "max_entities"},
                    {"tenant", acct.name},
                    {"used", n},
@@ -458,11 +457,10 @@ std::optional<call_reply> refuse_write(runtime_core& rt, const tenant_meter& met
   if (used < *a.quota.max_bytes)
     return std::nullopt;
   rt.tenants.refusals.inc(tenant_directory::bytes_refusal);
-  call_error e(error_category::client, "TENANT_STORAGE_QUOTA_EXCEEDED",
-               "tenant " + a.name + " uses " + bytes_text(used) + " of its max_bytes " +
-                 bytes_text(*a.quota.max_bytes) +
-                 ": writes are refused until its entity files take less; reads still work",
-               507);
+  call_error e = problems::tenant_storage_quota_exceeded.error(
+    "tenant " + a.name + " uses " + bytes_text(used) + " of its max_bytes " +
+    bytes_text(*a.quota.max_bytes) +
+    ": writes are refused until its entity files take less; reads still work");
   e.details = {
     {"quota", "max_bytes"}, {"tenant", a.name}, {"used", used}, {"limit", *a.quota.max_bytes}};
   return call_reply::failure(e);

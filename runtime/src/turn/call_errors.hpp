@@ -1,19 +1,22 @@
-// call_errors.hpp (private): the one mapping from a store's status, and from whatever a handler
-// threw, to the call_error a caller sees. Pure functions; any thread.
+// call_errors.hpp (private): how a store's status, and whatever a handler threw, becomes the
+// call_error a caller sees, both through the error table (factum/entities/problems.hpp). Pure
+// functions; any thread.
 #pragma once
 
 #include <exception>
 #include <utility>
 
 #include "factum/entities/errors.hpp"
+#include "factum/entities/problems.hpp"
 #include "factum/error/status.hpp"
 
 namespace factum::detail {
 
-/// The call_error of a storage failure: corruption 500 ENTITY_STORAGE_CORRUPT; a full disk 503
-/// STORAGE_FULL, a read-only one 503 STORAGE_READ_ONLY, I/O errors and busy files 503
-/// STORAGE_UNAVAILABLE (these three retryable); a bad argument 400, absent 404, a conflict 409.
-call_error storage_error(const status& st);
+/// The call_error of a storage failure: problem_of(st.code()) with the status's message (e.g.
+/// corruption 500 ENTITY_STORAGE_CORRUPT; a full disk 503 STORAGE_FULL, retryable).
+inline call_error storage_error(const status& st) {
+  return problem_of(st.code()).error(st.message());
+}
 
 /// The call_error of whatever a handler threw: a call_error as it is, a JSON error 400
 /// INVALID_ARGUMENT, anything else 500 HANDLER_FAILED.

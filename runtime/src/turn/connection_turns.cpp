@@ -21,8 +21,7 @@ constexpr size_t max_tag_bytes = 64;
 constexpr size_t max_attachment_bytes = 4096;
 
 call_error bad_decision(const std::string& detail) {
-  return call_error(error_category::server, "INVALID_CONNECT_DECISION",
-                    "on_connect's decision is not valid: " + detail, 500);
+  return problems::invalid_connect_decision.error("on_connect's decision is not valid: " + detail);
 }
 
 /// Checks what on_connect decided and writes it as the turn's result.
@@ -69,8 +68,8 @@ bool is_connection_turn(const std::string& method) {
 
 void turn_runner::run_connection_turn(const std::string& method, const json& args) {
   if (!env_.type->websocket)
-    throw call_error(error_category::client, "WEBSOCKET_NOT_SUPPORTED",
-                     "entity type " + env_.key->type + " accepts no WebSocket connections", 404);
+    throw problems::websocket_not_supported.error("entity type " + env_.key->type +
+                                                  " accepts no WebSocket connections");
   auto& t = *turn_;
   // The handler keeps references to these across its awaits: they live in the turn's state.
   t.conn = connection_of(args);
@@ -91,8 +90,7 @@ void turn_runner::run_connection_turn(const std::string& method, const json& arg
     if (auto it = args.find("binary_b64"); it != args.end()) {
       auto bytes = base64_decode(it->get<std::string>());
       if (!bytes)
-        throw call_error(error_category::server, "INVALID_MESSAGE", "binary_b64 is not base64",
-                         500);
+        throw problems::invalid_message.error("binary_b64 is not base64");
       t.message = ws_message{true, std::move(*bytes)};
     } else {
       t.message = ws_message{false, args.at("text").get<std::string>()};

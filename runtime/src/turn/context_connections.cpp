@@ -16,10 +16,6 @@ constexpr size_t max_turn_frame_bytes = 16 * 1024 * 1024;
 /// A close frame's reason: at most 123 bytes (RFC 6455, 5.5).
 constexpr size_t max_close_reason = 123;
 
-call_error invalid(std::string code, std::string detail) {
-  return call_error(error_category::client, std::move(code), std::move(detail), 400);
-}
-
 size_t bytes_of(const std::vector<outgoing_frame>& frames) {
   size_t n = 0;
   for (auto& f : frames)
@@ -33,11 +29,11 @@ void entity_context::send(const std::string& conn_id, std::string message, bool 
   if (!env_.websocket)
     throw no_websockets();
   if (conn_id.empty())
-    throw invalid("INVALID_CONNECTION", "send needs a connection id");
+    throw problems::invalid_connection.error("send needs a connection id");
   if (!binary && !valid_utf8(message))
-    throw invalid("INVALID_MESSAGE", "a text message must be valid UTF-8; send it as binary");
+    throw problems::invalid_message.error("a text message must be valid UTF-8; send it as binary");
   if (bytes_of(frames_) + message.size() > max_turn_frame_bytes)
-    throw invalid("TOO_MANY_FRAMES", "a turn may send at most 16 MiB of frames");
+    throw problems::too_many_frames.error("a turn may send at most 16 MiB of frames");
   outgoing_frame f;
   f.what = binary ? outgoing_frame::kind::binary : outgoing_frame::kind::text;
   f.conn_id = conn_id;
@@ -49,9 +45,9 @@ void entity_context::broadcast(const std::string& tag, std::string message) {
   if (!env_.websocket)
     throw no_websockets();
   if (!valid_utf8(message))
-    throw invalid("INVALID_MESSAGE", "a text message must be valid UTF-8");
+    throw problems::invalid_message.error("a text message must be valid UTF-8");
   if (bytes_of(frames_) + message.size() > max_turn_frame_bytes)
-    throw invalid("TOO_MANY_FRAMES", "a turn may send at most 16 MiB of frames");
+    throw problems::too_many_frames.error("a turn may send at most 16 MiB of frames");
   outgoing_frame f;
   f.tag = tag;
   f.broadcast = true;
@@ -63,12 +59,13 @@ void entity_context::close(const std::string& conn_id, int code, std::string rea
   if (!env_.websocket)
     throw no_websockets();
   if (conn_id.empty())
-    throw invalid("INVALID_CONNECTION", "close needs a connection id");
+    throw problems::invalid_connection.error("close needs a connection id");
   if (code != 1000 && (code < 3000 || code > 4999))
-    throw invalid("INVALID_CLOSE_CODE",
-                  "a close code is 1000 or 3000-4999, not " + std::to_string(code));
+    throw problems::invalid_close_code.error("a close code is 1000 or 3000-4999, not " +
+                                             std::to_string(code));
   if (reason.size() > max_close_reason || !valid_utf8(reason))
-    throw invalid("INVALID_CLOSE_REASON", "a close reason is valid UTF-8 of at most 123 bytes");
+    throw problems::invalid_close_reason.error(
+      "a close reason is valid UTF-8 of at most 123 bytes");
   outgoing_frame f;
   f.what = outgoing_frame::kind::close;
   f.conn_id = conn_id;

@@ -341,7 +341,7 @@ json entity_context::journaled_sql(std::string_view q, const json& params, bool 
 
 void entity_context::set_alarm(std::string name, int64_t due_ms, json payload) {
   if (name.empty() || name[0] == '@')
-    throw client_error("INVALID_ALARM", "alarm names must be non-empty and not start with '@'");
+    throw problems::invalid_alarm.error("alarm names must be non-empty and not start with '@'");
   auto* j = journal();
   // The alarm's own run sets it again: the new occurrence waits for the run's end (turn::rearm),
   // and is taken again when a retry of the run replays this.
@@ -450,8 +450,7 @@ void entity_context::start_entity_call(const std::string& type, const std::strin
                                        std::function<void(call_reply)> done) {
   auto k = entity_key::make(env_.key->tenant, type, id);
   if (!k) {
-    done(
-      call_reply::failure(error_category::client, "INVALID_ENTITY_KEY", k.error().message(), 400));
+    done(problems::invalid_entity_key.reply(k.error().message()));
     return;
   }
   call_request req{std::move(method), std::move(args_json), std::move(opts.idempotency_key),

@@ -9,11 +9,10 @@ namespace factum::detail {
 using nlohmann::json;
 
 call_error journal_mismatch(const std::string& message) {
-  return call_error(error_category::data_integrity, "JOURNAL_MISMATCH",
-                    "the handler's replay diverged from its journal: " + message +
-                      ". A journaled handler must do the same steps in the same order when it "
-                      "runs again (docs/architecture.md, \"Durable execution\")",
-                    500);
+  return problems::journal_mismatch.error(
+    "the handler's replay diverged from its journal: " + message +
+    ". A journaled handler must do the same steps in the same order when it "
+    "runs again (docs/architecture.md, \"Durable execution\")");
 }
 
 std::string journal_key_of_call(std::string_view k) {

@@ -113,7 +113,7 @@ json turn_runner::read_internal(const std::string& method, const json& args, std
     return read_keys(store(), args, cursor);
   if (method == "@history")
     return read_history(store(), args);
-  throw not_found_error("METHOD_NOT_FOUND", "no internal method " + method);
+  throw problems::method_not_found.error("no internal method " + method);
 }
 
 call_reply turn_runner::run_shared(const call_request& req, bool& ran) {
@@ -124,8 +124,8 @@ call_reply turn_runner::run_shared(const call_request& req, bool& ran) {
       auto p = value_or_throw(store().peek_key(req.idempotency_key, req.fingerprint, now()));
       if (p.outcome == key_outcome::mismatch) {
         env_.stats->key_mismatches.inc();
-        return call_reply::failure(error_category::client, "IDEMPOTENCY_KEY_MISMATCH",
-                                   "this idempotency key was used with a different request", 422);
+        return problems::idempotency_key_mismatch.reply(
+          "this idempotency key was used with a different request");
       }
     }
     ran = true;

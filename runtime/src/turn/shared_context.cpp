@@ -7,10 +7,9 @@
 namespace factum::detail {
 
 call_error shared_read_only(const std::string& what) {
-  return call_error(error_category::data_integrity, "SHARED_CALL_READ_ONLY",
-                    "a shared (read-only) method may not " + what +
-                      ": declare the method exclusive (method_options::shared = false)",
-                    500);
+  return problems::shared_call_read_only.error(
+    "a shared (read-only) method may not " + what +
+    ": declare the method exclusive (method_options::shared = false)");
 }
 
 uint64_t shared_context::random() {

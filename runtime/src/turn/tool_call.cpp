@@ -661,12 +661,12 @@ json list_dead_letters(tool_host& h, const json& args) {
   if (args.contains("status")) {
     auto s = parse_dl_status(args.value("status", ""));
     if (!s)
-      throw client_error("INVALID_QUERY", s.error().message());
+      throw problems::invalid_query.error(s.error().message());
     filter = *s;
   }
   int64_t limit = args.value("limit", int64_t{100});
   if (limit < 1 || limit > 10000)
-    throw client_error("INVALID_QUERY", "limit must be between 1 and 10000");
+    throw problems::invalid_query.error("limit must be between 1 and 10000");
   auto r = h.store().list_dead_letters(filter, limit);
   if (!r)
     throw storage_error(r.error());
@@ -682,11 +682,11 @@ json operator_record(const json& args) {
     if (it == args.end() || it->is_null())
       return std::nullopt;
     if (!it->is_string() || it->get_ref<const std::string&>().size() > max)
-      throw client_error("INVALID_ARGUMENT", std::string(name) + " must be a string of at most " +
-                                               std::to_string(max) + " bytes");
+      throw problems::invalid_argument.error(std::string(name) + " must be a string of at most " +
+                                             std::to_string(max) + " bytes");
     if (has_control_char(it->get_ref<const std::string&>()))
-      throw client_error("INVALID_ARGUMENT",
-                         std::string(name) + " must not contain control characters");
+      throw problems::invalid_argument.error(std::string(name) +
+                                             " must not contain control characters");
     return it->get<std::string>();
   };
   json out = {{"actor", text("actor", 128).value_or("operator")}};
@@ -706,18 +706,18 @@ json act_on_dead_letter(tool_host& h, const json& args) {
   auto id = args.value("id", "");
   auto action = parse_dl_action(args.value("action", ""));
   if (!action)
-    throw client_error("INVALID_ACTION", "action must be retry, discard or acknowledge");
+    throw problems::invalid_action.error("action must be retry, discard or acknowledge");
   auto who = operator_record(args);
   auto r = h.store().get_dead_letter(id);
   if (!r) {
     if (r.error().code() == errc::not_found)
-      throw not_found_error("DEAD_LETTER_NOT_FOUND", "no dead letter " + id.substr(0, 128));
+      throw problems::dead_letter_not_found.error("no dead letter " + id.substr(0, 128));
     throw storage_error(r.error());
   }
   auto dl = std::move(r.value());
   auto next = apply_action(dl.status, *action);
   if (!next)
-    throw conflict_error("INVALID_DEAD_LETTER_TRANSITION", next.error().message());
+    throw problems::invalid_dead_letter_transition.error(next.error().message());
   auto from = dl.status;
   int64_t now = h.ctx().now_ms();
   dl.status = *next;
@@ -771,9 +771,9 @@ json act_on_breaker(tool_host& h, const json& args) {
   auto tool = args.value("tool", "");
   auto action = args.value("action", "");
   if (tool.empty() || tool.size() > 128)
-    throw client_error("INVALID_ARGUMENT", "tool must be 1 to 128 characters");
+    throw problems::invalid_argument.error("tool must be 1 to 128 characters");
   if (action != "force-open" && action != "reset" && action != "disable")
-    throw client_error("INVALID_ACTION", "action must be force-open, reset or disable");
+    throw problems::invalid_action.error("action must be force-open, reset or disable");
   auto who = operator_record(args);
   auto cfg = default_tool_config(h.config(), tool);
   auto& br = breaker_for(h, tool, cfg["breaker"]);

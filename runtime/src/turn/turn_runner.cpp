@@ -74,8 +74,8 @@ std::optional<call_reply> turn_runner::accept(const call_request& req, bool shar
   if (req.idempotency_key.empty() || shared || keys_in_flight_.insert(req.idempotency_key).second)
     return std::nullopt;
   env_.stats->key_conflicts.inc();
-  return call_reply::failure(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
-                             "a call with this idempotency key is still in flight", 409);
+  return problems::idempotency_key_in_use.reply(
+    "a call with this idempotency key is still in flight");
 }
 
 void turn_runner::answer(queued& item, call_reply r) {
@@ -121,8 +121,8 @@ std::optional<call_reply> turn_runner::check_key(const call_request& req, int64_
     break;
   case key_outcome::mismatch:
     stats.key_mismatches.inc();
-    return call_reply::failure(error_category::client, "IDEMPOTENCY_KEY_MISMATCH",
-                               "this idempotency key was used with a different request", 422);
+    return problems::idempotency_key_mismatch.reply(
+      "this idempotency key was used with a different request");
   case key_outcome::completed: {
     stats.replays.inc();
     auto r = call_reply::success(std::move(p->record.response));
@@ -147,10 +147,9 @@ std::optional<call_reply> turn_runner::check_key(const call_request& req, int64_
   if (!owner)
     return std::nullopt;
   stats.key_conflicts.inc();
-  call_error e(error_category::data_integrity, "IDEMPOTENCY_KEY_IN_USE",
-               "dead letter " + *owner +
-                 " holds this call: its retry runs it (see the entity's dead letters)",
-               409);
+  call_error e = problems::idempotency_key_in_use.error(
+    "dead letter " + *owner +
+    " holds this call: its retry runs it (see the entity's dead letters)");
   e.details["dead_letter_id"] = *owner;
   return call_reply::failure(e);
 }
@@ -219,8 +218,8 @@ void turn_runner::run_call() {
   }
   auto* m = env_.type->find(r.method);
   if (!m)
-    throw not_found_error("METHOD_NOT_FOUND",
-                          "entity type " + env_.key->type + " has no method " + r.method);
+    throw problems::method_not_found.error("entity type " + env_.key->type + " has no method " +
+                                           r.method);
   if (!r.idempotency_key.empty())
     start_journal(journal_key_of_call(r.idempotency_key), t.resumed);
   start_task(m->fn(*instance_, *ctx_, std::move(args)),
@@ -296,8 +295,8 @@ void turn_runner::run_dead_letter_retry() {
   }
   const method_def* m = env_.type->find(dl->operation);
   if (!m || !payload.is_object())
-    throw not_found_error("METHOD_NOT_FOUND",
-                          "dead letter " + dl->id + " names no method of " + env_.key->type);
+    throw problems::method_not_found.error("dead letter " + dl->id + " names no method of " +
+                                           env_.key->type);
   // The original call again, with its idempotency key (its config version stays locked in the
   // dead letter and in the tool's config rows).
   t.info.method = dl->operation;
@@ -391,7 +390,7 @@ json turn_runner::run_internal(const std::string& method, const json& args) {
                       json{{"shared", true}, {"retryable", args.value("retryable", false)}});
     return nullptr;
   }
-  throw not_found_error("METHOD_NOT_FOUND", "no internal method " + method);
+  throw problems::method_not_found.error("no internal method " + method);
 }
 
 // -- awaits -------------------------------------------------------------------------------------
@@ -539,7 +538,7 @@ call_reply turn_runner::finish_failed(const call_error& ce) {
     else
       append_error_fact(ce, "", json::object());
     bool keyed_call = t.item.kind == turn_kind::call && !t.info.idempotency_key.empty();
-    bool mismatch = ce.code() == "JOURNAL_MISMATCH";
+    bool mismatch = ce.code() == problems::journal_mismatch.code;
     if (mismatch)
       env_.stats->journal_mismatches.inc();
     if (keyed_call && mismatch) {

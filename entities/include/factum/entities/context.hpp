@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "factum/entities/call.hpp"
+#include "factum/entities/problems.hpp"
 #include "factum/entities/task.hpp"
 #include "factum/entities/websocket.hpp"
 #include "factum/storage/entity_key.hpp"
@@ -95,10 +96,9 @@ template <class T> class async_op {
   void await_suspend(std::coroutine_handle<> h);
   T await_resume() {
     if (!*slot_)
-      throw call_error(error_category::transient, "STORAGE_UNAVAILABLE",
-                       "the commit of what the handler wrote before this await failed; the "
-                       "awaited operation did not start",
-                       503);
+      throw problems::storage_unavailable.error(
+        "the commit of what the handler wrote before this await failed; the "
+        "awaited operation did not start");
     return std::move(**slot_);
   }
 
@@ -234,10 +234,9 @@ class context {
 };
 
 inline call_error context::no_websockets() {
-  return call_error(error_category::client, "WEBSOCKET_NOT_SUPPORTED",
-                    "this context has no WebSocket connections (a shared call, or an entity type "
-                    "without websocket options)",
-                    400);
+  return problems::websocket_not_supported.error(
+    "this context has no WebSocket connections (a shared call, or an entity type "
+    "without websocket options)");
 }
 
 template <class T> void async_op<T>::await_suspend(std::coroutine_handle<> h) {

@@ -1,5 +1,6 @@
 // factum/entities/errors.hpp: the error taxonomy (seven categories, each with its retry rule and
-// default HTTP status) and call_error, the exception a handler throws to fail a call. Plain
+// default HTTP status; the category of an HTTP status) and call_error, the exception a handler
+// throws to fail a call. factum's own failures are the error table's (problems.hpp). Plain
 // values; any thread.
 #pragma once
 
@@ -33,11 +34,34 @@ bool retryable(error_category c, bool idempotent = true) noexcept;
 /// The HTTP status a failure of this category maps to by default.
 int default_http_status(error_category c) noexcept;
 
-/// The category of a refusal known only by its HTTP status (the gateway's own, before any
-/// entity runs): 401/403 authorization, 402 budget, 408/429/503/504/507 transient, 409
-/// data_integrity, other 4xx client, other 5xx server. The other direction of
-/// default_http_status, kept beside it.
-error_category category_of_status(int http_status) noexcept;
+/// The category of a failure known only by its HTTP status: the one place that decides it, for
+/// the error table's entries (problems.hpp) and for a tool's answer (the resilience classifier).
+/// 401/403 authorization, 402 budget, 408/429/503/504 transient, 409 data_integrity, other 4xx
+/// client, other 5xx server; a status that is no error status (1xx-3xx, out of range) says
+/// nothing of a failure: external. The other direction of default_http_status, kept beside it.
+///
+/// 507 (Insufficient Storage) is `server`, not `transient`: nothing says the answering server's
+/// storage will have room soon (it has no Retry-After to give), so it is retried only when
+/// idempotent, as a 500 is; factum's own 507 (TENANT_STORAGE_QUOTA_EXCEEDED) is `client` in the
+/// error table, since only less data or a larger quota lets a retry through.
+constexpr error_category category_of_status(int http_status) noexcept {
+  switch (http_status) {
+  case 401:
+  case 403: return error_category::authorization;
+  case 402: return error_category::budget;
+  case 408:
+  case 429:
+  case 503:
+  case 504: return error_category::transient;
+  case 409: return error_category::data_integrity;
+  default: break;
+  }
+  if (http_status >= 400 && http_status <= 499)
+    return error_category::client;
+  if (http_status >= 500 && http_status <= 599)
+    return error_category::server;
+  return error_category::external;
+}
 
 /// A failed call: thrown by handlers, stored for terminal failures, carried to callers.
 class call_error : public std::runtime_error {

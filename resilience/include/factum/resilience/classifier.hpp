@@ -88,7 +88,8 @@ struct classification_override {
   friend bool operator==(const classification_override&, const classification_override&) = default;
 };
 
-/// Maps failures onto the taxonomy. Without overrides it follows this table:
+/// Maps failures onto the taxonomy. Without overrides it follows this table (its category column
+/// is category_of_status's, factum/entities/errors.hpp: 507 is server like any other 5xx):
 ///
 /// | HTTP status              | category       | code         | reason          | retried    |
 /// |--------------------------|----------------|--------------|-----------------|------------|

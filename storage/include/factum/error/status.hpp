@@ -1,5 +1,6 @@
 // factum/error/status.hpp: status and result<T>, the error currency of every factum library (the
-// store, the runtime, the cluster, the tools). Plain value types; any thread.
+// store, the runtime, the cluster, the tools). How a status is answered over HTTP is the error
+// table's (factum/entities/problems.hpp). Plain value types; any thread.
 #pragma once
 
 #include <cassert>
@@ -10,7 +11,9 @@
 
 namespace factum {
 
-/// Stable error codes. Their names (to_string) appear in problem+json bodies and CLI messages.
+/// Stable error codes. Their names (to_string) appear in logs and CLI messages; an HTTP answer
+/// carries the problem code the error table maps them to (problem_of in
+/// factum/entities/problems.hpp).
 enum class errc {
   ok = 0,
   invalid_argument, ///< bad input from a caller (key, filter, fact field)
