@@ -5,8 +5,6 @@
 // written.
 #include <doctest/doctest.h>
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -16,6 +14,9 @@
 
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/wal_archive.hpp"
+#include "support/child_process.hpp"
+#include "support/file_bytes.hpp"
+#include "support/store_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -27,14 +28,7 @@ namespace {
 
 const entity_key key{"acme", "ledger", "a1"};
 
-store_options archive_opts(const fs::path& root, bool deferred = false) {
-  store_options o;
-  o.data_dir = root / "data";
-  o.archive_dir = root / "archive";
-  o.defer_sync = deferred;
-  o.wal_kept_on_close_kib = 0; // every close checkpoints: the next open starts a new generation
-  return o;
-}
+using test::archive_opts;
 
 /// One commit: a key and `facts` facts, as a turn writes them; synced unless `sync` is false.
 void commit_turn(entity_store& s, const std::string& k, int facts = 2, bool sync = true) {
@@ -232,13 +226,10 @@ TEST_CASE("archive: a mirror that lost its tail (power cut) is trimmed and caugh
 
 namespace {
 
-/// The entity file's bytes; written back into the same file (same inode), or put in its place
-/// as a new file (a rename, as a rollback or a restore does).
-std::string file_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test::file_bytes;
 
+/// An entity file's bytes (file_bytes) written back into the same file (same inode), or put in
+/// its place as a new file (a rename, as a rollback or a restore does).
 void write_back(const fs::path& db, const std::string& bytes, bool new_file) {
   for (const char* suffix : {"-wal", "-shm"})
     fs::remove(db.string() + suffix);
@@ -336,12 +327,8 @@ TEST_CASE("archive: a writer SIGKILLed mid-stream leaves an archive whose every 
   test::temp_dir tmp;
   auto o = archive_opts(tmp.path(), false);
   o.wal_kept_on_close_kib = 64;
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
+  test::child_process child;
+  REQUIRE(child.run([&](int report) {
     auto r = entity_store::open(o, key);
     if (!r)
       _exit(2);
@@ -357,19 +344,15 @@ TEST_CASE("archive: a writer SIGKILLed mid-stream leaves an archive whose every 
         _exit(4);
       if (t % 200 == 199 && !s.checkpoint())
         _exit(5);
-      if (write(fds[1], &t, sizeof t) != sizeof t)
+      if (write(report, &t, sizeof t) != sizeof t)
         _exit(6);
     }
     _exit(0);
-  }
-  close(fds[1]);
+  }));
   int64_t t = -1, acked = -1;
-  while (acked < 700 && read(fds[0], &t, sizeof t) == sizeof t)
+  while (acked < 700 && read(child.reports(), &t, sizeof t) == sizeof t)
     acked = t;
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  close(fds[0]);
+  child.kill_now();
   REQUIRE(acked >= 700);
   auto pts = points(tmp.path());
   REQUIRE(pts.size() >= 2);

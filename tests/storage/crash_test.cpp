@@ -5,7 +5,6 @@
 // the hash chain verifies. Several rounds on the same file.
 #include <doctest/doctest.h>
 
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/spare_pool.hpp"
+#include "support/child_process.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -75,27 +75,17 @@ void crash_rounds(int reopen_every, unsigned seed) {
   std::set<int64_t> acked;
   for (int round = 0; round < 5; ++round) {
     o.mode = round % 2 ? durability::full : durability::normal;
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      close(fds[0]);
-      child_writer(o, fds[1], next_txn, reopen_every);
-    }
-    close(fds[1]);
+    test::child_process child;
+    REQUIRE(child.run([&](int report) { child_writer(o, report, next_txn, reopen_every); }));
     int target = std::uniform_int_distribution<int>(5, 150)(rng);
     int64_t t = 0;
     int seen = 0;
-    while (seen < target && read(fds[0], &t, sizeof t) == sizeof t) {
+    while (seen < target && read(child.reports(), &t, sizeof t) == sizeof t) {
       acked.insert(t);
       ++seen;
     }
-    kill(pid, SIGKILL);
-    int wst = 0;
-    waitpid(pid, &wst, 0);
-    close(fds[0]);
-    CHECK(WIFSIGNALED(wst));
+    child.kill_now();
+    CHECK(WIFSIGNALED(child.status()));
     REQUIRE(seen == target);
 
     auto r = entity_store::open(o, entity_key{"acme", "ledger", "crash"});
@@ -157,12 +147,8 @@ void creation_storm(bool spares, unsigned seed) {
   int64_t next = 0;
   for (int round = 0; round < 5; ++round) {
     o.mode = round % 2 ? durability::full : durability::normal;
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      close(fds[0]);
+    test::child_process child;
+    REQUIRE(child.run([&](int report) {
       if (spares) {
         auto pool = spare_pool::start(o.data_dir, 4);
         if (!pool)
@@ -174,24 +160,20 @@ void creation_storm(bool spares, unsigned seed) {
         if (!r)
           _exit(2);
         r.value().reset();
-        if (write(fds[1], &i, sizeof i) != sizeof i)
+        if (write(report, &i, sizeof i) != sizeof i)
           _exit(3);
       }
-    }
-    close(fds[1]);
+    }));
     int target = std::uniform_int_distribution<int>(3, 40)(rng);
     int64_t i = 0;
-    for (int seen = 0; seen < target && read(fds[0], &i, sizeof i) == sizeof i; ++seen)
+    for (int seen = 0; seen < target && read(child.reports(), &i, sizeof i) == sizeof i; ++seen)
       acked.insert(i);
-    kill(pid, SIGKILL);
-    int wst = 0;
-    waitpid(pid, &wst, 0);
+    child.kill_now();
     // The child may have run ahead of the reads above (the pipe buffers its acknowledgements):
     // what it wrote before the kill is acknowledged too, and the creation cut short is the one
     // after the last of them.
-    while (read(fds[0], &i, sizeof i) == sizeof i)
+    while (read(child.reports(), &i, sizeof i) == sizeof i)
       acked.insert(i);
-    close(fds[0]);
     next = i + 2;
     // Every file present opens, names its own entity and verifies, or is a spare renamed into
     // place for the entity the child was creating (e<i+1>) and not yet claimed; every

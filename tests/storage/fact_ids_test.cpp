@@ -79,11 +79,11 @@ TEST_CASE("fact ids: a file rebuilt as of an earlier commit numbers the facts af
   std::vector<std::string> rolled_away;
   fact_id_history replaced;
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     append_n(*s, 3);
     s.reset(); // the close folds the WAL into the file
     REQUIRE(entity_store::copy_files(live, bookmark).is_ok()); // the entity as of seq 3
-    s = open_ok(o);
+    s = open_ok(o, key());
     append_n(*s, 3);
     auto ids = ids_of(*s);
     rolled_away.assign(ids.begin() + 3, ids.end());
@@ -132,8 +132,8 @@ TEST_CASE("fact ids: a file rebuilt as of an earlier commit numbers the facts af
     CHECK(r->verify().value().ok);
     // A fact id edited behind the store's back is caught by verify.
     r.reset();
-    REQUIRE(raw_exec(at5, "DROP TRIGGER facts_no_update") == SQLITE_OK);
-    REQUIRE(raw_exec(at5, "UPDATE facts SET fact_id='" + rolled_away[0] + "' WHERE seq=4") ==
+    REQUIRE(raw_exec_factum(at5, "DROP TRIGGER facts_no_update") == SQLITE_OK);
+    REQUIRE(raw_exec_factum(at5, "UPDATE facts SET fact_id='" + rolled_away[0] + "' WHERE seq=4") ==
             SQLITE_OK);
     auto v = entity_store::open_file(at5, o).value()->verify().value();
     CHECK(v.first_bad_seq == 4); // (the missing trigger is a problem too, of no seq)
@@ -151,18 +151,18 @@ TEST_CASE("fact ids: a hostile file whose last fact has the largest seq is repor
   o.wal_kept_on_close_kib = 0;
   auto file = key().file_path(o.data_dir);
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     append_n(*s, 1);
   }
   // A copy of fact 1 at seq 2^63 - 1, written behind the store's back.
   std::string err;
-  REQUIRE_MESSAGE(raw_exec(file,
-                           "CREATE TEMP TABLE t AS SELECT * FROM facts WHERE seq=1; "
-                           "UPDATE t SET seq=9223372036854775807, fact_id='fct_hostile'; "
-                           "INSERT INTO facts SELECT * FROM t",
-                           &err) == SQLITE_OK,
+  REQUIRE_MESSAGE(raw_exec_factum(file,
+                                  "CREATE TEMP TABLE t AS SELECT * FROM facts WHERE seq=1; "
+                                  "UPDATE t SET seq=9223372036854775807, fact_id='fct_hostile'; "
+                                  "INSERT INTO facts SELECT * FROM t",
+                                  &err) == SQLITE_OK,
                   err);
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   CHECK(s->last_seq() == std::numeric_limits<int64_t>::max());
   auto rep = s->verify();
   REQUIRE(rep.is_ok());

@@ -5,7 +5,6 @@
 // history's check in verify().
 #include <doctest/doctest.h>
 
-#include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,7 +16,8 @@
 #include <vector>
 
 #include "factum/storage/entity_store.hpp"
-#include "support/raw_sql.hpp"
+#include "support/child_process.hpp"
+#include "support/store_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -27,25 +27,12 @@ namespace fence_test {
 
 namespace {
 
-store_options opts_for(const fs::path& dir) {
-  store_options o;
-  o.data_dir = dir;
-  return o;
-}
+using test::draft;
+using test::open_ok;
+using test::opts_for;
+using test::raw_exec_factum;
 
 const entity_key the_key{"acme", "ledger", "fenced"};
-
-std::unique_ptr<entity_store> open_ok(const store_options& o) {
-  auto r = entity_store::open(o, the_key);
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
-}
-
-fact_draft draft(std::string type) {
-  fact_draft d;
-  d.type = std::move(type);
-  return d;
-}
 
 /// One append and its commit; the first error.
 status write_one(entity_store& s, const char* type = "invocation") {
@@ -55,39 +42,26 @@ status write_one(entity_store& s, const char* type = "invocation") {
   return s.commit();
 }
 
-/// Rows of `sql` on the file, read through a connection of its own (factum's VFS: the
-/// wal-index of a file open in this process is in its memory), each row's columns joined by ' '.
-std::vector<std::string> raw_rows(const fs::path& file, const std::string& sql) {
+/// Rows of `sql` on the file (test::raw_rows: factum's VFS, as the wal-index of a file open in
+/// this process is in its memory), each row's columns joined by ' '.
+std::vector<std::string> joined_rows(const fs::path& file, const std::string& sql) {
   std::vector<std::string> out;
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, entity_store::default_vfs()) ==
-          SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK);
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  for (auto& columns : test::raw_rows(file, sql)) {
     std::string row;
-    for (int i = 0; i < sqlite3_column_count(st); ++i) {
-      auto t = sqlite3_column_text(st, i);
-      row += (i ? " " : "") + std::string(t ? reinterpret_cast<const char*>(t) : "NULL");
-    }
+    for (size_t i = 0; i < columns.size(); ++i)
+      row += (i ? " " : "") + columns[i];
     out.push_back(row);
   }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
   return out;
-}
-
-int raw_exec(const fs::path& file, const std::string& sql, std::string* err = nullptr) {
-  return test::raw_exec(file, sql, err, entity_store::default_vfs());
 }
 
 /// "epoch node first_seq" of each row of the owner history, oldest first.
 std::vector<std::string> history(const fs::path& file) {
-  return raw_rows(file, "SELECT epoch, node, first_seq FROM owners ORDER BY epoch");
+  return joined_rows(file, "SELECT epoch, node, first_seq FROM owners ORDER BY epoch");
 }
 
 int64_t facts_on_disk(const fs::path& file) {
-  return std::stoll(raw_rows(file, "SELECT COUNT(*) FROM facts")[0]);
+  return std::stoll(joined_rows(file, "SELECT COUNT(*) FROM facts")[0]);
 }
 
 /// A fault hook that counts the statements a store runs through it (store_options::fault), to
@@ -113,14 +87,14 @@ TEST_CASE("fence: a write of a store whose claim was superseded is refused and l
   auto ao = o;
   ao.fault = a_statements.hook();
   ao.busy_timeout_ms = 0; // a refused write must not even wait for the lock
-  auto a = open_ok(ao);
+  auto a = open_ok(ao, the_key);
   auto file = a->path();
   CHECK(a->owner_epoch() == 0);
   REQUIRE(a->claim_owner(5, "n1").is_ok());
   CHECK(a->owner_epoch() == 5);
   REQUIRE(write_one(*a).is_ok());
 
-  auto b = open_ok(o);
+  auto b = open_ok(o, the_key);
   REQUIRE(b->claim_owner(7, "n2").is_ok());
   CHECK(history(file) == std::vector<std::string>{"5 n1 1", "7 n2 2"});
 
@@ -171,7 +145,7 @@ TEST_CASE("fence: a write of a store whose claim was superseded is refused and l
   CHECK(history(file).size() == 2);
 
   // A third node claims a newer epoch: a row appended, from the next seq; B is refused now.
-  auto c = open_ok(o);
+  auto c = open_ok(o, the_key);
   REQUIRE(c->claim_owner(9, "n3").is_ok());
   CHECK(history(file) == std::vector<std::string>{"5 n1 1", "7 n2 2", "9 n3 3"});
   CHECK(b->append(draft("late")).error().code() == errc::not_owner);
@@ -195,7 +169,7 @@ TEST_CASE("fence: a claim waits for a batch begun before it, that batch commits 
           "the claim follows it, and the next batch of the old owner is refused") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
-  auto a = open_ok(o);
+  auto a = open_ok(o, the_key);
   auto file = a->path();
   REQUIRE(a->claim_owner(5, "n1").is_ok());
   REQUIRE(a->begin_batch().is_ok());
@@ -204,7 +178,7 @@ TEST_CASE("fence: a claim waits for a batch begun before it, that batch commits 
   // With no busy timeout the claim answers BUSY at once: A's lock is held, and nothing changed.
   auto impatient = o;
   impatient.busy_timeout_ms = 0;
-  auto b0 = open_ok(impatient);
+  auto b0 = open_ok(impatient, the_key);
   CHECK(b0->claim_owner(7, "n2").code() == errc::busy);
   CHECK(b0->owner_epoch() == 0);
   CHECK(history(file) == std::vector<std::string>{"5 n1 1"});
@@ -223,7 +197,7 @@ TEST_CASE("fence: a claim waits for a batch begun before it, that batch commits 
     }
     return SQLITE_OK;
   };
-  auto b = open_ok(patient); // opens, then the claim below is its first BEGIN IMMEDIATE
+  auto b = open_ok(patient, the_key); // opens, then the claim below is its first BEGIN IMMEDIATE
   told = false;
   auto claim = std::async(std::launch::async, [&] { return b->claim_owner(7, "n2"); });
   reached.wait();
@@ -245,10 +219,10 @@ TEST_CASE("fence: a fenced store that claims a newer epoch reads the chain head 
           "left and appends after it") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
-  auto a = open_ok(o);
+  auto a = open_ok(o, the_key);
   REQUIRE(a->claim_owner(1, "n1").is_ok());
   REQUIRE(write_one(*a).is_ok());
-  auto b = open_ok(o);
+  auto b = open_ok(o, the_key);
   REQUIRE(b->claim_owner(2, "n2").is_ok());
   REQUIRE(write_one(*b).is_ok());
   REQUIRE(write_one(*b).is_ok());
@@ -269,7 +243,7 @@ TEST_CASE("fence: claims refuse bad arguments, a batch in progress and a read-on
           "change nothing") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
-  auto s = open_ok(o);
+  auto s = open_ok(o, the_key);
   CHECK(s->claim_owner(0, "n1").code() == errc::invalid_argument);
   CHECK(s->claim_owner(-3, "n1").code() == errc::invalid_argument);
   CHECK(s->claim_owner(1, "").code() == errc::invalid_argument);
@@ -281,7 +255,7 @@ TEST_CASE("fence: claims refuse bad arguments, a batch in progress and a read-on
   CHECK(history(s->path()).empty());
   auto ro = o;
   ro.read_only = true;
-  auto r = open_ok(ro);
+  auto r = open_ok(ro, the_key);
   CHECK(r->claim_owner(1, "n1").code() == errc::read_only);
   auto claiming_ro = ro;
   claiming_ro.owner_epoch = 1;
@@ -298,16 +272,17 @@ TEST_CASE("fence: claims refuse bad arguments, a batch in progress and a read-on
 
 TEST_CASE("fence: the owner history is append-only, also through raw SQL") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), the_key);
   REQUIRE(s->claim_owner(4, "n1").is_ok());
   auto file = s->path();
   std::string err;
-  CHECK(raw_exec(file, "UPDATE owners SET epoch=40", &err) == SQLITE_CONSTRAINT);
+  CHECK(raw_exec_factum(file, "UPDATE owners SET epoch=40", &err) == SQLITE_CONSTRAINT);
   CHECK(err.find("append-only") != std::string::npos);
-  CHECK(raw_exec(file, "DELETE FROM owners") == SQLITE_CONSTRAINT);
-  CHECK(raw_exec(file, "INSERT INTO owners VALUES (3, 'n0', 1, 1)", &err) == SQLITE_CONSTRAINT);
+  CHECK(raw_exec_factum(file, "DELETE FROM owners") == SQLITE_CONSTRAINT);
+  CHECK(raw_exec_factum(file, "INSERT INTO owners VALUES (3, 'n0', 1, 1)", &err) ==
+        SQLITE_CONSTRAINT);
   CHECK(err.find("greater than every epoch") != std::string::npos);
-  CHECK(raw_exec(file, "INSERT INTO owners VALUES (5, '', 1, 1)") == SQLITE_CONSTRAINT);
+  CHECK(raw_exec_factum(file, "INSERT INTO owners VALUES (5, '', 1, 1)") == SQLITE_CONSTRAINT);
   CHECK(history(file) == std::vector<std::string>{"4 n1 1"});
 }
 
@@ -316,7 +291,7 @@ TEST_CASE("fence: a store opened without a claim writes a claimed file as before
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, the_key);
     REQUIRE(s->claim_owner(7, "n2").is_ok());
     REQUIRE(write_one(*s).is_ok());
   }
@@ -325,7 +300,7 @@ TEST_CASE("fence: a store opened without a claim writes a claimed file as before
   statement_counter plain, claimed;
   auto po = o;
   po.fault = plain.hook();
-  auto s = open_ok(po);
+  auto s = open_ok(po, the_key);
   CHECK(s->owner_epoch() == 0);
   int at = plain();
   REQUIRE(write_one(*s).is_ok());
@@ -340,7 +315,7 @@ TEST_CASE("fence: a store opened without a claim writes a claimed file as before
   test::temp_dir other;
   auto fresh_opts = opts_for(other.path());
   fresh_opts.fault = claimed.hook();
-  auto fresh = open_ok(fresh_opts); // a file never claimed: the same count
+  auto fresh = open_ok(fresh_opts, the_key); // a file never claimed: the same count
   at = claimed();
   REQUIRE(write_one(*fresh).is_ok());
   CHECK(claimed() - at == per_write);
@@ -350,7 +325,7 @@ TEST_CASE("fence: an open that claims takes the file and releases its pending ke
           "claim's transaction, one under an older epoch fails NOT_OWNER and keeps them") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
-  auto owner = open_ok(o);
+  auto owner = open_ok(o, the_key);
   REQUIRE(owner->claim_owner(8, "n1").is_ok());
   REQUIRE(owner->begin_key("in-flight", "fp", 0, now_ms()).is_ok()); // a call awaiting a reply
   REQUIRE(owner->commit().is_ok());
@@ -362,7 +337,7 @@ TEST_CASE("fence: an open that claims takes the file and releases its pending ke
   auto r = entity_store::open(stale, the_key);
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.error().code() == errc::not_owner);
-  CHECK(raw_rows(file, "SELECT status FROM idempotency_keys WHERE key='in-flight'") ==
+  CHECK(joined_rows(file, "SELECT status FROM idempotency_keys WHERE key='in-flight'") ==
         std::vector<std::string>{"pending"});
   CHECK(history(file) == std::vector<std::string>{"8 n1 1"});
   // The owner goes on, its key intact.
@@ -373,10 +348,10 @@ TEST_CASE("fence: an open that claims takes the file and releases its pending ke
   auto newer = o;
   newer.owner_epoch = 9;
   newer.owner_node = "n2";
-  auto s = open_ok(newer);
+  auto s = open_ok(newer, the_key);
   CHECK(s->owner_epoch() == 9);
   CHECK(s->released_on_open() == 1);
-  CHECK(raw_rows(file, "SELECT key FROM idempotency_keys WHERE status='pending'").empty());
+  CHECK(joined_rows(file, "SELECT key FROM idempotency_keys WHERE status='pending'").empty());
   CHECK(history(file) == std::vector<std::string>{"8 n1 1", "9 n2 1"});
   CHECK(owner->complete_key("second", "{}").code() == errc::not_owner);
   REQUIRE(write_one(*s).is_ok());
@@ -386,12 +361,8 @@ TEST_CASE("fence: a claimant killed mid-stream leaves its epoch in the file, the
           "claims past it and the history verifies") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
+  test::child_process child;
+  REQUIRE(child.run([&](int report) {
     auto r = entity_store::open(o, the_key);
     if (!r || !r.value()->claim_owner(3, "child"))
       _exit(2);
@@ -401,25 +372,22 @@ TEST_CASE("fence: a claimant killed mid-stream leaves its epoch in the file, the
     for (int64_t i = 1;; ++i) {
       if (!s.append(draft("invocation")) || !s.commit())
         _exit(4);
-      if (write(fds[1], &i, sizeof i) != sizeof i)
+      if (write(report, &i, sizeof i) != sizeof i)
         _exit(5);
     }
-  }
-  close(fds[1]);
+  }));
   int64_t acked = 0;
-  for (int seen = 0; seen < 20 && read(fds[0], &acked, sizeof acked) == sizeof acked; ++seen) {
+  for (int seen = 0; seen < 20 && read(child.reports(), &acked, sizeof acked) == sizeof acked;
+       ++seen) {
   }
-  kill(pid, SIGKILL);
-  int wst = 0;
-  waitpid(pid, &wst, 0);
-  close(fds[0]);
-  CHECK(WIFSIGNALED(wst));
+  child.kill_now();
+  CHECK(WIFSIGNALED(child.status()));
   REQUIRE(acked == 20);
 
   auto mine = o;
   mine.owner_epoch = 4;
   mine.owner_node = "parent";
-  auto s = open_ok(mine);
+  auto s = open_ok(mine, the_key);
   CHECK(s->released_on_open() == 1); // the dead owner's pending key
   int64_t left = s->last_seq();
   CHECK(left >= acked);
@@ -445,7 +413,7 @@ TEST_CASE("fence: a file of the format before owner histories migrates on open w
   old.target_schema_version = 5;
   fs::path file;
   {
-    auto s = open_ok(old);
+    auto s = open_ok(old, the_key);
     CHECK(s->schema_version() == 5);
     REQUIRE(write_one(*s).is_ok());
     CHECK(s->claim_owner(1, "n1").code() == errc::invalid_argument); // no history at version 5
@@ -454,12 +422,12 @@ TEST_CASE("fence: a file of the format before owner histories migrates on open w
   {
     auto ro = opts_for(tmp.path());
     ro.read_only = true;
-    auto s = open_ok(ro); // read as it is: no owners table, no history
+    auto s = open_ok(ro, the_key); // read as it is: no owners table, no history
     CHECK(s->schema_version() == 5);
     CHECK(s->owners()->empty());
     CHECK(s->info()->owner_epoch == 0);
   }
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), the_key);
   CHECK(s->schema_version() == current_schema_version);
   CHECK(s->owners()->empty());
   REQUIRE(s->claim_owner(2, "n1").is_ok());
@@ -477,7 +445,7 @@ TEST_CASE("fence: a claim whose COMMIT fails leaves no row and no claim, and ret
   o.fault = [&](uint64_t, std::string_view sql) {
     return armed && sql == "COMMIT" ? SQLITE_IOERR_FSYNC : SQLITE_OK;
   };
-  auto s = open_ok(o);
+  auto s = open_ok(o, the_key);
   REQUIRE(write_one(*s).is_ok());
   armed = true;
   auto st = s->claim_owner(5, "n1");
@@ -505,7 +473,7 @@ TEST_CASE(
     }
     return SQLITE_OK;
   };
-  auto s = open_ok(o);
+  auto s = open_ok(o, the_key);
   REQUIRE(s->claim_owner(5, "n1").is_ok());
   CHECK(syncs == 1);
   REQUIRE(s->claim_owner(5, "n1").is_ok()); // a re-claim writes nothing, syncs nothing
@@ -527,19 +495,19 @@ TEST_CASE(
 
 TEST_CASE("fence: verify reports an owner history edited behind the store's back") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), the_key);
   REQUIRE(s->claim_owner(2, "n1").is_ok());
   REQUIRE(write_one(*s).is_ok());
   REQUIRE(write_one(*s).is_ok());
   REQUIRE(s->claim_owner(5, "n2").is_ok());
   auto file = s->path();
   s.reset();
-  REQUIRE(raw_exec(file, "DROP TRIGGER owners_no_update; DROP TRIGGER owners_increase; "
-                         "UPDATE owners SET first_seq=9 WHERE epoch=2; "
-                         "INSERT INTO owners VALUES (7, 'n3', 2, 1)") == SQLITE_OK);
+  REQUIRE(raw_exec_factum(file, "DROP TRIGGER owners_no_update; DROP TRIGGER owners_increase; "
+                                "UPDATE owners SET first_seq=9 WHERE epoch=2; "
+                                "INSERT INTO owners VALUES (7, 'n3', 2, 1)") == SQLITE_OK);
   auto ro = opts_for(tmp.path());
   ro.read_only = true;
-  auto r = open_ok(ro);
+  auto r = open_ok(ro, the_key);
   auto v = r->verify();
   REQUIRE(v.is_ok());
   CHECK_FALSE(v->ok);

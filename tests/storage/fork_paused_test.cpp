@@ -16,7 +16,7 @@ TEST_CASE("fork: alarms and schedules are copied paused and scheduled dead lette
   o.wal_kept_on_close_kib = 0;
   int64_t now = now_ms();
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     REQUIRE(s->set_alarm({"tick", now + 1000, R"({"n":1})", 0, now}).is_ok());
     REQUIRE(s->set_alarm({"@purge_keys", now + 5000, "{}", 0, now}).is_ok());
     REQUIRE(s->set_alarm({"@dl:dl_1", now + 2000, "{}", 0, now}).is_ok());

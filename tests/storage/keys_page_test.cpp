@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "factum/storage/entity_store.hpp"
+#include "support/store_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -14,15 +15,10 @@ namespace keys_page_test {
 
 namespace {
 
-const entity_key key{"acme", "ledger", "keys"};
+using test::open_ok;
+using test::opts_for;
 
-std::unique_ptr<entity_store> open_ok(const std::filesystem::path& dir) {
-  store_options o;
-  o.data_dir = dir;
-  auto r = entity_store::open(o, key);
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
-}
+const entity_key key{"acme", "ledger", "keys"};
 
 std::vector<std::string> names(const std::vector<idempotency_record>& rs) {
   std::vector<std::string> out;
@@ -35,7 +31,7 @@ std::vector<std::string> names(const std::vector<idempotency_record>& rs) {
 
 TEST_CASE("idempotency keys: pages in key order after a cursor, saying whether more follow") {
   test::temp_dir tmp;
-  auto s = open_ok(tmp.path());
+  auto s = open_ok(opts_for(tmp.path()), key);
   // Inserted out of order, created at times that do not follow the key order.
   int64_t t = 100;
   for (const char* k : {"k-3", "k-1", "k-5", "k-2", "k-4"})

@@ -15,6 +15,7 @@
 
 #include "factum/storage/entity_store.hpp"
 #include "file/ofd_file.hpp"
+#include "support/child_process.hpp"
 #include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -70,21 +71,15 @@ sqlite3* open_db_in_child(const fs::path& path, const char* vfs) {
 }
 
 /// Waits for the forked child and checks that it exited with status 0.
-void expect_child_ok(pid_t pid) {
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+void expect_child_ok(factum::test::child_process& child) {
+  REQUIRE(child.wait());
+  CHECK(WIFEXITED(child.status()));
+  CHECK(WEXITSTATUS(child.status()) == 0);
 }
 
-/// Parent and child exchange one byte per step.
+/// Parent and child exchange one byte per step, on the child's pipes (child_process: the child
+/// reports on one and reads the parent's words on the other).
 struct channel {
-  int to_child[2];
-  int to_parent[2];
-  channel() {
-    REQUIRE(::pipe(to_child) == 0);
-    REQUIRE(::pipe(to_parent) == 0);
-  }
   static void put(int fd) {
     char c = 1;
     (void)!::write(fd, &c, 1);
@@ -95,23 +90,22 @@ struct channel {
   }
 };
 
-/// Forks a process that opens `path` on SQLite's "unix" VFS and runs `first` (or exits with 2),
-/// tells the parent through `ch`, waits for the parent's word, and then exits with 0 when `then`
-/// succeeds on its connection, else 3. The parent waits for the first word before it returns.
+/// Forks `child`, a process that opens `path` on SQLite's "unix" VFS and runs `first` (or exits
+/// with 2), tells the parent so, waits for the parent's word (child.tell()), and then exits with 0
+/// when `then` succeeds on its connection, else 3. The parent waits for the first word before it
+/// returns.
 template <class Then>
-pid_t fork_unix_holder(const fs::path& path, const char* first, channel& ch, Then then) {
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+void fork_unix_holder(const fs::path& path, const char* first, factum::test::child_process& child,
+                      Then then) {
+  REQUIRE(child.run([&](int report, int words) {
     sqlite3* c = open_unix_in_child(path, 0);
     if (exec(c, first) != SQLITE_OK)
       _exit(2);
-    channel::put(ch.to_parent[1]);
-    channel::get(ch.to_child[0]);
+    channel::put(report);
+    channel::get(words);
     _exit(then(c) ? 0 : 3);
-  }
-  REQUIRE(channel::get(ch.to_parent[0]));
-  return pid;
+  }));
+  REQUIRE(channel::get(child.reports()));
 }
 
 } // namespace
@@ -176,14 +170,14 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock a rollbac
 
   // The other process holds the write lock: factum's connection is refused, then gets it.
   {
-    channel ch;
-    pid_t pid = fork_unix_holder(path, "BEGIN IMMEDIATE", ch, [](sqlite3* c) {
+    factum::test::child_process child;
+    fork_unix_holder(path, "BEGIN IMMEDIATE", child, [](sqlite3* c) {
       return exec(c, "INSERT INTO t VALUES (1)") == SQLITE_OK && exec(c, "COMMIT") == SQLITE_OK;
     });
     sqlite3* p = open_db(path, vfs);
     CHECK(exec(p, "BEGIN IMMEDIATE") == SQLITE_BUSY);
-    channel::put(ch.to_child[1]);
-    expect_child_ok(pid);
+    child.tell();
+    expect_child_ok(child);
     REQUIRE(exec(p, "BEGIN IMMEDIATE") == SQLITE_OK);
     CHECK(count(p) == 1);
     REQUIRE(exec(p, "COMMIT") == SQLITE_OK);
@@ -194,12 +188,10 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock a rollbac
   {
     sqlite3* p = open_db(path, vfs);
     REQUIRE(exec(p, "BEGIN IMMEDIATE") == SQLITE_OK);
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      _exit(exec(open_unix_in_child(path, 0), "BEGIN IMMEDIATE") == SQLITE_BUSY ? 0 : 3);
-    }
-    expect_child_ok(pid);
+    factum::test::child_process child;
+    REQUIRE(child.run(
+      [&] { _exit(exec(open_unix_in_child(path, 0), "BEGIN IMMEDIATE") == SQLITE_BUSY ? 0 : 3); }));
+    expect_child_ok(child);
     REQUIRE(exec(p, "COMMIT") == SQLITE_OK);
     sqlite3_close(p);
   }
@@ -208,20 +200,19 @@ TEST_CASE("ofd locks: factum's VFS and another process's unix VFS lock a rollbac
   constexpr int rows = 300;
   sqlite3* p = open_db(path, vfs);
   sqlite3_busy_timeout(p, 10'000);
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  factum::test::child_process child;
+  REQUIRE(child.run([&] {
     sqlite3* c = open_unix_in_child(path, 10'000);
     for (int i = 0; i < rows; ++i)
       if (exec(c, "INSERT INTO t VALUES ('child')") != SQLITE_OK)
         _exit(3);
     sqlite3_close(c);
     _exit(0);
-  }
+  }));
   int failed = 0;
   for (int i = 0; i < rows; ++i)
     failed += exec(p, "INSERT INTO t VALUES ('parent')") != SQLITE_OK ? 1 : 0;
-  expect_child_ok(pid);
+  expect_child_ok(child);
   CHECK(failed == 0);
   CHECK(count(p) == 1 + 2 * rows);
   sqlite3_stmt* st = nullptr;
@@ -240,28 +231,27 @@ TEST_CASE("ofd shm: while a process of factum has a WAL database open, another p
   {
     sqlite3* p = open_db(path, vfs);
     REQUIRE(exec(p, "INSERT INTO t VALUES (1)") == SQLITE_OK); // attached: DMS byte held
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
+    factum::test::child_process child;
+    REQUIRE(child.run([&] {
       sqlite3* c = open_unix_in_child(path, 0);
       int rc = exec(c, "SELECT count(*) FROM t") & 0xff;
       _exit(rc == SQLITE_BUSY || rc == SQLITE_PROTOCOL ? 0 : 3);
-    }
-    expect_child_ok(pid);
+    }));
+    expect_child_ok(child);
     CHECK(count(p) == 1); // and factum's connection goes on
     sqlite3_close(p);
   }
   // Closed: the other process reads and writes it, and while it holds it open (with its -shm
   // mapped), factum's connection is the one refused.
-  channel ch;
-  pid_t pid = fork_unix_holder(path, "INSERT INTO t VALUES (2)", ch,
-                               [](sqlite3* c) { return sqlite3_close(c) == SQLITE_OK; });
+  factum::test::child_process child;
+  fork_unix_holder(path, "INSERT INTO t VALUES (2)", child,
+                   [](sqlite3* c) { return sqlite3_close(c) == SQLITE_OK; });
   sqlite3* p = open_db(path, vfs);
   int rc = exec(p, "SELECT count(*) FROM t") & 0xff;
   CHECK((rc == SQLITE_BUSY || rc == SQLITE_PROTOCOL));
   sqlite3_close(p);
-  channel::put(ch.to_child[1]);
-  expect_child_ok(pid);
+  child.tell();
+  expect_child_ok(child);
   p = open_db(path, vfs);
   CHECK(count(p) == 2);
   sqlite3_close(p);
@@ -295,17 +285,15 @@ TEST_CASE("ofd shm: a forked child does not inherit its parent's wal-index: it i
   auto path = make_db(tmp.path(), "forked.db", "WAL");
   sqlite3* p = open_db(path, vfs);
   REQUIRE(exec(p, "INSERT INTO t VALUES (1)") == SQLITE_OK); // attached: the index is made
-  channel ch;
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  factum::test::child_process child;
+  REQUIRE(child.run([&](int report, int words) {
     sqlite3* c = open_db_in_child(path, vfs);
     int rc = exec(c, "SELECT count(*) FROM t") & 0xff;
     if (rc != SQLITE_BUSY && rc != SQLITE_PROTOCOL)
       _exit(3); // a copy of the parent's index would have let it in
     sqlite3_close(c);
-    channel::put(ch.to_parent[1]);
-    channel::get(ch.to_child[0]);
+    channel::put(report);
+    channel::get(words);
     c = open_db_in_child(path, vfs);
     sqlite3_stmt* st = nullptr;
     bool ok = sqlite3_prepare_v2(c, "SELECT count(*) FROM t", -1, &st, nullptr) == SQLITE_OK &&
@@ -313,12 +301,11 @@ TEST_CASE("ofd shm: a forked child does not inherit its parent's wal-index: it i
     sqlite3_finalize(st);
     sqlite3_close(c);
     _exit(ok ? 0 : 4);
-  }
-  ::close(ch.to_parent[1]); // a child that died gives end of file, not a wait forever
-  ::close(ch.to_child[0]);
-  REQUIRE(channel::get(ch.to_parent[0]));
+  }));
+  // (The child's ends are closed here: a child that died gives end of file, not a wait forever.)
+  REQUIRE(channel::get(child.reports()));
   REQUIRE(exec(p, "INSERT INTO t VALUES (2)") == SQLITE_OK);
   sqlite3_close(p);
-  channel::put(ch.to_child[1]);
-  expect_child_ok(pid);
+  child.tell();
+  expect_child_ok(child);
 }

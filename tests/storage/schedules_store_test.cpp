@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "factum/storage/entity_store.hpp"
+#include "support/store_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -12,19 +13,10 @@ namespace schedules_store_test {
 
 namespace {
 
-store_options opts_for(const std::filesystem::path& dir) {
-  store_options o;
-  o.data_dir = dir;
-  return o;
-}
+using test::open_ok;
+using test::opts_for;
 
 const entity_key key{"acme", "ledger", "sched"};
-
-std::unique_ptr<entity_store> open_ok(const store_options& o) {
-  auto r = entity_store::open(o, key);
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
-}
 
 schedule_record row(std::string name, int64_t next) {
   schedule_record s;
@@ -42,14 +34,14 @@ schedule_record row(std::string name, int64_t next) {
 TEST_CASE("schedules store: a schedule is put, replaced, listed by name and deleted") {
   test::temp_dir tmp;
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key);
     REQUIRE(s->put_schedule(row("b", 120'000)).is_ok());
     auto a = row("a", 60'000);
     a.last_ms = 0;
     REQUIRE(s->put_schedule(a).is_ok());
     REQUIRE(s->commit().is_ok());
   }
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key);
   auto all = s->list_schedules();
   REQUIRE(all.is_ok());
   REQUIRE(all->size() == 2);
@@ -79,7 +71,7 @@ TEST_CASE("schedules store: a schedule is put, replaced, listed by name and dele
 
 TEST_CASE("schedules store: a turn that fails takes its schedule writes with it") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key);
   REQUIRE(s->begin_turn().is_ok());
   REQUIRE(s->put_schedule(row("kept", 60'000)).is_ok());
   REQUIRE(s->end_turn(true).is_ok());
@@ -98,7 +90,7 @@ TEST_CASE("schedules store: migration 8 gives a version-7 file an empty schedule
   auto o = opts_for(tmp.path());
   o.target_schema_version = 7; // the last version without the schedules table
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key);
     CHECK(s->schema_version() == 7);
     CHECK(s->put_schedule(row("x", 1)).code() == errc::invalid_argument);
     REQUIRE(s->commit().is_ok());
@@ -106,13 +98,13 @@ TEST_CASE("schedules store: migration 8 gives a version-7 file an empty schedule
   {
     auto ro = opts_for(tmp.path());
     ro.read_only = true;
-    auto s = open_ok(ro);
+    auto s = open_ok(ro, key);
     CHECK(s->schema_version() == 7);
     REQUIRE(s->list_schedules().is_ok());
     CHECK(s->list_schedules()->empty());
     CHECK(s->get_schedule("x").error().code() == errc::not_found);
   }
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key);
   CHECK(s->schema_version() == current_schema_version);
   CHECK(s->list_schedules()->empty());
   REQUIRE(s->put_schedule(row("x", 1)).is_ok());

@@ -570,16 +570,16 @@ TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") 
   auto o = opts_for(tmp.path());
   fs::path file;
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     file = s->path();
   }
-  REQUIRE(raw_exec(file, "PRAGMA user_version=99") == SQLITE_OK);
+  REQUIRE(raw_exec_factum(file, "PRAGMA user_version=99") == SQLITE_OK);
   auto r = entity_store::open(o, key());
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.error().code() == errc::newer_schema);
 
   auto foreign = tmp.path() / "foreign.db";
-  REQUIRE(raw_exec(foreign, "CREATE TABLE t(x)") == SQLITE_OK);
+  REQUIRE(raw_exec_factum(foreign, "CREATE TABLE t(x)") == SQLITE_OK);
   auto r2 = entity_store::open_file(foreign, o);
   REQUIRE_FALSE(r2.is_ok());
   CHECK(r2.error().code() == errc::not_factum_file);
@@ -593,7 +593,7 @@ TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") 
     CAPTURE(sql);
     auto versioned = tmp.path() / "versioned.db";
     fs::remove(versioned);
-    REQUIRE(raw_exec(versioned, sql) == SQLITE_OK);
+    REQUIRE(raw_exec_factum(versioned, sql) == SQLITE_OK);
     auto r = entity_store::open_file(versioned, o);
     REQUIRE_FALSE(r.is_ok());
     CHECK(r.error().code() == errc::not_factum_file);
@@ -617,7 +617,7 @@ TEST_CASE("schema: newer, foreign, garbage and missing files are clear errors") 
   auto other = key("b1").file_path(tmp.path());
   fs::create_directories(other.parent_path());
   fs::copy_file(key("a1").file_path(tmp.path()), other);
-  REQUIRE(raw_exec(other, "PRAGMA user_version=2") == SQLITE_OK);
+  REQUIRE(raw_exec_factum(other, "PRAGMA user_version=2") == SQLITE_OK);
   auto r5 = entity_store::open(o, key("b1"));
   REQUIRE_FALSE(r5.is_ok());
   CHECK(r5.error().code() == errc::corruption);
@@ -628,7 +628,7 @@ TEST_CASE("read-only stores: immutable mode creates no -wal or -shm and changes 
   fs::path file;
   auto w = opts_for(tmp.path());
   {
-    auto s = open_ok(w);
+    auto s = open_ok(w, key());
     REQUIRE(s->append(draft("invocation")).is_ok());
     REQUIRE(s->commit().is_ok());
     file = s->path();
@@ -644,13 +644,13 @@ TEST_CASE("read-only stores: immutable mode creates no -wal or -shm and changes 
   CHECK(r.error().code() == errc::invalid_argument);
   CHECK(r.error().message().find("-wal") != std::string::npos);
   w.wal_kept_on_close_kib = 0; // a close that checkpoints and empties the WAL
-  open_ok(w).reset();
+  open_ok(w, key()).reset();
   // The emptied companions a clean close keeps: untouched.
   REQUIRE(fs::file_size(wal) == 0);
   REQUIRE(fs::file_size(shm) == 0);
   auto wal_time = fs::last_write_time(wal), shm_time = fs::last_write_time(shm);
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     CHECK(s->last_seq() == 1);
     CHECK(s->verify()->ok);
   }
@@ -663,7 +663,7 @@ TEST_CASE("read-only stores: immutable mode creates no -wal or -shm and changes 
   fs::remove(wal);
   fs::remove(shm);
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     CHECK(s->last_seq() == 1);
   }
   CHECK_FALSE(fs::exists(wal));

@@ -12,7 +12,7 @@ namespace {
 void check_facts_on_disk(const fs::path& file, const store_options& o, int n) {
   CHECK(raw_rows(file, "SELECT count(*) FROM facts") ==
         std::vector<std::vector<std::string>>{{std::to_string(n)}});
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   CHECK(s->last_seq() == n);
   CHECK(s->verify()->ok);
 }
@@ -26,7 +26,7 @@ TEST_CASE("store files: a closed entity keeps its -wal emptied and its -shm (nev
   o.wal_kept_on_close_kib = 0; // every close checkpoints (a small WAL is kept: next test)
   fs::path file;
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     REQUIRE(s->append(draft("invocation")).is_ok());
     REQUIRE(s->commit().is_ok());
     file = s->path();
@@ -38,7 +38,7 @@ TEST_CASE("store files: a closed entity keeps its -wal emptied and its -shm (nev
   CHECK(fs::file_size(shm) == 0); // only its DMS byte is used, as a lock
   auto wal_inode = inode_of(wal), shm_inode = inode_of(shm);
   for (int round = 0; round < 3; ++round) {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     REQUIRE(s->append(draft("invocation")).is_ok());
     REQUIRE(s->commit().is_ok());
     CHECK(fs::file_size(shm) == 0); // the wal-index is in the process's memory
@@ -56,13 +56,13 @@ TEST_CASE("store files: the connections of one process share one wal-index: a re
           "after the writer closes, and sees its last commit") {
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
-  auto writer = open_ok(o);
+  auto writer = open_ok(o, key());
   REQUIRE(writer->append(draft("invocation")).is_ok());
   REQUIRE(writer->commit().is_ok());
   fs::path shm = writer->path().string() + "-shm";
   auto ro = o;
   ro.read_only = true;
-  auto reader = open_ok(ro);
+  auto reader = open_ok(ro, key());
   REQUIRE(reader->verify()->ok);
   REQUIRE(writer->append(draft("invocation")).is_ok());
   REQUIRE(writer->commit().is_ok());
@@ -82,7 +82,7 @@ TEST_CASE("store files: a close keeps a small WAL with its frames and no sync, c
   auto o = opts_for(tmp.path()); // durability full: each commit syncs the WAL
   fs::path file;
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     REQUIRE(s->append(draft("invocation")).is_ok());
     REQUIRE(s->commit().is_ok());
     file = s->path();
@@ -98,7 +98,7 @@ TEST_CASE("store files: a close keeps a small WAL with its frames and no sync, c
   CHECK(raw_rows(file, "SELECT count(*) FROM facts") ==
         std::vector<std::vector<std::string>>{{"1"}});
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     CHECK(s->last_seq() == 1);
     for (int i = 0; i < 10; ++i) { // ~600 KiB of WAL
       for (int j = 0; j < 30; ++j)
@@ -118,13 +118,13 @@ TEST_CASE("store files: a close keeps a small WAL with its frames and no sync, c
 TEST_CASE("read-only stores read and refuse writes") {
   test::temp_dir tmp;
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     REQUIRE(s->append(draft("invocation")).is_ok());
     REQUIRE(s->commit().is_ok());
   }
   auto o = opts_for(tmp.path());
   o.read_only = true;
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   CHECK(s->last_seq() == 1);
   CHECK(s->verify()->ok);
   CHECK(s->append(draft("x")).error().code() == errc::read_only);
@@ -138,7 +138,7 @@ TEST_CASE("read-only stores read and refuse writes") {
 
 TEST_CASE("tenant SQL: own u_* tables, read-only queries, system tables refused") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   using nlohmann::json;
   REQUIRE(s->tenant_sql("CREATE TABLE u_items(name TEXT, qty INTEGER)", json(), false).is_ok());
   REQUIRE(
@@ -170,7 +170,7 @@ TEST_CASE("faults: a failed COMMIT rolls the batch back and the store recovers")
   o.fault = [&](uint64_t, std::string_view sql) {
     return armed && sql == "COMMIT" ? SQLITE_FULL : SQLITE_OK;
   };
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   REQUIRE(s->append(draft("a")).is_ok());
   REQUIRE(s->commit().is_ok());
   auto head = s->head_hash();
@@ -190,7 +190,7 @@ TEST_CASE("faults: a failed COMMIT rolls the batch back and the store recovers")
   CHECK(c->prev_hash == head);
   REQUIRE(s->commit().is_ok());
   s.reset();
-  auto s2 = open_ok(opts_for(tmp.path()));
+  auto s2 = open_ok(opts_for(tmp.path()), key());
   CHECK(s2->last_seq() == 2);
   CHECK(s2->get(2)->type == "c");
   CHECK(s2->get_key("kb").error().code() == errc::not_found);
@@ -204,7 +204,7 @@ TEST_CASE("faults: a failed RELEASE of a turn leaves it to be rolled back, facts
   o.fault = [&](uint64_t, std::string_view what) {
     return armed && what == "RELEASE turn" ? SQLITE_IOERR_WRITE : SQLITE_OK;
   };
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   REQUIRE(s->append(draft("a")).is_ok());
   REQUIRE(s->begin_turn().is_ok());
   REQUIRE(s->begin_key("k1", "fp", 0, now_ms()).is_ok());
@@ -229,7 +229,7 @@ TEST_CASE("faults: an injected IOERR on a fact insert fails only that append") {
   o.fault = [&](uint64_t, std::string_view what) {
     return armed && what == "append fact" ? SQLITE_IOERR_WRITE : SQLITE_OK;
   };
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   REQUIRE(s->append(draft("a")).is_ok());
   armed = true;
   auto r = s->append(draft("b"));
@@ -250,7 +250,7 @@ TEST_CASE(
   std::string old_id;
   fs::path file;
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     old_id = s->append(draft("invocation")).value().fact_id;
     REQUIRE(s->commit().is_ok());
     file = s->path();
@@ -274,7 +274,7 @@ TEST_CASE(
           .empty());
   CHECK(meta_value(file, "fact_id_prefix") == "(absent)");
   // Without the fault the same file migrates, and its fact is still found by its old id.
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   CHECK(s->schema_version() == current_schema_version);
   CHECK(s->get(old_id)->seq == 1);
   CHECK(s->verify()->ok);
@@ -284,7 +284,7 @@ TEST_CASE("faults: a full disk (max_page_count) fails the write and leaves a val
   test::temp_dir tmp;
   auto o = opts_for(tmp.path());
   o.max_page_count = 64; // 256 KiB
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   std::string blob(2000, 'x');
   status last;
   int64_t committed = 0;
@@ -302,7 +302,7 @@ TEST_CASE("faults: a full disk (max_page_count) fails the write and leaves a val
   CHECK(s->last_seq() == committed);
   (void)s->rollback();
   s.reset();
-  auto s2 = open_ok(opts_for(tmp.path()));
+  auto s2 = open_ok(opts_for(tmp.path()), key());
   CHECK(s2->last_seq() == committed);
   CHECK(s2->verify()->ok);
 }
@@ -376,7 +376,7 @@ TEST_CASE("alarm index: a damaged index is set aside and rebuilt from the entity
 
 TEST_CASE("idempotency keys: record_key stores a finished key in one statement") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   REQUIRE(s->record_key("done", key_status::completed, "fp", R"({"ok":1})", 1000, 100).is_ok());
   auto r = s->peek_key("done", "fp", 200);
   REQUIRE(r.is_ok());
@@ -406,7 +406,7 @@ TEST_CASE("deferred sync: commit without fsync, sync() from another thread, chec
       ++syncs;
     return SQLITE_OK;
   };
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   for (int i = 0; i < 50; ++i) {
     REQUIRE(s->append(draft("a", {{"i", i}})).is_ok());
     REQUIRE(s->commit().is_ok());
@@ -422,7 +422,7 @@ TEST_CASE("deferred sync: commit without fsync, sync() from another thread, chec
   REQUIRE(s->checkpoint().is_ok());
   CHECK(s->wal_frames() == 0);
   s.reset();
-  auto s2 = open_ok(opts_for(tmp.path()));
+  auto s2 = open_ok(opts_for(tmp.path()), key());
   CHECK(s2->last_seq() == 51);
   CHECK(s2->verify()->ok);
 }
@@ -432,7 +432,7 @@ TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the 
   auto o = opts_for(tmp.path());
   o.defer_sync = true; // durability full (opts_for)
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     sync_counter::reset();
     for (int round = 0; round < 2; ++round) {
       // A commit into a new WAL generation (the first after the open, then the first after a
@@ -457,7 +457,7 @@ TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the 
   CHECK(sync_counter::wal() == 0);
   CHECK(sync_counter::db() == 0);
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     CHECK(s->last_seq() == 7); // the kept frame is read back
     REQUIRE(s->append(draft("a")).is_ok());
     REQUIRE(s->commit().is_ok());
@@ -466,13 +466,13 @@ TEST_CASE("deferred sync: commits never sync inside SQLite, checkpoints and the 
   } // with none kept, the close checkpoints: with its syncs
   o.wal_kept_on_close_kib = 0;
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     CHECK(s->last_seq() == 8);
     sync_counter::reset();
   }
   CHECK(sync_counter::wal() >= 1);
   CHECK(sync_counter::db() >= 1);
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   CHECK(s->last_seq() == 8);
   CHECK(s->verify()->ok);
 }
@@ -484,7 +484,7 @@ TEST_CASE("deferred sync: a checkpoint through its own connection runs beside th
   o.defer_sync = true; // durability full (opts_for)
   int64_t n = 0;
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     auto append_commit = [&] {
       REQUIRE(s->append(draft("a", {{"i", n}})).is_ok());
       REQUIRE(s->commit().is_ok());
@@ -511,12 +511,12 @@ TEST_CASE("deferred sync: a checkpoint through its own connection runs beside th
     CHECK(s->wal_frames() < frames / 4);
     CHECK(s->last_seq() == n);
   }
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   CHECK(s->last_seq() == 51);
   CHECK(s->verify()->ok);
   auto ro = o;
   ro.read_only = true;
-  CHECK(open_ok(ro)->checkpoint_concurrently().error().code() == errc::invalid_argument);
+  CHECK(open_ok(ro, key())->checkpoint_concurrently().error().code() == errc::invalid_argument);
 }
 
 TEST_CASE("auto_checkpoint off: no commit checkpoints past 1,000 WAL frames (durability "
@@ -559,7 +559,7 @@ TEST_CASE("deferred sync: an injected fsync failure is reported") {
   o.fault = [](uint64_t, std::string_view what) {
     return what == "sync" ? SQLITE_IOERR_FSYNC : SQLITE_OK;
   };
-  auto s = open_ok(o);
+  auto s = open_ok(o, key());
   REQUIRE(s->append(draft("a")).is_ok());
   REQUIRE(s->commit().is_ok());
   auto st = s->sync();

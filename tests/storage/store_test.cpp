@@ -66,7 +66,7 @@ TEST_CASE("ids: time_ordered_id is the prefix, 12 hex digits of the millisecond,
 
 TEST_CASE("facts: appended with contiguous seq and a valid hash chain") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   CHECK(s->last_seq() == 0);
   CHECK(s->head_hash() == genesis_hash);
   std::vector<fact> got;
@@ -90,7 +90,7 @@ TEST_CASE("facts: appended with contiguous seq and a valid hash chain") {
   // Reopen: the head is restored from the file.
   auto head = s->head_hash();
   s.reset();
-  auto s2 = open_ok(opts_for(tmp.path()));
+  auto s2 = open_ok(opts_for(tmp.path()), key());
   CHECK(s2->last_seq() == 10);
   CHECK(s2->head_hash() == head);
 }
@@ -124,7 +124,7 @@ TEST_CASE("facts: canonical serialization equals sorted-key JSON without the has
 
 TEST_CASE("facts: validation refuses bad fields and writes nothing") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   auto bad = [&](fact_draft d) {
     auto r = s->append(d);
     CHECK_FALSE(r.is_ok());
@@ -153,7 +153,7 @@ TEST_CASE("facts: validation refuses bad fields and writes nothing") {
 
 TEST_CASE("facts: queries filter by every field, with limit and order") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   for (int i = 1; i <= 30; ++i) {
     auto d = draft(i % 3 == 0 ? "error" : "invocation");
     d.subtype = i % 2 ? "odd" : "even";
@@ -222,23 +222,24 @@ TEST_CASE("facts: UPDATE and DELETE are refused even through raw SQL") {
   test::temp_dir tmp;
   fs::path file;
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     REQUIRE(s->append(draft("invocation")).is_ok());
     REQUIRE(s->append(draft("outcome")).is_ok());
     REQUIRE(s->commit().is_ok());
     file = s->path();
   }
   std::string err;
-  CHECK(raw_exec(file, "UPDATE facts SET data='{\"x\":1}' WHERE seq=1", &err) != SQLITE_OK);
+  CHECK(raw_exec_factum(file, "UPDATE facts SET data='{\"x\":1}' WHERE seq=1", &err) != SQLITE_OK);
   CHECK(err.find("immutable") != std::string::npos);
-  CHECK(raw_exec(file, "DELETE FROM facts WHERE seq=2", &err) != SQLITE_OK);
-  CHECK(raw_exec(file, "UPDATE configs SET body='{}'") == SQLITE_OK); // no rows: nothing to stop
-  auto s = open_ok(opts_for(tmp.path()));
+  CHECK(raw_exec_factum(file, "DELETE FROM facts WHERE seq=2", &err) != SQLITE_OK);
+  CHECK(raw_exec_factum(file, "UPDATE configs SET body='{}'") ==
+        SQLITE_OK); // no rows: nothing to stop
+  auto s = open_ok(opts_for(tmp.path()), key());
   REQUIRE(s->put_config("retry", R"({"max":3})").is_ok());
   REQUIRE(s->commit().is_ok());
   s.reset();
-  CHECK(raw_exec(file, "UPDATE configs SET body='{}'") != SQLITE_OK);
-  CHECK(raw_exec(file, "DELETE FROM configs") != SQLITE_OK);
+  CHECK(raw_exec_factum(file, "UPDATE configs SET body='{}'") != SQLITE_OK);
+  CHECK(raw_exec_factum(file, "DELETE FROM configs") != SQLITE_OK);
 }
 
 TEST_CASE("verify: a fact inserted behind the store's back breaks the chain at its seq") {
@@ -247,15 +248,15 @@ TEST_CASE("verify: a fact inserted behind the store's back breaks the chain at i
   test::temp_dir tmp;
   fs::path file;
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     REQUIRE(s->append(draft("invocation")).is_ok());
     REQUIRE(s->append(draft("outcome")).is_ok());
     REQUIRE(s->commit().is_ok());
     file = s->path();
   }
-  REQUIRE(raw_exec(file, "INSERT INTO facts(seq, fact_id, type, ts, data, prev_hash, hash) "
-                         "VALUES (3, 'fct_forged', 'a', 1, '{}', 'p', 'h')") == SQLITE_OK);
-  auto s = open_ok(opts_for(tmp.path()));
+  REQUIRE(raw_exec_factum(file, "INSERT INTO facts(seq, fact_id, type, ts, data, prev_hash, hash) "
+                                "VALUES (3, 'fct_forged', 'a', 1, '{}', 'p', 'h')") == SQLITE_OK);
+  auto s = open_ok(opts_for(tmp.path()), key());
   auto v = s->verify();
   REQUIRE(v.is_ok());
   CHECK_FALSE(v->ok);
@@ -273,7 +274,7 @@ TEST_CASE("schema: queries by type and subtype are served by indexes, in seq ord
   test::temp_dir tmp;
   fs::path file;
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     file = s->path();
   }
   auto plan = [&](const char* where) {
@@ -295,15 +296,15 @@ TEST_CASE("verify: detects a fact edited behind the store's back, naming its seq
   test::temp_dir tmp;
   fs::path file;
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     for (int i = 0; i < 5; ++i)
       REQUIRE(s->append(draft("invocation", {{"n", i}})).is_ok());
     REQUIRE(s->commit().is_ok());
     file = s->path();
   }
-  REQUIRE(raw_exec(file, "DROP TRIGGER facts_no_update") == SQLITE_OK);
+  REQUIRE(raw_exec_factum(file, "DROP TRIGGER facts_no_update") == SQLITE_OK);
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     auto v = s->verify();
     REQUIRE(v.is_ok());
     CHECK_FALSE(v->ok);
@@ -311,18 +312,19 @@ TEST_CASE("verify: detects a fact edited behind the store's back, naming its seq
     CHECK(v->first_bad_seq == 0);
   }
   // With the trigger still missing, an edited row is found too.
-  REQUIRE(raw_exec(file, "UPDATE facts SET data='{\"n\":77}' WHERE seq=2") == SQLITE_OK);
+  REQUIRE(raw_exec_factum(file, "UPDATE facts SET data='{\"n\":77}' WHERE seq=2") == SQLITE_OK);
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     auto v = s->verify();
     REQUIRE(v.is_ok());
     CHECK(v->first_bad_seq == 2);
     CHECK(v->problems.size() == 2);
   }
-  REQUIRE(raw_exec(file, "UPDATE facts SET data='{\"n\":99}' WHERE seq=3") == SQLITE_OK);
-  REQUIRE(raw_exec(file, "CREATE TRIGGER facts_no_update BEFORE UPDATE ON facts BEGIN SELECT "
-                         "RAISE(ABORT, 'facts are immutable: UPDATE refused'); END") == SQLITE_OK);
-  auto s = open_ok(opts_for(tmp.path()));
+  REQUIRE(raw_exec_factum(file, "UPDATE facts SET data='{\"n\":99}' WHERE seq=3") == SQLITE_OK);
+  REQUIRE(raw_exec_factum(file,
+                          "CREATE TRIGGER facts_no_update BEFORE UPDATE ON facts BEGIN SELECT "
+                          "RAISE(ABORT, 'facts are immutable: UPDATE refused'); END") == SQLITE_OK);
+  auto s = open_ok(opts_for(tmp.path()), key());
   auto v = s->verify();
   REQUIRE(v.is_ok());
   CHECK_FALSE(v->ok);
@@ -332,7 +334,7 @@ TEST_CASE("verify: detects a fact edited behind the store's back, naming its seq
 
 TEST_CASE("turns: a failed turn rolls back its own writes and keeps the others") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   REQUIRE(s->begin_turn().is_ok());
   REQUIRE(s->append(draft("a")).is_ok());
   REQUIRE(s->begin_key("k1", "fp", 0, 1).is_ok());
@@ -354,7 +356,7 @@ TEST_CASE("turns: a failed turn rolls back its own writes and keeps the others")
   REQUIRE(s->end_turn(true).is_ok());
   REQUIRE(s->commit().is_ok());
   s.reset();
-  auto s2 = open_ok(opts_for(tmp.path()));
+  auto s2 = open_ok(opts_for(tmp.path()), key());
   CHECK(s2->last_seq() == 2);
   CHECK(s2->get_key("k1").is_ok());
   CHECK(s2->get_key("k2").error().code() == errc::not_found);
@@ -364,7 +366,7 @@ TEST_CASE("turns: a failed turn rolls back its own writes and keeps the others")
 TEST_CASE("batches: rollback restores the chain head and nothing is durable before commit") {
   test::temp_dir tmp;
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     REQUIRE(s->append(draft("a")).is_ok());
     REQUIRE(s->commit().is_ok());
     REQUIRE(s->append(draft("b")).is_ok());
@@ -373,14 +375,14 @@ TEST_CASE("batches: rollback restores the chain head and nothing is durable befo
     REQUIRE(s->append(draft("c")).is_ok());
     // destroyed with an open batch: rolled back
   }
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   CHECK(s->last_seq() == 1);
   CHECK(s->get(1)->type == "a");
 }
 
 TEST_CASE("idempotency keys: fresh, in flight, completed, failed, mismatch, release, expiry") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   auto b = s->begin_key("k", "fp1", 1000, 100);
   REQUIRE(b.is_ok());
   CHECK(b->outcome == key_outcome::fresh);
@@ -419,13 +421,13 @@ TEST_CASE("idempotency keys: fresh, in flight, completed, failed, mismatch, rele
 TEST_CASE("idempotency keys: keys left pending by a dead activation are released on open") {
   test::temp_dir tmp;
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     REQUIRE(s->begin_key("p1", "fp", 0, 1)->outcome == key_outcome::fresh);
     REQUIRE(s->begin_key("done", "fp", 0, 1)->outcome == key_outcome::fresh);
     REQUIRE(s->complete_key("done", "{}").is_ok());
     REQUIRE(s->commit().is_ok()); // p1 committed as pending (a turn waiting on a tool)
   }
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   CHECK(s->released_on_open() == 1);
   CHECK(s->get_key("p1").error().code() == errc::not_found);
   CHECK(s->begin_key("p1", "fp", 0, 2)->outcome == key_outcome::fresh);
@@ -434,7 +436,7 @@ TEST_CASE("idempotency keys: keys left pending by a dead activation are released
 
 TEST_CASE("alarms: set, replace, cancel, list, next") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   REQUIRE(s->set_alarm({"b", 200, R"({"x":1})", 0, 0}).is_ok());
   REQUIRE(s->set_alarm({"a", 300, "{}", 0, 0}).is_ok());
   CHECK(s->next_alarm()->value().name == "b");
@@ -449,14 +451,14 @@ TEST_CASE("alarms: set, replace, cancel, list, next") {
   CHECK_FALSE(s->set_alarm({"x", 1, "not json", 0, 0}).is_ok());
   REQUIRE(s->commit().is_ok());
   s.reset();
-  auto s2 = open_ok(opts_for(tmp.path()));
+  auto s2 = open_ok(opts_for(tmp.path()), key());
   CHECK(s2->next_alarm()->value().due_ms == 400);
 }
 
 TEST_CASE("query: a byte cap ends a page early (never before its first fact) and says that more "
           "is left, like a full limit does") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   std::string big(3000, 'x');
   for (int i = 0; i < 10; ++i)
     REQUIRE(s->append(draft("blob", {{"i", i}, {"pad", big}})).is_ok());
@@ -501,7 +503,7 @@ TEST_CASE("query: a byte cap ends a page early (never before its first fact) and
 
 TEST_CASE("dead letters, breakers and configs round-trip") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   dead_letter_record d;
   d.id = "dl_1";
   d.operation = "deliver";
@@ -548,20 +550,21 @@ TEST_CASE("schema: migration 5 gives a version-4 file's dead letters an auto_ret
   o.target_schema_version = 4;
   fs::path file;
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     file = s->path();
     REQUIRE(s->append(draft("invocation")).is_ok());
     REQUIRE(s->commit().is_ok());
   }
-  REQUIRE(raw_exec(file, "INSERT INTO dead_letters(id, operation, payload, error_code, "
-                         "error_message, error_category, reason, attempts, first_attempt_at, "
-                         "last_attempt_at, status, created_at, updated_at) VALUES ('dl_old', "
-                         "'deliver', '{}', 'HTTP_503', 'down', 'transient', 'server_error', 5, 1, "
-                         "2, 'scheduled', 1, 2)") == SQLITE_OK);
+  REQUIRE(raw_exec_factum(file,
+                          "INSERT INTO dead_letters(id, operation, payload, error_code, "
+                          "error_message, error_category, reason, attempts, first_attempt_at, "
+                          "last_attempt_at, status, created_at, updated_at) VALUES ('dl_old', "
+                          "'deliver', '{}', 'HTTP_503', 'down', 'transient', 'server_error', 5, 1, "
+                          "2, 'scheduled', 1, 2)") == SQLITE_OK);
   {
     auto ro = opts_for(tmp.path());
     ro.read_only = true;
-    auto s = open_ok(ro);
+    auto s = open_ok(ro, key());
     CHECK(s->schema_version() == 4);
     auto d = s->get_dead_letter("dl_old");
     REQUIRE(d.is_ok());
@@ -569,7 +572,7 @@ TEST_CASE("schema: migration 5 gives a version-4 file's dead letters an auto_ret
     CHECK(s->list_dead_letters(dl_status::scheduled, 10)->size() == 1);
   }
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     CHECK(s->schema_version() == current_schema_version);
     auto d = s->get_dead_letter("dl_old");
     REQUIRE(d.is_ok());
@@ -582,7 +585,7 @@ TEST_CASE("schema: migration 5 gives a version-4 file's dead letters an auto_ret
   // The migrated column holds what was written: read back from the file, not the handle.
   auto ro = opts_for(tmp.path());
   ro.read_only = true;
-  auto s = open_ok(ro);
+  auto s = open_ok(ro, key());
   CHECK(s->schema_version() == current_schema_version);
   auto d = s->get_dead_letter("dl_old");
   REQUIRE(d.is_ok());
@@ -595,13 +598,13 @@ TEST_CASE("schema: a version-1 file migrates to the current version and keeps it
   auto o = opts_for(tmp.path());
   o.target_schema_version = 1;
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     CHECK(s->schema_version() == 1);
     REQUIRE(s->append(draft("invocation")).is_ok());
     REQUIRE(s->commit().is_ok());
     CHECK_FALSE(s->put_config("x", "{}").is_ok()); // no configs table in v1
   }
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   CHECK(s->schema_version() == current_schema_version);
   CHECK(s->last_seq() == 1);
   CHECK(s->verify()->ok);
@@ -621,7 +624,7 @@ TEST_CASE("schema: a version-1 file migrates to the current version and keeps it
 
 TEST_CASE("facts: ids are the file's prefix and the seq in hex, found without an index") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   std::vector<fact> got;
   for (int i = 0; i < 20; ++i)
     got.push_back(s->append(draft("invocation", {{"i", i}})).value());
@@ -649,7 +652,7 @@ TEST_CASE("facts: ids are the file's prefix and the seq in hex, found without an
   for (auto& line : schema_lines(s->path()))
     CHECK_MESSAGE((line.find("index") != 0 || line.find("fact_id") == std::string::npos), line);
   s.reset();
-  auto s2 = open_ok(opts_for(tmp.path()));
+  auto s2 = open_ok(opts_for(tmp.path()), key());
   auto next = s2->append(draft("outcome")).value();
   REQUIRE(s2->commit().is_ok());
   CHECK(next.fact_id == prefix + hex12(21));
@@ -660,10 +663,10 @@ TEST_CASE("facts: ids are the file's prefix and the seq in hex, found without an
 TEST_CASE(
   "schema: a version-4 file without a well-formed fact_id_prefix is refused, not appended to") {
   test::temp_dir tmp;
-  fs::path file = open_ok(opts_for(tmp.path()))->path();
+  fs::path file = open_ok(opts_for(tmp.path()), key())->path();
   for (auto sql : {"UPDATE meta SET value='fct_short' WHERE key='fact_id_prefix'",
                    "DELETE FROM meta WHERE key='fact_id_prefix'"}) {
-    REQUIRE(raw_exec(file, sql) == SQLITE_OK);
+    REQUIRE(raw_exec_factum(file, sql) == SQLITE_OK);
     auto r = entity_store::open(opts_for(tmp.path()), key());
     REQUIRE_FALSE(r.is_ok());
     CHECK(r.error().code() == errc::corruption);
@@ -680,7 +683,7 @@ TEST_CASE("verify: a fact id that is not derived from its seq is reported at its
   fact last;
   std::string first_id;
   {
-    auto s = open_ok(opts_for(tmp.path()));
+    auto s = open_ok(opts_for(tmp.path()), key());
     first_id = s->append(draft("invocation")).value().fact_id;
     REQUIRE(s->append(draft("invocation")).is_ok());
     last = s->append(draft("outcome")).value();
@@ -690,9 +693,10 @@ TEST_CASE("verify: a fact id that is not derived from its seq is reported at its
   fact forged = last;
   forged.fact_id = first_id;
   forged.hash = compute_hash(forged);
-  REQUIRE(raw_exec(file, "DROP TRIGGER facts_no_update; UPDATE facts SET fact_id='" + first_id +
-                           "', hash='" + forged.hash + "' WHERE seq=3") == SQLITE_OK);
-  auto s = open_ok(opts_for(tmp.path()));
+  REQUIRE(raw_exec_factum(file, "DROP TRIGGER facts_no_update; UPDATE facts SET fact_id='" +
+                                  first_id + "', hash='" + forged.hash + "' WHERE seq=3") ==
+          SQLITE_OK);
+  auto s = open_ok(opts_for(tmp.path()), key());
   auto v = s->verify();
   REQUIRE(v.is_ok());
   CHECK_FALSE(v->ok);
@@ -710,12 +714,12 @@ TEST_CASE("schema: a version-3 file migrates to 4 and on: old ids keep their ind
   o.target_schema_version = 3;
   std::vector<std::string> old_ids;
   {
-    auto s = open_ok(o);
+    auto s = open_ok(o, key());
     for (int i = 0; i < 3; ++i)
       old_ids.push_back(s->append(draft("invocation")).value().fact_id);
     REQUIRE(s->commit().is_ok());
   }
-  auto s = open_ok(opts_for(tmp.path()));
+  auto s = open_ok(opts_for(tmp.path()), key());
   CHECK(s->schema_version() == current_schema_version);
   auto prefix = meta_value(s->path(), "fact_id_prefix");
   REQUIRE(prefix.size() == 20);
@@ -734,9 +738,9 @@ TEST_CASE("schema: a version-3 file migrates to 4 and on: old ids keep their ind
   // The UNIQUE index of the old ids stays: a duplicate is still refused by SQLite.
   auto file = s->path();
   s.reset();
-  CHECK(raw_exec(file, "INSERT INTO facts(seq, fact_id, type, ts, data, prev_hash, hash) "
-                       "VALUES (5, '" +
-                         old_ids[0] + "', 'a', 1, '{}', 'p', 'h')") != SQLITE_OK);
+  CHECK(raw_exec_factum(file, "INSERT INTO facts(seq, fact_id, type, ts, data, prev_hash, hash) "
+                              "VALUES (5, '" +
+                                old_ids[0] + "', 'a', 1, '{}', 'p', 'h')") != SQLITE_OK);
 }
 
 TEST_CASE("schema: a new file has the schema of a migrated one, but no UNIQUE on fact_id") {

@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 
 #include "factum/storage/tenant_index.hpp"
+#include "support/store_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -19,11 +20,7 @@ namespace {
 
 using k = tenant_index_change::kind;
 
-std::unique_ptr<tenant_index> open_index(const fs::path& dir) {
-  auto ix = tenant_index::open(dir, durability::full);
-  REQUIRE_MESSAGE(ix.is_ok(), ix.error().to_string());
-  return std::move(ix.value());
-}
+using test::open_index;
 
 dead_letter_record dead_letter(const std::string& id, dl_status st, const std::string& reason,
                                int64_t created) {
@@ -41,20 +38,17 @@ dead_letter_record dead_letter(const std::string& id, dl_status st, const std::s
 void make_entity(const fs::path& dir, const entity_key& key,
                  const std::vector<dead_letter_record>& dls,
                  const std::vector<std::pair<std::string, std::string>>& breakers = {}) {
-  store_options o;
-  o.data_dir = dir;
-  auto s = entity_store::open(o, key);
-  REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
+  auto s = test::open_ok(test::opts_for(dir), key);
   fact_draft d;
   d.type = "created";
-  REQUIRE((*s)->append(d).is_ok());
+  REQUIRE(s->append(d).is_ok());
   for (auto& dl : dls)
-    REQUIRE((*s)->put_dead_letter(dl).is_ok());
+    REQUIRE(s->put_dead_letter(dl).is_ok());
   for (auto& [tool, state] : breakers)
-    REQUIRE((*s)->put_breaker({tool, state, "{}", 5}).is_ok());
-  REQUIRE((*s)->commit().is_ok());
-  CHECK((*s)->take_fleet_change() == !dls.empty());
-  CHECK_FALSE((*s)->take_fleet_change()); // taken
+    REQUIRE(s->put_breaker({tool, state, "{}", 5}).is_ok());
+  REQUIRE(s->commit().is_ok());
+  CHECK(s->take_fleet_change() == !dls.empty());
+  CHECK_FALSE(s->take_fleet_change()); // taken
 }
 
 entity_fleet_summary summary(std::vector<dead_letter_group> dls,

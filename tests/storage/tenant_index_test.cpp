@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "factum/storage/tenant_index.hpp"
+#include "support/store_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -16,21 +17,14 @@ namespace {
 
 /// Creates the entity's file (with one fact, committed) and closes it.
 void make_entity(const fs::path& dir, const entity_key& key) {
-  store_options o;
-  o.data_dir = dir;
-  auto s = entity_store::open(o, key);
-  REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
+  auto s = test::open_ok(test::opts_for(dir), key);
   fact_draft d;
   d.type = "created";
-  REQUIRE((*s)->append(d).is_ok());
-  REQUIRE((*s)->commit().is_ok());
+  REQUIRE(s->append(d).is_ok());
+  REQUIRE(s->commit().is_ok());
 }
 
-std::unique_ptr<tenant_index> open_index(const fs::path& dir) {
-  auto ix = tenant_index::open(dir, durability::full);
-  REQUIRE_MESSAGE(ix.is_ok(), ix.error().to_string());
-  return std::move(ix.value());
-}
+using test::open_index;
 
 } // namespace
 

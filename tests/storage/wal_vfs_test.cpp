@@ -17,6 +17,8 @@
 
 #include "factum/storage/entity_store.hpp"
 #include "file/file_io.hpp"
+#include "support/child_process.hpp"
+#include "support/store_helpers.hpp"
 #include "support/temp_dir.hpp"
 #include "wal/wal_vfs.hpp"
 
@@ -33,15 +35,16 @@ store_options opts_in(const fs::path& dir) {
   return o;
 }
 
-std::unique_ptr<entity_store> open_ok(const store_options& o, const std::string& id) {
-  auto r = entity_store::open(o, entity_key{"acme", "ledger", id});
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
+using test::open_ok;
+
+/// acme/ledger/`id`: the entities of these tests.
+entity_key ledger(std::string id) {
+  return entity_key{"acme", "ledger", std::move(id)};
 }
 
 /// In a forked child: the store of `id`, or the child exits with status 2.
 std::unique_ptr<entity_store> open_in_child(const store_options& o, const std::string& id) {
-  auto r = entity_store::open(o, entity_key{"acme", "ledger", id});
+  auto r = entity_store::open(o, ledger(id));
   if (!r)
     _exit(2);
   return std::move(r.value());
@@ -93,7 +96,7 @@ store_options kept_wal_opts(const fs::path& dir) {
 int64_t make_kept_wal(const store_options& o, const std::string& id, int commits, size_t pad) {
   std::string wal;
   {
-    auto s = open_ok(o, id);
+    auto s = open_ok(o, ledger(id));
     for (int i = 0; i < commits; ++i) {
       REQUIRE(s->append(padded(i, pad)).is_ok());
       REQUIRE(s->commit().is_ok());
@@ -112,11 +115,10 @@ void check_verified(entity_store& s) {
   CHECK(v->ok);
 }
 
-/// Waits for the forked child `pid` and returns its wait status.
-int wait_child(pid_t pid) {
-  int wst = 0;
-  REQUIRE(waitpid(pid, &wst, 0) == pid);
-  return wst;
+/// Waits for the forked child and returns its wait status.
+int wait_child(test::child_process& child) {
+  REQUIRE(child.wait());
+  return child.status();
 }
 
 /// The child whose wait status is `wst` exited with status 0.
@@ -146,7 +148,7 @@ TEST_CASE("wal vfs: a commit of many WAL frames reaches the kernel in a few writ
   auto commit_writes = [&](const std::string& vfs, const std::string& id) {
     auto o = opts_in(tmp.path());
     o.vfs = vfs;
-    auto s = open_ok(o, id);
+    auto s = open_ok(o, ledger(id));
     REQUIRE(s->append(padded(0, 10)).is_ok()); // the WAL header and the first frames
     REQUIRE(s->commit().is_ok());
     int frames_before = s->wal_frames();
@@ -179,10 +181,10 @@ TEST_CASE("wal vfs: readers and a checkpointer on other connections see only who
           "while the owner commits") {
   test::temp_dir tmp;
   auto o = opts_in(tmp.path());
-  auto writer = open_ok(o, "shared");
+  auto writer = open_ok(o, ledger("shared"));
   auto ro = o;
   ro.read_only = true;
-  auto reader = open_ok(ro, "shared");
+  auto reader = open_ok(ro, ledger("shared"));
   constexpr int commits = 1500;
   std::atomic<bool> done{false};
   std::atomic<int> bad{0}, reads{0}, checkpoints{0};
@@ -241,7 +243,7 @@ TEST_CASE("wal vfs: readers and a checkpointer on other connections see only who
   CHECK(last->front().seq == 2 * commits);
   reader.reset();
   writer.reset();
-  auto again = open_ok(o, "shared");
+  auto again = open_ok(o, ledger("shared"));
   CHECK(again->last_seq() == 2 * commits);
   CHECK(again->verify()->ok);
 }
@@ -253,9 +255,8 @@ TEST_CASE("wal vfs: a transaction larger than the page cache (frames rewritten i
   o.cache_kib = 64; // 16 pages: a 2,000-fact transaction spills many times
   for (int round = 0; round < 2; ++round) {
     auto before = detail::wal_vfs_stats();
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
+    test::child_process child;
+    REQUIRE(child.run([&] {
       auto store = open_in_child(o, "spill");
       auto& s = *store;
       for (int i = 0; i < 2000; ++i)
@@ -271,15 +272,15 @@ TEST_CASE("wal vfs: a transaction larger than the page cache (frames rewritten i
         _exit(0); // no close: the WAL stays as the commit left it
       raise(SIGKILL);
       _exit(6);
-    }
-    int wst = wait_child(pid);
+    }));
+    int wst = wait_child(child);
     if (round == 0)
       require_exited_ok(wst);
     else
       REQUIRE((WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL));
     // Reopening recovers the wal-index from the -wal file alone, checking every frame's checksum:
     // a frame the VFS lost or a checksum it did not rewrite would drop the whole commit.
-    auto s = open_ok(o, "spill");
+    auto s = open_ok(o, ledger("spill"));
     CHECK(s->last_seq() == 2000 * (round + 1));
     check_verified(*s);
   }
@@ -290,9 +291,8 @@ TEST_CASE("wal vfs: a commit whose gathered WAL write fails (file size limit) is
   test::temp_dir tmp;
   auto o = opts_in(tmp.path());
   o.wal_grow_kib = 0; // the frames' own write meets the limit (a grow-ahead's: its own test)
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  test::child_process child;
+  REQUIRE(child.run([&] {
     auto store = open_in_child(o, "efbig");
     auto& s = *store;
     for (int i = 0; i < 5; ++i)
@@ -323,9 +323,9 @@ TEST_CASE("wal vfs: a commit whose gathered WAL write fails (file size limit) is
     if (!s.append(padded(5, 100)).is_ok() || !s.commit().is_ok())
       _exit(10);
     _exit(0); // no close: the parent reads what the WAL holds
-  }
-  require_exited_ok(wait_child(pid));
-  auto s = open_ok(o, "efbig");
+  }));
+  require_exited_ok(wait_child(child));
+  auto s = open_ok(o, ledger("efbig"));
   CHECK(s->last_seq() == 6);
   check_verified(*s);
 }
@@ -348,7 +348,7 @@ TEST_CASE("wal vfs: the wal-index rebuild at an open reads a kept WAL in a few l
       REQUIRE(wal_size > 512 * 1024);
     auto before = detail::wal_vfs_stats().wal_readaheads;
     long reads0 = thread_read_syscalls();
-    auto s = open_ok(o, id);
+    auto s = open_ok(o, ledger(id));
     long reads = thread_read_syscalls() - reads0;
     CHECK(detail::wal_vfs_stats().wal_readaheads == before + 1);
     if (std::string_view(id) == "small") // without the read-ahead: one per frame, and more
@@ -357,7 +357,7 @@ TEST_CASE("wal vfs: the wal-index rebuild at an open reads a kept WAL in a few l
     s.reset();
     // The same file through SQLite's own VFS (no read-ahead) reads the same.
     o.vfs = "unix";
-    auto u = open_ok(o, id);
+    auto u = open_ok(o, ledger(id));
     CHECK(u->last_seq() == commits);
   }
 }
@@ -376,7 +376,7 @@ TEST_CASE("wal vfs: a wal-index rebuild whose read-ahead cannot be made (no memo
     detail::wal_vfs_fail_next_readahead(fault);
     auto before = detail::wal_vfs_stats().wal_readaheads;
     long reads0 = thread_read_syscalls();
-    auto s = open_ok(o, id);
+    auto s = open_ok(o, ledger(id));
     long reads = thread_read_syscalls() - reads0;
     // No read-ahead counted, and the frames read one by one (the plain path): at least one read
     // per frame, where the read-ahead needs a few.
@@ -385,7 +385,7 @@ TEST_CASE("wal vfs: a wal-index rebuild whose read-ahead cannot be made (no memo
     check_all_commits(*s, commits);
     s.reset();
     // The fault was taken once: the next rebuild of the same WAL reads ahead again.
-    auto again = open_ok(o, id);
+    auto again = open_ok(o, ledger(id));
     CHECK(detail::wal_vfs_stats().wal_readaheads == before + 1);
     CHECK(again->last_seq() == commits);
   }
@@ -421,7 +421,7 @@ TEST_CASE("wal vfs: a -wal that a commit makes longer grows ahead by zeros to th
     std::string id = "grow" + std::to_string(grow_kib);
     auto grows0 = detail::wal_vfs_stats().wal_grows;
     auto trims0 = detail::wal_vfs_stats().wal_trims;
-    auto s = open_ok(o, id);
+    auto s = open_ok(o, ledger(id));
     auto wal = detail::with_suffix(s->path(), "-wal");
     int commits = 0;
     auto commit = [&] {
@@ -461,7 +461,7 @@ TEST_CASE("wal vfs: a -wal that a commit makes longer grows ahead by zeros to th
     s.reset(); // the close keeps the WAL (kept_wal_opts): no checkpoint
     CHECK(static_cast<int64_t>(fs::file_size(wal)) == end);
     CHECK(detail::wal_vfs_stats().wal_trims == trims0 + (grow_kib > 0 ? 1 : 0));
-    auto again = open_ok(o, id);
+    auto again = open_ok(o, ledger(id));
     check_all_commits(*again, commits);
   }
 }
@@ -472,20 +472,18 @@ TEST_CASE("wal vfs: a process killed while its -wal ends in zeros it grew ahead 
   auto o = opts_in(tmp.path());
   o.mode = durability::full;   // every commit synced before the next begins
   constexpr int commits = 120; // ~3 frames each of 4 KiB: past two chunks of 256 KiB
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  test::child_process child;
+  REQUIRE(child.run([&] {
     auto s = open_in_child(o, "killed");
     for (int i = 0; i < commits; ++i)
       if (!s->append(padded(i, 1500)).is_ok() || !s->commit().is_ok())
         _exit(3);
     ::kill(::getpid(), SIGKILL); // no close, no trim
     _exit(4);
-  }
-  int wst = wait_child(pid);
+  }));
+  int wst = wait_child(child);
   REQUIRE_MESSAGE((WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL), "child status " << wst);
-  auto wal =
-    detail::with_suffix(entity_key{"acme", "ledger", "killed"}.file_path(tmp.path()), "-wal");
+  auto wal = detail::with_suffix(ledger("killed").file_path(tmp.path()), "-wal");
   auto size = static_cast<int64_t>(fs::file_size(wal));
   CHECK(size % (256 * 1024) == 0); // it ends in zeros grown ahead
   for (std::string vfs : {"", "unix"}) {
@@ -493,7 +491,7 @@ TEST_CASE("wal vfs: a process killed while its -wal ends in zeros it grew ahead 
     auto u = o;
     u.vfs = vfs;
     u.mode = durability::normal;
-    auto s = open_ok(u, "killed");
+    auto s = open_ok(u, ledger("killed"));
     check_all_commits(*s, commits);
   }
 }
@@ -502,9 +500,8 @@ TEST_CASE("wal vfs: a -wal whose zeros cannot be written (file size limit) still
           "that reached its end, and grows ahead once it can") {
   test::temp_dir tmp;
   auto o = opts_in(tmp.path());
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  test::child_process child;
+  REQUIRE(child.run([&] {
     auto store = open_in_child(o, "nozeros");
     auto& s = *store;
     int i = 0;
@@ -538,9 +535,9 @@ TEST_CASE("wal vfs: a -wal whose zeros cannot be written (file size limit) still
     if (fs::file_size(wal, ec) % (256 * 1024) != 0)
       _exit(10);
     _exit(i < 1000 ? 0 : 11);
-  }
-  require_exited_ok(wait_child(pid));
-  auto s = open_ok(o, "nozeros");
+  }));
+  require_exited_ok(wait_child(child));
+  auto s = open_ok(o, ledger("nozeros"));
   CHECK(s->last_seq() > 10);
   check_verified(*s);
 }
@@ -548,7 +545,7 @@ TEST_CASE("wal vfs: a -wal whose zeros cannot be written (file size limit) still
 TEST_CASE("wal vfs: a WAL header is written at a -wal's first commit and again only at the commit "
           "that starts it over after a complete checkpoint (counted as a WAL generation)") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_in(tmp.path()), "generations");
+  auto s = open_ok(opts_in(tmp.path()), ledger("generations"));
   auto starts = [] { return detail::wal_vfs_stats().wal_starts; };
   auto commit = [&](int i) {
     REQUIRE(s->append(padded(i, 100)).is_ok());
@@ -586,7 +583,7 @@ TEST_CASE("wal vfs: a copy of a live entity is brought up to date from its WAL's
           "its database file copied again only after a WAL restart, and a tail it caught torn "
           "is copied again") {
   test::temp_dir tmp;
-  auto s = open_ok(opts_in(tmp.path()), "live");
+  auto s = open_ok(opts_in(tmp.path()), ledger("live"));
   int commits = 0;
   auto commit = [&] {
     REQUIRE(s->append(padded(commits, 300)).is_ok());
