@@ -21,15 +21,6 @@ namespace {
 
 const entity_key key{"acme", "ledger", "a1"};
 
-store_options archive_opts(const fs::path& root) {
-  store_options o;
-  o.data_dir = root / "data";
-  o.archive_dir = root / "archive";
-  o.mode = durability::normal;
-  o.wal_kept_on_close_kib = 0; // a close checkpoints: the next commit starts a WAL generation
-  return o;
-}
-
 /// One commit: a completed key `k` and its fact, plus what `more` writes in the same turn.
 template <class F> void commit(entity_store& s, const std::string& k, F more) {
   REQUIRE(s.begin_turn().is_ok());
@@ -75,7 +66,8 @@ struct fixture {
   int64_t stage1_ms = 0;
 
   fixture() : data(tmp.path() / "data"), archive(tmp.path() / "archive") {
-    auto s = entity_store::open(archive_opts(tmp.path()), key).value();
+    auto s =
+      entity_store::open(test::archive_opts(tmp.path(), false, durability::normal), key).value();
     commit(*s, "s1-a", [](entity_store& s) {
       REQUIRE(s.set_alarm({"early", now_ms() + 3'600'000, "{}", 0, now_ms()}).is_ok());
     });
@@ -88,7 +80,7 @@ struct fixture {
     stage1_ms = now_ms();
     clock_past(stage1_ms);
     s.reset();
-    s = entity_store::open(archive_opts(tmp.path()), key).value();
+    s = entity_store::open(test::archive_opts(tmp.path(), false, durability::normal), key).value();
     commit(*s, "s2-a", [](entity_store& s) {
       REQUIRE(s.cancel_alarm("early").is_ok());
       REQUIRE(s.set_alarm({"late", now_ms() + 7'200'000, "{}", 0, now_ms()}).is_ok());

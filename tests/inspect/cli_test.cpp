@@ -387,7 +387,8 @@ TEST_CASE("economics: exact costs by tool, currency and subtype, and error rates
 TEST_CASE("economics: money sums stay exact over many small amounts") {
   test::temp_dir tmp;
   {
-    auto s = open_store(tmp.path(), entity_key{"acme", "ledger", "many"});
+    auto s =
+      open_ok(opts_for(tmp.path(), durability::normal), entity_key{"acme", "ledger", "many"});
     std::vector<fact_draft> d;
     for (int i = 0; i < 1000; ++i) // 0.1 is not exact in binary floating point
       d.push_back(cost("tool_usage", t0 + i, "crm", "0.1", "USD", {{"failed", i % 10 == 0}}));
@@ -473,7 +474,7 @@ TEST_CASE("read-only: inspecting closed files changes no byte, no mtime, and add
 TEST_CASE("read-only: a file a server holds open is read through a copy that has its commits") {
   fixture f;
   entity_key k{"acme", "ledger", "a1"};
-  auto writer = open_store(f.tmp.path(), k); // like a running server
+  auto writer = open_ok(opts_for(f.tmp.path(), durability::normal), k); // like a running server
   REQUIRE(writer->append(draft("outcome", "late", t0 + 20'000, "", "", "")).is_ok());
   REQUIRE(writer->commit().is_ok());
   REQUIRE(writer->append(draft("outcome", "uncommitted", t0 + 21'000, "", "", "")).is_ok());

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "support.hpp"
+#include "support/child_process.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -18,20 +19,16 @@ namespace {
 /// Forks a child that waits for one byte on a pipe, then appends `n` "tick" facts to
 /// acme/ledger/a1, each in its own commit, and exits 0 (non-zero on any failure).
 struct writer_child {
-  pid_t pid = -1;
-  int go = -1;
+  test::child_process child;
+  bool told = false;
 
   writer_child(const fs::path& dir, int n) {
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::close(fds[1]);
+    REQUIRE(child.run([&](int, int go) {
       char c;
-      if (::read(fds[0], &c, 1) != 1)
+      if (::read(go, &c, 1) != 1)
         _exit(10);
-      auto s = entity_store::open(opts_for(dir), entity_key{"acme", "ledger", "a1"});
+      auto s =
+        entity_store::open(opts_for(dir, durability::normal), entity_key{"acme", "ledger", "a1"});
       if (!s)
         _exit(11);
       for (int i = 0; i < n; ++i) {
@@ -43,24 +40,21 @@ struct writer_child {
           _exit(12);
       }
       _exit(0);
-    }
-    ::close(fds[0]);
-    go = fds[1];
+    }));
   }
 
   void start() {
-    if (go >= 0) {
-      REQUIRE(::write(go, "g", 1) == 1);
-      ::close(go);
-      go = -1;
+    if (!told) {
+      told = true;
+      REQUIRE(child.tell('g'));
+      child.stop_telling();
     }
   }
 
   int wait() {
     start(); // never leave the child blocked
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+    child.wait();
+    return WIFEXITED(child.status()) ? WEXITSTATUS(child.status()) : 100;
   }
 };
 
@@ -144,18 +138,14 @@ TEST_CASE("live: facts and verify read an entity that another process keeps comm
   // the credit pipe closes (at most 25 x 200 commits: bounded, no sleeps).
   test::temp_dir tmp;
   fill_fixture(tmp.path());
-  int credit[2];
-  REQUIRE(::pipe(credit) == 0);
   // A writer that died would make a write to the pipe kill this process: a failed REQUIRE instead.
   struct sigaction ignore {
   }, old_pipe{};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ignore, &old_pipe);
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(credit[1]);
-    auto o = opts_for(tmp.path());
+  test::child_process child;
+  REQUIRE(child.run([&](int, int credit) {
+    auto o = opts_for(tmp.path(), durability::normal);
     o.auto_checkpoint = false;
     auto s = entity_store::open(o, entity_key{"acme", "ledger", "a1"});
     if (!s)
@@ -165,7 +155,7 @@ TEST_CASE("live: facts and verify read an entity that another process keeps comm
     for (int i = 0;; ++i) {
       if (left == 0) {
         char c;
-        if (::read(credit[0], &c, 1) != 1)
+        if (::read(credit, &c, 1) != 1)
           _exit(checkpoints > 0 ? 0 : 14); // the reader is done; 14: no restart was exercised
         left = 200;
       }
@@ -184,12 +174,11 @@ TEST_CASE("live: facts and verify read an entity that another process keeps comm
         checkpoints += st.is_ok();
       }
     }
-  }
-  ::close(credit[0]);
+  }));
   int64_t last = 0;
   for (int round = 0; round < 25; ++round) {
     CAPTURE(round);
-    REQUIRE(::write(credit[1], "c", 1) == 1);
+    REQUIRE(child.tell('c'));
     auto r = run_cli({"inspect", "facts", "--data", tmp.path().string(), "acme/ledger/a1",
                       "--limit", "100000", "--json"});
     REQUIRE_MESSAGE(r.code == 0, r.err);
@@ -204,12 +193,11 @@ TEST_CASE("live: facts and verify read an entity that another process keeps comm
     auto v = run_cli({"inspect", "verify", "--data", tmp.path().string(), "acme/ledger/a1"});
     CHECK_MESSAGE(v.code == 0, v.out << v.err);
   }
-  ::close(credit[1]);
+  child.stop_telling();
   ::sigaction(SIGPIPE, &old_pipe, nullptr);
-  int st = 0;
-  REQUIRE(::waitpid(pid, &st, 0) == pid);
-  REQUIRE(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 0);
+  REQUIRE(child.wait());
+  REQUIRE(WIFEXITED(child.status()));
+  CHECK(WEXITSTATUS(child.status()) == 0);
   // Every commit granted was made (the reads' own figures depend on the scheduler: reported).
   auto end = run_cli({"inspect", "facts", "--data", tmp.path().string(), "acme/ledger/a1",
                       "--limit", "100000", "--json"});

@@ -15,7 +15,7 @@ namespace {
 /// acme/cron/s1 with two schedules and their alarms, as the runtime writes them
 /// (docs/storage-format.md section 17), and one plain alarm.
 void fill_schedules(const fs::path& dir) {
-  auto s = open_store(dir, entity_key{"acme", "cron", "s1"});
+  auto s = open_ok(opts_for(dir, durability::normal), entity_key{"acme", "cron", "s1"});
   schedule_record daily;
   daily.name = "daily-report";
   daily.spec = json{{"cron", "30 2 * * *"}, {"time_zone", "Europe/Berlin"},

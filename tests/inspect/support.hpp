@@ -1,7 +1,8 @@
 // support.hpp: shared helpers of the inspect tests: running `factum inspect` in-process with
 // captured output and a fixed clock, golden files, a data directory filled with fixed
-// timestamps, raw SQL on a file behind the store's back, and a snapshot of a directory's
-// files. Test thread only.
+// timestamps (stores in durability normal), and a snapshot of a directory's files. Raw SQL on a
+// file behind the store's back is raw_exec (support/raw_sql.hpp: a plain connection). Test
+// thread only.
 #pragma once
 
 #include <sqlite3.h>
@@ -19,10 +20,14 @@
 #include "factum/storage/entity_store.hpp"
 #include "factum/tools/inspect.hpp"
 #include "support/raw_sql.hpp"
+#include "support/store_helpers.hpp"
 
 namespace factum::test::inspect {
 
 namespace fs = std::filesystem;
+using test::open_ok;
+using test::opts_for;
+using test::raw_exec;
 
 /// 2024-01-17T14:00:00.000Z: the fixture's first fact.
 inline constexpr int64_t t0 = 1705500000000;
@@ -80,24 +85,6 @@ inline std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
-/// Runs one SQL statement on `file` with a plain read-write connection; the SQLite code.
-inline int raw_exec(const fs::path& file, const std::string& sql, std::string* err = nullptr) {
-  return test::raw_exec(file, sql, err);
-}
-
-inline store_options opts_for(const fs::path& dir) {
-  store_options o;
-  o.data_dir = dir;
-  o.mode = durability::normal;
-  return o;
-}
-
-inline std::unique_ptr<entity_store> open_store(const fs::path& dir, const entity_key& k) {
-  auto r = entity_store::open(opts_for(dir), k);
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
-}
-
 inline fact_draft draft(std::string type, std::string subtype, int64_t ts, std::string tool,
                         std::string trace, std::string key,
                         nlohmann::json data = nlohmann::json::object()) {
@@ -125,7 +112,7 @@ inline fact_draft cost(std::string subtype, int64_t ts, std::string tool, std::s
 /// return (no -wal/-shm left).
 inline void fill_fixture(const fs::path& dir) {
   {
-    auto s = open_store(dir, entity_key{"acme", "ledger", "a1"});
+    auto s = open_ok(opts_for(dir, durability::normal), entity_key{"acme", "ledger", "a1"});
     using nlohmann::json;
     std::vector<fact_draft> d{
       draft("invocation", "call", t0, "crm", "t1", "k1", {{"method", "lookup"}}),
@@ -201,7 +188,7 @@ inline void fill_fixture(const fs::path& dir) {
     REQUIRE(s->commit().is_ok());
   }
   {
-    auto s = open_store(dir, entity_key{"acme", "webhook", "w1"});
+    auto s = open_ok(opts_for(dir, durability::normal), entity_key{"acme", "webhook", "w1"});
     REQUIRE(s->append(draft("invocation", "deliver", t0 + 500, "hook", "", "")).is_ok());
     REQUIRE(
       s->append(cost("delivery", t0 + 600, "hook", "0.0002", "USD", {{"failed", true}})).is_ok());
@@ -211,7 +198,7 @@ inline void fill_fixture(const fs::path& dir) {
     REQUIRE(s->commit().is_ok());
   }
   {
-    auto s = open_store(dir, entity_key{"globex", "ledger", "g1"});
+    auto s = open_ok(opts_for(dir, durability::normal), entity_key{"globex", "ledger", "g1"});
     REQUIRE(s->append(draft("invocation", "", t0 + 100, "", "", "")).is_ok());
     REQUIRE(s->commit().is_ok());
   }

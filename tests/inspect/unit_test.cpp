@@ -131,7 +131,7 @@ TEST_CASE("entity reader: a closed file and a live one are read through a copy, 
     CHECK((*r)->store().last_seq() == 12);
     CHECK((*r)->file_bytes() > 0);
   }
-  auto writer = open_store(tmp.path(), k);
+  auto writer = open_ok(opts_for(tmp.path(), durability::normal), k);
   auto r = entity_reader::open(tmp.path(), k);
   REQUIRE(r.is_ok());
   CHECK((*r)->snapshot());

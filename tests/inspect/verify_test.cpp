@@ -4,11 +4,10 @@
 // turn by nodes of a cluster, one of them killed mid-stream, and on an owner history edited.
 #include <doctest/doctest.h>
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "support.hpp"
+#include "support/child_process.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -108,7 +107,7 @@ TEST_CASE("verify: a fact edited behind the store's back names the first bad seq
 TEST_CASE("verify: an older schema version is reported") {
   test::temp_dir tmp;
   {
-    auto o = opts_for(tmp.path());
+    auto o = opts_for(tmp.path(), durability::normal);
     o.target_schema_version = 1;
     auto s = entity_store::open(o, entity_key{"acme", "ledger", "old"});
     REQUIRE(s.is_ok());
@@ -132,32 +131,25 @@ namespace {
 /// return. Returns the last seq the child left.
 int64_t claimed_in_turn(const fs::path& dir) {
   entity_key key{"acme", "ledger", "c1"};
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    auto r = entity_store::open(opts_for(dir), key);
+  test::child_process child;
+  REQUIRE(child.run([&](int report) {
+    auto r = entity_store::open(opts_for(dir, durability::normal), key);
     if (!r || !r.value()->claim_owner(3, "child"))
       _exit(2);
     for (int64_t i = 1;; ++i) {
       if (!r.value()->append(draft("invocation", "", t0 + i, "", "", "")) || !r.value()->commit())
         _exit(3);
-      if (write(fds[1], &i, sizeof i) != sizeof i)
+      if (write(report, &i, sizeof i) != sizeof i)
         _exit(4);
     }
-  }
-  close(fds[1]);
+  }));
   int64_t acked = 0;
-  for (int seen = 0; seen < 10 && read(fds[0], &acked, sizeof acked) == sizeof acked; ++seen) {
+  for (int seen = 0; seen < 10 && read(child.reports(), &acked, sizeof acked) == sizeof acked;
+       ++seen) {
   }
-  kill(pid, SIGKILL);
-  int wst = 0;
-  waitpid(pid, &wst, 0);
-  close(fds[0]);
+  child.kill_now();
   REQUIRE(acked == 10);
-  auto o = opts_for(dir);
+  auto o = opts_for(dir, durability::normal);
   o.owner_epoch = 4;
   o.owner_node = "parent";
   auto s = entity_store::open(o, key);
