@@ -5,8 +5,6 @@
 // process killed mid-run. Test thread only (and the child).
 #include <doctest/doctest.h>
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +14,7 @@
 #include <thread>
 
 #include "factum/runtime/runtime.hpp"
+#include "support/child_process.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -148,16 +147,12 @@ namespace {
 /// until the fifth run: what a vendor that de-duplicates and counter c1 saw.
 void kill_mid_run(bool first) {
   test::temp_dir tmp;
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
+  test::child_process child;
+  REQUIRE(child.run([&](int report) {
     // Reports each key it is sent ("k" + key + "\n"); never answers the third run's, after
     // reporting it ("h\n"): the process is killed there.
     auto calls = std::make_shared<int>(0);
-    auto vendor = [fd = fds[1], calls](const tool_request& req,
+    auto vendor = [fd = report, calls](const tool_request& req,
                                        std::function<void(tool_reply)> done) {
       auto line = "k" + req.idempotency_key + "\n";
       (void)!write(fd, line.data(), line.size());
@@ -177,13 +172,12 @@ void kill_mid_run(bool first) {
     (void)rt.value()->call_sync(ticker_key, "start", json{{"of", 5}, {"first", first}}.dump());
     pause();
     _exit(3);
-  }
-  close(fds[1]);
+  }));
   std::vector<std::string> child_keys;
   {
     std::string line;
     char c = 0;
-    while (read(fds[0], &c, 1) == 1) {
+    while (read(child.reports(), &c, 1) == 1) {
       if (c != '\n') {
         line += c;
         continue;
@@ -194,10 +188,7 @@ void kill_mid_run(bool first) {
       line.clear();
     }
   }
-  kill(pid, SIGKILL);
-  int wst = 0;
-  waitpid(pid, &wst, 0);
-  close(fds[0]);
+  child.kill_now();
   REQUIRE(child_keys.size() == 3);
 
   vendor_log vendor;

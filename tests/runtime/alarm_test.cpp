@@ -14,6 +14,7 @@
 
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/alarm_index.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/start_notes.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
@@ -35,22 +36,9 @@ runtime_config alarm_config(const std::filesystem::path& dir) {
   return c;
 }
 
-std::unique_ptr<runtime> start_ok(runtime_config c) {
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
-}
-
-json call_ok(runtime& rt, const entity_key& k, const std::string& m, json args) {
-  auto r = rt.call_sync(k, m, args.dump());
-  REQUIRE_MESSAGE(r.ok, r.body);
-  return r.json();
-}
-
-json facts(runtime& rt, const entity_key& k, json filter) {
-  filter["limit"] = 1000;
-  return call_ok(rt, k, "@facts", filter);
-}
+using test::call_ok;
+using test::facts_of;
+using test::start_ok;
 
 auto& events = test::event_log::get();
 
@@ -67,7 +55,7 @@ TEST_CASE("alarms: an alarm due in 200 ms fires once and is then gone") {
   CHECK(waited >= 190ms);
   // The alarm row left in the same commit as the handler's fact: it cannot fire again.
   CHECK(call_ok(*rt, k, "@alarms", json::object()).empty());
-  CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
+  CHECK(facts_of(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
   CHECK(events.count("alarm:once") == 1);
 }
 
@@ -103,7 +91,7 @@ TEST_CASE("alarms: an alarm due after a restart fires after the restart") {
   CHECK(events.count("alarm:restart") == 0);
   auto rt = start_ok(alarm_config(tmp.path()));
   REQUIRE(events.wait_for("alarm:restart", 1, 10s));
-  CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
+  CHECK(facts_of(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
 }
 
 TEST_CASE("alarms: a damaged alarm index is rebuilt at start and the alarms still fire") {
@@ -125,7 +113,7 @@ TEST_CASE("alarms: a damaged alarm index is rebuilt at start and the alarms stil
   CHECK(notes[0].find("rebuilt from 1 entity files: 1 entities with alarms") != std::string::npos);
   CHECK(rt->metrics().value("factum_alarm_index_rebuilds_total") == 1);
   REQUIRE(events.wait_for("alarm:index-lost", 1, 10s));
-  CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
+  CHECK(facts_of(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
   int aside = 0;
   for (auto& e : std::filesystem::directory_iterator(tmp.path() / "runtime"))
     aside += e.path().filename().string().starts_with("alarms.db.corrupt-");
@@ -191,15 +179,15 @@ TEST_CASE("alarms: a failing handler is retried with exponential backoff, then d
   json dl;
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (std::chrono::steady_clock::now() < deadline) {
-    dl = facts(*rt, k, {{"type", "lifecycle"}, {"subtype", "alarm_dead_lettered"}});
+    dl = facts_of(*rt, k, {{"type", "lifecycle"}, {"subtype", "alarm_dead_lettered"}});
     if (!dl.empty())
       break;
     std::this_thread::sleep_for(10ms);
   }
   REQUIRE(dl.size() == 1);
-  auto errs = facts(*rt, k, {{"type", "error"}, {"subtype", "alarm_failed"}});
+  auto errs = facts_of(*rt, k, {{"type", "error"}, {"subtype", "alarm_failed"}});
   REQUIRE(errs.size() == 4);
-  auto retries = facts(*rt, k, {{"type", "lifecycle"}, {"subtype", "alarm_retry_scheduled"}});
+  auto retries = facts_of(*rt, k, {{"type", "lifecycle"}, {"subtype", "alarm_retry_scheduled"}});
   REQUIRE(retries.size() == 3);
   for (int i = 0; i < 3; ++i) {
     CHECK(retries[i]["data"]["delay_ms"] == 40 << i);
@@ -207,7 +195,7 @@ TEST_CASE("alarms: a failing handler is retried with exponential backoff, then d
     auto gap = errs[i + 1]["timestamp"].get<int64_t>() - errs[i]["timestamp"].get<int64_t>();
     CHECK(gap >= (40 << i) - 2);
   }
-  CHECK(facts(*rt, k, {{"type", "error"}, {"subtype", "max_retries_exceeded"}}).size() == 1);
+  CHECK(facts_of(*rt, k, {{"type", "error"}, {"subtype", "max_retries_exceeded"}}).size() == 1);
   CHECK(call_ok(*rt, k, "@alarms", json::object()).empty());
   CHECK(events.count("alarm:bad") == 4);
 }
@@ -293,7 +281,7 @@ TEST_CASE("alarms: when the alarm index cannot be written (disk full), a call th
   REQUIRE(events.wait_for("alarm:index-full", 1, 10s));
   CHECK(rt->metrics().value("factum_hibernations_total") >=
         1); // it fired through the index, after hibernating
-  CHECK(facts(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
+  CHECK(facts_of(*rt, k, {{"type", "alarm_fired"}}).size() == 1);
 }
 
 } // namespace alarm_test

@@ -5,14 +5,11 @@
 // hash chains. Five rounds in the default run.
 #include <doctest/doctest.h>
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <random>
 #include <set>
 
 #include "factum/runtime/runtime.hpp"
+#include "support/child_process.hpp"
 #include "support/keyed_load.hpp"
 #include "support/temp_dir.hpp"
 
@@ -45,24 +42,14 @@ TEST_CASE("crash: SIGKILL under load loses no acknowledged call and retries run 
   test::temp_dir tmp;
   std::mt19937 rng(4242);
   for (int round = 0; round < 5; ++round) {
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      close(fds[0]);
-      child_load(tmp.path(), round, fds[1]);
-    }
-    close(fds[1]);
+    test::child_process child;
+    REQUIRE(child.run([&](int report) { child_load(tmp.path(), round, report); }));
     int kill_after = std::uniform_int_distribution<int>(20, 900)(rng);
     std::set<int> acked;
-    test::read_acks(fds[0], acked, kill_after);
-    kill(pid, SIGKILL);
-    int wst = 0;
-    waitpid(pid, &wst, 0);
+    test::read_acks(child.reports(), acked, kill_after);
+    child.kill_now();
     // Replies written to the pipe before the kill landed are acknowledged too.
-    test::read_acks(fds[0], acked);
-    close(fds[0]);
+    test::read_acks(child.reports(), acked);
     MESSAGE("round " << round << ": killed after " << acked.size() << " acknowledged calls");
 
     auto r = runtime::start(crash_config(tmp.path()));

@@ -16,6 +16,8 @@
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/entity_store.hpp"
 #include "runtime_core.hpp"
+#include "support/runtime_helpers.hpp"
+#include "support/runtime_internals.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -38,24 +40,12 @@ std::unique_ptr<runtime> start(const fs::path& dir, tweak t = {}) {
   test::add_test_types(c.types);
   if (t)
     t(c);
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
+  return test::start_ok(std::move(c));
 }
 
-json call_ok(runtime& rt, const entity_key& k, const std::string& method, json args = {}) {
-  auto r = rt.call_sync(k, method, args.is_null() ? "{}" : args.dump());
-  REQUIRE_MESSAGE(r.ok, std::string(k.to_string() + " " + method + ": " + r.body));
-  return r.json();
-}
-
-json facts_of(runtime& rt, const entity_key& k) {
-  return call_ok(rt, k, "@facts", {{"limit", 1000}});
-}
-
-bool all_keys(const entity_key&) {
-  return true;
-}
+using test::all_keys;
+using test::call_ok;
+using test::facts_of;
 
 std::string export_ok(runtime& rt, const entity_key& k, int64_t epoch, const char* node = "n-a") {
   auto r = rt.export_entity(k, epoch, node);
@@ -77,14 +67,7 @@ bool live(runtime& rt, const entity_key& k) {
   return core.reg.map.count(k.to_string()) > 0;
 }
 
-/// The alarm index's due time for `k`, if it has an entry.
-std::optional<int64_t> alarm_entry(runtime& rt, const entity_key& k) {
-  auto& core = detail::runtime_testing::core(rt);
-  std::lock_guard<std::mutex> g(core.alarms.mu);
-  auto due = core.alarms.index->due_of(k);
-  REQUIRE(due.is_ok());
-  return *due;
-}
+using test::alarm_entry;
 
 /// Files a move left under DATA/runtime/ (its temporary files are named move-*).
 std::vector<std::string> temp_files_left(const fs::path& dir) {

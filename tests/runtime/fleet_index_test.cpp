@@ -5,8 +5,6 @@
 // from the files. Test thread, a child process for the kill; replies arrive on CAF workers.
 #include <doctest/doctest.h>
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +13,8 @@
 
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/tenant_index.hpp"
+#include "support/child_process.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -42,9 +42,7 @@ std::unique_ptr<runtime> start(const fs::path& dir, fault_hook fault = {}) {
   p.retry = {{"max_attempts", 1}};
   c.tool_policies["vendor"] = std::move(p);
   c.tenant_index_fault = std::move(fault);
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
+  return test::start_ok(std::move(c));
 }
 
 call_reply deliver(runtime& rt, const std::string& id, const std::string& key) {
@@ -123,12 +121,8 @@ TEST_CASE("fleet index: an active entity's dead letters and breakers are in the 
 TEST_CASE("fleet index: a process killed after a summary could not be written leaves an index "
           "the next start corrects from the entity files") {
   test::temp_dir tmp;
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
+  test::child_process child;
+  REQUIRE(child.run([&](int report) {
     static std::atomic<bool> failing{false};
     auto r = runtime::start([&] {
       runtime_config c; // as start() above, without doctest in the child
@@ -163,17 +157,13 @@ TEST_CASE("fleet index: a process killed after a summary could not be written le
                      .ok;
     char ok =
       first && second && rt.metrics().value("factum_tenant_index_failures_total") > 0 ? 'y' : 'n';
-    (void)!write(fds[1], &ok, 1);
+    (void)!write(report, &ok, 1);
     pause(); // killed here: nothing closes the index
     _exit(0);
-  }
-  close(fds[1]);
+  }));
   char ok = 0;
-  REQUIRE(read(fds[0], &ok, 1) == 1);
-  close(fds[0]);
-  kill(pid, SIGKILL);
-  int wstatus = 0;
-  waitpid(pid, &wstatus, 0);
+  REQUIRE(read(child.reports(), &ok, 1) == 1);
+  child.kill_now();
   REQUIRE(ok == 'y');
   {
     // What the killed process left: one dead letter of the two.

@@ -5,12 +5,11 @@
 // names what it proves. Test thread only (and the child).
 #include <doctest/doctest.h>
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "factum/runtime/runtime.hpp"
 #include "runner_bench.hpp"
+#include "support/child_process.hpp"
 #include "turn/journal.hpp"
 
 using namespace factum;
@@ -37,12 +36,6 @@ struct first_run {
     return s.step;
   }
 };
-
-std::vector<journal_step> journal_of(bench& b, const std::string& key) {
-  auto r = b.store->journal(key);
-  REQUIRE(r.is_ok());
-  return *r;
-}
 
 } // namespace
 
@@ -380,14 +373,10 @@ TEST_CASE("journal: a SIGKILL while a handler awaits its second step loses nothi
           "fact twice") {
   test::temp_dir tmp;
   auto key = *entity_key::make("acme", "two_tools", "t1");
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
+  test::child_process child;
+  REQUIRE(child.run([&](int report) {
     auto c = kill_config(tmp.path());
-    c.tools["vendor"] = [fd = fds[1]](const tool_request& req,
+    c.tools["vendor"] = [fd = report](const tool_request& req,
                                       std::function<void(tool_reply)> done) {
       if (req.operation == "second") {
         (void)!write(fd, "2", 1); // reached the second step: never answers
@@ -406,14 +395,10 @@ TEST_CASE("journal: a SIGKILL while a handler awaits its second step loses nothi
     o.idempotency_key = "kill-1";
     (void)rt.value()->call_sync(key, "run", "{}", o);
     _exit(3); // not reached: the call never ends
-  }
-  close(fds[1]);
+  }));
   char c = 0;
-  REQUIRE(read(fds[0], &c, 1) == 1);
-  kill(pid, SIGKILL);
-  int wst = 0;
-  waitpid(pid, &wst, 0);
-  close(fds[0]);
+  REQUIRE(read(child.reports(), &c, 1) == 1);
+  child.kill_now();
 
   std::map<std::string, int> calls;
   auto cfg = kill_config(tmp.path());

@@ -10,6 +10,7 @@
 #include <future>
 
 #include "factum/runtime/runtime.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -26,9 +27,7 @@ std::unique_ptr<runtime> start(const std::filesystem::path& dir, size_t max_queu
   c.data_dir = dir;
   test::add_test_types(c.types);
   c.max_queued_calls = max_queued;
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
+  return test::start_ok(std::move(c));
 }
 
 /// Starts a call; its reply arrives in the future.

@@ -9,6 +9,7 @@
 
 #include "factum/runtime/runtime.hpp"
 #include "runtime_core.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -32,30 +33,30 @@ std::unique_ptr<runtime> start(const fs::path& dir, bool archive = true,
     c.archive_dir = dir / "archive";
   c.storage_threads = 2;
   test::add_test_types(c.types);
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
+  return test::start_ok(std::move(c));
 }
 
-call_reply call(runtime& rt, const entity_key& k, const std::string& method, json args = {},
-                const std::string& idem = {}) {
+using test::facts_of;
+
+/// The options of a call with Idempotency-Key `idem` (none when empty), fingerprinted by its
+/// method and arguments' text.
+call_options keyed(const std::string& method, const json& args, const std::string& idem) {
   call_options o;
   o.idempotency_key = idem;
   if (!idem.empty())
     o.fingerprint = method + args.dump();
-  return rt.call_sync(k, method, args.is_null() ? "{}" : args.dump(), o);
+  return o;
 }
 
+call_reply call(runtime& rt, const entity_key& k, const std::string& method, json args = {},
+                const std::string& idem = {}) {
+  return rt.call_sync(k, method, args.is_null() ? "{}" : args.dump(), keyed(method, args, idem));
+}
+
+/// test::call_ok, keyed as call() keys it.
 json ok(runtime& rt, const entity_key& k, const std::string& method, json args = {},
         const std::string& idem = {}) {
-  auto r = call(rt, k, method, args, idem);
-  REQUIRE_MESSAGE(r.ok, std::string(k.to_string() + " " + method + ": " + r.body));
-  return r.json();
-}
-
-json facts(runtime& rt, const entity_key& k) {
-  auto j = ok(rt, k, "@facts", {{"limit", 1000}});
-  return j.is_array() ? j : j["facts"];
+  return test::call_ok(rt, k, method, args, keyed(method, args, idem));
 }
 
 std::vector<std::string> alarm_names(runtime& rt, const entity_key& k) {
@@ -84,14 +85,14 @@ TEST_CASE("rollback: facts end at the bookmark plus the rollback fact, later key
   for (int i = 0; i < 3; ++i)
     ok(*rt, k, "add", {{"by", 1}}, "k" + std::to_string(i));
   ok(*rt, k, "remind", {{"name", "early"}});
-  auto before = facts(*rt, k);
+  auto before = facts_of(*rt, k);
   REQUIRE(before.size() == 3);
   int64_t mark = now_ms();
   past(mark);
   for (int i = 3; i < 5; ++i)
     ok(*rt, k, "add", {{"by", 10}}, "k" + std::to_string(i));
   ok(*rt, k, "remind", {{"name", "late"}});
-  REQUIRE(facts(*rt, k).size() == 5);
+  REQUIRE(facts_of(*rt, k).size() == 5);
 
   auto bm = rt->bookmark(k, {mark, std::nullopt});
   REQUIRE_MESSAGE(bm.is_ok(), bm.error().to_string());
@@ -106,7 +107,7 @@ TEST_CASE("rollback: facts end at the bookmark plus the rollback fact, later key
   CHECK(r->to.seq == 3);
   CHECK(r->fact_seq == 4);
 
-  auto after = facts(*rt, k);
+  auto after = facts_of(*rt, k);
   REQUIRE(after.size() == 4);
   for (int i = 0; i < 3; ++i)
     CHECK(after[i]["hash"] == before[i]["hash"]); // the same facts, not copies
@@ -193,17 +194,17 @@ TEST_CASE("fork: the target is the source's state at the bookmark, the source is
   ok(*rt, src, "remind", {{"name", "early"}});
   auto at = rt->bookmark(src, {std::nullopt, int64_t{2}});
   REQUIRE(at.is_ok());
-  auto at_facts = facts(*rt, src);
+  auto at_facts = facts_of(*rt, src);
   ok(*rt, src, "add", {{"by", 1}}, "k2");
   ok(*rt, src, "remind", {{"name", "late"}});
-  auto src_before = facts(*rt, src);
+  auto src_before = facts_of(*rt, src);
 
   entity_key dst{"beta", "counter", "dst"};
   auto f = rt->fork_entity(src, dst, *at, "to test");
   REQUIRE_MESSAGE(f.is_ok(), f.error().to_string());
   CHECK(f->source_seq == 2);
   CHECK(f->source_hash == at_facts[1]["hash"]);
-  auto df = facts(*rt, dst);
+  auto df = facts_of(*rt, dst);
   REQUIRE(df.size() == 1);
   CHECK(df[0]["seq"] == 1);
   CHECK(df[0]["subtype"] == "forked");
@@ -223,7 +224,7 @@ TEST_CASE("fork: the target is the source's state at the bookmark, the source is
   CHECK_FALSE(k2.replayed);
   CHECK(alarm_names(*rt, dst) == std::vector<std::string>{"early"}); // paused: listed
   // The source is as it was.
-  CHECK(facts(*rt, src) == src_before);
+  CHECK(facts_of(*rt, src) == src_before);
   auto names = alarm_names(*rt, src);
   CHECK(names.size() == 2);
 

@@ -1,8 +1,8 @@
-// runner_bench.hpp: what the turn runner's tests (turn_runner_test.cpp, journal_test.cpp) share:
-// an entity type whose handlers await timers and a tool, a fake host that records answers and
-// commits at awaits on the test thread, and a bench holding one activation (a real entity store
-// in a temporary directory, the runner, the context, a tool that fails on demand). No actor
-// system. Test thread only.
+// runner_bench.hpp: what the turn runner's tests (turn_runner_test.cpp, journal_test.cpp,
+// schedule_journal_test.cpp) share: an entity type whose handlers await timers and a tool, a fake
+// host that records answers and commits at awaits on the test thread, a bench holding one
+// activation (a real entity store in a temporary directory, the runner, the context, a tool that
+// fails on demand), and a call's journal in its store. No actor system. Test thread only.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -274,5 +274,12 @@ struct bench {
     return static_cast<int64_t>(r->size());
   }
 };
+
+/// The journal of the call `key` in the bench's store, which must read.
+inline std::vector<journal_step> journal_of(bench& b, const std::string& key) {
+  auto r = b.store->journal(key);
+  REQUIRE(r.is_ok());
+  return *r;
+}
 
 } // namespace factum::test_runner

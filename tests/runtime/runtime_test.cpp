@@ -15,6 +15,7 @@
 #include "factum/storage/fs_probe.hpp"
 #include "factum/storage/spare_pool.hpp"
 #include "runtime_core.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/start_notes.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
@@ -37,11 +38,8 @@ runtime_config base_config(const std::filesystem::path& dir) {
   return c;
 }
 
-std::unique_ptr<runtime> start_ok(runtime_config c) {
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
-}
+using test::facts_of;
+using test::start_ok;
 
 entity_key ek(std::string type, std::string id) {
   return entity_key{"acme", std::move(type), std::move(id)};
@@ -55,13 +53,6 @@ int page_size_of(const std::filesystem::path& file) {
   REQUIRE(in.gcount() == 18);
   int n = h[16] << 8 | h[17];
   return n == 1 ? 65536 : n;
-}
-
-json facts_of(runtime& rt, const entity_key& k, json filter = json::object()) {
-  filter["limit"] = 10000;
-  auto r = rt.call_sync(k, "@facts", filter.dump());
-  REQUIRE_MESSAGE(r.ok, r.body);
-  return r.json();
 }
 
 } // namespace
@@ -571,7 +562,7 @@ TEST_CASE("runtime: calls to one entity run one at a time, also across awaits") 
   }
   for (auto& f : fs)
     REQUIRE(f.get().ok);
-  auto facts = facts_of(*rt, key);
+  auto facts = facts_of(*rt, key, json::object(), 10000);
   REQUIRE(facts.size() == 40);
   for (size_t i = 0; i < facts.size(); i += 2) {
     CHECK(facts[i]["subtype"] == "begin");
@@ -605,7 +596,7 @@ TEST_CASE("runtime: a call that outlives its timeout is answered 504 CALL_TIMEOU
   auto r2 = rt->call_sync(key, "slow_pair", json{{"n", 2}, {"ms", 1}}.dump(), {});
   REQUIRE(r2.ok);
   CHECK(answers.load() == 1); // the entity's late answer to the first call went nowhere
-  auto facts = facts_of(*rt, key);
+  auto facts = facts_of(*rt, key, json::object(), 10000);
   REQUIRE(facts.size() == 6);
   CHECK(facts[2]["data"]["n"] == 1);
   CHECK(facts[3]["subtype"] == "end");
@@ -671,7 +662,7 @@ TEST_CASE("runtime: a call whose entity ends between lookup and delivery is rout
   REQUIRE_MESSAGE(r.ok, r.body);
   CHECK(r.json()["value"] == 3); // the new activation rebuilt 1 from facts, then added 2
   CHECK(rt->metrics().value("factum_hibernations_total") >= 1);
-  CHECK(facts_of(*rt, key, json{{"type", "counter"}}).size() == 2); // one effect per call
+  CHECK(facts_of(*rt, key, json{{"type", "counter"}}, 10000).size() == 2); // one effect per call
 }
 
 TEST_CASE("runtime: a failing call rolls back its own facts, appends an error fact, keeps the "
@@ -691,7 +682,7 @@ TEST_CASE("runtime: a failing call rolls back its own facts, appends an error fa
   auto boom = rt->call_sync(key, "append_then", json{{"fail", "throw"}}.dump());
   CHECK(boom.http_status == 500);
   CHECK(boom.code == "HANDLER_FAILED");
-  auto facts = facts_of(*rt, key);
+  auto facts = facts_of(*rt, key, json::object(), 10000);
   REQUIRE(facts.size() == 3);
   CHECK(facts[0]["type"] == "probe");
   CHECK(facts[1]["type"] == "error");
@@ -814,7 +805,8 @@ TEST_CASE("runtime: idempotency matrix: replay, in flight, mismatch, terminal st
   CHECK(conflict.code == "IDEMPOTENCY_KEY_IN_USE");
   auto third = rt->call_sync(key, "slow_pair", json{{"n", 1}, {"ms", 300}}.dump(), slow);
   CHECK(third.replayed);
-  CHECK(facts_of(*rt, key, {{"idempotency_key", "key-slow"}}).size() == 2); // begin + end once
+  CHECK(facts_of(*rt, key, {{"idempotency_key", "key-slow"}}, 10000).size() ==
+        2); // begin + end once
   // terminal failure is stored and replayed without running again
   call_options t;
   t.idempotency_key = "key-terminal";
@@ -833,9 +825,9 @@ TEST_CASE("runtime: idempotency matrix: replay, in flight, mismatch, terminal st
   auto r2 = rt->call_sync(key, "fail_then_succeed", json{{"times", 1}}.dump(), r);
   REQUIRE_MESSAGE(r2.ok, r2.body);
   CHECK_FALSE(r2.replayed);
-  auto facts = facts_of(*rt, key, {{"idempotency_key", "key-1"}, {"type", "probe"}});
+  auto facts = facts_of(*rt, key, {{"idempotency_key", "key-1"}, {"type", "probe"}}, 10000);
   CHECK(facts.size() == 1);
-  auto terminal = facts_of(*rt, key, {{"idempotency_key", "key-terminal"}});
+  auto terminal = facts_of(*rt, key, {{"idempotency_key", "key-terminal"}}, 10000);
   CHECK(terminal.size() == 1); // the error fact only, once
 }
 

@@ -54,12 +54,6 @@ class planner final : public entity {
   static inline int fail_ = 0;
 };
 
-std::vector<journal_step> journal_of(bench& b, const std::string& key) {
-  auto r = b.store->journal(key);
-  REQUIRE(r.is_ok());
-  return *r;
-}
-
 } // namespace
 
 TEST_CASE("schedules: a fire's alarm holds the chosen fire while the handler waits at its await, "

@@ -12,8 +12,10 @@
 #include <thread>
 
 #include "factum/runtime/runtime.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
+#include "support/utc_time.hpp"
 
 using namespace factum;
 using namespace std::chrono_literals;
@@ -102,29 +104,16 @@ runtime_config schedule_config(const std::filesystem::path& dir, test_clock& clo
   return c;
 }
 
-std::unique_ptr<runtime> start_ok(runtime_config c) {
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
-}
-
-json call_ok(runtime& rt, const entity_key& k, const std::string& m, json args) {
-  auto r = rt.call_sync(k, m, args.dump());
-  REQUIRE_MESSAGE(r.ok, r.body);
-  return r.json();
-}
-
-json facts(runtime& rt, const entity_key& k, json filter) {
-  filter["limit"] = 1000;
-  return call_ok(rt, k, "@facts", filter);
-}
+using test::call_ok;
+using test::facts_of;
+using test::start_ok;
 
 /// Waits (polling the entity's facts) until it has a fact matching `filter`.
 json wait_for_fact(runtime& rt, const entity_key& k, json filter) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   json found;
   while (std::chrono::steady_clock::now() < deadline) {
-    found = facts(rt, k, filter);
+    found = facts_of(rt, k, filter);
     if (!found.empty())
       break;
     std::this_thread::sleep_for(10ms); // polling a durable condition, not waiting in its stead
@@ -140,11 +129,7 @@ json schedule_of(runtime& rt, const entity_key& k, const std::string& name) {
   return nullptr;
 }
 
-int64_t utc(const char* text) {
-  std::tm tm{};
-  REQUIRE(strptime(text, "%Y-%m-%d %H:%M:%S", &tm) != nullptr);
-  return static_cast<int64_t>(timegm(&tm)) * 1000;
-}
+using test::utc;
 
 } // namespace
 
@@ -225,8 +210,8 @@ TEST_CASE("schedules: after the runtime was down past five fires, each policy do
     CHECK(all3[i].scheduled_ms == anchor + (i + 2) * 60'000); // the latest three, oldest first
     CHECK(all3[i].missed == 1);
   }
-  auto dropped = facts(*rt, entity_key{"acme", "ticker", "p-all3"},
-                       {{"type", "lifecycle"}, {"subtype", "schedule_missed"}});
+  auto dropped = facts_of(*rt, entity_key{"acme", "ticker", "p-all3"},
+                          {{"type", "lifecycle"}, {"subtype", "schedule_missed"}});
   REQUIRE(dropped.size() == 1);
   CHECK(dropped[0]["data"]["dropped"] == 2);
 

@@ -9,6 +9,7 @@
 
 #include "schedule/cron.hpp"
 #include "schedule/schedule.hpp"
+#include "support/utc_time.hpp"
 
 using namespace factum;
 using namespace factum::detail;
@@ -18,12 +19,7 @@ namespace schedule_test {
 
 namespace {
 
-/// "YYYY-MM-DD HH:MM" in UTC as ms since the epoch.
-int64_t utc(const char* text) {
-  std::tm tm{};
-  REQUIRE(strptime(text, "%Y-%m-%d %H:%M", &tm) != nullptr);
-  return static_cast<int64_t>(timegm(&tm)) * 1000;
-}
+using test::utc;
 
 int64_t next(const char* expr, const char* zone, const char* after) {
   auto c = cron_schedule::parse(expr, zone);

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "factum/runtime/runtime.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -81,9 +82,7 @@ struct fixture {
       held = std::move(done);
       called.set_value();
     };
-    auto r = runtime::start(std::move(c));
-    REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-    rt = std::move(r.value());
+    rt = test::start_ok(std::move(c));
   }
   call_reply call(const std::string& method, const std::string& idem = "") {
     call_options o;

@@ -14,6 +14,9 @@
 #include "factum/storage/entity_store.hpp"
 #include "factum/storage/spare_pool.hpp"
 #include "runtime_core.hpp"
+#include "support/child_process.hpp"
+#include "support/runtime_helpers.hpp"
+#include "support/runtime_internals.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -34,32 +37,17 @@ std::unique_ptr<runtime> start_on(const fs::path& data, const fs::path& root, in
   c.alarm_poll = 100ms;
   c.spare_files = spares;
   test::add_test_types(c.types);
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
+  return test::start_ok(std::move(c));
 }
 
-json call_ok(runtime& rt, const entity_key& k, const std::string& method, json args = {}) {
-  auto r = rt.call_sync(k, method, args.is_null() ? "{}" : args.dump());
-  REQUIRE_MESSAGE(r.ok, std::string(k.to_string() + " " + method + ": " + r.body));
-  return r.json();
-}
-
-bool all_keys(const entity_key&) {
-  return true;
-}
+using test::all_keys;
+using test::call_ok;
 
 bool all_digests(std::string_view) {
   return true;
 }
 
-std::optional<int64_t> alarm_entry(runtime& rt, const entity_key& k) {
-  auto& core = detail::runtime_testing::core(rt);
-  std::lock_guard<std::mutex> g(core.alarms.mu);
-  auto due = core.alarms.index->due_of(k);
-  REQUIRE(due.is_ok());
-  return *due;
-}
+using test::alarm_entry;
 
 size_t parked_entries(runtime& rt) {
   auto& core = detail::runtime_testing::core(rt);
@@ -80,44 +68,31 @@ auto& events = test::event_log::get();
 /// A child process that opens an entity file read-write (storage only: no runtime, no threads),
 /// reports whether it could, and keeps it open until let_go().
 struct holder {
-  pid_t pid = -1;
-  int to_child[2] = {-1, -1}, from_child[2] = {-1, -1};
+  test::child_process child;
   bool holding = false;
 
   explicit holder(const fs::path& db) {
-    REQUIRE(::pipe(to_child) == 0);
-    REQUIRE(::pipe(from_child) == 0);
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
+    REQUIRE(child.run([&](int report, int words) {
       store_options o;
       o.create_if_missing = false;
       auto s = entity_store::open_file(db, o);
       char c = s ? 'y' : 'n';
-      (void)!::write(from_child[1], &c, 1);
-      (void)!::read(to_child[0], &c, 1);
+      (void)!::write(report, &c, 1);
+      (void)!::read(words, &c, 1);
       ::_exit(0);
-    }
+    }));
     char c = 'n';
-    REQUIRE(::read(from_child[0], &c, 1) == 1);
+    REQUIRE(::read(child.reports(), &c, 1) == 1);
     holding = c == 'y';
   }
   /// Tells the child to close the file and exit; whether it exited cleanly.
   bool let_go() {
-    if (pid < 0)
+    if (child.pid() < 0)
       return false;
-    char c = 'x';
-    (void)!::write(to_child[1], &c, 1);
-    int st = 0;
-    bool ok = ::waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    pid = -1;
-    return ok;
+    child.tell('x');
+    return child.wait() && WIFEXITED(child.status()) && WEXITSTATUS(child.status()) == 0;
   }
-  ~holder() {
-    let_go();
-    for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]})
-      ::close(fd);
-  }
+  ~holder() { let_go(); }
 };
 
 } // namespace

@@ -12,6 +12,8 @@
 
 #include "factum/runtime/runtime.hpp"
 #include "factum/storage/tenant_index.hpp"
+#include "support/eventually.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/start_notes.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
@@ -33,9 +35,7 @@ std::unique_ptr<runtime> start(const fs::path& dir, tweak t = {}) {
   test::add_test_types(c.types);
   if (t)
     t(c);
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
+  return test::start_ok(std::move(c));
 }
 
 tweak max_entities(const std::string& tenant, int64_t n) {
@@ -51,12 +51,7 @@ bool has_file(const fs::path& dir, const std::string& tenant, const std::string&
 }
 
 /// Polls `cond` until it holds or 10 s pass (for gauges the runtime sets on other threads).
-template <class F> bool eventually(F cond) {
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!cond() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(2ms);
-  return cond();
-}
+using test::eventually;
 
 } // namespace
 

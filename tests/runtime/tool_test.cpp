@@ -11,6 +11,7 @@
 #include "factum/resilience/circuit_breaker.hpp"
 #include "factum/resilience/money.hpp"
 #include "factum/runtime/runtime.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -133,11 +134,7 @@ struct fixture {
     c.alarm_poll = 50ms;
     return c;
   }
-  void start(tool_policy pol) {
-    auto r = runtime::start(config(std::move(pol)));
-    REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-    rt = std::move(r.value());
-  }
+  void start(tool_policy pol) { rt = test::start_ok(config(std::move(pol))); }
   call_reply deliver(const std::string& id, const std::string& key = "") {
     call_options o;
     o.idempotency_key = key;
