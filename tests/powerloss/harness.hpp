@@ -1,12 +1,11 @@
-// harness.hpp: the parent's side of the power-cut tests (tests only): a forked child whose
-// changes under a directory are logged (write_log.hpp), run to its end or reporting on a pipe
-// until its power is cut, the log's own check against the tree the child left, and a file's
-// bytes. The test's thread only.
+// harness.hpp: the parent's side of the power-cut tests (tests only): a forked child
+// (support/child_process.hpp) whose changes under a directory are logged (write_log.hpp), run to
+// its end or reporting on a pipe until its power is cut, the log's own check against the tree
+// the child left, and a file's bytes (support/file_bytes.hpp). The test's thread only.
 #pragma once
 
 #include <doctest/doctest.h>
 
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,33 +19,29 @@
 
 #include "powerloss/replay.hpp"
 #include "powerloss/write_log.hpp"
+#include "support/child_process.hpp"
+#include "support/file_bytes.hpp"
 #include "support/keyed_load.hpp"
 
 namespace factum::powerloss {
 
-/// The bytes of the file at `p` ("" when it cannot be read).
-inline std::string file_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test::file_bytes;
 
 /// Runs `body` in a child that records every change under `root` into `log`, meeting the faults
 /// of `plan` (write_log.hpp), and waits for it: it must exit with 0.
 template <class F>
 void record_child(const std::filesystem::path& root, const std::filesystem::path& log, F body,
                   std::vector<fault> plan = {}) {
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  test::child_process child;
+  REQUIRE(child.run([&] {
     set_faults(std::move(plan));
     start(log, root);
     body();
     _exit(0);
-  }
-  int wst = 0;
-  REQUIRE(waitpid(pid, &wst, 0) == pid);
-  REQUIRE(WIFEXITED(wst));
-  REQUIRE(WEXITSTATUS(wst) == 0);
+  }));
+  REQUIRE(child.wait());
+  REQUIRE(WIFEXITED(child.status()));
+  REQUIRE(WEXITSTATUS(child.status()) == 0);
 }
 
 /// A forked child whose changes under `root` are recorded in `log` (write_log.hpp), reporting
@@ -57,52 +52,51 @@ class recorded_child {
   /// Forks; the child starts the log and runs `body(report_fd)`, which must not return.
   template <class F>
   recorded_child(const std::filesystem::path& root, const std::filesystem::path& log, F body) {
-    int fds[2], control[2];
-    REQUIRE(pipe(fds) == 0);
+    int control[2];
     REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) == 0);
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::close(fds[0]);
+    bool forked = child_.run([&](int report) {
       ::close(control[0]);
       start(log, root, control[1]);
-      body(fds[1]);
+      body(report);
       _exit(4);
-    }
-    ::close(fds[1]);
+    });
     ::close(control[1]);
-    acks_ = fds[0];
     control_ = control[0];
+    REQUIRE(forked);
   }
+  ~recorded_child() {
+    if (control_ >= 0)
+      ::close(control_);
+  }
+  recorded_child(const recorded_child&) = delete;
+  recorded_child& operator=(const recorded_child&) = delete;
 
   /// The pipe the child reports on (read end), for a test that reads it itself.
-  int reports() const noexcept { return acks_; }
+  int reports() const noexcept { return child_.reports(); }
 
   /// Reads acknowledgements until `n` of them (or the child's end marker).
-  void read_acks(int n) { test::read_acks(acks_, acked_, n); }
+  void read_acks(int n) { test::read_acks(child_.reports(), acked_, n); }
 
   /// The power cut: the log frozen (no file changes from here on), the child killed. What it
   /// wrote on the pipe before stays there to be read.
   void power_off() {
     CHECK(freeze(control_));
-    ::kill(pid_, SIGKILL);
-    int wst = 0;
-    waitpid(pid_, &wst, 0);
+    child_.kill_now();
     ::close(control_);
+    control_ = -1;
   }
 
   /// The power cut, and the replies the child wrote before it read: returns every acknowledged
   /// call.
   const std::set<int>& cut() {
     power_off();
-    test::read_acks(acks_, acked_);
-    ::close(acks_);
+    test::read_acks(child_.reports(), acked_);
     return acked_;
   }
 
  private:
-  pid_t pid_ = -1;
-  int acks_ = -1, control_ = -1;
+  test::child_process child_;
+  int control_ = -1;
   std::set<int> acked_;
 };
 

@@ -272,8 +272,8 @@ TEST_CASE("power cut while journaled handlers await their steps (three_steps.run
       answers[k] = json::parse(rep.body);
       CHECK_MESSAGE(answer_ok(round, k, answers[k]), "call " << k << ": " << rep.body);
       if (acked.count(k)) {
-        auto first =
-          json::parse(powerloss::file_text(vendor / "replies" / std::to_string(k)), nullptr, false);
+        auto first = json::parse(powerloss::file_bytes(vendor / "replies" / std::to_string(k)),
+                                 nullptr, false);
         CHECK_MESSAGE(rep.replayed, "acknowledged call " << k << " ran again after the restart");
         CHECK_MESSAGE(answers[k] == first, "acknowledged call " << k << " was answered "
                                                                 << first.dump() << ", then "

@@ -36,7 +36,7 @@ using nlohmann::json;
 
 namespace {
 
-using powerloss::file_text;
+using powerloss::file_bytes;
 
 using powerloss::record_child;
 
@@ -102,28 +102,28 @@ TEST_CASE("power cut model: only what a sync of the file (bytes) or of its direc
   auto out = tmp.path() / "cut";
   auto st = powerloss::rebuild(base, root, tmp.path() / "log", out);
   CHECK_FALSE(st.torn_tail);
-  CHECK(file_text(out / "a" / "kept") == "synced");
+  CHECK(file_bytes(out / "a" / "kept") == "synced");
   CHECK_FALSE(fs::exists(out / "e" / "nameless"));
   REQUIRE(fs::exists(out / "a" / "moved"));
   REQUIRE(fs::exists(out / "b" / "moved"));
-  CHECK(file_text(out / "b" / "moved") == "moved bytes");
+  CHECK(file_bytes(out / "b" / "moved") == "moved bytes");
   CHECK(fs::hard_link_count(out / "b" / "moved") == 2);
-  CHECK(file_text(out / "a" / "old") == "old bytes");
+  CHECK(file_bytes(out / "a" / "old") == "old bytes");
   CHECK_FALSE(fs::exists(out / "c")); // root's entry for c was never synced
   CHECK(st.lost_writes >= 2);
   CHECK(st.kept_writes >= 3);
   // The live tree has everything: the model dropped what no sync covered.
-  CHECK(file_text(root / "a" / "kept") == "LOSTedtail");
+  CHECK(file_bytes(root / "a" / "kept") == "LOSTedtail");
   CHECK(fs::exists(root / "c" / "d" / "deep"));
   // Everything the log holds, taken as synced, is the live tree.
   auto all = tmp.path() / "all";
   powerloss::rebuild(base, root, tmp.path() / "log", all, true);
-  CHECK(file_text(all / "a" / "kept") == "LOSTedtail");
-  CHECK(file_text(all / "e" / "nameless") == "synced too");
-  CHECK(file_text(all / "c" / "d" / "deep") == "deep bytes");
+  CHECK(file_bytes(all / "a" / "kept") == "LOSTedtail");
+  CHECK(file_bytes(all / "e" / "nameless") == "synced too");
+  CHECK(file_bytes(all / "c" / "d" / "deep") == "deep bytes");
   CHECK_FALSE(fs::exists(all / "a" / "old"));
   CHECK_FALSE(fs::exists(all / "a" / "moved"));
-  CHECK(file_text(all / "b" / "moved") == "moved bytes");
+  CHECK(file_bytes(all / "b" / "moved") == "moved bytes");
 }
 
 namespace {

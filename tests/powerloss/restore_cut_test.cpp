@@ -21,6 +21,7 @@
 
 #include "factum/runtime/runtime.hpp"
 #include "powerloss/harness.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -95,12 +96,7 @@ void run_ops(runtime& rt, int round, int fd) {
   }
 }
 
-json facts_of(runtime& rt, const entity_key& k) {
-  auto r = rt.call_sync(k, "@facts", json{{"limit", 1000}}.dump());
-  REQUIRE_MESSAGE(r.ok, k.to_string() << ": " << r.body);
-  auto j = r.json();
-  return j.is_array() ? j : j["facts"];
-}
+using test::facts_of;
 
 bool verifies(runtime& rt, const entity_key& k) {
   auto v = rt.call_sync(k, "@verify", "{}");

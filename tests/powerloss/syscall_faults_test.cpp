@@ -35,7 +35,7 @@ namespace syscall_faults_test {
 
 namespace {
 
-using powerloss::file_text;
+using powerloss::file_bytes;
 
 // In a recorded child: each step's outcome is checked, a wrong one exits with its own code.
 void expect(bool ok, int code) {
@@ -119,9 +119,9 @@ TEST_CASE("power cut model, failed sync: what no sync had made durable when a sy
     plan);
   auto out = tmp.path() / "cut";
   auto st = powerloss::rebuild(base, root, log, out);
-  CHECK(file_text(out / "f") == std::string("aaaa\0\0\0\0cccc", 12));
-  CHECK(file_text(out / "g") == "xxxx");
-  CHECK(file_text(out / "h") == std::string("\0\0\0\0HH", 6));
+  CHECK(file_bytes(out / "f") == std::string("aaaa\0\0\0\0cccc", 12));
+  CHECK(file_bytes(out / "g") == "xxxx");
+  CHECK(file_bytes(out / "h") == std::string("\0\0\0\0HH", 6));
   CHECK(st.injected == 3);
   CHECK(st.write_errors == 3);
   CHECK(st.failed_syncs == 4); // f, g, h twice
@@ -129,8 +129,8 @@ TEST_CASE("power cut model, failed sync: what no sync had made durable when a sy
   // Every change as if synced: what the process left, failures or not.
   auto all = tmp.path() / "all";
   powerloss::rebuild(base, root, log, all, true);
-  CHECK(file_text(all / "f") == "aaaabbbbcccc");
-  CHECK(file_text(all / "h") == "hhhhHH");
+  CHECK(file_bytes(all / "f") == "aaaabbbbcccc");
+  CHECK(file_bytes(all / "h") == "hhhhHH");
 }
 
 namespace {
@@ -195,7 +195,7 @@ TEST_CASE("power cut model, failed sync: a sync that returned 0 saves a change o
     return out;
   };
   auto w_of = [&](const char* name, auto write_log) {
-    return file_text(replay(name, write_log) / "w");
+    return file_bytes(replay(name, write_log) / "w");
   };
   // A sync that began after the write but returned after the error (another sync's): lost.
   CHECK(w_of("overlap", [&](log_writer& w) {
@@ -276,7 +276,7 @@ TEST_CASE("power cut model, fault plan: the Nth matching open fails with EMFILE,
                           {emfile, shorter, full});
   auto out = tmp.path() / "cut";
   auto st = powerloss::rebuild(base, root, log, out);
-  CHECK(file_text(out / "p") == "12345678");
+  CHECK(file_bytes(out / "p") == "12345678");
   CHECK(st.injected == 4);
   CHECK(st.failed_syncs == 0);
   std::vector<std::string> failed;

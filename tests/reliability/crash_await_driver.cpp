@@ -49,12 +49,7 @@ namespace factum::crash_await {
 namespace {
 
 using test::print_mu;
-
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::steady_clock::now().time_since_epoch())
-    .count();
-}
+using test::steady_ms;
 
 int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -1,16 +1,12 @@
-// crash_support.hpp: what the crash drivers (crash_driver.cpp, crash_await_driver.cpp) share:
-// their failure count and its lines, the flags they both take and --keep, the child processes
-// they start and kill by pid (`factum serve` on a configuration of the driver's making, its port
+// crash_support.hpp: what the crash drivers (crash_driver.cpp, crash_await_driver.cpp,
+// journal_rounds_driver.cpp) share: their failure count and its lines, the flags they all take
+// and --keep, the steady clock in ms, the child processes they start and kill by pid
+// (support/child_process.hpp: `factum serve` on a configuration of the driver's making, its port
 // read from the start log line; `factum-fake-vendor`, its port read from --port-file), and a
 // read-only walk over an entity's facts with the storage library. Header-only. `fail` may be
-// called from any thread (the drivers' client threads call it); the rest is used on the
-// driver's main thread.
+// called from any thread (the drivers' client threads call it); the rest is used on the driver's
+// main thread.
 #pragma once
-
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -29,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "factum/storage/entity_store.hpp"
+#include "support/child_process.hpp"
 #include "support/temp_dir.hpp"
 
 namespace factum::test {
@@ -54,6 +51,15 @@ inline void fail(const std::string& what) {
 /// How many failures were counted so far.
 inline int failure_count() {
   return detail::failures.load();
+}
+
+// -- time --
+
+/// Milliseconds on the steady clock (for the drivers' deadlines and pacing).
+inline int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::steady_clock::now().time_since_epoch())
+    .count();
 }
 
 // -- options --
@@ -119,103 +125,6 @@ inline void keep_files(const temp_dir& tmp, const std::string& name) {
 }
 
 // -- child processes --
-
-/// One child process: fork/exec with stdout to /dev/null and stderr to a log file. Killed with
-/// SIGKILL (and reaped) when it is still running at destruction.
-class child_process {
- public:
-  child_process() = default;
-  ~child_process() { kill_now(); }
-  child_process(const child_process&) = delete;
-  child_process& operator=(const child_process&) = delete;
-
-  /// Starts argv[0] with the arguments after it; false when fork failed.
-  bool spawn(const std::vector<std::string>& argv, const std::filesystem::path& log) {
-    log_ = log;
-    pid_t pid = ::fork();
-    if (pid < 0)
-      return false;
-    if (pid == 0) {
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 2);
-        ::close(fd);
-      }
-      int null = ::open("/dev/null", O_WRONLY);
-      if (null >= 0)
-        ::dup2(null, 1);
-      std::vector<char*> args;
-      for (auto& a : argv)
-        args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      _exit(127);
-    }
-    pid_ = pid;
-    return true;
-  }
-
-  /// Whether the child has exited (it is then reaped).
-  bool exited() {
-    int st;
-    if (pid_ > 0 && ::waitpid(pid_, &st, WNOHANG) == pid_) {
-      pid_ = -1;
-      exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    }
-    return pid_ <= 0;
-  }
-
-  /// The exit code once exited() said so (128 + the signal for a killed child); -1 before.
-  int exit_code() const { return exit_code_; }
-
-  /// The child's pid (-1 when none runs).
-  pid_t pid() const { return pid_; }
-
-  /// SIGKILL and reap.
-  void kill_now() {
-    if (pid_ <= 0)
-      return;
-    ::kill(pid_, SIGKILL);
-    int st;
-    ::waitpid(pid_, &st, 0);
-    pid_ = -1;
-  }
-
-  /// SIGTERM and wait (bounded: SIGKILL after `limit`); "" when it exited with code 0, else
-  /// what happened.
-  std::string stop(std::chrono::seconds limit) {
-    if (pid_ <= 0)
-      return "not running";
-    ::kill(pid_, SIGTERM);
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    int st = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-          return "did not exit 0 after SIGTERM";
-        return {};
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    kill_now();
-    return "did not stop within " + std::to_string(limit.count()) + " s after SIGTERM";
-  }
-
-  /// The last `n` bytes of the log.
-  std::string log_tail(size_t n = 4000) const {
-    std::ifstream in(log_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto s = ss.str();
-    return s.size() > n ? s.substr(s.size() - n) : s;
-  }
-
- private:
-  std::filesystem::path log_;
-  pid_t pid_ = -1;
-  int exit_code_ = -1;
-};
 
 /// Polls `ready` every 10 ms until it is true, the child exited or `limit` passed; "" when
 /// ready, else why not (`what` names the wait).

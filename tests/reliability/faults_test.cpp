@@ -18,6 +18,7 @@
 
 #include "http/fixture.hpp"
 #include "reliability/support.hpp"
+#include "support/file_bytes.hpp"
 #include "support/start_notes.hpp"
 
 using namespace factum;
@@ -167,10 +168,7 @@ std::string first_words(std::string l) {
   return l.substr(0, std::min<size_t>(32, l.find_first_of("\n(")));
 }
 
-std::string read_all(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test::file_bytes;
 
 } // namespace
 
@@ -381,7 +379,7 @@ TEST_CASE("faults: an entity file overwritten with garbage while the server is s
   }
   // factum never "repaired" a garbage file by writing over it.
   for (auto& [id, bytes] : garbage)
-    CHECK(read_all(file_of(data.path(), id)) == bytes);
+    CHECK(file_bytes(file_of(data.path(), id)) == bytes);
 }
 
 TEST_CASE("faults: an entity file overwritten with garbage while the entity is hibernated") {
@@ -409,7 +407,7 @@ TEST_CASE("faults: an entity file overwritten with garbage while the entity is h
   CHECK(a.status == 200);
   CHECK(a.json()["seq"] == 11);
   CHECK(healthy(f.port()));
-  CHECK(read_all(file_of(data.path(), "sleeper")) == bytes);
+  CHECK(file_bytes(file_of(data.path(), "sleeper")) == bytes);
 }
 
 TEST_CASE("faults: a garbage alarm index is set aside and rebuilt, the entities untouched") {
@@ -423,7 +421,7 @@ TEST_CASE("faults: a garbage alarm index is set aside and rebuilt, the entities 
   }
   auto index = data.path() / "runtime" / "alarms.db";
   REQUIRE(std::filesystem::exists(index));
-  auto before = read_all(file_of(data.path(), "keep"));
+  auto before = file_bytes(file_of(data.path(), "keep"));
   garble(index, false, 3);
   runtime_config rc;
   rc.data_dir = data.path();
@@ -437,7 +435,7 @@ TEST_CASE("faults: a garbage alarm index is set aside and rebuilt, the entities 
   (*r)->stop();
   r.value().reset();
   // The entity file was only read by the rebuild.
-  CHECK(read_all(file_of(data.path(), "keep")) == before);
+  CHECK(file_bytes(file_of(data.path(), "keep")) == before);
   store_options o;
   o.data_dir = data.path();
   o.read_only = true;

@@ -70,11 +70,7 @@ std::string answer_problem(const call_record& c, const json& a) {
 
 namespace {
 
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::steady_clock::now().time_since_epoch())
-    .count();
-}
+using test::steady_ms;
 
 // -- requests --
 
