@@ -14,6 +14,7 @@
 #include "factum/cluster/node.hpp"
 #include "factum/cluster/shard_map.hpp"
 #include "support/etcd_server.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -31,9 +32,7 @@ std::unique_ptr<runtime> start_runtime(const std::filesystem::path& dir) {
   c.data_dir = dir;
   c.storage_threads = 2;
   test::add_test_types(c.types);
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
+  return test::start_ok(std::move(c));
 }
 
 /// Two counter entities of one shard.

@@ -1,5 +1,6 @@
 // node_support.hpp: what the cluster node's tests (node_test.cpp, handover_test.cpp) share: a
-// node started or the test fails, and a bounded poll of a condition. The test's thread.
+// node started or the test fails, and a bounded poll of a condition (support/eventually.hpp).
+// The test's thread.
 #pragma once
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include "factum/cluster/node.hpp"
+#include "support/eventually.hpp"
 
 namespace factum::test {
 
@@ -18,17 +20,6 @@ inline std::shared_ptr<cluster::node> started(cluster::node_config c) {
   auto n = cluster::node::start(std::move(c));
   REQUIRE_MESSAGE(n.is_ok(), n.error().to_string());
   return *n;
-}
-
-/// Polls `cond` every 20 ms for at most `limit`.
-inline bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit) {
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (cond())
-      return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return cond();
 }
 
 } // namespace factum::test

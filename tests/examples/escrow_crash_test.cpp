@@ -4,11 +4,10 @@
 // starts a runtime on the same files and retries the release with its key. The journal resumes
 // the saga at the payout: the release is recorded once, a payout that then succeeds completes
 // once, one that fails for good is compensated once, and a retry of the settled key replays it.
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "support.hpp"
+#include "support/child_process.hpp"
 
 using namespace factum;
 using nlohmann::json;
@@ -19,16 +18,12 @@ namespace {
 
 /// Forks a child that releases escrow `id` and is killed while its payout is asked for.
 void release_and_die(const std::filesystem::path& dir, const std::string& id) {
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
+  test::child_process child;
+  REQUIRE(child.run([&](int report) {
     runtime_config c;
     c.data_dir = dir;
     examples::add_example_types(c.types);
-    c.tools["payout"] = [fd = fds[1]](const tool_request&, std::function<void(tool_reply)>) {
+    c.tools["payout"] = [fd = report](const tool_request&, std::function<void(tool_reply)>) {
       (void)!write(fd, "p", 1); // asked for the transfer: never answers
     };
     auto rt = runtime::start(std::move(c));
@@ -50,14 +45,10 @@ void release_and_die(const std::filesystem::path& dir, const std::string& id) {
     step("deliver", {{"actor", "sue"}});
     step("release", {{"actor", "bob"}}); // never returns
     _exit(4);
-  }
-  close(fds[1]);
+  }));
   char c = 0;
-  REQUIRE_MESSAGE(read(fds[0], &c, 1) == 1, "the child died before its payout");
-  kill(pid, SIGKILL);
-  int wst = 0;
-  waitpid(pid, &wst, 0);
-  close(fds[0]);
+  REQUIRE_MESSAGE(read(child.reports(), &c, 1) == 1, "the child died before its payout");
+  child.kill_now();
 }
 
 size_t count(example_fixture& f, const std::string& id, const std::string& type) {

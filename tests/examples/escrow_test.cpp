@@ -119,7 +119,7 @@ TEST_CASE("escrow: commands and events are de-duplicated") {
     {"event_id", "evt-1"}, {"type", "PaymentSucceeded"}, {"payload", {{"amount", "250.00"}}}};
   CHECK(f.cmd("e3", "ingest", ev, "deliv-1")["accepted"] == true);
   CHECK(f.cmd("e3", "ingest", ev, "deliv-2")["duplicate"] == true);
-  CHECK(example_fixture::eventually(
+  CHECK(test::eventually(
     [&] { return f.ok("escrow", "e3", "state", json::object())["status"] == "FUNDED"; }));
   CHECK(f.facts("escrow", "e3", {{"type", "escrow.funded"}}).size() == 1);
   CHECK(f.facts("escrow", "e3", {{"type", "escrow.opened"}}).size() == 1);
@@ -156,8 +156,8 @@ TEST_CASE("escrow: a failed payout is compensated, dead-lettered, and an operato
   auto id = p["dead_letter_id"];
   auto moved = f.ok("escrow", "e4", "@dead_letter", {{"id", id}, {"action", "retry"}});
   CHECK(moved["status"] == "scheduled");
-  CHECK(example_fixture::eventually(
-    [&] { return f.dead_letters("escrow", "e4")[0]["status"] == "resolved"; }));
+  CHECK(
+    test::eventually([&] { return f.dead_letters("escrow", "e4")[0]["status"] == "resolved"; }));
   auto st = f.ok("escrow", "e4", "state", json::object());
   CHECK(st["status"] == "RELEASED");
   CHECK(st["compensations"] == 1);
@@ -198,7 +198,7 @@ TEST_CASE("escrow: a poison event is retried, then becomes a dead letter while o
     {"event_id", "evt-ok"}, {"type", "PaymentSucceeded"}, {"payload", {{"amount", "250.00"}}}};
   CHECK(f.cmd("e6", "ingest", good, "in-2")["accepted"] == true);
   json dl;
-  CHECK(example_fixture::eventually([&] {
+  CHECK(test::eventually([&] {
     auto l = f.dead_letters("escrow", "e6");
     if (l.empty())
       return false;

@@ -17,6 +17,8 @@
 #include "factum/examples/examples.hpp"
 #include "factum/resilience/money.hpp"
 #include "factum/runtime/runtime.hpp"
+#include "support/eventually.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 namespace factum::test {
@@ -125,9 +127,7 @@ struct example_fixture {
     examples::add_example_types(c.types);
     c.tools = tools;
     c.tool_policies = policies;
-    auto r = runtime::start(std::move(c));
-    REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-    rt = std::move(r.value());
+    rt = start_ok(std::move(c));
   }
   void restart() {
     rt.reset();
@@ -153,17 +153,6 @@ struct example_fixture {
   }
   nlohmann::json dead_letters(const std::string& type, const std::string& id) {
     return ok(type, id, "@dead_letters", nlohmann::json::object());
-  }
-  /// Polls `cond` every 20 ms until it holds or `limit` passes; returns whether it held.
-  static bool eventually(const std::function<bool()>& cond,
-                         std::chrono::milliseconds limit = std::chrono::seconds(10)) {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (cond())
-        return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return cond();
   }
 };
 

@@ -78,7 +78,7 @@ TEST_CASE("telephony: retries, breaker open/half-open/closed, fallback, and clos
   vendor.always({200});
   int n = 4;
   json placed;
-  CHECK(example_fixture::eventually(
+  CHECK(test::eventually(
     [&] {
       placed = place(f, n++);
       return placed["status"] == "placed";

@@ -111,7 +111,7 @@ TEST_CASE("workflow: an exhausted step is a dead letter whose operator retry res
   auto moved = f.ok("order_workflow", "order-process", "@dead_letter",
                     {{"id", p["dead_letter_id"]}, {"action", "retry"}});
   CHECK(moved["status"] == "scheduled");
-  CHECK(example_fixture::eventually(
+  CHECK(test::eventually(
     [&] { return f.dead_letters("order_workflow", "order-process")[0]["status"] == "resolved"; }));
   ex = f.ok("order_workflow", "order-process", "execution", {{"execution_id", exec_id}});
   CHECK(ex["status"] == "completed");

@@ -17,6 +17,8 @@
 #include "factum/gateway/http_server.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "http/client.hpp"
+#include "support/eventually.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_entities.hpp"
 
@@ -55,9 +57,7 @@ class gateway_fixture {
     };
     if (t)
       t(rc, hc);
-    auto r = runtime::start(std::move(rc));
-    REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-    rt_ = std::move(r.value());
+    rt_ = start_ok(std::move(rc));
     auto s = http_server::start(*rt_, std::move(hc));
     REQUIRE_MESSAGE(s.is_ok(), s.error().to_string());
     srv_ = std::move(s.value());
@@ -134,18 +134,6 @@ inline header_list json_headers(const std::string& api_key = acme_key,
   if (!idempotency_key.empty())
     h.emplace_back("Idempotency-Key", idempotency_key);
   return h;
-}
-
-/// Polls `cond` every few milliseconds until it holds or `timeout` passes.
-template <class F>
-bool eventually(F cond, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond())
-      return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cond();
 }
 
 } // namespace factum::test

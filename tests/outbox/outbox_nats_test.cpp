@@ -18,6 +18,7 @@
 #include "factum/runtime/runtime.hpp"
 #include "factum/sinks/nats_sink.hpp"
 #include "support/etcd_server.hpp"
+#include "support/eventually.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -100,16 +101,6 @@ outbox_message message(int64_t seq, std::string id = "e1") {
           "payment", json{{"fact_id", fid}, {"seq", seq}}.dump()};
 }
 
-template <class F> bool wait_until(F cond, std::chrono::milliseconds limit = 15s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() > end)
-      return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
 } // namespace
 
 TEST_CASE("outbox NATS sink: publishes to its stream with Nats-Msg-Id = fact_id (a redelivery "
@@ -143,8 +134,8 @@ TEST_CASE("outbox NATS sink: publishes to its stream with Nats-Msg-Id = fact_id 
   CHECK(down.result == outbox_ack::outcome::retry);
   CHECK_FALSE(down.error_code.empty());
   ns.start(); // same port and store: the sink reconnects by itself
-  REQUIRE(wait_until(
-    [&] { return deliver(fn, message(4)).result == outbox_ack::outcome::acknowledged; }));
+  REQUIRE(test::eventually(
+    [&] { return deliver(fn, message(4)).result == outbox_ack::outcome::acknowledged; }, 15s));
   CHECK(read_nats_stream(ns.url(), "FACTS", 2s)->size() == 4);
   (*s)->stop();
   CHECK(deliver(fn, message(5)).error_code == "CANCELLED");
@@ -175,9 +166,11 @@ TEST_CASE("outbox NATS sink: a runtime relays each entity's facts to the stream 
                                 json{{"type", "payment"}, {"data", {{"i", i}}}}.dump());
       REQUIRE(r.ok);
     }
-  REQUIRE(wait_until([&] {
-    return (*rt)->metrics().value("factum_outbox_delivered_total", {{"sink", "bus"}}) == 40;
-  }));
+  REQUIRE(test::eventually(
+    [&] {
+      return (*rt)->metrics().value("factum_outbox_delivered_total", {{"sink", "bus"}}) == 40;
+    },
+    15s));
   auto got = read_nats_stream(ns.url(), "FACTS", 2s);
   REQUIRE(got.is_ok());
   std::map<std::string, std::vector<int64_t>> by_entity;

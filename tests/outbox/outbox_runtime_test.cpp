@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "factum/runtime/runtime.hpp"
+#include "support/eventually.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -107,9 +109,7 @@ runtime_config config_for(const std::filesystem::path& dir, outbox_fn sink) {
 }
 
 std::unique_ptr<runtime> start(runtime_config c) {
-  auto r = runtime::start(std::move(c));
-  REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-  return std::move(r.value());
+  return test::start_ok(std::move(c));
 }
 
 json append(runtime& rt, const std::string& id, const std::string& type, int n) {
@@ -117,16 +117,6 @@ json append(runtime& rt, const std::string& id, const std::string& type, int n) 
                         json{{"type", type}, {"data", {{"n", n}}}}.dump());
   REQUIRE_MESSAGE(r.ok, r.body);
   return r.json();
-}
-
-template <class F> bool wait_until(F cond, std::chrono::milliseconds limit = 10s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() > end)
-      return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
 }
 
 /// The sink "bus"'s series of /metrics, read at one call.
@@ -160,12 +150,12 @@ TEST_CASE("outbox relay: routed facts reach the sink once each in seq order per 
   auto r =
     rt->call_sync(entity_key{"globex", "ledger", "a"}, "append", json{{"type", "payment"}}.dump());
   REQUIRE(r.ok);
-  REQUIRE(wait_until([&] { return bus_stats(*rt).delivered == 15; }));
+  REQUIRE(test::eventually([&] { return bus_stats(*rt).delivered == 15; }));
   auto settled = sink.settled();
   CHECK(settled.size() == 3);
   for (auto id : {"acme/ledger/a", "acme/ledger/b", "acme/ledger/c"})
     CHECK(settled[id] == seqs(1, 9, 2));
-  REQUIRE(wait_until([&] { return bus_stats(*rt).lag == 0; }));
+  REQUIRE(test::eventually([&] { return bus_stats(*rt).lag == 0; }));
   auto st = bus_stats(*rt);
   CHECK(st.retried == 0);
   CHECK(st.refused == 0);
@@ -185,7 +175,7 @@ TEST_CASE("outbox relay: a fact the sink refuses becomes a dead letter and deliv
   std::vector<int64_t> payments; // the refusal's own lifecycle fact may come between them
   for (int i = 1; i <= 3; ++i)
     payments.push_back(append(*rt, "r", "payment", i)["seq"]);
-  REQUIRE(wait_until([&] { return bus_stats(*rt).delivered == 2; }));
+  REQUIRE(test::eventually([&] { return bus_stats(*rt).delivered == 2; }));
   CHECK(sink.settled()["acme/ledger/r"] == payments);
   CHECK(bus_stats(*rt).refused == 1);
   auto dls = rt->call_sync(entity_key{"acme", "ledger", "r"}, "@dead_letters", "{}");
@@ -208,10 +198,10 @@ TEST_CASE("outbox relay: a fact the sink refuses becomes a dead letter and deliv
   auto retry = rt->call_sync(entity_key{"acme", "ledger", "r"}, "@dead_letter",
                              json{{"id", list[0]["id"]}, {"action", "retry"}}.dump());
   REQUIRE_MESSAGE(retry.ok, retry.body);
-  REQUIRE(wait_until([&] { return bus_stats(*rt).delivered == 3; }));
+  REQUIRE(test::eventually([&] { return bus_stats(*rt).delivered == 3; }));
   auto settled = sink.settled()["acme/ledger/r"];
   CHECK(settled.back() == payments[1]);
-  REQUIRE(wait_until([&] {
+  REQUIRE(test::eventually([&] {
     auto l = rt->call_sync(entity_key{"acme", "ledger", "r"}, "@dead_letters", "{}").json();
     return l.size() == 1 && l[0]["status"] == "resolved";
   }));
@@ -227,7 +217,7 @@ TEST_CASE("outbox relay: a failing sink is retried after a backoff and no fact o
   auto rt = start(config_for(tmp.path(), sink.fn()));
   for (int i = 1; i <= 6; ++i)
     append(*rt, "x", "payment", i);
-  REQUIRE(wait_until([&] { return bus_stats(*rt).delivered == 6; }));
+  REQUIRE(test::eventually([&] { return bus_stats(*rt).delivered == 6; }));
   CHECK(bus_stats(*rt).retried == 3);
   CHECK(sink.settled()["acme/ledger/x"] == seqs(1, 6));
   // Every attempt at seq n + 1 came after seq n was acknowledged.
@@ -275,8 +265,8 @@ TEST_CASE("outbox relay: a fact reaches its sink only once the sync that made it
                }
                ++replies;
              });
-  REQUIRE(wait_until([&] { return replies == 8; }));
-  REQUIRE(wait_until([&] { return bus_stats(*rt).delivered == 8; }));
+  REQUIRE(test::eventually([&] { return replies == 8; }));
+  REQUIRE(test::eventually([&] { return bus_stats(*rt).delivered == 8; }));
   std::lock_guard<std::mutex> g(mu);
   REQUIRE(answered.size() == 8);
   for (auto& [seq, at] : answered) {
@@ -298,13 +288,13 @@ TEST_CASE("outbox relay: facts left unacknowledged at a stop are delivered by th
       append(*rt, "p", "payment", i);
       append(*rt, "q", "payment", i);
     }
-    REQUIRE(wait_until([&] { return bus_stats(*rt).retried >= 2; }));
+    REQUIRE(test::eventually([&] { return bus_stats(*rt).retried >= 2; }));
     CHECK(bus_stats(*rt).delivered == 0);
     CHECK(bus_stats(*rt).lag == 10);
     rt->stop();
   }
   auto rt = start(config_for(tmp.path(), up.fn()));
-  REQUIRE(wait_until([&] { return bus_stats(*rt).delivered == 10; }));
+  REQUIRE(test::eventually([&] { return bus_stats(*rt).delivered == 10; }));
   auto settled = up.settled();
   CHECK(settled["acme/ledger/p"] == seqs(1, 5));
   CHECK(settled["acme/ledger/q"] == seqs(1, 5));

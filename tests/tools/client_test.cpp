@@ -15,6 +15,7 @@
 
 #include "factum/fake_vendor/fake_vendor.hpp"
 #include "factum/sinks/http_tool.hpp"
+#include "support/eventually.hpp"
 
 using namespace factum;
 using namespace std::chrono_literals;
@@ -46,15 +47,7 @@ tool_fn make(http_tool_client& c, const std::string& url, http_tool_options o = 
 }
 
 /// Polls `pred` until true or 10 s passed.
-template <class F> bool eventually(F pred) {
-  auto end = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using test::eventually;
 
 } // namespace
 

@@ -8,8 +8,6 @@
 // child's runtime in the forked child.
 #include <doctest/doctest.h>
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +17,8 @@
 #include "factum/resilience/money.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/sinks/http_tool.hpp"
+#include "support/child_process.hpp"
+#include "support/eventually.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -57,15 +57,6 @@ call_reply deliver(runtime& rt) {
 }
 
 /// Polls `pred` (the vendor's state) until true or 20 s passed.
-template <class F> bool eventually(F pred) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end)
-      return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
 
 struct outcome {
   json costs;         ///< the entity's cost facts
@@ -79,20 +70,18 @@ template <class F> outcome crash_and_retry(const json& first, F reached, const j
   fake_vendor::vendor vendor;
   REQUIRE(vendor.set_mode(first) == "");
   auto port = vendor.port();
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  test::child_process child;
+  REQUIRE(child.run([&] {
     http_tool_client client;
     auto rt = runtime::start(hook_config(tmp.path(), client, port));
     if (!rt)
       _exit(2);
     (void)deliver(*rt.value());
     _exit(3); // not reached: the parent kills the child first
-  }
-  bool got_there = eventually([&] { return reached(vendor.stats()); });
-  kill(pid, SIGKILL);
-  int wst = 0;
-  waitpid(pid, &wst, 0);
+  }));
+  bool got_there =
+    test::eventually([&] { return reached(vendor.stats()); }, std::chrono::seconds(20));
+  child.kill_now();
   REQUIRE(got_there);
   REQUIRE(vendor.set_mode(then) == "");
   http_tool_client client;

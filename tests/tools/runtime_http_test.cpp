@@ -12,6 +12,7 @@
 #include "factum/resilience/money.hpp"
 #include "factum/runtime/runtime.hpp"
 #include "factum/sinks/http_tool.hpp"
+#include "support/runtime_helpers.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace factum;
@@ -42,9 +43,7 @@ struct fixture {
     pol.refresh_auth = client.auth_refresher("hook");
     c.tools["hook"] = fn.value();
     c.tool_policies["hook"] = std::move(pol);
-    auto r = runtime::start(std::move(c));
-    REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
-    rt = std::move(r.value());
+    rt = test::start_ok(std::move(c));
   }
   ~fixture() {
     if (rt)
