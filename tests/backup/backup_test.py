@@ -28,7 +28,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import Failure, check, start_serve, stop_serve  # noqa: E402
+from factum_test import Failure, check, kill_process, start_serve, stop_serve  # noqa: E402
 
 WAIT = 30  # seconds: the bound of every wait
 KEY = "backup-test-key"
@@ -256,8 +255,7 @@ def kill_backup(factum, data, dest, generation):
             break
         time.sleep(0.005)
     check(p.poll() is None, "the backup finished before it could be killed")
-    p.kill()
-    p.wait(WAIT)
+    kill_process(p, WAIT)
     return copied
 
 

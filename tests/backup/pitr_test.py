@@ -34,7 +34,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import Failure, check, start_serve, stop_serve  # noqa: E402
+from factum_test import Failure, check, kill_process, start_serve, stop_serve  # noqa: E402
 
 WAIT = 30
 KEY = "pitr-operator-key"
@@ -73,8 +72,7 @@ class Server:
                                            "127.0.0.1:0", bound=WAIT)
 
     def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(WAIT)
+        kill_process(self.proc, WAIT)
 
     def stop(self):
         stop_serve(self.proc, WAIT)

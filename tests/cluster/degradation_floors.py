@@ -22,7 +22,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import WAIT, Failure, check, free_port, wait_until  # noqa: E402
+from factum_test import (WAIT, Failure, check, free_port, kill_process, spawn_serve,  # noqa: E402
+                         wait_until)
 
 KEY = "floors-key"
 
@@ -72,9 +73,11 @@ class Node:
             }, f)
         self.proc = None
 
+    def spawn(self):
+        self.proc = spawn_serve(self.factum, self.cfg, self.log)
+
     def start(self):
-        self.proc = subprocess.Popen([self.factum, "serve", "--config", self.cfg],
-                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "a"))
+        self.spawn()
         wait_until(f"{self.name} answers /healthz", self.healthy)
 
     def healthy(self):
@@ -88,10 +91,8 @@ class Node:
         except OSError:
             return False
 
-    def stop(self, sig=signal.SIGTERM):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=WAIT)
+    def kill(self):
+        kill_process(self.proc, WAIT)
 
 
 def main():
@@ -125,8 +126,7 @@ def main():
                 return False
         wait_until("etcd answers /health", etcd_healthy)
         for n in nodes:
-            n.proc = subprocess.Popen([n.factum, "serve", "--config", n.cfg],
-                                      stdout=subprocess.DEVNULL, stderr=open(n.log, "a"))
+            n.spawn()
         for n in nodes:  # min_nodes 2: both start before either serves
             wait_until(f"{n.name} answers /healthz", n.healthy)
         n1, n2 = nodes
@@ -144,7 +144,7 @@ def main():
         check(status == 503 and body.get("code") == "DEGRADED",
               f"a call through n2 at 4 answered {status}: {body}")
 
-        n2.stop(signal.SIGKILL)
+        n2.kill()
         n2.start()
         wait_until("n2 applies the floor again after a restart", lambda: level(n2.port) == 4)
         _, st = request(n2.port, "GET", "/v1/degradation")
@@ -186,11 +186,8 @@ def main():
         return 1
     finally:
         for n in nodes:
-            if n.proc and n.proc.poll() is None:
-                n.proc.kill()
-                n.proc.wait()
-        etcd.kill()
-        etcd.wait()
+            kill_process(n.proc, WAIT)
+        kill_process(etcd, WAIT)
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -16,9 +16,6 @@ import http.server
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,28 +31,17 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.support.ui import WebDriverWait
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from factum_test import (Failure, check, free_port, kill_process, start_serve,  # noqa: E402
+                         stop_serve)
+
 KEY_A = "key-acme"
 KEY_G = "key-globex"
 WAIT = 15  # seconds: the bound of every wait
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-
-
 def sha(key):
     return hashlib.sha256(key.encode()).hexdigest()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Vendor(http.server.BaseHTTPRequestHandler):
@@ -99,24 +85,12 @@ class Server:
         path = os.path.join(self.work, "serve.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
-        self.log = open(os.path.join(self.work, "serve.log"), "a")
-        self.proc = subprocess.Popen([self.factum, "serve", "--config", path],
-                                     stdout=self.log, stderr=self.log)
-        deadline = time.time() + WAIT
-        while time.time() < deadline:
-            check(self.proc.poll() is None, "factum serve exited at start (see serve.log)")
-            try:
-                with urllib.request.urlopen(self.url("/healthz"), timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.05)  # polling readiness, bounded by the deadline
-        raise Failure("factum serve did not answer /healthz")
+        self.proc, self.port = start_serve(self.factum, path, os.path.join(self.work, "serve.log"),
+                                           bound=WAIT)
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            rc = self.proc.wait(timeout=30)
+            rc = stop_serve(self.proc, 30)
             check(rc == 0, f"factum serve exited {rc} on SIGTERM")
 
     def url(self, path):
@@ -356,9 +330,7 @@ def main():
         print(f"console_test: FAIL: {type(e).__name__}: {e}", file=sys.stderr)
         traceback.print_exc()
     finally:
-        if srv.proc and srv.proc.poll() is None:
-            srv.proc.send_signal(signal.SIGKILL)
-            srv.proc.wait(timeout=WAIT)
+        kill_process(srv.proc, WAIT)
         if not ok:
             with open(os.path.join(work, "serve.log")) as f:
                 sys.stderr.write(f.read()[-4000:])

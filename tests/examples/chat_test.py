@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -30,18 +29,13 @@ import urllib.request
 
 import websockets
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from factum_test import (Failure, check, free_port, kill_process, start_serve,  # noqa: E402
+                         stop_serve)
+
 KEY_A = "key-acme"
 KEY_G = "key-globex"
 WAIT = 15  # seconds: the bound of every wait in this test
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
 
 
 # -- the server ---------------------------------------------------------------------------------
@@ -77,28 +71,15 @@ class Server:
         return path
 
     def start(self):
-        log = open(os.path.join(os.path.dirname(self.data), "serve.log"), "a")
-        self.proc = subprocess.Popen(
-            [self.factum, "serve", "--config", self.config()], stdout=log, stderr=log)
-        deadline = time.time() + WAIT
-        while time.time() < deadline:
-            check(self.proc.poll() is None, "factum serve exited at start (see serve.log)")
-            try:
-                with urllib.request.urlopen(self.url("/healthz"), timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.05)  # polling the server's readiness, bounded by the deadline
-        raise Failure("factum serve did not answer /healthz")
+        log = os.path.join(os.path.dirname(self.data), "serve.log")
+        self.proc, self.port = start_serve(self.factum, self.config(), log, bound=WAIT)
 
     def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=WAIT)
+        kill_process(self.proc, WAIT)
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            rc = self.proc.wait(timeout=30)
+            rc = stop_serve(self.proc, 30)
             check(rc == 0, f"factum serve exited {rc} on SIGTERM")
 
     def rss_kib(self):
@@ -437,10 +418,7 @@ async def main():
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="factum-chat-")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = Server(args.factum, os.path.join(work, "data"), port)
+    srv = Server(args.factum, os.path.join(work, "data"), free_port())
     ok = False
     try:
         srv.start()
@@ -451,8 +429,7 @@ async def main():
     except Failure as e:
         print(f"FAIL: {e}", file=sys.stderr)
     finally:
-        if srv.proc and srv.proc.poll() is None:
-            srv.proc.kill()
+        kill_process(srv.proc, WAIT)
         if ok and not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:

@@ -12,13 +12,11 @@ import http.client
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import Failure, check, start_serve  # noqa: E402
+from factum_test import Failure, check, start_serve, stop_serve  # noqa: E402
 
 WAIT = 30
 KEY = "as-of-key"
@@ -99,13 +97,8 @@ def main():
         print(f"facts_as_of_test: FAIL: {e}", file=sys.stderr)
         return 1
     finally:
-        if proc and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(WAIT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(WAIT)
+        if proc:
+            stop_serve(proc, WAIT)
         shutil.rmtree(tmp, ignore_errors=True)
     print("facts_as_of_test: ok")
     return 0

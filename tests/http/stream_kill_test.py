@@ -16,14 +16,14 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import Failure, check, start_serve, wait_until  # noqa: E402
+from factum_test import (Failure, check, kill_process, start_serve, stop_serve,  # noqa: E402
+                         wait_until)
 
 KEY = "stream-kill-key"
 ENTITY = "/v1/entities/ledger/s1"
@@ -122,12 +122,6 @@ def all_facts(port):
     raise Failure("more than 100 pages of facts")
 
 
-def stop_by_pid(proc, sig):
-    if proc and proc.poll() is None:
-        os.kill(proc.pid, sig)
-        proc.wait(timeout=WAIT)
-
-
 def run(factum, tmp):
     cfg = os.path.join(tmp, "serve.json")
     json.dump({"data_dir": os.path.join(tmp, "data"), "dev": True,
@@ -148,8 +142,7 @@ def run(factum, tmp):
                    lambda: len(reader.facts) >= BEFORE_KILL or not reader.is_alive(), bound=WAIT)
         check(reader.error is None, f"reader: {reader.error}")
         check(writer.is_alive(), f"the load ended before the kill: {writer.error}")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=WAIT)
+        kill_process(proc, WAIT)
         writer.stop.set()
         writer.join(WAIT)
         reader.join(WAIT)
@@ -193,11 +186,11 @@ def run(factum, tmp):
             check(disk[f["seq"] - 1] == f, f"resumed seq {f['seq']} differs from disk")
         print(f"stream_kill_test: {len(disk)} facts on disk after the restart; resumed after "
               f"{seqs[-1]}, got {len(rest)} events up to {last}")
-        stop_by_pid(procs[-1], signal.SIGTERM)
-        check(procs[-1].returncode == 0, f"factum serve exited {procs[-1].returncode} on SIGTERM")
+        rc = stop_serve(procs[-1], WAIT)
+        check(rc == 0, f"factum serve exited {rc} on SIGTERM")
     finally:
         for p in procs:
-            stop_by_pid(p, signal.SIGKILL)
+            kill_process(p, WAIT)
 
 
 def main():

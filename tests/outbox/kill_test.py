@@ -28,7 +28,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import Failure, check, free_port, start_serve  # noqa: E402
+from factum_test import (Failure, check, free_port, kill_process, start_serve,  # noqa: E402
+                         stop_serve)
 
 ENTITIES = 6
 UP_S = 1.0     # seconds of load with NATS up
@@ -121,8 +122,7 @@ def main():
         nats.send_signal(signal.SIGSTOP)  # ... then with NATS frozen: facts pile up
         time.sleep(FROZEN_S)
         lag_at_kill = metric(port, "factum_outbox_lag") or 0
-        server.send_signal(signal.SIGKILL)  # mid-load
-        server.wait(timeout=WAIT)
+        kill_process(server, WAIT)  # mid-load
         load_s = time.time() - t0
         nats.send_signal(signal.SIGCONT)
         stop.set()
@@ -175,14 +175,11 @@ def main():
               f"({delivered_up / up_s:.0f}/s); lag {int(lag_at_kill)} at the kill (NATS frozen); "
               f"{len(msgs)} messages in the stream, {dups} duplicates; all delivered "
               f"{drain_s:.2f} s after the restart")
-        server.send_signal(signal.SIGTERM)
-        check(server.wait(timeout=WAIT) == 0, "factum serve exited non-zero after SIGTERM")
+        check(stop_serve(server, WAIT) == 0, "factum serve exited non-zero after SIGTERM")
         server = None
     finally:
         for p in (server, nats):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+            kill_process(p, WAIT)
         if args.keep:
             print(f"kept {tmp}")
         else:

@@ -1,7 +1,8 @@
 """factum_test.py: what the Python tests that drive processes share (imported from
 tests/support; Debian's python3 standard library only): a test's failure, its checks, a free
-loopback port, a bounded wait, and starting `factum serve` until its start line names the port
-it bound. Not a test on its own."""
+loopback port, a bounded wait, starting `factum serve` until its start line names the port it
+bound, and stopping or killing what a test started, by pid, always reaped. Not a test on its
+own."""
 import json
 import signal
 import socket
@@ -37,12 +38,18 @@ def wait_until(what, fn, bound=WAIT, every=0.05):
     raise Failure(f"not within {bound} s: {what}")
 
 
-def start_serve(factum, cfg, log, *args, bound=WAIT):
-    """Starts `factum serve --config cfg [args]` with stderr appended to `log` and waits for its
-    start line (the event "start" with its pid). Returns (process, port); Failure, with the log's
-    tail, when it exits first or does not start within `bound` s (it is killed then)."""
-    proc = subprocess.Popen([factum, "serve", "--config", cfg, *args],
-                            stdout=subprocess.DEVNULL, stderr=open(log, "a"))
+def spawn_serve(factum, cfg, log, *args):
+    """Starts `factum serve --config cfg [args]` with stderr appended to `log` and returns its
+    process at once (wait_started waits for its start line)."""
+    with open(log, "a") as err:
+        return subprocess.Popen([factum, "serve", "--config", cfg, *args],
+                                stdout=subprocess.DEVNULL, stderr=err)
+
+
+def wait_started(proc, log, bound=WAIT):
+    """Waits for the start line of the server `proc` (the event "start" with its pid) in `log`
+    and returns the port it names; Failure, with the log's tail, when it exits first or does not
+    start within `bound` s (it is killed then)."""
     end = time.time() + bound
     while time.time() < end:
         check(proc.poll() is None, f"factum serve exited: {open(log).read()[-2000:]}")
@@ -52,19 +59,33 @@ def start_serve(factum, cfg, log, *args, bound=WAIT):
             except ValueError:
                 continue
             if e.get("event") == "start" and e.get("pid") == proc.pid:
-                return proc, e["port"]
+                return e["port"]
         time.sleep(0.05)
-    proc.kill()
-    proc.wait(bound)
+    kill_process(proc, bound)
     raise Failure("factum serve did not start")
 
 
+def start_serve(factum, cfg, log, *args, bound=WAIT):
+    """spawn_serve, then wait_started: returns (process, port)."""
+    proc = spawn_serve(factum, cfg, log, *args)
+    return proc, wait_started(proc, log, bound)
+
+
 def stop_serve(proc, bound=WAIT):
-    """Stops a server started by start_serve: SIGTERM, then SIGKILL after `bound` s."""
+    """Stops a server started by start_serve: SIGTERM, then SIGKILL after `bound` s. Returns its
+    exit code (negative: the signal that ended it)."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(bound)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(bound)
+            kill_process(proc, bound)
+    return proc.returncode
+
+
+def kill_process(proc, bound=WAIT):
+    """SIGKILL to a process the test started (a server, etcd, nats-server...), and waits for it
+    (at most `bound` s); nothing when it has exited already (it is reaped then)."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(bound)
