@@ -11,7 +11,7 @@ factum=${1:?usage: http_smoke.sh PATH/TO/factum}
 tmp=$(mktemp -d)
 pid=""
 cleanup() {
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  kill_processes "$pid"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -30,10 +30,8 @@ cat > "$tmp/serve.json" <<JSON
   "types": ["ledger"]
 }
 JSON
-"$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" \
-  2> "$tmp/err.log" &
-pid=$!
-wait_for_port "$tmp/err.log" "$pid" 10 || fail "$wait_error"
+start_server "$tmp/err.log" 10 "$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 \
+  --data "$tmp/data" || fail "$wait_error"
 url="http://127.0.0.1:$port"
 
 bench() {
@@ -70,13 +68,9 @@ set -e
 [ "$rc" -eq 1 ] || fail "a bench with a wrong key exited $rc, expected 1"
 check '.errors == 5 and .codes.UNAUTHORIZED == 5'
 
-kill -TERM "$pid"
-set +e
-wait "$pid"
-rc=$?
-set -e
+stop_process "$pid" 30
 pid=""
-[ "$rc" -eq 0 ] || fail "server exit code after SIGTERM was $rc"
+[ "$stop_rc" -eq 0 ] || fail "server exit code after SIGTERM was $stop_rc"
 "$factum" inspect verify --data "$tmp/data" > "$tmp/verify.out" 2>&1 ||
   fail "inspect verify: $(cat "$tmp/verify.out")"
 echo "http_smoke: ok (port $port)"

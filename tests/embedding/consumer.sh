@@ -19,12 +19,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 tmp=$(mktemp -d)
-pids=()
+pid="" vpid=""
 cleanup() {
-  for p in "${pids[@]}"; do
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
+  kill_processes "$pid" "$vpid"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -32,12 +29,6 @@ fail() {
   echo "consumer: FAIL: $*" >&2
   for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done
   exit 1
-}
-# wait_for WHAT SECONDS COMMAND...: polls COMMAND every 50 ms.
-wait_for() {
-  local what=$1 n=$(($2 * 20)); shift 2
-  for _ in $(seq 1 $n); do "$@" 2>/dev/null && return 0; sleep 0.05; done
-  fail "no $what within $((n / 20)) s"
 }
 
 # 1. Install, and only the public headers.
@@ -74,15 +65,10 @@ server=$tmp/project/build/reminders-server
 [ -x "$server" ] || fail "no reminders-server was built"
 
 # 4. Run it with the fake vendor as its `sms` tool.
-"$vendor" --listen 127.0.0.1:0 --port-file "$tmp/vendor.port" > /dev/null 2> "$tmp/vendor.log" &
-pids+=($!)
-wait_for "vendor port" 10 test -s "$tmp/vendor.port"
-sed -e "s#@VENDOR_URL@#http://127.0.0.1:$(cat "$tmp/vendor.port")#" \
-  "$tmp/project/serve.json" > "$tmp/serve.json"
-"$server" --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" 2> "$tmp/server.log" &
-spid=$!
-pids+=($spid)
-wait_for_port "$tmp/server.log" "$spid" 20 || fail "reminders-server: $wait_error"
+start_vendor "$vendor" "$tmp" || fail "$wait_error"
+sed -e "s#@VENDOR_URL@#$vendor_url#" "$tmp/project/serve.json" > "$tmp/serve.json"
+start_server "$tmp/server.log" 20 "$server" --config "$tmp/serve.json" --listen 127.0.0.1:0 \
+  --data "$tmp/data" || fail "reminders-server: $wait_error"
 grep -q '"types":\["reminder"\]' "$tmp/server.log" || fail "the start line does not name the reminder type"
 
 send() {  # send KEY: the HTTP status, the body in $tmp/reply
@@ -98,10 +84,9 @@ code=$(send rem-1)
 [ "$code" = 200 ] || fail "the retry answered $code: $(cat "$tmp/reply")"
 calls=$(curl -s "http://127.0.0.1:$(cat "$tmp/vendor.port")/_vendor/stats" | jq .calls)
 [ "$calls" = 1 ] || fail "the vendor was called $calls times for one key"
-kill -TERM "$spid"
-rc=0
-wait "$spid" || rc=$?
-[ "$rc" = 0 ] || fail "the server exited $rc after SIGTERM"
+stop_process "$pid" 30
+pid=""
+[ "$stop_rc" = 0 ] || fail "the server exited $stop_rc after SIGTERM"
 
 # 5. Its facts, read with the installed factum inspect.
 "$prefix/bin/factum" inspect verify acme/reminder/r1 --data "$tmp/data" --json > "$tmp/verify.out" ||

@@ -10,7 +10,7 @@ factum=${1:?usage: serve_smoke.sh PATH/TO/factum}
 tmp=$(mktemp -d)
 pid=""
 cleanup() {
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  kill_processes "$pid"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -51,12 +51,9 @@ set -e
 grep -q "tenants.acme.quota.max_entities" "$tmp/bad.err" ||
   fail "no path in the message for a bad quota: $(cat "$tmp/bad.err")"
 
-"$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" \
-  2> "$tmp/err.log" &
-pid=$!
-
-# Wait (bounded) for the start line that carries the bound port.
-wait_for_port "$tmp/err.log" "$pid" 10 || fail "$wait_error"
+# Started, and waited for (bounded) until the start line carries the bound port.
+start_server "$tmp/err.log" 10 "$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 \
+  --data "$tmp/data" || fail "$wait_error"
 base="http://127.0.0.1:$port"
 
 code=$(curl -s -o "$tmp/h.json" -w '%{http_code}' "$base/healthz")
@@ -103,12 +100,8 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$base/examples/nothing")
 curl -s -o "$tmp/metrics" "$base/metrics" || fail "metrics unreachable"
 grep -q '^factum_facts_total 2$' "$tmp/metrics" || fail "metrics: $(grep facts_total "$tmp/metrics")"
 
-kill -TERM "$pid"
-set +e
-wait "$pid"
-rc=$?
-set -e
+stop_process "$pid" 30
 pid=""
-[ "$rc" -eq 0 ] || fail "exit code after SIGTERM was $rc"
+[ "$stop_rc" -eq 0 ] || fail "exit code after SIGTERM was $stop_rc"
 grep -q '"event":"stopped"' "$tmp/err.log" || fail "no stopped line"
 echo "serve_smoke: ok (port $port)"

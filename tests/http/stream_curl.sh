@@ -11,8 +11,7 @@ tmp=$(mktemp -d)
 pid=""
 follower=""
 cleanup() {
-  if [ -n "$follower" ] && kill -0 "$follower" 2>/dev/null; then kill "$follower" 2>/dev/null || true; fi
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  kill_processes "$follower" "$pid"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -31,10 +30,8 @@ cat > "$tmp/serve.json" <<JSON
   "limits": {"stream_keepalive_ms": 200}
 }
 JSON
-"$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" \
-  2> "$tmp/err.log" &
-pid=$!
-wait_for_port "$tmp/err.log" "$pid" 10 || fail "$wait_error"
+start_server "$tmp/err.log" 10 "$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 \
+  --data "$tmp/data" || fail "$wait_error"
 base="http://127.0.0.1:$port"
 stream="$base/v1/entities/ledger/f1/facts/stream"
 
@@ -91,9 +88,7 @@ metrics=$(curl -s "$base/metrics")
 grep -q '^factum_fact_streams_accepted_total 2$' <<< "$metrics" ||
   fail "streams accepted: $(grep fact_stream <<< "$metrics")"
 
-kill -TERM "$pid"
-rc=0
-wait "$pid" || rc=$?
+stop_process "$pid" 30
 pid=""
-[ "$rc" -eq 0 ] || fail "serve exited $rc after SIGTERM"
+[ "$stop_rc" -eq 0 ] || fail "serve exited $stop_rc after SIGTERM"
 echo "stream_curl: ok"

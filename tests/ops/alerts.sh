@@ -21,11 +21,7 @@ tmp=$(mktemp -d)
 pid=""
 etcd_pid=""
 cleanup() {
-  if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  if [ -n "$etcd_pid" ]; then
-    kill -KILL "$etcd_pid" 2>/dev/null || true
-    wait "$etcd_pid" 2>/dev/null || true
-  fi
+  kill_processes "$pid" "$etcd_pid"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -51,11 +47,10 @@ for r in $(grep -o 'runbook_url: [^ ]*' "$ops/alerts.yml" | cut -d' ' -f2 | sort
 done
 
 # Every metric the rules query is exposed by a real server: one node of a cluster (its etcd on
-# a random loopback port pair, tried again on another pair if etcd cannot bind; at most 5 tries).
+# a free loopback port pair, tried again on another pair if etcd cannot bind; at most 5 tries).
 etcd_url=""
 for try in 1 2 3 4 5; do
-  cport=$((20000 + RANDOM % 20000))
-  pport=$((cport + 1))
+  read -r cport pport < <(free_ports 2) || fail "no free loopback ports"
   rm -rf "$tmp/etcd"
   etcd --name ops --data-dir "$tmp/etcd" \
     --listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
@@ -72,8 +67,7 @@ for try in 1 2 3 4 5; do
     sleep 0.05
   done
   [ -n "$etcd_url" ] && break
-  kill -KILL "$etcd_pid" 2> /dev/null || true
-  wait "$etcd_pid" 2> /dev/null || true
+  kill_processes "$etcd_pid"
   etcd_pid=""
 done
 [ -n "$etcd_url" ] || fail "etcd did not start: $(tail -5 "$tmp/etcd.log")"
@@ -84,9 +78,8 @@ cat > "$tmp/serve.json" <<JSON
  "cluster": {"name": "ops", "node_id": "ops1", "etcd": ["$etcd_url"],
              "advertise": "127.0.0.1:1", "shards": 4, "lease_ttl_ms": 2000}}
 JSON
-"$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" 2> "$tmp/err.log" &
-pid=$!
-wait_for_port "$tmp/err.log" "$pid" 10 || fail "factum serve: $wait_error: $(cat "$tmp/err.log")"
+start_server "$tmp/err.log" 10 "$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 \
+  --data "$tmp/data" || fail "factum serve: $wait_error: $(cat "$tmp/err.log")"
 curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics" || fail "GET /metrics failed"
 promtool check metrics < "$tmp/metrics" > "$tmp/lint" 2>&1 && [ ! -s "$tmp/lint" ] ||
   fail "promtool check metrics: $(cat "$tmp/lint")"
@@ -95,9 +88,7 @@ used=$(grep -vE '^ *#|summary:|runbook_url:' "$ops/alerts.yml" | grep -o 'factum
 for m in $used; do
   grep -qE "^($m[{ ]|# TYPE $m )" "$tmp/metrics" || fail "the rules query $m, which /metrics does not expose"
 done
-kill -TERM "$pid"
-rc=0
-wait "$pid" || rc=$?
+stop_process "$pid" 30
 pid=""
-[ "$rc" = 0 ] || fail "factum serve exited $rc after SIGTERM"
+[ "$stop_rc" = 0 ] || fail "factum serve exited $stop_rc after SIGTERM"
 echo "alerts: ok: $(grep -c 'alert:' "$ops/alerts.yml") alerts tested, $(echo "$used" | wc -l) metrics found"

@@ -26,7 +26,7 @@ fi
 pid=""
 bound=0
 cleanup() {
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  kill_processes "$pid"
   [ "$bound" = 1 ] && umount "$mnt/data" 2>/dev/null
   umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
   rm -rf "$tmp"
@@ -55,18 +55,11 @@ cat > "$tmp/serve.json" <<JSON
 JSON
 
 start() {
-  : > "$tmp/err.log"
-  "$factum" serve --config "$tmp/serve.json" 2> "$tmp/err.log" &
-  pid=$!
-  wait_for_port "$tmp/err.log" "$pid" 15 || fail "$wait_error"
+  start_server "$tmp/err.log" 15 "$factum" serve --config "$tmp/serve.json" || fail "$wait_error"
   base="http://127.0.0.1:$port"
 }
 stop() {
-  kill -TERM "$pid"
-  set +e
-  wait "$pid"
-  stop_rc=$?
-  set -e
+  stop_process "$pid" 30
   pid=""
 }
 pad=$(head -c 24000 /dev/zero | tr '\0' 'p')

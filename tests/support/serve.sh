@@ -1,7 +1,21 @@
-# serve.sh: sourced by the shell tests that start a server in the background (`factum serve`, or
-# a server built on factum's serve_main): wait_for_port reads the port it bound from the
-# `"port":N` of its start log line; start_vendor starts the fake vendor those tests call. Not
-# executable on its own.
+# serve.sh: sourced by the shell tests that start processes in the background. start_server
+# starts a server (`factum serve`, or a server built on factum's serve_main) and waits until its
+# start log line names the port it bound (wait_for_port); start_vendor starts the fake vendor
+# those tests call; free_ports picks loopback ports for a process that cannot bind port 0;
+# stop_process stops one by pid (SIGTERM, then SIGKILL after a bound) and kill_processes kills
+# them (the tests' EXIT traps). Every wait is bounded. Not executable on its own.
+
+# start_server LOG SECONDS COMMAND...: starts COMMAND in the background with its stderr to LOG
+# (truncated) and waits, at most SECONDS, for its start line (wait_for_port). Sets `pid` (also
+# when it fails, for the caller's cleanup) and `port` and returns 0; else sets `wait_error` and
+# returns 1.
+start_server() {
+  local log=$1 seconds=$2
+  shift 2
+  "$@" 2> "$log" &
+  pid=$!
+  wait_for_port "$log" "$pid" "$seconds"
+}
 
 # wait_for_port LOG PID SECONDS: polls LOG every 50 ms, at most SECONDS, for the start line's
 # `"port":N` while process PID is alive. Sets `port` to N and returns 0; else sets `wait_error`
@@ -44,4 +58,42 @@ start_vendor() {
   done
   wait_error="no vendor port within 10 s"
   return 1
+}
+
+# free_ports N: prints N distinct loopback TCP ports, free now (each bound to port 0 at once, then
+# released: another process may take one before it is bound).
+free_ports() {
+  python3 -c '
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()' "$1"
+}
+
+# stop_process PID SECONDS: SIGTERM to PID, polled every 50 ms for at most SECONDS, then SIGKILL
+# if it still runs; waits for it. Sets `stop_rc` to its exit status (0: it exited cleanly).
+stop_process() {
+  local p=$1 seconds=$2 i
+  kill -TERM "$p" 2> /dev/null || true
+  for ((i = 0; i < seconds * 20; i++)); do
+    kill -0 "$p" 2> /dev/null || break
+    sleep 0.05
+  done
+  if kill -0 "$p" 2> /dev/null; then kill -KILL "$p" 2> /dev/null || true; fi
+  stop_rc=0
+  wait "$p" || stop_rc=$?
+}
+
+# kill_processes PID...: SIGKILL to each PID still running (empty ones are skipped), and waits for
+# it: what a test's EXIT trap does with what it started.
+kill_processes() {
+  local p
+  for p in "$@"; do
+    [ -n "$p" ] || continue
+    kill -KILL "$p" 2> /dev/null || true
+    wait "$p" 2> /dev/null || true
+  done
 }

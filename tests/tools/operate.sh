@@ -15,9 +15,7 @@ tmp=$(mktemp -d)
 pid=""
 vpid=""
 cleanup() {
-  for p in "$pid" "$vpid"; do
-    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then kill -KILL "$p" 2>/dev/null || true; fi
-  done
+  kill_processes "$pid" "$vpid"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -46,9 +44,7 @@ cat > "$tmp/serve.json" <<JSON
                   "recover_after_ms": 0, "check_interval_ms": 50}
 }
 JSON
-"$factum" serve --config "$tmp/serve.json" 2> "$tmp/err.log" &
-pid=$!
-wait_for_port "$tmp/err.log" "$pid" 10 || fail "$wait_error"
+start_server "$tmp/err.log" 10 "$factum" serve --config "$tmp/serve.json" || fail "$wait_error"
 base="http://127.0.0.1:$port"
 export FACTUM_API_KEY=acme-op
 
@@ -137,10 +133,9 @@ expect_exit 7 "INVALID_ARGUMENT" dead-letters retry --server "$base" --state nop
 expect_exit 2 "loopback" dead-letters retry --server "http://192.0.2.1:1"
 [ "$(count acme-key scheduled)" = 0 ] || fail "a refused run changed something"
 
-kill -TERM "$pid"
-wait "$pid" || fail "serve exited $? after SIGTERM"
+stop_process "$pid" 30
 pid=""
-kill -TERM "$vpid"
-wait "$vpid" || true
+[ "$stop_rc" -eq 0 ] || fail "serve exited $stop_rc after SIGTERM"
+stop_process "$vpid" 10
 vpid=""
 echo "operate: ok"

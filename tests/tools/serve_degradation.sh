@@ -14,9 +14,7 @@ tmp=$(mktemp -d)
 pid=""
 vpid=""
 cleanup() {
-  for p in "$pid" "$vpid"; do
-    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then kill -KILL "$p" 2>/dev/null || true; fi
-  done
+  kill_processes "$pid" "$vpid"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -56,15 +54,13 @@ cat > "$tmp/serve.json" <<JSON
 }
 JSON
 start() {
-  "$factum" serve --config "$tmp/serve.json" 2> "$tmp/err.log" &
-  pid=$!
-  wait_for_port "$tmp/err.log" "$pid" 10 || fail "$wait_error"
+  start_server "$tmp/err.log" 10 "$factum" serve --config "$tmp/serve.json" || fail "$wait_error"
   base="http://127.0.0.1:$port"
 }
 stop() {
-  kill -TERM "$pid"
-  wait "$pid" || fail "serve exited $? after SIGTERM"
+  stop_process "$pid" 30
   pid=""
+  [ "$stop_rc" -eq 0 ] || fail "serve exited $stop_rc after SIGTERM"
 }
 call() { # KEY PATH BODY -> status, body in $tmp/body
   curl -s -o "$tmp/body" -w '%{http_code}' -X POST "$base$2" -H "X-API-Key: $1" \
@@ -127,7 +123,6 @@ curl -s -f -X POST "$v/_vendor/mode" -d '{"mode": "ok"}' > /dev/null || fail "ve
 wait_level acme-key 0
 [ "$(call acme-key /v1/entities/ledger/l1/recent '{}')" = 200 ] || fail "recent after recovery"
 stop
-kill -TERM "$vpid"
-wait "$vpid" || true
+stop_process "$vpid" 10
 vpid=""
 echo "serve_degradation: ok"

@@ -13,9 +13,7 @@ tmp=$(mktemp -d)
 pid=""
 vpid=""
 cleanup() {
-  for p in "$pid" "$vpid"; do
-    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then kill -KILL "$p" 2>/dev/null || true; fi
-  done
+  kill_processes "$pid" "$vpid"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -66,9 +64,7 @@ cat > "$tmp/serve.json" <<JSON
   }
 }
 JSON
-"$factum" serve --config "$tmp/serve.json" 2> "$tmp/err.log" &
-pid=$!
-wait_for_port "$tmp/err.log" "$pid" 10 || fail "$wait_error"
+start_server "$tmp/err.log" 10 "$factum" serve --config "$tmp/serve.json" || fail "$wait_error"
 base="http://127.0.0.1:$port"
 grep -q '"tools":\["authed","hook"\]' "$tmp/err.log" || fail "start line does not list the tools"
 
@@ -111,18 +107,10 @@ curl -s -f -H 'X-API-Key: tools-key' \
   "$base/v1/entities/webhook/w2/facts?type=outcome&subtype=auth_refreshed" | grep -q '"after_attempt":1' ||
   fail "no auth_refreshed fact"
 
-kill -TERM "$pid"
-set +e
-wait "$pid"
-rc=$?
-set -e
+stop_process "$pid" 30
 pid=""
-[ "$rc" -eq 0 ] || fail "serve exit code after SIGTERM was $rc"
-kill -TERM "$vpid"
-set +e
-wait "$vpid"
-rc=$?
-set -e
+[ "$stop_rc" -eq 0 ] || fail "serve exit code after SIGTERM was $stop_rc"
+stop_process "$vpid" 10
 vpid=""
-[ "$rc" -eq 0 ] || fail "vendor exit code after SIGTERM was $rc"
+[ "$stop_rc" -eq 0 ] || fail "vendor exit code after SIGTERM was $stop_rc"
 echo "serve_tools: ok (serve $port, vendor $vport)"
