@@ -6,13 +6,14 @@
 # them (the tests' EXIT traps). Every wait is bounded. Not executable on its own.
 
 # start_server LOG SECONDS COMMAND...: starts COMMAND in the background with its stderr to LOG
-# (truncated) and waits, at most SECONDS, for its start line (wait_for_port). Sets `pid` (also
-# when it fails, for the caller's cleanup) and `port` and returns 0; else sets `wait_error` and
-# returns 1.
+# (emptied first, before the command starts: a restart must not read its predecessor's start
+# line) and waits, at most SECONDS, for its start line (wait_for_port). Sets `pid` (also when it
+# fails, for the caller's cleanup) and `port` and returns 0; else sets `wait_error` and returns 1.
 start_server() {
   local log=$1 seconds=$2
   shift 2
-  "$@" 2> "$log" &
+  : > "$log"
+  "$@" 2>> "$log" &
   pid=$!
   wait_for_port "$log" "$pid" "$seconds"
 }
