@@ -20,9 +20,7 @@ tmp=$(mktemp -d)
 pid=""
 vpid=""
 cleanup() {
-  for p in "$pid" "$vpid"; do
-    if [ -n "$p" ]; then kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; fi
-  done
+  kill_processes "$pid" "$vpid"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -38,9 +36,8 @@ cat > "$tmp/serve.json" <<JSON
             "routes": [{"sink": "audit", "fact_types": ["note"]}]},
  "degradation": {}}
 JSON
-"$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 --data "$tmp/data" 2> "$tmp/err.log" &
-pid=$!
-wait_for_port "$tmp/err.log" "$pid" 10 || fail "factum serve: $wait_error: $(cat "$tmp/err.log")"
+start_server "$tmp/err.log" 10 "$factum" serve --config "$tmp/serve.json" --listen 127.0.0.1:0 \
+  --data "$tmp/data" || fail "factum serve: $wait_error: $(cat "$tmp/err.log")"
 base="http://127.0.0.1:$port"
 
 call() { # STATUS METHOD PATH [KEY [BODY]]
@@ -81,9 +78,7 @@ for f in factum_tool_errors_total factum_outbox_lag factum_degradation_level \
   grep -q "^$f{" "$tmp/metrics" || fail "no series of $f"
 done
 
-kill -TERM "$pid"
-rc=0
-wait "$pid" || rc=$?
+stop_process "$pid" 30
 pid=""
-[ "$rc" = 0 ] || fail "factum serve exited $rc after SIGTERM"
+[ "$stop_rc" = 0 ] || fail "factum serve exited $stop_rc after SIGTERM"
 echo "metrics: ok: $(grep -c '^# TYPE' "$tmp/metrics") families, $(grep -vc '^#' "$tmp/metrics") samples, promtool found nothing"
