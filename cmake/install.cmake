@@ -10,6 +10,9 @@ include(CMakePackageConfigHelpers)
 
 set(factum_exported factum_storage factum_entities factum_resilience factum_metrics factum_runtime
     factum_gateway factum_sink_http factum_http_client factum_cluster factum_nats factum_serve)
+# factum_packaged: everything the packages hold, so that scripts/package builds just that.
+add_custom_target(factum_packaged)
+add_dependencies(factum_packaged factum ${factum_exported})
 foreach(t IN LISTS factum_exported)
   string(REPLACE "factum_" "" export_name ${t})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${export_name})
