@@ -705,7 +705,7 @@ void start_actors(detail::runtime_core& c) {
 /// outbox's in outbox_board.cpp (registered once the board is made, or not).
 void register_metrics(detail::runtime_core& c) {
   using metrics::kind;
-  auto spares = [&c](int64_t spare_pool::stats::*field) {
+  auto spares = [&c](auto spare_pool::stats::*field) {
     return [&c, field](metrics::sample_writer& w) {
       int64_t n = 0;
       for (auto* pool : c.spare_pools())
@@ -720,12 +720,7 @@ void register_metrics(detail::runtime_core& c) {
                         "New entities that found no spare ready and made their own file.",
                         kind::counter, {}, spares(&spare_pool::stats::missed));
   c.metric_registry.add("factum_spare_files_ready", "Spare entity files ready now.", kind::gauge,
-                        {}, [&c](metrics::sample_writer& w) {
-                          int64_t n = 0;
-                          for (auto* pool : c.spare_pools())
-                            n += pool->get_stats().ready;
-                          w.add(static_cast<double>(n));
-                        });
+                        {}, spares(&spare_pool::stats::ready));
   c.metric_registry.add("factum_spare_file_errors_total",
                         "Batches of spare files the maker failed to make (it retries each second).",
                         kind::counter, {}, spares(&spare_pool::stats::errors));
