@@ -159,9 +159,11 @@ result<std::optional<int64_t>> check_adopted(const runtime_core& c, const entity
   return std::optional<int64_t>(next->value().due_ms);
 }
 
-/// A file `key` has here whose newest owner claim is `epoch` or newer: a later move (or this
+/// A file `key` has here whose newest owner claim is newer than `epoch`: a later move (or this
 /// node's own service) put it there, so an adopt of an older move must not replace it. CONFLICT
-/// naming both, or ok (no file, or an older claim).
+/// naming both, or ok (no file, or an older claim, or the same move's: its sender, restarted
+/// mid-move, resumes under the move's epoch and sends the file again; epochs are etcd revisions,
+/// so a claim under exactly `epoch` can only be that move's export).
 status check_not_newer(const runtime_core& c, const entity_key& key, int64_t epoch) {
   auto path = key.file_path(c.cfg.entity_dir());
   std::error_code ec;
@@ -173,10 +175,10 @@ status check_not_newer(const runtime_core& c, const entity_key& key, int64_t epo
   if (!s)
     return status::ok(); // not readable as an entity file: the adopt replaces it
   auto owners = (*s)->owners();
-  if (owners && !owners->empty() && owners->back().epoch >= epoch)
+  if (owners && !owners->empty() && owners->back().epoch > epoch)
     return status{errc::conflict, "entity " + key.to_string() + " has a file here claimed under " +
                                     "epoch " + std::to_string(owners->back().epoch) +
-                                    ", not older than the move's " + std::to_string(epoch)};
+                                    ", newer than the move's " + std::to_string(epoch)};
   return status::ok();
 }
 
