@@ -1,0 +1,136 @@
+// shard_log.hpp: a shard's replicated log on NATS JetStream (docs/cluster.md, "Replication").
+// One stream per shard, R replicas, file storage; subjects
+//   <prefix>.<shard>.e.<entity token>   one entity's commit records, in commit order
+//   <prefix>.<shard>.epoch              epoch markers: the writer that owns the log from there on
+// Every message carries the headers Factum-Epoch and Factum-Writer (the writer's id). A writer
+// is the shard's one owner under one epoch: it predicts each publish's stream sequence
+// (Nats-Expected-Last-Sequence) and names each publish (Nats-Msg-Id) so that a retry is
+// idempotent. A new writer first publishes a marker expecting the sequence it read up to: from
+// then on every publish of an older writer fails its expectation, and a record that still lands
+// after a marker (its writer had failed before it) belongs to a writer the marker superseded,
+// which readers skip (log_reader below). Threads: every class here is safe to use from any
+// thread; the `done` callbacks of a writer run on a NATS thread, in append order.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "factum/error/status.hpp"
+
+namespace factum::replication {
+
+/// Where the log lives and how it is written.
+struct log_options {
+  /// NATS servers of the cluster (nats://host:port); any one of them answers for all.
+  std::vector<std::string> servers;
+  /// Subject prefix and stream name prefix: streams are <stream_prefix>_<shard> (letters, digits
+  /// and _ only), subjects <subject_prefix>.<shard>.>.
+  std::string stream_prefix = "FACTUM_LOG";
+  std::string subject_prefix = "factum.log";
+  /// Replicas of each stream (1, 3 or 5): a publish is acknowledged once a majority stored it.
+  int replicas = 3;
+  /// A publish not acknowledged within this fails (its writer is broken from then on).
+  std::chrono::milliseconds ack_timeout{5000};
+  /// Publishes in flight on the connection at most (a further append waits for room).
+  int64_t max_pending = 8192;
+  /// Connecting and each request to the JetStream API (create a stream, read a message).
+  std::chrono::milliseconds request_timeout{5000};
+};
+
+/// One message of a shard's log, as read back.
+struct log_message {
+  uint64_t seq = 0;      ///< stream sequence (1, 2, ...)
+  int64_t epoch = 0;     ///< Factum-Epoch
+  std::string writer;    ///< Factum-Writer
+  bool marker = false;   ///< an epoch marker (subject ...epoch), else a record
+  std::string entity;    ///< the entity token of a record's subject; empty for a marker
+  std::string data;      ///< the payload
+};
+
+/// A connection to the NATS cluster, shared by the shard logs of one node.
+class log_connection {
+ public:
+  /// Connects (bounded by request_timeout). UNAVAILABLE when no server answers.
+  static result<std::shared_ptr<log_connection>> connect(const log_options& o);
+  ~log_connection();
+  log_connection(const log_connection&) = delete;
+  log_connection& operator=(const log_connection&) = delete;
+
+  const log_options& options() const noexcept;
+
+  /// Creates shard `k`'s stream when it does not exist (R replicas, file storage, limits
+  /// retention, duplicate window 2 minutes); ok when it exists with the same subjects.
+  status ensure_stream(uint32_t k);
+  /// The stream's last sequence (0: empty). NOT_FOUND when the stream does not exist.
+  result<uint64_t> last_seq(uint32_t k);
+  /// The first sequence still held (after trims), 0 when empty.
+  result<uint64_t> first_seq(uint32_t k);
+  /// Calls `fn` for each message of shard `k` with sequence in [from, to] in order (to = 0: up
+  /// to the last sequence when the call began); stops early when `fn` answers false.
+  status read(uint32_t k, uint64_t from, uint64_t to,
+              const std::function<bool(const log_message&)>& fn);
+  /// The last message on an entity's subject, or nothing when the entity has none.
+  result<std::optional<log_message>> last_of_entity(uint32_t k, const std::string& entity);
+  /// The last epoch marker of shard `k`, or nothing.
+  result<std::optional<log_message>> last_marker(uint32_t k);
+  /// Removes the messages of shard `k` below sequence `below` (the log's trim).
+  status trim(uint32_t k, uint64_t below);
+  /// Deletes shard `k`'s stream (tests and `factum cluster` reset).
+  status delete_stream(uint32_t k);
+
+  struct impl;
+  impl& internals() noexcept { return *impl_; }
+
+ private:
+  explicit log_connection(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+/// The writer of one shard's log: the shard's owner under `epoch`.
+class shard_writer {
+ public:
+  using done_fn = std::function<void(const status&, uint64_t seq)>;
+
+  /// Opens a writer: reads the stream's last sequence L and its last marker; CONFLICT when that
+  /// marker's epoch is newer than `epoch`; else publishes a marker (epoch, a new writer id)
+  /// expecting L, and answers the writer once a quorum stored it. CONFLICT when the log moved
+  /// past L meanwhile (another writer: read again and retry, or give the shard up).
+  static result<std::unique_ptr<shard_writer>> open(std::shared_ptr<log_connection> c, uint32_t k,
+                                                    int64_t epoch);
+  ~shard_writer();
+  shard_writer(const shard_writer&) = delete;
+  shard_writer& operator=(const shard_writer&) = delete;
+
+  uint32_t shard() const noexcept;
+  int64_t epoch() const noexcept;
+  const std::string& writer_id() const noexcept;
+  /// The marker's sequence: the log this writer continues.
+  uint64_t marker_seq() const noexcept;
+
+  /// Appends one record on `entity`'s subject (a token of [0-9a-f]), pipelined: returns at once
+  /// (or once there is room under max_pending). `done` runs exactly once, on a NATS thread, in
+  /// append order: ok and the record's sequence once a quorum stored it; or CONFLICT (the log
+  /// moved: a newer writer) or UNAVAILABLE (no acknowledgement within ack_timeout, NATS down).
+  /// After the first failure the writer is broken: that append and every later one fail, even
+  /// when the server acknowledges them later.
+  void append(const std::string& entity, std::string data, done_fn done);
+  /// Whether a failure broke the writer (open a new one to go on).
+  bool broken() const noexcept;
+  /// Appends whose `done` has not run yet.
+  size_t in_flight() const noexcept;
+  /// Waits (bounded) until every append's `done` ran. UNAVAILABLE when some did not.
+  status drain(std::chrono::milliseconds wait);
+
+  struct impl;
+
+ private:
+  explicit shard_writer(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace factum::replication
