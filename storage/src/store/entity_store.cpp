@@ -306,6 +306,7 @@ entity_store::entity_store(store_options opts, entity_key key, fs::path path)
       sync_(std::make_unique<sync_state>()) {}
 
 entity_store::~entity_store() {
+  end_capture();
   if (db_) {
     if (in_batch_)
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -692,7 +693,9 @@ status entity_store::commit() {
     return status::ok();
   if (in_turn_)
     return {errc::internal, "commit inside a turn"};
-  auto st = exec_cached("COMMIT");
+  auto st = stamp_capture();
+  if (st)
+    st = exec_cached("COMMIT");
   if (!st) {
     if (in_batch_) { // COMMIT failed but the transaction is still open: undo it whole
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -700,9 +703,11 @@ status entity_store::commit() {
       last_seq_ = batch_mark_.seq;
       head_hash_ = batch_mark_.hash;
     }
+    collect_capture(false);
     return st;
   }
   in_batch_ = dirty_ = false;
+  collect_capture(true);
   ship_to_archive();
   return status::ok();
 }
@@ -741,6 +746,7 @@ status entity_store::rollback() {
   in_batch_ = in_turn_ = dirty_ = false;
   last_seq_ = batch_mark_.seq;
   head_hash_ = batch_mark_.hash;
+  collect_capture(false);
   return status::ok();
 }
 

@@ -86,8 +86,15 @@ status entity_store::take_ownership(int64_t epoch, std::string_view node, bool r
       return undo(st);
     released = sqlite3_changes(db_);
   }
-  if (auto st = exec_cached("COMMIT"); !st)
+  if (auto st = stamp_capture(); !st) {
+    collect_capture(false);
     return undo(st);
+  }
+  if (auto st = exec_cached("COMMIT"); !st) {
+    collect_capture(false);
+    return undo(st);
+  }
+  collect_capture(true);
   // Durable before the owner serves: a deferred-sync commit does not sync by itself (sync() is
   // a no-op otherwise; durability full synced in the COMMIT). A claim whose sync failed left
   // its row committed: a later claim of the same epoch (no new row) syncs it first.

@@ -74,6 +74,10 @@ bool unclaimed(const entity_key& key) {
   return key.tenant.empty() && key.type.empty() && key.id.empty();
 }
 
+} // namespace
+
+namespace detail {
+
 // Creates `tmp` (it must not exist), writes `bytes` to it and fdatasyncs it. A failure leaves no
 // file.
 status write_new_file(const fs::path& tmp, std::string_view bytes) {
@@ -94,9 +98,6 @@ status write_new_file(const fs::path& tmp, std::string_view bytes) {
   return status::ok();
 }
 
-} // namespace
-
-namespace detail {
 
 // Builds a new entity file at `tmp` (the caller renames it into place; a failure leaves no file).
 // At the current schema version it is a copy of the process's template database with this
@@ -413,6 +414,9 @@ status entity_store::migrate() {
     return st;
   if (opts_.read_only)
     return status::ok();
+  // Replicated: the claim and the release of pending keys below are captured like any commit.
+  if (auto st = start_capture(); !st)
+    return st;
   // Cluster mode: the claim releases the pending keys in its own transaction, once it holds the
   // file. A file another node owns under a newer epoch is left as it is, its pending keys
   // included (they belong to that owner's live activation).
@@ -428,10 +432,23 @@ status entity_store::migrate() {
   if (*pending > 0) {
     released_on_open_ = *pending;
     end_reading();
-    if (auto st = exec(schema_version_ >= schema::journal_version ? schema::release_unjournaled_sql
-                                                                  : schema::release_pending_sql);
-        !st)
-      return st;
+    const char* release = schema_version_ >= schema::journal_version
+                            ? schema::release_unjournaled_sql
+                            : schema::release_pending_sql;
+    if (!session_)
+      return exec(release);
+    // Captured: in a transaction of its own, stamped like any commit.
+    auto st = exec("BEGIN IMMEDIATE");
+    if (st)
+      st = exec(release);
+    if (st)
+      st = stamp_capture();
+    if (st)
+      st = exec("COMMIT");
+    if (!st && !sqlite3_get_autocommit(db_))
+      (void)exec("ROLLBACK");
+    collect_capture(st.is_ok());
+    return st;
   }
   return status::ok();
 }

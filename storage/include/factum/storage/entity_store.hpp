@@ -35,6 +35,7 @@
 
 struct sqlite3;
 struct sqlite3_stmt;
+struct sqlite3_session;
 
 namespace factum {
 
@@ -106,6 +107,11 @@ struct store_options {
   int page_size = 4096;
   /// Caps the file size (PRAGMA max_page_count); 0 = no cap. For disk-full tests.
   int64_t max_page_count = 0;
+  /// Capture each committed transaction's changes for the replicated log (take_captured()):
+  /// every write transaction of this store also stamps the entity's next replicated commit
+  /// number into meta. Refused (CONFLICT) on a file that has facts but no replicated commit:
+  /// its history is not in any log. Not with read_only. Default false.
+  bool capture_changes = false;
   /// Fault injection (tests only); empty in production.
   fault_hook fault;
   /// Entity files made ahead of need (spare_pool.hpp) for this data_dir: a creation renames one
@@ -167,6 +173,21 @@ enum class key_outcome {
 struct key_begin_result {
   key_outcome outcome = key_outcome::fresh;
   idempotency_record record; ///< the stored record (for completed/failed/in_flight/mismatch)
+};
+
+// -- replication --------------------------------------------------------------------------------
+
+/// One committed transaction of an entity, as its replicated log carries it
+/// (store_options::capture_changes; docs/storage-format.md, "The replicated log").
+struct captured_commit {
+  int64_t number = 0;    ///< the entity's replicated commit number: 1, 2, ... without a gap
+  std::string changeset; ///< the transaction's row changes: an SQLite session changeset
+};
+
+/// What a replica of an entity starts from before its first commit: the meta rows of the
+/// owner's file (key, value), by key, as its capture began.
+struct replica_genesis {
+  std::vector<std::pair<std::string, std::string>> meta;
 };
 
 // -- the store ----------------------------------------------------------------------------------
@@ -237,6 +258,28 @@ class entity_store {
   /// Whether this open claimed an unclaimed file (a spare put in place by this open or by an
   /// earlier one that crashed before claiming it; spare_pool.hpp).
   bool claimed_on_open() const noexcept { return claimed_; }
+
+  // -- replication (store_changes.cpp) --
+
+  /// capture_changes: the transactions committed since the last call, oldest first. An error
+  /// when a committed transaction's changes could not be read (the store must not go on: its
+  /// file holds a commit its log will never see).
+  result<std::vector<captured_commit>> take_captured();
+  /// The number of the last replicated commit in this file (0: none).
+  int64_t replicated_commit() const noexcept { return repl_commit_; }
+  /// The meta rows a replica of this entity is built from (replica_genesis).
+  result<replica_genesis> genesis();
+  /// Builds the file of a replica of `key` under opts.data_dir from `g`: the file a new entity
+  /// starts with, with `g`'s meta rows (CORRUPTION when they cannot be: another schema or a
+  /// foreign history). CONFLICT when the entity has a file there. Synced.
+  static status create_replica(const store_options& opts, const entity_key& key,
+                               const replica_genesis& g);
+  /// Applies `c` to this replica, in one transaction synced per the store's durability: ok
+  /// and nothing done when it is applied already (c.number <= replicated_commit()); CONFLICT
+  /// when commits are missing before it (a gap, or out of order); CORRUPTION when a row it
+  /// changes is not as the owner's was (the replica diverged) or it does not carry its number.
+  /// The store's cached chain head follows; reopen the store before serving from it.
+  status apply_captured(const captured_commit& c);
 
   // -- transactions --
 
@@ -627,6 +670,16 @@ class entity_store {
   int64_t fenced_writes_ = 0;
   struct sync_state;
   std::unique_ptr<sync_state> sync_;
+  // capture_changes (store_changes.cpp): the session recording the open transaction's rows
+  sqlite3_session* session_ = nullptr;
+  std::vector<captured_commit> captured_; // committed, not yet taken
+  std::optional<status> capture_error_;   // a commit's changes were lost: take_captured fails
+  int64_t repl_commit_ = 0;               // meta replicated_commit of the file
+  int64_t stamped_ = 0;                   // the number the open transaction stamped, or 0
+  status start_capture();
+  status stamp_capture();
+  void collect_capture(bool committed);
+  void end_capture() noexcept;
 };
 
 /// Creates `data_dir` (and its parents), `data_dir/entities` and `data_dir/runtime` where missing,

@@ -1,0 +1,288 @@
+// store_changes.cpp: an entity store's side of the replicated log (docs/storage-format.md, "The
+// replicated log"). With store_options::capture_changes, an SQLite session (the session
+// extension of Debian's libsqlite3, built with SQLITE_ENABLE_SESSION) records the rows every
+// write transaction of the store changes; each such transaction also stamps the entity's next
+// replicated commit number into meta (key replicated_commit), so that the file itself says which
+// commit of the log it holds; after its COMMIT the session's changeset is kept for
+// take_captured() and a new session starts. A replica builds its file from the owner's meta rows
+// (genesis(), create_replica()) and applies the commits in number order (apply_captured()): any
+// row that is not as the owner's was aborts the apply. Threads: the store's owner only, as every
+// other member of entity_store.
+//
+// A session records nothing of a table without a PRIMARY KEY: every table of the entity schema
+// has one; a tenant's own table without one is not replicated (docs/cluster.md says so).
+//
+// Compiled outside the unity build: the session API of sqlite3.h is declared only when these two
+// macros are defined before its first inclusion.
+#define SQLITE_ENABLE_SESSION 1
+#define SQLITE_ENABLE_PREUPDATE_HOOK 1
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "factum/storage/entity_store.hpp"
+#include "file/file_io.hpp"
+#include "store/entity_image.hpp"
+#include "store/store_sql.hpp"
+
+namespace factum {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The meta key that holds a file's last replicated commit number.
+constexpr const char* commit_meta_key = "replicated_commit";
+
+result<int64_t> read_commit_number(sqlite3* db) {
+  sqlite3_stmt* st = nullptr;
+  int rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'replicated_commit'", -1,
+                              &st, nullptr);
+  if (rc != SQLITE_OK)
+    return status{errc::io_error, std::string("read replicated_commit: ") + sqlite3_errmsg(db)};
+  int64_t n = 0;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    n = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return status{errc::io_error, std::string("read replicated_commit: ") + sqlite3_errmsg(db)};
+  return n;
+}
+
+result<std::vector<std::pair<std::string, std::string>>> read_meta_rows(sqlite3* db) {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, "SELECT key, CAST(value AS TEXT) FROM meta ORDER BY key", -1, &st,
+                         nullptr) != SQLITE_OK)
+    return status{errc::io_error, std::string("read meta: ") + sqlite3_errmsg(db)};
+  std::vector<std::pair<std::string, std::string>> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    auto text = [&](int c) {
+      auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st, c));
+      return std::string(p ? p : "", static_cast<size_t>(sqlite3_column_bytes(st, c)));
+    };
+    if (text(0) != commit_meta_key)
+      out.emplace_back(text(0), text(1));
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return status{errc::io_error, std::string("read meta: ") + sqlite3_errmsg(db)};
+  return out;
+}
+
+std::string meta_value(const replica_genesis& g, std::string_view key) {
+  for (auto& [k, v] : g.meta)
+    if (k == key)
+      return v;
+  return {};
+}
+
+/// The conflict handler of an apply: any conflict is a replica that differs from its owner.
+int abort_on_conflict(void* ctx, int, sqlite3_changeset_iter*) {
+  *static_cast<bool*>(ctx) = true;
+  return SQLITE_CHANGESET_ABORT;
+}
+
+} // namespace
+
+// -- capture (the owner) ------------------------------------------------------------------------
+
+status entity_store::start_capture() {
+  if (!opts_.capture_changes || opts_.read_only || session_)
+    return status::ok();
+  auto n = read_commit_number(db_);
+  if (!n)
+    return n.error();
+  repl_commit_ = *n;
+  if (repl_commit_ == 0 && last_seq_ > 0)
+    return {errc::conflict, "entity " + key_.to_string() + " has " + std::to_string(last_seq_) +
+                              " facts that no replicated log holds: it cannot be replicated"};
+  int rc = sqlite3session_create(db_, "main", &session_);
+  if (rc == SQLITE_OK)
+    rc = sqlite3session_attach(session_, nullptr);
+  if (rc != SQLITE_OK) {
+    end_capture();
+    return {errc::internal, "start capturing changes: " + std::string(sqlite3_errstr(rc))};
+  }
+  return status::ok();
+}
+
+status entity_store::stamp_capture() {
+  stamped_ = 0;
+  if (!session_ || sqlite3session_isempty(session_))
+    return status::ok();
+  int64_t next = repl_commit_ + 1;
+  if (auto st = step_bound("INSERT INTO meta(key, value) VALUES ('replicated_commit', ?1) "
+                           "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                           "stamp the replicated commit", next);
+      !st)
+    return st;
+  stamped_ = next;
+  return status::ok();
+}
+
+void entity_store::collect_capture(bool committed) {
+  if (!session_)
+    return;
+  if (committed && stamped_ > 0) {
+    int size = 0;
+    void* bytes = nullptr;
+    int rc = sqlite3session_changeset(session_, &size, &bytes);
+    if (rc == SQLITE_OK) {
+      captured_.push_back({stamped_, std::string(static_cast<const char*>(bytes),
+                                                 static_cast<size_t>(size))});
+      repl_commit_ = stamped_;
+    } else if (!capture_error_) {
+      capture_error_ = status{errc::internal, "commit " + std::to_string(stamped_) + " of " +
+                                                key_.to_string() + ": its changes: " +
+                                                sqlite3_errstr(rc)};
+    }
+    sqlite3_free(bytes);
+  }
+  stamped_ = 0;
+  // A new session for the next transaction (3.40 has no reset; a rolled-back transaction's rows
+  // net out in the old one, but its bookkeeping would grow).
+  sqlite3session_delete(session_);
+  session_ = nullptr;
+  if (sqlite3session_create(db_, "main", &session_) != SQLITE_OK ||
+      sqlite3session_attach(session_, nullptr) != SQLITE_OK) {
+    end_capture();
+    if (!capture_error_)
+      capture_error_ = status{errc::internal, "restart capturing changes of " + key_.to_string()};
+  }
+}
+
+void entity_store::end_capture() noexcept {
+  if (session_)
+    sqlite3session_delete(session_);
+  session_ = nullptr;
+}
+
+result<std::vector<captured_commit>> entity_store::take_captured() {
+  if (capture_error_)
+    return *capture_error_;
+  if (opts_.capture_changes && !session_ && !opts_.read_only)
+    return status{errc::internal, "the store of " + key_.to_string() + " captures no changes"};
+  // Changes outside a stamped transaction (none should be: every write path stamps) would never
+  // reach the log: refuse to go on rather than replicate less than the file holds.
+  if (session_ && !in_batch_ && stamped_ == 0 && !sqlite3session_isempty(session_)) {
+    capture_error_ = status{errc::internal, "entity " + key_.to_string() +
+                                              " committed changes outside a replicated commit"};
+    return *capture_error_;
+  }
+  return std::exchange(captured_, {});
+}
+
+result<replica_genesis> entity_store::genesis() {
+  auto rows = read_meta_rows(db_);
+  if (!rows)
+    return rows.error();
+  return replica_genesis{std::move(*rows)};
+}
+
+// -- apply (a replica) --------------------------------------------------------------------------
+
+status entity_store::create_replica(const store_options& opts, const entity_key& key,
+                                    const replica_genesis& g) {
+  auto path = key.file_path(opts.data_dir);
+  std::error_code ec;
+  if (fs::exists(path, ec))
+    return {errc::conflict, "entity " + key.to_string() + " has a file here already"};
+  if (meta_value(g, "tenant") != key.tenant || meta_value(g, "type") != key.type ||
+      meta_value(g, "id") != key.id)
+    return {errc::corruption, "the genesis names another entity than " + key.to_string()};
+  int64_t created_at = 0;
+  try {
+    created_at = std::stoll(meta_value(g, "created_at"));
+  } catch (const std::exception&) {
+    return {errc::corruption, "the genesis of " + key.to_string() + " has no created_at"};
+  }
+  auto image = detail::fresh_entity_image(key, created_at, meta_value(g, "fact_id_prefix"),
+                                          opts.page_size);
+  if (!image)
+    return image.error();
+  auto dir = path.parent_path();
+  if (int e = detail::create_dirs_synced(dir, opts.mode == durability::full); e != 0)
+    return {detail::errno_code(e), "cannot create " + dir.string() + ": " + std::strerror(e)};
+  auto tmp = path;
+  tmp += ".tmp-" + time_ordered_id("", 16);
+  if (auto st = detail::write_new_file(tmp, *image); !st)
+    return st;
+  // The new file's meta must be the owner's: anything else (a file from an older schema, a
+  // fact id history) cannot be rebuilt from the image.
+  {
+    sqlite3* db = nullptr;
+    int rc = sqlite3_open_v2(tmp.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+    auto rows = rc == SQLITE_OK ? read_meta_rows(db)
+                                : result<std::vector<std::pair<std::string, std::string>>>(
+                                    status{errc::io_error, sqlite3_errstr(rc)});
+    sqlite3_close(db);
+    if (!rows || *rows != g.meta) {
+      fs::remove(tmp, ec);
+      return {errc::corruption, "a replica of " + key.to_string() +
+                                  " cannot be built from its genesis (its meta differs from a "
+                                  "new entity's)"};
+    }
+  }
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
+    int e = errno;
+    fs::remove(tmp, ec);
+    return {e == EEXIST ? errc::conflict : detail::errno_code(e),
+            "rename into " + path.string() + ": " + std::strerror(e)};
+  }
+  if (opts.mode == durability::full)
+    if (int e = detail::sync_dir(dir); e != 0)
+      return {detail::errno_code(e), "sync " + dir.string() + ": " + std::strerror(e)};
+  return status::ok();
+}
+
+status entity_store::apply_captured(const captured_commit& c) {
+  if (auto st = check_writable(); !st)
+    return st;
+  if (in_batch_)
+    return {errc::internal, "apply_captured inside a batch"};
+  auto have = read_commit_number(db_);
+  if (!have)
+    return have.error();
+  repl_commit_ = *have;
+  if (c.number <= *have)
+    return status::ok();
+  if (c.number != *have + 1)
+    return {errc::conflict, "entity " + key_.to_string() + " holds replicated commit " +
+                              std::to_string(*have) + "; commit " + std::to_string(c.number) +
+                              " cannot follow it (commits are missing between)"};
+  if (auto st = exec_cached("BEGIN IMMEDIATE"); !st)
+    return st;
+  auto undo = [&](status st) {
+    if (!sqlite3_get_autocommit(db_))
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return st;
+  };
+  bool conflicted = false;
+  int rc = sqlite3changeset_apply(db_, static_cast<int>(c.changeset.size()),
+                                  const_cast<char*>(c.changeset.data()), nullptr,
+                                  abort_on_conflict, &conflicted);
+  if (rc != SQLITE_OK)
+    return undo({conflicted || (rc & 0xff) == SQLITE_ABORT ? errc::corruption : detail::map_rc(rc),
+                 "apply commit " + std::to_string(c.number) + " to the replica of " +
+                   key_.to_string() + ": " +
+                   (conflicted ? std::string("a row differs from the owner's")
+                               : std::string(sqlite3_errmsg(db_)))});
+  auto now = read_commit_number(db_);
+  if (!now)
+    return undo(now.error());
+  if (*now != c.number)
+    return undo({errc::corruption, "commit " + std::to_string(c.number) + " of " +
+                                     key_.to_string() + " does not carry its number"});
+  if (auto st = exec_cached("COMMIT"); !st)
+    return undo(st);
+  repl_commit_ = c.number;
+  return load_head();
+}
+
+} // namespace factum
