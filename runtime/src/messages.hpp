@@ -30,6 +30,7 @@ using committed = caf::atom_constant<caf::atom("f_commit")>;  // storage: commit
 using closed = caf::atom_constant<caf::atom("f_closed")>;     // storage: close done
 using synced = caf::atom_constant<caf::atom("f_synced")>;     // storage: WAL sync done
 using checkpointed = caf::atom_constant<caf::atom("f_ckpt")>; // storage: checkpoint done
+using replicated = caf::atom_constant<caf::atom("f_repl")>;   // the log took commits (or not)
 using resume = caf::atom_constant<caf::atom("f_resume")>;     // an awaited op completed
 using slot = caf::atom_constant<caf::atom("f_slot")>;         // registry: activation slot granted
 using hibernate = caf::atom_constant<caf::atom("f_hiber")>;   // registry: please hibernate

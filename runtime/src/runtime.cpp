@@ -605,6 +605,7 @@ status configure_storage(detail::runtime_core& c) {
   c.store_opts.wal_grow_kib = c.cfg.wal_grow_kib;
   c.store_opts.archive_dir = c.cfg.archive_dir;
   c.store_opts.fault = c.cfg.storage_fault;
+  c.store_opts.capture_changes = c.cfg.replicator != nullptr;
   if (c.cfg.spare_files > 0) {
     auto spares = spare_pool::start(c.cfg.data_dir, c.cfg.spare_files, 4096, c.cfg.entity_dir());
     if (!spares)

@@ -89,6 +89,40 @@ TEST_CASE("output gate: a reply waits for the sync that covers its commit, and n
   CHECK(f.g.in_flight() == 0);
 }
 
+TEST_CASE("output gate: replicating, a reply waits for both its sync and the log, in either "
+          "order, and a refused commit fails what it covers") {
+  fixture f;
+  f.g.replicate(true);
+  auto g1 = f.g.committed();
+  f.reply(1);
+  REQUIRE(f.g.want_sync());
+  f.g.synced(report(1, 1, 1));
+  CHECK(f.waiting(1)); // durable here, not yet in the log
+  CHECK(f.g.log_pending());
+  f.g.replicated(g1);
+  CHECK(f.ok(1));
+  CHECK_FALSE(f.g.log_pending());
+  auto g2 = f.g.committed();
+  f.reply(2);
+  f.g.replicated(g2); // the log first
+  CHECK(f.waiting(2));
+  REQUIRE(f.g.want_sync());
+  f.g.synced(report(2, 2, 2));
+  CHECK(f.ok(2));
+  auto g3 = f.g.committed();
+  f.reply(3);
+  auto g4 = f.g.committed();
+  f.reply(4);
+  REQUIRE(f.g.want_sync());
+  f.g.synced(report(g4, 3, 3));
+  f.g.replicated(g3);
+  CHECK(f.ok(3));
+  CHECK(f.waiting(4));
+  f.g.quarantine(status{errc::unavailable, "the log refused commit 4"});
+  CHECK(f.failed(4));
+  CHECK(f.log.got.at(4).http_status == 503);
+}
+
 TEST_CASE("output gate: a sync alone in flight releases what it covers at once") {
   fixture f;
   f.g.committed();

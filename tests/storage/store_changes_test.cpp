@@ -15,7 +15,8 @@ namespace store_changes_test {
 namespace {
 
 /// Every row of every table of `file` (tables by name, rows as text in primary-key order).
-std::map<std::string, std::vector<std::vector<std::string>>> content(const std::filesystem::path& file) {
+std::map<std::string, std::vector<std::vector<std::string>>>
+content(const std::filesystem::path& file) {
   std::map<std::string, std::vector<std::vector<std::string>>> out;
   for (auto& t : test::raw_rows(file, "SELECT name FROM sqlite_schema WHERE type = 'table' AND "
                                       "name NOT LIKE 'sqlite_%' ORDER BY name"))

@@ -372,6 +372,8 @@ void start_open(self_ptr self) {
           core->next_alarm = n->value().due_ms;
         // The index must not be later than the file: an open that cannot correct it fails.
         st = rt->sync_alarm_index(key, core->next_alarm, false);
+        if (st && rt->cfg.replicator)
+          st = check_with_log(*rt, *core, key);
         if (!st)
           core->store.reset();
       } else {
@@ -424,6 +426,7 @@ void on_opened(self_ptr self, int code, const std::string& msg) {
   stats.activations.inc();
   stats.keys_released_on_open.inc(static_cast<uint64_t>(s.core->released_on_open));
   s.committed_seq = s.core->store->last_seq();
+  s.gate.replicate(s.rt->cfg.replicator != nullptr);
   s.instance = s.type->factory();
   s.ctx->attach(s.core->store.get());
   s.runner->attach(*s.core->store, *s.instance, *s.ctx);
@@ -443,6 +446,7 @@ void maybe_close(self_ptr self) {
   bool wanted = s.stopping || s.evict_requested || s.idle_fired || leaving;
   if (!wanted || s.ph != phase::ready || s.runner->busy() || s.committing || s.checkpointing ||
       s.flush_scheduled || s.gate.in_flight() > 0 || s.gate.held() > 0 ||
+      (!leaving && s.gate.log_pending()) ||
       (!leaving && (!s.queue.empty() || s.core->store->in_batch())) || !s.batch.empty())
     return;
   s.ph = phase::closing;
@@ -595,6 +599,9 @@ caf::behavior entity_actor(self_ptr self, runtime_core* rt, entity_key key, std:
     },
     [=](atoms::checkpointed, bool concurrent, int done) {
       on_checkpointed(self, concurrent, done);
+    },
+    [=](atoms::replicated, uint64_t gen, int code, const std::string& msg) {
+      on_replicated(self, gen, status{static_cast<errc>(code), msg});
     },
     [=](atoms::closed) { on_closed(self); },
     [=](atoms::slot) {

@@ -131,5 +131,12 @@ void release_await(self_ptr self);
 void on_synced(self_ptr self, const sync_report& r);
 void on_committed(self_ptr self, const status& commit, bool alarms, const sync_report& rep);
 void on_checkpointed(self_ptr self, bool concurrent, int done);
+/// The replicated log took (or refused) the commits up to generation `gen` (atoms::replicated).
+void on_replicated(self_ptr self, uint64_t gen, const status& st);
+/// Replicated runtime, on a storage thread right after an activation opened its store: the
+/// commits the open made (a claim, keys released) go to the log first, and the file must hold
+/// exactly the log's last commit of the entity. UNAVAILABLE (the file must be rebuilt from the
+/// log) or the log's error otherwise.
+status check_with_log(runtime_core& rt, entity_core& core, const entity_key& key);
 
 } // namespace factum::detail

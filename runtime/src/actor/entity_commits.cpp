@@ -13,6 +13,7 @@
 // sync pool (the WAL's own descriptor) and checkpoint_concurrently() on the storage pool (a
 // connection of its own), beside the actor. Each job answers with a message (atoms::committed,
 // synced, checkpointed) that brings the actor back here.
+#include <future>
 #include <optional>
 
 #include "actor/entity_actor_state.hpp"
@@ -123,6 +124,41 @@ void notice_facts(entity_state& s, output_gate<reply_to>::reply_batch& v, int64_
   v.emplace_back(std::move(to), call_reply::success("null"));
 }
 
+/// Replicated runtime: sends the commits the store captured since the last call to the log.
+/// The gate holds whatever they may reveal until the log holds them (on_replicated); a store
+/// that lost a commit's changes quarantines the entity (the log would never see that commit).
+void replicate_commits(self_ptr self) {
+  auto& s = self->state;
+  auto* sink = s.rt->cfg.replicator.get();
+  if (!sink || !s.core->store)
+    return;
+  auto gen = s.gate.commit_gen();
+  auto commits = s.core->store->take_captured();
+  if (!commits) {
+    s.gate.quarantine(commits.error());
+    return;
+  }
+  if (commits->empty()) {
+    s.gate.replicated(gen); // the commit changed no row: nothing to wait for
+    return;
+  }
+  std::optional<replica_genesis> genesis;
+  if (commits->front().number == 1) {
+    auto g = s.core->store->genesis();
+    if (!g) {
+      s.gate.quarantine(g.error());
+      return;
+    }
+    genesis = std::move(*g);
+  }
+  auto me = caf::actor_cast<caf::actor>(self);
+  sink->append(s.key, s.core->claim.epoch, std::move(genesis), std::move(*commits),
+               [me, gen](const status& st) {
+                 caf::anon_send(me, atoms::replicated::value, gen, static_cast<int>(st.code()),
+                                st.message());
+               });
+}
+
 /// Resumes the suspended turn if its await completed while a job held the store.
 void resume_if_woken(self_ptr self) {
   auto& s = self->state;
@@ -167,10 +203,12 @@ void start_commit(self_ptr self) {
       notice_facts(s, s.batch, seq);
     if (deferred) {
       s.gate.committed();
+      replicate_commits(self);
       s.gate.hold(s.batch);
       request_sync(self);
     } else {
       s.gate.committed_durable();
+      replicate_commits(self);
       s.gate.hold(s.batch);
       maybe_checkpoint(self); // with deferred sync: after the sync (on_synced)
     }
@@ -271,6 +309,7 @@ void on_committed(self_ptr self, const status& commit, bool alarms, const sync_r
     if (s.commit_facts > 0)
       notice_facts(s, s.in_commit, s.commit_seq);
     s.gate.committed_and_synced(rep); // a failed sync quarantines: the commit landed
+    replicate_commits(self);
     s.gate.hold(s.in_commit);
   } else {
     // The batch was rolled back whole: its keys were never recorded, so retries run again.
@@ -284,6 +323,52 @@ void on_committed(self_ptr self, const status& commit, bool alarms, const sync_r
   resume_if_woken(self);
   maybe_checkpoint(self);
   pump(self);
+}
+
+// -- the replicated log -------------------------------------------------------------------------
+
+void on_replicated(self_ptr self, uint64_t gen, const status& st) {
+  auto& s = self->state;
+  if (st) {
+    s.gate.replicated(gen);
+  } else {
+    s.gate.quarantine(status{errc::unavailable, "the replicated log did not take the entity's "
+                                                "commits (" +
+                                                  st.to_string() + ")"});
+    handle_quarantine(self);
+  }
+  maybe_close(self);
+  pump(self);
+}
+
+status check_with_log(runtime_core& rt, entity_core& core, const entity_key& key) {
+  auto& store = *core.store;
+  auto made = store.take_captured(); // by the open: a claim, keys released
+  if (!made)
+    return made.error();
+  int64_t before = made->empty() ? store.replicated_commit() : made->front().number - 1;
+  auto last = rt.cfg.replicator->last_number(key);
+  if (!last)
+    return last.error();
+  if (*last != before)
+    return {errc::unavailable, "entity " + key.to_string() + ": its file holds replicated commit " +
+                                 std::to_string(before) + " but the log's last is " +
+                                 std::to_string(*last) +
+                                 ": the file must be rebuilt from the log before it serves"};
+  if (made->empty())
+    return status::ok();
+  std::optional<replica_genesis> genesis;
+  if (made->front().number == 1) {
+    auto g = store.genesis();
+    if (!g)
+      return g.error();
+    genesis = std::move(*g);
+  }
+  auto done = std::make_shared<std::promise<status>>();
+  auto got = done->get_future();
+  rt.cfg.replicator->append(key, core.claim.epoch, std::move(genesis), std::move(*made),
+                            [done](const status& st) { done->set_value(st); });
+  return got.get(); // the sink answers every append, within its own timeout
 }
 
 // -- checkpoints --------------------------------------------------------------------------------

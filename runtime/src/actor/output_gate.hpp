@@ -14,6 +14,10 @@
 // fails too; the owner then closes the store without trusting its WAL (docs/reliability.md,
 // "Failed syncs").
 //
+// In a replicated runtime (runtime_config::replicator) a commit is covered once its sync is
+// good AND the replicated log holds it (replicated()); a commit the log refused quarantines the
+// entity like a failed sync.
+//
 // A plain class template over the replies' destination (the entity actor's reply sink; a
 // recorder in tests): no actor system, no threads. Owned by the entity actor and touched only on
 // its thread; sync_ticketer alone is shared with the sync threads.
@@ -89,9 +93,26 @@ template <class Dest> class output_gate {
   // -- commits --
 
   /// A commit was made whose durability a sync must establish: its generation.
-  uint64_t committed() { return ++commit_gen_; }
+  uint64_t committed() {
+    ++commit_gen_;
+    if (!replicating_)
+      replicated_gen_ = commit_gen_;
+    return commit_gen_;
+  }
   /// A commit was made that is durable already (durability normal, where none is synced).
-  void committed_durable() { durable_gen_ = asked_gen_ = ++commit_gen_; }
+  void committed_durable() { durable_gen_ = asked_gen_ = committed(); }
+
+  // -- the replicated log --
+
+  /// From now on a commit is covered only once replicated() says the log holds it too.
+  void replicate(bool on) noexcept { replicating_ = on; }
+  /// Commits the log does not hold yet (replicate() on).
+  bool log_pending() const noexcept { return replicating_ && replicated_gen_ < commit_gen_; }
+  /// The log holds every commit up to generation `gen`: replies that need no more leave.
+  void replicated(uint64_t gen) {
+    replicated_gen_ = std::max(replicated_gen_, gen);
+    release();
+  }
   /// Generation of the last commit.
   uint64_t commit_gen() const noexcept { return commit_gen_; }
 
@@ -103,7 +124,7 @@ template <class Dest> class output_gate {
     for (auto& [to, r] : v) {
       if (quarantine_)
         to.deliver(quarantine_reply(*quarantine_));
-      else if (durable_gen_ >= commit_gen_)
+      else if (covered() >= commit_gen_)
         to.deliver(std::move(r));
       else
         held_.push_back({commit_gen_, std::move(to), std::move(r)});
@@ -193,7 +214,16 @@ template <class Dest> class output_gate {
         ++it;
       }
     }
-    while (!held_.empty() && held_.front().gen <= durable_gen_) {
+    release();
+  }
+
+  /// Every commit up to this generation is durable and, when replicating, in the log.
+  uint64_t covered() const noexcept { return std::min(durable_gen_, replicated_gen_); }
+
+  void release() {
+    if (quarantine_)
+      return;
+    while (!held_.empty() && held_.front().gen <= covered()) {
       held_.front().to.deliver(std::move(held_.front().reply));
       held_.pop_front();
     }
@@ -214,9 +244,11 @@ template <class Dest> class output_gate {
     }
   }
 
-  uint64_t commit_gen_ = 0;  ///< generation of the last commit
-  uint64_t durable_gen_ = 0; ///< every commit up to this one is known durable
-  uint64_t asked_gen_ = 0;   ///< the latest generation a sync was started for
+  uint64_t commit_gen_ = 0;     ///< generation of the last commit
+  uint64_t durable_gen_ = 0;    ///< every commit up to this one is known durable
+  uint64_t asked_gen_ = 0;      ///< the latest generation a sync was started for
+  uint64_t replicated_gen_ = 0; ///< every commit up to this one is in the replicated log
+  bool replicating_ = false;    ///< replicate(): commits wait for the log as well
   int in_flight_ = 0;
   std::deque<held_reply> held_;
   std::vector<good_sync> trust_wait_; ///< syncs that returned 0, not yet known good

@@ -40,8 +40,8 @@ constexpr const char* commit_meta_key = "replicated_commit";
 
 result<int64_t> read_commit_number(sqlite3* db) {
   sqlite3_stmt* st = nullptr;
-  int rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'replicated_commit'", -1,
-                              &st, nullptr);
+  int rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'replicated_commit'", -1, &st,
+                              nullptr);
   if (rc != SQLITE_OK)
     return status{errc::io_error, std::string("read replicated_commit: ") + sqlite3_errmsg(db)};
   int64_t n = 0;
@@ -134,13 +134,13 @@ void entity_store::collect_capture(bool committed) {
     void* bytes = nullptr;
     int rc = sqlite3session_changeset(session_, &size, &bytes);
     if (rc == SQLITE_OK) {
-      captured_.push_back({stamped_, std::string(static_cast<const char*>(bytes),
-                                                 static_cast<size_t>(size))});
+      captured_.push_back(
+        {stamped_, std::string(static_cast<const char*>(bytes), static_cast<size_t>(size))});
       repl_commit_ = stamped_;
     } else if (!capture_error_) {
-      capture_error_ = status{errc::internal, "commit " + std::to_string(stamped_) + " of " +
-                                                key_.to_string() + ": its changes: " +
-                                                sqlite3_errstr(rc)};
+      capture_error_ =
+        status{errc::internal, "commit " + std::to_string(stamped_) + " of " + key_.to_string() +
+                                 ": its changes: " + sqlite3_errstr(rc)};
     }
     sqlite3_free(bytes);
   }
@@ -202,8 +202,8 @@ status entity_store::create_replica(const store_options& opts, const entity_key&
   } catch (const std::exception&) {
     return {errc::corruption, "the genesis of " + key.to_string() + " has no created_at"};
   }
-  auto image = detail::fresh_entity_image(key, created_at, meta_value(g, "fact_id_prefix"),
-                                          opts.page_size);
+  auto image =
+    detail::fresh_entity_image(key, created_at, meta_value(g, "fact_id_prefix"), opts.page_size);
   if (!image)
     return image.error();
   auto dir = path.parent_path();
@@ -265,8 +265,8 @@ status entity_store::apply_captured(const captured_commit& c) {
   };
   bool conflicted = false;
   int rc = sqlite3changeset_apply(db_, static_cast<int>(c.changeset.size()),
-                                  const_cast<char*>(c.changeset.data()), nullptr,
-                                  abort_on_conflict, &conflicted);
+                                  const_cast<char*>(c.changeset.data()), nullptr, abort_on_conflict,
+                                  &conflicted);
   if (rc != SQLITE_OK)
     return undo({conflicted || (rc & 0xff) == SQLITE_ABORT ? errc::corruption : detail::map_rc(rc),
                  "apply commit " + std::to_string(c.number) + " to the replica of " +

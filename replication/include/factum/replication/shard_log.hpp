@@ -44,12 +44,12 @@ struct log_options {
 
 /// One message of a shard's log, as read back.
 struct log_message {
-  uint64_t seq = 0;      ///< stream sequence (1, 2, ...)
-  int64_t epoch = 0;     ///< Factum-Epoch
-  std::string writer;    ///< Factum-Writer
-  bool marker = false;   ///< an epoch marker (subject ...epoch), else a record
-  std::string entity;    ///< the entity token of a record's subject; empty for a marker
-  std::string data;      ///< the payload
+  uint64_t seq = 0;    ///< stream sequence (1, 2, ...)
+  int64_t epoch = 0;   ///< Factum-Epoch
+  std::string writer;  ///< Factum-Writer
+  bool marker = false; ///< an epoch marker (subject ...epoch), else a record
+  std::string entity;  ///< the entity token of a record's subject; empty for a marker
+  std::string data;    ///< the payload
 };
 
 /// A connection to the NATS cluster, shared by the shard logs of one node.

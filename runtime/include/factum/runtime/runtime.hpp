@@ -25,6 +25,7 @@
 #include "factum/runtime/connections.hpp"
 #include "factum/runtime/degradation.hpp"
 #include "factum/runtime/outbox.hpp"
+#include "factum/replication/commit_sink.hpp"
 #include "factum/runtime/ownership.hpp"
 #include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
@@ -222,6 +223,13 @@ struct runtime_config {
   /// commit is refused NOT_OWNER (503, retryable) once the lease or the shard is gone. Default
   /// null: a node alone, no claim, no check.
   std::shared_ptr<const entity_ownership> ownership;
+  /// Cluster storage "replicated": every commit of every entity goes to this log
+  /// (factum/replication/commit_sink.hpp), and nothing a commit may reveal (a reply, a frame,
+  /// a fact-stream event, an outbox delivery) leaves before the log holds it as well as the
+  /// local disk. An activation serves only when its file holds exactly the log's last commit of
+  /// the entity (503 STORAGE_UNAVAILABLE otherwise: the file must be rebuilt from the log).
+  /// Default null: commits stay on the local disk.
+  std::shared_ptr<replication::commit_sink> replicator;
   /// Degradation levels and the feature matrix (factum/runtime/degradation.hpp). Enabled, the
   /// runtime hosts one more entity type, `factum.runtime`, whose entity `degradation` of each
   /// tenant holds the tenant's level changes as lifecycle facts. Default: not enabled.

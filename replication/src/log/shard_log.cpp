@@ -1,0 +1,1 @@
+// shard_log.cpp: placeholder until the JetStream shard log lands.

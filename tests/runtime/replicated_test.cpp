@@ -1,0 +1,175 @@
+// replicated_test.cpp: a runtime with a replicated log (runtime_config::replicator) against an
+// in-memory log the test holds: replies wait for the log, a refused commit answers 503 and its
+// entity does not serve from a file the log does not match, and a replica built from the
+// records equals the owner's file.
+#include <doctest/doctest.h>
+
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "factum/replication/commit_record.hpp"
+#include "support/runtime_helpers.hpp"
+#include "support/store_helpers.hpp"
+#include "support/temp_dir.hpp"
+#include "support/test_entities.hpp"
+
+using namespace std::chrono_literals;
+
+namespace factum {
+namespace replicated_test {
+
+namespace {
+
+/// A log in memory. Appends are kept as encoded records; while `hold` is set, their answers
+/// wait until release(); `refuse` answers every later append with UNAVAILABLE.
+class memory_log : public replication::commit_sink {
+ public:
+  result<int64_t> last_number(const entity_key& key) override {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = last_.find(key.to_string());
+    return it == last_.end() ? int64_t{0} : it->second;
+  }
+  void append(const entity_key& key, int64_t epoch, std::optional<replica_genesis> genesis,
+              std::vector<captured_commit> commits, done_fn done) override {
+    std::unique_lock<std::mutex> g(mu_);
+    if (refuse) {
+      g.unlock();
+      done(status{errc::unavailable, "the log is down"});
+      return;
+    }
+    for (auto& c : commits) {
+      replication::commit_record r{key, epoch, c, std::exchange(genesis, std::nullopt)};
+      records_.push_back(replication::encode(r));
+      last_[key.to_string()] = c.number;
+    }
+    if (hold) {
+      waiting_.push_back(std::move(done));
+      cv_.notify_all();
+      return;
+    }
+    g.unlock();
+    done(status::ok());
+  }
+  /// Answers every held append ok.
+  void release() {
+    std::deque<done_fn> d;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      hold = false;
+      d.swap(waiting_);
+    }
+    for (auto& fn : d)
+      fn(status::ok());
+  }
+  bool wait_held(size_t n) {
+    std::unique_lock<std::mutex> g(mu_);
+    return cv_.wait_for(g, 10s, [&] { return waiting_.size() >= n; });
+  }
+  std::vector<std::string> records() {
+    std::lock_guard<std::mutex> g(mu_);
+    return records_;
+  }
+  std::atomic<bool> hold{false};
+  std::atomic<bool> refuse{false};
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, int64_t> last_;
+  std::vector<std::string> records_;
+  std::deque<done_fn> waiting_;
+};
+
+std::unique_ptr<runtime> start(const std::filesystem::path& dir, std::shared_ptr<memory_log> log) {
+  runtime_config c;
+  c.data_dir = dir;
+  c.alarm_poll = 100ms;
+  c.replicator = std::move(log);
+  test::add_test_types(c.types);
+  return test::start_ok(std::move(c));
+}
+
+/// Builds `key`'s replica under `dir` from the records of the log.
+void rebuild(const std::vector<std::string>& records, const entity_key& key,
+             const std::filesystem::path& dir) {
+  auto o = test::opts_for(dir);
+  std::unique_ptr<entity_store> s;
+  for (auto& bytes : records) {
+    auto r = replication::decode(bytes);
+    REQUIRE_MESSAGE(r.is_ok(), r.error().to_string());
+    if (!(r->key == key))
+      continue;
+    if (r->genesis) {
+      REQUIRE(entity_store::create_replica(o, key, *r->genesis).is_ok());
+      s = test::open_ok(o, key);
+    }
+    REQUIRE(s);
+    auto st = s->apply_captured(r->commit);
+    REQUIRE_MESSAGE(st.is_ok(), st.to_string());
+  }
+}
+
+std::vector<std::vector<std::string>> rows(const std::filesystem::path& file,
+                                           const std::string& table) {
+  return test::raw_rows(file, "SELECT * FROM " + table + " ORDER BY 1");
+}
+
+} // namespace
+
+TEST_CASE("replicated runtime: a reply waits until the log holds its commit, and the log's "
+          "records rebuild the entity's file") {
+  test::temp_dir dir, replica;
+  auto log = std::make_shared<memory_log>();
+  auto rt = start(dir.path(), log);
+  entity_key k{"acme", "counter", "r1"};
+  test::call_ok(*rt, k, "add", {{"by", 2}});
+  log->hold = true;
+  call_options o;
+  o.idempotency_key = "k-1";
+  std::promise<call_reply> got;
+  rt->call(k, "add", R"({"by":3})", o, [&](call_reply r) { got.set_value(std::move(r)); });
+  auto fut = got.get_future();
+  REQUIRE(log->wait_held(1));
+  // Committed and synced here, but the log has not answered: no reply yet.
+  CHECK(fut.wait_for(200ms) == std::future_status::timeout);
+  log->release();
+  REQUIRE(fut.wait_for(10s) == std::future_status::ready);
+  auto r = fut.get();
+  CHECK(r.ok);
+  CHECK(r.json()["value"] == 5);
+  rt->stop();
+  rt.reset();
+  rebuild(log->records(), k, replica.path());
+  auto owner_file = k.file_path(dir.path());
+  auto replica_file = k.file_path(replica.path());
+  CHECK(rows(owner_file, "facts").size() == 2);
+  for (auto* t : {"facts", "idempotency_keys", "meta", "alarms", "owners"})
+    CHECK_MESSAGE(rows(owner_file, t) == rows(replica_file, t), t);
+}
+
+TEST_CASE("replicated runtime: a commit the log refuses answers 503, and the entity does not "
+          "serve again from a file the log does not match") {
+  test::temp_dir dir;
+  auto log = std::make_shared<memory_log>();
+  auto rt = start(dir.path(), log);
+  entity_key k{"acme", "counter", "r2"};
+  test::call_ok(*rt, k, "add", {{"by", 1}});
+  log->refuse = true;
+  auto r = rt->call_sync(k, "add", R"({"by":1})");
+  CHECK_FALSE(r.ok);
+  CHECK(r.http_status == 503);
+  CHECK(r.retryable);
+  log->refuse = false;
+  // The file holds a commit the log never took: the next activation refuses to serve it.
+  auto again = rt->call_sync(k, "get", "{}");
+  CHECK_FALSE(again.ok);
+  CHECK(again.http_status == 503);
+  CHECK(again.body.find("rebuilt from the log") != std::string::npos);
+}
+
+} // namespace replicated_test
+} // namespace factum
