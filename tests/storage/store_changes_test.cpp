@@ -143,6 +143,54 @@ TEST_CASE("replicated log: a replica refuses a gap, skips a commit it holds, and
   CHECK(r->last_seq() == 2); // nothing of commit 3 applied
 }
 
+TEST_CASE("replicated log: a replica that holds another commit of a number than the log (two "
+          "owners wrote it) is found diverged, at that number or at the next") {
+  test::temp_dir a, fork, b, b2;
+  entity_key k{"acme", "cart", "split"};
+  captured_commit c1, c2, c2_other, c3;
+  replica_genesis g;
+  {
+    auto owner = test::open_ok(capturing(a.path()), k);
+    REQUIRE(owner->append(test::draft("one")).is_ok());
+    REQUIRE(owner->commit().is_ok());
+    c1 = take(*owner).at(0);
+    g = *owner->genesis();
+  }
+  std::filesystem::copy(a.path(), fork.path(),
+                        std::filesystem::copy_options::recursive |
+                          std::filesystem::copy_options::overwrite_existing);
+  {
+    auto owner = test::open_ok(capturing(a.path()), k);
+    REQUIRE(owner->append(test::draft("two")).is_ok());
+    REQUIRE(owner->commit().is_ok());
+    REQUIRE(owner->append(test::draft("three")).is_ok());
+    REQUIRE(owner->commit().is_ok());
+    auto cs = take(*owner);
+    c2 = cs.at(0);
+    c3 = cs.at(1);
+  }
+  {
+    auto other = test::open_ok(capturing(fork.path()), k);
+    auto appended = other->append(test::draft("two_elsewhere"));
+    REQUIRE_MESSAGE(appended.is_ok(), appended.error().to_string());
+    REQUIRE(other->commit().is_ok());
+    c2_other = take(*other).at(0);
+  }
+  CHECK(c2.number == c2_other.number);
+  CHECK(c2.id != c2_other.id);
+  REQUIRE(entity_store::create_replica(test::opts_for(b.path()), k, g).is_ok());
+  auto r = test::open_ok(test::opts_for(b.path()), k);
+  REQUIRE(r->apply_captured(c1).is_ok());
+  REQUIRE(r->apply_captured(c2).is_ok());
+  CHECK(r->apply_captured(c2_other).code() == errc::corruption);
+  REQUIRE(entity_store::create_replica(test::opts_for(b2.path()), k, g).is_ok());
+  auto r2 = test::open_ok(test::opts_for(b2.path()), k);
+  REQUIRE(r2->apply_captured(c1).is_ok());
+  REQUIRE(r2->apply_captured(c2_other).is_ok());
+  CHECK(r2->apply_captured(c3).code() == errc::corruption);
+  CHECK(r2->replicated_commit_id() == c2_other.id);
+}
+
 TEST_CASE("replicated log: a store that captures numbers the commits after the file's last one "
           "across a reopen, and refuses a file whose facts no log holds") {
   test::temp_dir a, plain;

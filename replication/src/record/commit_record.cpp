@@ -3,7 +3,7 @@
 //   "FCR" version(u8=1) flags(u8: bit 0 = genesis present) epoch(i64) number(i64)
 //   tenant, type, id: u16 length + bytes each
 //   genesis (when flagged): u32 count, then per row u16 key length + key, u32 value length + value
-//   changeset: u32 length + bytes
+//   commit id: u16 length + bytes; changeset: u32 length + bytes
 // and nothing after it. Any thread.
 #include "factum/replication/commit_record.hpp"
 
@@ -79,6 +79,7 @@ std::string encode(const commit_record& r) {
       put_bytes32(out, v);
     }
   }
+  put_bytes16(out, r.commit.id);
   put_bytes32(out, r.commit.changeset);
   return out;
 }
@@ -111,6 +112,7 @@ result<commit_record> decode(std::string_view bytes) {
     }
     r.genesis = std::move(g);
   }
+  r.commit.id = in.bytes16();
   r.commit.changeset = in.bytes32();
   if (!in.ok || !in.in.empty() || (flags & ~1) != 0 || r.commit.number <= 0 || r.epoch < 0)
     return status{errc::corruption, "a commit record cut short or with bytes it should not have"};

@@ -2,12 +2,12 @@
 // replicated log"). With store_options::capture_changes, an SQLite session (the session
 // extension of Debian's libsqlite3, built with SQLITE_ENABLE_SESSION) records the rows every
 // write transaction of the store changes; each such transaction also stamps the entity's next
-// replicated commit number into meta (key replicated_commit), so that the file itself says which
-// commit of the log it holds; after its COMMIT the session's changeset is kept for
-// take_captured() and a new session starts. A replica builds its file from the owner's meta rows
-// (genesis(), create_replica()) and applies the commits in number order (apply_captured()): any
-// row that is not as the owner's was aborts the apply. Threads: the store's owner only, as every
-// other member of entity_store.
+// replicated commit number and a random id into meta (key replicated_commit, "<n>/<id>"), so that
+// the file itself says which commit of the log it holds; after its COMMIT the session's changeset
+// is kept for take_captured() and a new session starts. A replica builds its file from the owner's
+// meta rows (genesis(), create_replica()) and applies the commits in number order
+// (apply_captured()): any row that is not as the owner's was aborts the apply. Threads: the store's
+// owner only, as every other member of entity_store.
 //
 // A session records nothing of a table without a PRIMARY KEY: every table of the entity schema
 // has one; a tenant's own table without one is not replicated (docs/cluster.md says so).
@@ -38,20 +38,40 @@ namespace {
 /// The meta key that holds a file's last replicated commit number.
 constexpr const char* commit_meta_key = "replicated_commit";
 
-result<int64_t> read_commit_number(sqlite3* db) {
+/// The meta row of a file's last replicated commit: "<number>/<id>" (id: 16 hex digits, random).
+struct commit_mark {
+  int64_t number = 0;
+  std::string id;
+};
+
+result<commit_mark> read_commit_mark(sqlite3* db) {
   sqlite3_stmt* st = nullptr;
   int rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'replicated_commit'", -1, &st,
                               nullptr);
   if (rc != SQLITE_OK)
     return status{errc::io_error, std::string("read replicated_commit: ") + sqlite3_errmsg(db)};
-  int64_t n = 0;
+  commit_mark m;
+  std::string text;
   rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW)
-    n = sqlite3_column_int64(st, 0);
+  if (rc == SQLITE_ROW) {
+    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    text = p ? p : "";
+  }
   sqlite3_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return status{errc::io_error, std::string("read replicated_commit: ") + sqlite3_errmsg(db)};
-  return n;
+  if (rc == SQLITE_ROW) {
+    auto slash = text.find('/');
+    try {
+      m.number = std::stoll(text.substr(0, slash));
+    } catch (const std::exception&) {
+      m.number = -1;
+    }
+    if (slash == std::string::npos || m.number <= 0)
+      return status{errc::corruption, "meta replicated_commit is '" + text + "'"};
+    m.id = text.substr(slash + 1);
+  }
+  return m;
 }
 
 result<std::vector<std::pair<std::string, std::string>>> read_meta_rows(sqlite3* db) {
@@ -95,10 +115,11 @@ int abort_on_conflict(void* ctx, int, sqlite3_changeset_iter*) {
 status entity_store::start_capture() {
   if (!opts_.capture_changes || opts_.read_only || session_)
     return status::ok();
-  auto n = read_commit_number(db_);
+  auto n = read_commit_mark(db_);
   if (!n)
     return n.error();
-  repl_commit_ = *n;
+  repl_commit_ = n->number;
+  repl_id_ = n->id;
   if (repl_commit_ == 0 && last_seq_ > 0)
     return {errc::conflict, "entity " + key_.to_string() + " has " + std::to_string(last_seq_) +
                               " facts that no replicated log holds: it cannot be replicated"};
@@ -117,12 +138,15 @@ status entity_store::stamp_capture() {
   if (!session_ || sqlite3session_isempty(session_))
     return status::ok();
   int64_t next = repl_commit_ + 1;
+  auto id = time_ordered_id("", 16).substr(12); // the random part: 16 hex digits
+  auto mark = std::to_string(next) + "/" + id;
   if (auto st = step_bound("INSERT INTO meta(key, value) VALUES ('replicated_commit', ?1) "
                            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                           "stamp the replicated commit", next);
+                           "stamp the replicated commit", mark);
       !st)
     return st;
   stamped_ = next;
+  stamped_id_ = std::move(id);
   return status::ok();
 }
 
@@ -134,9 +158,11 @@ void entity_store::collect_capture(bool committed) {
     void* bytes = nullptr;
     int rc = sqlite3session_changeset(session_, &size, &bytes);
     if (rc == SQLITE_OK) {
-      captured_.push_back(
-        {stamped_, std::string(static_cast<const char*>(bytes), static_cast<size_t>(size))});
+      captured_.push_back({stamped_,
+                           std::string(static_cast<const char*>(bytes), static_cast<size_t>(size)),
+                           stamped_id_});
       repl_commit_ = stamped_;
+      repl_id_ = stamped_id_;
     } else if (!capture_error_) {
       capture_error_ =
         status{errc::internal, "commit " + std::to_string(stamped_) + " of " + key_.to_string() +
@@ -246,15 +272,21 @@ status entity_store::apply_captured(const captured_commit& c) {
     return st;
   if (in_batch_)
     return {errc::internal, "apply_captured inside a batch"};
-  auto have = read_commit_number(db_);
+  auto have = read_commit_mark(db_);
   if (!have)
     return have.error();
-  repl_commit_ = *have;
-  if (c.number <= *have)
+  repl_commit_ = have->number;
+  repl_id_ = have->id;
+  if (c.number == have->number && c.id != have->id)
+    return {errc::corruption, "entity " + key_.to_string() + " holds another commit " +
+                                std::to_string(c.number) + " than the log's (" + have->id +
+                                ", not " + c.id + "): its file diverged"};
+  if (c.number <= have->number)
     return status::ok();
-  if (c.number != *have + 1)
+  if (c.number != have->number + 1)
     return {errc::conflict, "entity " + key_.to_string() + " holds replicated commit " +
-                              std::to_string(*have) + "; commit " + std::to_string(c.number) +
+                              std::to_string(have->number) + "; commit " +
+                              std::to_string(c.number) +
                               " cannot follow it (commits are missing between)"};
   if (auto st = exec_cached("BEGIN IMMEDIATE"); !st)
     return st;
@@ -273,15 +305,16 @@ status entity_store::apply_captured(const captured_commit& c) {
                    key_.to_string() + ": " +
                    (conflicted ? std::string("a row differs from the owner's")
                                : std::string(sqlite3_errmsg(db_)))});
-  auto now = read_commit_number(db_);
+  auto now = read_commit_mark(db_);
   if (!now)
     return undo(now.error());
-  if (*now != c.number)
+  if (now->number != c.number || now->id != c.id)
     return undo({errc::corruption, "commit " + std::to_string(c.number) + " of " +
                                      key_.to_string() + " does not carry its number"});
   if (auto st = exec_cached("COMMIT"); !st)
     return undo(st);
   repl_commit_ = c.number;
+  repl_id_ = c.id;
   return load_head();
 }
 

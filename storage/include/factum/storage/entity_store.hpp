@@ -182,6 +182,7 @@ struct key_begin_result {
 struct captured_commit {
   int64_t number = 0;    ///< the entity's replicated commit number: 1, 2, ... without a gap
   std::string changeset; ///< the transaction's row changes: an SQLite session changeset
+  std::string id;        ///< random, 16 hex digits: tells two commits of one number apart
 };
 
 /// What a replica of an entity starts from before its first commit: the meta rows of the
@@ -267,6 +268,8 @@ class entity_store {
   result<std::vector<captured_commit>> take_captured();
   /// The number of the last replicated commit in this file (0: none).
   int64_t replicated_commit() const noexcept { return repl_commit_; }
+  /// The id of that commit (captured_commit::id; empty: none).
+  const std::string& replicated_commit_id() const noexcept { return repl_id_; }
   /// The meta rows a replica of this entity is built from (replica_genesis).
   result<replica_genesis> genesis();
   /// Builds the file of a replica of `key` under opts.data_dir from `g`: the file a new entity
@@ -276,8 +279,9 @@ class entity_store {
                                const replica_genesis& g);
   /// Applies `c` to this replica, in one transaction synced per the store's durability: ok
   /// and nothing done when it is applied already (c.number <= replicated_commit()); CONFLICT
-  /// when commits are missing before it (a gap, or out of order); CORRUPTION when a row it
-  /// changes is not as the owner's was (the replica diverged) or it does not carry its number.
+  /// when commits are missing before it (a gap, or out of order); CORRUPTION when the replica
+  /// diverged: it holds another commit of c's number, or a row c changes is not as the owner's
+  /// was (the meta row of the commit before c among them), or c does not carry its number.
   /// The store's cached chain head follows; reopen the store before serving from it.
   status apply_captured(const captured_commit& c);
 
@@ -674,7 +678,9 @@ class entity_store {
   sqlite3_session* session_ = nullptr;
   std::vector<captured_commit> captured_; // committed, not yet taken
   std::optional<status> capture_error_;   // a commit's changes were lost: take_captured fails
-  int64_t repl_commit_ = 0;               // meta replicated_commit of the file
+  int64_t repl_commit_ = 0;               // meta replicated_commit of the file: its number
+  std::string repl_id_;                   // ... and its id
+  std::string stamped_id_;                // the id the open transaction stamped
   int64_t stamped_ = 0;                   // the number the open transaction stamped, or 0
   status start_capture();
   status stamp_capture();
