@@ -336,6 +336,37 @@ result<std::unique_ptr<entity_store>> open_store(runtime_core* rt, const store_o
   return r;
 }
 
+/// Opens (or creates) the activation's store into `core` on a storage thread, indexes its next
+/// alarm and, replicated, checks the file against the log (`stale`: it is not the log's, and
+/// must be rebuilt from it). On an error the store stays closed.
+status open_activation(runtime_core& rt, entity_core& core, const store_options& opts,
+                       const entity_key& key, bool create, bool& stale) {
+  stale = false;
+  auto r = open_store(&rt, opts, key, create, core.meter);
+  if (!r) {
+    if (r.error().code() == errc::not_owner)
+      rt.stats.activations_refused_not_owner.inc();
+    return r.error();
+  }
+  core.store = std::move(r.value());
+  core.released_on_open = core.store->released_on_open();
+  if (core.store->resynced_on_open())
+    rt.stats.resyncs.inc();
+  auto n = core.store->next_alarm();
+  core.next_alarm.reset();
+  if (n && n->has_value())
+    core.next_alarm = n->value().due_ms;
+  // The index must not be later than the file: an open that cannot correct it fails.
+  auto st = rt.sync_alarm_index(key, core.next_alarm, false);
+  if (st && rt.cfg.replicator) {
+    st = check_with_log(rt, core, key);
+    stale = st.code() == errc::conflict;
+  }
+  if (!st)
+    core.store.reset();
+  return st;
+}
+
 void start_open(self_ptr self) {
   auto& s = self->state;
   s.ph = phase::opening;
@@ -358,27 +389,23 @@ void start_open(self_ptr self) {
         claiming.owner_epoch = claim->epoch;
         claiming.owner_node = rt->cfg.ownership->node_id();
       }
-      auto r = open_store(rt, claim->epoch > 0 ? claiming : *opts, key, create, core->meter);
-      if (!r && r.error().code() == errc::not_owner)
-        rt->stats.activations_refused_not_owner.inc();
-      if (r) {
-        core->store = std::move(r.value());
-        core->released_on_open = core->store->released_on_open();
-        if (core->store->resynced_on_open())
-          rt->stats.resyncs.inc();
-        auto n = core->store->next_alarm();
-        core->next_alarm.reset();
-        if (n && n->has_value())
-          core->next_alarm = n->value().due_ms;
-        // The index must not be later than the file: an open that cannot correct it fails.
-        st = rt->sync_alarm_index(key, core->next_alarm, false);
-        if (st && rt->cfg.replicator)
-          st = check_with_log(*rt, *core, key);
-        if (!st)
-          core->store.reset();
-      } else {
-        st = r.error();
+      // Replicated: a file that is not the log's is rebuilt from the log, then opened again.
+      bool stale = false;
+      for (int attempt = 0;; ++attempt) {
+        st = open_activation(*rt, *core, claim->epoch > 0 ? claiming : *opts, key, create, stale);
+        if (!stale || attempt > 0)
+          break;
+        rt->log_event({{"level", "warn"},
+                       {"event", "entity_rebuilding"},
+                       {"entity", key_str},
+                       {"detail", st.message()}});
+        if (auto rb = rt->cfg.replicator->rebuild(key, *opts); !rb) {
+          st = {errc::unavailable, st.message() + "; the rebuild failed: " + rb.to_string()};
+          break;
+        }
       }
+      if (stale)
+        st = {errc::unavailable, st.message()};
     }
     caf::anon_send(me, atoms::opened::value, static_cast<int>(st.code()), st.message());
   });

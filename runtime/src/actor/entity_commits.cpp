@@ -346,15 +346,16 @@ status check_with_log(runtime_core& rt, entity_core& core, const entity_key& key
   auto made = store.take_captured(); // by the open: a claim, keys released
   if (!made)
     return made.error();
-  int64_t before = made->empty() ? store.replicated_commit() : made->front().number - 1;
-  auto last = rt.cfg.replicator->last_number(key);
+  // What the file held when the open began, before the open's own commits.
+  auto last = rt.cfg.replicator->last_of(key);
   if (!last)
     return last.error();
-  if (*last != before)
-    return {errc::unavailable, "entity " + key.to_string() + ": its file holds replicated commit " +
-                                 std::to_string(before) + " but the log's last is " +
-                                 std::to_string(*last) +
-                                 ": the file must be rebuilt from the log before it serves"};
+  if (last->number != store.opened_at_commit() ||
+      (last->number > 0 && last->id != store.opened_at_commit_id()))
+    return {errc::conflict, "entity " + key.to_string() + ": its file holds replicated commit " +
+                              std::to_string(store.opened_at_commit()) + " but the log's last is " +
+                              std::to_string(last->number) +
+                              ": the file must be rebuilt from the log before it serves"};
   if (made->empty())
     return status::ok();
   std::optional<replica_genesis> genesis;

@@ -118,8 +118,8 @@ status entity_store::start_capture() {
   auto n = read_commit_mark(db_);
   if (!n)
     return n.error();
-  repl_commit_ = n->number;
-  repl_id_ = n->id;
+  repl_commit_ = open_commit_ = n->number;
+  repl_id_ = open_commit_id_ = n->id;
   if (repl_commit_ == 0 && last_seq_ > 0)
     return {errc::conflict, "entity " + key_.to_string() + " has " + std::to_string(last_seq_) +
                               " facts that no replicated log holds: it cannot be replicated"};

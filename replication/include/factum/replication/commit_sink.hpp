@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "factum/storage/entity_key.hpp"
@@ -14,20 +15,35 @@
 
 namespace factum::replication {
 
+/// The last commit of an entity in the log.
+struct log_tip {
+  int64_t number = 0; ///< 0: the log has none
+  std::string id;     ///< captured_commit::id
+};
+
 class commit_sink {
  public:
   using done_fn = std::function<void(const status&)>;
 
   virtual ~commit_sink() = default;
 
-  /// The number of `key`'s last commit in the log (0: none), as of this call. UNAVAILABLE when
-  /// the log cannot be read.
-  virtual result<int64_t> last_number(const entity_key& key) = 0;
+  /// `key`'s last commit in the log as of this call (number 0: none). UNAVAILABLE when the log
+  /// cannot be read.
+  virtual result<log_tip> last_of(const entity_key& key) = 0;
+
+  /// Replaces `key`'s files under opts.data_dir with the entity as the log has it (nothing when
+  /// the log has no commit of it). The entity must not be open. Default: UNAVAILABLE (a sink
+  /// that cannot read its log back).
+  virtual status rebuild(const entity_key& key, const store_options& opts) {
+    (void)opts;
+    return {errc::unavailable, "the log cannot rebuild entity " + key.to_string()};
+  }
 
   /// Appends `commits` of `key` (in number order, following the log's last one; `genesis` with
   /// an entity's first commit), committed under `epoch`. Returns at once; `done` runs exactly
   /// once, on any thread: ok once the log holds every one of them, else why not (then none of
-  /// them may be acknowledged). Calls for one key are appended in the order they were made.
+  /// them may be acknowledged). Calls for one key are appended in the order they were made, and
+  /// their `done` run in that order.
   virtual void append(const entity_key& key, int64_t epoch, std::optional<replica_genesis> genesis,
                       std::vector<captured_commit> commits, done_fn done) = 0;
 };

@@ -270,6 +270,10 @@ class entity_store {
   int64_t replicated_commit() const noexcept { return repl_commit_; }
   /// The id of that commit (captured_commit::id; empty: none).
   const std::string& replicated_commit_id() const noexcept { return repl_id_; }
+  /// The last replicated commit the file held when this open began (before a claim or a
+  /// release of keys the open committed), and its id.
+  int64_t opened_at_commit() const noexcept { return open_commit_; }
+  const std::string& opened_at_commit_id() const noexcept { return open_commit_id_; }
   /// The meta rows a replica of this entity is built from (replica_genesis).
   result<replica_genesis> genesis();
   /// Builds the file of a replica of `key` under opts.data_dir from `g`: the file a new entity
@@ -681,7 +685,9 @@ class entity_store {
   int64_t repl_commit_ = 0;               // meta replicated_commit of the file: its number
   std::string repl_id_;                   // ... and its id
   std::string stamped_id_;                // the id the open transaction stamped
-  int64_t stamped_ = 0;                   // the number the open transaction stamped, or 0
+  int64_t open_commit_ = 0;               // repl_commit_ when the capture started
+  std::string open_commit_id_;
+  int64_t stamped_ = 0; // the number the open transaction stamped, or 0
   status start_capture();
   status stamp_capture();
   void collect_capture(bool committed);
