@@ -18,7 +18,7 @@ replication::commit_record sample(bool genesis) {
   r.commit.id = "0123456789abcdef";
   r.commit.changeset = std::string("\x12\x00\x34 changes", 11);
   if (genesis)
-    r.genesis = replica_genesis{{{"created_at", "1700000000000"}, {"tenant", "acme"}}};
+    r.genesis = replica_genesis{{{"created_at", "1700000000000"}, {"tenant", "acme"}}, 1024};
   return r;
 }
 
@@ -35,8 +35,10 @@ TEST_CASE("commit records: encode and decode are inverse, with and without a gen
     CHECK(back->commit.id == r.commit.id);
     CHECK(back->commit.changeset == r.commit.changeset);
     CHECK(back->genesis.has_value() == g);
-    if (g)
+    if (g) {
       CHECK(back->genesis->meta == r.genesis->meta);
+      CHECK(back->genesis->page_size == 1024);
+    }
   }
 }
 

@@ -2,7 +2,8 @@
 // little-endian:
 //   "FCR" version(u8=1) flags(u8: bit 0 = genesis present) epoch(i64) number(i64)
 //   tenant, type, id: u16 length + bytes each
-//   genesis (when flagged): u32 count, then per row u16 key length + key, u32 value length + value
+//   genesis (when flagged): page size (u32), u32 count, then per row u16 key length + key,
+//     u32 value length + value
 //   commit id: u16 length + bytes; changeset: u32 length + bytes
 // and nothing after it. Any thread.
 #include "factum/replication/commit_record.hpp"
@@ -73,6 +74,7 @@ std::string encode(const commit_record& r) {
   put_bytes16(out, r.key.type);
   put_bytes16(out, r.key.id);
   if (r.genesis) {
+    put_int<uint32_t>(out, static_cast<uint32_t>(r.genesis->page_size));
     put_int<uint32_t>(out, static_cast<uint32_t>(r.genesis->meta.size()));
     for (auto& [k, v] : r.genesis->meta) {
       put_bytes16(out, k);
@@ -104,6 +106,7 @@ result<commit_record> decode(std::string_view bytes) {
   r.key.id = in.bytes16();
   if (flags & 1) {
     replica_genesis g;
+    g.page_size = static_cast<int>(in.get_int<uint32_t>());
     auto n = in.get_int<uint32_t>();
     for (uint32_t i = 0; in.ok && i < n; ++i) {
       auto k = in.bytes16();

@@ -343,6 +343,10 @@ size_t remove_move_temporaries(const fs::path& data_dir) {
 
 // -- facade --------------------------------------------------------------------------------------
 
+const store_options& runtime::entity_store_options() const {
+  return impl_->core->store_opts;
+}
+
 size_t runtime::release_entities(const std::function<bool(const entity_key&)>& which,
                                  std::chrono::milliseconds wait) {
   auto& c = *impl_->core;

@@ -208,7 +208,15 @@ result<replica_genesis> entity_store::genesis() {
   auto rows = read_meta_rows(db_);
   if (!rows)
     return rows.error();
-  return replica_genesis{std::move(*rows)};
+  replica_genesis g{std::move(*rows), 0};
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_, "PRAGMA page_size", -1, &st, nullptr) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    g.page_size = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  if (!valid_page_size(g.page_size))
+    return status{errc::io_error, "read the page size of " + path_.string()};
+  return g;
 }
 
 // -- apply (a replica) --------------------------------------------------------------------------
@@ -228,8 +236,8 @@ status entity_store::create_replica(const store_options& opts, const entity_key&
   } catch (const std::exception&) {
     return {errc::corruption, "the genesis of " + key.to_string() + " has no created_at"};
   }
-  auto image =
-    detail::fresh_entity_image(key, created_at, meta_value(g, "fact_id_prefix"), opts.page_size);
+  auto image = detail::fresh_entity_image(key, created_at, meta_value(g, "fact_id_prefix"),
+                                          g.page_size > 0 ? g.page_size : opts.page_size);
   if (!image)
     return image.error();
   auto dir = path.parent_path();

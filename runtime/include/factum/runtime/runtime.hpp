@@ -369,6 +369,11 @@ class runtime {
   // is refused INVALID_ARGUMENT and no path is derived from it. Once stop() has begun, the
   // members other than release_entities answer UNAVAILABLE (stop() closes every activation).
 
+  /// The options this runtime opens entity files with (their data_dir is the entity root):
+  /// what a replica of its files is written with (factum/replication/log_applier.hpp).
+  const store_options& entity_store_options() const;
+
+
   /// Asks every live activation whose key `which` selects to hibernate (commit what it has, close
   /// its file; atoms::hibernate as eviction does) and waits until none of them is left or `wait`
   /// passed. Answers how many were still live at the deadline (0: all closed). The caller keeps

@@ -189,6 +189,7 @@ struct captured_commit {
 /// owner's file (key, value), by key, as its capture began.
 struct replica_genesis {
   std::vector<std::pair<std::string, std::string>> meta;
+  int page_size = 0; ///< of the owner's file; 0: store_options::page_size
 };
 
 // -- the store ----------------------------------------------------------------------------------

@@ -1,0 +1,90 @@
+// log_applier.hpp: applies a shard's log, message by message in sequence order, to the entity
+// files of a node that is not serving the shard: a follower keeping its copy warm, a node
+// catching up before it serves a shard it acquired, a node rebuilding an empty or damaged disk
+// (docs/cluster.md, "Replication"). The rules:
+// - an epoch marker whose epoch is not older than the current one starts a new writer's era;
+// - a record is applied only when it was written by the current era's writer (a record of a
+//   superseded writer that still landed after a marker was never acknowledged: skipped);
+// - an entity's first record carries its genesis: its replica file is built from it;
+// - an entity whose file cannot take a record (a gap, another history, a row that is not the
+//   owner's, a record without its genesis) is diverged: its later records are skipped and the
+//   caller rebuilds it from the whole log (rebuild_entity).
+// Files are written without syncs as records arrive and synced all at once by finish(), before
+// the caller records how far it applied. A plain class, one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "factum/replication/shard_log.hpp"
+#include "factum/storage/entity_store.hpp"
+
+namespace factum::replication {
+
+/// How far a node applied one shard's log, and under which writer.
+struct follow_state {
+  uint64_t applied = 0; ///< every message up to this sequence was taken
+  int64_t epoch = 0;    ///< the era in force after it: its marker's epoch ...
+  std::string writer;   ///< ... and writer id
+};
+
+/// Reads `file` (JSON: applied, epoch, writer); a missing file is the state of nothing applied.
+result<follow_state> load_follow_state(const std::filesystem::path& file);
+/// Writes `s` to `file` whole (a new file renamed over it, both synced).
+status save_follow_state(const std::filesystem::path& file, const follow_state& s);
+
+class log_applier {
+ public:
+  /// Applies to the entity files under opts.data_dir (durability, page size and the rest as
+  /// `opts` says; its syncs are deferred to finish()). `only`: when set, the one entity taken.
+  log_applier(store_options opts, follow_state start, std::optional<entity_key> only = {});
+  ~log_applier();
+
+  /// Takes the next message of the log. An error stops the caller (a file could not be written
+  /// or synced); a diverged entity is no error (diverged()).
+  status take(const log_message& m);
+  /// Syncs every file written since the last finish() and closes them.
+  status finish();
+
+  const follow_state& state() const noexcept { return state_; }
+  /// Entities found diverged (their later records were skipped).
+  const std::set<std::string>& diverged() const noexcept { return diverged_; }
+  /// Commits applied, records skipped (superseded writers, entities not taken), so far.
+  uint64_t applied_commits() const noexcept { return applied_; }
+  uint64_t skipped_records() const noexcept { return skipped_; }
+  /// Entities written to so far.
+  size_t entities_touched() const noexcept { return touched_.size(); }
+
+ private:
+  entity_store* store_for(const entity_key& key, const std::optional<replica_genesis>& genesis,
+                          status& error);
+  status close_some();
+
+  store_options opts_;
+  follow_state state_;
+  std::optional<entity_key> only_;
+  std::map<std::string, std::unique_ptr<entity_store>> open_;
+  std::set<std::string> touched_;
+  std::set<std::string> diverged_;
+  uint64_t applied_ = 0, skipped_ = 0;
+};
+
+/// Applies shard `k`'s log from state.applied + 1 to its last sequence now to the files under
+/// opts.data_dir, and persists the state to `state_file` once the files are synced. The
+/// entities found diverged are rebuilt whole (rebuild_entity). CONFLICT when the log no longer
+/// holds the messages after state.applied (trimmed past this copy).
+result<follow_state> apply_shard(log_connection& c, uint32_t k, const store_options& opts,
+                                 const std::filesystem::path& state_file);
+
+/// Removes `key`'s files under opts.data_dir and builds them again from shard `k`'s whole log.
+/// No file when the log has no commit of it.
+status rebuild_entity(log_connection& c, uint32_t k, const entity_key& key,
+                      const store_options& opts);
+
+} // namespace factum::replication

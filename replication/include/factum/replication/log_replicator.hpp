@@ -1,0 +1,68 @@
+// log_replicator.hpp: the commit sink of a replicated runtime on NATS JetStream
+// (commit_sink.hpp, shard_log.hpp): each entity's commits go, as commit records, to its shard's
+// log through the shard's one writer on this node; the log's last record of an entity tells an
+// activation whether its file is current; a file that is not is rebuilt from the log. The
+// cluster node opens a shard's writer when it acquires the shard (fencing the previous owner)
+// and closes it when the shard leaves. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "factum/replication/commit_sink.hpp"
+#include "factum/replication/shard_log.hpp"
+
+namespace factum::replication {
+
+class log_replicator final : public commit_sink {
+ public:
+  /// `shard_of` maps an entity to its shard (the cluster's; a node alone may map all to 0).
+  log_replicator(std::shared_ptr<log_connection> c,
+                 std::function<uint32_t(const entity_key&)> shard_of);
+  ~log_replicator() override;
+
+  /// Opens shard k's writer under `epoch` unless one is open and sound under it: its marker
+  /// fences every writer of an older epoch. CONFLICT when the log holds a newer epoch's marker.
+  status open_shard(uint32_t k, int64_t epoch);
+  /// Forgets shard k's writer (the shard left this node); appends to it fail from now on.
+  void close_shard(uint32_t k);
+
+  result<log_tip> last_of(const entity_key& key) override;
+  void append(const entity_key& key, int64_t epoch, std::optional<replica_genesis> genesis,
+              std::vector<captured_commit> commits, done_fn done) override;
+  status rebuild(const entity_key& key, const store_options& opts) override;
+
+  log_connection& connection() noexcept { return *c_; }
+
+ private:
+  struct shard_slot {
+    std::shared_ptr<shard_writer> writer;
+    uint64_t generation = 0; ///< of `writer`: a new one for every writer opened
+  };
+
+  /// The writer for `k` under `epoch`: the open one, else a new one (opened here).
+  result<std::pair<std::shared_ptr<shard_writer>, uint64_t>> writer_for(uint32_t k, int64_t epoch);
+
+  std::shared_ptr<log_connection> c_;
+  std::function<uint32_t(const entity_key&)> shard_of_;
+  std::mutex mu_;
+  std::map<uint32_t, shard_slot> shards_;
+  uint64_t generations_ = 0;
+  /// Each entity's appends: to which writer the last went, how many are unanswered, and whether
+  /// one failed. An entity with a failed commit, or with commits in flight on a writer that
+  /// broke, must not append to a later writer (its records would have a gap): it is refused
+  /// until its next activation reads the log again (last_of() forgets it).
+  struct entity_track {
+    uint64_t generation = 0;
+    int in_flight = 0;
+    bool failed = false;
+  };
+  std::unordered_map<std::string, entity_track> tracks_;
+};
+
+} // namespace factum::replication

@@ -1,0 +1,258 @@
+// log_applier.cpp: a shard's log applied to a node's entity files (log_applier.hpp), the
+// persisted state of how far, and the rebuild of one entity from the whole log. One thread.
+#include "factum/replication/log_applier.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "factum/replication/commit_record.hpp"
+
+namespace factum::replication {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Stores open at once while applying; past it, they are synced and closed.
+constexpr size_t max_open = 128;
+
+int sync_path(const fs::path& p, int flags) {
+  int fd = ::open(p.c_str(), flags | O_CLOEXEC);
+  if (fd < 0)
+    return errno;
+  int e = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return e;
+}
+
+/// Removes an entity's files: the database, its -wal and -shm, and any mark beside them.
+status remove_entity(const entity_key& key, const store_options& opts) {
+  auto path = key.file_path(opts.data_dir);
+  std::error_code ec;
+  auto dir = path.parent_path();
+  auto stem = path.filename().string();
+  if (!fs::exists(dir, ec))
+    return status::ok();
+  for (auto& e : fs::directory_iterator(dir, ec)) {
+    auto name = e.path().filename().string();
+    if (name.rfind(stem, 0) == 0 && !fs::remove(e.path(), ec) && ec)
+      return {errc::io_error, "remove " + e.path().string() + ": " + ec.message()};
+  }
+  if (int e = sync_path(dir, O_RDONLY | O_DIRECTORY); e != 0)
+    return {errc::io_error, "sync " + dir.string() + ": " + std::strerror(e)};
+  return status::ok();
+}
+
+} // namespace
+
+// -- the state ----------------------------------------------------------------------------------
+
+result<follow_state> load_follow_state(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec))
+    return follow_state{};
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (!in || j.is_discarded() || !j.is_object() || !j.contains("applied") ||
+      !j["applied"].is_number_unsigned() || !j.value("writer", nlohmann::json()).is_string())
+    return status{errc::corruption, file.string() + " is not a follower's state"};
+  follow_state s;
+  s.applied = j["applied"].get<uint64_t>();
+  s.epoch = j.value("epoch", int64_t{0});
+  s.writer = j["writer"].get<std::string>();
+  return s;
+}
+
+status save_follow_state(const fs::path& file, const follow_state& s) {
+  std::error_code ec;
+  fs::create_directories(file.parent_path(), ec);
+  auto tmp = file;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << nlohmann::json{{"applied", s.applied}, {"epoch", s.epoch}, {"writer", s.writer}}.dump();
+    if (!out)
+      return {errc::io_error, "write " + tmp.string()};
+  }
+  if (int e = sync_path(tmp, O_RDONLY); e != 0)
+    return {errc::io_error, "sync " + tmp.string() + ": " + std::strerror(e)};
+  fs::rename(tmp, file, ec);
+  if (ec)
+    return {errc::io_error, "rename " + tmp.string() + ": " + ec.message()};
+  if (int e = sync_path(file.parent_path(), O_RDONLY | O_DIRECTORY); e != 0)
+    return {errc::io_error, "sync " + file.parent_path().string() + ": " + std::strerror(e)};
+  return status::ok();
+}
+
+// -- the applier --------------------------------------------------------------------------------
+
+log_applier::log_applier(store_options opts, follow_state start, std::optional<entity_key> only)
+    : opts_(std::move(opts)), state_(std::move(start)), only_(std::move(only)) {
+  opts_.capture_changes = false;
+  opts_.owner_epoch = 0;
+  opts_.owner_node.clear();
+  opts_.create_if_missing = false;
+  opts_.read_only = false;
+  opts_.spares.reset();
+  opts_.archive_dir.clear();
+  opts_.defer_sync = opts_.mode == durability::full; // synced by finish()
+  opts_.auto_checkpoint = true;
+}
+
+log_applier::~log_applier() = default;
+
+entity_store* log_applier::store_for(const entity_key& key,
+                                     const std::optional<replica_genesis>& genesis, status& error) {
+  auto name = key.to_string();
+  if (auto it = open_.find(name); it != open_.end())
+    return it->second.get();
+  if (open_.size() >= max_open)
+    if (error = close_some(); !error)
+      return nullptr;
+  std::error_code ec;
+  bool exists = fs::exists(key.file_path(opts_.data_dir), ec);
+  if (!exists && !genesis) {
+    diverged_.insert(name); // a record without the file it follows
+    return nullptr;
+  }
+  if (!exists)
+    if (auto st = entity_store::create_replica(opts_, key, *genesis); !st) {
+      if (st.code() == errc::corruption)
+        diverged_.insert(name);
+      else
+        error = st;
+      return nullptr;
+    }
+  auto s = entity_store::open(opts_, key);
+  if (!s) {
+    error = s.error();
+    return nullptr;
+  }
+  touched_.insert(name);
+  return open_.emplace(name, std::move(*s)).first->second.get();
+}
+
+status log_applier::take(const log_message& m) {
+  if (m.seq <= state_.applied)
+    return status::ok();
+  state_.applied = m.seq;
+  if (m.marker) {
+    if (m.epoch >= state_.epoch) {
+      state_.epoch = m.epoch;
+      state_.writer = m.writer;
+    }
+    return status::ok();
+  }
+  if (m.epoch != state_.epoch || m.writer != state_.writer) {
+    ++skipped_; // a superseded writer's record: never acknowledged
+    return status::ok();
+  }
+  auto r = decode(m.data);
+  if (!r)
+    return {r.error().code(), "message " + std::to_string(m.seq) + ": " + r.error().message()};
+  auto name = r->key.to_string();
+  if ((only_ && !(*only_ == r->key)) || diverged_.count(name)) {
+    ++skipped_;
+    return status::ok();
+  }
+  status error;
+  auto* store = store_for(r->key, r->genesis, error);
+  if (!store)
+    return error;
+  auto st = store->apply_captured(r->commit);
+  if (st.code() == errc::conflict || st.code() == errc::corruption) {
+    diverged_.insert(name);
+    open_.erase(name);
+    return status::ok();
+  }
+  if (!st)
+    return st;
+  ++applied_;
+  return status::ok();
+}
+
+status log_applier::close_some() {
+  for (auto& [name, s] : open_)
+    if (auto st = s->sync(); !st)
+      return st;
+  open_.clear();
+  return status::ok();
+}
+
+status log_applier::finish() {
+  if (auto st = close_some(); !st)
+    return st;
+  touched_.clear();
+  return status::ok();
+}
+
+// -- whole shards and entities ------------------------------------------------------------------
+
+result<follow_state> apply_shard(log_connection& c, uint32_t k, const store_options& opts,
+                                 const fs::path& state_file) {
+  auto start = load_follow_state(state_file);
+  if (!start)
+    return start.error();
+  auto first = c.first_seq(k);
+  if (!first)
+    return first.error();
+  if (*first > start->applied + 1)
+    return status{errc::conflict, "shard " + std::to_string(k) + "'s log starts at " +
+                                    std::to_string(*first) + ", after this node's copy (" +
+                                    std::to_string(start->applied) + ")"};
+  log_applier a(opts, *start);
+  status failed;
+  auto st = c.read(k, start->applied + 1, 0, [&](const log_message& m) {
+    failed = a.take(m);
+    return failed.is_ok();
+  });
+  if (!failed)
+    return failed;
+  if (!st)
+    return st;
+  if (auto f = a.finish(); !f)
+    return f;
+  for (auto& name : a.diverged()) {
+    auto key = entity_key::parse(name);
+    if (!key)
+      return key.error();
+    if (auto rb = rebuild_entity(c, k, *key, opts); !rb)
+      return rb;
+  }
+  if (auto sv = save_follow_state(state_file, a.state()); !sv)
+    return sv;
+  return a.state();
+}
+
+status rebuild_entity(log_connection& c, uint32_t k, const entity_key& key,
+                      const store_options& opts) {
+  if (auto st = remove_entity(key, opts); !st)
+    return st;
+  log_applier a(opts, follow_state{}, key);
+  status failed;
+  auto st = c.read(k, 1, 0, [&](const log_message& m) {
+    failed = a.take(m);
+    return failed.is_ok();
+  });
+  if (!failed)
+    return failed;
+  if (!st)
+    return st;
+  if (auto f = a.finish(); !f)
+    return f;
+  if (!a.diverged().empty())
+    return {errc::corruption, "the log of shard " + std::to_string(k) + " cannot rebuild entity " +
+                                key.to_string() + ": its records do not follow each other"};
+  return status::ok();
+}
+
+} // namespace factum::replication

@@ -1,0 +1,145 @@
+// log_replicator.cpp: commits to their shard's log on NATS JetStream (log_replicator.hpp). The
+// appends of one entity come from its activation one call at a time; the writers' callbacks run
+// on NATS threads. Any thread.
+#include "factum/replication/log_replicator.hpp"
+
+#include <atomic>
+
+#include "factum/replication/commit_record.hpp"
+#include "factum/replication/log_applier.hpp"
+
+namespace factum::replication {
+
+log_replicator::log_replicator(std::shared_ptr<log_connection> c,
+                               std::function<uint32_t(const entity_key&)> shard_of)
+    : c_(std::move(c)), shard_of_(std::move(shard_of)) {}
+
+log_replicator::~log_replicator() {
+  // The writers' callbacks reach this object: let them all run first.
+  std::map<uint32_t, shard_slot> slots;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    slots.swap(shards_);
+  }
+  for (auto& [k, slot] : slots)
+    (void)slot.writer->drain(std::chrono::seconds(10));
+}
+
+status log_replicator::open_shard(uint32_t k, int64_t epoch) {
+  auto w = writer_for(k, epoch);
+  return w ? status::ok() : w.error();
+}
+
+void log_replicator::close_shard(uint32_t k) {
+  std::lock_guard<std::mutex> g(mu_);
+  shards_.erase(k);
+}
+
+result<std::pair<std::shared_ptr<shard_writer>, uint64_t>>
+log_replicator::writer_for(uint32_t k, int64_t epoch) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto& slot = shards_[k];
+  if (slot.writer && slot.writer->epoch() == epoch && !slot.writer->broken())
+    return std::make_pair(slot.writer, slot.generation);
+  if (slot.writer) {
+    if (slot.writer->epoch() > epoch)
+      return status{errc::not_owner, "shard " + std::to_string(k) + " is written under epoch " +
+                                       std::to_string(slot.writer->epoch()) + " here, not " +
+                                       std::to_string(epoch)};
+  }
+  slot.writer.reset();
+  // Opened under the mutex: one writer per shard, and appends of other shards wait for the
+  // open (an acquisition or a reopen after a failure, rare).
+  auto w = shard_writer::open(c_, k, epoch);
+  if (!w)
+    return w.error();
+  slot.writer = std::move(*w);
+  slot.generation = ++generations_;
+  return std::make_pair(slot.writer, slot.generation);
+}
+
+result<log_tip> log_replicator::last_of(const entity_key& key) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    tracks_.erase(key.to_string()); // a new activation: what the log holds decides from here
+  }
+  auto m = c_->last_of_entity(shard_of_(key), entity_token(key));
+  if (!m)
+    return m.error();
+  if (!m->has_value())
+    return log_tip{};
+  auto r = decode((*m)->data);
+  if (!r)
+    return r.error();
+  return log_tip{r->commit.number, r->commit.id};
+}
+
+void log_replicator::append(const entity_key& key, int64_t epoch,
+                            std::optional<replica_genesis> genesis,
+                            std::vector<captured_commit> commits, done_fn done) {
+  auto k = shard_of_(key);
+  auto w = writer_for(k, epoch);
+  if (!w) {
+    done(status{w.error().code() == errc::not_owner ? errc::not_owner : errc::unavailable,
+                "the log of shard " + std::to_string(k) + ": " + w.error().message()});
+    return;
+  }
+  auto& [writer, generation] = *w;
+  if (commits.empty()) {
+    done(status::ok());
+    return;
+  }
+  auto name = key.to_string();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto& t = tracks_[name];
+    if (t.failed || (t.in_flight > 0 && t.generation != generation)) {
+      done(status{errc::unavailable, "entity " + name + " has commits that the log of shard " +
+                                       std::to_string(k) + " did not take"});
+      return;
+    }
+    if (tracks_.size() > 100'000) // forget entities with nothing in flight and nothing failed
+      for (auto i = tracks_.begin(); i != tracks_.end();)
+        i = i->second.in_flight > 0 || i->second.failed || i->first == name ? std::next(i)
+                                                                            : tracks_.erase(i);
+    t.generation = generation;
+    t.in_flight += static_cast<int>(commits.size());
+  }
+  struct pending {
+    std::atomic<size_t> left;
+    status first_error;
+    std::mutex mu;
+    done_fn done;
+  };
+  auto p = std::make_shared<pending>();
+  p->left = commits.size();
+  p->done = std::move(done);
+  auto token = entity_token(key);
+  for (auto& c : commits) {
+    commit_record r{key, epoch, std::move(c), std::exchange(genesis, std::nullopt)};
+    writer->append(token, encode(r), [this, p, name](const status& st, uint64_t) {
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (auto it = tracks_.find(name); it != tracks_.end()) {
+          --it->second.in_flight;
+          it->second.failed = it->second.failed || !st;
+        }
+      }
+      if (!st) {
+        std::lock_guard<std::mutex> g(p->mu);
+        if (p->first_error) // the first error is the one to report
+          p->first_error = st;
+      }
+      if (p->left.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> g(p->mu);
+        p->done(p->first_error);
+      }
+    });
+  }
+}
+
+status log_replicator::rebuild(const entity_key& key, const store_options& opts) {
+  return rebuild_entity(*c_, shard_of_(key), key, opts);
+}
+
+} // namespace factum::replication
