@@ -63,6 +63,13 @@ void node::attach(runtime& rt) {
     p.move_stop = false;
   }
   p.mover = std::thread([raw = impl_.get()] { raw->run_mover(); });
+  if (p.replicated()) {
+    {
+      std::lock_guard<std::mutex> g(p.replica_mu);
+      p.replica_stop = false;
+    }
+    p.replica_thread = std::thread([raw = impl_.get()] { raw->run_replica(); });
+  }
   std::lock_guard<std::mutex> g(p.mu);
   p.poll_now = true; // schedule a move left by a previous run without waiting a period
   p.cv.notify_all();
@@ -79,6 +86,13 @@ void node::detach() {
   p.move_cv.notify_all();
   if (p.mover.joinable())
     p.mover.join();
+  {
+    std::lock_guard<std::mutex> g(p.replica_mu);
+    p.replica_stop = true;
+  }
+  p.replica_cv.notify_all();
+  if (p.replica_thread.joinable())
+    p.replica_thread.join();
   std::lock_guard<std::mutex> g(p.move_mu);
   p.rt = nullptr;
   p.move_queue.clear();
@@ -97,7 +111,7 @@ void node::impl::schedule_moves() {
     for (auto& [k, m] : st.moves)
       if ((m.from == cfg.node_id && m.failed.empty()) ||
           (m.to == cfg.node_id && !m.failed.empty() && st.shards[k].home != cfg.node_id &&
-           !shared()))
+           !takes_over()))
         mine.emplace_back(k, m); // a move out, or the copies a failed move in left here
   }
   if (mine.empty())
@@ -228,7 +242,7 @@ status node::impl::hand_over(uint32_t k, const move_view& m, std::vector<entity_
   }
   if (m.to == cfg.node_id)
     return {errc::invalid_argument, "a move from a node to itself"};
-  if (cfg.secret.empty() && !shared())
+  if (cfg.secret.empty() && !takes_over())
     return {errc::conflict,
             "this node has no cluster.secret: it cannot send files to another node"};
   if (address.empty())
@@ -247,7 +261,9 @@ status node::impl::hand_over(uint32_t k, const move_view& m, std::vector<entity_
   else if (cur->has_value() && (*cur)->value == cfg.node_id)
     if (auto d = move_etcd->delete_if_mod_revision(key("shards", k), (*cur)->mod_revision); !d)
       return d.error();
-  if (shared()) // the files stay where they are: the new home claims each under a newer epoch
+  // Shared: the files stay where they are, and the new home claims each under a newer epoch.
+  // Replicated: the new home catches its copy up with the log before it serves the shard.
+  if (takes_over())
     return hand_over_home(k, m);
   auto list = rt->entities_where(which);
   if (!list)
@@ -341,7 +357,9 @@ status node::impl::send_file(http::client::sync_client& client, uint32_t k, cons
 status node::impl::finish_move(uint32_t k, const move_view& m) {
   auto which = [&](const entity_key& e) { return cluster::shard_of(e, cfg.shards) == k; };
   size_t removed = 0;
-  if (shared()) { // the files are the new home's now: only this node's rows of them go
+  // Shared: the files are the new home's now; replicated: this node's copy stays a follower's.
+  // Only this node's index rows of them go.
+  if (takes_over()) {
     auto n = rt->unindex_entities(which);
     if (!n)
       return n.error();
@@ -565,8 +583,9 @@ bool node::authentic(const move_credentials& c) const {
 
 status node::accept_move(uint32_t shard, int64_t epoch, const entity_key& key) {
   auto& p = *impl_;
-  if (p.shared())
-    return {errc::conflict, "this node's storage is shared: no file moves between nodes"};
+  if (p.takes_over())
+    return {errc::conflict, "this node's storage is " + p.cfg.storage +
+                              ": no file moves between nodes"};
   if (shard >= p.cfg.shards || cluster::shard_of(key, p.cfg.shards) != shard)
     return {errc::invalid_argument, key.to_string() + " is not in shard " + std::to_string(shard)};
   if (p.held[shard].load(std::memory_order_acquire) != 0)

@@ -52,6 +52,12 @@ void node::impl::record_held(uint32_t k, int64_t epoch, int64_t l) {
     cur.epoch = epoch;
     cur.owner_lease = l;
   }
+  if (replicated()) { // served once its copy caught up with the log (the replica thread)
+    std::lock_guard<std::mutex> g(replica_mu);
+    to_prepare[k] = epoch;
+    replica_cv.notify_all();
+    return;
+  }
   held[k].store(epoch, std::memory_order_release);
   if (shared())
     want_index(k);
@@ -126,8 +132,21 @@ status check_config(const node_config& c) {
     return {errc::invalid_argument, "cluster.lease_ttl_ms must be at least 1000"};
   if (!c.secret.empty() && c.secret.size() < 16)
     return {errc::invalid_argument, "cluster.secret must be at least 16 characters"};
-  if (c.storage != "local" && c.storage != "shared")
-    return {errc::invalid_argument, "cluster.storage must be \"local\" or \"shared\""};
+  if (c.storage != "local" && c.storage != "shared" && c.storage != "replicated")
+    return {errc::invalid_argument,
+            "cluster.storage must be \"local\", \"shared\" or \"replicated\""};
+  if (c.storage == "replicated") {
+    if (c.replication.servers.empty())
+      return {errc::invalid_argument,
+              "cluster.replication.servers: storage \"replicated\" needs the NATS servers of "
+              "its log (nats://host:port)"};
+    if (c.replication.replicas != 1 && c.replication.replicas != 3 && c.replication.replicas != 5)
+      return {errc::invalid_argument, "cluster.replication.replicas must be 1, 3 or 5"};
+    if (c.replication.ack_timeout < std::chrono::milliseconds(100))
+      return {errc::invalid_argument, "cluster.replication.ack_timeout_ms must be at least 100"};
+    if (c.data_dir.empty())
+      return {errc::invalid_argument, "storage \"replicated\" needs the node's data directory"};
+  }
   return status::ok();
 }
 
@@ -163,6 +182,9 @@ result<std::shared_ptr<node>> node::start(node_config cfg) {
       return status{errc::conflict, "cluster " + p->cfg.name + " was created with config " +
                                       c->current->value + "; this node says " + conf.dump()};
   }
+  if (p->replicated())
+    if (auto st = p->connect_log(); !st)
+      return st;
   if (auto st = p->wait_for_previous_incarnation(); !st)
     return st;
   if (auto st = p->grant_and_register(); !st)
@@ -268,7 +290,7 @@ status node::impl::renew() {
       h.store(0, std::memory_order_release);
     // Their files are for the nodes that take the shards over: closed after this period's
     // acquisitions (schedule_indexing), so that a shard taken back at once keeps its activations.
-    release_after_poll = shared();
+    release_after_poll = takes_over();
     log({{"level", "error"},
          {"event", "lease_lost"},
          {"detail", "etcd no longer knows lease " + std::to_string(lease) +
@@ -412,7 +434,9 @@ void node::impl::publish_held() {
                   : 0;
     if (moving[k].load() != 0 || moving_out_locked(k))
       e = 0;
-    if (held[k].exchange(e, std::memory_order_acq_rel) != 0 && e == 0 && shared()) {
+    if (replicated() && e != 0 && ready[k].load(std::memory_order_acquire) != e)
+      e = 0; // acquired, not caught up with its log yet
+    if (held[k].exchange(e, std::memory_order_acq_rel) != 0 && e == 0 && takes_over()) {
       std::lock_guard<std::mutex> mg(move_mu); // order: mu, then move_mu
       release_lost = true;
     }
@@ -434,10 +458,10 @@ void node::impl::run() {
     publish_held();
     if (st)
       schedule_moves();
-    if (st && shared())
+    if (st && takes_over())
       schedule_indexing();
     bool live = lease_live();
-    if (shared() && was_live && !live) { // cut off from etcd: another node may take over soon
+    if (takes_over() && was_live && !live) { // cut off from etcd: another node may take over soon
       std::lock_guard<std::mutex> g(move_mu);
       release_lost = true;
       move_cv.notify_all();
@@ -459,6 +483,10 @@ void node::impl::run() {
 
 uint32_t node::shard_of(const entity_key& key) const {
   return cluster::shard_of(key, impl_->cfg.shards);
+}
+
+std::shared_ptr<replication::commit_sink> node::replicator() const {
+  return impl_->log_sink;
 }
 
 result<owner_claim> node::claim_for(const entity_key& key) const {
@@ -695,7 +723,7 @@ void node::impl::register_gauges() {
         "yet (shared storage: indexing, or files another process still has open).",
         [this] {
           double n = 0;
-          if (shared()) {
+          if (takes_over()) {
             std::lock_guard<std::mutex> g(move_mu);
             for (uint32_t k = 0; k < held.size(); ++k)
               n += held[k].load() > 0 && index_state[k] != 1 ? 1 : 0;

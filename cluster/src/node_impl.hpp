@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -20,6 +21,7 @@
 #include "factum/cluster/node.hpp"
 #include "factum/http/client.hpp"
 #include "factum/metrics/metrics.hpp"
+#include "factum/replication/log_replicator.hpp"
 #include "factum/storage/fact.hpp"
 #include "state.hpp"
 
@@ -132,8 +134,46 @@ struct node::impl {
   /// (at start, or an index pass that found files another process had open).
   std::vector<int8_t> index_state;
 
+  // -- replicated storage (replica.cpp): the replica thread, started by attach() --
+  std::shared_ptr<replication::log_replicator> log_sink; ///< null unless replicated
+  /// Per shard: the epoch under which this node's copy caught up with the log and its writer
+  /// is open (0: not ready). A shard is published held only once ready under its epoch.
+  std::vector<std::atomic<int64_t>> ready;
+  std::mutex replica_mu; ///< guards the members below
+  std::condition_variable replica_cv;
+  std::map<uint32_t, int64_t> to_prepare; ///< shards acquired: catch up, then serve
+  std::set<uint32_t> to_verify;           ///< shards lost: check this node's files against the log
+  bool replica_stop = true;
+  std::thread replica_thread;
+  /// How far this node applied each shard's log, as last saved (for GET /v1/cluster).
+  std::map<uint32_t, uint64_t> applied_seq;
+  counter catch_ups{metric_registry, "factum_replication_catch_ups_total",
+                    "Shards this node caught up with their log before serving them."};
+  counter entity_rebuilds{metric_registry, "factum_replication_entity_rebuilds_total",
+                          "Entity files this node rebuilt from their shard's log (diverged)."};
+  counter apply_failures{metric_registry, "factum_replication_apply_failures_total",
+                         "Applications of a shard's log to this node's copy that failed."};
+
+  bool replicated() const { return cfg.storage == "replicated"; }
+  /// Storage in which a down owner's shards are taken over and moves copy no file.
+  bool takes_over() const { return shared() || replicated(); }
+  /// Connects to the NATS servers of the log and makes log_sink (node::start).
+  status connect_log();
+  /// The replica thread: prepares acquired shards, follows the others, verifies lost ones.
+  void run_replica();
+  /// Catches shard k up with its log and opens its writer under `epoch`; ready then.
+  status prepare_shard(uint32_t k, int64_t epoch);
+  /// Applies shard k's log to this node's copy (a follower's round).
+  status follow_shard(uint32_t k);
+  /// Rebuilds every entity file of shard k here that is not the log's.
+  status verify_shard(uint32_t k);
+  /// Whether this node keeps a copy of shard k (one of its R rendezvous-first live nodes).
+  bool follows_locked(uint32_t k) const;
+  std::filesystem::path follow_state_file(uint32_t k) const;
+
   explicit impl(node_config c)
-      : cfg(std::move(c)), held(cfg.shards), moving(cfg.shards), index_state(cfg.shards, -1) {
+      : cfg(std::move(c)), held(cfg.shards), moving(cfg.shards), index_state(cfg.shards, -1),
+        ready(cfg.shards) {
     register_gauges();
   }
 
@@ -166,7 +206,7 @@ struct node::impl {
   /// by a live node is under way: the live node rendezvous hashing picks may take it over.
   /// Call with `mu` held.
   bool orphaned_locked(uint32_t k) const {
-    if (!shared() || k >= st.shards.size())
+    if (!takes_over() || k >= st.shards.size())
       return false;
     auto& s = st.shards[k];
     if (s.home.empty() || !s.owner.empty() || st.nodes.count(s.home))

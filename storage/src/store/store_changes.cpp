@@ -112,14 +112,20 @@ int abort_on_conflict(void* ctx, int, sqlite3_changeset_iter*) {
 
 // -- capture (the owner) ------------------------------------------------------------------------
 
-status entity_store::start_capture() {
-  if (!opts_.capture_changes || opts_.read_only || session_)
-    return status::ok();
+status entity_store::load_commit_mark() {
   auto n = read_commit_mark(db_);
   if (!n)
     return n.error();
   repl_commit_ = open_commit_ = n->number;
   repl_id_ = open_commit_id_ = n->id;
+  return status::ok();
+}
+
+status entity_store::start_capture() {
+  if (!opts_.capture_changes || opts_.read_only || session_)
+    return status::ok();
+  if (auto st = load_commit_mark(); !st)
+    return st;
   if (repl_commit_ == 0 && last_seq_ > 0)
     return {errc::conflict, "entity " + key_.to_string() + " has " + std::to_string(last_seq_) +
                               " facts that no replicated log holds: it cannot be replicated"};

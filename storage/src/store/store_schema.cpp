@@ -413,7 +413,7 @@ status entity_store::migrate() {
       !st)
     return st;
   if (opts_.read_only)
-    return status::ok();
+    return load_commit_mark();
   // Replicated: the claim and the release of pending keys below are captured like any commit.
   if (auto st = start_capture(); !st)
     return st;

@@ -63,10 +63,26 @@ struct node_config {
   /// nodes that started first (Akka's min-nr-of-members). 1..1024; default 1.
   uint32_t min_nodes = 1;
   /// Where the entity files are: "local" (each node its own data directory; a shard is served
-  /// only by its home, and its files move with a planned move) or "shared" (one entity root
+  /// only by its home, and its files move with a planned move), "shared" (one entity root
   /// that every node sees, runtime_config::entity_root: a down node's shards are taken over by
-  /// the others once its lease ran out, and a planned move copies nothing). Default "local".
+  /// the others once its lease ran out, and a planned move copies nothing) or "replicated"
+  /// (see `replication`). Default "local".
   std::string storage = "local";
+  /// Storage "replicated": every node keeps its own data directory, and every commit goes to
+  /// its shard's log on NATS JetStream before it is acknowledged (docs/cluster.md,
+  /// "Replication"). A shard is served by one owner; a down owner's shards are taken over, like
+  /// "shared", by a live node that first applies the log to its copy. Required then.
+  struct replication_config {
+    /// NATS servers (nats://host:port) of the cluster that holds the logs.
+    std::vector<std::string> servers;
+    /// Replicas of each shard's log: 1, 3 or 5. Default 3.
+    int replicas = 3;
+    /// A commit the log has not acknowledged within this fails (503). Default 5 s.
+    std::chrono::milliseconds ack_timeout{5'000};
+  } replication;
+  /// Storage "replicated": where this node keeps its copies of the entity files (the runtime's
+  /// entity root) and how far it applied each shard's log (DATA/runtime/replica/). Required then.
+  std::string data_dir;
   /// Shared by every node: authenticates the entity files one node sends another when a shard
   /// moves (X-Factum-Cluster-Secret). At least 16 characters. Empty (the default): this node
   /// neither sends nor takes shards; `factum cluster drain` and `join` then fail their moves.
@@ -124,6 +140,10 @@ class node final : public entity_ownership, public cluster_router {
 
   /// The shard of `key` in this cluster.
   uint32_t shard_of(const entity_key& key) const;
+
+  /// Storage "replicated": the sink the runtime sends its commits to
+  /// (runtime_config::replicator); null otherwise.
+  std::shared_ptr<replication::commit_sink> replicator() const;
 
   struct impl;
   explicit node(std::unique_ptr<impl> p);

@@ -267,7 +267,8 @@ class entity_store {
   /// when a committed transaction's changes could not be read (the store must not go on: its
   /// file holds a commit its log will never see).
   result<std::vector<captured_commit>> take_captured();
-  /// The number of the last replicated commit in this file (0: none).
+  /// The number of the last replicated commit in this file (0: none). Read at the open of a
+  /// store that captures or is read-only; kept by commits and applies.
   int64_t replicated_commit() const noexcept { return repl_commit_; }
   /// The id of that commit (captured_commit::id; empty: none).
   const std::string& replicated_commit_id() const noexcept { return repl_id_; }
@@ -689,6 +690,7 @@ class entity_store {
   int64_t open_commit_ = 0;               // repl_commit_ when the capture started
   std::string open_commit_id_;
   int64_t stamped_ = 0; // the number the open transaction stamped, or 0
+  status load_commit_mark();
   status start_capture();
   status stamp_capture();
   void collect_capture(bool committed);
