@@ -3,13 +3,15 @@
 # the alarm and tenant indexes and the VFS stay private), the libraries, the `factum`
 # executable, and the CMake package `factum` (targets factum::entities, factum::runtime,
 # factum::gateway, factum::sink_http, factum::serve; factum::storage, factum::resilience,
-# factum::metrics, factum::http_client, factum::cluster and factum::nats (the outbox's NATS sink)
-# come along as their link dependencies; the cluster's headers stay private). A pkg-config file
+# factum::metrics, factum::replication, factum::replication_log, factum::http_client,
+# factum::cluster and factum::nats (the outbox's NATS sink) come along as their link
+# dependencies; the cluster's and the replication's headers stay private). A pkg-config file
 # names the same libraries.
 include(CMakePackageConfigHelpers)
 
-set(factum_exported factum_storage factum_entities factum_resilience factum_metrics factum_runtime
-    factum_gateway factum_sink_http factum_http_client factum_cluster factum_nats factum_serve)
+set(factum_exported factum_storage factum_entities factum_resilience factum_metrics
+    factum_replication factum_replication_log factum_runtime factum_gateway factum_sink_http
+    factum_http_client factum_cluster factum_nats factum_serve)
 # factum_packaged: everything the packages hold, so that scripts/package builds just that.
 add_custom_target(factum_packaged)
 add_dependencies(factum_packaged factum ${factum_exported})

@@ -584,8 +584,8 @@ bool node::authentic(const move_credentials& c) const {
 status node::accept_move(uint32_t shard, int64_t epoch, const entity_key& key) {
   auto& p = *impl_;
   if (p.takes_over())
-    return {errc::conflict, "this node's storage is " + p.cfg.storage +
-                              ": no file moves between nodes"};
+    return {errc::conflict,
+            "this node's storage is " + p.cfg.storage + ": no file moves between nodes"};
   if (shard >= p.cfg.shards || cluster::shard_of(key, p.cfg.shards) != shard)
     return {errc::invalid_argument, key.to_string() + " is not in shard " + std::to_string(shard)};
   if (p.held[shard].load(std::memory_order_acquire) != 0)

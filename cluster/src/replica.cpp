@@ -180,7 +180,10 @@ void node::impl::run_replica() {
     for (auto& [k, e] : prep)
       if (auto st = prepare_shard(k, e); !st) {
         apply_failures.inc();
-        log({{"level", "warn"}, {"event", "shard_not_ready"}, {"shard", k}, {"epoch", e},
+        log({{"level", "warn"},
+             {"event", "shard_not_ready"},
+             {"shard", k},
+             {"epoch", e},
              {"detail", st.to_string() + "; tried again at the next round"}});
         if (st.code() != errc::conflict)
           requeue(k, e);
@@ -188,7 +191,9 @@ void node::impl::run_replica() {
     for (auto k : verify)
       if (auto st = verify_shard(k); !st) {
         apply_failures.inc();
-        log({{"level", "warn"}, {"event", "replica_verify_failed"}, {"shard", k},
+        log({{"level", "warn"},
+             {"event", "replica_verify_failed"},
+             {"shard", k},
              {"detail", st.to_string() + "; tried again at the next round"}});
         std::lock_guard<std::mutex> g(replica_mu);
         to_verify.insert(k);
@@ -209,7 +214,9 @@ void node::impl::run_replica() {
       }
       if (auto st = follow_shard(k); !st) {
         apply_failures.inc();
-        log({{"level", "warn"}, {"event", "replica_apply_failed"}, {"shard", k},
+        log({{"level", "warn"},
+             {"event", "replica_apply_failed"},
+             {"shard", k},
              {"detail", st.to_string()}});
       }
     }

@@ -22,6 +22,7 @@
 #include "actor/group_commit.hpp"
 #include "counters.hpp"
 #include "entity_ops/archive_pruner.hpp"
+#include "factum/replication/commit_sink.hpp"
 #include "factum/resilience/classifier.hpp"
 #include "factum/resilience/dead_letter_rules.hpp"
 #include "factum/runtime/connections.hpp"

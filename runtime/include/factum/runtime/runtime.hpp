@@ -25,11 +25,17 @@
 #include "factum/runtime/connections.hpp"
 #include "factum/runtime/degradation.hpp"
 #include "factum/runtime/outbox.hpp"
-#include "factum/replication/commit_sink.hpp"
 #include "factum/runtime/ownership.hpp"
 #include "factum/storage/durability.hpp"
 #include "factum/storage/entity_key.hpp"
 #include "factum/storage/wal_archive.hpp"
+
+namespace factum {
+struct store_options; // factum/storage/entity_store.hpp
+}
+namespace factum::replication {
+class commit_sink; // factum/replication/commit_sink.hpp (cluster storage "replicated")
+}
 
 namespace factum {
 
@@ -372,7 +378,6 @@ class runtime {
   /// The options this runtime opens entity files with (their data_dir is the entity root):
   /// what a replica of its files is written with (factum/replication/log_applier.hpp).
   const store_options& entity_store_options() const;
-
 
   /// Asks every live activation whose key `which` selects to hibernate (commit what it has, close
   /// its file; atoms::hibernate as eviction does) and waits until none of them is left or `wait`
