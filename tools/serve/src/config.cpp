@@ -740,6 +740,39 @@ status read_cluster_name(const json& c, const char* name, std::string& field, bo
   return status::ok();
 }
 
+/// "cluster.replication": {"servers": ["nats://host:port", ...], "replicas", "ack_timeout_ms"},
+/// required with storage "replicated" and refused otherwise.
+status parse_replication(const json& c, serve_cluster& out) {
+  auto r = c.find("replication");
+  if (out.storage != "replicated") {
+    if (r != c.end())
+      return bad("cluster.replication", "is for storage \"replicated\" only");
+    return status::ok();
+  }
+  if (r == c.end() || !r->is_object())
+    return bad("cluster.replication",
+               "required with storage \"replicated\": {\"servers\": [\"nats://host:port\", "
+               "...]}");
+  if (auto st = check_keys(*r, "cluster.replication.", {"servers", "replicas", "ack_timeout_ms"});
+      !st)
+    return st;
+  auto sv = r->find("servers");
+  if (sv == r->end() || !sv->is_array() || sv->empty())
+    return bad("cluster.replication.servers", "required: the NATS servers of the log");
+  for (auto& u : *sv) {
+    if (!u.is_string() || u.get<std::string>().rfind("nats://", 0) != 0)
+      return bad("cluster.replication.servers", "each entry must be a nats://host:port URL");
+    out.replication_servers.push_back(u.get<std::string>());
+  }
+  if (auto st = read_field(*r, "replicas", 1, 5, out.replication_replicas, "cluster.replication.");
+      !st)
+    return st;
+  if (out.replication_replicas % 2 == 0)
+    return bad("cluster.replication.replicas", "must be 1, 3 or 5");
+  return read_ms(*r, "ack_timeout_ms", 100, 600'000, out.replication_ack_timeout,
+                 "cluster.replication.");
+}
+
 /// "cluster": {"name", "node_id", "etcd": [...], "advertise", "shards", "lease_ttl_ms",
 /// "storage", "secret"} (docs/cluster.md).
 status parse_cluster(const json& doc, serve_config& cfg) {
@@ -751,7 +784,7 @@ status parse_cluster(const json& doc, serve_config& cfg) {
     return bad("cluster", "must be an object (docs/cluster.md)");
   if (auto st = check_keys(c, "cluster.",
                            {"name", "node_id", "etcd", "advertise", "shards", "lease_ttl_ms",
-                            "min_nodes", "storage", "shared_dir", "secret"});
+                            "min_nodes", "storage", "shared_dir", "replication", "secret"});
       !st)
     return st;
   serve_cluster out;
@@ -778,12 +811,15 @@ status parse_cluster(const json& doc, serve_config& cfg) {
   if (auto st = read_field(c, "min_nodes", 1, 1024, out.min_nodes, "cluster."); !st)
     return st;
   if (auto s = c.find("storage"); s != c.end()) {
-    if (!s->is_string() || (*s != "local" && *s != "shared"))
-      return bad("cluster.storage", "must be \"local\" (each node its own data directory) or "
+    if (!s->is_string() || (*s != "local" && *s != "shared" && *s != "replicated"))
+      return bad("cluster.storage", "must be \"local\" (each node its own data directory), "
                                     "\"shared\" (the entity files under shared_dir, seen by "
-                                    "every node)");
+                                    "every node) or \"replicated\" (each node its own copy, "
+                                    "every commit in a log on NATS JetStream: replication)");
     out.storage = s->get<std::string>();
   }
+  if (auto st = parse_replication(c, out); !st)
+    return st;
   auto d = c.find("shared_dir");
   if (out.storage == "shared") {
     if (d == c.end() || !d->is_string() || d->get<std::string>().empty() ||

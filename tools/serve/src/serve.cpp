@@ -41,7 +41,8 @@ const char* signal_name(int sig) {
 }
 
 /// Joins the cluster as the "cluster" object says (docs/cluster.md).
-result<std::shared_ptr<cluster::node>> start_cluster_node(const serve_cluster& c) {
+result<std::shared_ptr<cluster::node>> start_cluster_node(const serve_cluster& c,
+                                                          const std::string& data_dir) {
   cluster::node_config n;
   n.name = c.name;
   n.node_id = c.node_id;
@@ -51,6 +52,10 @@ result<std::shared_ptr<cluster::node>> start_cluster_node(const serve_cluster& c
   n.lease_ttl = c.lease_ttl;
   n.min_nodes = c.min_nodes;
   n.storage = c.storage;
+  n.replication.servers = c.replication_servers;
+  n.replication.replicas = c.replication_replicas;
+  n.replication.ack_timeout = c.replication_ack_timeout;
+  n.data_dir = data_dir;
   n.secret = c.secret;
   n.log = [](std::string_view line) {
     std::string s(line);
@@ -155,7 +160,7 @@ int run_serve(serve_config cfg) {
   // and leaves after it stopped, so that the runtime's last commits are still owned.
   std::shared_ptr<cluster::node> member;
   if (cfg.cluster) {
-    auto n = start_cluster_node(*cfg.cluster);
+    auto n = start_cluster_node(*cfg.cluster, data_dir);
     if (!n) {
       log_line({{"level", "error"},
                 {"event", "start_failed"},
@@ -165,6 +170,7 @@ int run_serve(serve_config cfg) {
     member = *n;
     if (cfg.cluster->storage == "shared")
       cfg.runtime.entity_root = cfg.cluster->shared_dir;
+    cfg.runtime.replicator = member->replicator(); // null unless storage "replicated"
     cfg.runtime.ownership = member;
     cfg.http.cluster = member;
   }

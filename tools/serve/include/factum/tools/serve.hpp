@@ -53,8 +53,14 @@ struct serve_cluster {
   std::chrono::milliseconds lease_ttl{10'000}; ///< 1 s..10 min
   uint32_t min_nodes = 1; ///< live nodes before a never-used shard is placed; 1..1024
   /// "local": each node its own data directory; "shared": the entity files under shared_dir,
-  /// which every node sees. Default "local".
+  /// which every node sees; "replicated": each node its own copy, every commit in its shard's
+  /// log on NATS JetStream (`replication`). Default "local".
   std::string storage = "local";
+  /// storage "replicated": the NATS servers of the log (nats://host:port), the log's replicas
+  /// (1, 3 or 5; default 3) and how long a commit waits for its acknowledgement (default 5 s).
+  std::vector<std::string> replication_servers;
+  int replication_replicas = 3;
+  std::chrono::milliseconds replication_ack_timeout{5'000};
   /// storage "shared": the directory of the entity files, the same on every node (each node
   /// keeps its own data_dir for its lock, indexes and spare files, on the same file system).
   std::string shared_dir;
