@@ -369,7 +369,7 @@ TEST_CASE("shard log: a retried publish with the same Nats-Msg-Id is deduplicate
 
 TEST_CASE("shard log: three servers, the stream leader killed under a pipeline of appends: "
           "every append answered ok is in the log in order, the rest failed, a new writer "
-          "opens") {
+          "opens, and the killed server catches up once restarted") {
   test::nats_cluster nc(3);
   auto o = options_for(nc, 3);
   auto c = connect(o);
@@ -454,6 +454,13 @@ TEST_CASE("shard log: three servers, the stream leader killed under a pipeline o
   auto after = append_one(*w2, "e1", "after");
   CHECK_MESSAGE(after.first.is_ok(), after.first.to_string());
   CHECK(after.second == w2->marker_seq() + 1);
+
+  // The killed server comes back on its store and catches up: three current peers again.
+  nc.restart(static_cast<size_t>(leader));
+  CHECK(test::eventually([&] { return nc.current_peers("FACTUM_LOG_0") == 3; }, 30s, 100ms));
+  auto last = append_one(*w2, "e1", "last");
+  CHECK_MESSAGE(last.first.is_ok(), last.first.to_string());
+  CHECK(last.second == after.second + 1);
 }
 
 TEST_CASE("shard log: trim removes the messages below a sequence and first_seq follows") {
@@ -565,6 +572,43 @@ TEST_CASE("shard log: writers of two shards on one connection each get their own
   CHECK(lb.back().data == "b" + std::to_string(n - 1));
   CHECK(la.back().writer == a->writer_id());
   CHECK(lb.back().writer == b->writer_id());
+}
+
+TEST_CASE("shard log: a writer destroyed with appends in flight answers each of them before "
+          "its destructor returns, and appends from inside a done callback are answered too") {
+  test::nats_cluster nc(1);
+  auto c = connect(options_for(nc));
+  outcomes out;
+  const size_t n = 300;
+  {
+    auto w = open(c, 5, 1);
+    auto* raw = w.get();
+    // The first answer appends once more from inside its callback.
+    w->append("e", "0", [&, raw](const status& st, uint64_t seq) {
+      out.done(0)(st, seq);
+      raw->append("e", "chained", out.done(n));
+    });
+    for (size_t i = 1; i < n; ++i)
+      w->append("e", std::to_string(i), out.done(i));
+  }
+  // Answers in append order: sequences one after the other; the test thread's appends in their
+  // order, with the chained one wherever it came in (after the first answer).
+  auto got = out.all();
+  REQUIRE(got.size() == n + 1);
+  size_t next = 0;
+  bool chained = false;
+  for (size_t i = 0; i <= n; ++i) {
+    CHECK(got[i].st.is_ok());
+    CHECK(got[i].seq == 2 + i);
+    if (got[i].index == n) {
+      CHECK(i > 0);
+      chained = true;
+    } else {
+      CHECK(got[i].index == next++);
+    }
+  }
+  CHECK(chained);
+  CHECK(*c->last_seq(5) == n + 2);
 }
 
 } // namespace shard_log_test

@@ -315,6 +315,32 @@ int nats_cluster::stream_leader(const std::string& stream, std::chrono::millisec
   }
 }
 
+int nats_cluster::current_peers(const std::string& stream) const {
+  std::vector<std::string> up;
+  for (size_t i = 0; i < servers_.size(); ++i)
+    if (servers_[i].pid > 0 && !servers_[i].paused)
+      up.push_back(url(i));
+  js_client c(up, 1000);
+  if (!c.ok())
+    return 0;
+  jsStreamInfo* si = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  if (js_GetStreamInfo(&si, c.js, stream.c_str(), nullptr, &jerr) != NATS_OK)
+    return 0;
+  int n = 0;
+  if (si->Cluster && si->Cluster->Leader && *si->Cluster->Leader) {
+    n = 1;
+    for (int i = 0; i < si->Cluster->ReplicasLen; ++i) {
+      auto* p = si->Cluster->Replicas[i];
+      n += p && p->Current && !p->Offline ? 1 : 0;
+    }
+  } else if (servers_.size() == 1) {
+    n = 1;
+  }
+  jsStreamInfo_Destroy(si);
+  return n;
+}
+
 // -- observers --
 
 std::string nats_cluster::url(size_t i) const {

@@ -56,6 +56,10 @@ class nats_cluster {
   int stream_leader(const std::string& stream,
                     std::chrono::milliseconds wait = std::chrono::seconds(10)) const;
 
+  /// How many of the stream's peers are current now: its leader and each replica its info
+  /// reports current and online; 0 when there is no leader or no answer.
+  int current_peers(const std::string& stream) const;
+
   const std::filesystem::path& dir() const { return dir_; }
   std::string log_tail(size_t server, size_t bytes = 3000) const;
 

@@ -1,5 +1,6 @@
-// nats_sink.cpp: the outbox's NATS JetStream sink (factum/sinks/nats_sink.hpp), the one
-// translation unit of the tree that includes <nats.h>. Threads: the caller (an entity's CAF
+// nats_sink.cpp: the outbox's NATS JetStream sink (factum/sinks/nats_sink.hpp), the outbox's
+// one translation unit that includes <nats.h> (the replicated log has its own, under
+// replication/src/log). Threads: the caller (an entity's CAF
 // worker) only queues a delivery; the sink's own threads publish, wait for the PubAck and call
 // `done`; libnats runs its own reconnect thread behind the connection.
 #include "factum/sinks/nats_sink.hpp"
