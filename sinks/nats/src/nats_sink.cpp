@@ -1,8 +1,8 @@
 // nats_sink.cpp: the outbox's NATS JetStream sink (factum/sinks/nats_sink.hpp), the outbox's
 // one translation unit that includes <nats.h> (the replicated log has its own, under
-// replication/src/log). Threads: the caller (an entity's CAF
-// worker) only queues a delivery; the sink's own threads publish, wait for the PubAck and call
-// `done`; libnats runs its own reconnect thread behind the connection.
+// replication/src/log). Threads: the caller (an entity's CAF worker) only queues a delivery; the
+// sink's own threads publish, wait for the PubAck and call `done`; libnats runs its own
+// reconnect thread behind the connection.
 #include "factum/sinks/nats_sink.hpp"
 
 #include <condition_variable>
