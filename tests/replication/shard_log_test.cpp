@@ -153,6 +153,9 @@ struct raw_publisher {
 TEST_CASE("shard log: appends get the sequences after the marker, read returns them in order "
           "with their headers, and the last record of an entity and the last marker are found") {
   test::nats_cluster nc(1);
+  log_options nowhere;
+  nowhere.servers = {"nats://127.0.0.1:1"};
+  CHECK(log_connection::connect(nowhere).error().code() == errc::unavailable);
   auto c = connect(options_for(nc));
   CHECK(c->last_seq(0).error().code() == errc::not_found);
   auto w = open(c, 0, 7);
@@ -248,11 +251,14 @@ TEST_CASE("shard log: a writer opened under a newer epoch fences the older one: 
   auto w2 = open(c2, 3, 2);
   CHECK(w2->marker_seq() == 5);
 
-  // Two appends of the old writer in flight together: the first expects 4 and fails; the
+  // Two appends of the old writer in flight together (both sent while the server is stopped,
+  // so that neither is refused before the other is sent): the first expects 4 and fails; the
   // second expects 5, the new marker's sequence, and lands at 6, yet is reported failed.
   outcomes out;
+  nc.pause(0);
   w1->append("e1", "late 0", out.done(0));
   w1->append("e1", "late 1", out.done(1));
+  nc.resume(0);
   REQUIRE(out.wait(2));
   auto got = out.all();
   CHECK(got[0].index == 0);
@@ -345,7 +351,8 @@ TEST_CASE("shard log: an empty stream's first marker is fenced: of writers racin
   MESSAGE(raced << " of 8 races had a loser refused by the expectation");
 }
 
-TEST_CASE("shard log: a retried publish with the same Nats-Msg-Id is deduplicated") {
+TEST_CASE("shard log: a retried publish with the same Nats-Msg-Id is deduplicated, and an "
+          "acknowledgement at another sequence than predicted fails the append") {
   test::nats_cluster nc(1);
   auto c = connect(options_for(nc));
   auto w = open(c, 1, 1);
@@ -365,6 +372,16 @@ TEST_CASE("shard log: a retried publish with the same Nats-Msg-Id is deduplicate
   CHECK(retry.second);
   CHECK(*c->last_seq(1) == 3);
   CHECK(read_all(*c, 1).size() == 3);
+
+  // A writer whose next message id is already stored at another sequence than it predicts:
+  // JetStream answers the duplicate's sequence, and the writer fails CONFLICT.
+  auto w2 = open(c, 1, 2); // marker at 4
+  CHECK(raw.publish("factum.log.1.e.x", {{"Nats-Msg-Id", "other:5"}}).first == 5);
+  CHECK(raw.publish("factum.log.1.e.x", {{"Nats-Msg-Id", w2->writer_id() + ":5"}}).first == 6);
+  auto dup = append_one(*w2, "x", "mine");
+  CHECK(dup.first.code() == errc::conflict);
+  CHECK(dup.first.message().find("stored at seq 6") != std::string::npos);
+  CHECK(w2->broken());
 }
 
 TEST_CASE("shard log: three servers, the stream leader killed under a pipeline of appends: "

@@ -255,8 +255,17 @@ void nats_cluster::kill9(size_t i) {
 
 void nats_cluster::pause(size_t i) {
   auto& s = servers_.at(i);
-  if (s.pid > 0 && ::kill(s.pid, SIGSTOP) == 0)
-    s.paused = true;
+  if (s.pid <= 0 || s.paused || ::kill(s.pid, SIGSTOP) != 0)
+    return;
+  // kill() only queues the signal: wait until every thread of the server has stopped.
+  int st = 0;
+  while (::waitpid(s.pid, &st, WUNTRACED) == s.pid && !WIFSTOPPED(st)) {
+    if (WIFEXITED(st) || WIFSIGNALED(st)) {
+      s.pid = -1;
+      return;
+    }
+  }
+  s.paused = true;
 }
 
 void nats_cluster::resume(size_t i) {

@@ -42,7 +42,8 @@ class nats_cluster {
 
   /// SIGKILL; waits for it. No-op when it is not running.
   void kill9(size_t server);
-  /// SIGSTOP / SIGCONT: the process stays, answers nothing while stopped.
+  /// SIGSTOP / SIGCONT: the process stays, answers nothing while stopped (pause returns once
+  /// it has stopped).
   void pause(size_t server);
   void resume(size_t server);
   /// Kills the server if it runs and starts it again on the same store and ports; waits until
