@@ -50,10 +50,10 @@ struct log_options {
   int64_t max_pending = 8192;
   /// Connecting and each request to the JetStream API (create a stream, read a message).
   std::chrono::milliseconds request_timeout{5000};
-  /// Send each publish at once rather than let libnats gather publishes for up to 1 ms: with
-  /// three local servers on 2 cores, an append that waits alone is acknowledged in ~0.2-0.4 ms
-  /// instead of ~1 ms, and pipelined appends/s stay about the same (within that machine's
-  /// noise). false: libnats' default.
+  /// Send each publish at once rather than let libnats gather publishes for up to 1 ms. With
+  /// three local servers on 2 cores: an append that waits alone is acknowledged in ~0.2-0.4 ms
+  /// instead of ~1 ms (R3); pipelined appends/s drop by up to a quarter (about the same for
+  /// small records at R3, most for R1 and 2 KiB records). false: libnats' default.
   bool send_asap = true;
 };
 
