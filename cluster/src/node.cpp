@@ -683,6 +683,15 @@ std::string node::describe() const {
               {"shard_count", p.cfg.shards},
               {"lease_live", p.lease_live()}};
   out.update(detail::describe(p.st));
+  if (p.replicated()) {
+    // Per shard: whether this node serves it from a copy caught up with the log, and how far
+    // its copy applied the log (a follower's lag is the log's last sequence less this).
+    json shards = json::array();
+    for (uint32_t k = 0; k < p.cfg.shards; ++k)
+      shards.push_back(
+        {{"shard", k}, {"ready", p.ready[k].load() != 0}, {"applied_seq", p.applied[k].load()}});
+    out["replica"] = {{"replicas", p.cfg.replication.replicas}, {"shards", std::move(shards)}};
+  }
   return out.dump();
 }
 

@@ -145,8 +145,8 @@ struct node::impl {
   std::set<uint32_t> to_verify;           ///< shards lost: check this node's files against the log
   bool replica_stop = true;
   std::thread replica_thread;
-  /// How far this node applied each shard's log, as last saved (for GET /v1/cluster).
-  std::map<uint32_t, uint64_t> applied_seq;
+  /// Per shard: how far this node's copy applied the log, as last saved (GET /v1/cluster).
+  std::vector<std::atomic<uint64_t>> applied;
   counter catch_ups{metric_registry, "factum_replication_catch_ups_total",
                     "Shards this node caught up with their log before serving them."};
   counter entity_rebuilds{metric_registry, "factum_replication_entity_rebuilds_total",
@@ -173,7 +173,7 @@ struct node::impl {
 
   explicit impl(node_config c)
       : cfg(std::move(c)), held(cfg.shards), moving(cfg.shards), index_state(cfg.shards, -1),
-        ready(cfg.shards) {
+        ready(cfg.shards), applied(cfg.shards) {
     register_gauges();
   }
 

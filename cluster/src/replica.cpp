@@ -75,12 +75,12 @@ status node::impl::prepare_shard(uint32_t k, int64_t epoch) {
   // caught up to the log's end below holds every acknowledged commit.
   if (auto st = log_sink->open_shard(k, epoch); !st)
     return st;
-  auto before = applied_seq.count(k) ? applied_seq[k] : 0;
+  auto before = applied[k].load();
   auto r = replication::apply_shard(log_sink->connection(), k, rt->entity_store_options(),
                                     follow_state_file(k));
   if (!r)
     return r.error();
-  applied_seq[k] = r->applied;
+  applied[k].store(r->applied);
   {
     std::lock_guard<std::mutex> g(mu);
     auto& s = st.shards[k];
@@ -106,13 +106,13 @@ status node::impl::follow_shard(uint32_t k) {
   auto last = log_sink->connection().last_seq(k);
   if (!last)
     return last.error().code() == errc::not_found ? status::ok() : last.error();
-  if (applied_seq.count(k) && applied_seq[k] >= *last)
+  if (applied[k].load() >= *last)
     return status::ok();
   auto r = replication::apply_shard(log_sink->connection(), k, rt->entity_store_options(),
                                     follow_state_file(k));
   if (!r)
     return r.error();
-  applied_seq[k] = r->applied;
+  applied[k].store(r->applied);
   return status::ok();
 }
 

@@ -32,9 +32,11 @@
 #include <set>
 
 #include "factum/cluster/shard_map.hpp"
+#include "factum/replication/shard_log.hpp"
 #include "http/client.hpp"
 #include "reliability/crash_support.hpp"
 #include "support/etcd_server.hpp"
+#include "support/nats_cluster.hpp"
 
 using namespace factum;
 using namespace factum::test;
@@ -58,6 +60,13 @@ struct node_proc {
 
 /// Storage "shared": the entity root every node's config names (empty: storage "local").
 std::filesystem::path shared_root;
+/// Storage "replicated": the NATS servers of the log (empty: storage "local" or "shared").
+std::vector<std::string> nats_urls;
+
+/// Storage "shared" or "replicated": a down node's shards are taken over by the others.
+bool takes_over() {
+  return !shared_root.empty() || !nats_urls.empty();
+}
 
 json node_config(const node_proc& n, const std::vector<std::string>& etcd_urls,
                  uint16_t vendor_port) {
@@ -87,6 +96,11 @@ json node_config(const node_proc& n, const std::vector<std::string>& etcd_urls,
     c["cluster"]["storage"] = "shared";
     c["cluster"]["shared_dir"] = shared_root.string();
   }
+  if (!nats_urls.empty()) {
+    c["cluster"]["storage"] = "replicated";
+    c["cluster"]["replication"] = {
+      {"servers", nats_urls}, {"replicas", 3}, {"ack_timeout_ms", 2000}};
+  }
   return c;
 }
 
@@ -97,6 +111,7 @@ struct call_log {
   std::map<std::string, int> delivered; ///< webhook deliveries: key -> entity (d<N>)
   std::set<std::string> unknown;        ///< keys whose last answer was not a 200
   std::atomic<uint64_t> sent{0}, ok{0}, retried{0};
+  std::atomic<uint64_t> in_flight{0}; ///< retries answered 409: the earlier attempt still ran
   /// Whether the clients send webhook deliveries (one call in eight); off during the pause
   /// round, which counts the vendor calls of its own deliveries.
   std::atomic<bool> deliveries{true};
@@ -141,7 +156,14 @@ void drive(int t, uint64_t seed, int entities, const std::vector<node_proc>& nod
         acked = true;
         break;
       }
-      if (r.status != 0 && r.status != 503 && r.status != 504)
+      // 409 IDEMPOTENCY_KEY_IN_USE: an earlier attempt of this key (one this client gave up
+      // waiting for) is still running at the owner; retried like a 503.
+      bool in_flight = r.status == 409 &&
+                       r.body.find("IDEMPOTENCY_KEY_IN_USE") != std::string::npos &&
+                       r.body.find("dead_letter_id") == std::string::npos;
+      if (in_flight)
+        log.in_flight.fetch_add(1);
+      if (r.status != 0 && r.status != 503 && r.status != 504 && !in_flight)
         fail(target + " " + key + ": unexpected " + std::to_string(r.status) + " " + r.body);
       log.retried.fetch_add(1);
       if (r.status == 0)
@@ -266,7 +288,7 @@ void pause_round(std::vector<node_proc>& nodes, int victim, const std::string& v
       for (auto& n : j["nodes"])
         if (n["id"] == v.id)
           return n["state"] == "down";
-      return !shared_root.empty(); // not listed: its shards were taken over (shared storage)
+      return takes_over(); // not listed: its shards were taken over (shared, replicated)
     },
     std::chrono::seconds(3 * ttl_ms / 1000 + 5));
   if (!gone)
@@ -641,9 +663,85 @@ void move_round(const std::string& factum, const std::string& etcd_url,
     fail("moves: the load stalled while shards moved");
 }
 
-/// Every node's files: each key's facts, and which node has each entity.
+/// Storage "replicated": the nodes that keep a copy of each shard, as a node's GET /v1/cluster
+/// (`view`) says: the R = 3 live nodes not draining that rendezvous hashing ranks first.
+std::vector<std::vector<std::string>> shard_followers(const json& view) {
+  std::vector<std::vector<std::string>> out(shards);
+  std::vector<std::string> live;
+  if (view.is_object())
+    for (auto& n : view["nodes"])
+      if (n["state"] == "live" && !n.value("draining", false))
+        live.push_back(n["id"].get<std::string>());
+  for (uint32_t k = 0; k < shards; ++k) {
+    auto ranked = live;
+    for (int i = 0; i < 3 && !ranked.empty(); ++i) {
+      auto first = cluster::rendezvous_owner(k, ranked);
+      out[k].push_back(first);
+      ranked.erase(std::remove(ranked.begin(), ranked.end(), first), ranked.end());
+    }
+  }
+  return out;
+}
+
+/// Storage "replicated": whether every shard is placed and served by an owner whose copy caught
+/// up with its log (the first acquisition of a shard creates its stream: about half a second).
+bool all_shards_ready(const std::vector<node_proc>& nodes) {
+  std::vector<bool> ready(shards, false);
+  for (auto& n : nodes) {
+    auto j = cluster_view(n.port);
+    if (!j.is_object() || !j.contains("replica"))
+      return false;
+    for (uint32_t k = 0; k < shards; ++k)
+      if (j["shards"][k]["owner"] == n.id && j["replica"]["shards"][k]["ready"] == true)
+        ready[k] = true;
+  }
+  return std::all_of(ready.begin(), ready.end(), [](bool b) { return b; });
+}
+
+/// Storage "replicated": whether every node's copy of each shard it does not serve applied the
+/// shard's whole log (as its GET /v1/cluster says, against the log's last sequence).
+bool replicas_converged(const std::vector<node_proc>& nodes) {
+  replication::log_options lo;
+  lo.servers = nats_urls;
+  lo.stream_prefix = "FACTUM_LOG_ROUNDS";
+  lo.subject_prefix = "factum.log.rounds";
+  auto c = replication::log_connection::connect(lo);
+  if (!c)
+    return false;
+  auto followers = shard_followers(cluster_view(nodes.front().port));
+  for (auto& n : nodes) {
+    auto j = cluster_view(n.port);
+    if (!j.is_object() || !j.contains("replica"))
+      return false;
+    for (uint32_t k = 0; k < shards; ++k) {
+      auto& f = followers[k];
+      if (j["shards"][k]["owner"] == n.id || j["shards"][k]["home"].is_null() ||
+          std::find(f.begin(), f.end(), n.id) == f.end())
+        continue; // the owner writes the log; an unused shard has none; n keeps no copy
+      auto last = (*c)->last_seq(k);
+      if (!last && last.error().code() == errc::not_found)
+        continue;
+      if (!last || j["replica"]["shards"][k]["applied_seq"].get<uint64_t>() < *last)
+        return false;
+    }
+  }
+  return true;
+}
+
+/// Every node's files: each key's facts, and which node has each entity. Storage
+/// "replicated": every node has a copy of each entity; each key is counted in the copy of the
+/// shard's owner (`status`), and every other copy must hold the same chain (the same last fact
+/// and head hash: one history, applied whole).
 std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std::string& factum,
-                                  const call_log& log) {
+                                  const call_log& log, const json& status,
+                                  const std::vector<std::vector<std::string>>& followers) {
+  struct copy_of {
+    std::string node;
+    int64_t last_seq;
+    std::string head;
+  };
+  std::map<std::string, std::vector<copy_of>> copies;
+  std::map<std::string, std::vector<std::string>> owner_chain; ///< entity -> hash of fact 1, 2, ...
   std::map<std::string, int> facts_per_key;
   std::map<std::string, std::string> entity_node;
   std::map<std::string, std::string> delivered_keys; ///< completed delivery key -> webhook id
@@ -673,6 +771,12 @@ std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std
         continue;
       }
       auto ek = (*st)->key().to_string();
+      if (!nats_urls.empty()) {
+        copies[ek].push_back({n.id, (*st)->last_seq(), (*st)->head_hash()});
+        auto k = cluster::shard_of((*st)->key(), shards);
+        if (!status.is_object() || status["shards"][k]["owner"] != n.id)
+          continue; // a follower's copy: compared below
+      }
       if ((*st)->key().type == "webhook") {
         auto keys = (*st)->list_keys(1'000'000);
         if (!keys)
@@ -682,9 +786,11 @@ std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std
             if (k.status == key_status::completed)
               delivered_keys[k.key] = (*st)->key().id;
       }
-      if (auto [it, fresh] = entity_node.emplace(ek, n.id); !fresh)
+      if (auto [it, fresh] = entity_node.emplace(ek, n.id); !fresh && nats_urls.empty())
         fail(ek + " has files on two nodes: " + it->second + " and " + n.id);
+      auto& chain = owner_chain[ek];
       auto err = for_each_fact(**st, [&](const fact& x) {
+        chain.push_back(x.hash);
         if (!x.idempotency_key.empty() && x.type == "invocation")
           ++facts_per_key[x.idempotency_key];
       });
@@ -698,6 +804,33 @@ std::set<std::string> check_files(const std::vector<node_proc>& nodes, const std
       fail("inspect verify on " + n.id + " did not end");
     if (v.exit_code() != 0)
       fail("inspect verify on " + n.id + ": " + v.log_tail());
+  }
+  for (auto& [ek, list] : copies) {
+    auto owner = std::find_if(list.begin(), list.end(), [&](const copy_of& c) {
+      auto key = entity_key::parse(ek);
+      return key && status["shards"][cluster::shard_of(*key, shards)]["owner"] == c.node;
+    });
+    if (owner == list.end()) {
+      fail(ek + " has no copy on its shard's owner");
+      continue;
+    }
+    // A follower's copy is the owner's; a node that follows the shard no longer (drained) may
+    // have stopped earlier, but on the same history: its last fact is the owner's fact there.
+    auto key = entity_key::parse(ek);
+    auto k = cluster::shard_of(*key, shards);
+    auto& chain = owner_chain[ek];
+    for (auto& c : list) {
+      bool follower =
+        std::find(followers[k].begin(), followers[k].end(), c.node) != followers[k].end();
+      bool same = c.last_seq == owner->last_seq && c.head == owner->head;
+      bool prefix = c.last_seq >= 0 && c.last_seq <= static_cast<int64_t>(chain.size()) &&
+                    (c.last_seq == 0 || chain[static_cast<size_t>(c.last_seq - 1)] == c.head);
+      if (follower ? !same : !prefix)
+        fail(ek + ": " + c.node + "'s copy ends at fact " + std::to_string(c.last_seq) + " (" +
+             c.head.substr(0, 12) + "), the owner " + owner->node + "'s at " +
+             std::to_string(owner->last_seq) + " (" + owner->head.substr(0, 12) + ")" +
+             (follower ? "" : ": not a prefix of its history"));
+    }
   }
   for (auto& [key, e] : log.acked) {
     auto it = facts_per_key.find(key);
@@ -744,9 +877,10 @@ int main(int argc, char** argv) {
                        return true;
                      }) ||
       vendor_bin.empty() || (members != 1 && members != 3) ||
-      (storage != "local" && storage != "shared")) {
+      (storage != "local" && storage != "shared" && storage != "replicated")) {
     std::cerr << "usage: cluster_rounds --factum PATH --vendor PATH [--etcd-members 1|3] "
-                 "[--storage local|shared] [--rounds N] [--seed S] [--entities N] [--keep]\n";
+                 "[--storage local|shared|replicated] [--rounds N] [--seed S] [--entities N] "
+                 "[--keep]\n";
     return 2;
   }
   std::cout << "cluster rounds: seed " << o.seed << ", " << o.entities << " entities, storage "
@@ -764,6 +898,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto& etcd = *etcd_ptr;
+  std::unique_ptr<nats_cluster> nats;
+  if (storage == "replicated") {
+    try {
+      nats = std::make_unique<nats_cluster>(3);
+    } catch (const std::exception& e) {
+      std::cerr << "nats: " << e.what() << '\n';
+      return 1;
+    }
+    nats_urls = nats->urls();
+  }
   vendor_process vendor;
   std::filesystem::create_directories(tmp.path() / "vendor");
   if (auto e = vendor.start(vendor_bin, tmp.path() / "vendor"); !e.empty()) {
@@ -815,23 +959,28 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   };
   run_for(2000);
+  if (nats && !wait_for([&] { return all_shards_ready(nodes); }, std::chrono::seconds(60)))
+    fail("the shards were not all placed and ready within 60 s");
   // Nemeses 1-3, --rounds times (the victims rotate); then the moves (or the quorum round).
   for (int r = 0; r < o.rounds; ++r) {
     int kv = (1 + r) % nodes_n, pv = (2 + r) % nodes_n;
     auto& k = nodes[kv];
     auto tag = "r" + std::to_string(r);
     // 1. kill -9 and restart.
-    std::cout << "nemesis: kill -9 " << k.id << "\n";
-    int probe = shared_root.empty() ? -1 : entity_homed_on(nodes[pv].port, k.id, o.entities);
+    std::cout << "nemesis: kill -9 " << k.id << (nats ? " and delete its data directory" : "")
+              << "\n";
+    int probe = takes_over() ? entity_homed_on(nodes[pv].port, k.id, o.entities) : -1;
     k.proc->kill_now();
     auto killed = std::chrono::steady_clock::now();
-    if (shared_root.empty())
+    if (!takes_over())
       run_for(1500);
     else
       takeover_round(nodes, kv, probe, log, killed);
+    if (nats) // a lost disk: it starts empty and rebuilds its copies from the logs
+      std::filesystem::remove_all(k.dir / "data");
     if (auto e = start_node(k, tag); !e.empty())
       fail(k.id + " did not restart: " + e);
-    if (!shared_root.empty()) { // its shards stay where they went, until it joins again
+    if (takes_over()) { // its shards stay where they went, until it joins again
       bool ok = false;
       auto out = capture(o.factum + " cluster join " + k.id + " --etcd " + etcd.url() +
                            " --name rounds --timeout 60 2>&1",
@@ -853,11 +1002,29 @@ int main(int argc, char** argv) {
     run_for(2000);
     if (log.ok.load() == acked_before)
       fail("no call was acknowledged in the 2 s after etcd restarted");
+    if (nats) {
+      // 4. the NATS server leading a shard's log is killed under the load, then restarted: the
+      // log elects another leader; commits in flight fail 503 and are retried.
+      auto stream = "FACTUM_LOG_ROUNDS_" +
+                    std::to_string(cluster::shard_of(entity_key{"acme", "ledger", "e0"}, shards));
+      int leader = nats->stream_leader(stream);
+      std::cout << "nemesis: kill -9 NATS server " << leader << " (leads " << stream << ")\n";
+      if (leader < 0) {
+        fail("no leader for " + stream);
+      } else {
+        nats->kill9(static_cast<size_t>(leader));
+        acked_before = log.ok.load();
+        if (!wait_for([&] { return log.ok.load() > acked_before + 50; }, std::chrono::seconds(20)))
+          fail("the load stalled after a NATS server was killed");
+        nats->restart(static_cast<size_t>(leader));
+      }
+      run_for(1000);
+    }
   }
   auto restart = [&](node_proc& n, const std::string& tag) { return start_node(n, tag); };
   if (members == 3)
     quorum_round(etcd, nodes, log);
-  else if (shared_root.empty())
+  else if (!takes_over())
     move_round(o.factum, etcd.url(), nodes, log, restart);
   else
     shared_move_round(o.factum, etcd.url(), nodes, log, restart);
@@ -866,14 +1033,20 @@ int main(int argc, char** argv) {
     t.join();
   std::cout << "load: " << log.sent << " calls (" << log.delivered.size()
             << " webhook deliveries acknowledged), " << log.ok << " acknowledged, " << log.retried
-            << " retries, " << log.unknown.size() << " unacknowledged\n";
+            << " retries (" << log.in_flight << " of them while an earlier attempt still ran), "
+            << log.unknown.size() << " unacknowledged\n";
   if (log.ok < 100)
     fail("fewer than 100 acknowledged appends: the cluster barely served");
   auto status = check_status(o.factum, etcd.url(), nodes);
-  if (!shared_root.empty() &&
-      !wait_for([&] { return indexes_settled(nodes); }, std::chrono::seconds(20)))
+  if (takes_over() && !wait_for([&] { return indexes_settled(nodes); }, std::chrono::seconds(20)))
     fail("a node's indexes do not hold the files of every shard it serves");
+  if (nats && !wait_for([&] { return replicas_converged(nodes); }, std::chrono::seconds(30)))
+    fail("the followers' copies did not apply their shards' whole logs");
   auto listed = listed_entities(nodes.front().port);
+  // Storage "replicated": which nodes keep a copy of each shard.
+  std::vector<std::vector<std::string>> followers(shards);
+  if (nats)
+    followers = shard_followers(cluster_view(nodes.front().port));
   for (auto& n : nodes)
     if (auto e = n.proc->stop(); !e.empty())
       fail(n.id + ": " + e);
@@ -890,11 +1063,11 @@ int main(int argc, char** argv) {
   }
   (void)vendor.stop();
   etcd.stop();
-  auto on_disk = check_files(nodes, o.factum, log);
+  auto on_disk = check_files(nodes, o.factum, log, status, followers);
   if (listed != on_disk)
     fail("GET /v1/entities listed " + std::to_string(listed.size()) + " entities, the nodes' " +
          "files hold " + std::to_string(on_disk.size()));
-  if (shared_root.empty())
+  if (!takes_over())
     check_homes(o.factum, nodes, status, members == 3 ? "" : "n1");
   if (o.keep)
     keep_files(tmp, "factum-cluster-rounds");

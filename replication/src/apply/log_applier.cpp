@@ -235,9 +235,20 @@ result<follow_state> apply_shard(log_connection& c, uint32_t k, const store_opti
 
 status rebuild_entity(log_connection& c, uint32_t k, const entity_key& key,
                       const store_options& opts) {
-  if (auto st = remove_entity(key, opts); !st)
-    return st;
-  log_applier a(opts, follow_state{}, key);
+  // Built aside, under a data directory of its own beside the live one, and put in place only
+  // once the whole log was read: a read that fails leaves the entity's files as they were.
+  auto aside = opts;
+  aside.data_dir = opts.data_dir.parent_path() /
+                   (opts.data_dir.filename().string() + ".rebuild-" + time_ordered_id("", 8));
+  aside.wal_kept_on_close_kib = 0; // closed checkpointed: one file to move
+  struct cleanup {
+    fs::path dir;
+    ~cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } tmp{aside.data_dir};
+  log_applier a(aside, follow_state{}, key);
   status failed;
   auto st = c.read(k, 1, 0, [&](const log_message& m) {
     failed = a.take(m);
@@ -252,6 +263,20 @@ status rebuild_entity(log_connection& c, uint32_t k, const entity_key& key,
   if (!a.diverged().empty())
     return {errc::corruption, "the log of shard " + std::to_string(k) + " cannot rebuild entity " +
                                 key.to_string() + ": its records do not follow each other"};
+  if (auto rm = remove_entity(key, opts); !rm)
+    return rm;
+  auto built = key.file_path(aside.data_dir);
+  std::error_code ec;
+  if (!fs::exists(built, ec))
+    return status::ok(); // the log has no commit of it: no entity
+  auto to = key.file_path(opts.data_dir);
+  fs::create_directories(to.parent_path(), ec);
+  fs::rename(built, to, ec);
+  if (ec)
+    return {errc::io_error,
+            "rename " + built.string() + " to " + to.string() + ": " + ec.message()};
+  if (int e = sync_path(to.parent_path(), O_RDONLY | O_DIRECTORY); e != 0)
+    return {errc::io_error, "sync " + to.parent_path().string() + ": " + std::strerror(e)};
   return status::ok();
 }
 

@@ -12,9 +12,18 @@ namespace factum::replication {
 
 log_replicator::log_replicator(std::shared_ptr<log_connection> c,
                                std::function<uint32_t(const entity_key&)> shard_of)
-    : c_(std::move(c)), shard_of_(std::move(shard_of)) {}
+    : c_(std::move(c)), shard_of_(std::move(shard_of)) {
+  opener_ = std::thread([this] { run_opener(); });
+}
 
 log_replicator::~log_replicator() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (opener_.joinable())
+    opener_.join();
   // The writers' callbacks reach this object: let them all run first.
   std::map<uint32_t, shard_slot> slots;
   {
@@ -22,40 +31,74 @@ log_replicator::~log_replicator() {
     slots.swap(shards_);
   }
   for (auto& [k, slot] : slots)
-    (void)slot.writer->drain(std::chrono::seconds(10));
+    if (slot.writer)
+      (void)slot.writer->drain(std::chrono::seconds(10));
 }
 
 status log_replicator::open_shard(uint32_t k, int64_t epoch) {
-  auto w = writer_for(k, epoch);
-  return w ? status::ok() : w.error();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = shards_.find(k);
+    if (it != shards_.end() && it->second.writer && it->second.writer->epoch() == epoch &&
+        !it->second.writer->broken())
+      return status::ok();
+    if (it != shards_.end() && it->second.writer && it->second.writer->epoch() > epoch)
+      return {errc::not_owner, "shard " + std::to_string(k) + " is written under epoch " +
+                                 std::to_string(it->second.writer->epoch()) + " here, not " +
+                                 std::to_string(epoch)};
+  }
+  // Opened without the mutex: appends of other shards go on meanwhile (an open waits for the
+  // log's answers: a stream to create, a marker to store).
+  auto w = shard_writer::open(c_, k, epoch);
+  if (!w)
+    return w.error();
+  std::lock_guard<std::mutex> g(mu_);
+  auto& slot = shards_[k];
+  if (slot.writer && slot.writer->epoch() > epoch)
+    return {errc::not_owner, "shard " + std::to_string(k) + " was opened under a newer epoch"};
+  slot.writer = std::move(*w);
+  slot.generation = ++generations_;
+  return status::ok();
 }
 
 void log_replicator::close_shard(uint32_t k) {
   std::lock_guard<std::mutex> g(mu_);
   shards_.erase(k);
+  to_open_.erase(k);
+}
+
+void log_replicator::run_opener() {
+  std::unique_lock<std::mutex> g(mu_);
+  for (;;) {
+    cv_.wait(g, [&] { return stop_ || !to_open_.empty(); });
+    if (stop_)
+      return;
+    auto [k, epoch] = *to_open_.begin();
+    to_open_.erase(to_open_.begin());
+    g.unlock();
+    (void)open_shard(k, epoch); // a failure: the next append asks again
+    g.lock();
+  }
 }
 
 result<std::pair<std::shared_ptr<shard_writer>, uint64_t>>
 log_replicator::writer_for(uint32_t k, int64_t epoch) {
   std::lock_guard<std::mutex> g(mu_);
-  auto& slot = shards_[k];
-  if (slot.writer && slot.writer->epoch() == epoch && !slot.writer->broken())
-    return std::make_pair(slot.writer, slot.generation);
-  if (slot.writer) {
-    if (slot.writer->epoch() > epoch)
-      return status{errc::not_owner, "shard " + std::to_string(k) + " is written under epoch " +
-                                       std::to_string(slot.writer->epoch()) + " here, not " +
-                                       std::to_string(epoch)};
-  }
-  slot.writer.reset();
-  // Opened under the mutex: one writer per shard, and appends of other shards wait for the
-  // open (an acquisition or a reopen after a failure, rare).
-  auto w = shard_writer::open(c_, k, epoch);
-  if (!w)
-    return w.error();
-  slot.writer = std::move(*w);
-  slot.generation = ++generations_;
-  return std::make_pair(slot.writer, slot.generation);
+  auto it = shards_.find(k);
+  if (it != shards_.end() && it->second.writer && it->second.writer->epoch() == epoch &&
+      !it->second.writer->broken())
+    return std::make_pair(it->second.writer, it->second.generation);
+  if (it != shards_.end() && it->second.writer && it->second.writer->epoch() > epoch)
+    return status{errc::not_owner, "shard " + std::to_string(k) + " is written under epoch " +
+                                     std::to_string(it->second.writer->epoch()) + " here, not " +
+                                     std::to_string(epoch)};
+  // No sound writer: one is opened in the background (never on the caller's thread, an
+  // entity's actor), and this append fails meanwhile.
+  auto& want = to_open_[k];
+  want = std::max(want, epoch);
+  cv_.notify_all();
+  return status{errc::unavailable, "the log of shard " + std::to_string(k) +
+                                     " has no writer open here now (opening one)"};
 }
 
 result<log_tip> log_replicator::last_of(const entity_key& key) {

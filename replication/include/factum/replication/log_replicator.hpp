@@ -6,12 +6,14 @@
 // and closes it when the shard leaves. Thread-safe.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "factum/replication/commit_sink.hpp"
@@ -28,6 +30,8 @@ class log_replicator final : public commit_sink {
 
   /// Opens shard k's writer under `epoch` unless one is open and sound under it: its marker
   /// fences every writer of an older epoch. CONFLICT when the log holds a newer epoch's marker.
+  /// Blocks on the log (the caller's thread: the cluster's replica thread); an append that
+  /// finds no sound writer fails at once and has one opened in the background.
   status open_shard(uint32_t k, int64_t epoch);
   /// Forgets shard k's writer (the shard left this node); appends to it fail from now on.
   void close_shard(uint32_t k);
@@ -45,10 +49,16 @@ class log_replicator final : public commit_sink {
     uint64_t generation = 0; ///< of `writer`: a new one for every writer opened
   };
 
-  /// The writer for `k` under `epoch`: the open one, else a new one (opened here).
+  /// The writer for `k` under `epoch`: the open one; else UNAVAILABLE, and one is opened in the
+  /// background (run_opener).
   result<std::pair<std::shared_ptr<shard_writer>, uint64_t>> writer_for(uint32_t k, int64_t epoch);
+  void run_opener();
 
   std::shared_ptr<log_connection> c_;
+  std::condition_variable cv_;          ///< wakes the opener
+  std::map<uint32_t, int64_t> to_open_; ///< under mu_: shards to open a writer for, and epoch
+  bool stop_ = false;                   ///< under mu_
+  std::thread opener_;                  ///< opens writers, never an entity's actor
   std::function<uint32_t(const entity_key&)> shard_of_;
   std::mutex mu_;
   std::map<uint32_t, shard_slot> shards_;
