@@ -29,7 +29,7 @@ namespace factum::cluster {
 
 using steady = std::chrono::steady_clock;
 
-/// Upper bounds (seconds) of the lease renewal histogram's buckets.
+/// Upper bounds (seconds) of the buckets of the lease renewal and log append histograms.
 inline constexpr std::array<double, 10> renewal_bounds = {0.001, 0.0025, 0.005, 0.01, 0.025,
                                                           0.05,  0.1,    0.25,  0.5,  1};
 
@@ -153,6 +153,13 @@ struct node::impl {
                           "Entity files this node rebuilt from their shard's log (diverged)."};
   counter apply_failures{metric_registry, "factum_replication_apply_failures_total",
                          "Applications of a shard's log to this node's copy that failed."};
+  /// Each commit from its append to the log's acknowledgement (a quorum of its replicas).
+  factum::metrics::histogram append_duration{
+    metric_registry, "factum_replication_append_duration_seconds",
+    "Time from a commit's append to its shard's log to the log's acknowledgement.", renewal_bounds};
+  counter append_failures{metric_registry, "factum_replication_append_failures_total",
+                          "Commits the log refused or did not acknowledge in time (their calls "
+                          "failed 503)."};
 
   bool replicated() const { return cfg.storage == "replicated"; }
   /// Storage in which a down owner's shards are taken over and moves copy no file.

@@ -50,6 +50,12 @@ status node::impl::connect_log() {
   auto shards = cfg.shards;
   log_sink = std::make_shared<replication::log_replicator>(
     *c, [shards](const entity_key& k) { return cluster::shard_of(k, shards); });
+  log_sink->observe([this](std::chrono::nanoseconds d, bool ok) {
+    if (ok)
+      append_duration.observe(d);
+    else
+      append_failures.inc();
+  });
   return status::ok();
 }
 

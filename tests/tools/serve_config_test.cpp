@@ -319,7 +319,38 @@ TEST_CASE("serve config: the cluster object is parsed with its defaults, and a b
   CHECK(error_with("lease_ttl_ms", 999).starts_with("cluster.lease_ttl_ms:"));
   CHECK(error_with("min_nodes", 0).starts_with("cluster.min_nodes:"));
   CHECK(error_with("min_nodes", 1025).starts_with("cluster.min_nodes:"));
-  CHECK(error_with("storage", "replicated").starts_with("cluster.storage:"));
+  CHECK(error_with("storage", "raft").starts_with("cluster.storage:"));
+  // Storage "replicated" needs the log's servers; replication is refused in any other storage.
+  CHECK(error_with("storage", "replicated").starts_with("cluster.replication: required"));
+  CHECK(error_with("replication", {{"servers", {"nats://127.0.0.1:4222"}}})
+          .starts_with("cluster.replication: is for storage \"replicated\""));
+  auto replicated = [&](json r) {
+    auto d = doc;
+    d["cluster"]["storage"] = "replicated";
+    d["cluster"]["replication"] = std::move(r);
+    return parse_serve_config(d, test::serve_types());
+  };
+  auto ok = replicated({{"servers", {"nats://127.0.0.1:4222", "nats://127.0.0.1:4223"}}});
+  REQUIRE_MESSAGE(ok.is_ok(), ok.error().to_string());
+  CHECK(ok->cluster->replication_servers.size() == 2);
+  CHECK(ok->cluster->replication_replicas == 3);
+  CHECK(ok->cluster->replication_ack_timeout == std::chrono::milliseconds(5000));
+  CHECK(replicated({{"servers", {"http://127.0.0.1:4222"}}})
+          .error()
+          .message()
+          .starts_with("cluster.replication.servers:"));
+  CHECK(replicated({{"servers", {"nats://a:1"}}, {"replicas", 2}})
+          .error()
+          .message()
+          .starts_with("cluster.replication.replicas:"));
+  CHECK(replicated({{"servers", {"nats://a:1"}}, {"ack_timeout_ms", 10}})
+          .error()
+          .message()
+          .starts_with("cluster.replication.ack_timeout_ms:"));
+  CHECK(replicated({{"servers", {"nats://a:1"}}, {"sync", true}})
+          .error()
+          .message()
+          .starts_with("cluster.replication.sync: unknown key"));
   CHECK(error_with("shared_dir", "/srv/x").starts_with("cluster.shared_dir: is for storage"));
   CHECK(error_with("secret", "short").starts_with("cluster.secret:"));
   CHECK(error_with("secret", 1234567890123456789).starts_with("cluster.secret:"));

@@ -160,24 +160,28 @@ void log_replicator::append(const entity_key& key, int64_t epoch,
   auto token = entity_token(key);
   for (auto& c : commits) {
     commit_record r{key, epoch, std::move(c), std::exchange(genesis, std::nullopt)};
-    writer->append(token, encode(r), [this, p, name](const status& st, uint64_t) {
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        if (auto it = tracks_.find(name); it != tracks_.end()) {
-          --it->second.in_flight;
-          it->second.failed = it->second.failed || !st;
+    writer->append(
+      token, encode(r),
+      [this, p, name, t0 = std::chrono::steady_clock::now()](const status& st, uint64_t) {
+        if (observer_)
+          observer_(std::chrono::steady_clock::now() - t0, st.is_ok());
+        {
+          std::lock_guard<std::mutex> g(mu_);
+          if (auto it = tracks_.find(name); it != tracks_.end()) {
+            --it->second.in_flight;
+            it->second.failed = it->second.failed || !st;
+          }
         }
-      }
-      if (!st) {
-        std::lock_guard<std::mutex> g(p->mu);
-        if (p->first_error) // the first error is the one to report
-          p->first_error = st;
-      }
-      if (p->left.fetch_sub(1) == 1) {
-        std::lock_guard<std::mutex> g(p->mu);
-        p->done(p->first_error);
-      }
-    });
+        if (!st) {
+          std::lock_guard<std::mutex> g(p->mu);
+          if (p->first_error) // the first error is the one to report
+            p->first_error = st;
+        }
+        if (p->left.fetch_sub(1) == 1) {
+          std::lock_guard<std::mutex> g(p->mu);
+          p->done(p->first_error);
+        }
+      });
   }
 }
 

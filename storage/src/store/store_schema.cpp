@@ -98,7 +98,6 @@ status write_new_file(const fs::path& tmp, std::string_view bytes) {
   return status::ok();
 }
 
-
 // Builds a new entity file at `tmp` (the caller renames it into place; a failure leaves no file).
 // At the current schema version it is a copy of the process's template database with this
 // entity's meta (entity_image.hpp): one write and one fdatasync, no SQL. Older versions (tests

@@ -6,6 +6,7 @@
 // and closes it when the shard leaves. Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -43,6 +44,11 @@ class log_replicator final : public commit_sink {
 
   log_connection& connection() noexcept { return *c_; }
 
+  /// Called once per appended commit, on a NATS thread, with the time from its append to the
+  /// log's answer and whether the log took it (metrics). Set before the first append.
+  using observer_fn = std::function<void(std::chrono::nanoseconds, bool)>;
+  void observe(observer_fn fn) { observer_ = std::move(fn); }
+
  private:
   struct shard_slot {
     std::shared_ptr<shard_writer> writer;
@@ -55,6 +61,7 @@ class log_replicator final : public commit_sink {
   void run_opener();
 
   std::shared_ptr<log_connection> c_;
+  observer_fn observer_;
   std::condition_variable cv_;          ///< wakes the opener
   std::map<uint32_t, int64_t> to_open_; ///< under mu_: shards to open a writer for, and epoch
   bool stop_ = false;                   ///< under mu_
