@@ -103,6 +103,38 @@ json bench(const env& e, const node& x, int entities, double seconds, const std:
   return j;
 }
 
+/// Why requests failed, from the node's log (its request_failed lines, by code).
+void print_failures(const node& x) {
+  std::map<std::string, int> codes;
+  std::map<std::string, std::string> first;
+  std::ifstream log(x.dir / "serve-0.log");
+  for (std::string line; std::getline(log, line);)
+    if (line.find("\"request_failed\"") != std::string::npos) {
+      auto l = json::parse(line, nullptr, false);
+      if (l.is_object()) {
+        auto code = l.value("code", std::string("?"));
+        if (codes[code]++ == 0)
+          first[code] = l.value("detail", std::string());
+      }
+    }
+  for (auto& [code, n] : codes)
+    std::printf("    %d x %s (first: %s)\n", n, code.c_str(), first[code].substr(0, 200).c_str());
+}
+
+/// Whether `x` serves every shard (and, replicated, from a copy caught up with its log).
+bool ready(const node& x) {
+  http_client c(x.port, std::chrono::seconds(3));
+  auto r = c.request("GET", "/v1/cluster", {{"X-API-Key", api_key}});
+  if (r.status != 200)
+    return false;
+  auto j = r.json();
+  for (uint32_t k = 0; k < shards; ++k)
+    if (j["shards"][k]["owner"] != x.id ||
+        (j.contains("replica") && j["replica"]["shards"][k]["ready"] != true))
+      return false;
+  return true;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -116,7 +148,10 @@ void throughput(const env& e, double seconds, int runs) {
       x.id = "n1";
       x.dir = e.root / ("t" + std::to_string(r) + "-" + storage);
       start(e, x, "t" + std::to_string(r) + storage.substr(0, 1), storage);
-      (void)bench(e, x, 1000, 3, "warm"); // places every shard (and creates its log)
+      // Places every shard (a replicated shard's first acquisition creates its log: about
+      // half a second each), until each one is served.
+      for (int w = 0; w < 20 && !ready(x); ++w)
+        (void)bench(e, x, 1000, 2, "warm" + std::to_string(w));
       for (int entities : {1, 1000}) {
         auto j = bench(e, x, entities, seconds, "e" + std::to_string(entities));
         auto what = storage + " " + std::to_string(entities);
@@ -125,6 +160,8 @@ void throughput(const env& e, double seconds, int runs) {
         errors[what].push_back(j.value("errors", 0.0));
         std::printf("  run %d %-16s %8.0f req/s  p50 %6.0f us  errors %.0f\n", r + 1, what.c_str(),
                     rate[what].back(), p50[what].back(), errors[what].back());
+        if (errors[what].back() > 0)
+          print_failures(x);
       }
       (void)x.proc->stop();
     }
@@ -221,9 +258,16 @@ void rebuild(const env& e, int entities) {
   x.dir = e.root / "r-n1";
   start(e, x, "rebuild", "replicated");
   // Every entity once (the bench spreads its calls at random: go on until all were written).
+  // A shard's first call waits for its log to be created: retried (the same key) until it
+  // is served.
   for (int i = 0; i < entities; ++i)
-    if (append(x.port, "r" + std::to_string(i), "r-" + std::to_string(i)) != 200)
-      throw std::runtime_error("append r" + std::to_string(i) + " failed");
+    for (int attempt = 0;; ++attempt) {
+      if (append(x.port, "r" + std::to_string(i), "r-" + std::to_string(i)) == 200)
+        break;
+      if (attempt == 200)
+        throw std::runtime_error("append r" + std::to_string(i) + " failed");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   (void)x.proc->stop();
   replication::log_options lo;
   lo.servers = e.nats;
@@ -265,11 +309,13 @@ int main(int argc, char** argv) {
   env e;
   double seconds = 10;
   int runs = 3, kills = 10, rebuild_entities = 5000;
+  bool keep = false;
   app.add_option("--factum", e.factum, "the factum executable")->required();
   app.add_option("--seconds", seconds, "each throughput measurement");
   app.add_option("--runs", runs, "throughput rounds (medians)");
   app.add_option("--kills", kills, "failovers measured");
   app.add_option("--rebuild-entities", rebuild_entities, "entities the rebuild rebuilds");
+  app.add_flag("--keep", keep, "keep the servers' files (in /tmp/factum-replication-bench)");
   CLI11_PARSE(app, argc, argv);
   temp_dir tmp;
   e.root = tmp.path();
@@ -278,6 +324,7 @@ int main(int argc, char** argv) {
     e.etcd_url = etcd.url();
     nats_cluster nats(3);
     e.nats = nats.urls();
+    setvbuf(stdout, nullptr, _IOLBF, 0); // lines as they come, also into a file
     if (runs > 0)
       throughput(e, seconds, runs);
     if (kills > 0)
@@ -286,7 +333,11 @@ int main(int argc, char** argv) {
       rebuild(e, rebuild_entities);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "replication_bench: %s\n", ex.what());
+    if (keep)
+      keep_files(tmp, "factum-replication-bench");
     return 1;
   }
+  if (keep)
+    keep_files(tmp, "factum-replication-bench");
   return 0;
 }

@@ -53,6 +53,10 @@ void node::impl::record_held(uint32_t k, int64_t epoch, int64_t l) {
     cur.owner_lease = l;
   }
   if (replicated()) { // served once its copy caught up with the log (the replica thread)
+    if (ready[k].load(std::memory_order_acquire) == epoch) { // caught up under this epoch
+      held[k].store(epoch, std::memory_order_release);
+      return;
+    }
     std::lock_guard<std::mutex> g(replica_mu);
     to_prepare[k] = epoch;
     replica_cv.notify_all();

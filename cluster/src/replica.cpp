@@ -184,7 +184,9 @@ void node::impl::run_replica() {
       to_prepare.emplace(k, e);
     };
     for (auto& [k, e] : prep)
-      if (auto st = prepare_shard(k, e); !st) {
+      if (ready[k].load() == e) {
+        continue; // asked again (another path acquired it too): its copy is served already
+      } else if (auto st = prepare_shard(k, e); !st) {
         apply_failures.inc();
         log({{"level", "warn"},
              {"event", "shard_not_ready"},
