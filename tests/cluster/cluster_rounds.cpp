@@ -1,7 +1,8 @@
 // cluster_rounds.cpp: a Jepsen-style round against a real three-node factum cluster on loopback
 // (docs/cluster.md, "Tests"). It starts etcd, a fake vendor and three `factum serve` nodes
 // (storage "local": each its own data directory; with --storage shared, one entity root for
-// all), drives keyed ledger appends to many entities over every node while a nemesis
+// all; with --storage replicated, three nats-servers beside etcd hold every shard's log and each
+// node a copy), drives keyed ledger appends to many entities over every node while a nemesis
 //   1. kill -9s a node and restarts it on its data directory (shared storage: first the others
 //      must take its shards over and serve them while it is down; restarted, it joins again),
 //   2. SIGSTOPs a node for three lease TTLs while it holds webhook deliveries mid-await, then
@@ -14,15 +15,20 @@
 //      kill -9s it while it moves a shard out, restarts it and lets it finish the drain (all its
 //      shards move away; it keeps relaying),
 // (shared storage: the fourth node joins with the right secret, no file moves, and the first is
-// drained without a kill), then stops everything and checks the files offline: every acknowledged
+// drained without a kill; replicated storage: nemesis 1 also deletes the killed node's data
+// directory, so that it restarts empty and rebuilds from the logs, and after nemesis 3 the NATS
+// server leading a log is killed and restarted), then stops everything and checks the files
+// offline (replicated: each entity's keys in its owner's copy, every other copy the owner's
+// history, once the followers applied their logs): every acknowledged
 // key is on disk exactly once, no key appears twice, no entity has a file on two nodes, every
 // node's files verify
 // (`factum inspect verify`: chains and owner histories), every entity file is in a shard whose
 // home is its node (`factum inspect entities --shards`), GET /v1/entities through one node
 // lists exactly the entities on all nodes' disks, and `factum cluster status` shows every node
 // live and every used shard served by its home.
-// Usage: cluster_rounds --factum PATH --vendor PATH [--etcd-members 1|3] [--storage local|shared]
-// [--rounds N] [--seed S] [--entities N] [--keep]; --rounds repeats nemeses 1-3 (victims rotate).
+// Usage: cluster_rounds --factum PATH --vendor PATH [--etcd-members 1|3]
+// [--storage local|shared|replicated] [--rounds N] [--seed S] [--entities N] [--keep]; --rounds
+// repeats nemeses 1-3 (victims rotate).
 // Threads: the main thread runs the nemesis and the checks; client threads drive the load.
 #include <signal.h>
 

@@ -105,6 +105,7 @@ log_applier::log_applier(store_options opts, follow_state start, std::optional<e
   opts_.spares.reset();
   opts_.archive_dir.clear();
   opts_.defer_sync = opts_.mode == durability::full; // synced by finish()
+  opts_.wal_grow_kib = 0; // a copy takes records in bursts: no -wal grown ahead per file
   opts_.auto_checkpoint = true;
 }
 
