@@ -743,6 +743,42 @@ void node::impl::register_gauges() {
           }
           return n;
         });
+  gauge("factum_replication_log_reachable",
+        "0 when the replicated log (NATS JetStream) did not answer this node's last request "
+        "(storage replicated); 1 otherwise.",
+        [this] { return log_reachable.load() ? 1.0 : 0.0; });
+  gauge("factum_replication_replicas_missing",
+        "Storage replicated: how many fewer live, undrained nodes there are than the replicas "
+        "each shard should have copies on.",
+        [this] {
+          if (!replicated())
+            return 0.0;
+          std::lock_guard<std::mutex> g(mu);
+          auto live = static_cast<int>(st.placeable().size());
+          return static_cast<double>(std::max(0, cfg.replication.replicas - live));
+        });
+  gauge("factum_replication_follower_lag_messages",
+        "Storage replicated: log messages this node's copies of the shards it follows have not "
+        "applied yet, as of its last look at each log.",
+        [this] {
+          double n = 0;
+          for (uint32_t k = 0; k < applied.size(); ++k)
+            if (held[k].load() == 0 && log_last[k].load() > applied[k].load())
+              n += static_cast<double>(log_last[k].load() - applied[k].load());
+          return n;
+        });
+  gauge("factum_replication_shards_waiting",
+        "Storage replicated: shards this node acquired that it does not serve yet (its copy "
+        "catching up with the log).",
+        [this] {
+          double n = 0;
+          if (replicated()) {
+            std::lock_guard<std::mutex> g(mu);
+            for (uint32_t k = 0; k < st.shards.size(); ++k)
+              n += st.shards[k].owner == cfg.node_id && held[k].load() == 0 ? 1 : 0;
+          }
+          return n;
+        });
   gauge("factum_cluster_nodes_live", "Nodes registered in etcd with a live lease.", [this] {
     std::lock_guard<std::mutex> g(mu);
     return static_cast<double>(st.nodes.size());

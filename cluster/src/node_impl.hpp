@@ -147,6 +147,10 @@ struct node::impl {
   std::thread replica_thread;
   /// Per shard: how far this node's copy applied the log, as last saved (GET /v1/cluster).
   std::vector<std::atomic<uint64_t>> applied;
+  /// Per shard: the log's last sequence at this node's last look (follow_shard), 0: none.
+  std::vector<std::atomic<uint64_t>> log_last;
+  /// Whether the log answered this node's last request of the replica thread.
+  std::atomic<bool> log_reachable{true};
   counter catch_ups{metric_registry, "factum_replication_catch_ups_total",
                     "Shards this node caught up with their log before serving them."};
   counter entity_rebuilds{metric_registry, "factum_replication_entity_rebuilds_total",
@@ -180,7 +184,7 @@ struct node::impl {
 
   explicit impl(node_config c)
       : cfg(std::move(c)), held(cfg.shards), moving(cfg.shards), index_state(cfg.shards, -1),
-        ready(cfg.shards), applied(cfg.shards) {
+        ready(cfg.shards), applied(cfg.shards), log_last(cfg.shards) {
     register_gauges();
   }
 

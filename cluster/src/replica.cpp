@@ -110,8 +110,10 @@ status node::impl::prepare_shard(uint32_t k, int64_t epoch) {
 
 status node::impl::follow_shard(uint32_t k) {
   auto last = log_sink->connection().last_seq(k);
+  log_reachable.store(last || last.error().code() == errc::not_found);
   if (!last)
     return last.error().code() == errc::not_found ? status::ok() : last.error();
+  log_last[k].store(*last);
   if (applied[k].load() >= *last)
     return status::ok();
   auto r = replication::apply_shard(log_sink->connection(), k, rt->entity_store_options(),

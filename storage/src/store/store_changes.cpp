@@ -228,7 +228,7 @@ result<replica_genesis> entity_store::genesis() {
 // -- apply (a replica) --------------------------------------------------------------------------
 
 status entity_store::create_replica(const store_options& opts, const entity_key& key,
-                                    const replica_genesis& g) {
+                                    const replica_genesis& g, bool sync) {
   auto path = key.file_path(opts.data_dir);
   std::error_code ec;
   if (fs::exists(path, ec))
@@ -247,11 +247,11 @@ status entity_store::create_replica(const store_options& opts, const entity_key&
   if (!image)
     return image.error();
   auto dir = path.parent_path();
-  if (int e = detail::create_dirs_synced(dir, opts.mode == durability::full); e != 0)
+  if (int e = detail::create_dirs_synced(dir, sync && opts.mode == durability::full); e != 0)
     return {detail::errno_code(e), "cannot create " + dir.string() + ": " + std::strerror(e)};
   auto tmp = path;
   tmp += ".tmp-" + time_ordered_id("", 16);
-  if (auto st = detail::write_new_file(tmp, *image); !st)
+  if (auto st = detail::write_new_file(tmp, *image, sync); !st)
     return st;
   // The new file's meta must be the owner's: anything else (a file from an older schema, a
   // fact id history) cannot be rebuilt from the image.
@@ -275,7 +275,7 @@ status entity_store::create_replica(const store_options& opts, const entity_key&
     return {e == EEXIST ? errc::conflict : detail::errno_code(e),
             "rename into " + path.string() + ": " + std::strerror(e)};
   }
-  if (opts.mode == durability::full)
+  if (sync && opts.mode == durability::full)
     if (int e = detail::sync_dir(dir); e != 0)
       return {detail::errno_code(e), "sync " + dir.string() + ": " + std::strerror(e)};
   return status::ok();

@@ -80,14 +80,14 @@ namespace detail {
 
 // Creates `tmp` (it must not exist), writes `bytes` to it and fdatasyncs it. A failure leaves no
 // file.
-status write_new_file(const fs::path& tmp, std::string_view bytes) {
+status write_new_file(const fs::path& tmp, std::string_view bytes, bool sync) {
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     int e = errno;
     return {errno_code(e), "create " + tmp.string() + ": " + std::strerror(e)};
   }
   int e = detail::write_all(fd, bytes);
-  if (e == 0 && ::fdatasync(fd) != 0)
+  if (e == 0 && sync && ::fdatasync(fd) != 0)
     e = errno;
   ::close(fd);
   if (e != 0) {

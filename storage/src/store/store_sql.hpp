@@ -199,9 +199,10 @@ consteval std::array<char, (N + ...) - sizeof...(N) + 1> sql_concat(const char (
 
 // -- new files ----------------------------------------------------------------------------------
 
-/// Creates `tmp` (it must not exist), writes `bytes` to it and fdatasyncs it (store_schema.cpp).
-/// A failure leaves no file.
-status write_new_file(const std::filesystem::path& tmp, std::string_view bytes);
+/// Creates `tmp` (it must not exist), writes `bytes` to it and fdatasyncs it (store_schema.cpp;
+/// `sync` false: the caller syncs it later, e.g. with the whole file system). A failure leaves
+/// no file.
+status write_new_file(const std::filesystem::path& tmp, std::string_view bytes, bool sync = true);
 
 /// Builds a new entity file at `tmp` (store_schema.cpp; the caller renames it into place; a
 /// failure leaves no file), at schema version `version`, with pages of `page_size` bytes,

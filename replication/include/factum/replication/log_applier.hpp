@@ -9,8 +9,9 @@
 // - an entity whose file cannot take a record (a gap, another history, a row that is not the
 //   owner's, a record without its genesis) is diverged: its later records are skipped and the
 //   caller rebuilds it from the whole log (rebuild_entity).
-// Files are written without syncs as records arrive and synced all at once by finish(), before
-// the caller records how far it applied. A plain class, one thread at a time.
+// Files are written without syncs as records arrive and synced all at once by finish() (one
+// syncfs of their file system), before the caller records how far it applied. A plain class, one
+// thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +74,7 @@ class log_applier {
   std::set<std::string> touched_;
   std::set<std::string> diverged_;
   uint64_t applied_ = 0, skipped_ = 0;
+  bool created_ = false; ///< a file was created since the last finish()
 };
 
 /// Applies shard `k`'s log from state.applied + 1 to its last sequence now to the files under

@@ -280,9 +280,10 @@ class entity_store {
   result<replica_genesis> genesis();
   /// Builds the file of a replica of `key` under opts.data_dir from `g`: the file a new entity
   /// starts with, with `g`'s meta rows (CORRUPTION when they cannot be: another schema or a
-  /// foreign history). CONFLICT when the entity has a file there. Synced.
+  /// foreign history). CONFLICT when the entity has a file there. Synced, file and directory,
+  /// unless `sync` is false (a bulk rebuild that syncs the whole file system once at its end).
   static status create_replica(const store_options& opts, const entity_key& key,
-                               const replica_genesis& g);
+                               const replica_genesis& g, bool sync = true);
   /// Applies `c` to this replica, in one transaction synced per the store's durability: ok
   /// and nothing done when it is applied already (c.number <= replicated_commit()); CONFLICT
   /// when commits are missing before it (a gap, or out of order); CORRUPTION when the replica
