@@ -218,6 +218,24 @@ TEST_CASE("replicated log: a store that captures numbers the commits after the f
   CHECK(refused.error().code() == errc::conflict);
 }
 
+TEST_CASE("replicated log: a capturing store refuses tenant table definitions, which its log "
+          "would not carry, and writes nothing") {
+  test::temp_dir a, plain;
+  entity_key k{"acme", "cart", "ddl"};
+  auto owner = test::open_ok(capturing(a.path()), k);
+  auto r =
+    owner->tenant_sql("CREATE TABLE u_items(id INTEGER PRIMARY KEY, name TEXT)", nullptr, false);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.error().code() == errc::invalid_argument);
+  CHECK(r.error().message().find("replicated") != std::string::npos);
+  REQUIRE(owner->rollback().is_ok());
+  CHECK(take(*owner).empty());
+  // Without capture the same statement creates the table.
+  auto local = test::open_ok(test::opts_for(plain.path()), k);
+  CHECK(local->tenant_sql("CREATE TABLE u_items(id INTEGER PRIMARY KEY, name TEXT)", nullptr, false)
+          .is_ok());
+}
+
 TEST_CASE("replicated log: an owner claim is captured like any commit") {
   test::temp_dir a, b;
   auto o = capturing(a.path());

@@ -22,6 +22,9 @@ namespace {
 struct auth_ctx {
   bool read_only;
   std::string denied;
+  /// The store captures its changes for a replicated log (store_options::capture_changes),
+  /// which carries rows, not table definitions: a copy would miss the table and its rows.
+  bool no_ddl = false;
 };
 
 bool tenant_table(const char* name) {
@@ -56,6 +59,9 @@ int tenant_authorizer(void* p, int action, const char* a1, const char* a2, const
   case SQLITE_DROP_TABLE:
     if (ctx->read_only)
       return deny("this statement must be read-only");
+    if (ctx->no_ddl)
+      return deny("tenant tables cannot be created or dropped in a replicated cluster yet (the "
+                  "replicated log carries rows, not table definitions)");
     return tenant_table(a1) ? SQLITE_OK : deny("tenant tables must be named u_*");
   case SQLITE_CREATE_INDEX:
   case SQLITE_DROP_INDEX:
@@ -65,6 +71,9 @@ int tenant_authorizer(void* p, int action, const char* a1, const char* a2, const
   case SQLITE_ALTER_TABLE:
     if (ctx->read_only)
       return deny("this statement must be read-only");
+    if (ctx->no_ddl)
+      return deny("tenant tables cannot be altered in a replicated cluster yet (the replicated "
+                  "log carries rows, not table definitions)");
     return tenant_table(a2) ? SQLITE_OK : deny("only tenant tables u_* can be altered");
   default:
     return deny("statement kind not allowed in tenant SQL (action " + std::to_string(action) + ")");
@@ -78,7 +87,7 @@ result<nlohmann::json> entity_store::tenant_sql(std::string_view sql, const nloh
   if (!read_only)
     if (auto st = ensure_batch(); !st)
       return st;
-  auth_ctx ctx{read_only || opts_.read_only, {}};
+  auth_ctx ctx{read_only || opts_.read_only, {}, opts_.capture_changes};
   sqlite3_set_authorizer(db_, tenant_authorizer, &ctx);
   sqlite3_stmt* st = nullptr;
   const char* tail = nullptr;
