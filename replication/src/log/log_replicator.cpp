@@ -52,18 +52,27 @@ status log_replicator::open_shard(uint32_t k, int64_t epoch) {
   auto w = shard_writer::open(c_, k, epoch);
   if (!w)
     return w.error();
+  // A writer replaced or refused here is destroyed after the mutex is released: its destructor
+  // waits for its callbacks, which take the mutex.
+  std::shared_ptr<shard_writer> old;
   std::lock_guard<std::mutex> g(mu_);
   auto& slot = shards_[k];
-  if (slot.writer && slot.writer->epoch() > epoch)
+  if (slot.writer && slot.writer->epoch() > epoch) {
+    old = std::move(*w);
     return {errc::not_owner, "shard " + std::to_string(k) + " was opened under a newer epoch"};
-  slot.writer = std::move(*w);
+  }
+  old = std::exchange(slot.writer, std::move(*w));
   slot.generation = ++generations_;
   return status::ok();
 }
 
 void log_replicator::close_shard(uint32_t k) {
+  std::shared_ptr<shard_writer> old; // destroyed after the mutex is released (open_shard)
   std::lock_guard<std::mutex> g(mu_);
-  shards_.erase(k);
+  if (auto it = shards_.find(k); it != shards_.end()) {
+    old = std::move(it->second.writer);
+    shards_.erase(it);
+  }
   to_open_.erase(k);
 }
 
