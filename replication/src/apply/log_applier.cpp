@@ -210,6 +210,24 @@ status log_applier::finish() {
 
 // -- whole shards and entities ------------------------------------------------------------------
 
+namespace {
+
+/// Gives `a` shard k's messages from sequence `from` to the log's end, then syncs what it wrote.
+status apply_from(log_connection& c, uint32_t k, uint64_t from, log_applier& a) {
+  status failed;
+  auto st = c.read(k, from, 0, [&](const log_message& m) {
+    failed = a.take(m);
+    return failed.is_ok();
+  });
+  if (!failed)
+    return failed;
+  if (!st)
+    return st;
+  return a.finish();
+}
+
+} // namespace
+
 result<follow_state> apply_shard(log_connection& c, uint32_t k, const store_options& opts,
                                  const fs::path& state_file) {
   auto start = load_follow_state(state_file);
@@ -223,17 +241,8 @@ result<follow_state> apply_shard(log_connection& c, uint32_t k, const store_opti
                                     std::to_string(*first) + ", after this node's copy (" +
                                     std::to_string(start->applied) + ")"};
   log_applier a(opts, *start);
-  status failed;
-  auto st = c.read(k, start->applied + 1, 0, [&](const log_message& m) {
-    failed = a.take(m);
-    return failed.is_ok();
-  });
-  if (!failed)
-    return failed;
-  if (!st)
+  if (auto st = apply_from(c, k, start->applied + 1, a); !st)
     return st;
-  if (auto f = a.finish(); !f)
-    return f;
   for (auto& name : a.diverged()) {
     auto key = entity_key::parse(name);
     if (!key)
@@ -262,17 +271,8 @@ status rebuild_entity(log_connection& c, uint32_t k, const entity_key& key,
     }
   } tmp{aside.data_dir};
   log_applier a(aside, follow_state{}, key);
-  status failed;
-  auto st = c.read(k, 1, 0, [&](const log_message& m) {
-    failed = a.take(m);
-    return failed.is_ok();
-  });
-  if (!failed)
-    return failed;
-  if (!st)
+  if (auto st = apply_from(c, k, 1, a); !st)
     return st;
-  if (auto f = a.finish(); !f)
-    return f;
   if (!a.diverged().empty())
     return {errc::corruption, "the log of shard " + std::to_string(k) + " cannot rebuild entity " +
                                 key.to_string() + ": its records do not follow each other"};
