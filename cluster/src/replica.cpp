@@ -38,6 +38,9 @@ status node::impl::connect_log() {
   o.servers = cfg.replication.servers;
   o.replicas = cfg.replication.replicas;
   o.ack_timeout = cfg.replication.ack_timeout;
+  // A request to the log (an activation's check, a catch-up's read) waits no longer than a
+  // commit does: while a stream elects its leader, calls fail 503 at once rather than wait.
+  o.request_timeout = std::min(o.request_timeout, cfg.replication.ack_timeout);
   auto name = token_of(cfg.name);
   std::string upper = name;
   std::transform(upper.begin(), upper.end(), upper.begin(),
