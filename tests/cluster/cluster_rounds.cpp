@@ -706,14 +706,7 @@ bool all_shards_ready(const std::vector<node_proc>& nodes) {
 
 /// Storage "replicated": whether every node's copy of each shard it does not serve applied the
 /// shard's whole log (as its GET /v1/cluster says, against the log's last sequence).
-bool replicas_converged(const std::vector<node_proc>& nodes) {
-  replication::log_options lo;
-  lo.servers = nats_urls;
-  lo.stream_prefix = "FACTUM_LOG_ROUNDS";
-  lo.subject_prefix = "factum.log.rounds";
-  auto c = replication::log_connection::connect(lo);
-  if (!c)
-    return false;
+bool replicas_converged(const std::vector<node_proc>& nodes, replication::log_connection& log) {
   auto followers = shard_followers(cluster_view(nodes.front().port));
   for (auto& n : nodes) {
     auto j = cluster_view(n.port);
@@ -724,7 +717,7 @@ bool replicas_converged(const std::vector<node_proc>& nodes) {
       if (j["shards"][k]["owner"] == n.id || j["shards"][k]["home"].is_null() ||
           std::find(f.begin(), f.end(), n.id) == f.end())
         continue; // the owner writes the log; an unused shard has none; n keeps no copy
-      auto last = (*c)->last_seq(k);
+      auto last = log.last_seq(k);
       if (!last && last.error().code() == errc::not_found)
         continue;
       if (!last || j["replica"]["shards"][k]["applied_seq"].get<uint64_t>() < *last)
@@ -1054,8 +1047,17 @@ int main(int argc, char** argv) {
   auto status = check_status(o.factum, etcd.url(), nodes);
   if (takes_over() && !wait_for([&] { return indexes_settled(nodes); }, std::chrono::seconds(20)))
     fail("a node's indexes do not hold the files of every shard it serves");
-  if (nats && !wait_for([&] { return replicas_converged(nodes); }, std::chrono::seconds(30)))
-    fail("the followers' copies did not apply their shards' whole logs");
+  if (nats) {
+    replication::log_options lo;
+    lo.servers = nats_urls;
+    lo.stream_prefix = "FACTUM_LOG_ROUNDS";
+    lo.subject_prefix = "factum.log.rounds";
+    auto c = replication::log_connection::connect(lo);
+    if (!c)
+      fail("connect to the log: " + c.error().to_string());
+    else if (!wait_for([&] { return replicas_converged(nodes, **c); }, std::chrono::seconds(30)))
+      fail("the followers' copies did not apply their shards' whole logs");
+  }
   auto listed = listed_entities(nodes.front().port);
   // Storage "replicated": which nodes keep a copy of each shard.
   std::vector<std::vector<std::string>> followers(shards);

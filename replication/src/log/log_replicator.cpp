@@ -35,17 +35,25 @@ log_replicator::~log_replicator() {
       (void)slot.writer->drain(std::chrono::seconds(10));
 }
 
+result<const log_replicator::shard_slot*> log_replicator::sound_locked(uint32_t k,
+                                                                       int64_t epoch) const {
+  auto it = shards_.find(k);
+  if (it == shards_.end() || !it->second.writer)
+    return static_cast<const shard_slot*>(nullptr);
+  auto& w = *it->second.writer;
+  if (w.epoch() > epoch)
+    return status{errc::not_owner, "shard " + std::to_string(k) + " is written under epoch " +
+                                     std::to_string(w.epoch()) + " here, not " +
+                                     std::to_string(epoch)};
+  return w.epoch() == epoch && !w.broken() ? &it->second : nullptr;
+}
+
 status log_replicator::open_shard(uint32_t k, int64_t epoch) {
   {
     std::lock_guard<std::mutex> g(mu_);
-    auto it = shards_.find(k);
-    if (it != shards_.end() && it->second.writer && it->second.writer->epoch() == epoch &&
-        !it->second.writer->broken())
-      return status::ok();
-    if (it != shards_.end() && it->second.writer && it->second.writer->epoch() > epoch)
-      return {errc::not_owner, "shard " + std::to_string(k) + " is written under epoch " +
-                                 std::to_string(it->second.writer->epoch()) + " here, not " +
-                                 std::to_string(epoch)};
+    auto sound = sound_locked(k, epoch);
+    if (!sound || *sound)
+      return sound ? status::ok() : sound.error();
   }
   // Opened without the mutex: appends of other shards go on meanwhile (an open waits for the
   // log's answers: a stream to create, a marker to store).
@@ -93,14 +101,11 @@ void log_replicator::run_opener() {
 result<std::pair<std::shared_ptr<shard_writer>, uint64_t>>
 log_replicator::writer_for(uint32_t k, int64_t epoch) {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = shards_.find(k);
-  if (it != shards_.end() && it->second.writer && it->second.writer->epoch() == epoch &&
-      !it->second.writer->broken())
-    return std::make_pair(it->second.writer, it->second.generation);
-  if (it != shards_.end() && it->second.writer && it->second.writer->epoch() > epoch)
-    return status{errc::not_owner, "shard " + std::to_string(k) + " is written under epoch " +
-                                     std::to_string(it->second.writer->epoch()) + " here, not " +
-                                     std::to_string(epoch)};
+  auto sound = sound_locked(k, epoch);
+  if (!sound)
+    return sound.error();
+  if (*sound)
+    return std::make_pair((*sound)->writer, (*sound)->generation);
   // No sound writer: one is opened in the background (never on the caller's thread, an
   // entity's actor), and this append fails meanwhile.
   auto& want = to_open_[k];

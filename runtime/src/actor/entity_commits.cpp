@@ -124,6 +124,23 @@ void notice_facts(entity_state& s, output_gate<reply_to>::reply_batch& v, int64_
   v.emplace_back(std::move(to), call_reply::success("null"));
 }
 
+/// Appends `commits` (taken from `core`'s store) to the replicated log under the activation's
+/// claim, with the store's genesis when they begin the entity's log. An error (the genesis could
+/// not be read) sends nothing and never runs `done`.
+status send_captured(runtime_core& rt, entity_core& core, const entity_key& key,
+                     std::vector<captured_commit> commits, replication::commit_sink::done_fn done) {
+  std::optional<replica_genesis> genesis;
+  if (!commits.empty() && commits.front().number == 1) {
+    auto g = core.store->genesis();
+    if (!g)
+      return g.error();
+    genesis = std::move(*g);
+  }
+  rt.cfg.replicator->append(key, core.claim.epoch, std::move(genesis), std::move(commits),
+                            std::move(done));
+  return status::ok();
+}
+
 /// Replicated runtime: sends the commits the store captured since the last call to the log.
 /// The gate holds whatever they may reveal until the log holds them (on_replicated); a store
 /// that lost a commit's changes quarantines the entity (the log would never see that commit).
@@ -142,21 +159,12 @@ void replicate_commits(self_ptr self) {
     s.gate.replicated(gen); // the commit changed no row: nothing to wait for
     return;
   }
-  std::optional<replica_genesis> genesis;
-  if (commits->front().number == 1) {
-    auto g = s.core->store->genesis();
-    if (!g) {
-      s.gate.quarantine(g.error());
-      return;
-    }
-    genesis = std::move(*g);
-  }
   auto me = caf::actor_cast<caf::actor>(self);
-  sink->append(s.key, s.core->claim.epoch, std::move(genesis), std::move(*commits),
-               [me, gen](const status& st) {
-                 caf::anon_send(me, atoms::replicated::value, gen, static_cast<int>(st.code()),
-                                st.message());
-               });
+  auto st = send_captured(*s.rt, *s.core, s.key, std::move(*commits), [me, gen](const status& st) {
+    caf::anon_send(me, atoms::replicated::value, gen, static_cast<int>(st.code()), st.message());
+  });
+  if (!st)
+    s.gate.quarantine(st);
 }
 
 /// Resumes the suspended turn if its await completed while a job held the store.
@@ -358,17 +366,12 @@ status check_with_log(runtime_core& rt, entity_core& core, const entity_key& key
                               ": the file must be rebuilt from the log before it serves"};
   if (made->empty())
     return status::ok();
-  std::optional<replica_genesis> genesis;
-  if (made->front().number == 1) {
-    auto g = store.genesis();
-    if (!g)
-      return g.error();
-    genesis = std::move(*g);
-  }
   auto done = std::make_shared<std::promise<status>>();
   auto got = done->get_future();
-  rt.cfg.replicator->append(key, core.claim.epoch, std::move(genesis), std::move(*made),
-                            [done](const status& st) { done->set_value(st); });
+  if (auto st = send_captured(rt, core, key, std::move(*made),
+                              [done](const status& st) { done->set_value(st); });
+      !st)
+    return st;
   return got.get(); // the sink answers every append, within its own timeout
 }
 

@@ -59,6 +59,9 @@ class log_replicator final : public commit_sink {
   /// background (run_opener).
   result<std::pair<std::shared_ptr<shard_writer>, uint64_t>> writer_for(uint32_t k, int64_t epoch);
   void run_opener();
+  /// Under mu_: shard k's slot when its writer takes appends under `epoch`, null when there is
+  /// none (or it is broken, or of an older epoch), NOT_OWNER when it is of a newer epoch.
+  result<const shard_slot*> sound_locked(uint32_t k, int64_t epoch) const;
 
   std::shared_ptr<log_connection> c_;
   observer_fn observer_;
