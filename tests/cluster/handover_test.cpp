@@ -170,10 +170,12 @@ TEST_CASE("while its old home moves a shard out, a client's request for it there
   };
   auto a = started(shared("a", "127.0.0.1:1"));
   a->attach(*rt);
-  auto b = started(shared("b", "127.0.0.1:2"));
+  // Placed while a is the only live node: a shard's first request places it by rendezvous over
+  // the live nodes this node has seen, so placing it after b joined could give it to b.
   entity_key k{"acme", "probe", "p1"};
   auto placed = a->route(k, false);
   REQUIRE(placed.to == shard_route::where::local);
+  auto b = started(shared("b", "127.0.0.1:2"));
   // A turn that takes 3 s holds the move in its first step (the shard's activations close).
   std::promise<call_reply> slow;
   call_options opts;
