@@ -185,18 +185,31 @@ status wal_archiver::load_index() {
   }
   if (index_size_ == 0)
     return {errc::not_found, "an empty index"};
-  if (last_.gen > 0) {
+  // A power cut may have taken mirror bytes that the index names (neither is synced per commit,
+  // and unsynced writes reach the disk in any order): keep only the records whose bytes hold.
+  // When none of the last generation's records holds (its mirror lost everything, its header
+  // included), the generation before it is the archive's last, and is checked in turn.
+  while (last_.gen > 0) {
     auto g = gen_file(last_.epoch, last_.gen);
     mirror_ = std::make_shared<scoped_fd>(::open(g.c_str(), O_RDWR | O_CLOEXEC));
     std::string h(32, '\0');
-    if (mirror_->get() < 0 || ::pread(mirror_->get(), h.data(), 32, 0) != 32 ||
-        header_page_size(h) == 0)
-      return {errc::corruption, "the mirror " + g.string() + " is missing or has no header"};
-    page_size_ = header_page_size(h);
-    salts_ = h.substr(16, 8);
-    // A power cut may have taken mirror bytes that the index names: keep only what holds.
-    if (int64_t have = wal_commit_end(g); have < last_.end)
-      return drop_records_after(have);
+    bool headed = mirror_->get() >= 0 && ::pread(mirror_->get(), h.data(), 32, 0) == 32 &&
+                  header_page_size(h) != 0;
+    int64_t have = headed ? wal_commit_end(g) : 0;
+    if (have >= last_.end) {
+      page_size_ = header_page_size(h);
+      salts_ = h.substr(16, 8);
+      return status::ok();
+    }
+    int64_t gen = last_.gen;
+    if (auto st = drop_records_after(have); !st)
+      return st;
+    if (last_.gen == gen) { // some of the generation's records hold: the mirror goes on from them
+      page_size_ = header_page_size(h);
+      salts_ = h.substr(16, 8);
+      return status::ok();
+    }
+    mirror_.reset();
   }
   return status::ok();
 }
