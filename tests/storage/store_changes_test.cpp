@@ -253,5 +253,64 @@ TEST_CASE("replicated log: an owner claim is captured like any commit") {
   CHECK(owners->back().epoch == 7);
 }
 
+TEST_CASE("replicated log: an image of the owner's file at a commit, installed over a replica "
+          "that lags (with its -wal), holds the owner's rows, and the next commits apply to it") {
+  test::temp_dir a, b;
+  auto owner = test::open_ok(capturing(a.path()), {"acme", "cart", "c1"});
+  write_some(*owner);
+  auto commits = take(*owner);
+  // A replica that holds only the first commit, its WAL not checkpointed.
+  auto o = test::opts_for(b.path());
+  o.wal_kept_on_close_kib = 1024;
+  replica_of(*owner, b.path(), {commits[0]}).reset();
+  auto key = owner->key();
+  REQUIRE(std::filesystem::exists(key.file_path(b.path()).string() + "-wal"));
+  auto img = owner->image();
+  REQUIRE_MESSAGE(img.is_ok(), img.error().to_string());
+  CHECK(img->number == 3);
+  CHECK(img->id == owner->replicated_commit_id());
+  REQUIRE(entity_store::install_image(o, key, *img).is_ok());
+  CHECK_FALSE(std::filesystem::exists(key.file_path(b.path()).string() + "-wal"));
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(key.file_path(b.path()).parent_path()))
+    files += e.path().filename() == key.file_path(b.path()).filename() ? 1 : 100;
+  CHECK(files == 1); // nothing left beside it: no temporary file, no -wal or -shm of one
+  // The owner commits on; the replica takes the next commit after the image.
+  REQUIRE(owner->append(test::draft("after")).is_ok());
+  REQUIRE(owner->commit().is_ok());
+  auto next = take(*owner);
+  REQUIRE(next.size() == 1);
+  {
+    auto r = test::open_ok(o, key); // at commit 3: commit 4 follows it (a gap would CONFLICT)
+    REQUIRE(r->apply_captured(next[0]).is_ok());
+    CHECK(r->verify()->ok);
+  }
+  owner.reset();
+  CHECK(content(key.file_path(a.path())) == content(key.file_path(b.path())));
+}
+
+TEST_CASE("replicated log: an image is refused inside a batch, and installed only as the file "
+          "of its own entity at its own commit") {
+  test::temp_dir a, b;
+  auto owner = test::open_ok(capturing(a.path()), {"acme", "cart", "c1"});
+  write_some(*owner);
+  REQUIRE(owner->append(test::draft("pending")).is_ok());
+  CHECK(owner->image().error().code() == errc::internal); // the batch is open
+  REQUIRE(owner->commit().is_ok());
+  auto img = owner->image();
+  REQUIRE(img.is_ok());
+  auto o = test::opts_for(b.path());
+  entity_key other{"acme", "cart", "c2"};
+  CHECK(entity_store::install_image(o, other, *img).code() == errc::corruption);
+  auto wrong = *img;
+  wrong.id = "0123456789abcdef";
+  CHECK(entity_store::install_image(o, owner->key(), wrong).code() == errc::corruption);
+  wrong = *img;
+  wrong.bytes.resize(wrong.bytes.size() / 2);
+  CHECK(entity_store::install_image(o, owner->key(), wrong).code() == errc::corruption);
+  CHECK_FALSE(std::filesystem::exists(owner->key().file_path(b.path())));
+  CHECK_FALSE(std::filesystem::exists(other.file_path(b.path())));
+}
+
 } // namespace store_changes_test
 } // namespace factum

@@ -6,8 +6,10 @@
 // the file itself says which commit of the log it holds; after its COMMIT the session's changeset
 // is kept for take_captured() and a new session starts. A replica builds its file from the owner's
 // meta rows (genesis(), create_replica()) and applies the commits in number order
-// (apply_captured()): any row that is not as the owner's was aborts the apply. Threads: the store's
-// owner only, as every other member of entity_store.
+// (apply_captured()): any row that is not as the owner's was aborts the apply. An image of the
+// whole file at a commit (image()) lets the log drop the records before it; a replica takes it
+// whole (install_image()). Threads: the store's owner only, as every other member of
+// entity_store.
 //
 // A session records nothing of a table without a PRIMARY KEY: every table of the entity schema
 // has one; a tenant's own table without one is not replicated (docs/cluster.md says so).
@@ -20,6 +22,7 @@
 #include <sqlite3.h>
 #include <stdio.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -93,6 +96,22 @@ result<std::vector<std::pair<std::string, std::string>>> read_meta_rows(sqlite3*
   if (rc != SQLITE_DONE)
     return status{errc::io_error, std::string("read meta: ") + sqlite3_errmsg(db)};
   return out;
+}
+
+/// Opens a file that no one else has open and that is in WAL mode, read-only and as immutable:
+/// SQLite then reads the database file alone and creates no -wal or -shm beside it.
+int open_unshared(const fs::path& file, sqlite3** db) {
+  std::string uri = "file:";
+  for (unsigned char c : file.string()) // percent-encode what a URI path cannot hold as is
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_')
+      uri.push_back(static_cast<char>(c));
+    else {
+      char b[4];
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      uri += b;
+    }
+  uri += "?immutable=1";
+  return sqlite3_open_v2(uri.c_str(), db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
 }
 
 std::string meta_value(const replica_genesis& g, std::string_view key) {
@@ -257,7 +276,7 @@ status entity_store::create_replica(const store_options& opts, const entity_key&
   // fact id history) cannot be rebuilt from the image.
   {
     sqlite3* db = nullptr;
-    int rc = sqlite3_open_v2(tmp.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+    int rc = open_unshared(tmp, &db);
     auto rows = rc == SQLITE_OK ? read_meta_rows(db)
                                 : result<std::vector<std::pair<std::string, std::string>>>(
                                     status{errc::io_error, sqlite3_errstr(rc)});
@@ -330,6 +349,79 @@ status entity_store::apply_captured(const captured_commit& c) {
   repl_commit_ = c.number;
   repl_id_ = c.id;
   return load_head();
+}
+
+// -- images (the log's compaction) ---------------------------------------------------------------
+
+result<replica_image> entity_store::image() {
+  if (in_batch_)
+    return status{errc::internal, "an image of " + key_.to_string() + " inside a batch"};
+  auto mark = read_commit_mark(db_);
+  if (!mark)
+    return mark.error();
+  // Within the read transaction of sqlite3_serialize's own statement: the pages of one commit.
+  // Nothing can commit in between: this store is the file's only writer, and it is here.
+  sqlite3_int64 size = 0;
+  unsigned char* pages = sqlite3_serialize(db_, "main", &size, 0);
+  if (!pages)
+    return status{errc::io_error, "an image of " + key_.to_string() + ": " +
+                                    std::string(sqlite3_errmsg(db_))};
+  replica_image img{mark->number, mark->id,
+                    std::string(reinterpret_cast<const char*>(pages), static_cast<size_t>(size))};
+  sqlite3_free(pages);
+  return img;
+}
+
+status entity_store::install_image(const store_options& opts, const entity_key& key,
+                                   const replica_image& img, bool sync) {
+  auto path = key.file_path(opts.data_dir);
+  auto dir = path.parent_path();
+  bool synced = sync && opts.mode == durability::full;
+  if (int e = detail::create_dirs_synced(dir, synced); e != 0)
+    return {detail::errno_code(e), "cannot create " + dir.string() + ": " + std::strerror(e)};
+  auto tmp = path;
+  tmp += ".image-" + time_ordered_id("", 16);
+  std::error_code ec;
+  if (auto st = detail::write_new_file(tmp, img.bytes, synced); !st)
+    return st;
+  // The image must be this entity's file at that commit: its meta names the key and the mark.
+  status checked;
+  {
+    sqlite3* db = nullptr;
+    int rc = open_unshared(tmp, &db);
+    auto rows = rc == SQLITE_OK ? read_meta_rows(db)
+                                : result<std::vector<std::pair<std::string, std::string>>>(
+                                    status{errc::corruption, sqlite3_errstr(rc)});
+    auto mark = rows ? read_commit_mark(db) : result<commit_mark>(rows.error());
+    sqlite3_close(db);
+    replica_genesis g{rows ? *rows : std::vector<std::pair<std::string, std::string>>{}, 0};
+    if (!rows || !mark || meta_value(g, "tenant") != key.tenant ||
+        meta_value(g, "type") != key.type || meta_value(g, "id") != key.id ||
+        mark->number != img.number || mark->id != img.id)
+      checked = {errc::corruption, "an image of " + key.to_string() + " at commit " +
+                                     std::to_string(img.number) +
+                                     " is not that entity's file at that commit"};
+  }
+  for (const char* suffix : {"-wal", "-shm"})
+    if (!checked)
+      break;
+    else if (!fs::remove(path.string() + suffix, ec) && ec)
+      checked = {errc::io_error, "remove " + path.string() + suffix + ": " + ec.message()};
+  if (!checked) {
+    fs::remove(tmp, ec);
+    return checked;
+  }
+  // The old file's -wal is gone before the image takes its name: a -wal left beside the image
+  // would be replayed into it.
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    fs::remove(tmp, ec);
+    return {detail::errno_code(e), "rename into " + path.string() + ": " + std::strerror(e)};
+  }
+  if (synced)
+    if (int e = detail::sync_dir(dir); e != 0)
+      return {detail::errno_code(e), "sync " + dir.string() + ": " + std::strerror(e)};
+  return status::ok();
 }
 
 } // namespace factum

@@ -192,6 +192,14 @@ struct replica_genesis {
   int page_size = 0; ///< of the owner's file; 0: store_options::page_size
 };
 
+/// An entity's whole file at one replicated commit: what lets its log drop the records before
+/// that commit (docs/storage-format.md, "The replicated log").
+struct replica_image {
+  int64_t number = 0; ///< the last replicated commit the file holds
+  std::string id;     ///< that commit's id
+  std::string bytes;  ///< the database, as one file (no -wal)
+};
+
 // -- the store ----------------------------------------------------------------------------------
 
 /// One entity's database: facts, idempotency keys, alarms, dead letters, breakers, configs.
@@ -291,6 +299,16 @@ class entity_store {
   /// was (the meta row of the commit before c among them), or c does not carry its number.
   /// The store's cached chain head follows; reopen the store before serving from it.
   status apply_captured(const captured_commit& c);
+  /// The whole database as it stands after its last commit, with the replicated commit it
+  /// holds last. INTERNAL inside a batch (its writes are not committed). Copies every page: as
+  /// much memory as the file's size, for the call.
+  result<replica_image> image();
+  /// Puts `img` in place as the file of `key` under opts.data_dir, replacing any (its -wal and
+  /// -shm removed first): CORRUPTION when the bytes are not a database of `key` whose last
+  /// replicated commit is img.number with img.id. Synced, file and directory, unless `sync` is
+  /// false (a bulk apply that syncs the whole file system once). The entity must not be open.
+  static status install_image(const store_options& opts, const entity_key& key,
+                              const replica_image& img, bool sync = true);
 
   // -- transactions --
 
