@@ -173,7 +173,7 @@ void log_replicator::append(const entity_key& key, int64_t epoch,
   p->done = std::move(done);
   auto token = entity_token(key);
   for (auto& c : commits) {
-    commit_record r{key, epoch, std::move(c), std::exchange(genesis, std::nullopt)};
+    commit_record r{key, epoch, std::move(c), std::exchange(genesis, std::nullopt), std::nullopt};
     writer->append(
       token, encode(r),
       [this, p, name, t0 = std::chrono::steady_clock::now()](const status& st, uint64_t) {

@@ -1,11 +1,17 @@
-// commit_record.cpp: the commit record's bytes (commit_record.hpp). Layout, all integers
-// little-endian:
-//   "FCR" version(u8=1) flags(u8: bit 0 = genesis present) epoch(i64) number(i64)
+// commit_record.cpp: the bytes of a commit record and an image part (commit_record.hpp). Layout,
+// all integers little-endian:
+//   "FCR" version(u8=2; 1 is read too) flags(u8: bit 0 = genesis present, bit 1 = image head,
+//     version 2 only) epoch(i64) number(i64)
 //   tenant, type, id: u16 length + bytes each
 //   genesis (when flagged): page size (u32), u32 count, then per row u16 key length + key,
 //     u32 value length + value
-//   commit id: u16 length + bytes; changeset: u32 length + bytes
-// and nothing after it. Any thread.
+//   commit id: u16 length + bytes
+//   then either the changeset: u32 length + bytes
+//   or, for an image head: size (u64), SHA-256 (32 bytes), u32 count, then each part's stream
+//     sequence (u64)
+// and nothing after it. An image part:
+//   "FCP" version(u8=1) number(i64) index(u32) then the part's bytes to the end.
+// Any thread.
 #include "factum/replication/commit_record.hpp"
 
 #include "factum/storage/sha256.hpp"
@@ -67,7 +73,7 @@ std::string encode(const commit_record& r) {
   out.reserve(64 + r.commit.changeset.size());
   out.append(magic);
   put_int<uint8_t>(out, commit_record_version);
-  put_int<uint8_t>(out, r.genesis ? 1 : 0);
+  put_int<uint8_t>(out, (r.genesis ? 1 : 0) | (r.image ? 2 : 0));
   put_int<int64_t>(out, r.epoch);
   put_int<int64_t>(out, r.commit.number);
   put_bytes16(out, r.key.tenant);
@@ -82,7 +88,15 @@ std::string encode(const commit_record& r) {
     }
   }
   put_bytes16(out, r.commit.id);
-  put_bytes32(out, r.commit.changeset);
+  if (r.image) {
+    put_int<uint64_t>(out, r.image->size);
+    out.append(r.image->sha256);
+    put_int<uint32_t>(out, static_cast<uint32_t>(r.image->parts.size()));
+    for (auto seq : r.image->parts)
+      put_int<uint64_t>(out, seq);
+  } else {
+    put_bytes32(out, r.commit.changeset);
+  }
   return out;
 }
 
@@ -95,7 +109,7 @@ result<commit_record> decode(std::string_view bytes) {
     return status{errc::newer_schema, "a commit record of version " + std::to_string(version) +
                                         ", newer than this build reads (" +
                                         std::to_string(commit_record_version) + ")"};
-  if (version != commit_record_version)
+  if (version < 1)
     return status{errc::corruption, "a commit record of unknown version"};
   commit_record r;
   auto flags = in.get_int<uint8_t>();
@@ -116,10 +130,52 @@ result<commit_record> decode(std::string_view bytes) {
     r.genesis = std::move(g);
   }
   r.commit.id = in.bytes16();
-  r.commit.changeset = in.bytes32();
-  if (!in.ok || !in.in.empty() || (flags & ~1) != 0 || r.commit.number <= 0 || r.epoch < 0)
+  if (flags & 2) {
+    image_ref img;
+    img.size = in.get_int<uint64_t>();
+    img.sha256 = in.get_bytes(32);
+    auto n = in.get_int<uint32_t>();
+    for (uint32_t i = 0; in.ok && i < n; ++i)
+      img.parts.push_back(in.get_int<uint64_t>());
+    r.image = std::move(img);
+  } else {
+    r.commit.changeset = in.bytes32();
+  }
+  uint8_t known = version >= 2 ? 3 : 1;
+  if (!in.ok || !in.in.empty() || (flags & ~known) != 0 || r.commit.number <= 0 || r.epoch < 0)
     return status{errc::corruption, "a commit record cut short or with bytes it should not have"};
   return r;
+}
+
+namespace {
+constexpr std::string_view part_magic = "FCP";
+constexpr int part_version = 1;
+} // namespace
+
+std::string encode(const image_part& p) {
+  std::string out;
+  out.reserve(16 + p.bytes.size());
+  out.append(part_magic);
+  put_int<uint8_t>(out, part_version);
+  put_int<int64_t>(out, p.number);
+  put_int<uint32_t>(out, p.index);
+  out.append(p.bytes);
+  return out;
+}
+
+result<image_part> decode_part(std::string_view bytes) {
+  if (bytes.substr(0, part_magic.size()) != part_magic)
+    return status{errc::corruption, "not an image part"};
+  reader in{bytes.substr(part_magic.size())};
+  auto version = in.get_int<uint8_t>();
+  image_part p;
+  p.number = in.get_int<int64_t>();
+  p.index = in.get_int<uint32_t>();
+  if (!in.ok || version != part_version || p.number <= 0)
+    return status{version > part_version ? errc::newer_schema : errc::corruption,
+                  "an image part cut short or of a version this build does not read"};
+  p.bytes = std::string(in.in);
+  return p;
 }
 
 std::string entity_token(const entity_key& key) {

@@ -364,8 +364,8 @@ result<replica_image> entity_store::image() {
   sqlite3_int64 size = 0;
   unsigned char* pages = sqlite3_serialize(db_, "main", &size, 0);
   if (!pages)
-    return status{errc::io_error, "an image of " + key_.to_string() + ": " +
-                                    std::string(sqlite3_errmsg(db_))};
+    return status{errc::io_error,
+                  "an image of " + key_.to_string() + ": " + std::string(sqlite3_errmsg(db_))};
   replica_image img{mark->number, mark->id,
                     std::string(reinterpret_cast<const char*>(pages), static_cast<size_t>(size))};
   sqlite3_free(pages);
