@@ -743,6 +743,18 @@ void node::impl::register_gauges() {
           }
           return n;
         });
+  metric_registry.add("factum_replication_images_total",
+                      "Storage replicated: images of entity files this node appended to their "
+                      "shard's log (each lets the log drop the entity's records before it).",
+                      kind::counter, {}, [this](factum::metrics::sample_writer& w) {
+                        w.add(log_sink ? static_cast<double>(log_sink->images_appended()) : 0.0);
+                      });
+  metric_registry.add("factum_replication_image_bytes_total",
+                      "Storage replicated: bytes of the images this node appended to the log.",
+                      kind::counter, {}, [this](factum::metrics::sample_writer& w) {
+                        w.add(log_sink ? static_cast<double>(log_sink->image_bytes_appended())
+                                       : 0.0);
+                      });
   gauge("factum_replication_log_reachable",
         "0 when the replicated log (NATS JetStream) did not answer this node's last request "
         "(storage replicated); 1 otherwise.",

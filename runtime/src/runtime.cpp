@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <future>
@@ -417,6 +418,35 @@ status runtime_core::sync_alarm_index(const entity_key& key, std::optional<int64
 void runtime_core::wake_failed(const alarm_index_entry& e, std::string reason) {
   std::lock_guard<std::mutex> g(alarms.mu);
   alarms.failed_wakes.push_back({e, std::move(reason)});
+}
+
+// -- the replicated log's compaction ------------------------------------------------------------
+
+void runtime_core::keep_log_debt(const std::string& key_str, uint64_t bytes) {
+  if (bytes == 0)
+    return;
+  std::lock_guard<std::mutex> g(log_debts_mu);
+  if (log_debts.size() >= 1'000'000) { // drop the half of the debts that are smallest
+    std::vector<uint64_t> all;
+    all.reserve(log_debts.size());
+    for (auto& [k, v] : log_debts)
+      all.push_back(v);
+    std::nth_element(all.begin(), all.begin() + all.size() / 2, all.end());
+    auto median = all[all.size() / 2];
+    for (auto i = log_debts.begin(); i != log_debts.end();)
+      i = i->second <= median ? log_debts.erase(i) : std::next(i);
+  }
+  log_debts[key_str] += bytes;
+}
+
+uint64_t runtime_core::take_log_debt(const std::string& key_str) {
+  std::lock_guard<std::mutex> g(log_debts_mu);
+  auto it = log_debts.find(key_str);
+  if (it == log_debts.end())
+    return 0;
+  auto v = it->second;
+  log_debts.erase(it);
+  return v;
 }
 
 // -- quarantined entities -----------------------------------------------------------------------

@@ -332,6 +332,16 @@ struct runtime_core {
   std::mutex suspects_mu;
   std::unordered_set<std::string> suspects; ///< guarded by suspects_mu
 
+  // -- the replicated log's compaction (entity actors) --
+
+  /// Replicated: the changeset bytes an entity appended to the log since its last image, kept
+  /// from one activation to the next (not across a restart of the process: a new process
+  /// counts from zero). At most a million entities; past that, the smallest debts are dropped.
+  void keep_log_debt(const std::string& key_str, uint64_t bytes);
+  uint64_t take_log_debt(const std::string& key_str);
+  std::mutex log_debts_mu;
+  std::unordered_map<std::string, uint64_t> log_debts; ///< guarded by log_debts_mu
+
   int64_t now() const { return cfg.clock ? cfg.clock() : now_ms(); }
 
   // -- WebSocket connections (any thread) --

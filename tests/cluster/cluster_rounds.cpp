@@ -105,7 +105,12 @@ json node_config(const node_proc& n, const std::vector<std::string>& etcd_urls,
   if (!nats_urls.empty()) {
     c["cluster"]["storage"] = "replicated";
     c["cluster"]["replication"] = {
-      {"servers", nats_urls}, {"replicas", 3}, {"ack_timeout_ms", 2000}};
+      {"servers", nats_urls},
+      {"replicas", 3},
+      {"ack_timeout_ms", 2000},
+      // Images every few KiB of an entity's changes: the faults land on compactions too.
+      {"image_min_bytes", 4096},
+      {"image_ratio", 0}};
   }
   return c;
 }

@@ -61,7 +61,7 @@ class memory_log : public replication::commit_sink {
       return;
     }
     for (auto& c : commits) {
-      replication::commit_record r{key, epoch, c, std::exchange(genesis, std::nullopt)};
+      replication::commit_record r{key, epoch, c, std::exchange(genesis, std::nullopt), {}};
       records_.push_back(replication::encode(r));
       last_[key.to_string()] = {c.number, c.id};
     }
@@ -82,6 +82,19 @@ class memory_log : public replication::commit_sink {
     return status::ok();
   }
   std::atomic<int> rebuilds{0};
+  void compact(const entity_key& key, int64_t epoch, replica_image image, done_fn done) override {
+    (void)epoch;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      images_.emplace_back(key, std::move(image));
+    }
+    done(status::ok());
+  }
+  /// The images appended so far, oldest first.
+  std::vector<std::pair<entity_key, replica_image>> images() {
+    std::lock_guard<std::mutex> g(mu_);
+    return images_;
+  }
   /// Answers every held append ok.
   void release() {
     std::deque<done_fn> d;
@@ -109,14 +122,17 @@ class memory_log : public replication::commit_sink {
   std::condition_variable cv_;
   std::map<std::string, replication::log_tip> last_;
   std::vector<std::string> records_;
+  std::vector<std::pair<entity_key, replica_image>> images_;
   std::deque<done_fn> waiting_;
 };
 
-std::unique_ptr<runtime> start(const std::filesystem::path& dir, std::shared_ptr<memory_log> log) {
+std::unique_ptr<runtime> start(const std::filesystem::path& dir, std::shared_ptr<memory_log> log,
+                               uint64_t image_min_bytes = uint64_t{1} << 20) {
   runtime_config c;
   c.data_dir = dir;
   c.alarm_poll = 100ms;
   c.replicator = std::move(log);
+  c.replicated_image_min_bytes = image_min_bytes;
   test::add_test_types(c.types);
   return test::start_ok(std::move(c));
 }
@@ -178,6 +194,46 @@ TEST_CASE("replicated runtime: a commit the log refuses answers 503, and the nex
   CHECK(again["value"] == 1);
   CHECK(log->rebuilds == 1);
   CHECK(test::call_ok(*rt, k, "add", {{"by", 5}})["value"] == 6);
+}
+
+TEST_CASE("replicated runtime: once an entity's changes reach its file's size, an image of the "
+          "file follows its last commit, and that image with the records after it is the "
+          "owner's file") {
+  test::temp_dir dir, replica;
+  auto log = std::make_shared<memory_log>();
+  auto rt = start(dir.path(), log, 1); // the file's size alone decides
+  entity_key k{"acme", "counter", "r3"};
+  auto file = k.file_path(dir.path());
+  int calls = 0;
+  while (log->images().empty() && calls < 5000) {
+    call_options o;
+    o.idempotency_key = "k-" + std::to_string(++calls);
+    REQUIRE(rt->call_sync(k, "add", R"({"by":1})", o).ok);
+  }
+  REQUIRE(log->images().size() == 1);
+  MESSAGE("first image after " << calls << " calls");
+  // Changes as large as the file came first (each call writes a few hundred bytes).
+  CHECK(calls > 50);
+  for (int i = 0; i < 20; ++i)
+    test::call_ok(*rt, k, "add", {{"by", 1}});
+  CHECK(test::call_ok(*rt, k, "get")["value"] == calls + 20);
+  rt->stop();
+  rt.reset();
+  auto [key, img] = log->images().back();
+  CHECK(key == k);
+  auto o = test::opts_for(replica.path());
+  REQUIRE(entity_store::install_image(o, k, img).is_ok());
+  std::vector<std::string> after;
+  for (auto& bytes : log->records())
+    if (auto r = replication::decode(bytes); r->key == k && r->commit.number > img.number)
+      after.push_back(bytes);
+  CHECK(after.size() >= 20);
+  {
+    auto s = test::open_ok(o, k);
+    for (auto& bytes : after)
+      REQUIRE(s->apply_captured(replication::decode(bytes)->commit).is_ok());
+  }
+  CHECK(test::table_rows(file) == test::table_rows(k.file_path(replica.path())));
 }
 
 } // namespace replicated_test

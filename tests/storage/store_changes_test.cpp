@@ -14,16 +14,6 @@ namespace store_changes_test {
 
 namespace {
 
-/// Every row of every table of `file` (tables by name, rows as text in primary-key order).
-std::map<std::string, std::vector<std::vector<std::string>>>
-content(const std::filesystem::path& file) {
-  std::map<std::string, std::vector<std::vector<std::string>>> out;
-  for (auto& t : test::raw_rows(file, "SELECT name FROM sqlite_schema WHERE type = 'table' AND "
-                                      "name NOT LIKE 'sqlite_%' ORDER BY name"))
-    out[t[0]] = test::raw_rows(file, "SELECT * FROM \"" + t[0] + "\" ORDER BY 1, 2");
-  return out;
-}
-
 store_options capturing(const std::filesystem::path& dir) {
   auto o = test::opts_for(dir);
   o.capture_changes = true;
@@ -87,7 +77,7 @@ TEST_CASE("replicated log: each commit is captured with the next number, and a r
   auto key = owner->key();
   owner.reset();
   r.reset();
-  CHECK(content(key.file_path(a.path())) == content(key.file_path(b.path())));
+  CHECK(test::table_rows(key.file_path(a.path())) == test::table_rows(key.file_path(b.path())));
   auto o2 = test::open_ok(test::opts_for(b.path()), key);
   CHECK(o2->verify()->ok);
 }
@@ -113,7 +103,7 @@ TEST_CASE("replicated log: a rolled-back batch and a rolled-back turn are in no 
   auto key = owner->key();
   owner.reset();
   r.reset();
-  CHECK(content(key.file_path(a.path())) == content(key.file_path(b.path())));
+  CHECK(test::table_rows(key.file_path(a.path())) == test::table_rows(key.file_path(b.path())));
 }
 
 TEST_CASE("replicated log: a replica refuses a gap, skips a commit it holds, and stops at a row "
@@ -286,7 +276,7 @@ TEST_CASE("replicated log: an image of the owner's file at a commit, installed o
     CHECK(r->verify()->ok);
   }
   owner.reset();
-  CHECK(content(key.file_path(a.path())) == content(key.file_path(b.path())));
+  CHECK(test::table_rows(key.file_path(a.path())) == test::table_rows(key.file_path(b.path())));
 }
 
 TEST_CASE("replicated log: an image is refused inside a batch, and installed only as the file "

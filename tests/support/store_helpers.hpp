@@ -10,6 +10,7 @@
 #include <sqlite3.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,17 @@ inline std::vector<std::vector<std::string>> raw_rows(const std::filesystem::pat
   }
   sqlite3_finalize(st);
   sqlite3_close(db);
+  return out;
+}
+
+/// Every row of every table of `file`: tables by name, rows as text in primary-key order (two
+/// copies of an entity hold the same content when these are equal).
+inline std::map<std::string, std::vector<std::vector<std::string>>>
+table_rows(const std::filesystem::path& file) {
+  std::map<std::string, std::vector<std::vector<std::string>>> out;
+  for (auto& t : raw_rows(file, "SELECT name FROM sqlite_schema WHERE type = 'table' AND "
+                                "name NOT LIKE 'sqlite_%' ORDER BY name"))
+    out[t[0]] = raw_rows(file, "SELECT * FROM \"" + t[0] + "\" ORDER BY 1, 2");
   return out;
 }
 

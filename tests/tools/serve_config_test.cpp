@@ -335,6 +335,21 @@ TEST_CASE("serve config: the cluster object is parsed with its defaults, and a b
   CHECK(ok->cluster->replication_servers.size() == 2);
   CHECK(ok->cluster->replication_replicas == 3);
   CHECK(ok->cluster->replication_ack_timeout == std::chrono::milliseconds(5000));
+  CHECK(ok->cluster->replication_image_min_bytes == 1u << 20);
+  CHECK(ok->cluster->replication_image_ratio == 1.0);
+  auto tuned =
+    replicated({{"servers", {"nats://a:1"}}, {"image_min_bytes", 4096}, {"image_ratio", 0.5}});
+  REQUIRE_MESSAGE(tuned.is_ok(), tuned.error().to_string());
+  CHECK(tuned->cluster->replication_image_min_bytes == 4096);
+  CHECK(tuned->cluster->replication_image_ratio == 0.5);
+  CHECK(replicated({{"servers", {"nats://a:1"}}, {"image_ratio", -1}})
+          .error()
+          .message()
+          .starts_with("cluster.replication.image_ratio:"));
+  CHECK(replicated({{"servers", {"nats://a:1"}}, {"image_min_bytes", "big"}})
+          .error()
+          .message()
+          .starts_with("cluster.replication.image_min_bytes:"));
   CHECK(replicated({{"servers", {"http://127.0.0.1:4222"}}})
           .error()
           .message()

@@ -95,8 +95,10 @@ status save_follow_state(const fs::path& file, const follow_state& s) {
 
 // -- the applier --------------------------------------------------------------------------------
 
-log_applier::log_applier(store_options opts, follow_state start, std::optional<entity_key> only)
-    : opts_(std::move(opts)), state_(std::move(start)), only_(std::move(only)) {
+log_applier::log_applier(store_options opts, follow_state start, std::optional<entity_key> only,
+                         part_reader parts)
+    : opts_(std::move(opts)), state_(std::move(start)), only_(std::move(only)),
+      parts_(std::move(parts)) {
   opts_.capture_changes = false;
   opts_.owner_epoch = 0;
   opts_.owner_node.clear();
@@ -158,11 +160,19 @@ status log_applier::take(const log_message& m) {
     ++skipped_; // a superseded writer's record: never acknowledged
     return status::ok();
   }
+  if (m.part)
+    return status::ok(); // read through its image's head
   auto r = decode(m.data);
   if (!r)
     return {r.error().code(), "message " + std::to_string(m.seq) + ": " + r.error().message()};
   auto name = r->key.to_string();
-  if ((only_ && !(*only_ == r->key)) || diverged_.count(name)) {
+  if (only_ && !(*only_ == r->key)) {
+    ++skipped_;
+    return status::ok();
+  }
+  if (r->image)
+    return take_image(*r); // an image heals a diverged copy
+  if (diverged_.count(name)) {
     ++skipped_;
     return status::ok();
   }
@@ -179,6 +189,60 @@ status log_applier::take(const log_message& m) {
   if (!st)
     return st;
   ++applied_;
+  return status::ok();
+}
+
+status log_applier::take_image(const commit_record& r) {
+  auto name = r.key.to_string();
+  status error;
+  std::error_code ec;
+  if (fs::exists(r.key.file_path(opts_.data_dir), ec) && !diverged_.count(name)) {
+    // A copy that holds the image's commit already (it applied the records before it) keeps
+    // its file.
+    auto* store = store_for(r.key, std::nullopt, error);
+    if (!store)
+      return error;
+    if (auto st = store->read_replicated_commit(); !st)
+      return st;
+    if (store->replicated_commit() == r.commit.number &&
+        store->replicated_commit_id() == r.commit.id) {
+      ++skipped_;
+      return status::ok();
+    }
+  }
+  open_.erase(name);
+  // The parts, by the sequences the head names. One that is gone (a later image replaced this
+  // one) or that is not this image's leaves the entity diverged: the caller rebuilds it from
+  // the log, whose later head holds it.
+  replica_image img{r.commit.number, r.commit.id, {}};
+  img.bytes.reserve(static_cast<size_t>(r.image->size));
+  bool whole = static_cast<bool>(parts_);
+  for (size_t i = 0; whole && i < r.image->parts.size(); ++i) {
+    auto m = parts_(r.image->parts[i]);
+    if (!m)
+      return m.error();
+    result<image_part> p = status{errc::corruption, "not an image part"};
+    if (m->has_value() && (*m)->part)
+      p = decode_part((*m)->data);
+    whole = p.is_ok() && p->number == r.commit.number && p->index == i;
+    if (whole)
+      img.bytes += p->bytes;
+  }
+  if (!whole || img.bytes.size() != r.image->size || image_digest(img.bytes) != r.image->sha256) {
+    diverged_.insert(name);
+    return status::ok();
+  }
+  auto st = entity_store::install_image(opts_, r.key, img, false);
+  if (st.code() == errc::corruption) {
+    diverged_.insert(name);
+    return status::ok();
+  }
+  if (!st)
+    return st;
+  created_ = true;
+  touched_.insert(name);
+  diverged_.erase(name); // the image is the whole entity: whatever its copy missed is in it
+  ++images_;
   return status::ok();
 }
 
@@ -212,6 +276,11 @@ status log_applier::finish() {
 
 namespace {
 
+/// Reads image parts of shard k's log.
+log_applier::part_reader parts_of(log_connection& c, uint32_t k) {
+  return [&c, k](uint64_t seq) { return c.get(k, seq); };
+}
+
 /// Gives `a` shard k's messages from sequence `from` to the log's end, then syncs what it wrote.
 status apply_from(log_connection& c, uint32_t k, uint64_t from, log_applier& a) {
   status failed;
@@ -233,14 +302,9 @@ result<follow_state> apply_shard(log_connection& c, uint32_t k, const store_opti
   auto start = load_follow_state(state_file);
   if (!start)
     return start.error();
-  auto first = c.first_seq(k);
-  if (!first)
-    return first.error();
-  if (*first > start->applied + 1)
-    return status{errc::conflict, "shard " + std::to_string(k) + "'s log starts at " +
-                                    std::to_string(*first) + ", after this node's copy (" +
-                                    std::to_string(start->applied) + ")"};
-  log_applier a(opts, *start);
+  // Messages after start->applied may be gone: an entity's records before its latest image
+  // head (which comes later and holds them), and image parts. Nothing else leaves the log.
+  log_applier a(opts, *start, std::nullopt, parts_of(c, k));
   if (auto st = apply_from(c, k, start->applied + 1, a); !st)
     return st;
   for (auto& name : a.diverged()) {
@@ -270,7 +334,7 @@ status rebuild_entity(log_connection& c, uint32_t k, const entity_key& key,
       fs::remove_all(dir, ec);
     }
   } tmp{aside.data_dir};
-  log_applier a(aside, follow_state{}, key);
+  log_applier a(aside, follow_state{}, key, parts_of(c, k));
   if (auto st = apply_from(c, k, 1, a); !st)
     return st;
   if (!a.diverged().empty())

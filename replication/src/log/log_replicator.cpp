@@ -87,9 +87,17 @@ void log_replicator::close_shard(uint32_t k) {
 void log_replicator::run_opener() {
   std::unique_lock<std::mutex> g(mu_);
   for (;;) {
-    cv_.wait(g, [&] { return stop_ || !to_open_.empty(); });
+    cv_.wait(g, [&] { return stop_ || !to_open_.empty() || !to_purge_.empty(); });
     if (stop_)
       return;
+    if (!to_purge_.empty()) {
+      auto purges = std::exchange(to_purge_, {});
+      g.unlock();
+      for (auto& [k, token, below] : purges)
+        (void)c_->purge_parts(k, token, below); // a failure leaves parts the next image purges
+      g.lock();
+      continue;
+    }
     auto [k, epoch] = *to_open_.begin();
     to_open_.erase(to_open_.begin());
     g.unlock();
@@ -197,6 +205,63 @@ void log_replicator::append(const entity_key& key, int64_t epoch,
         }
       });
   }
+}
+
+void log_replicator::compact(const entity_key& key, int64_t epoch, replica_image image,
+                             done_fn done) {
+  auto k = shard_of_(key);
+  auto w = writer_for(k, epoch);
+  if (!w) {
+    done(w.error());
+    return;
+  }
+  auto& [writer, generation] = *w;
+  auto name = key.to_string();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto& t = tracks_[name];
+    if (t.failed || (t.in_flight > 0 && t.generation != generation)) {
+      done(status{errc::unavailable, "entity " + name + " has commits the log did not take"});
+      return;
+    }
+    t.generation = generation;
+    ++t.in_flight;
+  }
+  auto token = entity_token(key);
+  image_ref ref{image.bytes.size(), image_digest(image.bytes), {}};
+  for (size_t off = 0, i = 0; off < image.bytes.size(); off += part_bytes_, ++i) {
+    image_part part{image.number, static_cast<uint32_t>(i),
+                    image.bytes.substr(off, std::min(part_bytes_, image.bytes.size() - off))};
+    // A part's own answer tells nothing the head's does not: a writer that failed a part fails
+    // every later append, the head included.
+    ref.parts.push_back(writer->append(
+      token, encode(part), [](const status&, uint64_t) {}, append_kind::image_part));
+  }
+  uint64_t first_part = ref.parts.empty() ? 0 : ref.parts.front();
+  commit_record head{key, epoch, captured_commit{image.number, {}, image.id}, std::nullopt,
+                     std::move(ref)};
+  auto bytes = image.bytes.size();
+  writer->append(
+    token, encode(head),
+    [this, name, k, token, first_part, bytes, done = std::move(done)](const status& st, uint64_t) {
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (auto it = tracks_.find(name); it != tracks_.end()) {
+          --it->second.in_flight;
+          it->second.failed = it->second.failed || !st;
+        }
+        if (st && first_part > 0) {
+          to_purge_.emplace_back(k, token, first_part);
+          cv_.notify_all();
+        }
+      }
+      if (st) {
+        images_.fetch_add(1);
+        image_bytes_.fetch_add(bytes);
+      }
+      done(st);
+    },
+    append_kind::image_head);
 }
 
 status log_replicator::rebuild(const entity_key& key, const store_options& opts) {

@@ -178,6 +178,14 @@ result<image_part> decode_part(std::string_view bytes) {
   return p;
 }
 
+std::string image_digest(std::string_view bytes) {
+  auto hex = sha256_hex(bytes);
+  std::string raw;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return raw;
+}
+
 std::string entity_token(const entity_key& key) {
   std::string parts = key.tenant;
   parts.push_back('\0');

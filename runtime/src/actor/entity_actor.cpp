@@ -520,6 +520,7 @@ void on_closed(self_ptr self) {
       start_open(self);
     return;
   }
+  s.rt->keep_log_debt(s.key_str, std::exchange(s.log_debt, 0)); // for its next activation
   s.rt->unregister(s.key_str, caf::actor_cast<caf::actor>(self));
   self->quit();
 }

@@ -78,7 +78,11 @@ struct entity_state {
   output_gate<reply_to>::reply_batch batch; ///< replies of turns not yet committed
   output_gate<reply_to>::reply_batch in_commit;
   uint64_t commit_facts = 0, commit_turns = 0;
-  int64_t committed_seq = 0;  ///< last seq committed
+  int64_t committed_seq = 0; ///< last seq committed
+  /// Replicated: changeset bytes sent since the entity's last image (runtime_core::log_debts
+  /// carries them from one actor to the next), and whether they were taken from there yet.
+  uint64_t log_debt = 0;
+  bool log_debt_taken = false;
   int64_t commit_seq = 0;     ///< last seq of the commit in flight
   bool checkpointing = false; ///< a storage thread is checkpointing the WAL
   int ckpt_rounds = 0;        ///< concurrent checkpoints in this cycle (maybe_checkpoint)

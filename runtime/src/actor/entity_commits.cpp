@@ -141,6 +141,8 @@ status send_captured(runtime_core& rt, entity_core& core, const entity_key& key,
   return status::ok();
 }
 
+void maybe_compact(self_ptr self);
+
 /// Replicated runtime: sends the commits the store captured since the last call to the log.
 /// The gate holds whatever they may reveal until the log holds them (on_replicated); a store
 /// that lost a commit's changes quarantines the entity (the log would never see that commit).
@@ -160,11 +162,44 @@ void replicate_commits(self_ptr self) {
     return;
   }
   auto me = caf::actor_cast<caf::actor>(self);
+  if (!std::exchange(s.log_debt_taken, true))
+    s.log_debt += s.rt->take_log_debt(s.key_str);
+  for (auto& c : *commits)
+    s.log_debt += c.changeset.size();
   auto st = send_captured(*s.rt, *s.core, s.key, std::move(*commits), [me, gen](const status& st) {
     caf::anon_send(me, atoms::replicated::value, gen, static_cast<int>(st.code()), st.message());
   });
   if (!st)
     s.gate.quarantine(st);
+  else
+    maybe_compact(self);
+}
+
+/// Replicated runtime, right after a commit's records were sent: once the changes sent since
+/// the entity's last image reach replicated_image_ratio times the file's size (and
+/// replicated_image_min_bytes), an
+/// image of the whole file follows them, and the log drops the entity's records before it.
+/// Nothing waits for it: a log that does not take it fails the commits after it too.
+void maybe_compact(self_ptr self) {
+  auto& s = self->state;
+  auto min = s.rt->cfg.replicated_image_min_bytes;
+  auto& store = *s.core->store;
+  if (min == 0 || s.log_debt < min || store.in_batch() || s.committing)
+    return; // (committing: a storage thread may be using the store's connection)
+  std::error_code ec;
+  auto size = std::filesystem::file_size(store.path(), ec);
+  if (!ec && static_cast<double>(s.log_debt) < s.rt->cfg.replicated_image_ratio * size)
+    return;
+  auto img = store.image();
+  if (!img) {
+    s.rt->log_event({{"level", "warn"},
+                     {"event", "replication_image_failed"},
+                     {"entity", s.key.to_string()},
+                     {"detail", img.error().to_string()}});
+    return;
+  }
+  s.log_debt = 0;
+  s.rt->cfg.replicator->compact(s.key, s.core->claim.epoch, std::move(*img), [](const status&) {});
 }
 
 /// Resumes the suspended turn if its await completed while a job held the store.

@@ -740,8 +740,8 @@ status read_cluster_name(const json& c, const char* name, std::string& field, bo
   return status::ok();
 }
 
-/// "cluster.replication": {"servers": ["nats://host:port", ...], "replicas", "ack_timeout_ms"},
-/// required with storage "replicated" and refused otherwise.
+/// "cluster.replication": {"servers": ["nats://host:port", ...], "replicas", "ack_timeout_ms",
+/// "image_min_bytes", "image_ratio"}, required with storage "replicated" and refused otherwise.
 status parse_replication(const json& c, serve_cluster& out) {
   auto r = c.find("replication");
   if (out.storage != "replicated") {
@@ -753,7 +753,9 @@ status parse_replication(const json& c, serve_cluster& out) {
     return bad("cluster.replication",
                "required with storage \"replicated\": {\"servers\": [\"nats://host:port\", "
                "...]}");
-  if (auto st = check_keys(*r, "cluster.replication.", {"servers", "replicas", "ack_timeout_ms"});
+  if (auto st =
+        check_keys(*r, "cluster.replication.",
+                   {"servers", "replicas", "ack_timeout_ms", "image_min_bytes", "image_ratio"});
       !st)
     return st;
   auto sv = r->find("servers");
@@ -769,6 +771,15 @@ status parse_replication(const json& c, serve_cluster& out) {
     return st;
   if (out.replication_replicas % 2 == 0)
     return bad("cluster.replication.replicas", "must be 1, 3 or 5");
+  if (auto st = read_field(*r, "image_min_bytes", 0, int64_t{1} << 40,
+                           out.replication_image_min_bytes, "cluster.replication.");
+      !st)
+    return st;
+  if (auto it = r->find("image_ratio"); it != r->end()) {
+    if (!it->is_number() || it->get<double>() < 0 || it->get<double>() > 100)
+      return bad("cluster.replication.image_ratio", "must be a number from 0 to 100");
+    out.replication_image_ratio = it->get<double>();
+  }
   return read_ms(*r, "ack_timeout_ms", 100, 600'000, out.replication_ack_timeout,
                  "cluster.replication.");
 }

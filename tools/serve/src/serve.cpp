@@ -171,6 +171,8 @@ int run_serve(serve_config cfg) {
     if (cfg.cluster->storage == "shared")
       cfg.runtime.entity_root = cfg.cluster->shared_dir;
     cfg.runtime.replicator = member->replicator(); // null unless storage "replicated"
+    cfg.runtime.replicated_image_min_bytes = cfg.cluster->replication_image_min_bytes;
+    cfg.runtime.replicated_image_ratio = cfg.cluster->replication_image_ratio;
     cfg.runtime.ownership = member;
     cfg.http.cluster = member;
   }

@@ -54,6 +54,9 @@ result<commit_record> decode(std::string_view bytes);
 std::string encode(const image_part& p);
 result<image_part> decode_part(std::string_view bytes);
 
+/// SHA-256 of an image's bytes, 32 raw bytes (image_ref::sha256).
+std::string image_digest(std::string_view bytes);
+
 /// The token that names an entity in its shard's log subjects: 32 lowercase hex digits of
 /// SHA-256(tenant NUL type NUL id).
 std::string entity_token(const entity_key& key);

@@ -46,6 +46,17 @@ class commit_sink {
   /// their `done` run in that order.
   virtual void append(const entity_key& key, int64_t epoch, std::optional<replica_genesis> genesis,
                       std::vector<captured_commit> commits, done_fn done) = 0;
+
+  /// Appends `image` of `key` (its whole file at commit image.number: the last one appended
+  /// before this call) after the commits appended before it, and lets the log drop the
+  /// entity's records before the image. `done` as append's, once the log holds the image or
+  /// not. Default: ok at once, nothing appended (a sink that keeps every record).
+  virtual void compact(const entity_key& key, int64_t epoch, replica_image image, done_fn done) {
+    (void)key;
+    (void)epoch;
+    (void)image;
+    done(status::ok());
+  }
 };
 
 } // namespace factum::replication

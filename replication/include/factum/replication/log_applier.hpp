@@ -6,6 +6,8 @@
 // - a record is applied only when it was written by the current era's writer (a record of a
 //   superseded writer that still landed after a marker was never acknowledged: skipped);
 // - an entity's first record carries its genesis: its replica file is built from it;
+// - an image head replaces the entity's file with the image its parts hold (the log keeps none
+//   of the entity's records before it); image parts are read through the head, by sequence;
 // - an entity whose file cannot take a record (a gap, another history, a row that is not the
 //   owner's, a record without its genesis) is diverged: its later records are skipped and the
 //   caller rebuilds it from the whole log (rebuild_entity).
@@ -28,6 +30,8 @@
 
 namespace factum::replication {
 
+struct commit_record;
+
 /// How far a node applied one shard's log, and under which writer.
 struct follow_state {
   uint64_t applied = 0; ///< every message up to this sequence was taken
@@ -44,7 +48,11 @@ class log_applier {
  public:
   /// Applies to the entity files under opts.data_dir (durability, page size and the rest as
   /// `opts` says; its syncs are deferred to finish()). `only`: when set, the one entity taken.
-  log_applier(store_options opts, follow_state start, std::optional<entity_key> only = {});
+  /// `parts` reads a message of the log by sequence (log_connection::get): an image head's
+  /// parts. Without it, an entity whose image comes is diverged.
+  using part_reader = std::function<result<std::optional<log_message>>(uint64_t seq)>;
+  log_applier(store_options opts, follow_state start, std::optional<entity_key> only = {},
+              part_reader parts = {});
   ~log_applier();
 
   /// Takes the next message of the log. An error stops the caller (a file could not be written
@@ -61,8 +69,11 @@ class log_applier {
   uint64_t skipped_records() const noexcept { return skipped_; }
   /// Entities written to so far.
   size_t entities_touched() const noexcept { return touched_.size(); }
+  /// Images installed so far.
+  uint64_t images_installed() const noexcept { return images_; }
 
  private:
+  status take_image(const commit_record& r);
   entity_store* store_for(const entity_key& key, const std::optional<replica_genesis>& genesis,
                           status& error);
   status close_some();
@@ -73,14 +84,16 @@ class log_applier {
   std::map<std::string, std::unique_ptr<entity_store>> open_;
   std::set<std::string> touched_;
   std::set<std::string> diverged_;
-  uint64_t applied_ = 0, skipped_ = 0;
+  part_reader parts_;
+  uint64_t applied_ = 0, skipped_ = 0, images_ = 0;
   bool created_ = false; ///< a file was created since the last finish()
 };
 
 /// Applies shard `k`'s log from state.applied + 1 to its last sequence now to the files under
 /// opts.data_dir, and persists the state to `state_file` once the files are synced. The
-/// entities found diverged are rebuilt whole (rebuild_entity). CONFLICT when the log no longer
-/// holds the messages after state.applied (trimmed past this copy).
+/// entities found diverged are rebuilt whole (rebuild_entity). A copy however far behind
+/// catches up: the only messages the log drops are an entity's records before its latest
+/// image head, which holds them, and image parts.
 result<follow_state> apply_shard(log_connection& c, uint32_t k, const store_options& opts,
                                  const std::filesystem::path& state_file);
 

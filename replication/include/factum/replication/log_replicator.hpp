@@ -1,11 +1,13 @@
 // log_replicator.hpp: the commit sink of a replicated runtime on NATS JetStream
 // (commit_sink.hpp, shard_log.hpp): each entity's commits go, as commit records, to its shard's
 // log through the shard's one writer on this node; the log's last record of an entity tells an
-// activation whether its file is current; a file that is not is rebuilt from the log. The
+// activation whether its file is current; a file that is not is rebuilt from the log; an image
+// of an entity's file lets the log drop the entity's records before it (compact()). The
 // cluster node opens a shard's writer when it acquires the shard (fencing the previous owner)
 // and closes it when the shard leaves. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -15,7 +17,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "factum/replication/commit_sink.hpp"
 #include "factum/replication/shard_log.hpp"
@@ -41,6 +45,16 @@ class log_replicator final : public commit_sink {
   void append(const entity_key& key, int64_t epoch, std::optional<replica_genesis> genesis,
               std::vector<captured_commit> commits, done_fn done) override;
   status rebuild(const entity_key& key, const store_options& opts) override;
+  /// The image goes as parts of at most image_part_bytes (on the entity's parts subject), then
+  /// its head (with a rollup: the log drops the entity's records before it); once the head is
+  /// stored, the parts of the entity's earlier images are purged (in the background).
+  void compact(const entity_key& key, int64_t epoch, replica_image image, done_fn done) override;
+
+  /// The largest image part (NATS refuses a message over its max_payload, 1 MiB by default).
+  void set_image_part_bytes(size_t n) { part_bytes_ = n; }
+  /// Images appended (their heads stored) and their bytes, since the start.
+  uint64_t images_appended() const noexcept { return images_.load(); }
+  uint64_t image_bytes_appended() const noexcept { return image_bytes_.load(); }
 
   log_connection& connection() noexcept { return *c_; }
 
@@ -67,8 +81,12 @@ class log_replicator final : public commit_sink {
   observer_fn observer_;
   std::condition_variable cv_;          ///< wakes the opener
   std::map<uint32_t, int64_t> to_open_; ///< under mu_: shards to open a writer for, and epoch
-  bool stop_ = false;                   ///< under mu_
-  std::thread opener_;                  ///< opens writers, never an entity's actor
+  /// Under mu_: parts to purge (shard, entity token, below this sequence), by the opener.
+  std::vector<std::tuple<uint32_t, std::string, uint64_t>> to_purge_;
+  size_t part_bytes_ = 512 * 1024;
+  std::atomic<uint64_t> images_{0}, image_bytes_{0};
+  bool stop_ = false;  ///< under mu_
+  std::thread opener_; ///< opens writers, never an entity's actor
   std::function<uint32_t(const entity_key&)> shard_of_;
   std::mutex mu_;
   std::map<uint32_t, shard_slot> shards_;

@@ -236,6 +236,14 @@ struct runtime_config {
   /// the entity (503 STORAGE_UNAVAILABLE otherwise: the file must be rebuilt from the log).
   /// Default null: commits stay on the local disk.
   std::shared_ptr<replication::commit_sink> replicator;
+  /// With a replicator: an entity's log is compacted (commit_sink::compact) by an image of its
+  /// whole file once the changes appended since its last image reach replicated_image_ratio
+  /// times the file's size and at least replicated_image_min_bytes. With the ratio at 1 the log
+  /// holds about at most twice each entity's size, and images cost at most as many bytes as
+  /// the changes they replace; a lower ratio keeps less log for more image bytes. Min 0: never.
+  /// Defaults 1 MiB and 1.
+  uint64_t replicated_image_min_bytes = uint64_t{1} << 20;
+  double replicated_image_ratio = 1.0;
   /// Degradation levels and the feature matrix (factum/runtime/degradation.hpp). Enabled, the
   /// runtime hosts one more entity type, `factum.runtime`, whose entity `degradation` of each
   /// tenant holds the tenant's level changes as lifecycle facts. Default: not enabled.

@@ -280,6 +280,9 @@ class entity_store {
   int64_t replicated_commit() const noexcept { return repl_commit_; }
   /// The id of that commit (captured_commit::id; empty: none).
   const std::string& replicated_commit_id() const noexcept { return repl_id_; }
+  /// Reads the file's last replicated commit again (replicated_commit() and its id follow): a
+  /// replica's, whose open does not read it.
+  status read_replicated_commit() { return load_commit_mark(); }
   /// The last replicated commit the file held when this open began (before a claim or a
   /// release of keys the open committed), and its id.
   int64_t opened_at_commit() const noexcept { return open_commit_; }

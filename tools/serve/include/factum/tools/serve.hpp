@@ -61,6 +61,12 @@ struct serve_cluster {
   std::vector<std::string> replication_servers;
   int replication_replicas = 3;
   std::chrono::milliseconds replication_ack_timeout{5'000};
+  /// storage "replicated": an entity's log is compacted by an image of its file once the
+  /// changes since its last image reach `replication_image_ratio` times the file's size and at
+  /// least `replication_image_min_bytes` (0: never; runtime_config::replicated_image_min_bytes).
+  /// Defaults 1 MiB and 1.
+  uint64_t replication_image_min_bytes = uint64_t{1} << 20;
+  double replication_image_ratio = 1.0;
   /// storage "shared": the directory of the entity files, the same on every node (each node
   /// keeps its own data_dir for its lock, indexes and spare files, on the same file system).
   std::string shared_dir;
