@@ -29,9 +29,11 @@ inline constexpr const char* epoch_header = "Factum-Epoch";
 inline constexpr const char* writer_header = "Factum-Writer";
 inline constexpr const char* msg_id_header = "Nats-Msg-Id";
 inline constexpr const char* expected_last_seq_header = "Nats-Expected-Last-Sequence";
+inline constexpr const char* expected_last_msg_id_header = "Nats-Expected-Last-Msg-Id";
 
 /// JetStream's error codes the log tells apart.
 inline constexpr int js_wrong_last_sequence = 10071;
+inline constexpr int js_wrong_last_msg_id = 10070;
 inline constexpr int js_stream_not_found = 10059;
 inline constexpr int js_no_message_found = 10037;
 inline constexpr int js_stream_name_in_use = 10058;

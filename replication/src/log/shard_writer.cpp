@@ -1,11 +1,11 @@
 // shard_writer.cpp: the writer of a shard's log (factum/replication/shard_log.hpp): the epoch
-// marker published on open, then pipelined appends, each expecting the sequence predicted for
-// the one before it. Threads: append() may be called from any thread (appends of one writer
-// are serialised: the order they reach the server is the order their sequences were
-// predicted in); each publish's answer (PubAck, error, or libnats' MaxWait timeout) arrives on
-// the JetStream context's reply thread (log_connection::impl::on_ack), which runs the `done`
-// callbacks that are due, in append order; the few that no answer will bring (an append on a
-// broken writer, a publish that failed at once) run on the connection's callback thread.
+// marker published on open, then pipelined appends, each expecting the sequence predicted for the
+// one before it and that one's message id. Threads: append() may be called from any thread (appends
+// of one writer are serialised: the order they reach the server is the order their sequences were
+// predicted in); each publish's answer (PubAck, error, or libnats' MaxWait timeout) arrives on the
+// JetStream context's reply thread (log_connection::impl::on_ack), which runs the `done` callbacks
+// that are due, in append order; the few that no answer will bring (an append on a broken writer, a
+// publish that failed at once) run on the connection's callback thread.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -39,6 +39,9 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
   /// Serialises appends: predicting a sequence and publishing are one step.
   std::mutex publish_mu;
   uint64_t next_seq = 0; ///< the sequence the next append gets (publish_mu)
+  /// The Nats-Msg-Id of the writer's last publish, the marker's at first (publish_mu): the next
+  /// publish expects it as the stream's last message id.
+  std::string last_msg_id;
 
   std::mutex mu;
   std::condition_variable drained;
@@ -193,6 +196,8 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
       s = natsMsgHeader_Set(m, msg_id_header, msg_id.c_str());
     if (s == NATS_OK)
       s = natsMsgHeader_Set(m, expected_last_seq_header, expected.c_str());
+    if (s == NATS_OK)
+      s = natsMsgHeader_Set(m, expected_last_msg_id_header, last_msg_id.c_str());
     jsPubOptions po;
     jsPubOptions_Init(&po);
     po.MaxWait = c->opts.ack_timeout.count(); // the timeout comes back as an answer
@@ -200,6 +205,7 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
     if (s == NATS_OK)
       s = js_PublishMsgAsync(c->js, &m, &po);
     natsMsg_Destroy(m); // no-op once libnats took it
+    last_msg_id = msg_id;
     if (s != NATS_OK)
       resolve(seq,
               {errc::unavailable, "shard " + std::to_string(k) + " log: publish of seq " +
@@ -301,6 +307,8 @@ result<std::unique_ptr<shard_writer>> shard_writer::open(std::shared_ptr<log_con
   // The marker expects the last sequence read, 0 for an empty stream included: libnats sends no
   // expectation for jsPubOptions.ExpectLastSeq == 0, so the header is set here (nats-server
   // 2.9.10 enforces an expected last sequence of 0: a publish onto a non-empty stream fails).
+  // It expects no message id: whoever wrote at L, the marker follows it; the writer's appends
+  // then expect the marker's id.
   auto subject = epoch_subject(c.opts, k);
   auto msg_id = state->id + ":" + std::to_string(seq);
   auto expected = std::to_string(*last);
@@ -331,6 +339,7 @@ result<std::unique_ptr<shard_writer>> shard_writer::open(std::shared_ptr<log_con
                                     ", not " + std::to_string(seq)};
   state->marker_seq = seq;
   state->next_seq = seq + 1;
+  state->last_msg_id = msg_id;
   {
     std::lock_guard<std::mutex> g(c.writers_mu);
     c.writers[state->id] = state;

@@ -2,24 +2,32 @@
 // One stream per shard, R replicas, file storage; subjects
 //   <prefix>.<shard>.e.<entity token>   one entity's commit records, in commit order
 //   <prefix>.<shard>.epoch              epoch markers: the writer that owns the log from there on
-// Every message carries the headers Factum-Epoch and Factum-Writer (the writer's id). A writer
-// is the shard's one owner under one epoch: it predicts each publish's stream sequence
-// (Nats-Expected-Last-Sequence) and names each publish (Nats-Msg-Id) so that a retry is
-// idempotent. A new writer first publishes a marker expecting the sequence it read up to: from
-// then on every publish of an older writer fails its expectation, and a record that still lands
-// after a marker (its writer had failed before it) belongs to a writer the marker superseded,
-// which readers skip (log_reader below). A superseded writer's appends that were in flight
-// together with the one that failed its expectation can land after the new marker (each
-// expects its predecessor's predicted sequence, and the first of them expected the marker's):
-// they are reported failed, and the new writer's next append then fails CONFLICT (the log moved
-// past its prediction), so it opens again under its own epoch. The first marker of an empty
-// stream expects last sequence 0 through the header itself (libnats sends no expectation for
-// 0); nats-server 2.9.10 enforces it (a publish expecting 0 onto a non-empty stream is refused,
-// tests/replication/shard_log_test.cpp). Threads: every class here is safe to use from any
-// thread; the `done` callbacks of a writer run in append order, never on the caller's thread:
-// on the connection's acknowledgement thread (libnats', shared by its writers), or on its own
-// callback thread for the appends no server answer ends (on a broken writer, a publish that
-// failed at once). Keep them short: the connection's other writers wait meanwhile.
+// Every message carries the headers Factum-Epoch and Factum-Writer (the writer's id). A writer is
+// the shard's one owner under one epoch: it predicts each publish's stream sequence
+// (Nats-Expected-Last-Sequence), names each publish (Nats-Msg-Id "<writer id>:<sequence>") so that
+// a retry is idempotent, and expects the stream's last message to be its own previous publish
+// (Nats-Expected-Last-Msg-Id; the marker's id for the first publish after it). A new writer first
+// publishes a marker expecting the sequence it read up to: from then on the server refuses every
+// publish of an older writer, the appends pipelined behind its first refusal included (each expects
+// a message id the stream's last message does not have), so nothing of a superseded writer lands
+// after a newer marker. Readers still skip a record whose writer is not the last marker's
+// (log_applier.hpp), as a second defence. Each replica keeps the stream's last message id in memory
+// and checks the expectation as it applies a publish. A stream leader change keeps it (the new
+// leader applied every message). A restarted server rebuilds it from the messages of the duplicate
+// window (2 minutes): when the last message is older than that, the writer's next append is refused
+// (CONFLICT), the writer is broken, and the owner opens a new one (a marker expects a sequence, not
+// a message id). nats-server 2.9.10 does not update it on a replica that catches up from a snapshot
+// (a server that was down while the others compacted their Raft logs, which they do every 2 to 3
+// minutes and past 8 MiB or 65,536 entries): that replica refuses every later publish the others
+// store, and should it lead the stream, the stream holds fewer messages than were acknowledged
+// (tests/replication/shard_log_test.cpp shows both). The first marker of an empty stream expects
+// last sequence 0 through the header itself (libnats sends no expectation for 0); nats-server
+// 2.9.10 enforces it (a publish expecting 0 onto a non-empty stream is refused,
+// tests/replication/shard_log_test.cpp). Threads: every class here is safe to use from any thread;
+// the `done` callbacks of a writer run in append order, never on the caller's thread: on the
+// connection's acknowledgement thread (libnats', shared by its writers), or on its own callback
+// thread for the appends no server answer ends (on a broken writer, a publish that failed at once).
+// Keep them short: the connection's other writers wait meanwhile.
 #pragma once
 
 #include <chrono>
