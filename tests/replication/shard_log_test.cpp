@@ -2,11 +2,12 @@
 // real nats-server processes the tests start (tests/support/nats_cluster.hpp): appends and their
 // predicted sequences, reading back, fencing by a newer writer's marker (strict: the server refuses
 // every later append of the older writer), the first marker of an empty stream, JetStream's dedupe
-// of a retried publish, the stream leader killed under a pipeline of appends (three servers), the
-// last message id the server keeps (across a leader change, a restart, a catch-up from a snapshot),
-// trimming, the acknowledgement timeout of a server that stopped answering, and writers of two
-// shards on one connection. Threads: each test's own, plus libnats' and the writers' callback
-// threads.
+// of a retried publish, the stream leader killed under a pipeline of appends (three servers), image
+// parts and heads (the head's rollup, reads and get() across its holes, purge_parts), allowing
+// rollups on an existing stream, the last message id the server keeps (across a leader change, a
+// restart, a catch-up from a snapshot), trimming, the acknowledgement timeout of a server that
+// stopped answering, and writers of two shards on one connection. Threads: each test's own, plus
+// libnats' and the writers' callback threads.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -98,13 +99,16 @@ class outcomes {
 };
 
 /// One append, waited for.
-std::pair<status, uint64_t> append_one(shard_writer& w, const std::string& entity,
-                                       std::string data) {
+std::pair<status, uint64_t> append_one(shard_writer& w, const std::string& entity, std::string data,
+                                       append_kind kind = append_kind::record) {
   std::promise<std::pair<status, uint64_t>> p;
   auto f = p.get_future();
-  w.append(entity, std::move(data), [&](const status& st, uint64_t seq) {
-    p.set_value({st, seq});
-  });
+  w.append(
+    entity, std::move(data),
+    [&](const status& st, uint64_t seq) {
+      p.set_value({st, seq});
+    },
+    kind);
   REQUIRE(f.wait_for(15s) == std::future_status::ready);
   return f.get();
 }
@@ -166,6 +170,14 @@ struct raw_publisher {
     jsStreamInfo* si = nullptr;
     REQUIRE(js_AddStream(&si, js, &sc, nullptr, nullptr) == NATS_OK);
     jsStreamInfo_Destroy(si);
+  }
+  /// Whether stream `name` allows rollups (and does not deny purges).
+  bool allows_rollup(const std::string& name) {
+    jsStreamInfo* si = nullptr;
+    REQUIRE(js_GetStreamInfo(&si, js, name.c_str(), nullptr, nullptr) == NATS_OK);
+    bool out = si->Config->AllowRollup && !si->Config->DenyPurge;
+    jsStreamInfo_Destroy(si);
+    return out;
   }
   /// Asks the leader of stream `name` to step down; whether it answered without an error.
   bool step_down(const std::string& name) {
@@ -506,6 +518,185 @@ TEST_CASE("shard log: three servers, the stream leader killed under a pipeline o
   auto last = append_one(*w2, "e1", "last");
   CHECK_MESSAGE(last.first.is_ok(), last.first.to_string());
   CHECK(last.second == after.second + 1);
+}
+
+TEST_CASE("shard log: an image head rolls up its entity's subject: the entity's earlier records "
+          "go, its image parts, other entities' records and the marker stay, and reads see the "
+          "holes") {
+  test::nats_cluster nc(1);
+  auto c = connect(options_for(nc));
+  auto w = open(c, 6, 1); // marker at 1
+  outcomes out;
+  size_t n = 0;
+  // Records 0..39 at sequences 2..41: "a" at the even sequences, "b" at the odd ones.
+  for (; n < 40; ++n)
+    CHECK(w->append(n % 2 == 0 ? "a" : "b", "r" + std::to_string(n), out.done(n)) == n + 2);
+  CHECK(w->append("a", "part 0", out.done(n++), append_kind::image_part) == 42);
+  CHECK(w->append("a", "part 1", out.done(n++), append_kind::image_part) == 43);
+  CHECK(w->append("a", "head", out.done(n++), append_kind::image_head) == 44);
+  CHECK(w->append("a", "after", out.done(n++)) == 45);
+  // An entity that is not a token fails at once: 0, and the writer goes on.
+  CHECK(w->append("x.y", "no", out.done(n++), append_kind::image_part) == 0);
+  REQUIRE(out.wait(n));
+  CHECK(w->drain(5s).is_ok());
+  for (auto& a : out.all()) {
+    if (a.index == n - 1) {
+      CHECK(a.st.code() == errc::invalid_argument);
+      continue;
+    }
+    CHECK_MESSAGE(a.st.is_ok(), a.st.to_string());
+    CHECK(a.seq == a.index + 2);
+  }
+  CHECK_FALSE(w->broken());
+  CHECK(*c->first_seq(6) == 1);
+  CHECK(*c->last_seq(6) == 45);
+
+  // The marker, b's 20 records, a's two parts, its head and its record after the head.
+  auto check_log = [&](const std::vector<log_message>& log) {
+    REQUIRE(log.size() == 25);
+    CHECK(log[0].seq == 1);
+    CHECK(log[0].marker);
+    for (size_t i = 0; i < 20; ++i) {
+      CHECK(log[1 + i].seq == 3 + 2 * i);
+      CHECK(log[1 + i].entity == "b");
+      CHECK_FALSE(log[1 + i].part);
+      CHECK(log[1 + i].data == "r" + std::to_string(1 + 2 * i));
+    }
+    for (size_t i = 0; i < 2; ++i) {
+      auto& m = log[21 + i];
+      CHECK(m.seq == 42 + i);
+      CHECK(m.part);
+      CHECK_FALSE(m.marker);
+      CHECK(m.entity == "a");
+      CHECK(m.writer == w->writer_id());
+      CHECK(m.data == "part " + std::to_string(i));
+    }
+    CHECK(log[23].seq == 44);
+    CHECK_FALSE(log[23].part);
+    CHECK(log[23].entity == "a");
+    CHECK(log[23].data == "head");
+    CHECK(log[24].seq == 45);
+    CHECK(log[24].data == "after");
+  };
+  check_log(read_all(*c, 6)); // an ordered consumer
+  std::vector<log_message> each;
+  for (uint64_t from = 1; from <= 45; from += 15) // short ranges, one request per message
+    for (auto& m : read_all(*c, 6, from, from + 14))
+      each.push_back(m);
+  check_log(each);
+
+  auto removed = c->get(6, 2);
+  REQUIRE_MESSAGE(removed.is_ok(), removed.error().to_string());
+  CHECK_FALSE(removed->has_value());
+  auto kept = c->get(6, 3);
+  REQUIRE(kept.is_ok());
+  REQUIRE(kept->has_value());
+  CHECK((*kept)->seq == 3);
+  CHECK((*kept)->entity == "b");
+  CHECK((*kept)->data == "r1");
+  auto part = c->get(6, 43);
+  REQUIRE(part.is_ok());
+  REQUIRE(part->has_value());
+  CHECK((*part)->part);
+  CHECK((*part)->entity == "a");
+  CHECK((*part)->data == "part 1");
+  CHECK_FALSE(c->get(6, 0)->has_value());
+  CHECK_FALSE(c->get(6, 46)->has_value()); // not written yet
+  CHECK(c->get(60, 1).error().code() == errc::not_found);
+  auto last_a = c->last_of_entity(6, "a");
+  REQUIRE(last_a.is_ok());
+  REQUIRE(last_a->has_value());
+  CHECK((*last_a)->seq == 45);
+
+  // With the marker trimmed, the first message held is the first the rollup left.
+  CHECK(c->trim(6, 2).is_ok());
+  CHECK(*c->first_seq(6) == 3);
+  // The writer goes on after the rollup and the trim.
+  auto next = append_one(*w, "b", "next");
+  CHECK_MESSAGE(next.first.is_ok(), next.first.to_string());
+  CHECK(next.second == 46);
+}
+
+TEST_CASE("shard log: purge_parts removes one entity's image parts below a sequence, nothing "
+          "else") {
+  test::nats_cluster nc(1);
+  auto c = connect(options_for(nc));
+  auto w = open(c, 7, 1); // marker at 1
+  outcomes out;
+  w->append("a", "a0 part 0", out.done(0), append_kind::image_part); // 2
+  w->append("a", "a0 part 1", out.done(1), append_kind::image_part); // 3
+  w->append("b", "b0 part 0", out.done(2), append_kind::image_part); // 4
+  w->append("a", "a0 head", out.done(3), append_kind::image_head);   // 5
+  w->append("a", "a record", out.done(4));                           // 6
+  w->append("a", "a1 part 0", out.done(5), append_kind::image_part); // 7
+  w->append("b", "b1 part 0", out.done(6), append_kind::image_part); // 8
+  w->append("a", "a1 head", out.done(7), append_kind::image_head);   // 9: removes 5 and 6
+  REQUIRE(out.wait(8));
+  for (auto& a : out.all())
+    CHECK_MESSAGE(a.st.is_ok(), a.st.to_string());
+  auto seqs = [&] {
+    std::vector<uint64_t> v;
+    for (auto& m : read_all(*c, 7))
+      v.push_back(m.seq);
+    return v;
+  };
+  CHECK(seqs() == std::vector<uint64_t>{1, 2, 3, 4, 7, 8, 9});
+
+  // The parts of a's images that its head at 9 replaced: those below 9 (the first image's and
+  // the second's). b's parts stay.
+  CHECK(c->purge_parts(7, "a", 9).is_ok());
+  CHECK(seqs() == std::vector<uint64_t>{1, 4, 8, 9});
+  CHECK(c->purge_parts(7, "a", 9).is_ok()); // nothing left there: ok
+  CHECK(c->purge_parts(7, "b", 1).is_ok()); // nothing below 1
+  CHECK(c->purge_parts(7, "b", 8).is_ok()); // b's parts below 8 only
+  CHECK(seqs() == std::vector<uint64_t>{1, 8, 9});
+  CHECK(c->purge_parts(7, "x.y", 9).code() == errc::invalid_argument);
+  CHECK(c->purge_parts(70, "a", 9).code() == errc::not_found);
+  CHECK(*c->first_seq(7) == 1);
+  CHECK(*c->last_seq(7) == 9);
+
+  // A purge that removes the stream's last message leaves the writer's expectations as they
+  // were: the server keeps the last message id.
+  w->append("b", "b2 part 0", out.done(8), append_kind::image_part); // 10
+  REQUIRE(out.wait(9));
+  CHECK(c->purge_parts(7, "b", 11).is_ok());
+  CHECK(seqs() == std::vector<uint64_t>{1, 9});
+  auto next = append_one(*w, "a", "next");
+  CHECK_MESSAGE(next.first.is_ok(), next.first.to_string());
+  CHECK(next.second == 11);
+}
+
+TEST_CASE("shard log: ensure_stream allows rollups on a stream created without them, keeping its "
+          "messages, and refuses a stream that denies purges") {
+  test::nats_cluster nc(1);
+  raw_publisher raw(nc.url());
+  raw.add_stream("FACTUM_LOG_8", "factum.log.8.>", false, false);
+  CHECK(raw.publish("factum.log.8.e.a", {}).first == 1);
+  CHECK(raw.publish("factum.log.8.e.a", {{"Nats-Rollup", "sub"}}).first == -10111); // refused
+  CHECK_FALSE(raw.allows_rollup("FACTUM_LOG_8"));
+
+  auto c = connect(options_for(nc));
+  REQUIRE(c->ensure_stream(8).is_ok());
+  CHECK(raw.allows_rollup("FACTUM_LOG_8"));
+  CHECK(*c->last_seq(8) == 1);
+  CHECK(c->ensure_stream(8).is_ok()); // as it should be now: nothing to do
+
+  auto w = open(c, 8, 1); // marker at 2
+  CHECK(append_one(*w, "a", "record 0").second == 3);
+  CHECK(append_one(*w, "a", "record 1").second == 4);
+  CHECK(append_one(*w, "b", "record").second == 5);
+  auto head = append_one(*w, "a", "head", append_kind::image_head);
+  CHECK_MESSAGE(head.first.is_ok(), head.first.to_string());
+  CHECK(head.second == 6);
+  std::vector<uint64_t> seqs;
+  for (auto& m : read_all(*c, 8))
+    seqs.push_back(m.seq);
+  CHECK(seqs == std::vector<uint64_t>{2, 5, 6}); // a's messages at 1, 3 and 4 went
+
+  raw.add_stream("FACTUM_LOG_9", "factum.log.9.>", false, true);
+  auto denied = c->ensure_stream(9);
+  CHECK(denied.code() == errc::conflict);
+  CHECK(shard_writer::open(c, 9, 1).error().code() == errc::conflict);
 }
 
 TEST_CASE("shard log: a writer's next append expects its last message id across a stream "

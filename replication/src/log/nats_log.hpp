@@ -30,6 +30,9 @@ inline constexpr const char* writer_header = "Factum-Writer";
 inline constexpr const char* msg_id_header = "Nats-Msg-Id";
 inline constexpr const char* expected_last_seq_header = "Nats-Expected-Last-Sequence";
 inline constexpr const char* expected_last_msg_id_header = "Nats-Expected-Last-Msg-Id";
+inline constexpr const char* rollup_header = "Nats-Rollup";
+/// The value of rollup_header that removes the earlier messages of the message's subject.
+inline constexpr const char* rollup_subject = "sub";
 
 /// JetStream's error codes the log tells apart.
 inline constexpr int js_wrong_last_sequence = 10071;
@@ -47,6 +50,8 @@ std::string subject_root(const log_options& o, uint32_t k);
 std::string epoch_subject(const log_options& o, uint32_t k);
 /// `<subject_prefix>.<k>.e.<entity>`.
 std::string entity_subject(const log_options& o, uint32_t k, const std::string& entity);
+/// `<subject_prefix>.<k>.i.<entity>`: the parts of the entity's images.
+std::string parts_subject(const log_options& o, uint32_t k, const std::string& entity);
 /// Whether `s` can be an entity's token: 1..255 printable ASCII bytes without '.', '*', '>'.
 bool valid_token(const std::string& s);
 
@@ -58,7 +63,8 @@ std::string nats_error(natsStatus s, int jerr = 0);
 status nats_status(const std::string& what, natsStatus s, int jerr);
 
 /// A message of a shard's stream (whose subjects are under `root`) as a log_message: headers
-/// parsed; a marker when the subject is <root>.epoch; a record's entity is what follows <root>.e.
+/// parsed; a marker when the subject is <root>.epoch; an image part when it is under <root>.i.;
+/// the entity of a record or a part is what follows <root>.e. or <root>.i.
 log_message parse_message(natsMsg* m, uint64_t seq, const std::string& root);
 
 /// Owns a natsMsg.

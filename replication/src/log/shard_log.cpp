@@ -1,6 +1,7 @@
 // shard_log.cpp: a shard's log on NATS JetStream (factum/replication/shard_log.hpp), the
-// connection side: connecting, the shard streams (create, info, trim, delete) and reading them
-// back (an ordered consumer for a range, the last message of a subject). The writer is in
+// connection side: connecting, the shard streams (create, allow rollups on, info, trim, purge
+// an entity's image parts, delete) and reading them back (an ordered consumer for a range, one
+// message by sequence, the last message of a subject). The writer is in
 // shard_writer.cpp. Threads: every call here is a synchronous JetStream API request on the
 // caller's thread; libnats runs its own threads behind the connection.
 #include <cstdlib>
@@ -29,6 +30,10 @@ std::string epoch_subject(const log_options& o, uint32_t k) {
 
 std::string entity_subject(const log_options& o, uint32_t k, const std::string& entity) {
   return subject_root(o, k) + ".e." + entity;
+}
+
+std::string parts_subject(const log_options& o, uint32_t k, const std::string& entity) {
+  return subject_root(o, k) + ".i." + entity;
 }
 
 bool valid_token(const std::string& s) {
@@ -67,10 +72,14 @@ log_message parse_message(natsMsg* m, uint64_t seq, const std::string& root) {
   if (natsMsgHeader_Get(m, writer_header, &v) == NATS_OK && v)
     r.writer = v;
   std::string subject = natsMsg_GetSubject(m) ? natsMsg_GetSubject(m) : "";
-  auto records = root + ".e.";
+  auto records = root + ".e.", parts = root + ".i.";
   r.marker = subject == root + ".epoch";
-  if (subject.compare(0, records.size(), records) == 0)
+  if (subject.compare(0, records.size(), records) == 0) {
     r.entity = subject.substr(records.size());
+  } else if (subject.compare(0, parts.size(), parts) == 0) {
+    r.part = true;
+    r.entity = subject.substr(parts.size());
+  }
   if (int n = natsMsg_GetDataLength(m); n > 0)
     r.data.assign(natsMsg_GetData(m), static_cast<size_t>(n));
   return r;
@@ -237,10 +246,30 @@ status get_info(log_connection::impl& c, uint32_t k, stream_info& out) {
 
 } // namespace
 
+namespace {
+
+/// Allows rollups on a stream that exists without them: its configuration as the server
+/// reported it, with AllowRollup set (JetStream keeps its messages and every other setting).
+status allow_rollups(log_connection::impl& c, const std::string& name, jsStreamConfig& cfg) {
+  if (cfg.DenyPurge)
+    return {errc::conflict,
+            "stream " + name + " denies purges, so rollups too (JetStream cannot undo that)"};
+  cfg.AllowRollup = true;
+  jsStreamInfo* si = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  natsStatus s = js_UpdateStream(&si, c.js, &cfg, nullptr, &jerr);
+  jsStreamInfo_Destroy(si);
+  if (s != NATS_OK)
+    return nats_status("allow rollups on stream " + name, s, int(jerr));
+  return {};
+}
+
+} // namespace
+
 status log_connection::ensure_stream(uint32_t k) {
   auto& c = *impl_;
   auto name = stream_name(c.opts, k);
-  auto subject = subject_root(c.opts, k) + ".>";
+  auto subject = subject_root(c.opts, k) + ".>"; // records, image parts and markers
   for (int attempt = 0; attempt < 2; ++attempt) {
     stream_info info;
     auto st = get_info(c, k, info);
@@ -248,7 +277,7 @@ status log_connection::ensure_stream(uint32_t k) {
       auto* cfg = info.si->Config;
       for (int i = 0; cfg && i < cfg->SubjectsLen; ++i)
         if (cfg->Subjects[i] && subject == cfg->Subjects[i])
-          return {};
+          return cfg->AllowRollup && !cfg->DenyPurge ? status{} : allow_rollups(c, name, *cfg);
       return {errc::conflict, "stream " + name + " exists without the subjects " + subject};
     }
     if (st.code() != errc::not_found)
@@ -263,6 +292,7 @@ status log_connection::ensure_stream(uint32_t k) {
     sc.Retention = js_LimitsPolicy;
     sc.Replicas = c.opts.replicas;
     sc.Duplicates = int64_t(120) * 1'000'000'000; // 2 minutes, in ns
+    sc.AllowRollup = true; // an image head removes the earlier messages of its subject
     jsStreamInfo* si = nullptr;
     jsErrCode jerr = static_cast<jsErrCode>(0);
     natsStatus s = js_AddStream(&si, c.js, &sc, nullptr, &jerr);
@@ -291,22 +321,41 @@ result<uint64_t> log_connection::first_seq(uint32_t k) {
   return info.si->State.Msgs == 0 ? uint64_t(0) : info.si->State.FirstSeq;
 }
 
-status log_connection::trim(uint32_t k, uint64_t below) {
+namespace {
+
+/// Purges the messages of shard `k`'s stream below `below`, only those on `subject` when it is
+/// not empty.
+status purge_below(log_connection::impl& c, uint32_t k, const std::string& subject, uint64_t below,
+                   const std::string& what) {
   if (below <= 1)
     return {};
-  auto& c = *impl_;
   auto name = stream_name(c.opts, k);
   jsOptions jo;
   jsOptions_Init(&jo);
   jo.Wait = c.opts.request_timeout.count();
+  if (!subject.empty())
+    jo.Stream.Purge.Subject = subject.c_str();
   jo.Stream.Purge.Sequence = below; // purges up to, not including, `below`
   jsErrCode jerr = static_cast<jsErrCode>(0);
   natsStatus s = js_PurgeStream(c.js, name.c_str(), &jo, &jerr);
   if (s == NATS_NOT_FOUND)
     return {errc::not_found, "stream " + name + " does not exist"};
   if (s != NATS_OK)
-    return {errc::unavailable, "trim stream " + name + ": " + nats_error(s, jerr)};
+    return {errc::unavailable, what + " " + name + ": " + nats_error(s, jerr)};
   return {};
+}
+
+} // namespace
+
+status log_connection::trim(uint32_t k, uint64_t below) {
+  return purge_below(*impl_, k, "", below, "trim stream");
+}
+
+status log_connection::purge_parts(uint32_t k, const std::string& entity, uint64_t below) {
+  if (!valid_token(entity))
+    return {errc::invalid_argument, "entity token '" + entity + "' is not a subject token"};
+  return purge_below(*impl_, k, parts_subject(impl_->opts, k, entity), below,
+                     "purge the image parts of " + entity + " in stream");
 }
 
 status log_connection::delete_stream(uint32_t k) {
@@ -437,6 +486,25 @@ status log_connection::read(uint32_t k, uint64_t from, uint64_t to,
   if (to - from < short_range)
     return read_each(c, k, from, to, fn);
   return read_ordered(c, k, from, to, fn);
+}
+
+result<std::optional<log_message>> log_connection::get(uint32_t k, uint64_t seq) {
+  auto& c = *impl_;
+  auto name = stream_name(c.opts, k);
+  if (seq == 0)
+    return std::optional<log_message>{}; // sequences start at 1
+  natsMsg* m = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  natsStatus s = js_GetMsg(&m, c.js, name.c_str(), seq, nullptr, &jerr);
+  msg_ptr owned(m);
+  if (jerr == js_stream_not_found)
+    return status{errc::not_found, "stream " + name + " does not exist"};
+  if (s == NATS_NOT_FOUND)
+    return std::optional<log_message>{}; // never written, or removed
+  if (s != NATS_OK)
+    return status{errc::unavailable, "stream " + name + " message " + std::to_string(seq) + ": " +
+                                       nats_error(s, jerr)};
+  return std::optional<log_message>{parse_message(m, seq, subject_root(c.opts, k))};
 }
 
 result<std::optional<log_message>> log_connection::last_of_entity(uint32_t k,

@@ -1,11 +1,12 @@
 // shard_writer.cpp: the writer of a shard's log (factum/replication/shard_log.hpp): the epoch
-// marker published on open, then pipelined appends, each expecting the sequence predicted for the
-// one before it and that one's message id. Threads: append() may be called from any thread (appends
-// of one writer are serialised: the order they reach the server is the order their sequences were
-// predicted in); each publish's answer (PubAck, error, or libnats' MaxWait timeout) arrives on the
-// JetStream context's reply thread (log_connection::impl::on_ack), which runs the `done` callbacks
-// that are due, in append order; the few that no answer will bring (an append on a broken writer, a
-// publish that failed at once) run on the connection's callback thread.
+// marker published on open, then pipelined appends (records, image parts, image heads), each
+// expecting the sequence predicted for the one before it and that one's message id. Threads:
+// append() may be called from any thread (appends of one writer are serialised: the order they
+// reach the server is the order their sequences were predicted in); each publish's answer (PubAck,
+// error, or libnats' MaxWait timeout) arrives on the JetStream context's reply thread
+// (log_connection::impl::on_ack), which runs the `done` callbacks that are due, in append order;
+// the few that no answer will bring (an append on a broken writer, a publish that failed at once)
+// run on the connection's callback thread.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -157,7 +158,8 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
     }
   }
 
-  void append(const std::string& entity, std::string data, shard_writer::done_fn done) {
+  uint64_t append(const std::string& entity, std::string data, shard_writer::done_fn done,
+                  append_kind kind) {
     in_flight.fetch_add(1);
     std::lock_guard<std::mutex> p(publish_mu);
     uint64_t seq = 0;
@@ -178,11 +180,12 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
       queue.push_back(std::move(e));
       if (seq == 0) {
         kick();
-        return;
+        return 0;
       }
       waiting[seq] = &queue.back();
     }
-    auto subject = entity_subject(c->opts, k, entity);
+    auto subject = kind == append_kind::image_part ? parts_subject(c->opts, k, entity)
+                                                   : entity_subject(c->opts, k, entity);
     auto msg_id = id + ":" + std::to_string(seq);
     auto expected = std::to_string(seq - 1);
     natsMsg* m = nullptr;
@@ -198,6 +201,8 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
       s = natsMsgHeader_Set(m, expected_last_seq_header, expected.c_str());
     if (s == NATS_OK)
       s = natsMsgHeader_Set(m, expected_last_msg_id_header, last_msg_id.c_str());
+    if (s == NATS_OK && kind == append_kind::image_head)
+      s = natsMsgHeader_Set(m, rollup_header, rollup_subject);
     jsPubOptions po;
     jsPubOptions_Init(&po);
     po.MaxWait = c->opts.ack_timeout.count(); // the timeout comes back as an answer
@@ -206,11 +211,14 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
       s = js_PublishMsgAsync(c->js, &m, &po);
     natsMsg_Destroy(m); // no-op once libnats took it
     last_msg_id = msg_id;
-    if (s != NATS_OK)
+    if (s != NATS_OK) {
       resolve(seq,
               {errc::unavailable, "shard " + std::to_string(k) + " log: publish of seq " +
                                     std::to_string(seq) + ": " + nats_error(s)},
               false);
+      return 0;
+    }
+    return seq;
   }
 };
 
@@ -386,8 +394,9 @@ uint64_t shard_writer::marker_seq() const noexcept {
   return impl_->s->marker_seq;
 }
 
-void shard_writer::append(const std::string& entity, std::string data, done_fn done) {
-  impl_->s->append(entity, std::move(data), std::move(done));
+uint64_t shard_writer::append(const std::string& entity, std::string data, done_fn done,
+                              append_kind kind) {
+  return impl_->s->append(entity, std::move(data), std::move(done), kind);
 }
 
 bool shard_writer::broken() const noexcept {

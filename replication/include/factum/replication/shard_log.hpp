@@ -1,6 +1,8 @@
 // shard_log.hpp: a shard's replicated log on NATS JetStream (docs/cluster.md, "Replication").
-// One stream per shard, R replicas, file storage; subjects
-//   <prefix>.<shard>.e.<entity token>   one entity's commit records, in commit order
+// One stream per shard, R replicas, file storage, rollups allowed; subjects
+//   <prefix>.<shard>.e.<entity token>   one entity's commit records, in commit order, and the
+//                                       heads of its images
+//   <prefix>.<shard>.i.<entity token>   the parts of the entity's images
 //   <prefix>.<shard>.epoch              epoch markers: the writer that owns the log from there on
 // Every message carries the headers Factum-Epoch and Factum-Writer (the writer's id). A writer is
 // the shard's one owner under one epoch: it predicts each publish's stream sequence
@@ -10,16 +12,17 @@
 // publishes a marker expecting the sequence it read up to: from then on the server refuses every
 // publish of an older writer, the appends pipelined behind its first refusal included (each expects
 // a message id the stream's last message does not have), so nothing of a superseded writer lands
-// after a newer marker. Readers still skip a record whose writer is not the last marker's
-// (log_applier.hpp), as a second defence. Each replica keeps the stream's last message id in memory
-// and checks the expectation as it applies a publish. A stream leader change keeps it (the new
-// leader applied every message). A restarted server rebuilds it from the messages of the duplicate
-// window (2 minutes): when the last message is older than that, the writer's next append is refused
-// (CONFLICT), the writer is broken, and the owner opens a new one (a marker expects a sequence, not
-// a message id). nats-server 2.9.10 does not update it on a replica that catches up from a snapshot
-// (a server that was down while the others compacted their Raft logs, which they do every 2 to 3
-// minutes and past 8 MiB or 65,536 entries): that replica refuses every later publish the others
-// store, and should it lead the stream, the stream holds fewer messages than were acknowledged
+// after a newer marker, and no image head of a superseded writer removes records. Readers still
+// skip a record whose writer is not the last marker's (log_applier.hpp), as a second defence. Each
+// replica keeps the stream's last message id in memory and checks the expectation as it applies a
+// publish. A stream leader change keeps it (the new leader applied every message). A restarted
+// server rebuilds it from the messages of the duplicate window (2 minutes): when the last message
+// is older than that, the writer's next append is refused (CONFLICT), the writer is broken, and the
+// owner opens a new one (a marker expects a sequence, not a message id). nats-server 2.9.10 does
+// not update it on a replica that catches up from a snapshot (a server that was down while the
+// others compacted their Raft logs, which they do every 2 to 3 minutes and past 8 MiB or 65,536
+// entries): that replica refuses every later publish the others store, and should it lead the
+// stream, the stream holds fewer messages than were acknowledged
 // (tests/replication/shard_log_test.cpp shows both). The first marker of an empty stream expects
 // last sequence 0 through the header itself (libnats sends no expectation for 0); nats-server
 // 2.9.10 enforces it (a publish expecting 0 onto a non-empty stream is refused,
@@ -65,13 +68,19 @@ struct log_options {
   bool send_asap = true;
 };
 
+/// What an append publishes: a commit record on the entity's subject, a part of an entity's
+/// image on its parts subject, or an image's head on the entity's subject with `Nats-Rollup: sub`
+/// (JetStream then removes every earlier message on that subject).
+enum class append_kind { record, image_part, image_head };
+
 /// One message of a shard's log, as read back.
 struct log_message {
   uint64_t seq = 0;    ///< stream sequence (1, 2, ...)
   int64_t epoch = 0;   ///< Factum-Epoch
   std::string writer;  ///< Factum-Writer
-  bool marker = false; ///< an epoch marker (subject ...epoch), else a record
-  std::string entity;  ///< the entity token of a record's subject; empty for a marker
+  bool marker = false; ///< an epoch marker (subject ...epoch), else a record, a part or a head
+  bool part = false;   ///< an image part (subject ...i.<entity>)
+  std::string entity;  ///< the entity token of a record's or a part's subject; empty for a marker
   std::string data;    ///< the payload
 };
 
@@ -87,7 +96,9 @@ class log_connection {
   const log_options& options() const noexcept;
 
   /// Creates shard `k`'s stream when it does not exist (R replicas, file storage, limits
-  /// retention, duplicate window 2 minutes); ok when it exists with the same subjects.
+  /// retention, duplicate window 2 minutes, rollups allowed); ok when it exists with the same
+  /// subjects, after allowing rollups on it when it did not. CONFLICT when it exists with other
+  /// subjects or denies purges (which JetStream cannot undo, and which refuses rollups).
   status ensure_stream(uint32_t k);
   /// The stream's last sequence (0: empty). NOT_FOUND when the stream does not exist.
   result<uint64_t> last_seq(uint32_t k);
@@ -99,12 +110,20 @@ class log_connection {
   /// consumer (ephemeral, flow-controlled push) from `from`, created and removed by the call.
   status read(uint32_t k, uint64_t from, uint64_t to,
               const std::function<bool(const log_message&)>& fn);
+  /// The message of shard `k` at sequence `seq`, or nothing when the stream holds none there
+  /// (never written, or removed by a rollup or a purge). UNAVAILABLE when the log cannot be read.
+  /// NOT_FOUND when the stream does not exist.
+  result<std::optional<log_message>> get(uint32_t k, uint64_t seq);
   /// The last message on an entity's subject, or nothing when the entity has none.
   result<std::optional<log_message>> last_of_entity(uint32_t k, const std::string& entity);
   /// The last epoch marker of shard `k`, or nothing.
   result<std::optional<log_message>> last_marker(uint32_t k);
   /// Removes the messages of shard `k` below sequence `below` (the log's trim).
   status trim(uint32_t k, uint64_t below);
+  /// Removes the image parts of `entity` in shard `k`'s log below sequence `below` (the parts
+  /// of images an image head at or after `below` replaced). INVALID_ARGUMENT when `entity` is
+  /// not a subject token.
+  status purge_parts(uint32_t k, const std::string& entity, uint64_t below);
   /// Deletes shard `k`'s stream (tests and `factum cluster` reset); ok when it does not exist.
   status delete_stream(uint32_t k);
 
@@ -137,16 +156,20 @@ class shard_writer {
   /// The marker's sequence: the log this writer continues.
   uint64_t marker_seq() const noexcept;
 
-  /// Appends one record on `entity`'s subject (a token of [0-9a-f]), pipelined: returns at once
-  /// (or once there is room under max_pending: not from inside a `done`, whose thread makes
-  /// the room). `done` runs exactly once, in append order (threads: above): ok and the
-  /// record's sequence once a quorum stored it; or CONFLICT (the log moved: a newer writer; any
-  /// refusal by JetStream, or an acknowledgement at another sequence than predicted) or
-  /// UNAVAILABLE (no acknowledgement within ack_timeout, NATS down), with sequence 0. After the
-  /// first failure the writer is broken: that append and every later one fail, even when the
-  /// server acknowledges them later, and nothing more is published. An entity that is not a
-  /// subject token fails that append only (INVALID_ARGUMENT).
-  void append(const std::string& entity, std::string data, done_fn done);
+  /// Appends one message of `kind` for `entity` (a token of [0-9a-f]), pipelined: returns at
+  /// once (or once there is room under max_pending: not from inside a `done`, whose thread makes
+  /// the room) the stream sequence the message gets if it is stored (exact: every publish
+  /// expects its predecessor), or 0 when the append failed at once (the writer is broken, the
+  /// entity is not a token, libnats did not take the publish). `done` runs exactly once, in
+  /// append order (threads: above): ok and that sequence once a quorum stored it; or CONFLICT
+  /// (the log moved: a newer writer; any refusal by JetStream, or an acknowledgement at another
+  /// sequence than predicted) or UNAVAILABLE (no acknowledgement within ack_timeout, NATS
+  /// down), with sequence 0. After the first failure the writer is broken: that append and
+  /// every later one fail, even when the server acknowledges them later, and nothing more is
+  /// published. An entity that is not a subject token fails that append only
+  /// (INVALID_ARGUMENT).
+  uint64_t append(const std::string& entity, std::string data, done_fn done,
+                  append_kind kind = append_kind::record);
   /// Whether a failure broke the writer (open a new one to go on).
   bool broken() const noexcept;
   /// Appends whose `done` has not run yet.
