@@ -45,8 +45,8 @@ struct owner {
   /// `turns` commits of a fact with some padding each, appended and acknowledged.
   void commit(int turns) {
     for (int i = 0; i < turns; ++i) {
-      REQUIRE(store->append(test::draft("step", {{"n", ++n}, {"pad", std::string(700, 'p')}}))
-                .is_ok());
+      REQUIRE(
+        store->append(test::draft("step", {{"n", ++n}, {"pad", std::string(700, 'p')}})).is_ok());
       REQUIRE(store->commit().is_ok());
     }
     auto commits = store->take_captured();
@@ -80,17 +80,18 @@ struct census {
 
 census count(log_connection& c, const std::string& token) {
   census out;
-  REQUIRE(c.read(shard, 1, 0, [&](const log_message& m) {
-             if (m.entity != token)
-               return true;
-             if (m.part)
-               ++out.parts;
-             else if (decode(m.data)->image)
-               ++out.heads;
-             else
-               ++out.records;
-             return true;
-           })
+  REQUIRE(c.read(shard, 1, 0,
+                 [&](const log_message& m) {
+                   if (m.entity != token)
+                     return true;
+                   if (m.part)
+                     ++out.parts;
+                   else if (decode(m.data)->image)
+                     ++out.heads;
+                   else
+                     ++out.records;
+                   return true;
+                 })
             .is_ok());
   return out;
 }
@@ -143,12 +144,10 @@ TEST_CASE("log compaction: an image drops its entity's records and older parts f
   CHECK(count(**c, entity_token(small)).records == 5); // another entity keeps its records
   CHECK(sink.images_appended() == 2);
 
-  auto owner_big = test::table_rows(big.file_path(owner_dir.path()));
-  auto owner_small = test::table_rows(small.file_path(owner_dir.path()));
   a.store.reset();
   b.store.reset();
-  owner_big = test::table_rows(big.file_path(owner_dir.path()));
-  owner_small = test::table_rows(small.file_path(owner_dir.path()));
+  auto owner_big = test::table_rows(big.file_path(owner_dir.path()));
+  auto owner_small = test::table_rows(small.file_path(owner_dir.path()));
 
   // The copy from before the images catches up through the latest head.
   auto caught = apply_shard(**c, shard, copy_opts(early_dir.path()), early_state);
@@ -189,10 +188,12 @@ TEST_CASE("log compaction: a copy that reads an image head whose parts are gone 
   a.commit(3);
   // The copy has read the log up to here (the first image's head among it) ...
   std::vector<log_message> seen;
-  REQUIRE((*c)->read(shard, 1, 0, [&](const log_message& m) {
-                seen.push_back(m);
-                return true;
-              })
+  REQUIRE((*c)
+            ->read(shard, 1, 0,
+                   [&](const log_message& m) {
+                     seen.push_back(m);
+                     return true;
+                   })
             .is_ok());
   // ... when a second image replaces the first, whose parts are purged.
   auto first_parts = count(**c, entity_token(key)).parts;

@@ -438,6 +438,7 @@ status read_ordered(log_connection::impl& c, uint32_t k, uint64_t from, uint64_t
   // Room for a whole flow-control window of messages: a slow `fn` is not a slow consumer.
   (void)natsSubscription_SetPendingLimits(sub, -1, 256 * 1024 * 1024);
   status out;
+  uint64_t rest = 0; // where read_each takes over (0: nowhere)
   for (;;) {
     natsMsg* m = nullptr;
     s = natsSubscription_NextMsg(&m, sub, c.opts.request_timeout.count());
@@ -451,11 +452,20 @@ status read_ordered(log_connection::impl& c, uint32_t k, uint64_t from, uint64_t
       continue; // not a stream message
     uint64_t seq = meta->Sequence.Stream, pending = meta->NumPending;
     jsMsgMetaData_Destroy(meta);
-    if (seq > to || !fn(parse_message(m, seq, root)) || seq == to || pending == 0)
+    if (seq > to || !fn(parse_message(m, seq, root)) || seq == to)
       break;
+    if (pending == 0) {
+      // The consumer says nothing is left, yet `to` was not reached: with messages removed
+      // inside the range (rollups, purged parts) nats-server 2.9 can count one too few. What
+      // is left of the range is read one message at a time.
+      rest = seq + 1;
+      break;
+    }
   }
   (void)natsSubscription_Unsubscribe(sub); // removes the consumer
   natsSubscription_Destroy(sub);
+  if (out && rest > 0)
+    return read_each(c, k, rest, to, fn);
   return out;
 }
 
