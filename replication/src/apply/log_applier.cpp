@@ -172,7 +172,7 @@ status log_applier::take(const log_message& m) {
   }
   if (r->image)
     return take_image(*r); // an image heals a diverged copy
-  if (diverged_.count(name)) {
+  if (diverged_.count(name) || awaiting_.count(name)) {
     ++skipped_;
     return status::ok();
   }
@@ -216,13 +216,21 @@ status log_applier::take_image(const commit_record& r) {
   // the log, whose later head holds it.
   replica_image img{r.commit.number, r.commit.id, {}};
   img.bytes.reserve(static_cast<size_t>(r.image->size));
-  bool whole = static_cast<bool>(parts_);
+  if (!parts_) {
+    diverged_.insert(name);
+    return status::ok();
+  }
+  bool whole = true;
   for (size_t i = 0; whole && i < r.image->parts.size(); ++i) {
     auto m = parts_(r.image->parts[i]);
     if (!m)
       return m.error();
+    if (!m->has_value()) { // purged: a later image replaced this one, and comes later
+      awaiting_.insert(name);
+      return status::ok();
+    }
     result<image_part> p = status{errc::corruption, "not an image part"};
-    if (m->has_value() && (*m)->part)
+    if ((*m)->part)
       p = decode_part((*m)->data);
     whole = p.is_ok() && p->number == r.commit.number && p->index == i;
     if (whole)
@@ -242,6 +250,7 @@ status log_applier::take_image(const commit_record& r) {
   created_ = true;
   touched_.insert(name);
   diverged_.erase(name); // the image is the whole entity: whatever its copy missed is in it
+  awaiting_.erase(name);
   ++images_;
   return status::ok();
 }
@@ -307,7 +316,9 @@ result<follow_state> apply_shard(log_connection& c, uint32_t k, const store_opti
   log_applier a(opts, *start, std::nullopt, parts_of(c, k));
   if (auto st = apply_from(c, k, start->applied + 1, a); !st)
     return st;
-  for (auto& name : a.diverged()) {
+  auto unfinished = a.diverged();
+  unfinished.insert(a.awaiting_image().begin(), a.awaiting_image().end());
+  for (auto& name : unfinished) {
     auto key = entity_key::parse(name);
     if (!key)
       return key.error();
@@ -319,8 +330,30 @@ result<follow_state> apply_shard(log_connection& c, uint32_t k, const store_opti
   return a.state();
 }
 
+namespace {
+
+/// One attempt of rebuild_entity; `again` when an image replaced the one it read meanwhile.
+status rebuild_once(log_connection& c, uint32_t k, const entity_key& key, const store_options& opts,
+                    bool& again);
+
+} // namespace
+
 status rebuild_entity(log_connection& c, uint32_t k, const entity_key& key,
                       const store_options& opts) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    bool again = false;
+    auto st = rebuild_once(c, k, key, opts, again);
+    if (!again)
+      return st;
+  }
+  return {errc::unavailable, "entity " + key.to_string() + " of shard " + std::to_string(k) +
+                               ": its images were replaced faster than it could be read"};
+}
+
+namespace {
+
+status rebuild_once(log_connection& c, uint32_t k, const entity_key& key, const store_options& opts,
+                    bool& again) {
   // Built aside, under a data directory of its own beside the live one, and put in place only
   // once the whole log was read: a read that fails leaves the entity's files as they were.
   auto aside = opts;
@@ -340,6 +373,10 @@ status rebuild_entity(log_connection& c, uint32_t k, const entity_key& key,
   if (!a.diverged().empty())
     return {errc::corruption, "the log of shard " + std::to_string(k) + " cannot rebuild entity " +
                                 key.to_string() + ": its records do not follow each other"};
+  if (!a.awaiting_image().empty()) {
+    again = true;
+    return status::ok();
+  }
   if (auto rm = remove_entity(key, opts); !rm)
     return rm;
   auto built = key.file_path(aside.data_dir);
@@ -356,5 +393,7 @@ status rebuild_entity(log_connection& c, uint32_t k, const entity_key& key,
     return {errc::io_error, "sync " + to.parent_path().string() + ": " + std::strerror(e)};
   return status::ok();
 }
+
+} // namespace
 
 } // namespace factum::replication

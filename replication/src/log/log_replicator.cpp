@@ -251,8 +251,15 @@ void log_replicator::compact(const entity_key& key, int64_t epoch, replica_image
           it->second.failed = it->second.failed || !st;
         }
         if (st && first_part > 0) {
-          to_purge_.emplace_back(k, token, first_part);
-          cv_.notify_all();
+          // The previous image's parts stay; those before them go. Not known (this node's
+          // first image of the entity): nothing is purged now, the next image purges them.
+          if (last_image_part_.size() > 100'000)
+            last_image_part_.clear();
+          auto previous = std::exchange(last_image_part_[token], first_part);
+          if (previous > 0 && previous < first_part) {
+            to_purge_.emplace_back(k, token, previous);
+            cv_.notify_all();
+          }
         }
       }
       if (st) {

@@ -438,11 +438,20 @@ status read_ordered(log_connection::impl& c, uint32_t k, uint64_t from, uint64_t
   // Room for a whole flow-control window of messages: a slow `fn` is not a slow consumer.
   (void)natsSubscription_SetPendingLimits(sub, -1, 256 * 1024 * 1024);
   status out;
-  uint64_t rest = 0; // where read_each takes over (0: nowhere)
+  uint64_t rest = 0;        // where read_each takes over (0: nowhere)
+  uint64_t last = from - 1; // the last sequence delivered
+  // How long the consumer may be silent before the rest of the range is read one message at a
+  // time: messages of the range removed after the consumer counted them (a rollup, purged
+  // parts) can leave it waiting for messages that will not come.
+  auto idle = std::min<int64_t>(c.opts.request_timeout.count(), 1000);
   for (;;) {
     natsMsg* m = nullptr;
-    s = natsSubscription_NextMsg(&m, sub, c.opts.request_timeout.count());
+    s = natsSubscription_NextMsg(&m, sub, idle);
     msg_ptr owned(m);
+    if (s == NATS_TIMEOUT) {
+      rest = last + 1;
+      break;
+    }
     if (s != NATS_OK) {
       out = {errc::unavailable, "stream " + name + " read: " + nats_error(s, 0)};
       break;
@@ -454,6 +463,7 @@ status read_ordered(log_connection::impl& c, uint32_t k, uint64_t from, uint64_t
     jsMsgMetaData_Destroy(meta);
     if (seq > to || !fn(parse_message(m, seq, root)) || seq == to)
       break;
+    last = seq;
     if (pending == 0) {
       // The consumer says nothing is left, yet `to` was not reached: with messages removed
       // inside the range (rollups, purged parts) nats-server 2.9 can count one too few. What

@@ -7,7 +7,9 @@
 //   superseded writer that still landed after a marker was never acknowledged: skipped);
 // - an entity's first record carries its genesis: its replica file is built from it;
 // - an image head replaces the entity's file with the image its parts hold (the log keeps none
-//   of the entity's records before it); image parts are read through the head, by sequence;
+//   of the entity's records before it); image parts are read through the head, by sequence; a
+//   head whose parts are gone was replaced by a later image, which comes later in the log: the
+//   entity's records are skipped until it does (awaiting_image());
 // - an entity whose file cannot take a record (a gap, another history, a row that is not the
 //   owner's, a record without its genesis) is diverged: its later records are skipped and the
 //   caller rebuilds it from the whole log (rebuild_entity).
@@ -64,6 +66,9 @@ class log_applier {
   const follow_state& state() const noexcept { return state_; }
   /// Entities found diverged (their later records were skipped).
   const std::set<std::string>& diverged() const noexcept { return diverged_; }
+  /// Entities whose image head came with its parts gone (a later image replaced it while this
+  /// copy read): their later records are skipped until a later head comes.
+  const std::set<std::string>& awaiting_image() const noexcept { return awaiting_; }
   /// Commits applied, records skipped (superseded writers, entities not taken), so far.
   uint64_t applied_commits() const noexcept { return applied_; }
   uint64_t skipped_records() const noexcept { return skipped_; }
@@ -84,6 +89,7 @@ class log_applier {
   std::map<std::string, std::unique_ptr<entity_store>> open_;
   std::set<std::string> touched_;
   std::set<std::string> diverged_;
+  std::set<std::string> awaiting_;
   part_reader parts_;
   uint64_t applied_ = 0, skipped_ = 0, images_ = 0;
   bool created_ = false; ///< a file was created since the last finish()
@@ -91,14 +97,16 @@ class log_applier {
 
 /// Applies shard `k`'s log from state.applied + 1 to its last sequence now to the files under
 /// opts.data_dir, and persists the state to `state_file` once the files are synced. The
-/// entities found diverged are rebuilt whole (rebuild_entity). A copy however far behind
+/// entities found diverged, or still awaiting an image at the end, are rebuilt whole
+/// (rebuild_entity). A copy however far behind
 /// catches up: the only messages the log drops are an entity's records before its latest
 /// image head, which holds them, and image parts.
 result<follow_state> apply_shard(log_connection& c, uint32_t k, const store_options& opts,
                                  const std::filesystem::path& state_file);
 
 /// Removes `key`'s files under opts.data_dir and builds them again from shard `k`'s whole log.
-/// No file when the log has no commit of it.
+/// No file when the log has no commit of it. A read that an image replaced meanwhile (its
+/// head's parts gone) is read again, a few times at most (UNAVAILABLE after them).
 status rebuild_entity(log_connection& c, uint32_t k, const entity_key& key,
                       const store_options& opts);
 
