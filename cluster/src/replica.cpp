@@ -13,6 +13,7 @@
 // Threads: the replica thread runs all of it; connect_log() runs in node::start.
 #include <algorithm>
 #include <cctype>
+#include <set>
 
 #include "factum/cluster/shard_map.hpp"
 #include "factum/replication/log_applier.hpp"
@@ -80,6 +81,12 @@ bool node::impl::follows_locked(uint32_t k) const {
 
 status node::impl::prepare_shard(uint32_t k, int64_t epoch) {
   auto t0 = steady::now();
+  // Activations of an earlier hold of the shard (this node lost it, then got it back) close
+  // first: applying the log may put an image in place of a file one of them has open.
+  auto which = [&](const entity_key& e) { return cluster::shard_of(e, cfg.shards) == k; };
+  if (auto left = rt->release_entities(which, std::chrono::milliseconds(0)); left > 0)
+    return {errc::busy, std::to_string(left) + " activations of shard " + std::to_string(k) +
+                          " from before are still open here"};
   // The marker first: from it on nothing of an older owner lands in the log, so that the copy
   // caught up to the log's end below holds every acknowledged commit.
   if (auto st = log_sink->open_shard(k, epoch); !st)
@@ -228,12 +235,20 @@ void node::impl::run_replica() {
         to_verify.insert(k);
       }
     }
+    // A lost shard still to verify is not followed here: activations of it may still be open
+    // on this node, and applying the log may put an image in place of a file one of them has
+    // open (verify_shard follows it once they are closed).
+    std::set<uint32_t> unverified;
+    {
+      std::lock_guard<std::mutex> g(replica_mu);
+      unverified = to_verify;
+    }
     std::vector<uint32_t> followed;
     {
       std::lock_guard<std::mutex> g(mu);
       for (uint32_t k = 0; k < st.shards.size(); ++k)
         if (held[k].load() == 0 && ready[k].load() == 0 && !st.shards[k].home.empty() &&
-            st.shards[k].owner != cfg.node_id && follows_locked(k))
+            st.shards[k].owner != cfg.node_id && follows_locked(k) && !unverified.count(k))
           followed.push_back(k);
     }
     for (auto k : followed) {

@@ -281,9 +281,8 @@ TEST_CASE("shard log: appends get the sequences after the marker, read returns t
   CHECK(next.second == n + 2);
 }
 
-TEST_CASE("shard log: a writer opened under a newer epoch fences the older one: the server "
-          "refuses each of its next appends, even those pipelined together, it cannot open "
-          "again, and the new writer goes on") {
+TEST_CASE("shard log: a writer opened under a newer epoch fences the older one: its next "
+          "appends fail CONFLICT, even those that would land, and it cannot open again") {
   test::nats_cluster nc(1);
   auto c = connect(options_for(nc));
   auto w1 = open(c, 3, 1);
@@ -296,10 +295,8 @@ TEST_CASE("shard log: a writer opened under a newer epoch fences the older one: 
   CHECK(w2->marker_seq() == 5);
 
   // Two appends of the old writer in flight together (both sent while the server is stopped,
-  // so that neither is refused before the other is sent). The first expects last sequence 4
-  // and the last message id of w1's record there; the second expects sequence 5 (the new
-  // marker's) and the first one's message id. The log's last message is the new marker: the
-  // server refuses both.
+  // so that neither is refused before the other is sent): the first expects 4 and fails; the
+  // second expects 5, the new marker's sequence, and lands at 6, yet is reported failed.
   outcomes out;
   nc.pause(0);
   w1->append("e1", "late 0", out.done(0));
@@ -319,24 +316,69 @@ TEST_CASE("shard log: a writer opened under a newer epoch fences the older one: 
   CHECK(w1->in_flight() == 0);
 
   auto log = read_all(*c, 3);
-  REQUIRE(log.size() == 5);
+  REQUIRE(log.size() == 6);
   CHECK(log[4].marker);
   CHECK(log[4].writer == w2->writer_id());
   CHECK(log[4].epoch == 2);
-  CHECK(*c->last_seq(3) == 5);
+  // The old writer's record after the new marker: readers skip it (not the marker's writer).
+  CHECK_FALSE(log[5].marker);
+  CHECK(log[5].writer == w1->writer_id());
+  CHECK(log[5].data == "late 1");
 
   // The old writer cannot open again under its epoch: the last marker is newer.
   auto again = shard_writer::open(c, 3, 1);
   REQUIRE_FALSE(again.is_ok());
   CHECK(again.error().code() == errc::conflict);
 
-  // Nothing of the old writer landed: the new writer's prediction holds.
-  auto ok = append_one(*w2, "e1", "w2 0");
-  CHECK_MESSAGE(ok.first.is_ok(), ok.first.to_string());
-  CHECK(ok.second == 6);
-  CHECK_FALSE(w2->broken());
+  // That late record moved the log past the new writer's prediction: its next append fails
+  // CONFLICT, and it opens again under its own epoch (the last marker's: not newer).
+  CHECK(append_one(*w2, "e1", "w2 0").first.code() == errc::conflict);
+  auto w2b = open(c2, 3, 2);
+  CHECK(w2b->marker_seq() == 7);
+  auto ok = append_one(*w2b, "e1", "w2 1");
+  CHECK(ok.first.is_ok());
+  CHECK(ok.second == 8);
 }
 
+TEST_CASE("shard log: an image head goes only once its writer's earlier appends are answered: "
+          "a superseded writer's head is never stored after a newer marker, and removes "
+          "nothing") {
+  test::nats_cluster nc(1);
+  auto c = connect(options_for(nc));
+  auto w1 = open(c, 3, 1);
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(append_one(*w1, "e1", "w1 " + std::to_string(i)).first.is_ok());
+  auto w2 = open(connect(options_for(nc)), 3, 2);
+  REQUIRE(w2->marker_seq() == 5);
+  // A record of the old writer, then its image head, sent while the server is stopped: had the
+  // head been pipelined behind the record, it would expect 5, the new marker's sequence, and
+  // be stored at 6, removing e1's records.
+  outcomes out;
+  nc.pause(0);
+  w1->append("e1", "late record", out.done(0));
+  std::thread head([&] { w1->append("e1", "late head", out.done(1), append_kind::image_head); });
+  REQUIRE(test::eventually([&] { return w1->in_flight() == 2; }, 5s)); // the head is in append()
+  nc.resume(0);
+  head.join();
+  REQUIRE(out.wait(2));
+  CHECK(out.all()[0].st.code() == errc::conflict);
+  CHECK(out.all()[1].st.code() == errc::conflict);
+  auto log = read_all(*c, 3);
+  REQUIRE(log.size() == 5); // e1's three records and both markers: nothing removed, no head
+  CHECK(log[1].data == "w1 0");
+  CHECK(log[4].marker);
+  // The new writer's head is stored, and removes e1's earlier records.
+  auto ok = append_one(*w2, "e1", "w2 record");
+  REQUIRE(ok.first.is_ok());
+  outcomes mine;
+  w2->append("e1", "w2 head", mine.done(0), append_kind::image_head);
+  REQUIRE(mine.wait(1));
+  CHECK_MESSAGE(mine.all()[0].st.is_ok(), mine.all()[0].st.to_string());
+  CHECK(mine.all()[0].seq == 7);
+  log = read_all(*c, 3);
+  REQUIRE(log.size() == 3); // the two markers and the head
+  CHECK(log[2].data == "w2 head");
+}
 TEST_CASE("shard log: an empty stream's first marker is fenced: of writers racing to open, "
           "one marker lands at seq 1 and no two read the same last sequence") {
   test::nats_cluster nc(1);
@@ -697,112 +739,6 @@ TEST_CASE("shard log: ensure_stream allows rollups on a stream created without t
   auto denied = c->ensure_stream(9);
   CHECK(denied.code() == errc::conflict);
   CHECK(shard_writer::open(c, 9, 1).error().code() == errc::conflict);
-}
-
-TEST_CASE("shard log: a writer's next append expects its last message id across a stream "
-          "leader change (three servers)") {
-  test::nats_cluster nc(3);
-  auto o = options_for(nc, 3);
-  auto c = connect(o);
-  auto w = open(c, 0, 1);
-  for (int i = 0; i < 5; ++i)
-    REQUIRE(append_one(*w, "e", std::to_string(i)).first.is_ok());
-  int leader = nc.stream_leader("FACTUM_LOG_0");
-  REQUIRE(leader >= 0);
-  raw_publisher raw(nc.url(static_cast<size_t>((leader + 1) % 3)));
-  REQUIRE(raw.step_down("FACTUM_LOG_0"));
-  int next = -1;
-  REQUIRE(test::eventually(
-    [&] {
-      next = nc.stream_leader("FACTUM_LOG_0", 1s);
-      return next >= 0 && next != leader;
-    },
-    20s, 100ms));
-  // The new leader applied every message as a follower, the last message id included.
-  auto after = append_one(*w, "e", "after");
-  CHECK_MESSAGE(after.first.is_ok(), after.first.to_string());
-  CHECK(after.second == w->marker_seq() + 6);
-}
-
-TEST_CASE("shard log: a restarted server knows the last message id when it is inside the "
-          "duplicate window, and past it the writer's next append fails CONFLICT and a new "
-          "writer goes on") {
-  test::nats_cluster nc(1);
-  auto c = connect(options_for(nc));
-  auto inside = open(c, 5, 1); // the log's stream: a 2-minute window
-  REQUIRE(append_one(*inside, "e", "0").first.is_ok());
-  raw_publisher raw(nc.url());
-  raw.add_stream("FACTUM_LOG_4", "factum.log.4.>", true, false, 1s);
-  auto past = open(c, 4, 1);
-  REQUIRE(append_one(*past, "e", "0").first.is_ok());
-  // While the server runs, the last message id outlives the window.
-  std::this_thread::sleep_for(1500ms);
-  REQUIRE(append_one(*past, "e", "1").first.is_ok());
-  std::this_thread::sleep_for(1500ms);
-
-  nc.restart(0);
-  REQUIRE(
-    test::eventually([&] { return c->last_seq(4).is_ok() && c->last_seq(5).is_ok(); }, 15s, 100ms));
-  auto ok = append_one(*inside, "e", "1");
-  CHECK_MESSAGE(ok.first.is_ok(), ok.first.to_string());
-  CHECK(ok.second == 3);
-  // The last message (seq 3) is older than the stream's window: the server does not know its
-  // id, and refuses the expectation.
-  auto refused = append_one(*past, "e", "2");
-  CHECK(refused.first.code() == errc::conflict);
-  CHECK_MESSAGE(refused.first.message().find("10070") != std::string::npos,
-                refused.first.to_string());
-  CHECK(past->broken());
-  CHECK(*c->last_seq(4) == 3);
-  auto again = open(c, 4, 1);
-  CHECK(again->marker_seq() == 4);
-  auto next = append_one(*again, "e", "2");
-  CHECK_MESSAGE(next.first.is_ok(), next.first.to_string());
-  CHECK(next.second == 5);
-}
-
-TEST_CASE("shard log: a server that caught up from a snapshot keeps a stale last message id "
-          "(nats-server 2.9.10): it refuses every later append the others store, and once it "
-          "leads the stream holds fewer messages than were acknowledged") {
-  test::nats_cluster nc(3);
-  auto o = options_for(nc, 3);
-  o.ack_timeout = 10000ms;
-  REQUIRE(connect(o)->ensure_stream(0).is_ok());
-  int leader = nc.stream_leader("FACTUM_LOG_0");
-  REQUIRE(leader >= 0);
-  auto f = static_cast<size_t>((leader + 1) % 3);                         // a follower
-  o.servers = {nc.url(static_cast<size_t>(leader)), nc.url((f + 1) % 3)}; // not f's
-  auto c = connect(o);
-  auto w = open(c, 0, 1);
-  for (int i = 0; i < 5; ++i)
-    REQUIRE(append_one(*w, "e", std::to_string(i)).first.is_ok());
-  nc.kill9(f);
-  // Over 8 MiB: the others snapshot the stream and compact their Raft logs, so the follower
-  // catches up from a snapshot (messages sent as they are, not applied as publishes).
-  std::string big(900 * 1024, 'x');
-  for (int i = 0; i < 14; ++i) {
-    auto r = append_one(*w, "e", big);
-    REQUIRE_MESSAGE(r.first.is_ok(), r.first.to_string());
-  }
-  nc.restart(f);
-  REQUIRE(test::eventually([&] { return nc.current_peers("FACTUM_LOG_0") == 3; }, 30s, 100ms));
-  for (int i = 0; i < 5; ++i)
-    REQUIRE(append_one(*w, "e", "after " + std::to_string(i)).first.is_ok());
-  uint64_t acknowledged = *c->last_seq(0);
-  CHECK(acknowledged == 25);
-  raw_publisher raw(nc.url(f));
-  for (int t = 0; t < 20 && nc.stream_leader("FACTUM_LOG_0") != int(f); ++t) {
-    (void)raw.step_down("FACTUM_LOG_0");
-    std::this_thread::sleep_for(1s);
-  }
-  REQUIRE(nc.stream_leader("FACTUM_LOG_0") == int(f));
-  auto held = c->last_seq(0);
-  REQUIRE(held.is_ok());
-  MESSAGE("the caught-up server leads with last sequence " << *held << " of " << acknowledged
-                                                           << " acknowledged");
-  CHECK(*held < acknowledged);
-  // The writer's next append is refused there: it expects the last sequence acknowledged.
-  CHECK(append_one(*w, "e", "on the caught-up server").first.code() == errc::conflict);
 }
 
 TEST_CASE("shard log: trim removes the messages below a sequence and first_seq follows") {

@@ -29,7 +29,6 @@ inline constexpr const char* epoch_header = "Factum-Epoch";
 inline constexpr const char* writer_header = "Factum-Writer";
 inline constexpr const char* msg_id_header = "Nats-Msg-Id";
 inline constexpr const char* expected_last_seq_header = "Nats-Expected-Last-Sequence";
-inline constexpr const char* expected_last_msg_id_header = "Nats-Expected-Last-Msg-Id";
 inline constexpr const char* rollup_header = "Nats-Rollup";
 /// The value of rollup_header that removes the earlier messages of the message's subject.
 inline constexpr const char* rollup_subject = "sub";

@@ -1,6 +1,7 @@
 // shard_writer.cpp: the writer of a shard's log (factum/replication/shard_log.hpp): the epoch
-// marker published on open, then pipelined appends (records, image parts, image heads), each
-// expecting the sequence predicted for the one before it and that one's message id. Threads:
+// marker published on open, then pipelined appends (records, image parts), each expecting the
+// sequence predicted for the one before it, and image heads, each published only once every
+// earlier append of the writer was answered (stored). Threads:
 // append() may be called from any thread (appends of one writer are serialised: the order they
 // reach the server is the order their sequences were predicted in); each publish's answer (PubAck,
 // error, or libnats' MaxWait timeout) arrives on the JetStream context's reply thread
@@ -40,13 +41,11 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
   /// Serialises appends: predicting a sequence and publishing are one step.
   std::mutex publish_mu;
   uint64_t next_seq = 0; ///< the sequence the next append gets (publish_mu)
-  /// The Nats-Msg-Id of the writer's last publish, the marker's at first (publish_mu): the next
-  /// publish expects it as the stream's last message id.
-  std::string last_msg_id;
 
   std::mutex mu;
   std::condition_variable drained;
-  std::deque<entry> queue; ///< appends whose `done` has not run, in append order
+  std::condition_variable answered; ///< `waiting` became empty
+  std::deque<entry> queue;          ///< appends whose `done` has not run, in append order
   /// The published entries of `queue` still waiting for their answer (deque elements stay where
   /// they are while others are added at the back or removed at the front).
   std::unordered_map<uint64_t, entry*> waiting;
@@ -77,6 +76,8 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
         doom = it->second->st;
       }
       waiting.erase(it);
+      if (waiting.empty())
+        answered.notify_all();
       run = !dispatching && ready();
       if (run)
         dispatching = true;
@@ -111,8 +112,8 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
         std::lock_guard<std::mutex> g(mu);
         while (ready()) {
           auto& e = queue.front();
-          if (e.seq != 0 && !e.resolved)
-            waiting.erase(e.seq); // its answer, when it comes, is ignored
+          if (e.seq != 0 && !e.resolved && waiting.erase(e.seq) > 0 && waiting.empty())
+            answered.notify_all(); // its answer, when it comes, is ignored
           status st;
           if (broke) {
             st = {broke_with.code(),
@@ -164,7 +165,21 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
     std::lock_guard<std::mutex> p(publish_mu);
     uint64_t seq = 0;
     {
-      std::lock_guard<std::mutex> g(mu);
+      std::unique_lock<std::mutex> g(mu);
+      if (kind == append_kind::image_head) {
+        // A head removes messages (its rollup), so it must never land after a newer writer's
+        // marker. It is published alone: once every earlier append of this writer was stored
+        // (or one failed, which breaks the writer), it expects the sequence after the last of
+        // them, which a marker stored since has taken. An earlier append pipelined behind a
+        // refused one can still land after a marker (it is reported failed and readers skip
+        // it), a head cannot: nothing of this writer is in flight when it goes.
+        auto limit = c->opts.ack_timeout + std::chrono::seconds(2);
+        if (!answered.wait_for(g, limit, [&] { return waiting.empty() || doomed; })) {
+          doomed = true;
+          doom = {errc::unavailable, "shard " + std::to_string(k) +
+                                       " log: earlier appends unanswered before an image head"};
+        }
+      }
       entry e;
       e.done = std::move(done);
       if (!valid_token(entity)) {
@@ -199,8 +214,6 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
       s = natsMsgHeader_Set(m, msg_id_header, msg_id.c_str());
     if (s == NATS_OK)
       s = natsMsgHeader_Set(m, expected_last_seq_header, expected.c_str());
-    if (s == NATS_OK)
-      s = natsMsgHeader_Set(m, expected_last_msg_id_header, last_msg_id.c_str());
     if (s == NATS_OK && kind == append_kind::image_head)
       s = natsMsgHeader_Set(m, rollup_header, rollup_subject);
     jsPubOptions po;
@@ -210,7 +223,6 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
     if (s == NATS_OK)
       s = js_PublishMsgAsync(c->js, &m, &po);
     natsMsg_Destroy(m); // no-op once libnats took it
-    last_msg_id = msg_id;
     if (s != NATS_OK) {
       resolve(seq,
               {errc::unavailable, "shard " + std::to_string(k) + " log: publish of seq " +
@@ -315,8 +327,6 @@ result<std::unique_ptr<shard_writer>> shard_writer::open(std::shared_ptr<log_con
   // The marker expects the last sequence read, 0 for an empty stream included: libnats sends no
   // expectation for jsPubOptions.ExpectLastSeq == 0, so the header is set here (nats-server
   // 2.9.10 enforces an expected last sequence of 0: a publish onto a non-empty stream fails).
-  // It expects no message id: whoever wrote at L, the marker follows it; the writer's appends
-  // then expect the marker's id.
   auto subject = epoch_subject(c.opts, k);
   auto msg_id = state->id + ":" + std::to_string(seq);
   auto expected = std::to_string(*last);
@@ -347,7 +357,6 @@ result<std::unique_ptr<shard_writer>> shard_writer::open(std::shared_ptr<log_con
                                     ", not " + std::to_string(seq)};
   state->marker_seq = seq;
   state->next_seq = seq + 1;
-  state->last_msg_id = msg_id;
   {
     std::lock_guard<std::mutex> g(c.writers_mu);
     c.writers[state->id] = state;

@@ -6,24 +6,20 @@
 //   <prefix>.<shard>.epoch              epoch markers: the writer that owns the log from there on
 // Every message carries the headers Factum-Epoch and Factum-Writer (the writer's id). A writer is
 // the shard's one owner under one epoch: it predicts each publish's stream sequence
-// (Nats-Expected-Last-Sequence), names each publish (Nats-Msg-Id "<writer id>:<sequence>") so that
-// a retry is idempotent, and expects the stream's last message to be its own previous publish
-// (Nats-Expected-Last-Msg-Id; the marker's id for the first publish after it). A new writer first
-// publishes a marker expecting the sequence it read up to: from then on the server refuses every
-// publish of an older writer, the appends pipelined behind its first refusal included (each expects
-// a message id the stream's last message does not have), so nothing of a superseded writer lands
-// after a newer marker, and no image head of a superseded writer removes records. Readers still
-// skip a record whose writer is not the last marker's (log_applier.hpp), as a second defence. Each
-// replica keeps the stream's last message id in memory and checks the expectation as it applies a
-// publish. A stream leader change keeps it (the new leader applied every message). A restarted
-// server rebuilds it from the messages of the duplicate window (2 minutes): when the last message
-// is older than that, the writer's next append is refused (CONFLICT), the writer is broken, and the
-// owner opens a new one (a marker expects a sequence, not a message id). nats-server 2.9.10 does
-// not update it on a replica that catches up from a snapshot (a server that was down while the
-// others compacted their Raft logs, which they do every 2 to 3 minutes and past 8 MiB or 65,536
-// entries): that replica refuses every later publish the others store, and should it lead the
-// stream, the stream holds fewer messages than were acknowledged
-// (tests/replication/shard_log_test.cpp shows both). The first marker of an empty stream expects
+// (Nats-Expected-Last-Sequence) and names each publish (Nats-Msg-Id "<writer id>:<sequence>") so
+// that a retry is idempotent. A new writer first publishes a marker expecting the sequence it read
+// up to: from then on every publish of an older writer fails its expectation, and a record that
+// still lands after a marker (pipelined behind the refused one, it expected the marker's
+// sequence) belongs to a writer the marker superseded, which readers skip (log_applier.hpp); it is
+// reported failed. An image head removes messages (its rollup), so it must never land so: it is
+// published alone, once every earlier append of its writer was answered, expecting the sequence
+// after the last of them, which any marker stored since has taken. The log does not fence by
+// message id (Nats-Expected-Last-Msg-Id): nats-server 2.9.10 keeps a stream's last message id in
+// each replica's memory and does not update it on a replica that catches up from a snapshot, which
+// then refuses every publish the others store, and should it lead, the stream holds fewer
+// messages than were acknowledged.
+//
+// The first marker of an empty stream expects
 // last sequence 0 through the header itself (libnats sends no expectation for 0); nats-server
 // 2.9.10 enforces it (a publish expecting 0 onto a non-empty stream is refused,
 // tests/replication/shard_log_test.cpp). Threads: every class here is safe to use from any thread;
@@ -159,15 +155,18 @@ class shard_writer {
   /// Appends one message of `kind` for `entity` (a token of [0-9a-f]), pipelined: returns at
   /// once (or once there is room under max_pending: not from inside a `done`, whose thread makes
   /// the room) the stream sequence the message gets if it is stored (exact: every publish
-  /// expects its predecessor), or 0 when the append failed at once (the writer is broken, the
-  /// entity is not a token, libnats did not take the publish). `done` runs exactly once, in
-  /// append order (threads: above): ok and that sequence once a quorum stored it; or CONFLICT
-  /// (the log moved: a newer writer; any refusal by JetStream, or an acknowledgement at another
-  /// sequence than predicted) or UNAVAILABLE (no acknowledgement within ack_timeout, NATS
+  /// expects its predecessor's sequence), or 0 when the append failed at once (the writer is
+  /// broken, the entity is not a token, libnats did not take the publish). `done` runs exactly
+  /// once, in append order (threads: above): ok and that sequence once a quorum stored it; or
+  /// CONFLICT (the log moved: a newer writer; any refusal by JetStream, or an acknowledgement at
+  /// another sequence than predicted) or UNAVAILABLE (no acknowledgement within ack_timeout, NATS
   /// down), with sequence 0. After the first failure the writer is broken: that append and
   /// every later one fail, even when the server acknowledges them later, and nothing more is
   /// published. An entity that is not a subject token fails that append only
   /// (INVALID_ARGUMENT).
+  /// An image head waits, before it is published, until every earlier append of this writer
+  /// was answered (at most ack_timeout + 2 s; then the writer breaks): never append one from
+  /// inside a `done`.
   uint64_t append(const std::string& entity, std::string data, done_fn done,
                   append_kind kind = append_kind::record);
   /// Whether a failure broke the writer (open a new one to go on).
