@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <thread>
 
 #include "factum/cluster/shard_map.hpp"
 #include "factum/replication/log_applier.hpp"
@@ -200,7 +201,11 @@ void node::impl::run_replica() {
     for (auto& [k, e] : prep)
       if (ready[k].load() == e) {
         continue; // asked again (another path acquired it too): its copy is served already
-      } else if (auto st = prepare_shard(k, e); !st) {
+      } else if (auto st = prepare_shard(k, e); st.code() == errc::busy) {
+        // Activations from before still closing: asked again shortly, not counted a failure.
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        requeue(k, e);
+      } else if (!st) {
         apply_failures.inc();
         log({{"level", "warn"},
              {"event", "shard_not_ready"},

@@ -27,7 +27,9 @@
 // lists exactly the entities on all nodes' disks, and `factum cluster status` shows every node
 // live and every used shard served by its home.
 // Usage: cluster_rounds --factum PATH --vendor PATH [--etcd-members 1|3]
-// [--storage local|shared|replicated] [--rounds N] [--seed S] [--entities N] [--keep]; --rounds
+// [--storage local|shared|replicated] [--image-bytes N] [--rounds N] [--seed S] [--entities N]
+// [--keep] (--image-bytes: storage replicated, an image of an entity's file every N bytes of its
+// changes, so that the faults land on the log's compactions); --rounds
 // repeats nemeses 1-3 (victims rotate).
 // Threads: the main thread runs the nemesis and the checks; client threads drive the load.
 #include <signal.h>
@@ -68,6 +70,9 @@ struct node_proc {
 std::filesystem::path shared_root;
 /// Storage "replicated": the NATS servers of the log (empty: storage "local" or "shared").
 std::vector<std::string> nats_urls;
+/// Storage "replicated": cluster.replication.image_min_bytes with image_ratio 0 (--image-bytes;
+/// 0: the server's defaults).
+int64_t image_bytes = 0;
 
 /// Storage "shared" or "replicated": a down node's shards are taken over by the others.
 bool takes_over() {
@@ -105,12 +110,11 @@ json node_config(const node_proc& n, const std::vector<std::string>& etcd_urls,
   if (!nats_urls.empty()) {
     c["cluster"]["storage"] = "replicated";
     c["cluster"]["replication"] = {
-      {"servers", nats_urls},
-      {"replicas", 3},
-      {"ack_timeout_ms", 2000},
-      // Images every few KiB of an entity's changes: the faults land on compactions too.
-      {"image_min_bytes", 4096},
-      {"image_ratio", 0}};
+      {"servers", nats_urls}, {"replicas", 3}, {"ack_timeout_ms", 2000}};
+    if (image_bytes > 0) { // images every few KiB of an entity's changes: faults land on them
+      c["cluster"]["replication"]["image_min_bytes"] = image_bytes;
+      c["cluster"]["replication"]["image_ratio"] = 0;
+    }
   }
   return c;
 }
@@ -876,6 +880,8 @@ int main(int argc, char** argv) {
                          members = std::stoul(next());
                        else if (f == "--storage")
                          storage = next();
+                       else if (f == "--image-bytes")
+                         image_bytes = std::stoll(next());
                        else
                          return false;
                        return true;
@@ -883,8 +889,8 @@ int main(int argc, char** argv) {
       vendor_bin.empty() || (members != 1 && members != 3) ||
       (storage != "local" && storage != "shared" && storage != "replicated")) {
     std::cerr << "usage: cluster_rounds --factum PATH --vendor PATH [--etcd-members 1|3] "
-                 "[--storage local|shared|replicated] [--rounds N] [--seed S] [--entities N] "
-                 "[--keep]\n";
+                 "[--storage local|shared|replicated] [--image-bytes N] [--rounds N] [--seed S] "
+                 "[--entities N] [--keep]\n";
     return 2;
   }
   std::cout << "cluster rounds: seed " << o.seed << ", " << o.entities << " entities, storage "
