@@ -87,17 +87,9 @@ void log_replicator::close_shard(uint32_t k) {
 void log_replicator::run_opener() {
   std::unique_lock<std::mutex> g(mu_);
   for (;;) {
-    cv_.wait(g, [&] { return stop_ || !to_open_.empty() || !to_purge_.empty(); });
+    cv_.wait(g, [&] { return stop_ || !to_open_.empty(); });
     if (stop_)
       return;
-    if (!to_purge_.empty()) {
-      auto purges = std::exchange(to_purge_, {});
-      g.unlock();
-      for (auto& [k, token, below] : purges)
-        (void)c_->purge_parts(k, token, below); // a failure leaves parts the next image purges
-      g.lock();
-      continue;
-    }
     auto [k, epoch] = *to_open_.begin();
     to_open_.erase(to_open_.begin());
     g.unlock();
@@ -234,32 +226,23 @@ void log_replicator::compact(const entity_key& key, int64_t epoch, replica_image
                     image.bytes.substr(off, std::min(part_bytes_, image.bytes.size() - off))};
     // A part's own answer tells nothing the head's does not: a writer that failed a part fails
     // every later append, the head included.
+    // The first part rolls up the parts subject: the parts of the entity's earlier images go
+    // (a copy that read an earlier head then awaits this one, which follows).
     ref.parts.push_back(writer->append(
-      token, encode(part), [](const status&, uint64_t) {}, append_kind::image_part));
+      token, encode(part), [](const status&, uint64_t) {},
+      i == 0 ? append_kind::image_first_part : append_kind::image_part));
   }
-  uint64_t first_part = ref.parts.empty() ? 0 : ref.parts.front();
   commit_record head{key, epoch, captured_commit{image.number, {}, image.id}, std::nullopt,
                      std::move(ref)};
   auto bytes = image.bytes.size();
   writer->append(
     token, encode(head),
-    [this, name, k, token, first_part, bytes, done = std::move(done)](const status& st, uint64_t) {
+    [this, name, bytes, done = std::move(done)](const status& st, uint64_t) {
       {
         std::lock_guard<std::mutex> g(mu_);
         if (auto it = tracks_.find(name); it != tracks_.end()) {
           --it->second.in_flight;
           it->second.failed = it->second.failed || !st;
-        }
-        if (st && first_part > 0) {
-          // The previous image's parts stay; those before them go. Not known (this node's
-          // first image of the entity): nothing is purged now, the next image purges them.
-          if (last_image_part_.size() > 100'000)
-            last_image_part_.clear();
-          auto previous = std::exchange(last_image_part_[token], first_part);
-          if (previous > 0 && previous < first_part) {
-            to_purge_.emplace_back(k, token, previous);
-            cv_.notify_all();
-          }
         }
       }
       if (st) {

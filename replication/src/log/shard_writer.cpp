@@ -199,8 +199,8 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
       }
       waiting[seq] = &queue.back();
     }
-    auto subject = kind == append_kind::image_part ? parts_subject(c->opts, k, entity)
-                                                   : entity_subject(c->opts, k, entity);
+    bool part = kind == append_kind::image_part || kind == append_kind::image_first_part;
+    auto subject = part ? parts_subject(c->opts, k, entity) : entity_subject(c->opts, k, entity);
     auto msg_id = id + ":" + std::to_string(seq);
     auto expected = std::to_string(seq - 1);
     natsMsg* m = nullptr;
@@ -214,7 +214,7 @@ struct writer_state : std::enable_shared_from_this<writer_state> {
       s = natsMsgHeader_Set(m, msg_id_header, msg_id.c_str());
     if (s == NATS_OK)
       s = natsMsgHeader_Set(m, expected_last_seq_header, expected.c_str());
-    if (s == NATS_OK && kind == append_kind::image_head)
+    if (s == NATS_OK && (kind == append_kind::image_head || kind == append_kind::image_first_part))
       s = natsMsgHeader_Set(m, rollup_header, rollup_subject);
     jsPubOptions po;
     jsPubOptions_Init(&po);

@@ -17,7 +17,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -45,9 +44,9 @@ class log_replicator final : public commit_sink {
   void append(const entity_key& key, int64_t epoch, std::optional<replica_genesis> genesis,
               std::vector<captured_commit> commits, done_fn done) override;
   status rebuild(const entity_key& key, const store_options& opts) override;
-  /// The image goes as parts of at most image_part_bytes (on the entity's parts subject), then
-  /// its head (with a rollup: the log drops the entity's records before it); once the head is
-  /// stored, the parts of the images before the previous one are purged (in the background).
+  /// The image goes as parts of at most image_part_bytes on the entity's parts subject (the
+  /// first rolls it up: the parts of the entity's earlier images go), then its head (rolling up
+  /// the entity's subject: its records before it go).
   void compact(const entity_key& key, int64_t epoch, replica_image image, done_fn done) override;
 
   /// The largest image part (NATS refuses a message over its max_payload, 1 MiB by default).
@@ -81,12 +80,6 @@ class log_replicator final : public commit_sink {
   observer_fn observer_;
   std::condition_variable cv_;          ///< wakes the opener
   std::map<uint32_t, int64_t> to_open_; ///< under mu_: shards to open a writer for, and epoch
-  /// Under mu_: parts to purge (shard, entity token, below this sequence), by the opener.
-  std::vector<std::tuple<uint32_t, std::string, uint64_t>> to_purge_;
-  /// Under mu_: by entity token, the first part of its last image this node appended. The
-  /// parts of the image before it are kept (a copy that read that image's head may still be
-  /// reading them); older ones are purged.
-  std::unordered_map<std::string, uint64_t> last_image_part_;
   size_t part_bytes_ = 512 * 1024;
   std::atomic<uint64_t> images_{0}, image_bytes_{0};
   bool stop_ = false;  ///< under mu_

@@ -64,10 +64,11 @@ struct log_options {
   bool send_asap = true;
 };
 
-/// What an append publishes: a commit record on the entity's subject, a part of an entity's
-/// image on its parts subject, or an image's head on the entity's subject with `Nats-Rollup: sub`
-/// (JetStream then removes every earlier message on that subject).
-enum class append_kind { record, image_part, image_head };
+/// What an append publishes: a commit record on the entity's subject; a part of an entity's
+/// image on its parts subject, the first one of an image with `Nats-Rollup: sub` (JetStream then
+/// removes the parts of the entity's earlier images); or an image's head on the entity's
+/// subject with `Nats-Rollup: sub` (the entity's earlier records and heads go).
+enum class append_kind { record, image_first_part, image_part, image_head };
 
 /// One message of a shard's log, as read back.
 struct log_message {
@@ -116,9 +117,11 @@ class log_connection {
   result<std::optional<log_message>> last_marker(uint32_t k);
   /// Removes the messages of shard `k` below sequence `below` (the log's trim).
   status trim(uint32_t k, uint64_t below);
-  /// Removes the image parts of `entity` in shard `k`'s log below sequence `below` (the parts
-  /// of images an image head at or after `below` replaced). INVALID_ARGUMENT when `entity` is
-  /// not a subject token.
+  /// Removes the image parts of `entity` in shard `k`'s log below sequence `below`.
+  /// INVALID_ARGUMENT when `entity` is not a subject token. The replicator does not use it: in
+  /// the replicated rounds, with purges of image parts, streams lost every message below a
+  /// purge's sequence (markers and other entities' records included) across the NATS server
+  /// kills; the first part of each image rolls up the parts subject instead.
   status purge_parts(uint32_t k, const std::string& entity, uint64_t below);
   /// Deletes shard `k`'s stream (tests and `factum cluster` reset); ok when it does not exist.
   status delete_stream(uint32_t k);
