@@ -299,6 +299,38 @@ TEST_CASE("entities: tenants, types and ids with counts and last activity") {
   CHECK(f.json("entities", {"bad tenant"}).code == 2);
 }
 
+TEST_CASE("a directory without entities says so on stderr, whatever lists them, and exits 0") {
+  test::temp_dir tmp;
+  std::string dir = tmp.path().string();
+  // JSON lines stay empty (no line is a valid empty list); the note goes to stderr, table or not.
+  for (auto* cmd : {"entities", "recent", "verify", "fleet-dead-letters", "fleet-breakers"}) {
+    for (bool table : {false, true}) {
+      CAPTURE(cmd);
+      CAPTURE(table);
+      std::vector<std::string> args{"inspect", cmd, "--data", dir};
+      if (table)
+        args.push_back("--table");
+      auto r = run_cli(args);
+      CHECK(r.code == 0);
+      CHECK(r.err == "factum inspect: no entities under " + dir + "\n");
+      if (!table)
+        CHECK(r.out == "");
+    }
+  }
+  // A scope that takes none of the entities present names the scope.
+  fixture f;
+  auto nobody = f.json("entities", {"nobody"});
+  CHECK(nobody.code == 0);
+  CHECK(nobody.out == "");
+  CHECK(nobody.err == "factum inspect: no entities of nobody under " + f.data + "\n");
+  auto type = f.table("verify", {"acme/nosuch"});
+  CHECK(type.code == 0);
+  CHECK(type.err == "factum inspect: no entities of acme/nosuch under " + f.data + "\n");
+  // Entities found: no note.
+  CHECK(f.json("entities", {}).err == "");
+  CHECK(f.table("verify", {}).err == "");
+}
+
 TEST_CASE("entities: an unclaimed spare at a key's path (a crash mid-creation) is no entity and "
           "no error") {
   fixture f;
