@@ -85,7 +85,8 @@ std::optional<entity_ref> entity_gate(gateway& gw, exchange& x, uint8_t scope) {
     no = check_entity_key(x.seg[2], x.seg[3]);
   const entity_type* def = nullptr;
   if (!no && !(def = gw.rt().config().types.find(x.seg[2])))
-    no = refusal{problems::unknown_entity_type, "no entity type " + x.seg[2]};
+    no =
+      refusal{problems::unknown_entity_type, gw.rt().config().types.unknown_type_detail(x.seg[2])};
   if (no) {
     refuse(gw, x, std::move(*no));
     return std::nullopt;

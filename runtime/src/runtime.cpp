@@ -333,7 +333,7 @@ void runtime_core::route(const entity_key& key, call_request req, std::chrono::m
   stats.calls.inc();
   if (!cfg.types.find(key.type)) {
     stats.call_errors.inc();
-    done(problems::unknown_entity_type.reply("no entity type " + key.type));
+    done(problems::unknown_entity_type.reply(cfg.types.unknown_type_detail(key.type)));
     return;
   }
   if (!req.method.empty() && req.method[0] != '@')
