@@ -227,7 +227,7 @@ TEST_CASE("404 for an unknown type, method, internal method or route, nothing is
                 "METHOD_NOT_FOUND");
   check_problem(c.request("GET", "/v2/entities/ledger/x/facts"), 404, "ROUTE_NOT_FOUND");
   check_problem(c.request("GET", "/v1/entities/ledger/x"), 404, "ROUTE_NOT_FOUND");
-  check_problem(c.request("GET", "/"), 404, "ROUTE_NOT_FOUND");
+  check_problem(c.request("GET", "/v1"), 404, "ROUTE_NOT_FOUND"); // GET /: pages_test.cpp
   check_problem(c.request("POST", "/v1/entities/ledger/x/dead-letters/dl1/explode", h), 404,
                 "ROUTE_NOT_FOUND");
   check_problem(c.request("POST", "/v1/entities/ledger/x/breakers/t/explode", h), 404,

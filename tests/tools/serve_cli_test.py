@@ -2,6 +2,8 @@
 """What a newcomer meets first in the `factum` executable, against a real `factum serve` on a free
 loopback port and a temporary data directory (stopped by its pid). One case per run:
 
+  home      the start line names the console's URL; GET / and HEAD / redirect there (302 with
+            Location), and the console answers at it
   nofile    with a descriptor limit (RLIMIT_NOFILE) of 2048, the start says in words what the
             limit is and what it leaves to connections and entities
 
@@ -10,6 +12,7 @@ Every wait is bounded (WAIT seconds).
   serve_cli_test.py --factum PATH --case NAME [--keep]
 """
 import argparse
+import http.client
 import json
 import os
 import resource
@@ -19,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import (Failure, check, free_port, stop_serve,  # noqa: E402
+from factum_test import (Failure, check, free_port, start_serve, stop_serve,  # noqa: E402
                          wait_until)
 
 WAIT = 30  # seconds: the bound of every wait
@@ -35,6 +38,16 @@ def write_config(tmp, **extra):
     return cfg
 
 
+def request(port, verb, target, body=None, headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
+    try:
+        conn.request(verb, target, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, dict((k.lower(), v) for k, v in r.getheaders()), r.read()
+    finally:
+        conn.close()
+
+
 def json_lines(log):
     out = []
     for line in open(log).read().splitlines():
@@ -46,6 +59,25 @@ def json_lines(log):
 
 
 # -- cases ----------------------------------------------------------------------------------------
+
+def case_home(factum, tmp):
+    cfg = write_config(tmp)
+    log = os.path.join(tmp, "serve.log")
+    proc, port = start_serve(factum, cfg, log, bound=WAIT)
+    try:
+        start = [e for e in json_lines(log) if e.get("event") == "start"][0]
+        url = f"http://127.0.0.1:{port}"
+        check(start.get("console") == url + "/console", f"start line without the console: {start}")
+        for verb in ("GET", "HEAD"):
+            status, headers, body = request(port, verb, "/")
+            check(status == 302, f"{verb} / answered {status}: {body[:200]!r}")
+            check(headers.get("location") == "/console", f"{verb} / Location: {headers}")
+        status, headers, body = request(port, "GET", "/console")
+        check(status == 200 and headers.get("content-type", "").startswith("text/html"),
+              f"GET /console: {status} {headers}")
+    finally:
+        check(stop_serve(proc, WAIT) == 0, "factum serve did not stop cleanly")
+
 
 def case_nofile(factum, tmp):
     cfg = write_config(tmp, max_active_entities=100000)
@@ -84,7 +116,7 @@ def case_nofile(factum, tmp):
           f"start note: {notes}")
 
 
-CASES = {"nofile": case_nofile}
+CASES = {"home": case_home, "nofile": case_nofile}
 
 
 def main():

@@ -82,8 +82,11 @@ void add_pages(serve_config& cfg, const std::vector<serve_page>& pages) {
   for (const auto& p : pages) {
     bool hosted = p.type.empty() || std::find(cfg.type_names.begin(), cfg.type_names.end(),
                                               p.type) != cfg.type_names.end();
-    if (hosted)
-      cfg.http.pages[p.path] = p.page;
+    if (!hosted)
+      continue;
+    cfg.http.pages[p.path] = p.page;
+    if (p.home)
+      cfg.http.home = p.path;
   }
 }
 
@@ -193,22 +196,26 @@ int run_serve(serve_config cfg) {
     (*rt)->stop();
     return 1;
   }
-  log_line({{"level", "info"},
-            {"event", "start"},
-            {"listen", listen},
-            {"port", (*srv)->port()},
-            {"url", "http://" +
-                      (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]"
-                                                                    : cfg.http.host) +
-                      ":" + std::to_string((*srv)->port())},
-            {"data_dir", data_dir},
-            {"durability", durability_name},
-            {"types", cfg.type_names},
-            {"tenants", tenants},
-            {"tools", tool_names},
-            {"outbox_sinks", sink_names},
-            {"dev", cfg.dev},
-            {"pid", static_cast<int64_t>(::getpid())}});
+  auto url = "http://" +
+             (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]"
+                                                           : cfg.http.host) +
+             ":" + std::to_string((*srv)->port());
+  json start = {{"level", "info"},
+                {"event", "start"},
+                {"listen", listen},
+                {"port", (*srv)->port()},
+                {"url", url},
+                {"data_dir", data_dir},
+                {"durability", durability_name},
+                {"types", cfg.type_names},
+                {"tenants", tenants},
+                {"tools", tool_names},
+                {"outbox_sinks", sink_names},
+                {"dev", cfg.dev},
+                {"pid", static_cast<int64_t>(::getpid())}};
+  if (cfg.http.pages.count("/console")) // the web console (tools/console), where GET / leads
+    start["console"] = url + "/console";
+  log_line(std::move(start));
 
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {

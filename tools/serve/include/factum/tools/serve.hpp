@@ -98,6 +98,8 @@ struct serve_page {
   /// The entity type the page is for: served only when the configuration's types include it.
   /// Empty: always served.
   std::string type;
+  /// GET / leads to this page when it is served (http_server_config::home). Default false.
+  bool home = false;
 };
 
 /// Puts into cfg.http.pages each of `pages` whose type cfg hosts.
