@@ -4,6 +4,11 @@ loopback port and a temporary data directory (stopped by its pid). One case per 
 
   home      the start line names the console's URL; GET / and HEAD / redirect there (302 with
             Location), and the console answers at it
+  log-text  --log-format text: one line per event, time, level, event, then key=value pairs
+            (the start line with the console's URL, a failed request with its code, the stop)
+  log-auto  without --log-format, stderr on a terminal (a pty) gets text and stderr to a file
+            gets JSON lines; --log-format json on a terminal gets JSON; a bad value is refused
+            with a message and exit 2
   nofile    with a descriptor limit (RLIMIT_NOFILE) of 2048, the start says in words what the
             limit is and what it leaves to connections and entities
 
@@ -15,11 +20,15 @@ import argparse
 import http.client
 import json
 import os
+import pty
+import re
 import resource
+import select
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from factum_test import (Failure, check, free_port, start_serve, stop_serve,  # noqa: E402
@@ -27,6 +36,9 @@ from factum_test import (Failure, check, free_port, start_serve, stop_serve,  # 
 
 WAIT = 30  # seconds: the bound of every wait
 KEY = "serve-cli-test-key"
+# One text log line: time, level (padded to 5), event, then key=value pairs.
+TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (info |warn |error) [a-z_]+"
+                       r"( [a-z_]+=(\"([^\"\\]|\\.)*\"|\S+))*$")
 
 
 def write_config(tmp, **extra):
@@ -79,6 +91,100 @@ def case_home(factum, tmp):
         check(stop_serve(proc, WAIT) == 0, "factum serve did not stop cleanly")
 
 
+def wait_text_start(proc, log):
+    """The port of the text start line of `proc` in `log`."""
+    found = {}
+
+    def started():
+        check(proc.poll() is None, f"factum serve exited: {open(log).read()[-2000:]}")
+        m = re.search(r" info  start .*\bport=(\d+)", open(log).read())
+        if m:
+            found["port"] = int(m.group(1))
+        return bool(m)
+    wait_until("the text start line", started, WAIT)
+    return found["port"]
+
+
+def case_log_text(factum, tmp):
+    cfg = write_config(tmp)
+    log = os.path.join(tmp, "serve.log")
+    with open(log, "w") as err:
+        proc = subprocess.Popen([factum, "serve", "--config", cfg, "--log-format", "text"],
+                                stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        port = wait_text_start(proc, log)
+        status, _, _ = request(port, "POST", "/v1/entities/nosuch/x/m", b"{}",
+                               {"X-API-Key": KEY, "Content-Type": "application/json"})
+        check(status == 404, f"an unknown type answered {status}")
+        wait_until("the request_failed line", lambda: "request_failed" in open(log).read(), WAIT)
+    finally:
+        rc = stop_serve(proc, WAIT)
+    check(rc == 0, f"factum serve exited {rc}: {open(log).read()[-2000:]}")
+    lines = open(log).read().splitlines()
+    for line in lines:
+        check(TEXT_LINE.match(line), f"not a text log line: {line!r}")
+    start = [x for x in lines if " start " in x]
+    check(len(start) == 1 and f" console=http://127.0.0.1:{port}/console" in start[0]
+          and f" url=http://127.0.0.1:{port}" in start[0], f"start line: {start}")
+    failed = [x for x in lines if " request_failed " in x]
+    check(len(failed) == 1 and " code=UNKNOWN_ENTITY_TYPE " in failed[0]
+          and " status=404 " in failed[0] and ' detail="no entity type nosuch' in failed[0],
+          f"request_failed line: {failed}")
+    check(any(" info  stopping signal=SIGTERM" in x for x in lines), f"no stopping line: {lines}")
+    check(any(" info  stopped " in x for x in lines), f"no stopped line: {lines}")
+
+
+def run_on_pty(factum, cfg, *args):
+    """Starts `factum serve` with its stderr on a pseudo-terminal, reads until its start line
+    (text or JSON), stops it; returns what it wrote."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([factum, "serve", "--config", cfg, *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    out = b""
+    # The start line names the pid, in either form; it is whole once its newline arrived.
+    whole = re.compile(rb'(^|\n)[^\n]*(pid=|"pid":)\d+[^\n]*\n')
+    try:
+        end = time.time() + WAIT
+        while time.time() < end and not whole.search(out):
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    out += os.read(master, 65536)
+                except OSError:
+                    break
+            elif proc.poll() is not None:
+                break
+        check(whole.search(out), f"no start line on the terminal: {out[-2000:]!r}")
+    finally:
+        stop_serve(proc, WAIT)
+        os.close(master)
+    # The lines up to the start line's newline (what came after it may be cut).
+    text = out.decode(errors="replace").replace("\r\n", "\n")
+    return [x for x in text[:text.rfind("\n")].split("\n") if x.strip()]
+
+
+def case_log_auto(factum, tmp):
+    cfg = write_config(tmp)
+    tty = run_on_pty(factum, cfg)
+    check(any(" info  start " in x for x in tty), f"on a terminal: {tty}")
+    for line in tty:
+        check(TEXT_LINE.match(line), f"on a terminal, not a text line: {line!r}")
+    tty_json = run_on_pty(factum, cfg, "--log-format", "json")
+    check(any('"event":"start"' in x for x in tty_json), f"--log-format json: {tty_json}")
+    for line in tty_json:
+        check(line.startswith("{") and json.loads(line), f"--log-format json: {line!r}")
+    log = os.path.join(tmp, "file.log")
+    proc, _ = start_serve(factum, cfg, log, bound=WAIT)
+    check(stop_serve(proc, WAIT) == 0, "factum serve did not stop cleanly")
+    events = [e.get("event") for e in json_lines(log)]
+    check("start" in events and "stopped" in events, f"JSON lines to a file: {events}")
+    bad = subprocess.run([factum, "serve", "--config", cfg, "--log-format", "xml"],
+                         capture_output=True, text=True, timeout=WAIT)
+    check(bad.returncode == 2 and "--log-format" in bad.stderr and bad.stdout == "",
+          f"--log-format xml: exit {bad.returncode}, stderr {bad.stderr!r}")
+
+
 def case_nofile(factum, tmp):
     cfg = write_config(tmp, max_active_entities=100000)
     log = os.path.join(tmp, "serve.log")
@@ -116,7 +222,8 @@ def case_nofile(factum, tmp):
           f"start note: {notes}")
 
 
-CASES = {"home": case_home, "nofile": case_nofile}
+CASES = {"home": case_home, "log-text": case_log_text, "log-auto": case_log_auto,
+         "nofile": case_nofile}
 
 
 def main():
