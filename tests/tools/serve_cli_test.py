@@ -11,6 +11,9 @@ loopback port and a temporary data directory (stopped by its pid). One case per 
             with a message and exit 2
   nofile    with a descriptor limit (RLIMIT_NOFILE) of 2048, the start says in words what the
             limit is and what it leaves to connections and entities
+  help      every help page of the command line: no CLI11 default marker such as {false}, and
+            every description of a subcommand, an option or an argument starts with a capital
+            letter
 
 Every wait is bounded (WAIT seconds).
 
@@ -222,8 +225,59 @@ def case_nofile(factum, tmp):
           f"start note: {notes}")
 
 
+def help_pages(factum, path=()):
+    """(path, text) of `factum [path] --help` and of every subcommand's below it."""
+    r = subprocess.run([factum, *path, "--help"], capture_output=True, text=True, timeout=WAIT)
+    check(r.returncode == 0, f"factum {' '.join(path)} --help: exit {r.returncode} {r.stderr}")
+    pages = [(path, r.stdout)]
+    if "Subcommands:" in r.stdout:
+        for line in r.stdout.split("Subcommands:", 1)[1].splitlines():
+            m = re.match(r"^  (\S+)\s", line)
+            if m:
+                pages += help_pages(factum, path + (m.group(1),))
+    return pages
+
+
+def descriptions(text):
+    """(name, description) of each entry of a help page's Subcommands, Options and Positionals
+    sections. CLI11 pads a name to 30 columns; a longer one has its description on the next
+    line, indented by 30."""
+    out, section, pending = [], None, None
+    for line in text.splitlines():
+        if line and not line.startswith(" "):
+            section, pending = line, None
+            continue
+        if section not in ("Subcommands:", "Options:", "Positionals:"):
+            continue
+        if pending and line.startswith(" " * 30) and line.strip():
+            out.append((pending, line.strip()))
+            pending = None
+            continue
+        m = re.match(r"^  (\S.*?)(?:\s{2,}(\S.*))?$", line)
+        if m:
+            if m.group(2):
+                out.append((m.group(1), m.group(2)))
+            pending = None if m.group(2) else m.group(1)
+    return out
+
+
+def case_help(factum, tmp):
+    pages = help_pages(factum)
+    check(len(pages) > 30, f"only {len(pages)} help pages")
+    described = 0
+    for path, text in pages:
+        name = " ".join(("factum",) + path)
+        marker = re.search(r"\S*\{(true|false)\}", text)
+        check(not marker, f"{name} --help shows {marker.group(0) if marker else ''}")
+        for entry, what in descriptions(text):
+            described += 1
+            check(what[0].isupper() or not what[0].isalpha(),
+                  f"{name} --help: {entry}: {what!r} starts in lower case")
+    check(described > 200, f"only {described} descriptions found: the help format changed?")
+
+
 CASES = {"home": case_home, "log-text": case_log_text, "log-auto": case_log_auto,
-         "nofile": case_nofile}
+         "nofile": case_nofile, "help": case_help}
 
 
 def main():

@@ -291,7 +291,7 @@ void add_serve_options(CLI::App& cmd, serve_options& o) {
     ->required();
   cmd.add_option("--listen", o.listen, "HOST:PORT to listen on (overrides \"listen\")")
     ->type_name("HOST:PORT");
-  cmd.add_option("--data", o.data, "data directory (overrides \"data_dir\")")->type_name("DIR");
+  cmd.add_option("--data", o.data, "Data directory (overrides \"data_dir\")")->type_name("DIR");
   cmd
     .add_option("--log-format", o.log_format,
                 "Log lines on stderr: text (one readable line per event) or json (one JSON "
