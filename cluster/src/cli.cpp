@@ -282,20 +282,21 @@ void add_cluster_command(CLI::App& app, int* exit_code) {
   cmd->require_subcommand(1);
   auto o = std::make_shared<status_options>();
   auto* st = cmd->add_subcommand("status", "Nodes, their state and shards, read from etcd");
-  st->add_option("--etcd", o->etcd, "etcd client URL (http://host:port); repeat for several")
+  st->add_option("--etcd", o->etcd, "The etcd client URL (http://host:port); repeat for several")
     ->required();
-  st->add_option("--name", o->name, "the cluster's name (\"cluster.name\"; default factum)");
-  st->add_flag("--json", o->json, "print the state as JSON (as GET /v1/cluster)");
+  st->add_option("--name", o->name, "The cluster's name (\"cluster.name\"; default factum)");
+  st->add_flag("--json", o->json, "Print the state as JSON (as GET /v1/cluster)");
   st->callback([o, exit_code] { *exit_code = print_status(*o); });
 
   auto add_move = [&](const char* name, const char* what, int (*run)(const move_options&)) {
     auto mo = std::make_shared<move_options>();
     auto* sub = cmd->add_subcommand(name, what);
-    sub->add_option("node", mo->node, "the node's id (\"cluster.node_id\")")->required();
-    sub->add_option("--etcd", mo->etcd, "etcd client URL (http://host:port); repeat for several")
+    sub->add_option("node", mo->node, "The node's id (\"cluster.node_id\")")->required();
+    sub
+      ->add_option("--etcd", mo->etcd, "The etcd client URL (http://host:port); repeat for several")
       ->required();
-    sub->add_option("--name", mo->name, "the cluster's name (\"cluster.name\"; default factum)");
-    sub->add_option("--timeout", mo->timeout_s, "seconds to wait for the moves (default 600)")
+    sub->add_option("--name", mo->name, "The cluster's name (\"cluster.name\"; default factum)");
+    sub->add_option("--timeout", mo->timeout_s, "Seconds to wait for the moves (default 600)")
       ->check(CLI::Range(1, 86'400));
     sub->callback([mo, exit_code, run] { *exit_code = run(*mo); });
   };

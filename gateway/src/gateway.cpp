@@ -1,11 +1,12 @@
 // http/gateway.cpp: the HTTP API (docs/http-api.md) over runtime::call: a route table (method and
 // path pattern -> one handler per route), the entity routes (registry checks, the Idempotency-Key
 // and fingerprint, the call, the mapping of its reply), the operational routes, the static pages
-// (http_server_config::pages, at paths no route takes), and the relay to an entity's owner in a
-// cluster. The steps every route shares are in gateway_steps.cpp, the routes that span a cluster
-// in cluster_routes.cpp, the fleet views in fleet_routes.cpp. handle() runs on an I/O thread and
-// never blocks; runtime replies arrive on CAF workers, reads of the tenant index (the fleet
-// views, /metrics' dead letter gauges) on a storage thread.
+// (http_server_config::pages, at paths no route takes), GET / (the home page or where the API
+// is), and the relay to an entity's owner in a cluster. The steps every route shares are in
+// gateway_steps.cpp, the routes that span a cluster in cluster_routes.cpp, the fleet views in
+// fleet_routes.cpp. handle() runs on an I/O thread and never blocks; runtime replies arrive on
+// CAF workers, reads of the tenant index (the fleet views, /metrics' dead letter gauges) on a
+// storage thread.
 #include "gateway.hpp"
 
 #include <algorithm>
@@ -85,7 +86,8 @@ std::optional<entity_ref> entity_gate(gateway& gw, exchange& x, uint8_t scope) {
     no = check_entity_key(x.seg[2], x.seg[3]);
   const entity_type* def = nullptr;
   if (!no && !(def = gw.rt().config().types.find(x.seg[2])))
-    no = refusal{problems::unknown_entity_type, "no entity type " + x.seg[2]};
+    no =
+      refusal{problems::unknown_entity_type, gw.rt().config().types.unknown_type_detail(x.seg[2])};
   if (no) {
     refuse(gw, x, std::move(*no));
     return std::nullopt;
@@ -399,6 +401,39 @@ void answer_page(gateway& gw, const exchange_ptr& x, const http_page& page) {
                {"X-Content-Type-Options", "nosniff"},
                {"Referrer-Policy", "no-referrer"},
                {"Cache-Control", "no-cache"}};
+  finish(gw, *x, std::move(r));
+}
+
+// -- the root --
+
+/// GET or HEAD /: a redirect to the home page (http_server_config::home), or a JSON document
+/// that says where the API is. No API key: it holds no data.
+void answer_root(gateway& gw, const exchange_ptr& x) {
+  x->route = "home";
+  if (x->req.verb != "GET" && x->req.verb != "HEAD") {
+    auto r = problem(*x, problems::method_not_allowed,
+                     x->req.verb + " is not allowed here; use GET, HEAD");
+    r.allow = "GET, HEAD";
+    return finish(gw, *x, std::move(r));
+  }
+  if (x->req.websocket)
+    return refuse(gw, *x, {problems::route_not_found, "no WebSocket route at /"});
+  http_response r;
+  r.trace_id = x->trace_id;
+  r.headers = {{"Cache-Control", "no-cache"}};
+  const auto& home = gw.config().home;
+  if (!home.empty()) {
+    r.status = 302;
+    r.body = json{{"location", home}}.dump();
+    r.headers.emplace_back("Location", home);
+  } else {
+    r.body = json{{"service", "factum"},
+                  {"api", "/v1/entities/{type}/{id}/{method}"},
+                  {"health", "/healthz"},
+                  {"metrics", "/metrics"},
+                  {"docs", "docs/http-api.md"}}
+               .dump();
+  }
   finish(gw, *x, std::move(r));
 }
 
@@ -756,6 +791,8 @@ void gateway::handle(http_request req, std::function<void(http_response)> done) 
                   {problems::route_not_found, std::string(sel.but_value->unknown_value)});
   }
   if (!sel.chosen) {
+    if (x->seg.size() == 1 && x->seg[0].empty()) // "/", whatever its query
+      return answer_root(*this, x);
     if (const auto* page = find_page(*this, *x)) // only where no route fits: none is shadowed
       return answer_page(*this, x, *page);
     return refuse(*this, *x,

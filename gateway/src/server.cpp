@@ -628,19 +628,29 @@ void http_server::impl::on_accept(beast::error_code ec, tcp::socket s,
 }
 
 result<std::unique_ptr<http_server>> http_server::start(runtime& rt, http_server_config config) {
-  // The runtime keeps 4 descriptors per entity it may hold open (max_active_entities).
+  // The runtime keeps descriptors for each entity it may hold open (max_active_entities).
   size_t asked = config.limits.max_connections;
-  config.limits.max_connections = std::min(asked, rt.connection_budget());
+  auto fds = rt.descriptors();
+  config.limits.max_connections = std::min(asked, fds.connections);
   auto p = std::make_shared<impl>(rt, std::move(config));
   p->weak_self = p;
-  if (p->gw.config().limits.max_connections < asked)
+  if (p->gw.config().limits.max_connections < asked) {
+    auto n = [](size_t v) { return std::to_string(v); };
     p->gw.log({{"level", "warn"},
                {"event", "max_connections_lowered"},
                {"asked", asked},
-               {"max_connections", p->gw.config().limits.max_connections},
-               {"detail", "RLIMIT_NOFILE less 4 descriptors per entity max_active_entities "
-                          "lets be open is left to connections; raise the descriptor limit, or "
-                          "lower max_active_entities, to allow more"}});
+               {"max_connections", fds.connections},
+               {"descriptor_limit", fds.limit},
+               {"max_active_entities", fds.max_active_entities},
+               {"detail",
+                "this process may open " + n(fds.limit) + " files (RLIMIT_NOFILE); up to " +
+                  n(fds.max_active_entities) + " open entities use " + n(fds.per_entity) +
+                  " each (max_active_entities) and " + n(fds.reserved) +
+                  " are kept for the listener, tools and indexes, which leaves " +
+                  n(fds.connections) + " for connections, fewer than max_connections " + n(asked) +
+                  "; raise the limit (ulimit -n, or LimitNOFILE in a systemd unit) or lower "
+                  "max_active_entities to allow more"}});
+  }
   const auto& cfg = p->gw.config();
   beast::error_code ec;
   std::string host = cfg.host;

@@ -334,7 +334,7 @@ void runtime_core::route(const entity_key& key, call_request req, std::chrono::m
   stats.calls.inc();
   if (!cfg.types.find(key.type)) {
     stats.call_errors.inc();
-    done(problems::unknown_entity_type.reply("no entity type " + key.type));
+    done(problems::unknown_entity_type.reply(cfg.types.unknown_type_detail(key.type)));
     return;
   }
   if (!req.method.empty() && req.method[0] != '@')
@@ -617,11 +617,14 @@ size_t active_cap(size_t asked, size_t per_entity, std::vector<std::string>& not
   auto max_active = asked ? asked : budget;
   if (max_active <= budget)
     return max_active;
+  auto limit = descriptor_limit();
   notes.push_back("max_active_entities " + std::to_string(max_active) + " lowered to " +
-                  std::to_string(budget) + ": each open entity holds " +
-                  std::to_string(per_entity) +
-                  " file descriptors and RLIMIT_NOFILE "
-                  "allows that many (raise the hard limit to allow more)");
+                  std::to_string(budget) + ": each open entity uses " + std::to_string(per_entity) +
+                  " file descriptors, and " +
+                  (limit ? "three quarters of the " + std::to_string(limit) +
+                             " this process may open (RLIMIT_NOFILE) are for entities"
+                         : std::string("the limit of open files (RLIMIT_NOFILE) cannot be read")) +
+                  "; raise the limit (ulimit -n, or LimitNOFILE in a systemd unit) to allow more");
   return budget;
 }
 
@@ -919,16 +922,24 @@ void runtime::attach_connections(std::shared_ptr<connection_host> host) {
   core.connections = std::move(host);
 }
 
+runtime::descriptor_budget runtime::descriptors() const {
+  descriptor_budget b;
+  b.limit = descriptor_limit();
+  b.max_active_entities = impl_->core->reg.cap;
+  b.per_entity = detail::descriptors_per_entity(impl_->core->cfg);
+  // What the cap on open entities leaves (per_entity each: a quarter of the limit with the
+  // default cap, more with a lower max_active_entities), less a few for the listener, the tools'
+  // connections, the indexes and the spare files.
+  b.reserved = 64;
+  if (b.limit == 0)
+    return b;
+  auto entities = b.per_entity * b.max_active_entities;
+  b.connections = b.limit > entities + b.reserved + 32 ? b.limit - entities - b.reserved : 32;
+  return b;
+}
+
 size_t runtime::connection_budget() const {
-  auto n = descriptor_limit();
-  if (n == 0)
-    return SIZE_MAX;
-  // What the cap on open entities leaves (descriptors_per_entity each: a quarter of the limit
-  // with the default cap, more with a lower max_active_entities), less a few for the listener,
-  // the tools' connections, the indexes and the spare files.
-  constexpr size_t reserve = 64;
-  auto entities = detail::descriptors_per_entity(impl_->core->cfg) * impl_->core->reg.cap;
-  return n > entities + reserve + 32 ? n - entities - reserve : 32;
+  return descriptors().connections;
 }
 
 tenant_usage runtime::tenant_usage_of(const std::string& tenant) const {

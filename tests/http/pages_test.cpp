@@ -1,7 +1,8 @@
 // pages_test.cpp: the gateway's static pages (http_server_config::pages): GET and HEAD without an
 // API key, their security headers, 405 for other methods, unknown paths still 404, the API's
-// routes never shadowed; and the chat example's page as `factum serve` registers it. A real
-// in-process server and client; runs on the test thread.
+// routes never shadowed; GET / (a redirect to the home page, or JSON naming the API); and the
+// chat example's page as `factum serve` registers it. A real in-process server and client; runs
+// on the test thread.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -145,6 +146,76 @@ TEST_CASE("pages: a WebSocket upgrade at a page's path is 404, not the page") {
                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
                  std::chrono::seconds(10));
   check_not_found(r);
+}
+
+TEST_CASE("pages: GET / and HEAD / redirect to the home page, without an API key") {
+  gateway_fixture f([](runtime_config&, http_server_config& hc) {
+    hc.pages["/console"].body = page_body;
+    hc.home = "/console";
+  });
+  http_client c(f.port());
+  for (const char* verb : {"GET", "HEAD"}) {
+    for (const char* target : {"/", "/?from=bookmark"}) {
+      CAPTURE(verb);
+      CAPTURE(target);
+      auto r = c.request(verb, target);
+      CHECK_MESSAGE(r.status == 302, r.status << " " << r.body);
+      CHECK(r.header("location") == "/console");
+      CHECK(r.header("cache-control") == "no-cache");
+    }
+  }
+  // Where it leads: the page.
+  auto page = c.request("GET", "/console");
+  CHECK(page.status == 200);
+  CHECK(page.body == page_body);
+  // Other methods: 405, as at a page.
+  auto post = c.request("POST", "/", {{"Content-Type", "text/plain"}}, "x");
+  CHECK(post.status == 405);
+  CHECK(post.code() == "METHOD_NOT_ALLOWED");
+  CHECK(post.header("allow") == "GET, HEAD");
+  auto m = c.request("GET", "/metrics").body;
+  CHECK(m.find("factum_http_requests_total{route=\"home\",status=\"302\"} 4") != std::string::npos);
+}
+
+TEST_CASE("pages: without a home page, GET / answers JSON that says where the API is") {
+  gateway_fixture f(with_page());
+  http_client c(f.port());
+  auto r = c.request("GET", "/");
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  CHECK(r.header("content-type") == "application/json");
+  CHECK(r.header("location").empty());
+  auto j = r.json();
+  REQUIRE(j.is_object());
+  CHECK(j["api"] == "/v1/entities/{type}/{id}/{method}");
+  CHECK(j["health"] == "/healthz");
+  CHECK(j["metrics"] == "/metrics");
+  CHECK(j["docs"] == "docs/http-api.md");
+  // The health route it names answers.
+  CHECK(c.request("GET", j["health"].get<std::string>()).status == 200);
+  auto h = c.request("HEAD", "/");
+  CHECK(h.status == 200);
+  CHECK(h.body.empty());
+  CHECK(h.header("content-length") == std::to_string(r.body.size()));
+}
+
+TEST_CASE("pages: a page offered as the home page is where GET / leads, when it is served") {
+  std::vector<tools::serve_page> offered{{"/console", {}, ""}, {"/examples/chat", {}, "room"}};
+  offered[0].home = true;
+  auto doc = json{{"data_dir", "/tmp/x"},
+                  {"types", {"counter"}},
+                  {"tenants", {{"acme", {{"api_keys", {"sha256:" + api_key_sha256("k")}}}}}}};
+  auto cfg = tools::parse_serve_config(doc, serve_types());
+  REQUIRE_MESSAGE(cfg.is_ok(), cfg.error().to_string());
+  CHECK(cfg->http.home.empty());
+  tools::add_pages(*cfg, offered);
+  CHECK(cfg->http.home == "/console");
+  // A home page whose type is not hosted is not served, and GET / does not lead to it.
+  offered[0].home = false;
+  offered[1].home = true;
+  auto other = tools::parse_serve_config(doc, serve_types());
+  REQUIRE(other.is_ok());
+  tools::add_pages(*other, offered);
+  CHECK(other->http.home.empty());
 }
 
 TEST_CASE("pages: `factum serve` offers the chat page at /examples/chat when it hosts room") {

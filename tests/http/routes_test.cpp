@@ -208,6 +208,17 @@ TEST_CASE("404 for an unknown type, method, internal method or route, nothing is
                 "UNKNOWN_ENTITY_TYPE");
   check_problem(c.request("GET", "/v1/entities/nosuch/x/facts", {{"X-API-Key", acme_key}}), 404,
                 "UNKNOWN_ENTITY_TYPE");
+  // The detail lists the types this server hosts, and names the one a wrong case meant.
+  std::string hosted;
+  for (auto& n : f.rt().config().types.names())
+    hosted += (hosted.empty() ? "" : ", ") + n;
+  REQUIRE(hosted.find("counter") != std::string::npos);
+  auto unknown = c.request("POST", "/v1/entities/nosuch/x/append", h, "{}");
+  CHECK(unknown.json()["detail"] == "no entity type nosuch (hosted types: " + hosted + ")");
+  auto cased = c.request("POST", "/v1/entities/Counter/c1/add", h, "{}");
+  check_problem(cased, 404, "UNKNOWN_ENTITY_TYPE");
+  CHECK(cased.json()["detail"] ==
+        "no entity type Counter (did you mean counter? hosted types: " + hosted + ")");
   check_problem(c.request("POST", "/v1/entities/ledger/x/nosuch", h, "{}"), 404,
                 "METHOD_NOT_FOUND");
   check_problem(c.request("POST", "/v1/entities/ledger/x/%40facts", h, "{}"), 404,
@@ -216,7 +227,7 @@ TEST_CASE("404 for an unknown type, method, internal method or route, nothing is
                 "METHOD_NOT_FOUND");
   check_problem(c.request("GET", "/v2/entities/ledger/x/facts"), 404, "ROUTE_NOT_FOUND");
   check_problem(c.request("GET", "/v1/entities/ledger/x"), 404, "ROUTE_NOT_FOUND");
-  check_problem(c.request("GET", "/"), 404, "ROUTE_NOT_FOUND");
+  check_problem(c.request("GET", "/v1"), 404, "ROUTE_NOT_FOUND"); // GET /: pages_test.cpp
   check_problem(c.request("POST", "/v1/entities/ledger/x/dead-letters/dl1/explode", h), 404,
                 "ROUTE_NOT_FOUND");
   check_problem(c.request("POST", "/v1/entities/ledger/x/breakers/t/explode", h), 404,

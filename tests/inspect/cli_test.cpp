@@ -299,6 +299,68 @@ TEST_CASE("entities: tenants, types and ids with counts and last activity") {
   CHECK(f.json("entities", {"bad tenant"}).code == 2);
 }
 
+TEST_CASE("a directory without entities says so on stderr, whatever lists them, and exits 0") {
+  test::temp_dir tmp;
+  std::string dir = tmp.path().string();
+  // JSON lines stay empty (no line is a valid empty list); the note goes to stderr, table or not.
+  for (auto* cmd : {"entities", "recent", "verify", "fleet-dead-letters", "fleet-breakers"}) {
+    for (bool table : {false, true}) {
+      CAPTURE(cmd);
+      CAPTURE(table);
+      std::vector<std::string> args{"inspect", cmd, "--data", dir};
+      if (table)
+        args.push_back("--table");
+      auto r = run_cli(args);
+      CHECK(r.code == 0);
+      CHECK(r.err == "factum inspect: no entities under " + dir + "\n");
+      if (!table)
+        CHECK(r.out == "");
+    }
+  }
+  // A scope that takes none of the entities present names the scope.
+  fixture f;
+  auto nobody = f.json("entities", {"nobody"});
+  CHECK(nobody.code == 0);
+  CHECK(nobody.out == "");
+  CHECK(nobody.err == "factum inspect: no entities of nobody under " + f.data + "\n");
+  auto type = f.table("verify", {"acme/nosuch"});
+  CHECK(type.code == 0);
+  CHECK(type.err == "factum inspect: no entities of acme/nosuch under " + f.data + "\n");
+  // Entities found: no note.
+  CHECK(f.json("entities", {}).err == "");
+  CHECK(f.table("verify", {}).err == "");
+}
+
+TEST_CASE("facts: the table shows an error fact's code in full, before the rest of its data") {
+  test::temp_dir tmp;
+  {
+    auto s = open_ok(opts_for(tmp.path(), durability::normal), entity_key{"acme", "ledger", "e1"});
+    // As the runtime writes a failed tool attempt: the code's key sorts after several others.
+    REQUIRE(s->append(draft("error", "transient", t0, "payments", "t9", "",
+                            {{"category", "transient"},
+                             {"cost_incurred", "0"},
+                             {"currency", "USD"},
+                             {"error_code", "PAYMENT_PROVIDER_UNAVAILABLE"},
+                             {"error_message", "the provider answered 503"},
+                             {"http_status", 503}}))
+              .is_ok());
+    REQUIRE(s->commit().is_ok());
+  }
+  auto r =
+    run_cli({"inspect", "facts", "--data", tmp.path().string(), "acme/ledger/e1", "--table"});
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  auto ls = lines(r.out);
+  REQUIRE(ls.size() == 2);
+  CAPTURE(ls[1]);
+  // The cell is still cut at 60 characters, after the code.
+  auto cell = ls[1].substr(ls[1].find('{'));
+  CHECK(cell == R"({"error_code":"PAYMENT_PROVIDER_UNAVAILABLE","category":"...)");
+  // The JSON lines keep the data as it is.
+  auto j = run_cli({"inspect", "facts", "--data", tmp.path().string(), "acme/ledger/e1"});
+  REQUIRE(j.code == 0);
+  CHECK(nlohmann::json::parse(j.out)["data"]["error_code"] == "PAYMENT_PROVIDER_UNAVAILABLE");
+}
+
 TEST_CASE("entities: an unclaimed spare at a key's path (a crash mid-creation) is no entity and "
           "no error") {
   fixture f;

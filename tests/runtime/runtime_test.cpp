@@ -695,6 +695,8 @@ TEST_CASE("runtime: a failing call rolls back its own facts, appends an error fa
   auto nt = rt->call_sync(ek("nosuchtype", "x"), "m", "{}");
   CHECK(nt.http_status == 404);
   CHECK(nt.code == "UNKNOWN_ENTITY_TYPE");
+  CHECK(nt.json()["detail"].get<std::string>().find("(hosted types: ") != std::string::npos);
+  CHECK(nt.json()["detail"].get<std::string>().find("probe") != std::string::npos);
   auto bk = rt->call_sync(entity_key{"acme", "ledger", "../x"}, "append", "{}");
   CHECK(bk.http_status == 400);
   CHECK(bk.code == "INVALID_ENTITY_KEY");

@@ -38,7 +38,9 @@ std::vector<tools::serve_page> pages() {
 #else
   std::string_view chart = "// Chart.js was not embedded: the console draws SVG charts.\n";
 #endif
-  return {page("/console", console_index_html(), "text/html; charset=utf-8"),
+  auto index = page("/console", console_index_html(), "text/html; charset=utf-8");
+  index.home = true; // GET / leads here
+  return {std::move(index),
           page("/console/app.js", console_app_js(), "text/javascript; charset=utf-8"),
           page("/console/app.css", console_app_css(), "text/css; charset=utf-8"),
           page("/console/chart.js", chart, "text/javascript; charset=utf-8")};

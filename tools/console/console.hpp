@@ -11,6 +11,7 @@ namespace factum::console {
 
 /// /console, /console/app.js, /console/app.css and, when the build embedded Chart.js,
 /// /console/chart.js (else that path answers an empty script: the page draws SVG charts).
+/// /console is the home page: GET / leads there.
 std::vector<tools::serve_page> pages();
 
 } // namespace factum::console

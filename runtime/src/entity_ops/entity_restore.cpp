@@ -241,7 +241,7 @@ result<runtime::rollback_report> runtime::rollback_entity(const entity_key& key,
   if (auto st = detail::need_archive(c); !st)
     return st;
   if (!c.cfg.types.find(key.type))
-    return status{errc::not_found, "no entity type " + key.type};
+    return status{errc::not_found, c.cfg.types.unknown_type_detail(key.type)};
   auto key_str = key.to_string();
   if (!detail::hold_entity(c, key_str))
     return status{errc::conflict, "entity " + key_str + " is being rolled back already"};
@@ -282,7 +282,7 @@ result<runtime::fork_report> runtime::fork_entity(const entity_key& from, const 
     return status{errc::invalid_argument, "an entity cannot be forked onto itself"};
   for (const auto& k : {from, to})
     if (!c.cfg.types.find(k.type))
-      return status{errc::not_found, "no entity type " + k.type};
+      return status{errc::not_found, c.cfg.types.unknown_type_detail(k.type)};
   auto to_str = to.to_string();
   if (!detail::hold_entity(c, to_str))
     return status{errc::conflict, "entity " + to_str + " is being written by another fork"};

@@ -405,28 +405,28 @@ void add_backup_commands(CLI::App& app, int* exit_code) {
   };
   auto a = std::make_shared<args>();
   auto* b = app.add_subcommand(
-    "backup", "copy a data directory's entities, also while a server writes them (incremental)");
-  b->add_option("--data", a->data, "the data directory to back up")->required();
-  b->add_option("--to", a->to, "the backup directory (made when missing)")->required();
+    "backup", "Copy a data directory's entities, also while a server writes them (incremental)");
+  b->add_option("--data", a->data, "The data directory to back up")->required();
+  b->add_option("--to", a->to, "The backup directory (made when missing)")->required();
   b->callback([a, exit_code] { *exit_code = backup::run_backup(a->data, a->to); });
   auto* r = app.add_subcommand(
-    "restore", "restore a backup into a new data directory (--from, --data), or roll one entity "
+    "restore", "Restore a backup into a new data directory (--from, --data), or roll one entity "
                "back to a bookmark in a running server (--entity, --to-bookmark, --server)");
-  r->add_option("--from", a->from, "the backup directory");
-  r->add_option("--data", a->into, "the new data directory (absent or empty)");
+  r->add_option("--from", a->from, "The backup directory");
+  r->add_option("--data", a->into, "The new data directory (absent or empty)");
   auto& rb = a->rollback;
-  r->add_option("--entity", rb.entity, "the entity to roll back, as TENANT/TYPE/ID")
+  r->add_option("--entity", rb.entity, "The entity to roll back, as TENANT/TYPE/ID")
     ->type_name("TENANT/TYPE/ID");
-  r->add_option("--to-bookmark", rb.bookmark, "its bookmark (factum inspect bookmark)")
+  r->add_option("--to-bookmark", rb.bookmark, "Its bookmark (factum inspect bookmark)")
     ->type_name("BOOKMARK");
-  r->add_option("--server", rb.server, "with --entity: the running server (http://127.0.0.1:PORT)")
+  r->add_option("--server", rb.server, "With --entity: the running server (http://127.0.0.1:PORT)")
     ->type_name("URL");
-  r->add_option("--api-key", rb.api_key, "with --entity: a key of its tenant with scope operate")
+  r->add_option("--api-key", rb.api_key, "With --entity: a key of its tenant with scope operate")
     ->type_name("KEY")
     ->envname("FACTUM_API_KEY");
-  r->add_option("--note", rb.note, "with --entity: why (recorded in the rollback's fact)")
+  r->add_option("--note", rb.note, "With --entity: why (recorded in the rollback's fact)")
     ->type_name("TEXT");
-  r->add_flag("--json", rb.json, "with --entity: the answer as JSON even on a terminal");
+  r->add_flag("--json", rb.json, "With --entity: the answer as JSON even on a terminal");
   r->callback([a, exit_code] { *exit_code = restore_command(a->from, a->into, a->rollback); });
 }
 

@@ -71,6 +71,10 @@ result<entity_scope> parse_scope(std::string_view text);
 /// Parses the entity argument (INVALID_ARGUMENT -> exit 2).
 result<entity_key> parse_entity(std::string_view text);
 
+/// What a command that walks `data` says on stderr when `scope` took no entity there: "no
+/// entities under DATA", or "no entities of SCOPE under DATA".
+std::string no_entities_message(const entity_scope& scope, const std::string& data);
+
 /// Checks that --data was given (and --server was not); an exit code, or 0.
 int require_local(const run_ctx& ctx, const common_options& c, const char* command);
 

@@ -50,6 +50,11 @@ result<entity_key> parse_entity(std::string_view text) {
   return entity_key::parse(text);
 }
 
+std::string no_entities_message(const entity_scope& scope, const std::string& data) {
+  return "no entities " + (scope.all() ? std::string() : "of " + scope.to_string() + " ") +
+         "under " + data;
+}
+
 int require_local(const run_ctx& ctx, const common_options& c, const char* command) {
   if (!c.server.empty())
     return ctx.fail(

@@ -144,6 +144,8 @@ int run_entities(const run_ctx& ctx, const common_options& c, const std::string&
             << (types.size() == 1 ? " type" : " types") << ", " << facts
             << (facts == 1 ? " fact" : " facts") << ", " << human_bytes(bytes) << '\n';
   }
+  if (rows.empty() && rc == exit_ok) // not a failure: an empty list, said in words
+    ctx.warn(no_entities_message(scope, c.data));
   return rc;
 }
 
@@ -437,7 +439,7 @@ int run_verify(const run_ctx& ctx, const common_options& c, const std::string& s
   if (!ctx.json)
     t.print(ctx);
   if (rows.empty())
-    ctx.warn("no entities in " + scope.to_string() + " under " + c.data);
+    ctx.warn(no_entities_message(scope, c.data));
   return rc;
 }
 

@@ -150,6 +150,26 @@ result<std::vector<fact>> collect(fact_source& src, const fact_filter& spec, int
 
 // -- printing -----------------------------------------------------------------------------------
 
+/// The DATA cell of a fact: its data cut at 60 characters. An error fact's `error_code` comes
+/// first and whole (its key sorts after others, which would push it past the cut).
+std::string data_cell(const fact& f) {
+  constexpr size_t width = 60;
+  if (f.type == "error") {
+    auto d = nlohmann::json::parse(f.data, nullptr, false);
+    auto code = d.is_object() ? d.find("error_code") : d.end();
+    if (d.is_object() && code != d.end() && code->is_string()) {
+      auto dump = [](const nlohmann::json& v) {
+        return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      };
+      auto head = "{\"error_code\":" + dump(*code);
+      d.erase(code);
+      auto rest = d.empty() ? std::string("}") : "," + dump(d).substr(1);
+      return ellipsize(head + rest, std::max(width, display_width(head) + 4));
+    }
+  }
+  return ellipsize(f.data, width);
+}
+
 /// Prints facts as JSON lines, an aligned table, or (follow) fixed-width rows.
 class fact_printer {
  public:
@@ -175,7 +195,7 @@ class fact_printer {
                                    or_dash(f.tool_id),
                                    f.amount.empty() ? "-" : f.amount + " " + f.currency,
                                    or_dash(ellipsize(f.trace_id, 24)),
-                                   ellipsize(f.data, 60)};
+                                   data_cell(f)};
     std::vector<std::string> styled;
     if (f.type == "error") {
       styled.resize(cells.size());

@@ -54,17 +54,27 @@ int local_scope(const run_ctx& ctx, const common_options& c, const std::string& 
 }
 
 /// Reads every entity of `scope` under --data with `fn`; unreadable files are warned about
-/// and make the exit code theirs.
+/// and make the exit code theirs. No entity at all is said on stderr too.
 int each_local(const run_ctx& ctx, const common_options& c, const entity_scope& scope,
                const std::function<void(entity_reader&)>& fn) {
   int rc = exit_ok;
-  auto st = for_each_entity(c.data, scope, fn, [&](const fs::path& file, const status& err) {
-    ctx.warn("cannot read " + file.string() + ": " + err.message());
-    if (rc == exit_ok)
-      rc = exit_code_for(err.code());
-  });
+  size_t seen = 0;
+  auto st = for_each_entity(
+    c.data, scope,
+    [&](entity_reader& r) {
+      ++seen;
+      fn(r);
+    },
+    [&](const fs::path& file, const status& err) {
+      ++seen;
+      ctx.warn("cannot read " + file.string() + ": " + err.message());
+      if (rc == exit_ok)
+        rc = exit_code_for(err.code());
+    });
   if (!st)
     return ctx.fail(st);
+  if (seen == 0)
+    ctx.warn(no_entities_message(scope, c.data));
   return rc;
 }
 

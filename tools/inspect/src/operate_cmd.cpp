@@ -385,7 +385,7 @@ void add_operate_command(CLI::App& app, int* exit_code, inspect_io io) {
     "dead-letters",
     "Retry or discard the dead letters a filter takes, across the tenant's entities",
     [](CLI::App* sub, operate_options& o) {
-      sub->add_option("action", o.action, "retry or discard")
+      sub->add_option("action", o.action, "Retry or discard")
         ->required()
         ->check(CLI::IsMember({"retry", "discard"}));
       sub->add_option("--state", o.state,
@@ -404,7 +404,7 @@ void add_operate_command(CLI::App& app, int* exit_code, inspect_io io) {
   add(
     "dead-letter", "Retry, discard or acknowledge one dead letter of an entity",
     [](CLI::App* sub, operate_options& o) {
-      sub->add_option("action", o.action, "retry, discard or acknowledge")
+      sub->add_option("action", o.action, "Retry, discard or acknowledge")
         ->required()
         ->check(CLI::IsMember({"retry", "discard", "acknowledge"}));
       sub->add_option("entity", o.entity, "The entity, as TYPE/ID")->required();
@@ -416,7 +416,7 @@ void add_operate_command(CLI::App& app, int* exit_code, inspect_io io) {
   add(
     "breaker", "Force open, reset or disable one breaker of an entity",
     [](CLI::App* sub, operate_options& o) {
-      sub->add_option("action", o.action, "force-open, reset or disable")
+      sub->add_option("action", o.action, "Force-open, reset or disable")
         ->required()
         ->check(CLI::IsMember({"force-open", "reset", "disable"}));
       sub->add_option("entity", o.entity, "The entity, as TYPE/ID")->required();
@@ -428,10 +428,10 @@ void add_operate_command(CLI::App& app, int* exit_code, inspect_io io) {
   add(
     "degradation", "Set or clear the operator's degradation floor of the key's tenant",
     [](CLI::App* sub, operate_options& o) {
-      sub->add_option("action", o.action, "set or clear")
+      sub->add_option("action", o.action, "Set or clear")
         ->required()
         ->check(CLI::IsMember({"set", "clear"}));
-      sub->add_option("level", o.level, "set: the floor, 0 to 4")->check(CLI::Range(0, 4));
+      sub->add_option("level", o.level, "With set: the floor, 0 to 4")->check(CLI::Range(0, 4));
     },
     run_degradation);
   add(

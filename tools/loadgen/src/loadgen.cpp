@@ -147,53 +147,59 @@ int run_bench(const bench_options& opts, std::ostream& out, std::ostream& err) {
 void add_bench_command(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<bench_options>();
   auto* sub = app.add_subcommand(
-    "bench", "load-test the runtime in-process or a server over HTTP (docs/bench.md)");
-  sub->add_option("workload", o->workload, "append | replay | mixed | cold | churn | alarms | read")
+    "bench", "Load-test the runtime in-process or a server over HTTP (docs/bench.md)");
+  sub
+    ->add_option("workload", o->workload,
+                 "The workload: append | replay | mixed | cold | churn | alarms | read")
     ->required();
-  sub->add_option("--mode", o->mode, "inproc (embedded runtime) or http")->capture_default_str();
-  sub->add_option("--url", o->url, "server base URL (http mode)")->capture_default_str();
+  sub->add_option("--mode", o->mode, "Where the load runs: inproc (an embedded runtime) or http")
+    ->capture_default_str();
+  sub->add_option("--url", o->url, "Server base URL (http mode)")->capture_default_str();
   sub->add_option("--api-key", o->api_key, "X-API-Key (http mode)");
-  sub->add_option("--data", o->data, "in-process data directory (default: a temp dir, removed)");
-  sub->add_option("--entities", o->entities, "entities to spread over (0: workload default)");
-  sub->add_option("--concurrency,-c", o->concurrency, "callers in flight / HTTP connections")
+  sub->add_option("--data", o->data, "In-process data directory (default: a temp dir, removed)");
+  sub->add_option("--entities", o->entities, "Entities to spread over (0: workload default)");
+  sub->add_option("--concurrency,-c", o->concurrency, "Callers in flight / HTTP connections")
     ->capture_default_str();
-  sub->add_option("--duration", o->duration_s, "measured seconds (without --count)")
+  sub->add_option("--duration", o->duration_s, "Measured seconds (without --count)")
     ->capture_default_str();
-  sub->add_option("--count,-n", o->count, "measured requests (0: use --duration)");
-  sub->add_option("--rate", o->rate, "open loop at this many requests/s (0: closed loop)");
-  sub->add_option("--durability", o->durability, "full or normal (in-process)")
+  sub->add_option("--count,-n", o->count, "Measured requests (0: use --duration)");
+  sub->add_option("--rate", o->rate, "Open loop at this many requests/s (0: closed loop)");
+  sub->add_option("--durability", o->durability, "Durability in-process: full or normal")
     ->capture_default_str();
-  sub->add_option("--payload", o->payload, "filler bytes per appended fact")->capture_default_str();
-  sub->add_option("--seed", o->seed, "seed of every random choice")->capture_default_str();
-  sub->add_flag("--json", o->json, "one JSON object instead of the table");
-  sub->add_flag("--csv", o->csv, "a CSV header and one row instead of the table");
-  auto on = std::make_shared<bool>(false), off = std::make_shared<bool>(false);
-  sub->add_flag("--progress", *on, "live progress line on stderr (default: when a terminal)");
-  sub->add_flag("--no-progress", *off, "no progress line");
-  sub->add_flag("--warmup", o->warmup, "append/churn: touch every entity before measuring");
-  sub->add_flag("!--no-verify", o->verify, "skip the verification of facts after the run");
-  sub->add_option("--keys", o->keys, "replay/mixed: completed keys")->capture_default_str();
-  sub->add_option("--replay-share", o->replay_share, "mixed: share of replays")
+  sub->add_option("--payload", o->payload, "Filler bytes per appended fact")->capture_default_str();
+  sub->add_option("--seed", o->seed, "Seed of every random choice")->capture_default_str();
+  sub->add_flag("--json", o->json, "One JSON object instead of the table");
+  sub->add_flag("--csv", o->csv, "A CSV header and one row instead of the table");
+  auto on = std::make_shared<bool>(false), off = std::make_shared<bool>(false),
+       no_verify = std::make_shared<bool>(false);
+  sub->add_flag("--progress", *on, "Live progress line on stderr (default: when a terminal)");
+  sub->add_flag("--no-progress", *off, "No progress line");
+  sub->add_flag("--warmup", o->warmup, "Append/churn: touch every entity before measuring");
+  sub->add_flag("--no-verify", *no_verify, "Skip the verification of facts after the run");
+  sub->add_option("--keys", o->keys, "Replay/mixed: completed keys")->capture_default_str();
+  sub->add_option("--replay-share", o->replay_share, "Mixed: share of replays")
     ->capture_default_str();
-  sub->add_option("--tool-share", o->tool_share, "mixed: share of tool calls")
+  sub->add_option("--tool-share", o->tool_share, "Mixed: share of tool calls")
     ->capture_default_str();
   sub
     ->add_option("--fail-rate", o->fail_rate,
-                 "mixed, in-process: share of tool attempts failing with 503")
+                 "Mixed, in-process: share of tool attempts failing with 503")
     ->capture_default_str();
-  sub->add_option("--tool", o->tool, "mixed: tool name of webhook deliveries")
+  sub->add_option("--tool", o->tool, "Mixed: tool name of webhook deliveries")
     ->capture_default_str();
   sub->add_option("--active-cap", o->active_cap,
-                  "churn, in-process: cap on active entities (0: entities/20)");
-  sub->add_option("--facts-per-entity", o->facts_per_entity, "read: facts written per entity")
+                  "Churn, in-process: cap on active entities (0: entities/20)");
+  sub->add_option("--facts-per-entity", o->facts_per_entity, "Read: facts written per entity")
     ->capture_default_str();
-  sub->add_option("--read-limit", o->read_limit, "read: facts per query")->capture_default_str();
-  sub->add_option("--server-pid", o->server_pid, "http: server pid for CPU and peak RSS");
-  sub->add_option("--max-inflight", o->max_inflight, "open loop: drop sends beyond this")
+  sub->add_option("--read-limit", o->read_limit, "Read: facts per query")->capture_default_str();
+  sub->add_option("--server-pid", o->server_pid,
+                  "Mode http: the server's pid, for its CPU and peak RSS");
+  sub->add_option("--max-inflight", o->max_inflight, "Open loop: drop sends beyond this")
     ->capture_default_str();
-  sub->add_option("--timeout", o->timeout_s, "per-request timeout, seconds")->capture_default_str();
-  sub->callback([o, on, off, exit_code] {
+  sub->add_option("--timeout", o->timeout_s, "Per-request timeout, seconds")->capture_default_str();
+  sub->callback([o, on, off, no_verify, exit_code] {
     o->progress = *off ? 0 : *on ? 1 : -1;
+    o->verify = !*no_verify;
     *exit_code = run_bench(*o, std::cout, std::cerr);
   });
 }

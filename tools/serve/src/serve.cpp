@@ -1,7 +1,8 @@
 // serve.cpp: `factum serve`: loads the configuration, starts the runtime and the HTTP gateway,
 // waits for SIGTERM/SIGINT with sigwait (the signals are blocked in every thread, so no handler
 // runs asynchronously), then stops gracefully: no new connections, in-flight requests finish,
-// the runtime drains and commits, exit 0. Runs on the thread that calls CLI::App::parse.
+// the runtime drains and commits, exit 0. Runs on the thread that calls CLI::App::parse; the log
+// writer it hands the gateway, the runtime and the cluster node is called from their threads.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -21,15 +22,23 @@ using nlohmann::json;
 
 namespace {
 
-/// One structured log line on stderr, in the gateway's format.
-void log_line(json fields) {
+/// Writes log lines (JSON objects, as the gateway, the runtime and the cluster node make them)
+/// on stderr in one form, each whole with its newline. Any thread.
+std::function<void(std::string_view)> stderr_log(log_format format) {
+  return [format](std::string_view line) {
+    auto s = format_log_line(line, format);
+    s.push_back('\n');
+    std::fwrite(s.data(), 1, s.size(), stderr);
+    std::fflush(stderr);
+  };
+}
+
+/// A line of serve's own: `fields` with the time, in the gateway's format, to `write`.
+void log_line(const std::function<void(std::string_view)>& write, json fields) {
   json out = {{"ts", format_utc_ms(now_ms())}};
   for (auto& [k, v] : fields.items())
     out[k] = std::move(v);
-  auto s = out.dump(-1, ' ', false, json::error_handler_t::replace);
-  s.push_back('\n');
-  std::fwrite(s.data(), 1, s.size(), stderr);
-  std::fflush(stderr);
+  write(out.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 const char* signal_name(int sig) {
@@ -40,9 +49,10 @@ const char* signal_name(int sig) {
   }
 }
 
-/// Joins the cluster as the "cluster" object says (docs/cluster.md).
-result<std::shared_ptr<cluster::node>> start_cluster_node(const serve_cluster& c,
-                                                          const std::string& data_dir) {
+/// Joins the cluster as the "cluster" object says (docs/cluster.md); its lines go to `log`.
+result<std::shared_ptr<cluster::node>>
+start_cluster_node(const serve_cluster& c, const std::string& data_dir,
+                   std::function<void(std::string_view)> log) {
   cluster::node_config n;
   n.name = c.name;
   n.node_id = c.node_id;
@@ -57,12 +67,7 @@ result<std::shared_ptr<cluster::node>> start_cluster_node(const serve_cluster& c
   n.replication.ack_timeout = c.replication_ack_timeout;
   n.data_dir = data_dir;
   n.secret = c.secret;
-  n.log = [](std::string_view line) {
-    std::string s(line);
-    s.push_back('\n');
-    std::fwrite(s.data(), 1, s.size(), stderr);
-    std::fflush(stderr);
-  };
+  n.log = std::move(log);
   return cluster::node::start(std::move(n));
 }
 
@@ -82,8 +87,11 @@ void add_pages(serve_config& cfg, const std::vector<serve_page>& pages) {
   for (const auto& p : pages) {
     bool hosted = p.type.empty() || std::find(cfg.type_names.begin(), cfg.type_names.end(),
                                               p.type) != cfg.type_names.end();
-    if (hosted)
-      cfg.http.pages[p.path] = p.page;
+    if (!hosted)
+      continue;
+    cfg.http.pages[p.path] = p.page;
+    if (p.home)
+      cfg.http.home = p.path;
   }
 }
 
@@ -96,6 +104,13 @@ int run_serve(serve_config cfg) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // One writer for every log line, in the configured form (a caller's own log functions stay).
+  auto write_log = stderr_log(cfg.log);
+  if (!cfg.http.log)
+    cfg.http.log = write_log;
+  if (!cfg.runtime.log)
+    cfg.runtime.log = write_log;
+  auto log = [&write_log](json fields) { log_line(write_log, std::move(fields)); };
 
   auto listen =
     (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]" : cfg.http.host) +
@@ -112,9 +127,9 @@ int run_serve(serve_config cfg) {
   for (auto& t : cfg.tool_specs) {
     auto fn = tool_client->make_tool(t.name, t.http);
     if (!fn) {
-      log_line({{"level", "error"},
-                {"event", "start_failed"},
-                {"detail", "tools." + t.name + ": " + fn.error().message()}});
+      log({{"level", "error"},
+           {"event", "start_failed"},
+           {"detail", "tools." + t.name + ": " + fn.error().message()}});
       return 1;
     }
     cfg.runtime.tools[t.name] = std::move(fn.value());
@@ -148,9 +163,9 @@ int run_serve(serve_config cfg) {
       }
     }
     if (!failed) {
-      log_line({{"level", "error"},
-                {"event", "start_failed"},
-                {"detail", "outbox.sinks." + o.name + ": " + failed.message()}});
+      log({{"level", "error"},
+           {"event", "start_failed"},
+           {"detail", "outbox.sinks." + o.name + ": " + failed.message()}});
       return 1;
     }
     cfg.runtime.outbox.sinks[o.name] = std::move(sink);
@@ -160,11 +175,11 @@ int run_serve(serve_config cfg) {
   // and leaves after it stopped, so that the runtime's last commits are still owned.
   std::shared_ptr<cluster::node> member;
   if (cfg.cluster) {
-    auto n = start_cluster_node(*cfg.cluster, data_dir);
+    auto n = start_cluster_node(*cfg.cluster, data_dir, write_log);
     if (!n) {
-      log_line({{"level", "error"},
-                {"event", "start_failed"},
-                {"detail", "cluster: " + n.error().to_string()}});
+      log({{"level", "error"},
+           {"event", "start_failed"},
+           {"detail", "cluster: " + n.error().to_string()}});
       return 1;
     }
     member = *n;
@@ -178,51 +193,56 @@ int run_serve(serve_config cfg) {
   }
   auto rt = runtime::start(std::move(cfg.runtime));
   if (!rt) {
-    log_line({{"level", "error"},
-              {"event", "start_failed"},
-              {"detail", "runtime: " + rt.error().to_string()}});
+    log({{"level", "error"},
+         {"event", "start_failed"},
+         {"detail", "runtime: " + rt.error().to_string()}});
     return 1;
   }
   for (auto& note : (*rt)->start_notes())
-    log_line({{"level", "warn"}, {"event", "start_note"}, {"detail", note}});
+    log({{"level", "warn"}, {"event", "start_note"}, {"detail", note}});
   if (member)
     member->attach(**rt); // planned shard moves of this node's shards run from now on
   auto srv = http_server::start(**rt, cfg.http);
   if (!srv) {
-    log_line({{"level", "error"}, {"event", "start_failed"}, {"detail", srv.error().message()}});
+    log({{"level", "error"}, {"event", "start_failed"}, {"detail", srv.error().message()}});
     if (member)
       member->detach();
     (*rt)->stop();
     return 1;
   }
-  log_line({{"level", "info"},
-            {"event", "start"},
-            {"listen", listen},
-            {"port", (*srv)->port()},
-            {"url", "http://" +
-                      (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]"
-                                                                    : cfg.http.host) +
-                      ":" + std::to_string((*srv)->port())},
-            {"data_dir", data_dir},
-            {"durability", durability_name},
-            {"types", cfg.type_names},
-            {"tenants", tenants},
-            {"tools", tool_names},
-            {"outbox_sinks", sink_names},
-            {"dev", cfg.dev},
-            {"pid", static_cast<int64_t>(::getpid())}});
+  auto url =
+    "http://" +
+    (cfg.http.host.find(':') != std::string::npos ? "[" + cfg.http.host + "]" : cfg.http.host) +
+    ":" + std::to_string((*srv)->port());
+  json start = {{"level", "info"},
+                {"event", "start"},
+                {"listen", listen},
+                {"port", (*srv)->port()},
+                {"url", url},
+                {"data_dir", data_dir},
+                {"durability", durability_name},
+                {"types", cfg.type_names},
+                {"tenants", tenants},
+                {"tools", tool_names},
+                {"outbox_sinks", sink_names},
+                {"dev", cfg.dev},
+                {"pid", static_cast<int64_t>(::getpid())}};
+  if (cfg.http.pages.count("/console")) // the web console (tools/console), where GET / leads
+    start["console"] = url + "/console";
+  log(std::move(start));
 
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {
   }
-  log_line({{"level", "info"}, {"event", "stopping"}, {"signal", signal_name(sig)}});
+  log({{"level", "info"}, {"event", "stopping"}, {"signal", signal_name(sig)}});
   // A second signal while draining ends the process at once.
-  std::thread([stop_signals] {
+  std::thread([stop_signals, format = cfg.log] {
     int again = 0;
     while (sigwait(&stop_signals, &again) != 0) {
     }
-    static const char msg[] = "{\"level\":\"error\",\"event\":\"forced_exit\"}\n";
-    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+    json line = {{"ts", format_utc_ms(now_ms())}, {"level", "error"}, {"event", "forced_exit"}};
+    auto msg = format_log_line(line.dump(), format) + "\n";
+    (void)!::write(STDERR_FILENO, msg.data(), msg.size());
     std::_Exit(1);
   }).detach();
 
@@ -243,15 +263,15 @@ int run_serve(serve_config cfg) {
   auto count = [&m = (*rt)->metrics()](std::string_view name) {
     return static_cast<uint64_t>(m.value(name));
   };
-  log_line({{"level", drained ? "info" : "warn"},
-            {"event", "stopped"},
-            {"drained", drained},
-            {"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::steady_clock::now() - t0)
-                              .count()},
-            {"calls", count("factum_calls_total")},
-            {"commits", count("factum_commits_total")},
-            {"facts", count("factum_facts_total")}});
+  log({{"level", drained ? "info" : "warn"},
+       {"event", "stopped"},
+       {"drained", drained},
+       {"duration_ms",
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count()},
+       {"calls", count("factum_calls_total")},
+       {"commits", count("factum_commits_total")},
+       {"facts", count("factum_facts_total")}});
   srv->reset();
   rt->reset();
   return 0;
@@ -259,18 +279,27 @@ int run_serve(serve_config cfg) {
 
 namespace {
 
-/// The command line of a server: --config, --listen, --data.
+/// The command line of a server: --config, --listen, --data, --log-format.
 struct serve_options {
   std::string config;
   std::string listen;
   std::string data;
+  std::string log_format; ///< "text", "json", or "" (text when stderr is a terminal)
 };
 
 void add_serve_options(CLI::App& cmd, serve_options& o) {
   cmd.add_option("--config", o.config, "JSON configuration file (docs/configuration.md)")
+    ->type_name("FILE")
     ->required();
-  cmd.add_option("--listen", o.listen, "HOST:PORT to listen on (overrides \"listen\")");
-  cmd.add_option("--data", o.data, "data directory (overrides \"data_dir\")");
+  cmd.add_option("--listen", o.listen, "HOST:PORT to listen on (overrides \"listen\")")
+    ->type_name("HOST:PORT");
+  cmd.add_option("--data", o.data, "Data directory (overrides \"data_dir\")")->type_name("DIR");
+  cmd
+    .add_option("--log-format", o.log_format,
+                "Log lines on stderr: text (one readable line per event) or json (one JSON "
+                "object per line); default text on a terminal, json elsewhere")
+    ->type_name("FORMAT")
+    ->check(CLI::IsMember({"text", "json"}));
 }
 
 /// Loads the configuration with the command line's overrides and runs the server; its exit code.
@@ -288,6 +317,8 @@ int serve_with(const serve_options& o, const entity_registry& available,
       return fail("--listen: " + st.message());
   if (!o.data.empty())
     cfg->runtime.data_dir = o.data;
+  bool text = o.log_format.empty() ? ::isatty(STDERR_FILENO) == 1 : o.log_format == "text";
+  cfg->log = text ? log_format::text : log_format::json;
   if (cfg->runtime.data_dir.empty())
     return fail("data_dir: required (in the configuration or as --data DIR)");
   if (cfg->cluster && cfg->cluster->storage == "shared") {

@@ -3,11 +3,14 @@
 // before the runtime starts and read-only afterwards (any thread may read them).
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -153,6 +156,24 @@ class entity_registry {
     for (auto& [n, _] : types_)
       out.push_back(n);
     return out;
+  }
+  /// What a call of a type this registry does not hold is told: "no entity type NAME (hosted
+  /// types: a, b)", with "did you mean a? " before the list when NAME is a hosted type's name in
+  /// another case.
+  std::string unknown_type_detail(std::string_view name) const {
+    std::string hosted, meant;
+    for (auto& [n, _] : types_) {
+      hosted += (hosted.empty() ? "" : ", ") + n;
+      if (meant.empty() && n.size() == name.size() &&
+          std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
+            return std::tolower(static_cast<unsigned char>(a)) ==
+                   std::tolower(static_cast<unsigned char>(b));
+          }))
+        meant = n;
+    }
+    return "no entity type " + std::string(name) + " (" +
+           (meant.empty() ? "" : "did you mean " + meant + "? ") +
+           (hosted.empty() ? "no type is hosted" : "hosted types: " + hosted) + ")";
   }
 
  private:

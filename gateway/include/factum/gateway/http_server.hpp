@@ -155,6 +155,10 @@ struct http_server_config {
   /// X-Content-Type-Options: nosniff, Referrer-Policy: no-referrer and Cache-Control: no-cache.
   /// The API's routes come first: a page never shadows one. Default none.
   std::map<std::string, http_page> pages;
+  /// Where GET / and HEAD / lead (302 Found, Location: this path; no API key): the path of one
+  /// of `pages`, e.g. the console's /console. Empty: they answer 200 with a JSON document that
+  /// names the API's routes and its documentation. Default empty.
+  std::string home;
 };
 
 /// The HTTP gateway: POST /v1/entities/{type}/{id}/{method} and friends, /healthz, /metrics.

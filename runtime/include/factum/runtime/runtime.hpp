@@ -332,10 +332,26 @@ class runtime {
   /// dropped. Any thread.
   void attach_connections(std::shared_ptr<connection_host> host);
 
-  /// Connections the process can hold beside the entity files: RLIMIT_NOFILE less 4 descriptors
-  /// per entity max_active_entities lets be open and 64 for the listener, tools and indexes (a
-  /// quarter of the limit less 64 with the default cap; SIZE_MAX when the limit cannot be read).
-  /// The HTTP server lowers max_connections to it.
+  /// How the process's file descriptors are shared (descriptors()).
+  struct descriptor_budget {
+    /// RLIMIT_NOFILE, its soft limit raised to the hard one at start (capped at 1,000,000); 0
+    /// when it cannot be read.
+    size_t limit = 0;
+    /// Entities with an open file at once (max_active_entities, as lowered at start).
+    size_t max_active_entities = 0;
+    /// Descriptors one open entity uses (its database, -wal and -shm, and an archive's).
+    size_t per_entity = 0;
+    /// Kept for the listener, the tools' connections, the indexes and the spare files.
+    size_t reserved = 0;
+    /// What is left to connections (at least 32); SIZE_MAX when the limit cannot be read.
+    size_t connections = SIZE_MAX;
+  };
+
+  /// The process's descriptor limit, what the open entities may take of it and what it leaves
+  /// to connections (a quarter of the limit less 64 with the default max_active_entities).
+  descriptor_budget descriptors() const;
+
+  /// descriptors().connections: the HTTP server lowers max_connections to it.
   size_t connection_budget() const;
 
   /// What `tenant` uses now (its entities and bytes) and its quota; zeros for a tenant that has

@@ -75,6 +75,18 @@ struct serve_cluster {
   std::string secret;
 };
 
+/// How `factum serve` writes its log lines on stderr (`--log-format`; docs/http-api.md, "Logs").
+enum class log_format {
+  /// One JSON object per line, as the gateway, the runtime and the cluster node make them.
+  json,
+  /// One readable line per event: time, level, event, then key=value pairs (`detail` last).
+  text,
+};
+
+/// One log line (a JSON object, as the gateway, the runtime and the cluster node make them) in
+/// `format`, without a newline. What is not a JSON object is returned as it is.
+std::string format_log_line(std::string_view line, log_format format);
+
 /// Everything `factum serve` runs with, after validation (docs/configuration.md).
 struct serve_config {
   runtime_config runtime;
@@ -93,6 +105,10 @@ struct serve_config {
   std::chrono::milliseconds shutdown_timeout{30'000};
   /// Cluster mode (docs/cluster.md). Default none: the node runs alone.
   std::optional<serve_cluster> cluster;
+  /// The form of the log lines on stderr (run_serve gives the gateway, the runtime and the
+  /// cluster node a writer in this form unless they have a log function of their own). Default
+  /// JSON lines; `factum serve` chooses text when stderr is a terminal (`--log-format`).
+  log_format log = log_format::json;
 };
 
 /// A static page a server program offers (http_server_config::pages), served when the
@@ -104,6 +120,8 @@ struct serve_page {
   /// The entity type the page is for: served only when the configuration's types include it.
   /// Empty: always served.
   std::string type;
+  /// GET / leads to this page when it is served (http_server_config::home). Default false.
+  bool home = false;
 };
 
 /// Puts into cfg.http.pages each of `pages` whose type cfg hosts.
@@ -128,17 +146,18 @@ tool_fn static_fallback(nlohmann::json body);
 /// (0 after a graceful stop, 1 when the runtime or the listener could not start).
 int run_serve(serve_config cfg);
 
-/// Adds `serve --config FILE [--listen HOST:PORT] [--data DIR]` to `app`, hosting types among
+/// Adds `serve --config FILE [--listen HOST:PORT] [--data DIR] [--log-format text|json]` (text
+/// by default when stderr is a terminal, else JSON lines) to `app`, hosting types among
 /// `available`, and those of `pages` whose type it hosts (add_pages). When it runs, it writes
 /// its exit code to *exit_code (0 stopped by a signal, 1 start failure, 2 bad configuration).
 void add_serve_command(CLI::App& app, int* exit_code, entity_registry available,
                        std::vector<serve_page> pages = {});
 
-/// A whole server program: `argv` takes `--config FILE [--listen HOST:PORT] [--data DIR]` as
-/// `factum serve` does, the configuration chooses its types among `available`, and the process
-/// runs until SIGTERM or SIGINT. Returns the exit code (as add_serve_command; 0 for --help).
-/// A tenant's own `main`: register the types, then `return factum::tools::serve_main(argc,
-/// argv, std::move(types));`. `pages` as add_serve_command's.
+/// A whole server program: `argv` takes `--config FILE [--listen HOST:PORT] [--data DIR]
+/// [--log-format text|json]` as `factum serve` does, the configuration chooses its types among
+/// `available`, and the process runs until SIGTERM or SIGINT. Returns the exit code (as
+/// add_serve_command; 0 for --help). A tenant's own `main`: register the types, then `return
+/// factum::tools::serve_main(argc, argv, std::move(types));`. `pages` as add_serve_command's.
 int serve_main(int argc, char** argv, entity_registry available,
                std::vector<serve_page> pages = {});
 
