@@ -127,7 +127,7 @@ class memory_log : public replication::commit_sink {
 };
 
 std::unique_ptr<runtime> start(const std::filesystem::path& dir, std::shared_ptr<memory_log> log,
-                               uint64_t image_min_bytes = 0) {
+                               uint64_t image_min_bytes = uint64_t{1} << 20) {
   runtime_config c;
   c.data_dir = dir;
   c.alarm_poll = 100ms;

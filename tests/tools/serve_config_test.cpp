@@ -335,7 +335,7 @@ TEST_CASE("serve config: the cluster object is parsed with its defaults, and a b
   CHECK(ok->cluster->replication_servers.size() == 2);
   CHECK(ok->cluster->replication_replicas == 3);
   CHECK(ok->cluster->replication_ack_timeout == std::chrono::milliseconds(5000));
-  CHECK(ok->cluster->replication_image_min_bytes == 0); // no images unless asked for
+  CHECK(ok->cluster->replication_image_min_bytes == 1u << 20);
   CHECK(ok->cluster->replication_image_ratio == 1.0);
   auto tuned =
     replicated({{"servers", {"nats://a:1"}}, {"image_min_bytes", 4096}, {"image_ratio", 0.5}});

@@ -241,8 +241,8 @@ struct runtime_config {
   /// times the file's size and at least replicated_image_min_bytes. With the ratio at 1 the log
   /// holds about at most twice each entity's size, and images cost at most as many bytes as
   /// the changes they replace; a lower ratio keeps less log for more image bytes. Min 0: never.
-  /// Defaults 0 (never: docs/cluster.md, "Compaction", says why) and 1.
-  uint64_t replicated_image_min_bytes = 0;
+  /// Defaults 1 MiB and 1.
+  uint64_t replicated_image_min_bytes = uint64_t{1} << 20;
   double replicated_image_ratio = 1.0;
   /// Degradation levels and the feature matrix (factum/runtime/degradation.hpp). Enabled, the
   /// runtime hosts one more entity type, `factum.runtime`, whose entity `degradation` of each

@@ -64,8 +64,8 @@ struct serve_cluster {
   /// storage "replicated": an entity's log is compacted by an image of its file once the
   /// changes since its last image reach `replication_image_ratio` times the file's size and at
   /// least `replication_image_min_bytes` (0: never; runtime_config::replicated_image_min_bytes).
-  /// Defaults 0 (never) and 1.
-  uint64_t replication_image_min_bytes = 0;
+  /// Defaults 1 MiB and 1.
+  uint64_t replication_image_min_bytes = uint64_t{1} << 20;
   double replication_image_ratio = 1.0;
   /// storage "shared": the directory of the entity files, the same on every node (each node
   /// keeps its own data_dir for its lock, indexes and spare files, on the same file system).
