@@ -378,21 +378,31 @@ const http_page* find_page(const gateway& gw, const exchange& x) {
   return it == pages.end() ? nullptr : &it->second;
 }
 
+/// Answers a request for a page or the root that is not a plain GET or HEAD (405, or 404 for a
+/// WebSocket upgrade); false when it is one, and nothing was answered.
+bool refused_unless_get(gateway& gw, const exchange_ptr& x) {
+  if (x->req.verb != "GET" && x->req.verb != "HEAD") {
+    auto r = problem(*x, problems::method_not_allowed,
+                     x->req.verb + " is not allowed here; use GET, HEAD");
+    r.allow = "GET, HEAD";
+    finish(gw, *x, std::move(r));
+    return true;
+  }
+  if (x->req.websocket) {
+    refuse(gw, *x,
+           {problems::route_not_found, "no WebSocket route at " + std::string(clip(x->path, 200))});
+    return true;
+  }
+  return false;
+}
+
 /// GET or HEAD of a static page (the transport leaves a HEAD's body out): no API key (it holds
 /// no data), any query (its script reads it), and headers that keep the browser to the page's
 /// own origin.
 void answer_page(gateway& gw, const exchange_ptr& x, const http_page& page) {
   x->route = "page";
-  if (x->req.verb != "GET" && x->req.verb != "HEAD") {
-    auto r = problem(*x, problems::method_not_allowed,
-                     x->req.verb + " is not allowed here; use GET, HEAD");
-    r.allow = "GET, HEAD";
-    return finish(gw, *x, std::move(r));
-  }
-  if (x->req.websocket)
-    return refuse(
-      gw, *x,
-      {problems::route_not_found, "no WebSocket route at " + std::string(clip(x->path, 200))});
+  if (refused_unless_get(gw, x))
+    return;
   http_response r;
   r.trace_id = x->trace_id;
   r.content_type = page.content_type;
@@ -410,14 +420,8 @@ void answer_page(gateway& gw, const exchange_ptr& x, const http_page& page) {
 /// that says where the API is. No API key: it holds no data.
 void answer_root(gateway& gw, const exchange_ptr& x) {
   x->route = "home";
-  if (x->req.verb != "GET" && x->req.verb != "HEAD") {
-    auto r = problem(*x, problems::method_not_allowed,
-                     x->req.verb + " is not allowed here; use GET, HEAD");
-    r.allow = "GET, HEAD";
-    return finish(gw, *x, std::move(r));
-  }
-  if (x->req.websocket)
-    return refuse(gw, *x, {problems::route_not_found, "no WebSocket route at /"});
+  if (refused_unless_get(gw, x))
+    return;
   http_response r;
   r.trace_id = x->trace_id;
   r.headers = {{"Cache-Control", "no-cache"}};

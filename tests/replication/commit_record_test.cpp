@@ -56,7 +56,7 @@ TEST_CASE("commit records: a record cut short, with bytes after it, foreign or o
 }
 
 TEST_CASE("commit records: an image head names its parts, a part carries its bytes, both are "
-          "read back whole; a version 1 record is read, and one flagged as an image is refused") {
+          "read back whole, a version 1 record is read, and one flagged as an image is refused") {
   auto r = sample(false);
   r.commit.changeset.clear();
   r.image = replication::image_ref{70000, std::string(32, '\x5a'), {12, 13, 19}};

@@ -118,24 +118,40 @@ bool parts_held(log_connection& c, const std::vector<uint64_t>& seqs, bool all) 
   return true;
 }
 
+/// A connection to the test's nats-server and a replicator whose one shard is open under
+/// `epoch`, cutting images in parts of 16 KiB (several per image).
+struct log_fixture {
+  result<std::shared_ptr<log_connection>> c;
+  std::unique_ptr<log_replicator> sink;
+
+  explicit log_fixture(const test::nats_cluster& nc) : c(connect(nc)) {
+    REQUIRE_MESSAGE(c.is_ok(), c.error().to_string());
+    sink = std::make_unique<log_replicator>(*c, [](const entity_key&) { return shard; });
+    sink->set_image_part_bytes(16 * 1024);
+    REQUIRE(sink->open_shard(shard, epoch).is_ok());
+  }
+
+  static result<std::shared_ptr<log_connection>> connect(const test::nats_cluster& nc) {
+    log_options lo;
+    lo.servers = nc.urls();
+    lo.replicas = 1;
+    return log_connection::connect(lo);
+  }
+};
+
 store_options copy_opts(const fs::path& dir) {
   return test::opts_for(dir);
 }
 
 } // namespace
 
-TEST_CASE("log compaction: an image drops its entity's records and older parts from the log; "
+TEST_CASE("log compaction: an image drops its entity's records and older parts from the log, and "
           "copies that followed from before it, start from the log as it is, or rebuild the "
           "entity alone all end equal to the owner's file") {
   test::nats_cluster nc(1);
-  log_options lo;
-  lo.servers = nc.urls();
-  lo.replicas = 1;
-  auto c = log_connection::connect(lo);
-  REQUIRE_MESSAGE(c.is_ok(), c.error().to_string());
-  log_replicator sink(*c, [](const entity_key&) { return shard; });
-  sink.set_image_part_bytes(16 * 1024); // several parts per image
-  REQUIRE(sink.open_shard(shard, epoch).is_ok());
+  log_fixture f(nc);
+  auto& c = f.c;
+  auto& sink = *f.sink;
 
   test::temp_dir owner_dir, early_dir, fresh_dir, rebuilt_dir;
   entity_key big{"acme", "ledger", "big"}, small{"acme", "ledger", "small"};
@@ -197,14 +213,9 @@ TEST_CASE("log compaction: a copy that reads an image head whose parts are gone 
           "replaced it) awaits a later image, and its rebuild from the log is the owner's "
           "file") {
   test::nats_cluster nc(1);
-  log_options lo;
-  lo.servers = nc.urls();
-  lo.replicas = 1;
-  auto c = log_connection::connect(lo);
-  REQUIRE_MESSAGE(c.is_ok(), c.error().to_string());
-  log_replicator sink(*c, [](const entity_key&) { return shard; });
-  sink.set_image_part_bytes(16 * 1024);
-  REQUIRE(sink.open_shard(shard, epoch).is_ok());
+  log_fixture f(nc);
+  auto& c = f.c;
+  auto& sink = *f.sink;
   test::temp_dir owner_dir, copy_dir;
   entity_key key{"acme", "ledger", "e1"};
   owner a(owner_dir.path(), key, sink);
