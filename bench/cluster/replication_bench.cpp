@@ -13,7 +13,8 @@
 // - rebuild: a replicated node writes --rebuild-entities entities, then an empty directory is
 //   rebuilt from the logs by the code a node uses (replication::apply_shard): entities/s, MB/s.
 // Usage: replication_bench --factum PATH [--seconds S] [--runs N] [--kills N]
-//        [--rebuild-entities N]. The main thread only (the servers are children).
+//        [--rebuild-entities N] [--image-bytes N]. The main thread only (the servers are
+//        children).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -51,6 +52,7 @@ struct env {
   std::filesystem::path root;
   std::string etcd_url;
   std::vector<std::string> nats;
+  int64_t image_bytes = -1; ///< cluster.replication.image_min_bytes; -1: the server's default
 };
 
 json node_config(const env& e, const node& x, const std::string& cluster,
@@ -71,6 +73,8 @@ json node_config(const env& e, const node& x, const std::string& cluster,
                 {"secret", "bench-secret-0123456789"}}}};
   if (storage == "replicated")
     cfg["cluster"]["replication"] = {{"servers", e.nats}, {"replicas", 3}};
+  if (storage == "replicated" && e.image_bytes >= 0)
+    cfg["cluster"]["replication"]["image_min_bytes"] = e.image_bytes;
   return cfg;
 }
 
@@ -316,6 +320,9 @@ int main(int argc, char** argv) {
   app.add_option("--kills", kills, "failovers measured");
   app.add_option("--rebuild-entities", rebuild_entities, "entities the rebuild rebuilds");
   app.add_flag("--keep", keep, "keep the servers' files (in /tmp/factum-replication-bench)");
+  app.add_option("--image-bytes", e.image_bytes,
+                 "cluster.replication.image_min_bytes of the replicated nodes (0: no images; "
+                 "default: the server's)");
   CLI11_PARSE(app, argc, argv);
   temp_dir tmp;
   e.root = tmp.path();
