@@ -147,20 +147,9 @@ void log_replicator::append(const entity_key& key, int64_t epoch,
     return;
   }
   auto name = key.to_string();
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto& t = tracks_[name];
-    if (t.failed || (t.in_flight > 0 && t.generation != generation)) {
-      done(status{errc::unavailable, "entity " + name + " has commits that the log of shard " +
-                                       std::to_string(k) + " did not take"});
-      return;
-    }
-    if (tracks_.size() > 100'000) // forget entities with nothing in flight and nothing failed
-      for (auto i = tracks_.begin(); i != tracks_.end();)
-        i = i->second.in_flight > 0 || i->second.failed || i->first == name ? std::next(i)
-                                                                            : tracks_.erase(i);
-    t.generation = generation;
-    t.in_flight += static_cast<int>(commits.size());
+  if (auto st = admit(name, generation, static_cast<int>(commits.size())); !st) {
+    done(st);
+    return;
   }
   struct pending {
     std::atomic<size_t> left;
@@ -179,13 +168,7 @@ void log_replicator::append(const entity_key& key, int64_t epoch,
       [this, p, name, t0 = std::chrono::steady_clock::now()](const status& st, uint64_t) {
         if (observer_)
           observer_(std::chrono::steady_clock::now() - t0, st.is_ok());
-        {
-          std::lock_guard<std::mutex> g(mu_);
-          if (auto it = tracks_.find(name); it != tracks_.end()) {
-            --it->second.in_flight;
-            it->second.failed = it->second.failed || !st;
-          }
-        }
+        answered(name, st);
         if (!st) {
           std::lock_guard<std::mutex> g(p->mu);
           if (p->first_error) // the first error is the one to report
@@ -199,6 +182,28 @@ void log_replicator::append(const entity_key& key, int64_t epoch,
   }
 }
 
+status log_replicator::admit(const std::string& name, uint64_t generation, int appends) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto& t = tracks_[name];
+  if (t.failed || (t.in_flight > 0 && t.generation != generation))
+    return {errc::unavailable, "entity " + name + " has commits that the log did not take"};
+  if (tracks_.size() > 100'000) // forget entities with nothing in flight and nothing failed
+    for (auto i = tracks_.begin(); i != tracks_.end();)
+      i = i->second.in_flight > 0 || i->second.failed || i->first == name ? std::next(i)
+                                                                          : tracks_.erase(i);
+  t.generation = generation;
+  t.in_flight += appends;
+  return status::ok();
+}
+
+void log_replicator::answered(const std::string& name, const status& st) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (auto it = tracks_.find(name); it != tracks_.end()) {
+    --it->second.in_flight;
+    it->second.failed = it->second.failed || !st;
+  }
+}
+
 void log_replicator::compact(const entity_key& key, int64_t epoch, replica_image image,
                              done_fn done) {
   auto k = shard_of_(key);
@@ -209,15 +214,9 @@ void log_replicator::compact(const entity_key& key, int64_t epoch, replica_image
   }
   auto& [writer, generation] = *w;
   auto name = key.to_string();
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto& t = tracks_[name];
-    if (t.failed || (t.in_flight > 0 && t.generation != generation)) {
-      done(status{errc::unavailable, "entity " + name + " has commits the log did not take"});
-      return;
-    }
-    t.generation = generation;
-    ++t.in_flight;
+  if (auto st = admit(name, generation, 1); !st) {
+    done(st);
+    return;
   }
   auto token = entity_token(key);
   image_ref ref{image.bytes.size(), image_digest(image.bytes), {}};
@@ -238,13 +237,7 @@ void log_replicator::compact(const entity_key& key, int64_t epoch, replica_image
   writer->append(
     token, encode(head),
     [this, name, bytes, done = std::move(done)](const status& st, uint64_t) {
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        if (auto it = tracks_.find(name); it != tracks_.end()) {
-          --it->second.in_flight;
-          it->second.failed = it->second.failed || !st;
-        }
-      }
+      answered(name, st);
       if (st) {
         images_.fetch_add(1);
         image_bytes_.fetch_add(bytes);

@@ -83,6 +83,7 @@ struct entity_state {
   /// carries them from one actor to the next), and whether they were taken from there yet.
   uint64_t log_debt = 0;
   bool log_debt_taken = false;
+  uint64_t log_debt_due = 0;  ///< the debt at which maybe_compact looks at the file's size again
   int64_t commit_seq = 0;     ///< last seq of the commit in flight
   bool checkpointing = false; ///< a storage thread is checkpointing the WAL
   int ckpt_rounds = 0;        ///< concurrent checkpoints in this cycle (maybe_checkpoint)

@@ -184,21 +184,27 @@ void maybe_compact(self_ptr self) {
   auto& s = self->state;
   auto min = s.rt->cfg.replicated_image_min_bytes;
   auto& store = *s.core->store;
-  if (min == 0 || s.log_debt < min || store.in_batch() || s.committing)
+  if (min == 0 || s.log_debt < std::max(min, s.log_debt_due) || store.in_batch() || s.committing)
     return; // (committing: a storage thread may be using the store's connection)
+  // The file's size is looked at again only once the changes reach what it was last time (it
+  // only grows meanwhile): not one stat per commit.
   std::error_code ec;
   auto size = std::filesystem::file_size(store.path(), ec);
-  if (!ec && static_cast<double>(s.log_debt) < s.rt->cfg.replicated_image_ratio * size)
+  auto due = static_cast<uint64_t>(s.rt->cfg.replicated_image_ratio * static_cast<double>(size));
+  if (!ec && s.log_debt < due) {
+    s.log_debt_due = due;
     return;
+  }
   auto img = store.image();
   if (!img) {
+    s.log_debt_due = s.log_debt + min; // tried again after as many changes more
     s.rt->log_event({{"level", "warn"},
                      {"event", "replication_image_failed"},
                      {"entity", s.key.to_string()},
                      {"detail", img.error().to_string()}});
     return;
   }
-  s.log_debt = 0;
+  s.log_debt = s.log_debt_due = 0;
   s.rt->cfg.replicator->compact(s.key, s.core->claim.epoch, std::move(*img), [](const status&) {});
 }
 

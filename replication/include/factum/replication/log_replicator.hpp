@@ -72,6 +72,11 @@ class log_replicator final : public commit_sink {
   /// background (run_opener).
   result<std::pair<std::shared_ptr<shard_writer>, uint64_t>> writer_for(uint32_t k, int64_t epoch);
   void run_opener();
+  /// Counts `appends` of entity `name` in flight on the writer of `generation`; UNAVAILABLE
+  /// when the entity must not append (entity_track below).
+  status admit(const std::string& name, uint64_t generation, int appends);
+  /// One of them was answered `st`.
+  void answered(const std::string& name, const status& st);
   /// Under mu_: shard k's slot when its writer takes appends under `epoch`, null when there is
   /// none (or it is broken, or of an older epoch), NOT_OWNER when it is of a newer epoch.
   result<const shard_slot*> sound_locked(uint32_t k, int64_t epoch) const;
