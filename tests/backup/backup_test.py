@@ -30,12 +30,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import Failure, check, kill_process, start_serve, stop_serve  # noqa: E402
+from factum_test import (Failure, check, kill_process, run_in_scratch, start_serve,  # noqa: E402
+                         stop_serve)
 
 WAIT = 30  # seconds: the bound of every wait
 KEY = "backup-test-key"
@@ -418,19 +418,8 @@ def main():
     ap.add_argument("--case", required=True, choices=sorted(CASES))
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="factum-backup-test-")
-    try:
-        CASES[a.case](os.path.abspath(a.factum), tmp)
-    except Failure as e:
-        print(f"backup_test {a.case}: FAIL: {e}", file=sys.stderr)
-        return 1
-    finally:
-        if not a.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"kept {tmp}")
-    print(f"backup_test {a.case}: ok")
-    return 0
+    return run_in_scratch(f"backup_test {a.case}",
+                          lambda tmp: CASES[a.case](os.path.abspath(a.factum), tmp), a.keep)
 
 
 if __name__ == "__main__":

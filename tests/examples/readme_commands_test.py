@@ -20,14 +20,13 @@ import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import Failure, check, free_port, kill_process, wait_until  # noqa: E402
+from factum_test import (Failure, check, free_port, kill_process, run_in_scratch,  # noqa: E402
+                         wait_until)
 
 WAIT = 30          # seconds: the server's start and stop
 COMMAND_WAIT = 20  # seconds: each command
@@ -160,19 +159,9 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="factum-readme-test-")
-    try:
-        run(os.path.abspath(a.root), os.path.abspath(a.build), tmp)
-    except (Failure, subprocess.TimeoutExpired) as e:
-        print(f"readme_commands_test: FAIL: {e}", file=sys.stderr)
-        return 1
-    finally:
-        if not a.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"kept {tmp}")
-    print("readme_commands_test: ok")
-    return 0
+    return run_in_scratch("readme_commands_test",
+                          lambda tmp: run(os.path.abspath(a.root), os.path.abspath(a.build), tmp),
+                          a.keep, (Failure, subprocess.TimeoutExpired))
 
 
 if __name__ == "__main__":

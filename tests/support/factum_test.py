@@ -1,12 +1,15 @@
 """factum_test.py: what the Python tests that drive processes share (imported from
 tests/support; Debian's python3 standard library only): a test's failure, its checks, a free
 loopback port, a bounded wait, starting `factum serve` until its start line names the port it
-bound, and stopping or killing what a test started, by pid, always reaped. Not a test on its
-own."""
+bound, and stopping or killing what a test started, by pid, always reaped; running a test in a
+scratch directory of its own. Not a test on its own."""
 import json
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 
 WAIT = 30  # seconds: the default bound of every wait
@@ -89,3 +92,22 @@ def kill_process(proc, bound=WAIT):
     if proc is not None and proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
         proc.wait(bound)
+
+
+def run_in_scratch(name, fn, keep=False, failures=(Failure,)):
+    """Runs fn(scratch) in a new temporary directory, removed afterwards unless `keep`; prints
+    "<name>: ok" or "<name>: FAIL: <why>" (on stderr) for a failure of the kinds `failures`, and
+    returns the process's exit code: 0, or 1 on such a failure."""
+    tmp = tempfile.mkdtemp(prefix="factum-" + name.replace(" ", "-") + "-")
+    try:
+        fn(tmp)
+    except failures as e:
+        print(f"{name}: FAIL: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"kept {tmp}")
+    print(f"{name}: ok")
+    return 0

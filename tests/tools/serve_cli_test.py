@@ -27,15 +27,13 @@ import pty
 import re
 import resource
 import select
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from factum_test import (Failure, check, free_port, start_serve, stop_serve,  # noqa: E402
-                         wait_until)
+from factum_test import (Failure, check, free_port, run_in_scratch, start_serve,  # noqa: E402
+                         stop_serve, wait_until)
 
 WAIT = 30  # seconds: the bound of every wait
 KEY = "serve-cli-test-key"
@@ -286,19 +284,8 @@ def main():
     ap.add_argument("--case", required=True, choices=sorted(CASES))
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="factum-serve-cli-test-")
-    try:
-        CASES[a.case](os.path.abspath(a.factum), tmp)
-    except Failure as e:
-        print(f"serve_cli_test {a.case}: FAIL: {e}", file=sys.stderr)
-        return 1
-    finally:
-        if not a.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"kept {tmp}")
-    print(f"serve_cli_test {a.case}: ok")
-    return 0
+    return run_in_scratch(f"serve_cli_test {a.case}",
+                          lambda tmp: CASES[a.case](os.path.abspath(a.factum), tmp), a.keep)
 
 
 if __name__ == "__main__":
